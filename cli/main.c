@@ -1,0 +1,34 @@
+/* durabox: dispatch the first word to its command group. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: durabox <command> [flags]\n"
+          "\n"
+          "commands:\n"
+          "  server start-dev   run the embedded workflow service (Temporal's dev-server flags)\n"
+          "  version            print the version\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+    printf("durabox %s\n", dbx_cli_version());
+    return 0;
+  }
+  if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  if (strcmp(cmd, "server") == 0) return dbx_cli_server(argc - 1, argv + 1);
+  fprintf(stderr, "durabox: unknown command '%s'\n", cmd);
+  usage(stderr);
+  return 2;
+}

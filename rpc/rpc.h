@@ -1,0 +1,168 @@
+/* rpc: the only room that touches gRPC core (libgrpc 1.51, grpc/grpc.h).
+ *
+ * Server: one completion queue drained by one thread that this module owns.
+ * Each inbound call is read whole (its one request message) and handed to the
+ * owner's handler on that thread; the handler must not block. It takes
+ * ownership of the call and answers it exactly once, from any thread, with
+ * dbx_rpc_call_reply() or dbx_rpc_call_fail(); until then the call is parked
+ * (long polls cost no thread). If the peer cancels or the deadline passes
+ * first, on_cancel runs on the server thread; the owner must still answer
+ * (the answer is then dropped) to release the call.
+ *
+ * Client: a channel that many threads share; each unary call blocks its own
+ * thread on its own completion queue until the reply, the deadline or a
+ * cancel through a dbx_rpc_cancel token.
+ *
+ * Messages are opaque bytes here (protobuf-c packs and unpacks in the rooms
+ * above). grpc_init()/grpc_shutdown() are called by dbx_rpc_global_init/
+ * _shutdown, once per process, in main() and test setup. */
+#ifndef DBX_RPC_RPC_H
+#define DBX_RPC_RPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+
+/* gRPC status codes (same numbers as grpc_status_code). */
+enum {
+  DBX_GRPC_OK = 0,
+  DBX_GRPC_CANCELLED = 1,
+  DBX_GRPC_UNKNOWN = 2,
+  DBX_GRPC_INVALID_ARGUMENT = 3,
+  DBX_GRPC_DEADLINE_EXCEEDED = 4,
+  DBX_GRPC_NOT_FOUND = 5,
+  DBX_GRPC_ALREADY_EXISTS = 6,
+  DBX_GRPC_PERMISSION_DENIED = 7,
+  DBX_GRPC_RESOURCE_EXHAUSTED = 8,
+  DBX_GRPC_FAILED_PRECONDITION = 9,
+  DBX_GRPC_ABORTED = 10,
+  DBX_GRPC_OUT_OF_RANGE = 11,
+  DBX_GRPC_UNIMPLEMENTED = 12,
+  DBX_GRPC_INTERNAL = 13,
+  DBX_GRPC_UNAVAILABLE = 14,
+  DBX_GRPC_DATA_LOSS = 15,
+  DBX_GRPC_UNAUTHENTICATED = 16
+};
+
+void dbx_rpc_global_init(void);
+void dbx_rpc_global_shutdown(void);
+
+/* ---------------------------------------------------------------- server */
+
+typedef struct dbx_rpc_server dbx_rpc_server;
+typedef struct dbx_rpc_call dbx_rpc_call;
+
+/* Runs on the server thread for each new call, with its request read. */
+typedef void (*dbx_rpc_handler_fn)(dbx_rpc_call *call, void *ud);
+/* Runs on the server thread when a call not yet answered is cancelled by the
+ * peer or its deadline passes. */
+typedef void (*dbx_rpc_cancel_fn)(dbx_rpc_call *call, void *ud);
+
+typedef struct {
+  const char *host;                 /* "127.0.0.1" (default when NULL) */
+  int port;                         /* 0 = pick a free port */
+  size_t max_message_bytes;         /* receive and send limit; 0 = 128 MiB */
+  const char *tls_cert_pem;         /* PEM text, or NULL for plaintext. Borrowed for create. */
+  const char *tls_key_pem;
+  const char *api_key;              /* if set, calls need "authorization: Bearer <key>",
+                                       else UNAUTHENTICATED. Copied. */
+  dbx_rpc_handler_fn on_call;
+  dbx_rpc_cancel_fn on_cancel;      /* may be NULL */
+  void *ud;
+} dbx_rpc_server_opts;
+
+/* Bind and start serving. *out: free with dbx_rpc_server_destroy.
+ * Returns DBX_OK, DBX_EINVAL, DBX_EIO (bind failed; message via *errmsg_out,
+ * a static string, when errmsg_out is not NULL). */
+dbx_err dbx_rpc_server_start(const dbx_rpc_server_opts *o, dbx_rpc_server **out,
+                             const char **errmsg_out);
+int dbx_rpc_server_port(const dbx_rpc_server *s); /* the bound port */
+/* Stop accepting, cancel calls still parked (the owner's answers to them are
+ * dropped; the owner must have answered or must answer before destroy returns
+ * -- destroy waits at most 5 s for them), shut down in gRPC's order, free. Accepts NULL. */
+void dbx_rpc_server_destroy(dbx_rpc_server *s);
+
+/* Call accessors: valid until the call is answered. */
+/* Short method name ("PollWorkflowTaskQueue") when the path is
+ * "/temporal.api.workflowservice.v1.WorkflowService/<name>", else the full path. */
+const char *dbx_rpc_call_method(const dbx_rpc_call *c);
+/* 1 when the path belongs to temporal.api.workflowservice.v1.WorkflowService. */
+int dbx_rpc_call_is_workflow_service(const dbx_rpc_call *c);
+const uint8_t *dbx_rpc_call_request(const dbx_rpc_call *c, size_t *len_out);
+/* Client deadline as CLOCK_MONOTONIC ns; INT64_MAX when the client set none. */
+int64_t dbx_rpc_call_deadline_mono_ns(const dbx_rpc_call *c);
+/* Value of request metadata key (lowercase), NUL-terminated copy owned by the call; NULL if absent. */
+const char *dbx_rpc_call_metadata(const dbx_rpc_call *c, const char *key);
+/* 1 once the peer cancelled or the deadline passed. Any thread. */
+int dbx_rpc_call_cancelled(const dbx_rpc_call *c);
+/* Owner's tag: any pointer, kept for the owner (e.g. its parked-poll record). */
+void dbx_rpc_call_set_user(dbx_rpc_call *c, void *user);
+void *dbx_rpc_call_user(const dbx_rpc_call *c);
+
+/* Answer OK with a message (bytes copied; len may be 0 for an empty message).
+ * Any thread; exactly once per call; frees the call. */
+void dbx_rpc_call_reply(dbx_rpc_call *c, const void *msg, size_t len);
+/* Answer with a non-OK status. message: UTF-8, copied. details: serialized
+ * google.rpc.Status sent as "grpc-status-details-bin" (may be NULL). Any
+ * thread; exactly once per call; frees the call. */
+void dbx_rpc_call_fail(dbx_rpc_call *c, int status, const char *message, const void *details,
+                       size_t details_len);
+
+/* ---------------------------------------------------------------- client */
+
+typedef struct dbx_rpc_channel dbx_rpc_channel;
+typedef struct dbx_rpc_cancel dbx_rpc_cancel;
+
+typedef struct {
+  const char *target;              /* "host:port" */
+  const char *tls_ca_pem;          /* PEM text; with tls = 1 and NULL: system roots */
+  const char *tls_cert_pem;        /* client certificate (mTLS), or NULL */
+  const char *tls_key_pem;
+  const char *tls_server_name;     /* override for the TLS name check, or NULL */
+  int tls;                         /* 1 = TLS */
+  const char *api_key;             /* sent as "authorization: Bearer <key>", or NULL */
+  const char *namespace_;          /* sent as "temporal-namespace", or NULL */
+  const char *client_name;         /* "client-name" header; NULL = "durabox" */
+  const char *client_version;      /* "client-version" header; NULL = DBX version */
+  size_t max_message_bytes;        /* 0 = 128 MiB */
+  int keepalive_ms;                /* 0 = 30000 (timeout 15000) */
+} dbx_rpc_channel_opts;
+
+/* Strings in o are copied. *out: free with dbx_rpc_channel_destroy.
+ * Returns DBX_OK, DBX_EINVAL, DBX_ENOMEM. Creating does not connect. */
+dbx_err dbx_rpc_channel_create(const dbx_rpc_channel_opts *o, dbx_rpc_channel **out);
+/* All calls on it must have returned. Accepts NULL. */
+void dbx_rpc_channel_destroy(dbx_rpc_channel *ch);
+
+/* A cancel token: dbx_rpc_cancel_fire() aborts every call currently using it
+ * and every later call made with it (they return DBX_ECANCELED at once).
+ * Thread-safe. Free with dbx_rpc_cancel_destroy after those calls return. */
+dbx_err dbx_rpc_cancel_create(dbx_rpc_cancel **out);
+void dbx_rpc_cancel_fire(dbx_rpc_cancel *k);
+int dbx_rpc_cancel_fired(const dbx_rpc_cancel *k);
+void dbx_rpc_cancel_destroy(dbx_rpc_cancel *k);
+
+typedef struct {
+  int status;            /* gRPC status code; DBX_GRPC_OK on success */
+  char *message;         /* status message (malloc'd, may be NULL) */
+  uint8_t *response;     /* reply message bytes (malloc'd; NULL when none) */
+  size_t response_len;
+  uint8_t *details;      /* grpc-status-details-bin (serialized google.rpc.Status) or NULL */
+  size_t details_len;
+} dbx_rpc_result;
+
+void dbx_rpc_result_cleanup(dbx_rpc_result *r); /* frees the members, leaves zeros */
+
+/* One unary call of method ("PollWorkflowTaskQueue": the WorkflowService is
+ * implied; a path starting with '/' is used as is). timeout_ms: deadline from
+ * now. wait_for_ready: 1 = wait for the channel to connect within the
+ * deadline instead of failing fast with UNAVAILABLE. cancel may be NULL.
+ * Returns DBX_OK when a status arrived (any status: inspect out->status),
+ * DBX_ECANCELED when the token fired, DBX_ENOMEM, DBX_EINVAL. out must be
+ * zero-initialised; release with dbx_rpc_result_cleanup. Any thread. */
+dbx_err dbx_rpc_unary(dbx_rpc_channel *ch, const char *method, const void *req, size_t req_len,
+                      int64_t timeout_ms, int wait_for_ready, dbx_rpc_cancel *cancel,
+                      dbx_rpc_result *out);
+
+#endif

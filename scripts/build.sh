@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Configure and build durabox. Usage: scripts/build.sh [build-dir] [cmake args...]
+# build-asan as the directory name turns on ASan + UBSan.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=${1:-build}; shift || true
+extra=()
+case "$dir" in *asan*) extra+=(-DDBX_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug) ;; esac
+cmake -S . -B "$dir" -G Ninja "${extra[@]}" "$@" >/dev/null
+cmake --build "$dir"

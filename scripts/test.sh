@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Set up, build and run every test: the normal build (unit, integration and
+# interop tests), then the whole suite again under ASan + UBSan.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+scripts/build.sh build
+(cd build && ctest --output-on-failure --timeout 600 -j2)
+scripts/build.sh build-asan
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --output-on-failure --timeout 900 -j2)

@@ -1,0 +1,113 @@
+/* store: the only room that touches LMDB.
+ *
+ * One environment per path per process: opening the same path twice returns
+ * the same handle with a reference count (LMDB forbids two environments on
+ * one file in a process). Named tables are LMDB named databases.
+ *
+ * Writes go through dbx_store_write(): it begins a write transaction, calls
+ * the caller's function, and commits. If LMDB reports MDB_MAP_FULL, either
+ * inside the function (a put) or at commit, the transaction is aborted, the
+ * map grows (doubling, up to opts.map_ceiling_bytes) and the WHOLE function
+ * runs again in a new transaction; so the function must keep all its effects
+ * inside the transaction (or reset its own side state when it starts).
+ * Past the ceiling it returns DBX_ESTOREFULL ("storage full"), the store stays
+ * readable and writable for smaller transactions; it never leaves a
+ * transaction in MDB_BAD_TXN. ENOSPC from the disk is DBX_ESTOREFULL as well.
+ *
+ * Durability: commits are synced (no MDB_NOSYNC, no MDB_WRITEMAP) unless
+ * opts.no_sync is set (benchmarks and tests that say so). mdb_reader_check()
+ * runs at open, clearing read slots of dead processes.
+ *
+ * Threading: a dbx_store may be used from any number of threads. A
+ * transaction belongs to the thread that began it. Read transactions may run
+ * concurrently with one writer; growing the map waits for this process's
+ * readers to finish (an rwlock), so keep read transactions short.
+ *
+ * Errors: DBX_OK; DBX_ENOTFOUND (a normal outcome for get and seek);
+ * DBX_ESTOREFULL; DBX_ESTORE (anything else, detail in dbx_store_errmsg);
+ * DBX_EINVAL for bad arguments (key over 511 bytes, unknown table). */
+#ifndef DBX_STORE_STORE_H
+#define DBX_STORE_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+
+typedef struct dbx_store dbx_store;
+typedef struct dbx_txn dbx_txn;
+typedef struct dbx_cursor dbx_cursor;
+typedef unsigned int dbx_table; /* handle from dbx_store_table(); valid for the store's life */
+
+typedef struct {
+  const char *path;            /* directory; created (mode 0700) if missing. Borrowed. */
+  size_t map_size_bytes;       /* initial map size; 0 = 64 MiB */
+  size_t map_ceiling_bytes;    /* growth stops here; 0 = 64 GiB */
+  unsigned int max_tables;     /* named tables; 0 = 32 */
+  unsigned int max_readers;    /* 0 = 510 */
+  int no_sync;                 /* 1 = MDB_NOSYNC (not durable; benchmarks/tests only) */
+} dbx_store_opts;
+
+/* A borrowed view of bytes inside the store, valid until its transaction ends. */
+typedef struct {
+  const void *data;
+  size_t size;
+} dbx_val;
+
+/* Open (or share) the environment at o->path. *out: free with dbx_store_close.
+ * Returns DBX_OK, DBX_EINVAL, DBX_ESTORE (message via dbx_store_open_errmsg). */
+dbx_err dbx_store_open(const dbx_store_opts *o, dbx_store **out);
+/* Text of the last dbx_store_open failure in this thread; static or thread-local, never NULL. */
+const char *dbx_store_open_errmsg(void);
+/* Drop one reference; the environment closes with the last. Accepts NULL.
+ * No transaction of this handle may be open. */
+void dbx_store_close(dbx_store *s);
+/* Detail of the last failure on this store (thread-local to the caller); never NULL. */
+const char *dbx_store_errmsg(const dbx_store *s);
+/* Current map size in bytes (for tests and metrics). */
+size_t dbx_store_map_size(dbx_store *s);
+
+/* Open or create the named table. Call before any transaction is active in
+ * this thread; handles are shared by every thread. */
+dbx_err dbx_store_table(dbx_store *s, const char *name, dbx_table *out);
+
+/* Read-only transaction. Ends with dbx_store_txn_abort (commit also ends it). */
+dbx_err dbx_store_read_begin(dbx_store *s, dbx_txn **out);
+
+typedef dbx_err (*dbx_store_write_fn)(dbx_txn *txn, void *arg);
+/* Run fn inside a write transaction and commit it durably (see above). If fn
+ * returns anything but DBX_OK the transaction is aborted and that code is
+ * returned; fn may run more than once (map growth). One writer at a time:
+ * concurrent callers wait. */
+dbx_err dbx_store_write(dbx_store *s, dbx_store_write_fn fn, void *arg);
+
+/* End a read transaction (or abort a write one from inside dbx_store_write's
+ * caller; never needed there). Accepts NULL. */
+void dbx_store_txn_abort(dbx_txn *t);
+
+/* Point lookups and changes. Keys are 1..511 bytes; values any size.
+ * get: DBX_OK with *out a borrowed view, or DBX_ENOTFOUND. */
+dbx_err dbx_store_get(dbx_txn *t, dbx_table tb, const void *key, size_t klen, dbx_val *out);
+dbx_err dbx_store_put(dbx_txn *t, dbx_table tb, const void *key, size_t klen, const void *val,
+                      size_t vlen);
+/* Delete: DBX_OK, or DBX_ENOTFOUND when the key is absent. */
+dbx_err dbx_store_del(dbx_txn *t, dbx_table tb, const void *key, size_t klen);
+
+/* Cursors over a table in key order (memcmp). Close before the transaction ends. */
+dbx_err dbx_store_cursor_open(dbx_txn *t, dbx_table tb, dbx_cursor **out);
+void dbx_store_cursor_close(dbx_cursor *c); /* accepts NULL */
+/* Position at the first key >= key (klen 0: the first key). DBX_ENOTFOUND past the end. */
+dbx_err dbx_store_cursor_seek(dbx_cursor *c, const void *key, size_t klen, dbx_val *k, dbx_val *v);
+/* Position at the last key <= key (klen 0: the last key). DBX_ENOTFOUND before the start. */
+dbx_err dbx_store_cursor_seek_le(dbx_cursor *c, const void *key, size_t klen, dbx_val *k,
+                                 dbx_val *v);
+dbx_err dbx_store_cursor_next(dbx_cursor *c, dbx_val *k, dbx_val *v);
+dbx_err dbx_store_cursor_prev(dbx_cursor *c, dbx_val *k, dbx_val *v);
+/* Delete the entry under the cursor (write transactions only). */
+dbx_err dbx_store_cursor_del(dbx_cursor *c);
+
+/* Test hook: make the next n puts in this process fail as MDB_MAP_FULL would,
+ * to exercise growth without filling a disk. 0 disables. */
+void dbx_store_test_inject_map_full(int n);
+
+#endif

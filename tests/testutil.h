@@ -1,0 +1,21 @@
+/* Helpers for the cmocka tests: temporary directories and child processes.
+ * Single-threaded use from test bodies. */
+#ifndef DBX_TESTS_TESTUTIL_H
+#define DBX_TESTS_TESTUTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <cmocka.h>
+
+/* mkdtemp under $TMPDIR (or /tmp) with the given prefix; abort on failure.
+ * Returns a malloc'd path; remove with dbx_test_rmrf() then free(). */
+char *dbx_test_tmpdir(const char *prefix);
+/* rm -rf path (nftw); silent on missing paths. */
+void dbx_test_rmrf(const char *path);
+/* Path of the durabox binary from $DBX_BIN; fails the test when unset. */
+const char *dbx_test_bin(void);
+
+#endif
