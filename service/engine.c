@@ -1,0 +1,765 @@
+/* The engine: one thread that executes every RPC of the service in batches.
+ *
+ * The rpc server thread hands each call to on_call(), which only queues it.
+ * The engine thread takes everything queued, runs it as one batch inside one
+ * write transaction (each call in a nested transaction, so a rejected call
+ * leaves nothing), fires due durable timers in the same transaction, commits
+ * (one fsync for the whole batch: group commit), and only then answers the
+ * calls. Polls that find no task are parked in memory with their deadline and
+ * re-run when a task for their queue is committed; history long polls likewise
+ * per run. Parked calls are the only in-memory state besides running queries;
+ * everything else is read back from the store, so a restart loses nothing
+ * that was acknowledged.
+ * Threading: on_call/on_cancel run on the rpc thread and touch only the
+ * incoming queue under svc->mu; everything else is engine-thread only. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "service/engine.h"
+
+#define MAX_BATCH 256
+
+dbx_err seq_save(ectx *c);
+
+/* ------------------------------------------------------------ notes */
+
+note *note_new(ectx *c, int kind) {
+  note *n = calloc(1, sizeof *n);
+  if (n == NULL) return NULL;
+  n->kind = kind;
+  n->next = c->notes;
+  c->notes = n;
+  return n;
+}
+
+void note_add(ectx *c, int kind, const char *key) {
+  note *n = note_new(c, kind);
+  if (n && key) n->key = dbx_strdup(key);
+}
+
+static void notes_free(note *n) {
+  while (n) {
+    note *next = n->next;
+    free(n->key);
+    free(n->bytes);
+    free(n->message);
+    if (n->q) {
+      free(n->q->ns);
+      free(n->q->workflow_id);
+      free(n->q->run_id);
+      free(n->q->task_queue);
+      free(n->q->query);
+      free(n->q);
+    }
+    free(n);
+    n = next;
+  }
+}
+
+/* ------------------------------------------------------------ job outputs */
+
+void job_reset(job *j) {
+  free(j->message);
+  free(j->details);
+  free(j->reply);
+  free(j->park_key);
+  j->message = NULL;
+  j->details = NULL;
+  j->reply = NULL;
+  j->park_key = NULL;
+  j->details_len = j->reply_len = 0;
+  j->status = DBX_GRPC_OK;
+  j->park = PARK_NONE;
+  j->park_deadline_ns = 0;
+  j->query_id = 0;
+}
+
+static void job_vfail(job *j, int status, const ProtobufCMessage *detail, const char *type_url,
+                      const char *fmt, va_list ap) {
+  char msg[1024];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  job_reset(j);
+  j->status = status;
+  j->message = dbx_strdup(msg);
+  if (detail) {
+    Any any = INIT(GOOGLE__PROTOBUF__ANY);
+    any.type_url = (char *)type_url;
+    size_t n = protobuf_c_message_get_packed_size(detail);
+    any.value.data = malloc(n ? n : 1);
+    if (any.value.data == NULL) return;
+    protobuf_c_message_pack(detail, any.value.data);
+    any.value.len = n;
+    Any *anys[1] = {&any};
+    RpcStatus st = INIT(GOOGLE__RPC__STATUS);
+    st.code = status;
+    st.message = msg;
+    st.n_details = 1;
+    st.details = anys;
+    size_t sn = google__rpc__status__get_packed_size(&st);
+    j->details = malloc(sn ? sn : 1);
+    if (j->details) {
+      google__rpc__status__pack(&st, j->details);
+      j->details_len = sn;
+    }
+    free(any.value.data);
+  }
+}
+
+void job_fail(job *j, int status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  job_vfail(j, status, NULL, NULL, fmt, ap);
+  va_end(ap);
+}
+
+void job_fail_detail(job *j, int status, const ProtobufCMessage *detail, const char *type_url,
+                     const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  job_vfail(j, status, detail, type_url, fmt, ap);
+  va_end(ap);
+}
+
+int job_reply(job *j, const ProtobufCMessage *m) {
+  size_t n = protobuf_c_message_get_packed_size(m);
+  free(j->reply);
+  j->reply = malloc(n ? n : 1);
+  if (j->reply == NULL) {
+    j->reply_len = 0;
+    job_fail(j, DBX_GRPC_RESOURCE_EXHAUSTED, "out of memory packing the reply");
+    return -1;
+  }
+  protobuf_c_message_pack(m, j->reply);
+  j->reply_len = n;
+  j->status = DBX_GRPC_OK;
+  return 0;
+}
+
+static void job_answer(job *j) {
+  if (j->call) {
+    if (j->status == DBX_GRPC_OK)
+      dbx_rpc_call_reply(j->call, j->reply, j->reply_len);
+    else
+      dbx_rpc_call_fail(j->call, j->status, j->message ? j->message : "error", j->details,
+                        j->details_len);
+    j->call = NULL;
+  }
+}
+
+static void job_free(job *j) {
+  if (j == NULL) return;
+  job_reset(j);
+  free(j);
+}
+
+/* ------------------------------------------------------------ namespaces */
+
+int ns_known(dbx_service *s, const char *ns) { return ns_id(s, ns) != NULL; }
+
+const char *ns_id(dbx_service *s, const char *ns) {
+  for (size_t i = 0; ns && i < s->n_namespaces; i++)
+    if (strcmp(s->namespaces[i].name, ns) == 0) return s->namespaces[i].id;
+  return NULL;
+}
+
+/* A stable UUID-shaped id from the namespace name (FNV-1a), so a namespace
+ * keeps its id across restarts without a registry. */
+static char *ns_make_id(const char *name) {
+  uint64_t h1 = 1469598103934665603ULL, h2 = 1099511628211ULL * 31;
+  for (const char *p = name; *p; p++) {
+    h1 = (h1 ^ (uint8_t)*p) * 1099511628211ULL;
+    h2 = (h2 ^ (uint8_t)*p) * 0x100000001b3ULL + 7;
+  }
+  return dbx_asprintf("%08x-%04x-4%03x-8%03x-%012llx", (unsigned)(h1 >> 32), (unsigned)(h1 >> 16) & 0xffff,
+                      (unsigned)h1 & 0xfff, (unsigned)(h2 >> 52) & 0xfff,
+                      (unsigned long long)(h2 & 0xffffffffffffULL));
+}
+
+static int ns_add(dbx_service *s, const char *name) {
+  if (ns_known(s, name)) return 0;
+  ns_entry *n = realloc(s->namespaces, (s->n_namespaces + 1) * sizeof *n);
+  if (n == NULL) return -1;
+  s->namespaces = n;
+  n[s->n_namespaces].name = dbx_strdup(name);
+  n[s->n_namespaces].id = ns_make_id(name);
+  if (n[s->n_namespaces].name == NULL || n[s->n_namespaces].id == NULL) return -1;
+  s->n_namespaces++;
+  return 0;
+}
+
+/* ------------------------------------------------------------ rpc callbacks */
+
+static void on_call(dbx_rpc_call *call, void *ud) {
+  dbx_service *s = ud;
+  job *j = calloc(1, sizeof *j);
+  if (j == NULL) {
+    dbx_rpc_call_fail(call, DBX_GRPC_RESOURCE_EXHAUSTED, "out of memory", NULL, 0);
+    return;
+  }
+  j->call = call;
+  j->method = dbx_rpc_call_method(call);
+  pthread_mutex_lock(&s->mu);
+  if (s->stopping) {
+    pthread_mutex_unlock(&s->mu);
+    dbx_rpc_call_fail(call, DBX_GRPC_UNAVAILABLE, "service is stopping", NULL, 0);
+    free(j);
+    return;
+  }
+  if (s->incoming_tail)
+    s->incoming_tail->next = j;
+  else
+    s->incoming = j;
+  s->incoming_tail = j;
+  pthread_cond_signal(&s->cond);
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void on_cancel(dbx_rpc_call *call, void *ud) {
+  (void)call;
+  dbx_service *s = ud;
+  pthread_mutex_lock(&s->mu);
+  s->wake = 1;
+  pthread_cond_signal(&s->cond);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* ------------------------------------------------------------ batches */
+
+typedef struct {
+  dbx_service *svc;
+  job *jobs;          /* the batch, a list */
+  int fire_timers;
+  ectx ctx;
+  int timers_fired;
+} batch;
+
+static dbx_err batch_fn(dbx_txn *txn, void *arg) {
+  batch *b = arg;
+  ectx *c = &b->ctx;
+  notes_free(c->notes);
+  memset(c, 0, sizeof *c);
+  c->svc = b->svc;
+  c->now_ns = dbx_wall_ns();
+  c->epoch = ++b->svc->epoch;
+  b->timers_fired = 0;
+  for (job *j = b->jobs; j; j = j->next) {
+    job_reset(j);
+    dbx_txn *child = NULL;
+    dbx_err rc = dbx_store_txn_child_begin(txn, &child);
+    if (rc != DBX_OK) return rc;
+    note *mark = c->notes;
+    c->txn = child;
+    rc = handle_rpc(c, j);
+    c->txn = txn;
+    if (rc != DBX_OK) {
+      dbx_store_txn_abort(child);
+      return rc; /* storage trouble: the whole batch fails or reruns */
+    }
+    if (j->status != DBX_GRPC_OK) {
+      dbx_store_txn_abort(child); /* rejected: nothing it wrote stays */
+      while (c->notes != mark) {
+        note *n = c->notes;
+        c->notes = n->next;
+        n->next = NULL;
+        notes_free(n);
+      }
+      continue;
+    }
+    rc = dbx_store_txn_child_commit(child);
+    if (rc != DBX_OK) return rc;
+  }
+  if (b->fire_timers) {
+    dbx_err err = DBX_OK;
+    c->txn = txn;
+    int n = fire_due_timers(c, 512, &err);
+    if (n < 0) return err;
+    b->timers_fired = n;
+  }
+  c->txn = txn;
+  return seq_save(c);
+}
+
+/* Earliest durable timer (wall ns), INT64_MAX if none. */
+static int64_t earliest_timer(dbx_service *s) {
+  dbx_txn *t = NULL;
+  int64_t when = INT64_MAX;
+  if (dbx_store_read_begin(s->store, &t) != DBX_OK) return dbx_wall_ns() + 1000000000LL;
+  dbx_cursor *cur = NULL;
+  dbx_val k, v;
+  if (dbx_store_cursor_open(t, s->t_timers, &cur) == DBX_OK &&
+      dbx_store_cursor_seek(cur, NULL, 0, &k, &v) == DBX_OK && k.size == 16) {
+    uint64_t x = 0;
+    for (int i = 0; i < 8; i++) x = (x << 8) | ((const uint8_t *)k.data)[i];
+    when = (int64_t)x;
+  }
+  dbx_store_cursor_close(cur);
+  dbx_store_txn_abort(t);
+  return when;
+}
+
+static void park(dbx_service *s, job *j) {
+  j->next = s->parked;
+  s->parked = j;
+}
+
+/* Move parked jobs whose key matches into *ready (to run again now). */
+static void wake_parked(dbx_service *s, int kind, const char *key, size_t klen, job **ready) {
+  job **pp = &s->parked;
+  while (*pp) {
+    job *j = *pp;
+    int match = j->park == kind && j->park_key && memcmp(j->park_key, key, klen) == 0 &&
+                (kind != PARK_POLL || j->park_key[klen] == (char)0xff);
+    if (match) {
+      *pp = j->next;
+      j->next = *ready;
+      *ready = j;
+    } else {
+      pp = &j->next;
+    }
+  }
+}
+
+static query *query_by_id(dbx_service *s, uint64_t id) {
+  for (query *q = s->queries; q; q = q->next)
+    if (q->id == id) return q;
+  return NULL;
+}
+
+static void query_unlink_free(dbx_service *s, query *q) {
+  for (query **pp = &s->queries; *pp; pp = &(*pp)->next) {
+    if (*pp == q) {
+      *pp = q->next;
+      break;
+    }
+  }
+  free(q->ns);
+  free(q->workflow_id);
+  free(q->run_id);
+  free(q->task_queue);
+  free(q->query);
+  free(q);
+}
+
+static void apply_after_commit(dbx_service *s, batch *b, job **ready) {
+  /* answer or park the jobs */
+  job *j = b->jobs;
+  while (j) {
+    job *next = j->next;
+    j->next = NULL;
+    if (j->park != PARK_NONE && j->call && !dbx_rpc_call_cancelled(j->call)) {
+      park(s, j);
+    } else {
+      job_answer(j);
+      job_free(j);
+    }
+    j = next;
+  }
+  b->jobs = NULL;
+  for (note *n = b->ctx.notes; n; n = n->next) {
+    switch (n->kind) {
+    case NOTE_TASK:
+      if (n->key) wake_parked(s, PARK_POLL, n->key, n->len, ready);
+      break;
+    case NOTE_RUN:
+      if (n->key) wake_parked(s, PARK_HISTORY, n->key, n->len, ready);
+      break;
+    case NOTE_QUERY_NEW:
+      if (n->q) {
+        n->q->next = s->queries;
+        s->queries = n->q;
+        size_t kl;
+        char *k = queue_key(n->q->ns, n->q->task_queue, TASK_WORKFLOW, &kl);
+        n->q = NULL;
+        if (k) wake_parked(s, PARK_POLL, k, kl, ready);
+        free(k);
+      }
+      break;
+    case NOTE_QUERY_DISPATCHED: {
+      query *q = query_by_id(s, n->query_id);
+      if (q) q->dispatched = 1;
+      break;
+    }
+    case NOTE_QUERY_ANSWER: {
+      query *q = query_by_id(s, n->query_id);
+      if (q && q->waiter) {
+        job *w = q->waiter;
+        for (job **pp = &s->parked; *pp; pp = &(*pp)->next) {
+          if (*pp == w) {
+            *pp = w->next;
+            break;
+          }
+        }
+        job_reset(w);
+        w->status = n->status;
+        if (n->status == DBX_GRPC_OK) {
+          w->reply = n->bytes;
+          w->reply_len = n->len;
+          n->bytes = NULL;
+        } else {
+          w->message = n->message;
+          w->details = n->bytes;
+          w->details_len = n->len;
+          n->message = NULL;
+          n->bytes = NULL;
+        }
+        job_answer(w);
+        job_free(w);
+        q->waiter = NULL;
+      }
+      if (q) query_unlink_free(s, q);
+      break;
+    }
+    }
+  }
+  notes_free(b->ctx.notes);
+  b->ctx.notes = NULL;
+}
+
+/* Answer parked calls that are cancelled or whose deadline passed; returns
+ * the earliest remaining deadline (monotonic ns). */
+static int64_t expire_parked(dbx_service *s, int64_t now_mono, int all) {
+  int64_t next = INT64_MAX;
+  job **pp = &s->parked;
+  while (*pp) {
+    job *j = *pp;
+    int cancelled = j->call == NULL || dbx_rpc_call_cancelled(j->call);
+    if (all || cancelled || j->park_deadline_ns <= now_mono) {
+      *pp = j->next;
+      if (j->park == PARK_QUERY) {
+        query *q = query_by_id(s, j->query_id);
+        if (q) query_unlink_free(s, q);
+        job_fail(j, DBX_GRPC_DEADLINE_EXCEEDED, "query timed out: no worker answered it before the deadline");
+      } else if (j->status != DBX_GRPC_OK || all) {
+        if (all) job_fail(j, DBX_GRPC_UNAVAILABLE, "service is stopping");
+      }
+      /* poll and history waits answer with the reply they prepared (empty) */
+      job_answer(j);
+      job_free(j);
+      continue;
+    }
+    if (j->park_deadline_ns < next) next = j->park_deadline_ns;
+    pp = &j->next;
+  }
+  return next;
+}
+
+static void run_batch(dbx_service *s, job *jobs, int fire_timers, job **ready) {
+  batch b = {.svc = s, .jobs = jobs, .fire_timers = fire_timers};
+  dbx_err rc = dbx_store_write(s->store, batch_fn, &b);
+  if (rc == DBX_OK) {
+    apply_after_commit(s, &b, ready);
+    return;
+  }
+  notes_free(b.ctx.notes);
+  b.ctx.notes = NULL;
+  /* The batch failed as a whole. If it held several jobs, run each alone so
+   * that one oversized change does not sink the others. */
+  if (jobs && jobs->next) {
+    job *j = jobs;
+    while (j) {
+      job *next = j->next;
+      j->next = NULL;
+      run_batch(s, j, 0, ready);
+      j = next;
+    }
+    if (fire_timers) run_batch(s, NULL, 1, ready);
+    return;
+  }
+  const char *msg = dbx_store_errmsg(s->store);
+  if (rc != DBX_ESTOREFULL)
+    DBX_ERROR("service", "storage error: %s (%s)", dbx_strerror(rc), msg);
+  else
+    DBX_WARN("service", "%s", msg);
+  for (job *j = jobs; j;) {
+    job *next = j->next;
+    if (rc == DBX_ESTOREFULL)
+      job_fail(j, DBX_GRPC_RESOURCE_EXHAUSTED, "storage full: %s", msg);
+    else
+      job_fail(j, DBX_GRPC_UNAVAILABLE, "storage error: %s: %s", dbx_strerror(rc), msg);
+    job_answer(j);
+    job_free(j);
+    j = next;
+  }
+}
+
+static void *engine_main(void *arg) {
+  dbx_service *s = arg;
+  job *ready = NULL;
+  s->next_timer_wall_ns = earliest_timer(s);
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+      if (s->stopping || s->incoming || s->wake || ready) break;
+      int64_t now_mono = dbx_mono_ns();
+      int64_t park_next = expire_parked(s, now_mono, 0);
+      int64_t wait_ns = INT64_MAX;
+      if (park_next != INT64_MAX) wait_ns = park_next - now_mono;
+      if (s->next_timer_wall_ns != INT64_MAX) {
+        int64_t t = s->next_timer_wall_ns - dbx_wall_ns();
+        if (t < wait_ns) wait_ns = t;
+      }
+      if (wait_ns <= 0) break;
+      if (wait_ns > 1000000000LL) wait_ns = 1000000000LL; /* re-check clocks once a second */
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      int64_t abs = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec + wait_ns;
+      ts.tv_sec = abs / 1000000000LL;
+      ts.tv_nsec = abs % 1000000000LL;
+      pthread_cond_timedwait(&s->cond, &s->mu, &ts);
+    }
+    int stopping = s->stopping;
+    job *in = s->incoming;
+    s->incoming = s->incoming_tail = NULL;
+    s->wake = 0;
+    pthread_mutex_unlock(&s->mu);
+
+    if (stopping) {
+      expire_parked(s, dbx_mono_ns(), 1);
+      job *all = ready;
+      while (all) {
+        job *n = all->next;
+        job_fail(all, DBX_GRPC_UNAVAILABLE, "service is stopping");
+        job_answer(all);
+        job_free(all);
+        all = n;
+      }
+      while (in) {
+        job *n = in->next;
+        job_fail(in, DBX_GRPC_UNAVAILABLE, "service is stopping");
+        job_answer(in);
+        job_free(in);
+        in = n;
+      }
+      while (s->queries) query_unlink_free(s, s->queries);
+      return NULL;
+    }
+
+    expire_parked(s, dbx_mono_ns(), 0);
+    /* woken parked jobs first (they were waiting), then new calls */
+    job *jobs = ready;
+    ready = NULL;
+    if (jobs) {
+      job *t = jobs;
+      while (t->next) t = t->next;
+      t->next = in;
+    } else {
+      jobs = in;
+    }
+    int timers_due = s->next_timer_wall_ns <= dbx_wall_ns();
+    while (jobs || timers_due) {
+      job *head = jobs, *tail = jobs;
+      int n = 1;
+      while (tail && tail->next && n < MAX_BATCH) {
+        tail = tail->next;
+        n++;
+      }
+      if (tail) {
+        jobs = tail->next;
+        tail->next = NULL;
+      } else {
+        head = NULL;
+      }
+      run_batch(s, head, timers_due, &ready);
+      if (timers_due) {
+        s->next_timer_wall_ns = earliest_timer(s);
+        timers_due = 0;
+      } else if (s->next_timer_wall_ns != INT64_MAX) {
+        s->next_timer_wall_ns = earliest_timer(s);
+      } else {
+        s->next_timer_wall_ns = earliest_timer(s);
+      }
+    }
+  }
+}
+
+/* ------------------------------------------------------------ start / stop */
+
+void dbx_service_opts_init(dbx_service_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->limits.count_warn = 10240;
+  o->limits.count_suggest_can = 4096;
+  o->limits.count_error = 51200;
+  o->limits.size_warn_bytes = 10LL << 20;
+  o->limits.size_suggest_can_bytes = 4LL << 20;
+  o->limits.size_error_bytes = 50LL << 20;
+}
+
+int dbx_service_opts_dynamic_config(dbx_service_opts *o, const char *key, const char *value) {
+  static const struct { const char *key; size_t off; } keys[] = {
+      {"limit.historyCount.warn", offsetof(dbx_history_limits, count_warn)},
+      {"limit.historyCount.suggestContinueAsNew", offsetof(dbx_history_limits, count_suggest_can)},
+      {"limit.historyCount.error", offsetof(dbx_history_limits, count_error)},
+      {"limit.historySize.warn", offsetof(dbx_history_limits, size_warn_bytes)},
+      {"limit.historySize.suggestContinueAsNew", offsetof(dbx_history_limits, size_suggest_can_bytes)},
+      {"limit.historySize.error", offsetof(dbx_history_limits, size_error_bytes)},
+  };
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    if (strcmp(key, keys[i].key) != 0) continue;
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(value, &end, 10);
+    if (errno || end == value || *end != '\0' || v < 0) return -1;
+    *(int64_t *)((char *)&o->limits + keys[i].off) = v;
+    return 1;
+  }
+  return 0;
+}
+
+static int rmrf(const char *path) {
+  char *cmd = dbx_asprintf("rm -rf '%s'", path);
+  int r = cmd ? system(cmd) : -1;
+  free(cmd);
+  return r;
+}
+
+dbx_err dbx_service_start(const dbx_service_opts *o, dbx_service **out, char **errmsg) {
+  *out = NULL;
+  if (errmsg) *errmsg = NULL;
+  dbx_service *s = calloc(1, sizeof *s);
+  if (s == NULL) return DBX_ENOMEM;
+  s->opts = *o;
+  s->limits = o->limits;
+  s->long_poll_ms = o->long_poll_ms > 0 ? o->long_poll_ms : 60000;
+  s->next_timer_wall_ns = INT64_MAX;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_cond_init(&s->cond, &ca);
+  pthread_condattr_destroy(&ca);
+  dbx_err rc = DBX_OK;
+  char *msg = NULL;
+
+  if (o->db_path) {
+    s->db_path = dbx_strdup(o->db_path);
+  } else {
+    const char *tmp = getenv("TMPDIR");
+    s->db_path = dbx_asprintf("%s/durabox-dev.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (s->db_path && mkdtemp(s->db_path) == NULL) {
+      msg = dbx_asprintf("cannot create a temporary store directory: %s", strerror(errno));
+      rc = DBX_ESTORE;
+      goto fail;
+    }
+    s->tmp_db = 1;
+  }
+  if (s->db_path == NULL) {
+    rc = DBX_ENOMEM;
+    goto fail;
+  }
+  dbx_store_opts so = {.path = s->db_path,
+                       .no_sync = o->no_sync,
+                       .map_size_bytes = o->map_size_bytes,
+                       .map_ceiling_bytes = o->map_ceiling_bytes,
+                       .max_tables = 16};
+  rc = dbx_store_open(&so, &s->store);
+  if (rc != DBX_OK) {
+    msg = dbx_asprintf("cannot open the store at %s: %s", s->db_path, dbx_store_open_errmsg());
+    goto fail;
+  }
+  struct { const char *name; dbx_table *t; } tables[] = {
+      {"runs", &s->t_runs},   {"execs", &s->t_execs}, {"history", &s->t_history},
+      {"tasks", &s->t_tasks}, {"timers", &s->t_timers}, {"meta", &s->t_meta},
+      {"requests", &s->t_requests}};
+  for (size_t i = 0; i < sizeof tables / sizeof tables[0]; i++) {
+    rc = dbx_store_table(s->store, tables[i].name, tables[i].t);
+    if (rc != DBX_OK) {
+      msg = dbx_asprintf("cannot open table %s: %s", tables[i].name, dbx_store_errmsg(s->store));
+      goto fail;
+    }
+  }
+  if (ns_add(s, "default") != 0) {
+    rc = DBX_ENOMEM;
+    goto fail;
+  }
+  for (size_t i = 0; i < o->n_namespaces; i++) {
+    if (ns_add(s, o->namespaces[i]) != 0) {
+      rc = DBX_ENOMEM;
+      goto fail;
+    }
+  }
+  if (pthread_create(&s->thread, NULL, engine_main, s) != 0) {
+    msg = dbx_strdup("cannot start the engine thread");
+    rc = DBX_ENOMEM;
+    goto fail;
+  }
+  dbx_rpc_server_opts ro = {.host = o->ip ? o->ip : "127.0.0.1",
+                            .port = o->port,
+                            .max_message_bytes = o->max_message_bytes,
+                            .tls_cert_pem = o->tls_cert_pem,
+                            .tls_key_pem = o->tls_key_pem,
+                            .api_key = o->api_key,
+                            .on_call = on_call,
+                            .on_cancel = on_cancel,
+                            .ud = s};
+  const char *rpc_err = NULL;
+  rc = dbx_rpc_server_start(&ro, &s->rpc, &rpc_err);
+  if (rc != DBX_OK) {
+    msg = dbx_asprintf("cannot serve on %s:%d: %s", ro.host, o->port, rpc_err ? rpc_err : dbx_strerror(rc));
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    pthread_cond_signal(&s->cond);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    goto fail;
+  }
+  *out = s;
+  return DBX_OK;
+fail:
+  if (errmsg) *errmsg = msg ? msg : dbx_strdup(dbx_strerror(rc));
+  else free(msg);
+  dbx_store_close(s->store);
+  if (s->tmp_db && s->db_path) rmrf(s->db_path);
+  free(s->db_path);
+  for (size_t i = 0; i < s->n_namespaces; i++) {
+    free(s->namespaces[i].name);
+    free(s->namespaces[i].id);
+  }
+  free(s->namespaces);
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cond);
+  free(s);
+  return rc;
+}
+
+int dbx_service_port(const dbx_service *s) { return s ? dbx_rpc_server_port(s->rpc) : 0; }
+
+void dbx_service_stop(dbx_service *s) {
+  if (s == NULL) return;
+  pthread_mutex_lock(&s->mu);
+  s->stopping = 1;
+  pthread_cond_signal(&s->cond);
+  pthread_mutex_unlock(&s->mu);
+  pthread_join(s->thread, NULL);
+  dbx_rpc_server_destroy(s->rpc); /* new calls meanwhile were refused by on_call */
+  dbx_store_close(s->store);
+  if (s->tmp_db) rmrf(s->db_path);
+  free(s->db_path);
+  for (size_t i = 0; i < s->n_namespaces; i++) {
+    free(s->namespaces[i].name);
+    free(s->namespaces[i].id);
+  }
+  free(s->namespaces);
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cond);
+  free(s);
+}
+
+/* ------------------------------------------------------------ ids */
+
+char *new_uuid(void);
+char *new_uuid(void) {
+  uint8_t b[16];
+  if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b) {
+    uint64_t x = (uint64_t)dbx_mono_ns() ^ (uint64_t)dbx_wall_ns() << 7;
+    for (int i = 0; i < 16; i++) b[i] = (uint8_t)(x >> ((i % 8) * 8)) ^ (uint8_t)i;
+  }
+  b[6] = (uint8_t)((b[6] & 0x0f) | 0x40);
+  b[8] = (uint8_t)((b[8] & 0x3f) | 0x80);
+  return dbx_asprintf("%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+                      b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+}

@@ -1,0 +1,235 @@
+/* Internal to service/: the engine's jobs, the batch context handlers run in,
+ * and the history/state helpers they share. Not a public contract.
+ *
+ * Every handler runs on the engine thread inside one write transaction shared
+ * by a batch of jobs (group commit), each job in its own nested transaction so
+ * a failing job leaves nothing behind. A handler may run twice (the store
+ * reruns a batch after growing its map), so handlers keep every effect in the
+ * transaction or in their job's outputs, which are reset before each run, and
+ * in-memory effects happen after commit (engine.c: apply_after_commit). */
+#ifndef DBX_SERVICE_ENGINE_H
+#define DBX_SERVICE_ENGINE_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "base/util.h"
+#include "rpc/rpc.h"
+#include "service/pb.h"
+#include "service/service.h"
+#include "store/store.h"
+
+/* Kinds of TimerRecord. */
+enum {
+  TK_USER_TIMER = 1,
+  TK_ACTIVITY_RETRY = 2,        /* backoff over: queue the next attempt */
+  TK_ACTIVITY_SCHEDULE_TO_START = 3,
+  TK_ACTIVITY_START_TO_CLOSE = 4,
+  TK_ACTIVITY_HEARTBEAT = 5,
+  TK_ACTIVITY_SCHEDULE_TO_CLOSE = 6,
+  TK_WFT_START_TO_CLOSE = 7,
+  TK_WORKFLOW_RUN_TIMEOUT = 8,
+  TK_WORKFLOW_EXECUTION_TIMEOUT = 9,
+  TK_WFT_RETRY = 10,            /* a failing workflow task's backoff is over */
+};
+
+enum { TASK_WORKFLOW = 1, TASK_ACTIVITY = 2, TASK_QUERY = 3 };
+enum { PARK_NONE = 0, PARK_POLL, PARK_HISTORY, PARK_QUERY };
+
+typedef struct job job;
+struct job {
+  dbx_rpc_call *call;           /* NULL for internal jobs (timers) */
+  const char *method;
+  /* outputs of the last run, reset before each run */
+  int status;                   /* gRPC status; DBX_GRPC_OK = reply */
+  char *message;
+  uint8_t *details;
+  size_t details_len;
+  uint8_t *reply;
+  size_t reply_len;
+  int park;                     /* PARK_*: answer later */
+  char *park_key;               /* queue key (PARK_POLL) or run key (PARK_HISTORY) */
+  int64_t park_deadline_ns;     /* monotonic; when the empty answer is due */
+  uint64_t query_id;            /* PARK_QUERY: the query this call waits for */
+  job *next;
+};
+
+typedef struct query query;
+struct query {                  /* a QueryWorkflow waiting for a worker (memory only) */
+  uint64_t id;
+  char *ns, *workflow_id, *run_id, *task_queue;
+  uint8_t *query;               /* packed WorkflowQuery */
+  size_t query_len;
+  int dispatched;
+  uint64_t claim_epoch;         /* claimed by a poll in this batch run */
+  job *waiter;                  /* the parked QueryWorkflow call */
+  int64_t deadline_ns;          /* monotonic */
+  query *next;
+};
+
+typedef struct note note;       /* something to do once the batch committed */
+struct note {
+  int kind;                     /* NOTE_TASK, NOTE_RUN, NOTE_QUERY_ANSWER, NOTE_QUERY_NEW */
+  char *key;
+  uint64_t query_id;
+  int status;
+  uint8_t *bytes;
+  size_t len;
+  char *message;
+  query *q;                     /* NOTE_QUERY_NEW */
+  note *next;
+};
+enum { NOTE_TASK = 1, NOTE_RUN, NOTE_QUERY_ANSWER, NOTE_QUERY_NEW, NOTE_QUERY_DISPATCHED };
+
+typedef struct {
+  char *name;
+  char *id;
+} ns_entry;
+
+struct dbx_service {
+  dbx_service_opts opts;
+  char *db_path;
+  int tmp_db;
+  dbx_store *store;
+  dbx_table t_runs, t_execs, t_history, t_tasks, t_timers, t_meta, t_requests;
+  dbx_rpc_server *rpc;
+  ns_entry *namespaces;
+  size_t n_namespaces;
+  dbx_history_limits limits;
+  int64_t long_poll_ms;
+
+  pthread_t thread;
+  pthread_mutex_t mu;           /* guards incoming, stopping, wake */
+  pthread_cond_t cond;
+  job *incoming, *incoming_tail;
+  int stopping;
+  int wake;
+
+  /* engine-thread only */
+  job *parked;
+  query *queries;
+  uint64_t next_query_id;
+  uint64_t epoch;
+  int64_t next_timer_wall_ns;   /* earliest durable timer, INT64_MAX if none known */
+};
+
+/* The context of one batch run. */
+typedef struct {
+  dbx_service *svc;
+  dbx_txn *txn;
+  int64_t now_ns;               /* wall clock at batch start */
+  note *notes;                  /* reset per run */
+  uint64_t epoch;
+  uint64_t seq_next;            /* counters for keys, loaded lazily per run */
+  int seq_loaded;
+} ectx;
+
+/* ---- job outputs (handlers.c) ---- */
+void job_fail(job *j, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void job_fail_detail(job *j, int status, const ProtobufCMessage *detail, const char *type_url,
+                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+int job_reply(job *j, const ProtobufCMessage *m); /* packs; 0 or -1 (OOM) */
+void job_reset(job *j);
+/* Run one RPC job in ctx (handlers.c). Returns DBX_OK, or a store error that
+ * aborts the whole batch (DBX_ESTOREFULL, DBX_ESTORE). */
+dbx_err handle_rpc(ectx *c, job *j);
+/* Fire due durable timers (timers.c): up to max, returns count fired or <0 error. */
+int fire_due_timers(ectx *c, int max, dbx_err *err);
+/* Dispatch a query task to a poller of queue key (handlers.c); used for parked polls. */
+
+/* ---- notes (engine.c) ---- */
+void note_add(ectx *c, int kind, const char *key);
+note *note_new(ectx *c, int kind);
+
+/* ---- state helpers (state.c) ---- */
+/* Run key: namespace \0 workflow id \0 run id. Returns malloc'd key and length. */
+char *run_key(const char *ns, const char *wfid, const char *run_id, size_t *len);
+char *exec_key(const char *ns, const char *wfid, size_t *len);
+/* Task queue key prefix: namespace \0 queue \0 kind. */
+char *queue_key(const char *ns, const char *tq, int kind, size_t *len);
+
+uint64_t next_seq(ectx *c);
+
+/* Load a run's state: DBX_OK, DBX_ENOTFOUND. *out: free with dbx_runstate_free. */
+dbx_err run_load(ectx *c, const char *ns, const char *wfid, const char *run_id, RunState **out);
+/* Current run id of a workflow id: DBX_OK (malloc'd *out) or DBX_ENOTFOUND. */
+dbx_err current_run_id(ectx *c, const char *ns, const char *wfid, char **out);
+dbx_err run_save(ectx *c, RunState *rs);
+void dbx_runstate_free(RunState *rs);
+RunState *runstate_new(void);
+
+/* Append an event to the run's history (assigns event id and time; packs and
+ * stores it; counts size). ev's event_id/event_time are set here. If the run
+ * has a started workflow task and buffer != 0, the event is held in
+ * rs->buffered_events instead (ids assigned when flushed). */
+dbx_err event_append(ectx *c, RunState *rs, HistoryEvent *ev, int buffer);
+/* Write buffered events (after a workflow task ended). Returns count or error. */
+dbx_err events_flush_buffer(ectx *c, RunState *rs, int *flushed);
+/* Load events [from, to) (to 0 = all) of a run; *out array of unpacked events. */
+dbx_err events_load(ectx *c, uint64_t run_seq, int64_t from, int64_t to, HistoryEvent ***out,
+                    size_t *n, size_t max_bytes);
+void events_free(HistoryEvent **evs, size_t n);
+dbx_err event_load_one(ectx *c, uint64_t run_seq, int64_t id, HistoryEvent **out);
+
+/* Queue a task; notes the queue for waiting pollers. */
+dbx_err task_enqueue(ectx *c, const char *ns, const char *tq, int kind, const char *wfid,
+                     const char *run_id, int64_t scheduled_event_id, int32_t attempt);
+/* Add a durable timer at wall time fire_ns. */
+dbx_err timer_add(ectx *c, int64_t fire_ns, int kind, RunState *rs, int64_t event_id, int32_t attempt,
+                  const char *timer_id);
+
+/* Schedule a workflow task if none is pending (or mark that one is needed
+ * after the started one). */
+dbx_err wft_schedule(ectx *c, RunState *rs);
+/* Close the run with event ev (completed/failed/...); status is the new
+ * WorkflowExecutionStatus. Notifies the parent, applies parent close policy. */
+dbx_err run_close(ectx *c, RunState *rs, HistoryEvent *ev, int status);
+
+/* Start a new run (StartWorkflowExecution, child, continue-as-new, reset).
+ * started: the WorkflowExecutionStarted attributes (borrowed; task queue,
+ * type, timeouts read from it). Creates state, writes Started and the first
+ * workflow task (unless first_wft_backoff_ms > 0: then a timer). *out: the new
+ * state (caller frees) or NULL. */
+typedef struct {
+  const char *ns, *workflow_id, *run_id, *request_id;
+  WorkflowExecutionStartedEventAttributes *started;
+  const ParentInfo *parent;
+  int64_t execution_expiration_ns;   /* inherited by continue-as-new; 0 = compute */
+  const char *first_run_id;          /* inherited; NULL = run_id */
+  HistoryEvent *after_started;       /* optional event written after Started (signal-with-start) */
+  int skip_first_wft;                /* reset: the caller writes its own events */
+} run_start_args;
+dbx_err run_start(ectx *c, const run_start_args *a, RunState **out);
+
+ActivityInfo *activity_find(RunState *rs, int64_t scheduled_event_id);
+void activity_remove(RunState *rs, int64_t scheduled_event_id);
+TimerInfo *timer_find(RunState *rs, const char *timer_id);
+void timer_remove(RunState *rs, const char *timer_id);
+ChildInfo *child_find(RunState *rs, int64_t initiated_event_id);
+void child_remove(RunState *rs, int64_t initiated_event_id);
+
+/* Activity attempt outcome (timers.c / handlers.c): retry if the policy
+ * allows, else close with events. failure is borrowed. timeout_type 0 for a
+ * worker failure. Returns DBX_OK. */
+dbx_err activity_attempt_failed(ectx *c, RunState *rs, ActivityInfo *ai, Failure *failure,
+                                int timeout_type, Payloads *last_details);
+dbx_err activity_queue_attempt(ectx *c, RunState *rs, ActivityInfo *ai);
+
+/* Namespace lookup: 1 if known. */
+int ns_known(dbx_service *s, const char *ns);
+const char *ns_id(dbx_service *s, const char *ns);
+
+/* Helpers for building protobuf values. */
+char *pb_strdup(const char *s);      /* malloc'd copy; "" for NULL */
+void pb_setstr(char **field, const char *v);
+Duration *duration_new_ms(int64_t ms);
+Timestamp *timestamp_new_ns(int64_t ns);
+int64_t duration_ms(const Duration *d);
+HistoryEvent *event_new(int type);   /* malloc'd, free with history_event_free */
+void history_event_free(HistoryEvent *ev);
+/* Deep copy by pack+unpack (NULL on OOM). */
+ProtobufCMessage *pb_clone(const ProtobufCMessage *m);
+#define PB_CLONE(T, m) ((T *)pb_clone((const ProtobufCMessage *)(m)))
+
+#endif

@@ -1,0 +1,67 @@
+/* service: the embedded single-node workflow service.
+ *
+ * Speaks the subset of Temporal's gRPC WorkflowService listed in
+ * docs/service.md (Temporal: temporal.api.workflowservice.v1) over rpc/, and
+ * keeps all state in one LMDB environment through store/. A reply is sent only
+ * after the changes it acknowledges are committed (durably, unless
+ * opts.no_sync). After a crash, queued tasks, timers and activity timeouts
+ * are rebuilt from the store.
+ *
+ * Threading: dbx_service_start() starts the rpc server thread and one engine
+ * thread; every call is executed by the engine thread in batches that share
+ * one write transaction (group commit). The handle itself is used by one
+ * thread (start/port/stop). */
+#ifndef DBX_SERVICE_SERVICE_H
+#define DBX_SERVICE_SERVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+
+typedef struct dbx_service dbx_service;
+
+/* History limits (Temporal's dynamic config defaults). */
+typedef struct {
+  int64_t count_warn;           /* limit.historyCount.warn: 10240 */
+  int64_t count_suggest_can;    /* limit.historyCount.suggestContinueAsNew: 4096 */
+  int64_t count_error;          /* limit.historyCount.error: 51200 */
+  int64_t size_warn_bytes;      /* limit.historySize.warn: 10 MiB */
+  int64_t size_suggest_can_bytes; /* limit.historySize.suggestContinueAsNew: 4 MiB */
+  int64_t size_error_bytes;     /* limit.historySize.error: 50 MiB */
+} dbx_history_limits;
+
+typedef struct {
+  const char *ip;               /* bind address; NULL = 127.0.0.1 */
+  int port;                     /* 0 = any free port */
+  const char *db_path;          /* LMDB directory; NULL = a temporary one, removed at stop */
+  const char *const *namespaces;/* extra namespaces to register; "default" always exists */
+  size_t n_namespaces;
+  size_t max_message_bytes;     /* 0 = 128 MiB */
+  size_t map_ceiling_bytes;     /* 0 = store default */
+  size_t map_size_bytes;        /* initial map; 0 = store default */
+  int no_sync;                  /* 1 = commits not synced (benchmarks only) */
+  int64_t long_poll_ms;         /* empty poll reply after this; 0 = 60000 */
+  const char *api_key;          /* require "authorization: Bearer <key>"; NULL = open */
+  const char *tls_cert_pem;     /* PEM text; NULL = plaintext */
+  const char *tls_key_pem;
+  dbx_history_limits limits;    /* zeros = defaults */
+} dbx_service_opts;
+
+/* Fill opts with defaults (limits included). */
+void dbx_service_opts_init(dbx_service_opts *o);
+
+/* Set a limit from a Temporal dynamic-config key ("limit.historyCount.error").
+ * Returns 1 if the key is one the service knows, 0 otherwise (caller logs it),
+ * -1 if the value is not a non-negative integer. */
+int dbx_service_opts_dynamic_config(dbx_service_opts *o, const char *key, const char *value);
+
+/* Open the store, recover, bind and serve. *out: free with dbx_service_stop.
+ * Returns DBX_OK, DBX_ESTORE (store cannot open), DBX_EIO (cannot bind),
+ * DBX_EINVAL; errmsg (when not NULL) receives a malloc'd message to free(). */
+dbx_err dbx_service_start(const dbx_service_opts *o, dbx_service **out, char **errmsg);
+int dbx_service_port(const dbx_service *s);
+/* Stop serving, answer parked polls, close the store, free. Accepts NULL. */
+void dbx_service_stop(dbx_service *s);
+
+#endif
