@@ -154,8 +154,7 @@ static void test_protos_activity_scheduled_event_round_trip(void **state) {
   history_event *got = temporal__api__history__v1__history_event__unpack(NULL, len, buf);
   free(buf);
   assert_non_null(got);
-  assert_int_equal(got->event_type,
-                   ET_ACTIVITY_SCHEDULED);
+  assert_int_equal(got->event_type, ET_ACTIVITY_SCHEDULED);
   assert_int_equal(got->attributes_case, CASE_ACTIVITY_SCHEDULED);
   const Temporal__Api__History__V1__ActivityTaskScheduledEventAttributes *g =
       got->activity_task_scheduled_event_attributes;
