@@ -21,7 +21,9 @@
  * Threading: a dbx_store may be used from any number of threads. A
  * transaction belongs to the thread that began it. Read transactions may run
  * concurrently with one writer; growing the map waits for this process's
- * readers to finish (an rwlock), so keep read transactions short.
+ * readers to finish (an rwlock), so keep read transactions short. A thread
+ * that still holds a read transaction when its own write needs the map to
+ * grow gets DBX_ESTORE instead of waiting for itself.
  *
  * Errors: DBX_OK; DBX_ENOTFOUND (a normal outcome for get and seek);
  * DBX_ESTOREFULL; DBX_ESTORE (anything else, detail in dbx_store_errmsg);
@@ -55,6 +57,7 @@ typedef struct {
 } dbx_val;
 
 /* Open (or share) the environment at o->path. *out: free with dbx_store_close.
+ * Sharing is by realpath; the first opener's options (sizes, no_sync) win.
  * Returns DBX_OK, DBX_EINVAL, DBX_ESTORE (message via dbx_store_open_errmsg). */
 dbx_err dbx_store_open(const dbx_store_opts *o, dbx_store **out);
 /* Text of the last dbx_store_open failure in this thread; static or thread-local, never NULL. */
@@ -66,6 +69,11 @@ void dbx_store_close(dbx_store *s);
 const char *dbx_store_errmsg(const dbx_store *s);
 /* Current map size in bytes (for tests and metrics). */
 size_t dbx_store_map_size(dbx_store *s);
+/* Added: how many reader slots of dead processes mdb_reader_check() cleared
+ * when this environment was opened in this process (for tests and metrics).
+ * A later dbx_store_open of the same path shares the handle and does not
+ * check again. Any thread. */
+unsigned dbx_store_readers_cleared(const dbx_store *s);
 
 /* Open or create the named table. Call before any transaction is active in
  * this thread; handles are shared by every thread. */
@@ -93,7 +101,8 @@ dbx_err dbx_store_put(dbx_txn *t, dbx_table tb, const void *key, size_t klen, co
 /* Delete: DBX_OK, or DBX_ENOTFOUND when the key is absent. */
 dbx_err dbx_store_del(dbx_txn *t, dbx_table tb, const void *key, size_t klen);
 
-/* Cursors over a table in key order (memcmp). Close before the transaction ends. */
+/* Cursors over a table in key order (memcmp). Close before the transaction ends
+ * (a cursor still open then is released with it and must not be used again). */
 dbx_err dbx_store_cursor_open(dbx_txn *t, dbx_table tb, dbx_cursor **out);
 void dbx_store_cursor_close(dbx_cursor *c); /* accepts NULL */
 /* Position at the first key >= key (klen 0: the first key). DBX_ENOTFOUND past the end. */
