@@ -58,6 +58,7 @@ struct dbx_txn {
   int map_full;     /* a change failed with MAP_FULL: grow and rerun */
   int user_aborted; /* dbx_store_txn_abort called on a write txn inside fn */
   dbx_cursor *cursors; /* open cursors, closed when the txn ends */
+  dbx_txn *parent;     /* set for a child (nested) write transaction */
 };
 
 struct dbx_cursor {
@@ -359,6 +360,13 @@ dbx_err dbx_store_read_begin(dbx_store *s, dbx_txn **out) {
 
 void dbx_store_txn_abort(dbx_txn *t) {
   if (t == NULL) return;
+  if (t->parent) { /* a child: end it now; its parent goes on */
+    cursors_release(t, 1);
+    mdb_txn_abort(t->mt);
+    if (t->map_full) t->parent->map_full = 1; /* grow and rerun the whole write */
+    free(t);
+    return;
+  }
   if (t->write) { /* owned by dbx_store_write: it aborts once fn returns */
     t->user_aborted = 1;
     return;
@@ -691,5 +699,37 @@ dbx_err dbx_store_cursor_del(dbx_cursor *c) {
   }
   int rc = mdb_cursor_del(c->mc, 0);
   if (rc != 0) return change_failed(t, rc, "mdb_cursor_del");
+  return DBX_OK;
+}
+
+dbx_err dbx_store_txn_child_begin(dbx_txn *parent, dbx_txn **out) {
+  if (parent == NULL || out == NULL || !parent->write) return DBX_EINVAL;
+  *out = NULL;
+  dbx_txn *t = calloc(1, sizeof *t);
+  if (t == NULL) return DBX_ENOMEM;
+  t->s = parent->s;
+  t->write = 1;
+  t->parent = parent;
+  int rc = mdb_txn_begin(parent->s->env, parent->mt, 0, &t->mt);
+  if (rc != 0) {
+    free(t);
+    return change_failed(parent, rc, "mdb_txn_begin(child)");
+  }
+  *out = t;
+  return DBX_OK;
+}
+
+dbx_err dbx_store_txn_child_commit(dbx_txn *t) {
+  if (t == NULL || t->parent == NULL) return DBX_EINVAL;
+  if (t->broken) { /* a change failed: the child's writes must not reach the parent */
+    dbx_err err = t->broken_rc;
+    dbx_store_txn_abort(t);
+    return err;
+  }
+  dbx_txn *parent = t->parent;
+  cursors_release(t, 1);
+  int rc = mdb_txn_commit(t->mt);
+  free(t);
+  if (rc != 0) return change_failed(parent, rc, "mdb_txn_commit(child)");
   return DBX_OK;
 }

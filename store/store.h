@@ -93,6 +93,16 @@ dbx_err dbx_store_write(dbx_store *s, dbx_store_write_fn fn, void *arg);
  * caller; never needed there). Accepts NULL. */
 void dbx_store_txn_abort(dbx_txn *t);
 
+/* Child (nested) write transactions, inside dbx_store_write's fn: changes
+ * made in the child reach the parent only if the child commits; aborting it
+ * (dbx_store_txn_abort) drops them and leaves the parent usable. The parent
+ * must not be used while its child is open. A MAP_FULL inside the child makes
+ * the whole write grow the map and rerun fn, as in the parent.
+ * Returns DBX_OK, DBX_EINVAL (parent not a write txn), DBX_ESTORE, DBX_ESTOREFULL. */
+dbx_err dbx_store_txn_child_begin(dbx_txn *parent, dbx_txn **out);
+/* Commit a child into its parent and free it (also on failure). */
+dbx_err dbx_store_txn_child_commit(dbx_txn *t);
+
 /* Point lookups and changes. Keys are 1..511 bytes; values any size.
  * get: DBX_OK with *out a borrowed view, or DBX_ENOTFOUND. */
 dbx_err dbx_store_get(dbx_txn *t, dbx_table tb, const void *key, size_t klen, dbx_val *out);
