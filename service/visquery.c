@@ -53,7 +53,10 @@ static const char *const status_names[] = {
     "Canceled",   "Terminated", "ContinuedAsNew", "TimedOut",
 };
 
-typedef enum { OP_EQ, OP_NE, OP_GT, OP_GE, OP_LT, OP_LE, OP_IN, OP_PREFIX, OP_BETWEEN, OP_NULL, OP_NOTNULL } op_id;
+typedef enum {
+  OP_EQ, OP_NE, OP_GT, OP_GE, OP_LT, OP_LE, /* comparisons, in token order */
+  OP_IN, OP_PREFIX, OP_BETWEEN, OP_NULL, OP_NOTNULL,
+} op_id;
 
 typedef struct value {
   const char *s; /* A_STR: decoded text, NUL-terminated */

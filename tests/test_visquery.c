@@ -394,6 +394,36 @@ static void test_visquery_api_misuse(void **state) {
   assert_int_equal(dbx_visq_order_desc(NULL), 1);
 }
 
+/* Every line of the Examples block in docs/visibility-queries.md compiles. */
+static void test_visquery_doc_examples_compile(void **state) {
+  (void)state;
+  const char *dir = getenv("DBX_SOURCE_DIR");
+  if (dir == NULL) skip(); /* set by ctest */
+  char path[1024], line[512], err[256];
+  snprintf(path, sizeof path, "%s/docs/visibility-queries.md", dir);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  int section = 0, inside = 0, n = 0;
+  while (fgets(line, sizeof line, f) != NULL) {
+    line[strcspn(line, "\n")] = '\0';
+    if (strncmp(line, "## ", 3) == 0) section = strcmp(line, "## Examples") == 0;
+    if (!section) continue;
+    if (strncmp(line, "```", 3) == 0) {
+      if (inside) break;
+      inside = 1;
+      continue;
+    }
+    if (!inside) continue;
+    dbx_visq *v = NULL;
+    if (dbx_visq_create(line, &v, err, sizeof err) != DBX_OK)
+      fail_msg("doc example <%s> refused: %s", line, err);
+    dbx_visq_destroy(v);
+    n++;
+  }
+  fclose(f);
+  assert_true(n >= 5);
+}
+
 /* xorshift64*: deterministic across platforms. */
 static uint64_t rnd_state = 0x9E3779B97F4A7C15ull;
 static uint32_t rnd(void) {
@@ -499,6 +529,7 @@ int main(void) {
       cmocka_unit_test(test_visquery_invalid_times),
       cmocka_unit_test(test_visquery_bounds),
       cmocka_unit_test(test_visquery_api_misuse),
+      cmocka_unit_test(test_visquery_doc_examples_compile),
       cmocka_unit_test(test_visquery_fuzz_never_crashes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
