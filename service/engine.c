@@ -73,6 +73,7 @@ void job_reset(job *j) {
   j->details = NULL;
   j->reply = NULL;
   j->park_key = NULL;
+  j->park_key_len = 0;
   j->details_len = j->reply_len = 0;
   j->status = DBX_GRPC_OK;
   j->park = PARK_NONE;
@@ -313,8 +314,8 @@ static void wake_parked(dbx_service *s, int kind, const char *key, size_t klen, 
   job **pp = &s->parked;
   while (*pp) {
     job *j = *pp;
-    int match = j->park == kind && j->park_key && memcmp(j->park_key, key, klen) == 0 &&
-                (kind != PARK_POLL || j->park_key[klen] == (char)0xff);
+    int match = j->park == kind && j->park_key && j->park_key_len == klen &&
+                memcmp(j->park_key, key, klen) == 0;
     if (match) {
       *pp = j->next;
       j->next = *ready;

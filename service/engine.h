@@ -50,6 +50,7 @@ struct job {
   size_t reply_len;
   int park;                     /* PARK_*: answer later */
   char *park_key;               /* queue key (PARK_POLL) or run key (PARK_HISTORY) */
+  size_t park_key_len;
   int64_t park_deadline_ns;     /* monotonic; when the empty answer is due */
   uint64_t query_id;            /* PARK_QUERY: the query this call waits for */
   job *next;

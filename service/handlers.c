@@ -1,0 +1,1610 @@
+/* RPC handlers of the embedded service (Temporal: WorkflowService).
+ *
+ * Each handler decodes its request, checks it (namespace, required fields,
+ * UTF-8 of every string, task tokens), then reads and changes run state in the
+ * batch transaction through state.c. A rejected request sets the job's gRPC
+ * status and the engine drops everything it wrote. Semantics follow
+ * Temporal's server as described in shared/reference/temporal-protocol.md
+ * and docs/service.md: events written in Temporal's order, ActivityTaskStarted
+ * written when the activity closes, retries with no events, buffered events
+ * while a workflow task is started. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "service/engine.h"
+#include "service/visquery.h"
+
+void *pb_new(const ProtobufCMessageDescriptor *d);
+char *new_uuid(void);
+int handler_terminate_run(ectx *c, RunState *rs, const char *reason, const char *identity);
+dbx_err child_request_cancel(ectx *c, const char *ns, const char *wfid);
+
+#define SERVER_VERSION "1.25.0"
+#define NS_NOT_FOUND_URL "type.googleapis.com/temporal.api.errordetails.v1.NamespaceNotFoundFailure"
+#define NOT_FOUND_URL "type.googleapis.com/temporal.api.errordetails.v1.NotFoundFailure"
+#define ALREADY_STARTED_URL \
+  "type.googleapis.com/temporal.api.errordetails.v1.WorkflowExecutionAlreadyStartedFailure"
+#define QUERY_FAILED_URL "type.googleapis.com/temporal.api.errordetails.v1.QueryFailedFailure"
+#define MAX_ID_BYTES 1000
+#define HISTORY_PAGE_BYTES (4u << 20)
+
+/* ------------------------------------------------------------ validation */
+
+static int utf8_valid(const uint8_t *s, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    uint8_t c = s[i];
+    if (c < 0x80) {
+      i++;
+      continue;
+    }
+    size_t len;
+    uint32_t cp;
+    if ((c & 0xe0) == 0xc0) {
+      len = 2;
+      cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      len = 3;
+      cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return 0;
+    }
+    if (i + len > n) return 0;
+    for (size_t k = 1; k < len; k++) {
+      if ((s[i + k] & 0xc0) != 0x80) return 0;
+      cp = (cp << 6) | (s[i + k] & 0x3f);
+    }
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+        cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+      return 0;
+    i += len;
+  }
+  return 1;
+}
+
+/* Walk every string field of m (recursively); on invalid UTF-8 write the
+ * field's path into path and return 0. */
+static int strings_valid(const ProtobufCMessage *m, char *path, size_t cap, size_t used, int depth) {
+  if (m == NULL || depth > 40) return 1;
+  const ProtobufCMessageDescriptor *d = m->descriptor;
+  for (unsigned i = 0; i < d->n_fields; i++) {
+    const ProtobufCFieldDescriptor *f = &d->fields[i];
+    const char *base = (const char *)m;
+    if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
+      uint32_t cs = *(const uint32_t *)(base + f->quantifier_offset);
+      if (cs != f->id) continue;
+    }
+    size_t count = 1;
+    const void *ptr = base + f->offset;
+    if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+      count = *(const size_t *)(base + f->quantifier_offset);
+      ptr = *(void *const *)(base + f->offset);
+      if (ptr == NULL) continue;
+    }
+    for (size_t k = 0; k < count; k++) {
+      int bad = 0;
+      if (f->type == PROTOBUF_C_TYPE_STRING) {
+        const char *s = ((const char *const *)ptr)[k];
+        if (s && !utf8_valid((const uint8_t *)s, strlen(s))) bad = 1;
+      } else if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
+        const ProtobufCMessage *sub = ((const ProtobufCMessage *const *)ptr)[k];
+        size_t n = used;
+        if (sub) {
+          n += (size_t)snprintf(path + used, used < cap ? cap - used : 0, "%s%s", used ? "." : "", f->name);
+          if (!strings_valid(sub, path, cap, n < cap ? n : cap - 1, depth + 1)) return 0;
+          if (used < cap) path[used] = '\0';
+        }
+      }
+      if (bad) {
+        snprintf(path + used, used < cap ? cap - used : 0, "%s%s", used ? "." : "", f->name);
+        return 0;
+      }
+    }
+  }
+  return 1;
+}
+
+/* Decode the request of method into *out; on failure set the job's status. */
+static void *decode(job *j, const ProtobufCMessageDescriptor *d) {
+  size_t len = 0;
+  const uint8_t *b = dbx_rpc_call_request(j->call, &len);
+  ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, len, b);
+  if (m == NULL) {
+    job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "malformed %s: cannot decode %zu bytes as %s", j->method, len,
+             d->name);
+    return NULL;
+  }
+  char path[256] = "";
+  if (!strings_valid(m, path, sizeof path, 0, 0)) {
+    job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: field %s is not valid UTF-8", j->method, path);
+    protobuf_c_message_free_unpacked(m, NULL);
+    return NULL;
+  }
+  return m;
+}
+
+static int check_ns(ectx *c, job *j, const char *ns) {
+  if (ns == NULL || ns[0] == '\0') {
+    job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: namespace is required", j->method);
+    return 0;
+  }
+  if (!ns_known(c->svc, ns)) {
+    NamespaceNotFoundFailure d = INIT(TEMPORAL__API__ERRORDETAILS__V1__NAMESPACE_NOT_FOUND_FAILURE);
+    d.namespace_ = (char *)ns;
+    job_fail_detail(j, DBX_GRPC_NOT_FOUND, &d.base, NS_NOT_FOUND_URL, "Namespace %s is not found.", ns);
+    return 0;
+  }
+  return 1;
+}
+
+static int check_id(job *j, const char *what, const char *v) {
+  if (v == NULL || v[0] == '\0') {
+    job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: %s is required", j->method, what);
+    return 0;
+  }
+  if (strlen(v) > MAX_ID_BYTES) {
+    job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: %s is longer than %d bytes", j->method, what, MAX_ID_BYTES);
+    return 0;
+  }
+  return 1;
+}
+
+static void fail_not_found(job *j, const char *fmt, const char *a, const char *b) {
+  NotFoundFailure d = INIT(TEMPORAL__API__ERRORDETAILS__V1__NOT_FOUND_FAILURE);
+  job_fail_detail(j, DBX_GRPC_NOT_FOUND, &d.base, NOT_FOUND_URL, fmt, a, b);
+}
+
+/* Resolve (ns, execution) to a loaded run; run_id "" = current run. */
+static dbx_err load_execution(ectx *c, job *j, const char *ns, const WorkflowExecution *we, RunState **out) {
+  *out = NULL;
+  if (we == NULL || !check_id(j, "workflow_execution.workflow_id", we->workflow_id)) return DBX_OK;
+  char *rid = NULL;
+  dbx_err rc;
+  if (we->run_id && we->run_id[0]) {
+    rid = dbx_strdup(we->run_id);
+  } else {
+    rc = current_run_id(c, ns, we->workflow_id, &rid);
+    if (rc == DBX_ENOTFOUND) {
+      fail_not_found(j, "workflow execution not found: workflow id %s%s", we->workflow_id, "");
+      return DBX_OK;
+    }
+    if (rc != DBX_OK) return rc;
+  }
+  if (rid == NULL) return DBX_ENOMEM;
+  rc = run_load(c, ns, we->workflow_id, rid, out);
+  if (rc == DBX_ENOTFOUND) {
+    fail_not_found(j, "workflow execution not found: workflow id %s, run id %s", we->workflow_id, rid);
+    rc = DBX_OK;
+  }
+  free(rid);
+  return rc;
+}
+
+/* ------------------------------------------------------------ task tokens */
+
+static int token_pack(const TaskToken *t, ProtobufCBinaryData *out) {
+  size_t n = protobuf_c_message_get_packed_size(&t->base);
+  out->data = malloc(n ? n : 1);
+  if (out->data == NULL) return -1;
+  protobuf_c_message_pack(&t->base, out->data);
+  out->len = n;
+  return 0;
+}
+
+static TaskToken *token_decode(job *j, ProtobufCBinaryData tok, int kind) {
+  TaskToken *t = tok.len ? (TaskToken *)protobuf_c_message_unpack(&TaskToken__D, NULL, tok.len, tok.data) : NULL;
+  if (t == NULL || t->kind != kind || t->namespace_[0] == '\0' || t->workflow_id[0] == '\0' ||
+      t->run_id[0] == '\0' || t->scheduled_event_id <= 0) {
+    if (t) protobuf_c_message_free_unpacked(&t->base, NULL);
+    job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: task_token is malformed (not a token this service issued)",
+             j->method);
+    return NULL;
+  }
+  return t;
+}
+
+/* ------------------------------------------------------------ system, namespaces */
+
+static dbx_err h_get_system_info(ectx *c, job *j) {
+  (void)c;
+  GetSystemInfoResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__GET_SYSTEM_INFO_RESPONSE);
+  Temporal__Api__Workflowservice__V1__GetSystemInfoResponse__Capabilities cap =
+      INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__GET_SYSTEM_INFO_RESPONSE__CAPABILITIES);
+  cap.signal_and_query_header = 1;
+  cap.internal_error_differentiation = 1;
+  cap.activity_failure_include_heartbeat = 1;
+  cap.supports_schedules = 1;
+  cap.encoded_failure_attributes = 1;
+  cap.build_id_based_versioning = 1;
+  cap.upsert_memo = 1;
+  cap.eager_workflow_start = 1;
+  cap.sdk_metadata = 1;
+  cap.count_group_by_execution_status = 1;
+  r.server_version = SERVER_VERSION;
+  r.capabilities = &cap;
+  job_reply(j, &r.base);
+  return DBX_OK;
+}
+
+static void fill_ns_info(dbx_service *s, size_t i, NamespaceInfo *info, NamespaceConfig *cfg, Duration *ttl) {
+  info->name = s->namespaces[i].name;
+  info->id = s->namespaces[i].id;
+  info->state = TEMPORAL__API__ENUMS__V1__NAMESPACE_STATE__NAMESPACE_STATE_REGISTERED;
+  ttl->seconds = 24 * 3600;
+  cfg->workflow_execution_retention_ttl = ttl;
+}
+
+static dbx_err h_describe_namespace(ectx *c, job *j) {
+  DescribeNamespaceRequest *q = decode(j, &DescribeNamespaceRequest__D);
+  if (q == NULL) return DBX_OK;
+  size_t idx = SIZE_MAX;
+  for (size_t i = 0; i < c->svc->n_namespaces; i++)
+    if ((q->namespace_[0] && strcmp(c->svc->namespaces[i].name, q->namespace_) == 0) ||
+        (q->namespace_[0] == '\0' && q->id[0] && strcmp(c->svc->namespaces[i].id, q->id) == 0))
+      idx = i;
+  if (idx == SIZE_MAX) {
+    check_ns(c, j, q->namespace_[0] ? q->namespace_ : q->id);
+  } else {
+    DescribeNamespaceResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__DESCRIBE_NAMESPACE_RESPONSE);
+    NamespaceInfo info = INIT(TEMPORAL__API__NAMESPACE__V1__NAMESPACE_INFO);
+    NamespaceConfig cfg = INIT(TEMPORAL__API__NAMESPACE__V1__NAMESPACE_CONFIG);
+    Duration ttl = INIT(GOOGLE__PROTOBUF__DURATION);
+    fill_ns_info(c->svc, idx, &info, &cfg, &ttl);
+    r.namespace_info = &info;
+    r.config = &cfg;
+    job_reply(j, &r.base);
+  }
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return DBX_OK;
+}
+
+static dbx_err h_list_namespaces(ectx *c, job *j) {
+  ListNamespacesRequest *q = decode(j, &ListNamespacesRequest__D);
+  if (q == NULL) return DBX_OK;
+  size_t n = c->svc->n_namespaces;
+  DescribeNamespaceResponse *items = calloc(n, sizeof *items);
+  DescribeNamespaceResponse **ptrs = calloc(n, sizeof *ptrs);
+  NamespaceInfo *infos = calloc(n, sizeof *infos);
+  NamespaceConfig *cfgs = calloc(n, sizeof *cfgs);
+  Duration *ttls = calloc(n, sizeof *ttls);
+  if (items && ptrs && infos && cfgs && ttls) {
+    for (size_t i = 0; i < n; i++) {
+      DescribeNamespaceResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__DESCRIBE_NAMESPACE_RESPONSE);
+      NamespaceInfo info = INIT(TEMPORAL__API__NAMESPACE__V1__NAMESPACE_INFO);
+      NamespaceConfig cfg = INIT(TEMPORAL__API__NAMESPACE__V1__NAMESPACE_CONFIG);
+      Duration ttl = INIT(GOOGLE__PROTOBUF__DURATION);
+      items[i] = r;
+      infos[i] = info;
+      cfgs[i] = cfg;
+      ttls[i] = ttl;
+      fill_ns_info(c->svc, i, &infos[i], &cfgs[i], &ttls[i]);
+      items[i].namespace_info = &infos[i];
+      items[i].config = &cfgs[i];
+      ptrs[i] = &items[i];
+    }
+    ListNamespacesResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__LIST_NAMESPACES_RESPONSE);
+    r.n_namespaces = n;
+    r.namespaces = ptrs;
+    job_reply(j, &r.base);
+  } else {
+    job_fail(j, DBX_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  free(items);
+  free(ptrs);
+  free(infos);
+  free(cfgs);
+  free(ttls);
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return DBX_OK;
+}
+
+static dbx_err h_empty(ectx *c, job *j, const ProtobufCMessageDescriptor *d) {
+  (void)c;
+  void *q = decode(j, d);
+  if (q == NULL) return DBX_OK;
+  protobuf_c_message_free_unpacked(q, NULL);
+  j->status = DBX_GRPC_OK; /* an empty message: zero bytes */
+  return DBX_OK;
+}
+
+/* ------------------------------------------------------------ start */
+
+typedef struct {
+  const char *ns, *workflow_id, *request_id, *identity;
+  WorkflowType *type;
+  TaskQueue *task_queue;
+  Payloads *input;
+  Duration *exec_timeout, *run_timeout, *task_timeout, *start_delay;
+  int reuse_policy, conflict_policy;
+  RetryPolicy *retry_policy;
+  const char *cron;
+  Memo *memo;
+  SearchAttributes *search_attributes;
+  Header *header;
+  HistoryEvent *signal; /* signal-with-start */
+} start_args;
+
+/* Start a run or decide it exists. *run_id_out: malloc'd run id (new or
+ * existing); *started: 1 if a new run was created. Sets the job status when
+ * the start is refused. */
+static dbx_err start_common(ectx *c, job *j, const start_args *a, char **run_id_out, int *started) {
+  *run_id_out = NULL;
+  *started = 0;
+  if (!check_ns(c, j, a->ns) || !check_id(j, "workflow_id", a->workflow_id)) return DBX_OK;
+  if (a->type == NULL || !check_id(j, "workflow_type.name", a->type->name)) return DBX_OK;
+  if (a->task_queue == NULL || !check_id(j, "task_queue.name", a->task_queue->name)) return DBX_OK;
+  if (a->request_id && strlen(a->request_id) > MAX_ID_BYTES) {
+    job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: request_id is longer than %d bytes", j->method, MAX_ID_BYTES);
+    return DBX_OK;
+  }
+  const Duration *ds[] = {a->exec_timeout, a->run_timeout, a->task_timeout, a->start_delay};
+  const char *dn[] = {"workflow_execution_timeout", "workflow_run_timeout", "workflow_task_timeout",
+                      "workflow_start_delay"};
+  for (int i = 0; i < 4; i++) {
+    if (ds[i] && duration_ms(ds[i]) < 0) {
+      job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: %s is negative", j->method, dn[i]);
+      return DBX_OK;
+    }
+  }
+  char *cur = NULL;
+  RunState *old = NULL;
+  dbx_err rc = current_run_id(c, a->ns, a->workflow_id, &cur);
+  if (rc != DBX_OK && rc != DBX_ENOTFOUND) return rc;
+  if (cur) {
+    rc = run_load(c, a->ns, a->workflow_id, cur, &old);
+    free(cur);
+    if (rc != DBX_OK && rc != DBX_ENOTFOUND) return rc;
+  }
+  if (old) {
+    int running = old->status == WS(RUNNING);
+    if (running) {
+      /* a retried request with the same request id gets the same run */
+      if (a->request_id && a->request_id[0] && strcmp(old->start_request_id, a->request_id) == 0) {
+        *run_id_out = dbx_strdup(old->run_id);
+        dbx_runstate_free(old);
+        return DBX_OK;
+      }
+      int conflict = a->conflict_policy;
+      if (a->reuse_policy == 4 /* TERMINATE_IF_RUNNING */) conflict = 3;
+      if (conflict == 2 /* USE_EXISTING */) {
+        *run_id_out = dbx_strdup(old->run_id);
+        dbx_runstate_free(old);
+        return DBX_OK;
+      }
+      if (conflict == 3 /* TERMINATE_EXISTING */) {
+        if (handler_terminate_run(c, old, "terminated by a new start (id conflict policy)", a->identity) != 0) {
+          dbx_runstate_free(old);
+          return DBX_ESTORE;
+        }
+      } else {
+        WorkflowExecutionAlreadyStartedFailure d =
+            INIT(TEMPORAL__API__ERRORDETAILS__V1__WORKFLOW_EXECUTION_ALREADY_STARTED_FAILURE);
+        d.start_request_id = old->start_request_id;
+        d.run_id = old->run_id;
+        job_fail_detail(j, DBX_GRPC_ALREADY_EXISTS, &d.base, ALREADY_STARTED_URL,
+                        "Workflow execution is already running. WorkflowId: %s, RunId: %s.", old->workflow_id,
+                        old->run_id);
+        dbx_runstate_free(old);
+        return DBX_OK;
+      }
+    } else {
+      int reuse = a->reuse_policy ? a->reuse_policy : 1;
+      int failed = old->status == WS(FAILED) || old->status == WS(CANCELED) || old->status == WS(TERMINATED) ||
+                   old->status == WS(TIMED_OUT);
+      if (a->request_id && a->request_id[0] && strcmp(old->start_request_id, a->request_id) == 0) {
+        *run_id_out = dbx_strdup(old->run_id);
+        dbx_runstate_free(old);
+        return DBX_OK;
+      }
+      if (reuse == 3 || (reuse == 2 && !failed)) {
+        WorkflowExecutionAlreadyStartedFailure d =
+            INIT(TEMPORAL__API__ERRORDETAILS__V1__WORKFLOW_EXECUTION_ALREADY_STARTED_FAILURE);
+        d.start_request_id = old->start_request_id;
+        d.run_id = old->run_id;
+        job_fail_detail(j, DBX_GRPC_ALREADY_EXISTS, &d.base, ALREADY_STARTED_URL,
+                        "Workflow execution already finished and its id reuse policy does not allow a new "
+                        "run. WorkflowId: %s, RunId: %s.",
+                        old->workflow_id, old->run_id);
+        dbx_runstate_free(old);
+        return DBX_OK;
+      }
+    }
+    dbx_runstate_free(old);
+  }
+  char *run_id = new_uuid();
+  HistoryEvent *ev = event_new(ET(WORKFLOW_EXECUTION_STARTED));
+  if (run_id == NULL || ev == NULL) {
+    free(run_id);
+    history_event_free(ev);
+    return DBX_ENOMEM;
+  }
+  WorkflowExecutionStartedEventAttributes *st = ev->workflow_execution_started_event_attributes;
+  /* borrowed pointers in a stack-like attribute set; cleared before freeing */
+  st->workflow_type = a->type;
+  TaskQueue tq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
+  tq.name = a->task_queue->name;
+  tq.kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
+  st->task_queue = &tq;
+  st->input = a->input;
+  st->workflow_execution_timeout = a->exec_timeout;
+  st->workflow_run_timeout = a->run_timeout;
+  st->workflow_task_timeout = a->task_timeout;
+  st->first_workflow_task_backoff = a->start_delay;
+  st->identity = (char *)(a->identity ? a->identity : "");
+  st->retry_policy = a->retry_policy;
+  st->cron_schedule = (char *)(a->cron ? a->cron : "");
+  st->memo = a->memo;
+  st->search_attributes = a->search_attributes;
+  st->header = a->header;
+  st->attempt = 1;
+  run_start_args ra = {.ns = a->ns,
+                       .workflow_id = a->workflow_id,
+                       .run_id = run_id,
+                       .request_id = a->request_id,
+                       .started = st,
+                       .after_started = a->signal};
+  RunState *rs = NULL;
+  rc = run_start(c, &ra, &rs);
+  memset(st, 0, sizeof *st); /* everything in it was borrowed */
+  protobuf_c_message_init(&WorkflowExecutionStartedEventAttributes__D, st);
+  history_event_free(ev);
+  dbx_runstate_free(rs);
+  if (rc != DBX_OK) {
+    free(run_id);
+    return rc;
+  }
+  *run_id_out = run_id;
+  *started = 1;
+  return DBX_OK;
+}
+
+static dbx_err h_start(ectx *c, job *j) {
+  StartWorkflowExecutionRequest *q = decode(j, &StartWorkflowExecutionRequest__D);
+  if (q == NULL) return DBX_OK;
+  start_args a = {.ns = q->namespace_,
+                  .workflow_id = q->workflow_id,
+                  .request_id = q->request_id,
+                  .identity = q->identity,
+                  .type = q->workflow_type,
+                  .task_queue = q->task_queue,
+                  .input = q->input,
+                  .exec_timeout = q->workflow_execution_timeout,
+                  .run_timeout = q->workflow_run_timeout,
+                  .task_timeout = q->workflow_task_timeout,
+                  .start_delay = q->workflow_start_delay,
+                  .reuse_policy = q->workflow_id_reuse_policy,
+                  .conflict_policy = q->workflow_id_conflict_policy,
+                  .retry_policy = q->retry_policy,
+                  .cron = q->cron_schedule,
+                  .memo = q->memo,
+                  .search_attributes = q->search_attributes,
+                  .header = q->header};
+  char *run_id = NULL;
+  int started = 0;
+  dbx_err rc = start_common(c, j, &a, &run_id, &started);
+  if (rc == DBX_OK && run_id) {
+    StartWorkflowExecutionResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__START_WORKFLOW_EXECUTION_RESPONSE);
+    r.run_id = run_id;
+    r.started = started;
+    r.status = WS(RUNNING);
+    job_reply(j, &r.base);
+  }
+  free(run_id);
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return rc;
+}
+
+/* ------------------------------------------------------------ polls */
+
+static void park_poll(ectx *c, job *j, const char *ns, const char *tq, int kind) {
+  job_reset(j);
+  j->park = PARK_POLL;
+  j->park_key = queue_key(ns, tq, kind, &j->park_key_len);
+  int64_t now = dbx_mono_ns();
+  int64_t until = now + c->svc->long_poll_ms * 1000000;
+  int64_t dl = dbx_rpc_call_deadline_mono_ns(j->call);
+  if (dl != INT64_MAX && dl - 500000000LL < until) until = dl - 500000000LL; /* answer before the client gives up */
+  if (until < now) until = now;
+  j->park_deadline_ns = until;
+  /* the reply at the deadline is an empty message (no task) */
+}
+
+/* Take the first queued task of (ns, tq, kind), deleting it. *out NULL if none. */
+static dbx_err take_task(ectx *c, const char *ns, const char *tq, int kind, TaskRecord **out) {
+  *out = NULL;
+  size_t pl;
+  char *prefix = queue_key(ns, tq, kind, &pl);
+  if (prefix == NULL) return DBX_ENOMEM;
+  dbx_cursor *cur = NULL;
+  dbx_err rc = dbx_store_cursor_open(c->txn, c->svc->t_tasks, &cur);
+  if (rc != DBX_OK) {
+    free(prefix);
+    return rc;
+  }
+  dbx_val k, v;
+  rc = dbx_store_cursor_seek(cur, prefix, pl, &k, &v);
+  if (rc == DBX_OK && k.size == pl + 9 && memcmp(k.data, prefix, pl) == 0 && ((const char *)k.data)[pl] == 0) {
+    *out = (TaskRecord *)protobuf_c_message_unpack(&TaskRecord__D, NULL, v.size, v.data);
+    rc = dbx_store_cursor_del(cur);
+    if (rc == DBX_OK && *out == NULL) rc = DBX_ESTORE;
+  } else if (rc == DBX_OK || rc == DBX_ENOTFOUND) {
+    rc = DBX_OK;
+  }
+  dbx_store_cursor_close(cur);
+  free(prefix);
+  if (rc != DBX_OK && *out) {
+    protobuf_c_message_free_unpacked(&(*out)->base, NULL);
+    *out = NULL;
+  }
+  return rc;
+}
+
+/* Fill a History with events [1, upto] (upto 0 = all), at most max bytes;
+ * *next_id is the first event not included (0 = all included). */
+static dbx_err load_history(ectx *c, RunState *rs, int64_t from, int64_t upto, size_t max_bytes, History *h,
+                            HistoryEvent ***evs, size_t *n, int64_t *next_id) {
+  dbx_err rc = events_load(c, rs->run_seq, from, upto > 0 ? upto + 1 : 0, evs, n, max_bytes);
+  if (rc != DBX_OK) return rc;
+  h->events = *evs;
+  h->n_events = *n;
+  int64_t last = *n ? (*evs)[*n - 1]->event_id : from - 1;
+  int64_t end = upto > 0 ? upto : rs->next_event_id - 1;
+  *next_id = last < end ? last + 1 : 0;
+  return DBX_OK;
+}
+
+static int64_t history_suggest_can(ectx *c, RunState *rs) {
+  return (rs->next_event_id - 1 >= c->svc->limits.count_suggest_can) ||
+         (rs->history_size_bytes >= c->svc->limits.size_suggest_can_bytes);
+}
+
+static dbx_err try_dispatch_query(ectx *c, job *j, const char *ns, const char *tq, int *done);
+
+static dbx_err h_poll_workflow(ectx *c, job *j) {
+  PollWorkflowTaskQueueRequest *q = decode(j, &PollWorkflowTaskQueueRequest__D);
+  if (q == NULL) return DBX_OK;
+  dbx_err rc = DBX_OK;
+  if (!check_ns(c, j, q->namespace_)) goto out;
+  if (q->task_queue == NULL || !check_id(j, "task_queue.name", q->task_queue->name)) goto out;
+  if (q->task_queue->kind == TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_STICKY) {
+    /* stickiness is not used: the normal queue carries every task with full history */
+    park_poll(c, j, q->namespace_, "\x01sticky", TASK_WORKFLOW);
+    goto out;
+  }
+  int done = 0;
+  rc = try_dispatch_query(c, j, q->namespace_, q->task_queue->name, &done);
+  if (rc != DBX_OK || done) goto out;
+  for (;;) {
+    TaskRecord *tr = NULL;
+    rc = take_task(c, q->namespace_, q->task_queue->name, TASK_WORKFLOW, &tr);
+    if (rc != DBX_OK) goto out;
+    if (tr == NULL) {
+      park_poll(c, j, q->namespace_, q->task_queue->name, TASK_WORKFLOW);
+      goto out;
+    }
+    RunState *rs = NULL;
+    rc = run_load(c, q->namespace_, tr->workflow_id, tr->run_id, &rs);
+    int valid = rc == DBX_OK && rs->status == WS(RUNNING) && rs->wft_scheduled_event_id == tr->scheduled_event_id &&
+                rs->wft_started_event_id == 0;
+    protobuf_c_message_free_unpacked(&tr->base, NULL);
+    if (rc == DBX_ENOTFOUND || (rc == DBX_OK && !valid)) {
+      dbx_runstate_free(rs);
+      rc = DBX_OK;
+      continue; /* stale task */
+    }
+    if (rc != DBX_OK) goto out;
+    /* start the workflow task */
+    HistoryEvent *ev = event_new(ET(WORKFLOW_TASK_STARTED));
+    char *req_id = new_uuid();
+    if (ev == NULL || req_id == NULL) {
+      history_event_free(ev);
+      free(req_id);
+      dbx_runstate_free(rs);
+      rc = DBX_ENOMEM;
+      goto out;
+    }
+    WorkflowTaskStartedEventAttributes *a = ev->workflow_task_started_event_attributes;
+    a->scheduled_event_id = rs->wft_scheduled_event_id;
+    a->identity = pb_strdup(q->identity);
+    a->request_id = req_id;
+    a->suggest_continue_as_new = (protobuf_c_boolean)history_suggest_can(c, rs);
+    a->history_size_bytes = rs->history_size_bytes;
+    rc = event_append(c, rs, ev, 0);
+    if (rc == DBX_OK) {
+      rs->wft_started_event_id = ev->event_id;
+      rs->wft_started_time_ns = c->now_ns;
+      pb_setstr(&rs->wft_request_id, req_id);
+      pb_setstr(&rs->wft_identity, q->identity);
+      rc = timer_add(c, c->now_ns + rs->task_timeout_ms * 1000000, TK_WFT_START_TO_CLOSE, rs,
+                     rs->wft_scheduled_event_id, rs->wft_attempt, NULL);
+    }
+    history_event_free(ev);
+    if (rc == DBX_OK) rc = run_save(c, rs);
+    if (rc != DBX_OK) {
+      dbx_runstate_free(rs);
+      goto out;
+    }
+    /* the reply: the whole history (first page) */
+    PollWorkflowTaskQueueResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__POLL_WORKFLOW_TASK_QUEUE_RESPONSE);
+    TaskToken tok = INIT(DURABOX__SERVICE__V1__TASK_TOKEN);
+    tok.kind = TASK_WORKFLOW;
+    tok.namespace_ = rs->namespace_;
+    tok.workflow_id = rs->workflow_id;
+    tok.run_id = rs->run_id;
+    tok.scheduled_event_id = rs->wft_scheduled_event_id;
+    tok.started_event_id = rs->wft_started_event_id;
+    tok.attempt = rs->wft_attempt;
+    WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+    we.workflow_id = rs->workflow_id;
+    we.run_id = rs->run_id;
+    WorkflowType wt = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_TYPE);
+    wt.name = rs->workflow_type;
+    TaskQueue wtq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
+    wtq.name = rs->task_queue;
+    wtq.kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
+    History h = INIT(TEMPORAL__API__HISTORY__V1__HISTORY);
+    HistoryEvent **evs = NULL;
+    size_t n = 0;
+    int64_t next_id = 0;
+    Timestamp *ts_sched = timestamp_new_ns(rs->wft_scheduled_time_ns);
+    Timestamp *ts_start = timestamp_new_ns(c->now_ns);
+    rc = load_history(c, rs, 1, rs->wft_started_event_id, HISTORY_PAGE_BYTES, &h, &evs, &n, &next_id);
+    uint8_t page_tok[16];
+    if (rc == DBX_OK && token_pack(&tok, &r.task_token) == 0) {
+      r.workflow_execution = &we;
+      r.workflow_type = &wt;
+      r.previous_started_event_id = rs->last_wft_started_event_id;
+      r.started_event_id = rs->wft_started_event_id;
+      r.attempt = rs->wft_attempt;
+      r.history = &h;
+      r.workflow_execution_task_queue = &wtq;
+      r.scheduled_time = ts_sched;
+      r.started_time = ts_start;
+      if (next_id > 0) {
+        /* page token: be64 run_seq? no: be64 next event id + upto, resolved by GetWorkflowExecutionHistory */
+        for (int i = 0; i < 8; i++) page_tok[i] = (uint8_t)((uint64_t)next_id >> (56 - 8 * i));
+        for (int i = 0; i < 8; i++) page_tok[8 + i] = (uint8_t)((uint64_t)rs->wft_started_event_id >> (56 - 8 * i));
+        r.next_page_token.data = page_tok;
+        r.next_page_token.len = 16;
+      }
+      job_reply(j, &r.base);
+      free(r.task_token.data);
+    } else if (rc == DBX_OK) {
+      rc = DBX_ENOMEM;
+    }
+    free(ts_sched);
+    free(ts_start);
+    events_free(evs, n);
+    dbx_runstate_free(rs);
+    goto out;
+  }
+out:
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return rc;
+}
+
+static dbx_err h_poll_activity(ectx *c, job *j) {
+  PollActivityTaskQueueRequest *q = decode(j, &PollActivityTaskQueueRequest__D);
+  if (q == NULL) return DBX_OK;
+  dbx_err rc = DBX_OK;
+  if (!check_ns(c, j, q->namespace_)) goto out;
+  if (q->task_queue == NULL || !check_id(j, "task_queue.name", q->task_queue->name)) goto out;
+  for (;;) {
+    TaskRecord *tr = NULL;
+    rc = take_task(c, q->namespace_, q->task_queue->name, TASK_ACTIVITY, &tr);
+    if (rc != DBX_OK) goto out;
+    if (tr == NULL) {
+      park_poll(c, j, q->namespace_, q->task_queue->name, TASK_ACTIVITY);
+      goto out;
+    }
+    RunState *rs = NULL;
+    rc = run_load(c, q->namespace_, tr->workflow_id, tr->run_id, &rs);
+    ActivityInfo *ai = rc == DBX_OK ? activity_find(rs, tr->scheduled_event_id) : NULL;
+    int valid = ai && rs->status == WS(RUNNING) && ai->attempt == tr->attempt && ai->started_time_ns == 0;
+    protobuf_c_message_free_unpacked(&tr->base, NULL);
+    if (rc == DBX_ENOTFOUND || (rc == DBX_OK && !valid)) {
+      dbx_runstate_free(rs);
+      rc = DBX_OK;
+      continue;
+    }
+    if (rc != DBX_OK) goto out;
+    ai->started_time_ns = c->now_ns;
+    ai->queued = 0;
+    pb_setstr(&ai->started_identity, q->identity);
+    char *req = new_uuid();
+    if (req) {
+      pb_setstr(&ai->started_request_id, req);
+      free(req);
+    }
+    if (ai->start_to_close_ms > 0)
+      rc = timer_add(c, c->now_ns + ai->start_to_close_ms * 1000000, TK_ACTIVITY_START_TO_CLOSE, rs,
+                     ai->scheduled_event_id, ai->attempt, NULL);
+    if (rc == DBX_OK && ai->heartbeat_ms > 0)
+      rc = timer_add(c, c->now_ns + ai->heartbeat_ms * 1000000, TK_ACTIVITY_HEARTBEAT, rs, ai->scheduled_event_id,
+                     ai->attempt, NULL);
+    if (rc == DBX_OK) rc = run_save(c, rs);
+    if (rc != DBX_OK) {
+      dbx_runstate_free(rs);
+      goto out;
+    }
+    /* the scheduled event holds input and header */
+    HistoryEvent *sev = NULL;
+    rc = event_load_one(c, rs->run_seq, ai->scheduled_event_id, &sev);
+    if (rc != DBX_OK) {
+      dbx_runstate_free(rs);
+      goto out;
+    }
+    ActivityTaskScheduledEventAttributes *sa = sev->activity_task_scheduled_event_attributes;
+    PollActivityTaskQueueResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__POLL_ACTIVITY_TASK_QUEUE_RESPONSE);
+    TaskToken tok = INIT(DURABOX__SERVICE__V1__TASK_TOKEN);
+    tok.kind = TASK_ACTIVITY;
+    tok.namespace_ = rs->namespace_;
+    tok.workflow_id = rs->workflow_id;
+    tok.run_id = rs->run_id;
+    tok.scheduled_event_id = ai->scheduled_event_id;
+    tok.attempt = ai->attempt;
+    tok.activity_id = ai->activity_id;
+    WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+    we.workflow_id = rs->workflow_id;
+    we.run_id = rs->run_id;
+    WorkflowType wt = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_TYPE);
+    wt.name = rs->workflow_type;
+    ActivityType at = INIT(TEMPORAL__API__COMMON__V1__ACTIVITY_TYPE);
+    at.name = ai->activity_type;
+    Duration d1 = INIT(GOOGLE__PROTOBUF__DURATION), d2 = d1, d3 = d1;
+    d1.seconds = ai->schedule_to_close_ms / 1000;
+    d1.nanos = (int32_t)(ai->schedule_to_close_ms % 1000) * 1000000;
+    d2.seconds = ai->start_to_close_ms / 1000;
+    d2.nanos = (int32_t)(ai->start_to_close_ms % 1000) * 1000000;
+    d3.seconds = ai->heartbeat_ms / 1000;
+    d3.nanos = (int32_t)(ai->heartbeat_ms % 1000) * 1000000;
+    Timestamp t1 = INIT(GOOGLE__PROTOBUF__TIMESTAMP), t2 = t1, t3 = t1;
+    t1.seconds = ai->scheduled_time_ns / 1000000000;
+    t1.nanos = (int32_t)(ai->scheduled_time_ns % 1000000000);
+    t2.seconds = ai->attempt_scheduled_time_ns / 1000000000;
+    t2.nanos = (int32_t)(ai->attempt_scheduled_time_ns % 1000000000);
+    t3.seconds = c->now_ns / 1000000000;
+    t3.nanos = (int32_t)(c->now_ns % 1000000000);
+    if (token_pack(&tok, &r.task_token) != 0) {
+      history_event_free(sev);
+      dbx_runstate_free(rs);
+      rc = DBX_ENOMEM;
+      goto out;
+    }
+    r.workflow_namespace = rs->namespace_;
+    r.workflow_type = &wt;
+    r.workflow_execution = &we;
+    r.activity_type = &at;
+    r.activity_id = ai->activity_id;
+    r.header = sa->header;
+    r.input = sa->input;
+    r.heartbeat_details = ai->heartbeat_details;
+    r.scheduled_time = &t1;
+    r.current_attempt_scheduled_time = &t2;
+    r.started_time = &t3;
+    r.attempt = ai->attempt;
+    r.schedule_to_close_timeout = &d1;
+    r.start_to_close_timeout = &d2;
+    r.heartbeat_timeout = &d3;
+    r.retry_policy = ai->retry_policy;
+    job_reply(j, &r.base);
+    free(r.task_token.data);
+    history_event_free(sev);
+    dbx_runstate_free(rs);
+    goto out;
+  }
+out:
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return rc;
+}
+
+/* ------------------------------------------------------------ workflow task completion */
+
+/* Load the run a workflow task token names and check the task is current. */
+static dbx_err load_wft(ectx *c, job *j, ProtobufCBinaryData token, RunState **out) {
+  *out = NULL;
+  TaskToken *t = token_decode(j, token, TASK_WORKFLOW);
+  if (t == NULL) return DBX_OK;
+  RunState *rs = NULL;
+  dbx_err rc = run_load(c, t->namespace_, t->workflow_id, t->run_id, &rs);
+  if (rc == DBX_OK && (rs->status != WS(RUNNING) || rs->wft_scheduled_event_id != t->scheduled_event_id ||
+                       rs->wft_started_event_id != t->started_event_id || rs->wft_attempt != t->attempt)) {
+    dbx_runstate_free(rs);
+    rs = NULL;
+    rc = DBX_ENOTFOUND;
+  }
+  if (rc == DBX_ENOTFOUND) {
+    fail_not_found(j, "workflow task not found: it timed out, was completed, or the run closed (workflow id %s, run id %s)",
+                   t->workflow_id, t->run_id);
+    rc = DBX_OK;
+  }
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  *out = rs;
+  return rc;
+}
+
+static void fill_retry_policy(RetryPolicy *p) {
+  if (p->initial_interval == NULL || duration_ms(p->initial_interval) <= 0) {
+    free(p->initial_interval);
+    p->initial_interval = duration_new_ms(1000);
+  }
+  if (p->backoff_coefficient < 1.0) p->backoff_coefficient = 2.0;
+  if (p->maximum_interval == NULL || duration_ms(p->maximum_interval) <= 0) {
+    free(p->maximum_interval);
+    p->maximum_interval = duration_new_ms(100 * duration_ms(p->initial_interval));
+  }
+}
+
+static WorkflowExecution *we_new(const char *wfid, const char *run_id) {
+  WorkflowExecution *we = pb_new(&WorkflowExecution__D);
+  if (we) {
+    we->workflow_id = pb_strdup(wfid);
+    we->run_id = pb_strdup(run_id);
+  }
+  return we;
+}
+
+/* Deliver a signal to a loaded run (buffered if its task is started). */
+static dbx_err signal_run(ectx *c, RunState *rs, const char *name, const Payloads *input, const char *identity,
+                          const Header *header, const char *request_id) {
+  HistoryEvent *ev = event_new(ET(WORKFLOW_EXECUTION_SIGNALED));
+  if (ev == NULL) return DBX_ENOMEM;
+  WorkflowExecutionSignaledEventAttributes *a = ev->workflow_execution_signaled_event_attributes;
+  a->signal_name = pb_strdup(name);
+  a->input = PB_CLONE(Payloads, input);
+  a->identity = pb_strdup(identity);
+  a->header = PB_CLONE(Header, header);
+  a->request_id = pb_strdup(request_id);
+  dbx_err rc = event_append(c, rs, ev, 1);
+  history_event_free(ev);
+  if (rc == DBX_OK) rc = wft_schedule(c, rs);
+  return rc;
+}
+
+static dbx_err request_cancel_run(ectx *c, RunState *rs, const char *identity) {
+  if (rs->cancel_requested) return DBX_OK;
+  HistoryEvent *ev = event_new(ET(WORKFLOW_EXECUTION_CANCEL_REQUESTED));
+  if (ev == NULL) return DBX_ENOMEM;
+  ev->workflow_execution_cancel_requested_event_attributes->identity = pb_strdup(identity);
+  dbx_err rc = event_append(c, rs, ev, 1);
+  history_event_free(ev);
+  rs->cancel_requested = 1;
+  if (rc == DBX_OK) rc = wft_schedule(c, rs);
+  return rc;
+}
+
+dbx_err child_request_cancel(ectx *c, const char *ns, const char *wfid) {
+  char *cur = NULL;
+  dbx_err rc = current_run_id(c, ns, wfid, &cur);
+  if (rc != DBX_OK) return rc == DBX_ENOTFOUND ? DBX_OK : rc;
+  RunState *rs = NULL;
+  rc = run_load(c, ns, wfid, cur, &rs);
+  free(cur);
+  if (rc != DBX_OK) return rc == DBX_ENOTFOUND ? DBX_OK : rc;
+  if (rs->status == WS(RUNNING)) {
+    rc = request_cancel_run(c, rs, "durabox");
+    if (rc == DBX_OK) rc = run_save(c, rs);
+  }
+  dbx_runstate_free(rs);
+  return rc;
+}
+
+/* Terminate a loaded running run (saves it). Returns 0 or -1. */
+int handler_terminate_run(ectx *c, RunState *rs, const char *reason, const char *identity) {
+  if (rs->status != WS(RUNNING)) return 0;
+  dbx_err rc = DBX_OK;
+  if (rs->wft_started_event_id > 0) {
+    HistoryEvent *f = event_new(ET(WORKFLOW_TASK_FAILED));
+    if (f == NULL) return -1;
+    f->workflow_task_failed_event_attributes->scheduled_event_id = rs->wft_scheduled_event_id;
+    f->workflow_task_failed_event_attributes->started_event_id = rs->wft_started_event_id;
+    f->workflow_task_failed_event_attributes->cause = WFC(FORCE_CLOSE_COMMAND);
+    f->workflow_task_failed_event_attributes->identity = pb_strdup(identity);
+    rs->wft_started_event_id = 0;
+    rc = event_append(c, rs, f, 0);
+    history_event_free(f);
+  }
+  HistoryEvent *ev = event_new(ET(WORKFLOW_EXECUTION_TERMINATED));
+  if (ev == NULL) return -1;
+  ev->workflow_execution_terminated_event_attributes->reason = pb_strdup(reason);
+  ev->workflow_execution_terminated_event_attributes->identity = pb_strdup(identity);
+  if (rc == DBX_OK) rc = run_close(c, rs, ev, WS(TERMINATED));
+  history_event_free(ev);
+  return rc == DBX_OK ? 0 : -1;
+}
+
+/* One command. *closed set when the run closed; *new_wft when the command led
+ * to a non-command event (a new workflow task is needed). Sets the job status
+ * on a bad command. */
+static dbx_err apply_command(ectx *c, job *j, RunState *rs, Command *cmd, int64_t wft_completed_id,
+                             const char *identity, int *closed, int *new_wft) {
+  dbx_err rc = DBX_OK;
+  HistoryEvent *ev = NULL;
+  switch (cmd->attributes_case) {
+  case CMD(SCHEDULE_ACTIVITY_TASK): {
+    ScheduleActivityTaskCommandAttributes *a = cmd->schedule_activity_task_command_attributes;
+    if (!check_id(j, "ScheduleActivityTask.activity_id", a->activity_id)) return DBX_OK;
+    if (a->activity_type == NULL || !check_id(j, "ScheduleActivityTask.activity_type.name", a->activity_type->name))
+      return DBX_OK;
+    for (size_t i = 0; i < rs->n_activities; i++)
+      if (strcmp(rs->activities[i]->activity_id, a->activity_id) == 0) {
+        job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "ScheduleActivityTask: activity id %s is already pending", a->activity_id);
+        return DBX_OK;
+      }
+    int64_t s2c = duration_ms(a->schedule_to_close_timeout), s2s = duration_ms(a->schedule_to_start_timeout),
+            st2c = duration_ms(a->start_to_close_timeout), hb = duration_ms(a->heartbeat_timeout);
+    if (s2c < 0 || s2s < 0 || st2c < 0 || hb < 0) {
+      job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "ScheduleActivityTask %s: a timeout is negative", a->activity_id);
+      return DBX_OK;
+    }
+    if (s2c == 0 && st2c == 0) {
+      job_fail(j, DBX_GRPC_INVALID_ARGUMENT,
+               "ScheduleActivityTask %s: either schedule_to_close_timeout or start_to_close_timeout is required",
+               a->activity_id);
+      return DBX_OK;
+    }
+    if (st2c == 0) st2c = s2c;
+    if (s2c > 0 && st2c > s2c) st2c = s2c;
+    if (s2s == 0 || (s2c > 0 && s2s > s2c)) s2s = s2c;
+    if (hb > st2c) hb = st2c;
+    ev = event_new(ET(ACTIVITY_TASK_SCHEDULED));
+    if (ev == NULL) return DBX_ENOMEM;
+    ActivityTaskScheduledEventAttributes *e = ev->activity_task_scheduled_event_attributes;
+    e->activity_id = pb_strdup(a->activity_id);
+    e->activity_type = PB_CLONE(ActivityType, a->activity_type);
+    e->task_queue = pb_new(&TaskQueue__D);
+    if (e->task_queue) {
+      e->task_queue->name = pb_strdup(a->task_queue && a->task_queue->name[0] ? a->task_queue->name : rs->task_queue);
+      e->task_queue->kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
+    }
+    e->header = PB_CLONE(Header, a->header);
+    e->input = PB_CLONE(Payloads, a->input);
+    e->schedule_to_close_timeout = duration_new_ms(s2c);
+    e->schedule_to_start_timeout = duration_new_ms(s2s);
+    e->start_to_close_timeout = duration_new_ms(st2c);
+    e->heartbeat_timeout = duration_new_ms(hb);
+    e->workflow_task_completed_event_id = wft_completed_id;
+    e->retry_policy = a->retry_policy ? PB_CLONE(RetryPolicy, a->retry_policy) : pb_new(&RetryPolicy__D);
+    if (e->retry_policy == NULL || e->task_queue == NULL) {
+      rc = DBX_ENOMEM;
+      break;
+    }
+    fill_retry_policy(e->retry_policy);
+    rc = event_append(c, rs, ev, 0);
+    if (rc != DBX_OK) break;
+    ActivityInfo *ai = pb_new(&ActivityInfo__D);
+    ActivityInfo **arr = realloc(rs->activities, (rs->n_activities + 1) * sizeof *arr);
+    if (ai == NULL || arr == NULL) {
+      free(ai);
+      if (arr) rs->activities = arr;
+      rc = DBX_ENOMEM;
+      break;
+    }
+    rs->activities = arr;
+    arr[rs->n_activities++] = ai;
+    ai->scheduled_event_id = ev->event_id;
+    ai->activity_id = pb_strdup(a->activity_id);
+    ai->activity_type = pb_strdup(a->activity_type->name);
+    ai->task_queue = pb_strdup(e->task_queue->name);
+    ai->attempt = 1;
+    ai->scheduled_time_ns = c->now_ns;
+    ai->attempt_scheduled_time_ns = c->now_ns;
+    ai->schedule_to_close_ms = s2c;
+    ai->schedule_to_start_ms = s2s;
+    ai->start_to_close_ms = st2c;
+    ai->heartbeat_ms = hb;
+    ai->retry_policy = PB_CLONE(RetryPolicy, e->retry_policy);
+    rc = activity_queue_attempt(c, rs, ai);
+    if (rc == DBX_OK && s2c > 0)
+      rc = timer_add(c, c->now_ns + s2c * 1000000, TK_ACTIVITY_SCHEDULE_TO_CLOSE, rs, ai->scheduled_event_id, 0, NULL);
+    break;
+  }
+  case CMD(REQUEST_CANCEL_ACTIVITY_TASK): {
+    int64_t sid = cmd->request_cancel_activity_task_command_attributes->scheduled_event_id;
+    ActivityInfo *ai = activity_find(rs, sid);
+    if (ai == NULL) {
+      job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "RequestCancelActivityTask: no pending activity scheduled by event %lld",
+               (long long)sid);
+      return DBX_OK;
+    }
+    ev = event_new(ET(ACTIVITY_TASK_CANCEL_REQUESTED));
+    if (ev == NULL) return DBX_ENOMEM;
+    ev->activity_task_cancel_requested_event_attributes->scheduled_event_id = sid;
+    ev->activity_task_cancel_requested_event_attributes->workflow_task_completed_event_id = wft_completed_id;
+    rc = event_append(c, rs, ev, 0);
+    if (rc != DBX_OK) break;
+    if (ai->started_time_ns == 0) {
+      HistoryEvent *cev = event_new(ET(ACTIVITY_TASK_CANCELED));
+      if (cev == NULL) return DBX_ENOMEM;
+      cev->activity_task_canceled_event_attributes->scheduled_event_id = sid;
+      cev->activity_task_canceled_event_attributes->latest_cancel_requested_event_id = ev->event_id;
+      cev->activity_task_canceled_event_attributes->identity = pb_strdup(identity);
+      rc = event_append(c, rs, cev, 0);
+      history_event_free(cev);
+      activity_remove(rs, sid);
+      *new_wft = 1;
+    } else {
+      ai->cancel_requested = 1;
+      ai->cancel_requested_event_id = ev->event_id;
+    }
+    break;
+  }
+  case CMD(START_TIMER): {
+    StartTimerCommandAttributes *a = cmd->start_timer_command_attributes;
+    if (!check_id(j, "StartTimer.timer_id", a->timer_id)) return DBX_OK;
+    int64_t ms = duration_ms(a->start_to_fire_timeout);
+    if (ms <= 0) {
+      job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "StartTimer %s: start_to_fire_timeout must be positive", a->timer_id);
+      return DBX_OK;
+    }
+    if (timer_find(rs, a->timer_id)) {
+      job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "StartTimer: timer id %s is already pending", a->timer_id);
+      return DBX_OK;
+    }
+    ev = event_new(ET(TIMER_STARTED));
+    if (ev == NULL) return DBX_ENOMEM;
+    ev->timer_started_event_attributes->timer_id = pb_strdup(a->timer_id);
+    ev->timer_started_event_attributes->start_to_fire_timeout = duration_new_ms(ms);
+    ev->timer_started_event_attributes->workflow_task_completed_event_id = wft_completed_id;
+    rc = event_append(c, rs, ev, 0);
+    if (rc != DBX_OK) break;
+    TimerInfo *ti = pb_new(&TimerInfo__D);
+    TimerInfo **arr = realloc(rs->timers, (rs->n_timers + 1) * sizeof *arr);
+    if (ti == NULL || arr == NULL) {
+      free(ti);
+      if (arr) rs->timers = arr;
+      rc = DBX_ENOMEM;
+      break;
+    }
+    rs->timers = arr;
+    arr[rs->n_timers++] = ti;
+    ti->timer_id = pb_strdup(a->timer_id);
+    ti->started_event_id = ev->event_id;
+    ti->fire_time_ns = c->now_ns + ms * 1000000;
+    rc = timer_add(c, ti->fire_time_ns, TK_USER_TIMER, rs, ev->event_id, 0, a->timer_id);
+    break;
+  }
+  case CMD(CANCEL_TIMER): {
+    const char *tid = cmd->cancel_timer_command_attributes->timer_id;
+    TimerInfo *ti = timer_find(rs, tid);
+    if (ti == NULL) {
+      job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "CancelTimer: no pending timer with id %s", tid);
+      return DBX_OK;
+    }
+    ev = event_new(ET(TIMER_CANCELED));
+    if (ev == NULL) return DBX_ENOMEM;
+    ev->timer_canceled_event_attributes->timer_id = pb_strdup(tid);
+    ev->timer_canceled_event_attributes->started_event_id = ti->started_event_id;
+    ev->timer_canceled_event_attributes->workflow_task_completed_event_id = wft_completed_id;
+    ev->timer_canceled_event_attributes->identity = pb_strdup(identity);
+    rc = event_append(c, rs, ev, 0);
+    timer_remove(rs, tid);
+    break;
+  }
+  case CMD(RECORD_MARKER): {
+    RecordMarkerCommandAttributes *a = cmd->record_marker_command_attributes;
+    if (!check_id(j, "RecordMarker.marker_name", a->marker_name)) return DBX_OK;
+    ev = event_new(ET(MARKER_RECORDED));
+    if (ev == NULL) return DBX_ENOMEM;
+    MarkerRecordedEventAttributes *e = ev->marker_recorded_event_attributes;
+    /* same field numbers for name/details in both messages: copy via bytes */
+    RecordMarkerCommandAttributes tmp = *a;
+    size_t n = protobuf_c_message_get_packed_size(&tmp.base);
+    uint8_t *buf = malloc(n ? n : 1);
+    if (buf == NULL) return DBX_ENOMEM;
+    protobuf_c_message_pack(&tmp.base, buf);
+    MarkerRecordedEventAttributes *copy =
+        (MarkerRecordedEventAttributes *)protobuf_c_message_unpack(&MarkerRecordedEventAttributes__D, NULL, n, buf);
+    free(buf);
+    if (copy == NULL) return DBX_ENOMEM;
+    /* field 3 of the command is header, of the event workflow_task_completed_event_id: fix up */
+    protobuf_c_message_free_unpacked(&e->base, NULL);
+    ev->marker_recorded_event_attributes = copy;
+    copy->workflow_task_completed_event_id = wft_completed_id;
+    if (copy->header == NULL && a->header) copy->header = PB_CLONE(Header, a->header);
+    if (copy->failure == NULL && a->failure) copy->failure = PB_CLONE(Failure, a->failure);
+    rc = event_append(c, rs, ev, 0);
+    break;
+  }
+  case CMD(UPSERT_WORKFLOW_SEARCH_ATTRIBUTES): {
+    ev = event_new(ET(UPSERT_WORKFLOW_SEARCH_ATTRIBUTES));
+    if (ev == NULL) return DBX_ENOMEM;
+    ev->upsert_workflow_search_attributes_event_attributes->workflow_task_completed_event_id = wft_completed_id;
+    ev->upsert_workflow_search_attributes_event_attributes->search_attributes =
+        PB_CLONE(SearchAttributes, cmd->upsert_workflow_search_attributes_command_attributes->search_attributes);
+    rc = event_append(c, rs, ev, 0);
+    break;
+  }
+  case CMD(MODIFY_WORKFLOW_PROPERTIES): {
+    ev = event_new(ET(WORKFLOW_PROPERTIES_MODIFIED));
+    if (ev == NULL) return DBX_ENOMEM;
+    ev->workflow_properties_modified_event_attributes->workflow_task_completed_event_id = wft_completed_id;
+    ev->workflow_properties_modified_event_attributes->upserted_memo =
+        PB_CLONE(Memo, cmd->modify_workflow_properties_command_attributes->upserted_memo);
+    rc = event_append(c, rs, ev, 0);
+    break;
+  }
+  case CMD(COMPLETE_WORKFLOW_EXECUTION):
+    ev = event_new(ET(WORKFLOW_EXECUTION_COMPLETED));
+    if (ev == NULL) return DBX_ENOMEM;
+    ev->workflow_execution_completed_event_attributes->result =
+        PB_CLONE(Payloads, cmd->complete_workflow_execution_command_attributes->result);
+    ev->workflow_execution_completed_event_attributes->workflow_task_completed_event_id = wft_completed_id;
+    rc = run_close(c, rs, ev, WS(COMPLETED));
+    *closed = 1;
+    break;
+  case CMD(FAIL_WORKFLOW_EXECUTION):
+    ev = event_new(ET(WORKFLOW_EXECUTION_FAILED));
+    if (ev == NULL) return DBX_ENOMEM;
+    ev->workflow_execution_failed_event_attributes->failure =
+        PB_CLONE(Failure, cmd->fail_workflow_execution_command_attributes->failure);
+    ev->workflow_execution_failed_event_attributes->retry_state = RS(RETRY_POLICY_NOT_SET);
+    ev->workflow_execution_failed_event_attributes->workflow_task_completed_event_id = wft_completed_id;
+    rc = run_close(c, rs, ev, WS(FAILED));
+    *closed = 1;
+    break;
+  case CMD(CANCEL_WORKFLOW_EXECUTION):
+    ev = event_new(ET(WORKFLOW_EXECUTION_CANCELED));
+    if (ev == NULL) return DBX_ENOMEM;
+    ev->workflow_execution_canceled_event_attributes->details =
+        PB_CLONE(Payloads, cmd->cancel_workflow_execution_command_attributes->details);
+    ev->workflow_execution_canceled_event_attributes->workflow_task_completed_event_id = wft_completed_id;
+    rc = run_close(c, rs, ev, WS(CANCELED));
+    *closed = 1;
+    break;
+  case CMD(CONTINUE_AS_NEW_WORKFLOW_EXECUTION): {
+    ContinueAsNewWorkflowExecutionCommandAttributes *a = cmd->continue_as_new_workflow_execution_command_attributes;
+    char *new_run = new_uuid();
+    ev = event_new(ET(WORKFLOW_EXECUTION_CONTINUED_AS_NEW));
+    HistoryEvent *sev = event_new(ET(WORKFLOW_EXECUTION_STARTED));
+    if (new_run == NULL || ev == NULL || sev == NULL) {
+      free(new_run);
+      history_event_free(sev);
+      rc = DBX_ENOMEM;
+      break;
+    }
+    WorkflowExecutionContinuedAsNewEventAttributes *e = ev->workflow_execution_continued_as_new_event_attributes;
+    e->new_execution_run_id = pb_strdup(new_run);
+    e->workflow_type = pb_new(&WorkflowType__D);
+    e->task_queue = pb_new(&TaskQueue__D);
+    if (e->workflow_type) e->workflow_type->name = pb_strdup(a->workflow_type && a->workflow_type->name[0] ? a->workflow_type->name : rs->workflow_type);
+    if (e->task_queue) {
+      e->task_queue->name = pb_strdup(a->task_queue && a->task_queue->name[0] ? a->task_queue->name : rs->task_queue);
+      e->task_queue->kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
+    }
+    e->input = PB_CLONE(Payloads, a->input);
+    e->workflow_run_timeout = a->workflow_run_timeout ? PB_CLONE(Duration, a->workflow_run_timeout) : duration_new_ms(rs->run_timeout_ms);
+    e->workflow_task_timeout = a->workflow_task_timeout ? PB_CLONE(Duration, a->workflow_task_timeout) : duration_new_ms(rs->task_timeout_ms);
+    e->workflow_task_completed_event_id = wft_completed_id;
+    e->backoff_start_interval = PB_CLONE(Duration, a->backoff_start_interval);
+    e->initiator = a->initiator;
+    e->header = PB_CLONE(Header, a->header);
+    e->memo = PB_CLONE(Memo, a->memo);
+    e->search_attributes = PB_CLONE(SearchAttributes, a->search_attributes);
+    e->last_completion_result = PB_CLONE(Payloads, a->last_completion_result);
+    e->failure = PB_CLONE(Failure, a->failure);
+    pb_setstr(&rs->new_execution_run_id, new_run);
+    rc = run_close(c, rs, ev, WS(CONTINUED_AS_NEW));
+    if (rc == DBX_OK) {
+      WorkflowExecutionStartedEventAttributes *st = sev->workflow_execution_started_event_attributes;
+      st->workflow_type = PB_CLONE(WorkflowType, e->workflow_type);
+      st->task_queue = PB_CLONE(TaskQueue, e->task_queue);
+      st->input = PB_CLONE(Payloads, a->input);
+      st->workflow_run_timeout = rs->run_timeout_ms > 0 || a->workflow_run_timeout ? PB_CLONE(Duration, e->workflow_run_timeout) : NULL;
+      st->workflow_task_timeout = PB_CLONE(Duration, e->workflow_task_timeout);
+      st->workflow_execution_timeout = rs->execution_timeout_ms > 0 ? duration_new_ms(rs->execution_timeout_ms) : NULL;
+      st->continued_execution_run_id = pb_strdup(rs->run_id);
+      st->initiator = a->initiator;
+      st->continued_failure = PB_CLONE(Failure, a->failure);
+      st->last_completion_result = PB_CLONE(Payloads, a->last_completion_result);
+      st->identity = pb_strdup(identity);
+      st->retry_policy = PB_CLONE(RetryPolicy, a->retry_policy);
+      st->attempt = 1;
+      st->first_workflow_task_backoff = PB_CLONE(Duration, a->backoff_start_interval);
+      st->memo = PB_CLONE(Memo, a->memo);
+      st->search_attributes = PB_CLONE(SearchAttributes, a->search_attributes);
+      st->header = PB_CLONE(Header, a->header);
+      if (rs->parent && rs->parent->workflow_id[0]) {
+        st->parent_workflow_namespace = pb_strdup(rs->parent->namespace_);
+        st->parent_workflow_execution = we_new(rs->parent->workflow_id, rs->parent->run_id);
+        st->parent_initiated_event_id = rs->parent->initiated_event_id;
+      }
+      run_start_args ra = {.ns = rs->namespace_,
+                           .workflow_id = rs->workflow_id,
+                           .run_id = new_run,
+                           .request_id = "",
+                           .started = st,
+                           .parent = rs->parent,
+                           .execution_expiration_ns = rs->execution_expiration_ns,
+                           .first_run_id = rs->first_run_id};
+      RunState *nrs = NULL;
+      rc = run_start(c, &ra, &nrs);
+      dbx_runstate_free(nrs);
+    }
+    history_event_free(sev);
+    free(new_run);
+    *closed = 1;
+    break;
+  }
+  case CMD(START_CHILD_WORKFLOW_EXECUTION): {
+    StartChildWorkflowExecutionCommandAttributes *a = cmd->start_child_workflow_execution_command_attributes;
+    const char *cns = a->namespace_[0] ? a->namespace_ : rs->namespace_;
+    if (!ns_known(c->svc, cns)) {
+      job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "StartChildWorkflowExecution: namespace %s is not registered", cns);
+      return DBX_OK;
+    }
+    if (!check_id(j, "StartChildWorkflowExecution.workflow_id", a->workflow_id)) return DBX_OK;
+    if (a->workflow_type == NULL || !check_id(j, "StartChildWorkflowExecution.workflow_type.name", a->workflow_type->name))
+      return DBX_OK;
+    const char *ctq = a->task_queue && a->task_queue->name[0] ? a->task_queue->name : rs->task_queue;
+    ev = event_new(ET(START_CHILD_WORKFLOW_EXECUTION_INITIATED));
+    if (ev == NULL) return DBX_ENOMEM;
+    StartChildWorkflowExecutionInitiatedEventAttributes *e = ev->start_child_workflow_execution_initiated_event_attributes;
+    e->namespace_ = pb_strdup(cns);
+    e->workflow_id = pb_strdup(a->workflow_id);
+    e->workflow_type = PB_CLONE(WorkflowType, a->workflow_type);
+    e->task_queue = pb_new(&TaskQueue__D);
+    if (e->task_queue) {
+      e->task_queue->name = pb_strdup(ctq);
+      e->task_queue->kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
+    }
+    e->input = PB_CLONE(Payloads, a->input);
+    e->workflow_execution_timeout = PB_CLONE(Duration, a->workflow_execution_timeout);
+    e->workflow_run_timeout = PB_CLONE(Duration, a->workflow_run_timeout);
+    e->workflow_task_timeout = PB_CLONE(Duration, a->workflow_task_timeout);
+    e->parent_close_policy = a->parent_close_policy;
+    e->control = pb_strdup(a->control);
+    e->workflow_task_completed_event_id = wft_completed_id;
+    e->workflow_id_reuse_policy = a->workflow_id_reuse_policy;
+    e->retry_policy = PB_CLONE(RetryPolicy, a->retry_policy);
+    e->cron_schedule = pb_strdup(a->cron_schedule);
+    e->header = PB_CLONE(Header, a->header);
+    e->memo = PB_CLONE(Memo, a->memo);
+    e->search_attributes = PB_CLONE(SearchAttributes, a->search_attributes);
+    rc = event_append(c, rs, ev, 0);
+    if (rc != DBX_OK) break;
+    int64_t initiated = ev->event_id;
+    *new_wft = 1;
+    /* start it now (Temporal does this right after the command) */
+    char *cur = NULL;
+    RunState *existing = NULL;
+    rc = current_run_id(c, cns, a->workflow_id, &cur);
+    if (rc == DBX_OK) {
+      rc = run_load(c, cns, a->workflow_id, cur, &existing);
+      free(cur);
+      if (rc == DBX_ENOTFOUND) rc = DBX_OK;
+    } else if (rc == DBX_ENOTFOUND) {
+      rc = DBX_OK;
+    }
+    if (rc != DBX_OK) break;
+    if (existing && (existing->status == WS(RUNNING) || strcmp(existing->workflow_id, rs->workflow_id) == 0)) {
+      dbx_runstate_free(existing);
+      HistoryEvent *fev = event_new(ET(START_CHILD_WORKFLOW_EXECUTION_FAILED));
+      if (fev == NULL) return DBX_ENOMEM;
+      StartChildWorkflowExecutionFailedEventAttributes *f = fev->start_child_workflow_execution_failed_event_attributes;
+      f->namespace_ = pb_strdup(cns);
+      f->workflow_id = pb_strdup(a->workflow_id);
+      f->workflow_type = PB_CLONE(WorkflowType, a->workflow_type);
+      f->cause = TEMPORAL__API__ENUMS__V1__START_CHILD_WORKFLOW_EXECUTION_FAILED_CAUSE__START_CHILD_WORKFLOW_EXECUTION_FAILED_CAUSE_WORKFLOW_ALREADY_EXISTS;
+      f->control = pb_strdup(a->control);
+      f->initiated_event_id = initiated;
+      f->workflow_task_completed_event_id = wft_completed_id;
+      rc = event_append(c, rs, fev, 0);
+      history_event_free(fev);
+      break;
+    }
+    dbx_runstate_free(existing);
+    char *child_run = new_uuid();
+    HistoryEvent *sev = event_new(ET(WORKFLOW_EXECUTION_STARTED));
+    if (child_run == NULL || sev == NULL) {
+      free(child_run);
+      history_event_free(sev);
+      rc = DBX_ENOMEM;
+      break;
+    }
+    WorkflowExecutionStartedEventAttributes *st = sev->workflow_execution_started_event_attributes;
+    st->workflow_type = PB_CLONE(WorkflowType, a->workflow_type);
+    st->task_queue = PB_CLONE(TaskQueue, e->task_queue);
+    st->input = PB_CLONE(Payloads, a->input);
+    st->workflow_execution_timeout = PB_CLONE(Duration, a->workflow_execution_timeout);
+    st->workflow_run_timeout = PB_CLONE(Duration, a->workflow_run_timeout);
+    st->workflow_task_timeout = PB_CLONE(Duration, a->workflow_task_timeout);
+    st->parent_workflow_namespace = pb_strdup(rs->namespace_);
+    st->parent_workflow_execution = we_new(rs->workflow_id, rs->run_id);
+    st->parent_initiated_event_id = initiated;
+    st->identity = pb_strdup(identity);
+    st->retry_policy = PB_CLONE(RetryPolicy, a->retry_policy);
+    st->attempt = 1;
+    st->memo = PB_CLONE(Memo, a->memo);
+    st->search_attributes = PB_CLONE(SearchAttributes, a->search_attributes);
+    st->header = PB_CLONE(Header, a->header);
+    ParentInfo pi = INIT(DURABOX__SERVICE__V1__PARENT_INFO);
+    pi.namespace_ = rs->namespace_;
+    pi.workflow_id = rs->workflow_id;
+    pi.run_id = rs->run_id;
+    pi.initiated_event_id = initiated;
+    run_start_args ra = {.ns = cns, .workflow_id = a->workflow_id, .run_id = child_run, .request_id = "",
+                         .started = st, .parent = &pi};
+    RunState *crs = NULL;
+    rc = run_start(c, &ra, &crs);
+    dbx_runstate_free(crs);
+    history_event_free(sev);
+    if (rc != DBX_OK) {
+      free(child_run);
+      break;
+    }
+    HistoryEvent *cev = event_new(ET(CHILD_WORKFLOW_EXECUTION_STARTED));
+    ChildInfo *ci = pb_new(&ChildInfo__D);
+    ChildInfo **arr = realloc(rs->children, (rs->n_children + 1) * sizeof *arr);
+    if (cev == NULL || ci == NULL || arr == NULL) {
+      history_event_free(cev);
+      free(ci);
+      if (arr) rs->children = arr;
+      free(child_run);
+      rc = DBX_ENOMEM;
+      break;
+    }
+    rs->children = arr;
+    ChildWorkflowExecutionStartedEventAttributes *ce = cev->child_workflow_execution_started_event_attributes;
+    ce->namespace_ = pb_strdup(cns);
+    ce->initiated_event_id = initiated;
+    ce->workflow_execution = we_new(a->workflow_id, child_run);
+    ce->workflow_type = PB_CLONE(WorkflowType, a->workflow_type);
+    ce->header = PB_CLONE(Header, a->header);
+    rc = event_append(c, rs, cev, 0);
+    ci->initiated_event_id = initiated;
+    ci->started_event_id = cev->event_id;
+    ci->namespace_ = pb_strdup(cns);
+    ci->workflow_id = pb_strdup(a->workflow_id);
+    ci->run_id = child_run;
+    ci->workflow_type = pb_strdup(a->workflow_type->name);
+    ci->parent_close_policy = a->parent_close_policy;
+    arr[rs->n_children++] = ci;
+    history_event_free(cev);
+    break;
+  }
+  case CMD(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION):
+  case CMD(REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION): {
+    int is_signal = cmd->attributes_case == CMD(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION);
+    const char *tns, *twf, *trun, *control;
+    if (is_signal) {
+      SignalExternalWorkflowExecutionCommandAttributes *a = cmd->signal_external_workflow_execution_command_attributes;
+      tns = a->namespace_[0] ? a->namespace_ : rs->namespace_;
+      twf = a->execution ? a->execution->workflow_id : "";
+      trun = a->execution ? a->execution->run_id : "";
+      control = a->control;
+    } else {
+      RequestCancelExternalWorkflowExecutionCommandAttributes *a =
+          cmd->request_cancel_external_workflow_execution_command_attributes;
+      tns = a->namespace_[0] ? a->namespace_ : rs->namespace_;
+      twf = a->workflow_id;
+      trun = a->run_id;
+      control = a->control;
+    }
+    if (!check_id(j, "workflow_id of the external workflow", twf)) return DBX_OK;
+    ev = event_new(is_signal ? ET(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED)
+                             : ET(REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED));
+    if (ev == NULL) return DBX_ENOMEM;
+    if (is_signal) {
+      SignalExternalWorkflowExecutionCommandAttributes *a = cmd->signal_external_workflow_execution_command_attributes;
+      SignalExternalWorkflowExecutionInitiatedEventAttributes *e = ev->signal_external_workflow_execution_initiated_event_attributes;
+      e->workflow_task_completed_event_id = wft_completed_id;
+      e->namespace_ = pb_strdup(tns);
+      e->workflow_execution = we_new(twf, trun);
+      e->signal_name = pb_strdup(a->signal_name);
+      e->input = PB_CLONE(Payloads, a->input);
+      e->control = pb_strdup(control);
+      e->child_workflow_only = a->child_workflow_only;
+      e->header = PB_CLONE(Header, a->header);
+    } else {
+      RequestCancelExternalWorkflowExecutionInitiatedEventAttributes *e =
+          ev->request_cancel_external_workflow_execution_initiated_event_attributes;
+      e->workflow_task_completed_event_id = wft_completed_id;
+      e->namespace_ = pb_strdup(tns);
+      e->workflow_execution = we_new(twf, trun);
+      e->control = pb_strdup(control);
+    }
+    rc = event_append(c, rs, ev, 0);
+    if (rc != DBX_OK) break;
+    int64_t initiated = ev->event_id;
+    *new_wft = 1;
+    /* deliver */
+    RunState *target = NULL;
+    int self = strcmp(tns, rs->namespace_) == 0 && strcmp(twf, rs->workflow_id) == 0 &&
+               (trun[0] == '\0' || strcmp(trun, rs->run_id) == 0);
+    char *cur = NULL;
+    if (!self) {
+      if (trun[0]) {
+        rc = run_load(c, tns, twf, trun, &target);
+      } else {
+        rc = current_run_id(c, tns, twf, &cur);
+        if (rc == DBX_OK) rc = run_load(c, tns, twf, cur, &target);
+        free(cur);
+      }
+      if (rc == DBX_ENOTFOUND) rc = DBX_OK;
+      if (rc != DBX_OK) break;
+    }
+    RunState *t = self ? rs : target;
+    int ok = t && t->status == WS(RUNNING);
+    if (ok) {
+      if (is_signal) {
+        SignalExternalWorkflowExecutionCommandAttributes *a = cmd->signal_external_workflow_execution_command_attributes;
+        rc = signal_run(c, t, a->signal_name, a->input, identity, a->header, "");
+      } else {
+        rc = request_cancel_run(c, t, identity);
+      }
+      if (rc == DBX_OK && !self) rc = run_save(c, t);
+    }
+    dbx_runstate_free(target);
+    if (rc != DBX_OK) break;
+    HistoryEvent *r = NULL;
+    if (ok && is_signal) {
+      r = event_new(ET(EXTERNAL_WORKFLOW_EXECUTION_SIGNALED));
+      if (r) {
+        r->external_workflow_execution_signaled_event_attributes->initiated_event_id = initiated;
+        r->external_workflow_execution_signaled_event_attributes->namespace_ = pb_strdup(tns);
+        r->external_workflow_execution_signaled_event_attributes->workflow_execution = we_new(twf, trun);
+        r->external_workflow_execution_signaled_event_attributes->control = pb_strdup(control);
+      }
+    } else if (ok) {
+      r = event_new(ET(EXTERNAL_WORKFLOW_EXECUTION_CANCEL_REQUESTED));
+      if (r) {
+        r->external_workflow_execution_cancel_requested_event_attributes->initiated_event_id = initiated;
+        r->external_workflow_execution_cancel_requested_event_attributes->namespace_ = pb_strdup(tns);
+        r->external_workflow_execution_cancel_requested_event_attributes->workflow_execution = we_new(twf, trun);
+      }
+    } else if (is_signal) {
+      r = event_new(ET(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED));
+      if (r) {
+        SignalExternalWorkflowExecutionFailedEventAttributes *f = r->signal_external_workflow_execution_failed_event_attributes;
+        f->cause = TEMPORAL__API__ENUMS__V1__SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED_CAUSE__SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED_CAUSE_EXTERNAL_WORKFLOW_EXECUTION_NOT_FOUND;
+        f->workflow_task_completed_event_id = wft_completed_id;
+        f->namespace_ = pb_strdup(tns);
+        f->workflow_execution = we_new(twf, trun);
+        f->initiated_event_id = initiated;
+        f->control = pb_strdup(control);
+      }
+    } else {
+      r = event_new(ET(REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_FAILED));
+      if (r) {
+        RequestCancelExternalWorkflowExecutionFailedEventAttributes *f =
+            r->request_cancel_external_workflow_execution_failed_event_attributes;
+        f->cause = TEMPORAL__API__ENUMS__V1__CANCEL_EXTERNAL_WORKFLOW_EXECUTION_FAILED_CAUSE__CANCEL_EXTERNAL_WORKFLOW_EXECUTION_FAILED_CAUSE_EXTERNAL_WORKFLOW_EXECUTION_NOT_FOUND;
+        f->workflow_task_completed_event_id = wft_completed_id;
+        f->namespace_ = pb_strdup(tns);
+        f->workflow_execution = we_new(twf, trun);
+        f->initiated_event_id = initiated;
+        f->control = pb_strdup(control);
+      }
+    }
+    if (r == NULL) return DBX_ENOMEM;
+    rc = event_append(c, rs, r, 0);
+    history_event_free(r);
+    break;
+  }
+  default:
+    job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "RespondWorkflowTaskCompleted: command type %d is not supported by this service",
+             (int)cmd->command_type);
+    return DBX_OK;
+  }
+  history_event_free(ev);
+  return rc;
+}
+
+static int is_close_command(const Command *cmd) {
+  return cmd->attributes_case == CMD(COMPLETE_WORKFLOW_EXECUTION) || cmd->attributes_case == CMD(FAIL_WORKFLOW_EXECUTION) ||
+         cmd->attributes_case == CMD(CANCEL_WORKFLOW_EXECUTION) ||
+         cmd->attributes_case == CMD(CONTINUE_AS_NEW_WORKFLOW_EXECUTION);
+}
+
+/* End the started workflow task with a WorkflowTaskFailed event and schedule
+ * the next attempt. */
+static dbx_err wft_fail(ectx *c, RunState *rs, int cause, Failure *failure, const char *identity) {
+  HistoryEvent *ev = event_new(ET(WORKFLOW_TASK_FAILED));
+  if (ev == NULL) return DBX_ENOMEM;
+  WorkflowTaskFailedEventAttributes *a = ev->workflow_task_failed_event_attributes;
+  a->scheduled_event_id = rs->wft_scheduled_event_id;
+  a->started_event_id = rs->wft_started_event_id;
+  a->cause = cause;
+  a->failure = PB_CLONE(Failure, failure);
+  a->identity = pb_strdup(identity);
+  rs->wft_started_event_id = 0;
+  dbx_err rc = event_append(c, rs, ev, 0);
+  history_event_free(ev);
+  rs->wft_scheduled_event_id = 0;
+  rs->wft_attempt++;
+  int flushed = 0;
+  if (rc == DBX_OK) rc = events_flush_buffer(c, rs, &flushed);
+  if (rc == DBX_OK) rc = wft_schedule(c, rs);
+  return rc;
+}
+
+static dbx_err check_history_limits(ectx *c, RunState *rs) {
+  if (rs->status != WS(RUNNING)) return DBX_OK;
+  int64_t count = rs->next_event_id - 1;
+  if (count >= c->svc->limits.count_error || rs->history_size_bytes >= c->svc->limits.size_error_bytes) {
+    DBX_WARN("service", "workflow %s run %s: history of %lld events, %lld bytes exceeds the limit: terminating",
+             rs->workflow_id, rs->run_id, (long long)count, (long long)rs->history_size_bytes);
+    return handler_terminate_run(c, rs, "Workflow history size / count exceeds limit.", "durabox") == 0 ? DBX_OK : DBX_ESTORE;
+  }
+  if (count >= c->svc->limits.count_warn || rs->history_size_bytes >= c->svc->limits.size_warn_bytes)
+    DBX_WARN("service", "workflow %s run %s: history of %lld events, %lld bytes passed the warning limit",
+             rs->workflow_id, rs->run_id, (long long)count, (long long)rs->history_size_bytes);
+  return DBX_OK;
+}
+
+static dbx_err h_wft_completed(ectx *c, job *j) {
+  RespondWorkflowTaskCompletedRequest *q = decode(j, &RespondWorkflowTaskCompletedRequest__D);
+  if (q == NULL) return DBX_OK;
+  RunState *rs = NULL;
+  dbx_err rc = load_wft(c, j, q->task_token, &rs);
+  if (rc != DBX_OK || rs == NULL) goto out;
+  int has_close = 0;
+  for (size_t i = 0; i < q->n_commands; i++) has_close |= is_close_command(q->commands[i]);
+  if (has_close && rs->n_buffered_events > 0) {
+    /* new events arrived while the worker decided to close: it must see them */
+    Failure f = INIT(TEMPORAL__API__FAILURE__V1__FAILURE);
+    f.message = "UnhandledCommand: new events arrived during the workflow task";
+    rc = wft_fail(c, rs, WFC(UNHANDLED_COMMAND), &f, q->identity);
+    if (rc == DBX_OK) rc = run_save(c, rs);
+    if (rc == DBX_OK) j->status = DBX_GRPC_OK;
+    goto out;
+  }
+  HistoryEvent *ev = event_new(ET(WORKFLOW_TASK_COMPLETED));
+  if (ev == NULL) {
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  WorkflowTaskCompletedEventAttributes *a = ev->workflow_task_completed_event_attributes;
+  a->scheduled_event_id = rs->wft_scheduled_event_id;
+  a->started_event_id = rs->wft_started_event_id;
+  a->identity = pb_strdup(q->identity);
+  if (q->sdk_metadata) a->sdk_metadata = PB_CLONE(Temporal__Api__Sdk__V1__WorkflowTaskCompletedMetadata, q->sdk_metadata);
+  int64_t started = rs->wft_started_event_id;
+  rs->wft_started_event_id = 0; /* events from here on are written, not buffered */
+  rc = event_append(c, rs, ev, 0);
+  int64_t completed_id = ev->event_id;
+  history_event_free(ev);
+  if (rc != DBX_OK) goto out;
+  rs->last_wft_started_event_id = started;
+  rs->wft_scheduled_event_id = 0;
+  rs->wft_attempt = 1;
+  rs->wft_backoff_until_ns = 0;
+  int closed = 0, new_wft = 0;
+  for (size_t i = 0; i < q->n_commands && !closed; i++) {
+    rc = apply_command(c, j, rs, q->commands[i], completed_id, q->identity, &closed, &new_wft);
+    if (rc != DBX_OK || j->status != DBX_GRPC_OK) goto out;
+  }
+  if (!closed) {
+    int flushed = 0;
+    rc = events_flush_buffer(c, rs, &flushed);
+    if (rc == DBX_OK && (flushed || new_wft || q->force_create_new_workflow_task)) rc = wft_schedule(c, rs);
+    if (rc == DBX_OK) rc = check_history_limits(c, rs);
+    if (rc == DBX_OK && rs->status == WS(RUNNING)) rc = run_save(c, rs);
+  }
+  if (rc == DBX_OK) j->status = DBX_GRPC_OK; /* empty RespondWorkflowTaskCompletedResponse */
+out:
+  dbx_runstate_free(rs);
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return rc;
+}
+
+static dbx_err h_wft_failed(ectx *c, job *j) {
+  RespondWorkflowTaskFailedRequest *q = decode(j, &RespondWorkflowTaskFailedRequest__D);
+  if (q == NULL) return DBX_OK;
+  RunState *rs = NULL;
+  dbx_err rc = load_wft(c, j, q->task_token, &rs);
+  if (rc == DBX_OK && rs) {
+    DBX_INFO("service", "workflow task failed: workflow %s run %s cause %d: %s", rs->workflow_id, rs->run_id,
+             (int)q->cause, q->failure ? q->failure->message : "");
+    rc = wft_fail(c, rs, q->cause, q->failure, q->identity);
+    if (rc == DBX_OK) rc = run_save(c, rs);
+  }
+  dbx_runstate_free(rs);
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return rc;
+}
