@@ -10,7 +10,8 @@
  * the group id cannot be reused), kills what is left of the group, drains the
  * pipes and only then reaps. File paths are resolved with openat2
  * RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS from the workspace root, so the
- * kernel refuses escapes at open time (no check-then-use gap).
+ * kernel refuses escapes at open time (no check-then-use gap); where openat2
+ * is missing, a component walk with O_NOFOLLOW refuses every symlink.
  * Threading: the handle is immutable after setup; error text is kept per
  * thread (see dbx_local_errmsg). */
 #define _GNU_SOURCE
@@ -828,7 +829,50 @@ static dbx_err path_check(const dbx_local *d, const char *path, int allow_empty)
   return DBX_OK;
 }
 
+/* Without openat2 (old kernels, valgrind, seccomp): walk the path one
+ * component at a time with O_NOFOLLOW, refusing every symlink (stricter). */
+static int walk_nofollow(int dirfd, const char *path, int flags, mode_t mode) {
+  char *copy = dbx_strdup(path);
+  if (copy == NULL) {
+    errno = ENOMEM;
+    return -1;
+  }
+  int cur = dup(dirfd), fd = -1;
+  char *save = NULL, *comp = strtok_r(copy, "/", &save);
+  while (cur >= 0) {
+    while (comp != NULL && strcmp(comp, ".") == 0) comp = strtok_r(NULL, "/", &save);
+    if (comp == NULL) { /* path was the root itself */
+      fd = openat(cur, ".", (flags & ~O_CREAT) | O_CLOEXEC);
+      break;
+    }
+    char *next = strtok_r(NULL, "/", &save);
+    while (next != NULL && strcmp(next, ".") == 0) next = strtok_r(NULL, "/", &save);
+    struct stat st;
+    if (fstatat(cur, comp, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) {
+      errno = ELOOP;
+      break;
+    }
+    if (next == NULL) {
+      fd = openat(cur, comp, flags | O_NOFOLLOW | O_CLOEXEC, mode);
+      break;
+    }
+    int nfd = openat(cur, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (nfd < 0) break;
+    close(cur);
+    cur = nfd;
+    comp = next;
+  }
+  int saved = errno;
+  if (cur >= 0) close(cur);
+  free(copy);
+  errno = saved;
+  return fd;
+}
+
+static _Atomic int no_openat2;
+
 static int openat2_beneath(int dirfd, const char *path, int flags, mode_t mode) {
+  if (no_openat2) return walk_nofollow(dirfd, path, flags, mode);
   struct open_how how;
   memset(&how, 0, sizeof how);
   how.flags = (uint64_t)(flags | O_CLOEXEC);
@@ -838,6 +882,10 @@ static int openat2_beneath(int dirfd, const char *path, int flags, mode_t mode) 
   do {
     fd = syscall(SYS_openat2, dirfd, path, &how, sizeof how);
   } while (fd < 0 && errno == EAGAIN);
+  if (fd < 0 && errno == ENOSYS) {
+    no_openat2 = 1;
+    return walk_nofollow(dirfd, path, flags, mode);
+  }
   return (int)fd;
 }
 

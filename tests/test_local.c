@@ -4,6 +4,9 @@
 #include "tests/testutil.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <time.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -176,9 +179,10 @@ static void test_local_checkpoint_and_restore(void **state) {
   assert_int_equal(dbx_local_snapshot_delete(f->d, ref), DBX_OK);
   dbx_local_source gone = {.kind = DBX_LOCAL_SOURCE_SNAPSHOT, .location = ref};
   assert_int_equal(dbx_local_sandbox_create(f->d, "c4", &gone, NULL), DBX_ENOTFOUND);
-  assert_int_equal(dbx_local_sandbox_checkpoint(f->d, "nope", "x", &ref2), DBX_ENOTFOUND);
-  free(ref);
   free(ref2);
+  assert_int_equal(dbx_local_sandbox_checkpoint(f->d, "nope", "x", &ref2), DBX_ENOTFOUND);
+  assert_null(ref2);
+  free(ref);
 }
 
 static void test_local_exec_exit_codes_and_streams(void **state) {
@@ -233,6 +237,22 @@ static void test_local_exec_env_scrubbed(void **state) {
  * asynchronously), 0 if it is still running then. */
 static int dead(long pid) {
   int fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+  if (fd < 0 && errno == ENOSYS) { /* e.g. under valgrind: poll /proc for up to 10 s */
+    for (int i = 0; i < 1000; i++) {
+      char p[64], buf[512];
+      snprintf(p, sizeof p, "/proc/%ld/stat", pid);
+      FILE *fp = fopen(p, "r");
+      if (fp == NULL) return 1;
+      size_t n = fread(buf, 1, sizeof buf - 1, fp);
+      fclose(fp);
+      buf[n] = '\0';
+      char *rp = strrchr(buf, ')');
+      if (rp != NULL && (rp[2] == 'Z' || rp[2] == 'X')) return 1;
+      struct timespec ts = {0, 10000000};
+      nanosleep(&ts, NULL);
+    }
+    return 0;
+  }
   if (fd < 0) return errno == ESRCH;
   struct pollfd p = {.fd = fd, .events = POLLIN};
   int r = poll(&p, 1, 10000);
@@ -390,13 +410,26 @@ static void test_local_file_escapes_refused(void **state) {
   free(ws);
 }
 
+static int have_openat2(void) {
+  struct open_how how = {.flags = O_RDONLY | O_CLOEXEC};
+  int fd = (int)syscall(SYS_openat2, AT_FDCWD, "/", &how, sizeof how);
+  if (fd >= 0) close(fd);
+  return fd >= 0;
+}
+
 static void test_local_file_symlink_inside_allowed(void **state) {
   fixture *f = *state;
   make_empty(f->d, "ln");
   char *ws = dbx_local_sandbox_path(f->d, "ln");
   put(f->d, "ln", "in/f", "ok");
   run_sh("ln -s in '%s/inlink'", ws);
-  expect_file(f->d, "ln", "inlink/f", "ok");
+  if (have_openat2()) {
+    expect_file(f->d, "ln", "inlink/f", "ok");
+  } else { /* the documented fallback refuses every symlink */
+    uint8_t *data = NULL;
+    size_t len = 0;
+    assert_int_equal(dbx_local_file_read(f->d, "ln", "inlink/f", 0, &data, &len), DBX_EINVAL);
+  }
   /* Overwriting a symlink replaces the link, not its target. */
   run_sh("ln -s in/f '%s/flink'", ws);
   put(f->d, "ln", "flink", "new");
