@@ -316,9 +316,7 @@ static dbx_err run_proc(const dbx_local *d, const run_spec *s, dbx_local_exec_re
         idx[i] = n;
         pf[n++] = (struct pollfd){.fd = fds[i], .events = POLLIN};
       }
-    int pid_i = -1;
     if (pidfd >= 0) {
-      pid_i = n;
       pf[n++] = (struct pollfd){.fd = pidfd, .events = POLLIN};
     }
     int pr = poll(pf, (nfds_t)n, timeout);
@@ -330,7 +328,6 @@ static dbx_err run_proc(const dbx_local *d, const run_spec *s, dbx_local_exec_re
     for (int i = 0; pr > 0 && i < 2; i++)
       if (idx[i] >= 0 && (pf[idx[i]].revents & (POLLIN | POLLHUP | POLLERR)))
         open_[i] = capture_read(fds[i], &cap[i]);
-    (void)pid_i;
   }
   /* The shell has exited: stop the rest of its group, take what the pipes
    * hold, then reap. */
@@ -382,8 +379,8 @@ void dbx_local_exec_result_cleanup(dbx_local_exec_result *r) {
   memset(r, 0, sizeof *r);
 }
 
-/* Run a host tool (cp, git clone, rm) with the caller's environment minus
- * nothing secret-sensitive beyond what git needs; output goes to errmsg. */
+/* Run a host tool (cp, git clone, rm) outside the sandbox with a fixed small
+ * environment (no caller secrets, no git prompts); stderr goes to errmsg. */
 static dbx_err run_host(const dbx_local *d, char *const *argv, const char *what) {
   static char *const envp[] = {"PATH=" SAFE_PATH, "LANG=C.UTF-8", "GIT_TERMINAL_PROMPT=0",
                                "GIT_CONFIG_NOSYSTEM=1", "HOME=/nonexistent", NULL};
