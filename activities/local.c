@@ -1,0 +1,1276 @@
+/* The local sandbox driver (see local.h for the contract and layout).
+ *
+ * Design: a sandbox is a folder; its lifecycle state is two small files in
+ * meta/ written atomically (temp + fsync + rename), and `meta/source` is
+ * written last, so its presence marks a complete create. Lifecycle changes of
+ * one id hold an flock on locks/<id>. Child processes are started with
+ * posix_spawn (no code of ours runs between fork and exec, so gRPC threads in
+ * the caller are harmless), each in its own process group; the parent polls
+ * both pipes and a pidfd, notices the shell's exit with waitid(WNOWAIT) (so
+ * the group id cannot be reused), kills what is left of the group, drains the
+ * pipes and only then reaps. File paths are resolved with openat2
+ * RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS from the workspace root, so the
+ * kernel refuses escapes at open time (no check-then-use gap); where openat2
+ * is missing, a component walk with O_NOFOLLOW refuses every symlink.
+ * Threading: the handle is immutable after setup; error text is kept per
+ * thread (see dbx_local_errmsg). */
+#define _GNU_SOURCE
+#include "activities/local.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <linux/openat2.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/util.h"
+
+#define DEFAULT_CAP_BYTES ((size_t)1 << 20)
+#define DEFAULT_READ_MAX ((size_t)64 << 20)
+#define KILL_GRACE_MS 1000
+#define ARGV_INLINE_MAX 65536 /* longer commands go through a script file */
+#define SAFE_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+struct dbx_local {
+  char *home;
+  char *bwrap; /* path of a usable bwrap, or NULL */
+  int use_bwrap;
+};
+
+static _Thread_local struct {
+  const dbx_local *owner;
+  char msg[1024];
+} tl_err;
+
+__attribute__((format(printf, 3, 4))) static dbx_err fail(const dbx_local *d, dbx_err e,
+                                                          const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(tl_err.msg, sizeof tl_err.msg, fmt, ap);
+  va_end(ap);
+  tl_err.owner = d;
+  return e;
+}
+
+const char *dbx_local_errmsg(const dbx_local *d) {
+  return (d != NULL && tl_err.owner == d) ? tl_err.msg : "";
+}
+
+/* ---- small helpers ---- */
+
+static int valid_name(const char *s) {
+  size_t n = s ? strlen(s) : 0;
+  if (n == 0 || n > 128 || s[0] == '.') return 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+          c == '.' || c == '_' || c == '-'))
+      return 0;
+  }
+  return 1;
+}
+
+static int mkdir_p(const char *path) {
+  char *p = dbx_strdup(path);
+  if (p == NULL) return -1;
+  for (char *s = p + 1; *s; s++) {
+    if (*s != '/') continue;
+    *s = '\0';
+    if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+      free(p);
+      return -1;
+    }
+    *s = '/';
+  }
+  int rc = (mkdir(p, 0755) != 0 && errno != EEXIST) ? -1 : 0;
+  free(p);
+  return rc;
+}
+
+static int fsync_path(const char *path) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  int rc = fsync(fd);
+  close(fd);
+  return rc;
+}
+
+static unsigned long long unique_suffix(void) {
+  static _Atomic unsigned long long counter;
+  return ((unsigned long long)dbx_mono_ns() << 12) ^ (unsigned long long)getpid() ^
+         (++counter * 0x9E3779B97F4A7C15ull);
+}
+
+/* Write data to dirfd/name atomically: temp file, fsync, rename, fsync dir. */
+static int write_atomic(int dirfd, const char *name, const void *data, size_t len) {
+  char tmp[NAME_MAX + 1];
+  int fd = -1;
+  for (int tries = 0; fd < 0 && tries < 8; tries++) {
+    snprintf(tmp, sizeof tmp, ".dbx-tmp-%llx", unique_suffix());
+    fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0 && errno != EEXIST) return -1;
+  }
+  if (fd < 0) return -1;
+  const char *p = data;
+  size_t left = len;
+  while (left > 0) {
+    ssize_t w = write(fd, p, left);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) goto bad;
+    p += w;
+    left -= (size_t)w;
+  }
+  if (fsync(fd) != 0) goto bad;
+  if (close(fd) != 0) {
+    fd = -1;
+    goto bad;
+  }
+  fd = -1;
+  if (renameat(dirfd, tmp, dirfd, name) != 0) goto bad;
+  fsync(dirfd);
+  return 0;
+bad:;
+  int saved = errno;
+  if (fd >= 0) close(fd);
+  unlinkat(dirfd, tmp, 0);
+  errno = saved;
+  return -1;
+}
+
+/* Read a small whole file; NULL if missing. Free with free(). */
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rbe");
+  if (f == NULL) return NULL;
+  size_t cap = 256, len = 0;
+  char *buf = malloc(cap);
+  while (buf != NULL) {
+    size_t n = fread(buf + len, 1, cap - len - 1, f);
+    len += n;
+    if (n == 0) break;
+    if (len + 1 == cap) {
+      char *nb = realloc(buf, cap * 2);
+      if (nb == NULL) {
+        free(buf);
+        buf = NULL;
+        break;
+      }
+      buf = nb;
+      cap *= 2;
+    }
+  }
+  fclose(f);
+  if (buf) buf[len] = '\0';
+  return buf;
+}
+
+static int write_small(const char *dir, const char *name, const char *text) {
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return -1;
+  int rc = write_atomic(dfd, name, text, strlen(text));
+  close(dfd);
+  return rc;
+}
+
+/* ---- process runner ---- */
+
+typedef struct {
+  uint8_t *buf;
+  size_t len, cap;
+  uint64_t total;
+} capture;
+
+static int capture_read(int fd, capture *c) {
+  /* Returns 1 while open, 0 at EOF. Reads until EAGAIN. */
+  char chunk[65536];
+  for (;;) {
+    ssize_t n = read(fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno == EAGAIN ? 1 : 0;
+    if (n == 0) return 0;
+    c->total += (uint64_t)n;
+    size_t keep = c->cap > c->len ? c->cap - c->len : 0;
+    if (keep > (size_t)n) keep = (size_t)n;
+    if (keep > 0) {
+      memcpy(c->buf + c->len, chunk, keep);
+      c->len += keep;
+    }
+  }
+}
+
+typedef struct {
+  char *const *argv; /* argv[0] searched in the parent's PATH */
+  char *const *envp;
+  int cwd_fd; /* -1: inherit */
+  int64_t timeout_ms;
+  size_t cap[2];
+} run_spec;
+
+static void set_sigdefaults(posix_spawnattr_t *attr) {
+  sigset_t all, none;
+  sigemptyset(&none);
+  sigemptyset(&all);
+  for (int s = 1; s < 32; s++)
+    if (s != SIGKILL && s != SIGSTOP) sigaddset(&all, s);
+  posix_spawnattr_setsigmask(attr, &none);
+  posix_spawnattr_setsigdefault(attr, &all);
+  posix_spawnattr_setpgroup(attr, 0);
+  posix_spawnattr_setflags(attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+                                     POSIX_SPAWN_SETSIGDEF);
+}
+
+static dbx_err run_proc(const dbx_local *d, const run_spec *s, dbx_local_exec_result *r) {
+  dbx_err rc = DBX_OK;
+  int outp[2] = {-1, -1}, errp[2] = {-1, -1}, pidfd = -1;
+  capture cap[2] = {{0}, {0}};
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  int fa_ok = 0, attr_ok = 0;
+  pid_t pid = -1;
+  int64_t start = dbx_mono_ns();
+
+  memset(r, 0, sizeof *r);
+  for (int i = 0; i < 2; i++) {
+    cap[i].cap = s->cap[i];
+    cap[i].buf = malloc(s->cap[i] + 1);
+    if (cap[i].buf == NULL) {
+      rc = fail(d, DBX_ENOMEM, "out of memory for output buffers");
+      goto out;
+    }
+  }
+  if (pipe2(outp, O_CLOEXEC) != 0 || pipe2(errp, O_CLOEXEC) != 0) {
+    rc = fail(d, DBX_EIO, "pipe: %s", strerror(errno));
+    goto out;
+  }
+  if (posix_spawn_file_actions_init(&fa) != 0) {
+    rc = fail(d, DBX_ENOMEM, "posix_spawn_file_actions_init failed");
+    goto out;
+  }
+  fa_ok = 1;
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, outp[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, errp[1], 2);
+  if (s->cwd_fd >= 0) posix_spawn_file_actions_addfchdir_np(&fa, s->cwd_fd);
+  if (posix_spawnattr_init(&attr) != 0) {
+    rc = fail(d, DBX_ENOMEM, "posix_spawnattr_init failed");
+    goto out;
+  }
+  attr_ok = 1;
+  set_sigdefaults(&attr);
+  int e = posix_spawnp(&pid, s->argv[0], &fa, &attr, s->argv, s->envp);
+  if (e != 0) {
+    pid = -1;
+    rc = fail(d, DBX_EIO, "cannot start %s: %s", s->argv[0], strerror(e));
+    goto out;
+  }
+  close(outp[1]);
+  close(errp[1]);
+  outp[1] = errp[1] = -1;
+  fcntl(outp[0], F_SETFL, O_NONBLOCK);
+  fcntl(errp[0], F_SETFL, O_NONBLOCK);
+  pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+
+  int open_[2] = {1, 1};
+  int fds[2] = {outp[0], errp[0]};
+  int phase = 0; /* 0 running, 1 SIGTERM sent, 2 SIGKILL sent */
+  int64_t deadline = s->timeout_ms > 0 ? start + s->timeout_ms * 1000000 : 0;
+  int64_t kill_at = 0;
+  for (;;) {
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid)
+      break; /* the shell is a zombie: its pid (= group id) stays reserved */
+    int64_t now = dbx_mono_ns();
+    if (deadline && phase == 0 && now >= deadline) {
+      killpg(pid, SIGTERM);
+      r->timed_out = 1;
+      phase = 1;
+      kill_at = now + (int64_t)KILL_GRACE_MS * 1000000;
+    }
+    if (phase == 1 && now >= kill_at) {
+      killpg(pid, SIGKILL);
+      phase = 2;
+    }
+    int64_t wait_ns = -1;
+    if (phase == 0 && deadline) wait_ns = deadline - now;
+    if (phase == 1) wait_ns = kill_at - now;
+    if (pidfd < 0 && (wait_ns < 0 || wait_ns > 50000000)) wait_ns = 50000000;
+    int timeout = wait_ns < 0 ? -1 : (int)(wait_ns / 1000000) + 1;
+    struct pollfd pf[3];
+    int n = 0, idx[2] = {-1, -1};
+    for (int i = 0; i < 2; i++)
+      if (open_[i]) {
+        idx[i] = n;
+        pf[n++] = (struct pollfd){.fd = fds[i], .events = POLLIN};
+      }
+    if (pidfd >= 0) {
+      pf[n++] = (struct pollfd){.fd = pidfd, .events = POLLIN};
+    }
+    int pr = poll(pf, (nfds_t)n, timeout);
+    if (pr < 0 && errno != EINTR) {
+      rc = fail(d, DBX_EIO, "poll: %s", strerror(errno));
+      killpg(pid, SIGKILL);
+      break;
+    }
+    for (int i = 0; pr > 0 && i < 2; i++)
+      if (idx[i] >= 0 && (pf[idx[i]].revents & (POLLIN | POLLHUP | POLLERR)))
+        open_[i] = capture_read(fds[i], &cap[i]);
+  }
+  /* The shell has exited: stop the rest of its group, take what the pipes
+   * hold, then reap. */
+  killpg(pid, SIGKILL);
+  for (int i = 0; i < 2; i++)
+    if (open_[i]) capture_read(fds[i], &cap[i]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  pid = -1;
+  if (rc != DBX_OK) goto out;
+  if (WIFEXITED(status)) {
+    r->exit_code = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    r->signal = WTERMSIG(status);
+    r->exit_code = 128 + r->signal;
+  }
+  r->duration_ms = (dbx_mono_ns() - start) / 1000000;
+  for (int i = 0; i < 2; i++) cap[i].buf[cap[i].len] = '\0';
+  r->stdout_buf = cap[0].buf;
+  r->stdout_len = cap[0].len;
+  r->stdout_total = cap[0].total;
+  r->stdout_truncated = cap[0].total > cap[0].len;
+  r->stderr_buf = cap[1].buf;
+  r->stderr_len = cap[1].len;
+  r->stderr_total = cap[1].total;
+  r->stderr_truncated = cap[1].total > cap[1].len;
+  cap[0].buf = cap[1].buf = NULL;
+out:
+  if (pid > 0) { /* only on an internal failure after spawn */
+    killpg(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+  }
+  for (int i = 0; i < 2; i++) {
+    if (outp[i] >= 0) close(outp[i]);
+    if (errp[i] >= 0) close(errp[i]);
+    free(cap[i].buf);
+  }
+  if (pidfd >= 0) close(pidfd);
+  if (fa_ok) posix_spawn_file_actions_destroy(&fa);
+  if (attr_ok) posix_spawnattr_destroy(&attr);
+  return rc;
+}
+
+void dbx_local_exec_result_cleanup(dbx_local_exec_result *r) {
+  if (r == NULL) return;
+  free(r->stdout_buf);
+  free(r->stderr_buf);
+  memset(r, 0, sizeof *r);
+}
+
+/* Run a host tool (cp, git clone, rm) outside the sandbox with a fixed small
+ * environment (no caller secrets, no git prompts); stderr goes to errmsg. */
+static dbx_err run_host(const dbx_local *d, char *const *argv, const char *what) {
+  static char *const envp[] = {"PATH=" SAFE_PATH, "LANG=C.UTF-8", "GIT_TERMINAL_PROMPT=0",
+                               "GIT_CONFIG_NOSYSTEM=1", "HOME=/nonexistent", NULL};
+  run_spec s = {.argv = argv, .envp = envp, .cwd_fd = -1, .cap = {4096, 4096}};
+  dbx_local_exec_result r;
+  dbx_err rc = run_proc(d, &s, &r);
+  if (rc != DBX_OK) return rc;
+  if (r.exit_code != 0)
+    rc = fail(d, DBX_EIO, "%s failed (exit %d): %.600s", what, r.exit_code,
+              (const char *)r.stderr_buf);
+  dbx_local_exec_result_cleanup(&r);
+  return rc;
+}
+
+static dbx_err rmrf(const dbx_local *d, const char *path) {
+  char *argv[] = {"rm", "-rf", "--", (char *)path, NULL};
+  return run_host(d, argv, "rm -rf");
+}
+
+/* ---- open / close ---- */
+
+static char *bwrap_find(void) {
+  static const char *cands[] = {"/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"};
+  for (size_t i = 0; i < sizeof cands / sizeof cands[0]; i++)
+    if (access(cands[i], X_OK) == 0) return dbx_strdup(cands[i]);
+  return NULL;
+}
+
+dbx_err dbx_local_open(const char *home, dbx_local **out) {
+  dbx_err rc = DBX_OK;
+  dbx_local *d = NULL;
+  *out = NULL;
+  d = calloc(1, sizeof *d);
+  if (d == NULL) return DBX_ENOMEM;
+  if (home == NULL || *home == '\0') home = getenv("DURABOX_HOME");
+  if (home != NULL && *home != '\0') {
+    d->home = dbx_strdup(home);
+  } else {
+    const char *h = getenv("HOME");
+    if (h == NULL || *h != '/') {
+      rc = fail(NULL, DBX_EINVAL, "no DURABOX_HOME and no HOME");
+      goto out;
+    }
+    d->home = dbx_asprintf("%s/.local/share/durabox", h);
+  }
+  if (d->home == NULL) {
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  if (d->home[0] != '/') { /* bind mounts and HOME need an absolute path */
+    char *abs = realpath(d->home, NULL);
+    if (abs == NULL && mkdir_p(d->home) == 0) abs = realpath(d->home, NULL);
+    if (abs == NULL) {
+      rc = fail(NULL, DBX_EIO, "cannot resolve home '%s': %s", d->home, strerror(errno));
+      goto out;
+    }
+    free(d->home);
+    d->home = abs;
+  }
+  static const char *subs[] = {"", "/sandboxes", "/snapshots", "/locks", "/trash"};
+  for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+    char *p = dbx_asprintf("%s%s", d->home, subs[i]);
+    int ok = p != NULL && mkdir_p(p) == 0;
+    free(p);
+    if (!ok) {
+      rc = fail(NULL, DBX_EIO, "cannot create '%s%s': %s", d->home, subs[i], strerror(errno));
+      goto out;
+    }
+  }
+  d->bwrap = bwrap_find();
+  if (d->bwrap != NULL) {
+    /* Probe with the same kinds of mounts exec uses. */
+    char *argv[] = {d->bwrap, "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev",
+                    "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", d->home,
+                    "--", "/bin/true", NULL};
+    static char *const envp[] = {"PATH=" SAFE_PATH, NULL};
+    run_spec s = {.argv = argv, .envp = envp, .cwd_fd = -1, .timeout_ms = 10000,
+                  .cap = {1024, 1024}};
+    dbx_local_exec_result r;
+    if (run_proc(d, &s, &r) == DBX_OK && r.exit_code == 0 && !r.timed_out) {
+      d->use_bwrap = 1;
+    } else {
+      DBX_INFO("local", "bwrap unusable here, running commands plainly: %.200s",
+               r.stderr_buf ? (const char *)r.stderr_buf : "");
+      free(d->bwrap);
+      d->bwrap = NULL;
+    }
+    dbx_local_exec_result_cleanup(&r);
+  }
+  tl_err.owner = NULL;
+out:
+  if (rc != DBX_OK) {
+    dbx_local_close(d);
+    return rc;
+  }
+  *out = d;
+  return DBX_OK;
+}
+
+void dbx_local_close(dbx_local *d) {
+  if (d == NULL) return;
+  if (tl_err.owner == d) tl_err.owner = NULL;
+  free(d->home);
+  free(d->bwrap);
+  free(d);
+}
+
+int dbx_local_bwrap_enabled(const dbx_local *d) { return d->use_bwrap; }
+
+dbx_err dbx_local_bwrap_set(dbx_local *d, int on) {
+  if (on && d->bwrap == NULL) return fail(d, DBX_EUNSUPPORTED, "bwrap is not usable here");
+  d->use_bwrap = on ? 1 : 0;
+  return DBX_OK;
+}
+
+/* ---- sandbox lifecycle ---- */
+
+static char *sb_dir(const dbx_local *d, const char *id) {
+  return dbx_asprintf("%s/sandboxes/%s", d->home, id);
+}
+
+char *dbx_local_sandbox_path(const dbx_local *d, const char *id) {
+  return valid_name(id) ? dbx_asprintf("%s/sandboxes/%s/workspace", d->home, id) : NULL;
+}
+
+/* flock on locks/<id>; returns the fd (close to unlock) or -1. */
+static int lock_id(const dbx_local *d, const char *id) {
+  char *p = dbx_asprintf("%s/locks/%s", d->home, id);
+  if (p == NULL) return -1;
+  int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  free(p);
+  if (fd < 0) return -1;
+  while (flock(fd, LOCK_EX) != 0) {
+    if (errno != EINTR) {
+      close(fd);
+      return -1;
+    }
+  }
+  return fd;
+}
+
+static char *source_text(const dbx_local_source *src) {
+  static const char *kinds[] = {"empty", "dir", "git", "snapshot"};
+  return dbx_asprintf("%s\n%s\n%s\n", kinds[src->kind],
+                      src->kind == DBX_LOCAL_SOURCE_EMPTY ? "" : src->location,
+                      src->kind == DBX_LOCAL_SOURCE_GIT && src->ref ? src->ref : "");
+}
+
+static int is_dir(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+dbx_err dbx_local_sandbox_create(dbx_local *d, const char *id, const dbx_local_source *src,
+                                 int *adopted) {
+  dbx_err rc = DBX_OK;
+  int lockfd = -1;
+  char *dir = NULL, *meta = NULL, *srcfile = NULL, *want = NULL, *have = NULL, *tmp = NULL,
+       *ws = NULL, *from = NULL;
+  if (adopted) *adopted = 0;
+  if (!valid_name(id)) return fail(d, DBX_EINVAL, "invalid sandbox id '%s'", id ? id : "(null)");
+  if (src == NULL || src->kind > DBX_LOCAL_SOURCE_SNAPSHOT ||
+      (src->kind != DBX_LOCAL_SOURCE_EMPTY && (src->location == NULL || !*src->location)))
+    return fail(d, DBX_EINVAL, "sandbox '%s': source needs a location", id);
+  if (src->kind == DBX_LOCAL_SOURCE_SNAPSHOT && !valid_name(src->location))
+    return fail(d, DBX_EINVAL, "invalid snapshot ref '%s'", src->location);
+  dir = sb_dir(d, id);
+  meta = dbx_asprintf("%s/sandboxes/%s/meta", d->home, id);
+  srcfile = dbx_asprintf("%s/sandboxes/%s/meta/source", d->home, id);
+  want = source_text(src);
+  tmp = dbx_asprintf("%s/sandboxes/%s/workspace.tmp", d->home, id);
+  ws = dbx_local_sandbox_path(d, id);
+  if (!dir || !meta || !srcfile || !want || !tmp || !ws) {
+    rc = fail(d, DBX_ENOMEM, "out of memory");
+    goto out;
+  }
+  lockfd = lock_id(d, id);
+  if (lockfd < 0) {
+    rc = fail(d, DBX_EIO, "cannot lock sandbox '%s': %s", id, strerror(errno));
+    goto out;
+  }
+  have = slurp(srcfile);
+  if (have != NULL) {
+    if (strcmp(have, want) == 0) {
+      if (adopted) *adopted = 1;
+    } else {
+      rc = fail(d, DBX_EEXIST, "sandbox '%s' exists with another source", id);
+    }
+    goto out;
+  }
+  /* Nothing, or a partial create: start over. */
+  if (access(dir, F_OK) == 0 && (rc = rmrf(d, dir)) != DBX_OK) goto out;
+  if (mkdir_p(meta) != 0) {
+    rc = fail(d, DBX_EIO, "cannot create '%s': %s", meta, strerror(errno));
+    goto out;
+  }
+  switch (src->kind) {
+  case DBX_LOCAL_SOURCE_EMPTY:
+    if (mkdir(tmp, 0755) != 0) rc = fail(d, DBX_EIO, "mkdir '%s': %s", tmp, strerror(errno));
+    break;
+  case DBX_LOCAL_SOURCE_DIR:
+  case DBX_LOCAL_SOURCE_SNAPSHOT:
+    from = src->kind == DBX_LOCAL_SOURCE_DIR
+               ? dbx_asprintf("%s/.", src->location)
+               : dbx_asprintf("%s/snapshots/%s/.", d->home, src->location);
+    if (from == NULL) {
+      rc = DBX_ENOMEM;
+      break;
+    }
+    if (!is_dir(from)) {
+      rc = fail(d, DBX_ENOTFOUND, "%s '%s' not found",
+                src->kind == DBX_LOCAL_SOURCE_DIR ? "source directory" : "snapshot",
+                src->location);
+      break;
+    }
+    if (mkdir(tmp, 0755) != 0) {
+      rc = fail(d, DBX_EIO, "mkdir '%s': %s", tmp, strerror(errno));
+      break;
+    }
+    {
+      char *argv[] = {"cp", "-a", "--reflink=auto", "--", from, tmp, NULL};
+      rc = run_host(d, argv, "copying the source");
+    }
+    break;
+  case DBX_LOCAL_SOURCE_GIT: {
+    /* workspace.tmp is fresh (the sandbox dir was cleared above). */
+    char *argv[] = {"git", "clone", "-q", "--", (char *)src->location, tmp, NULL};
+    rc = run_host(d, argv, "git clone");
+    if (rc == DBX_OK && src->ref && *src->ref) {
+      char *co[] = {"git", "-C", tmp, "-c", "advice.detachedHead=false", "checkout", "-q",
+                    (char *)src->ref, "--", NULL};
+      rc = run_host(d, co, "git checkout");
+    }
+    break;
+  }
+  }
+  if (rc != DBX_OK) goto out;
+  if (rename(tmp, ws) != 0) {
+    rc = fail(d, DBX_EIO, "rename '%s': %s", tmp, strerror(errno));
+    goto out;
+  }
+  if (write_small(meta, "state", "running\n") != 0 || write_small(meta, "source", want) != 0) {
+    rc = fail(d, DBX_EIO, "cannot write metadata of '%s': %s", id, strerror(errno));
+    goto out;
+  }
+  fsync_path(dir);
+out:
+  if (lockfd >= 0) close(lockfd);
+  free(dir);
+  free(meta);
+  free(srcfile);
+  free(want);
+  free(have);
+  free(tmp);
+  free(ws);
+  free(from);
+  return rc;
+}
+
+/* Check that id names a complete sandbox; with need_running, that it runs. */
+static dbx_err sb_check(const dbx_local *d, const char *id, int need_running) {
+  if (!valid_name(id)) return fail(d, DBX_EINVAL, "invalid sandbox id '%s'", id ? id : "(null)");
+  char *p = dbx_asprintf("%s/sandboxes/%s/meta/source", d->home, id);
+  char *st = dbx_asprintf("%s/sandboxes/%s/meta/state", d->home, id);
+  dbx_err rc = DBX_OK;
+  char *state = NULL;
+  if (p == NULL || st == NULL) {
+    rc = DBX_ENOMEM;
+  } else if (access(p, F_OK) != 0) {
+    rc = fail(d, DBX_ENOTFOUND, "sandbox '%s' not found", id);
+  } else if (need_running) {
+    state = slurp(st);
+    if (state == NULL || strcmp(state, "running\n") != 0)
+      rc = fail(d, DBX_ESTATE, "sandbox '%s' is stopped: start it first", id);
+  }
+  free(p);
+  free(st);
+  free(state);
+  return rc;
+}
+
+static dbx_err set_state(dbx_local *d, const char *id, const char *state) {
+  dbx_err rc = sb_check(d, id, 0);
+  if (rc != DBX_OK) return rc;
+  char *meta = dbx_asprintf("%s/sandboxes/%s/meta", d->home, id);
+  if (meta == NULL) return DBX_ENOMEM;
+  if (write_small(meta, "state", state) != 0)
+    rc = fail(d, DBX_EIO, "cannot write state of '%s': %s", id, strerror(errno));
+  free(meta);
+  return rc;
+}
+
+dbx_err dbx_local_sandbox_stop(dbx_local *d, const char *id) {
+  return set_state(d, id, "stopped\n");
+}
+
+dbx_err dbx_local_sandbox_start(dbx_local *d, const char *id) {
+  return set_state(d, id, "running\n");
+}
+
+/* Move path to trash/ (atomic disappearance) and remove it there. */
+static dbx_err remove_tree(dbx_local *d, const char *path, const char *what) {
+  if (access(path, F_OK) != 0) return DBX_OK;
+  char *t = dbx_asprintf("%s/trash/%s.%llx", d->home, what, unique_suffix());
+  if (t == NULL) return DBX_ENOMEM;
+  dbx_err rc = DBX_OK;
+  if (rename(path, t) != 0) {
+    if (errno != ENOENT) rc = fail(d, DBX_EIO, "cannot remove '%s': %s", path, strerror(errno));
+  } else {
+    rc = rmrf(d, t);
+  }
+  free(t);
+  return rc;
+}
+
+dbx_err dbx_local_sandbox_delete(dbx_local *d, const char *id) {
+  if (!valid_name(id)) return fail(d, DBX_EINVAL, "invalid sandbox id '%s'", id ? id : "(null)");
+  int lockfd = lock_id(d, id);
+  if (lockfd < 0) return fail(d, DBX_EIO, "cannot lock sandbox '%s': %s", id, strerror(errno));
+  char *dir = sb_dir(d, id);
+  dbx_err rc = dir ? remove_tree(d, dir, id) : DBX_ENOMEM;
+  free(dir);
+  close(lockfd);
+  return rc;
+}
+
+dbx_err dbx_local_snapshot_delete(dbx_local *d, const char *ref) {
+  if (!valid_name(ref)) return fail(d, DBX_EINVAL, "invalid snapshot ref '%s'", ref ? ref : "(null)");
+  char *dir = dbx_asprintf("%s/snapshots/%s", d->home, ref);
+  dbx_err rc = dir ? remove_tree(d, dir, ref) : DBX_ENOMEM;
+  free(dir);
+  return rc;
+}
+
+/* Tree shape for checkpoint verification: entries by type, bytes of files. */
+static _Thread_local struct {
+  uint64_t files, dirs, links, other, bytes;
+} tl_shape;
+
+static int shape_one(const char *p, const struct stat *st, int flag, struct FTW *f) {
+  (void)p;
+  (void)f;
+  if (flag == FTW_D || flag == FTW_DP) {
+    tl_shape.dirs++;
+  } else if (flag == FTW_SL || flag == FTW_SLN) {
+    tl_shape.links++;
+    tl_shape.bytes += (uint64_t)st->st_size;
+  } else if (flag == FTW_F && S_ISREG(st->st_mode)) {
+    tl_shape.files++;
+    tl_shape.bytes += (uint64_t)st->st_size;
+  } else if (flag == FTW_F) {
+    tl_shape.other++;
+  } else {
+    return 1; /* unreadable: fail the walk */
+  }
+  return 0;
+}
+
+static int tree_shape(const char *path, uint64_t out[5]) {
+  memset(&tl_shape, 0, sizeof tl_shape);
+  if (nftw(path, shape_one, 32, FTW_PHYS) != 0) return -1;
+  out[0] = tl_shape.files;
+  out[1] = tl_shape.dirs;
+  out[2] = tl_shape.links;
+  out[3] = tl_shape.other;
+  out[4] = tl_shape.bytes;
+  return 0;
+}
+
+dbx_err dbx_local_sandbox_checkpoint(dbx_local *d, const char *id, const char *name,
+                                     char **ref_out) {
+  dbx_err rc = DBX_OK;
+  char *snap = NULL, *tmp = NULL, *ws = NULL, *from = NULL;
+  int lockfd = -1;
+  *ref_out = NULL;
+  if (!valid_name(name)) return fail(d, DBX_EINVAL, "invalid snapshot name '%s'", name ? name : "(null)");
+  rc = sb_check(d, id, 0);
+  if (rc != DBX_OK) return rc;
+  snap = dbx_asprintf("%s/snapshots/%s", d->home, name);
+  tmp = dbx_asprintf("%s/snapshots/.tmp-%s-%llx", d->home, name, unique_suffix());
+  ws = dbx_local_sandbox_path(d, id);
+  from = dbx_asprintf("%s/.", ws ? ws : "");
+  if (!snap || !tmp || !ws || !from) {
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  lockfd = lock_id(d, id);
+  if (lockfd < 0) {
+    rc = fail(d, DBX_EIO, "cannot lock sandbox '%s': %s", id, strerror(errno));
+    goto out;
+  }
+  if (!is_dir(snap)) {
+    if (mkdir(tmp, 0755) != 0) {
+      rc = fail(d, DBX_EIO, "mkdir '%s': %s", tmp, strerror(errno));
+      goto out;
+    }
+    char *argv[] = {"cp", "-a", "--reflink=auto", "--", from, tmp, NULL};
+    rc = run_host(d, argv, "copying the workspace");
+    if (rc != DBX_OK) goto out;
+    uint64_t a[5], b[5];
+    if (tree_shape(ws, a) != 0 || tree_shape(tmp, b) != 0 || memcmp(a, b, sizeof a) != 0) {
+      rc = fail(d, DBX_EIO, "checkpoint '%s' of sandbox '%s' does not match the workspace "
+                "(changed during the copy?)", name, id);
+      goto out;
+    }
+    if (rename(tmp, snap) != 0) {
+      if (!is_dir(snap)) { /* else another process made it first */
+        rc = fail(d, DBX_EIO, "rename '%s': %s", tmp, strerror(errno));
+        goto out;
+      }
+    }
+    char *sd = dbx_asprintf("%s/snapshots", d->home);
+    if (sd) fsync_path(sd);
+    free(sd);
+  }
+  *ref_out = dbx_strdup(name);
+  if (*ref_out == NULL) rc = DBX_ENOMEM;
+out:
+  if (tmp && access(tmp, F_OK) == 0) rmrf(d, tmp);
+  if (lockfd >= 0) close(lockfd);
+  free(snap);
+  free(tmp);
+  free(ws);
+  free(from);
+  return rc;
+}
+
+/* ---- paths inside the workspace ---- */
+
+/* Refuse what can be refused by looking at the text. */
+static dbx_err path_check(const dbx_local *d, const char *path, int allow_empty) {
+  if (path == NULL || (*path == '\0' && !allow_empty))
+    return fail(d, DBX_EINVAL, "empty path");
+  if (path[0] == '/') return fail(d, DBX_EINVAL, "path '%s' is absolute: paths are relative to the workspace", path);
+  for (const char *p = path; *p;) {
+    const char *e = strchr(p, '/');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    if (n == 2 && p[0] == '.' && p[1] == '.')
+      return fail(d, DBX_EINVAL, "path '%s' contains '..': it would leave the workspace", path);
+    p += n;
+    if (*p == '/') p++;
+  }
+  return DBX_OK;
+}
+
+/* Without openat2 (old kernels, valgrind, seccomp): walk the path one
+ * component at a time with O_NOFOLLOW, refusing every symlink (stricter). */
+static int walk_nofollow(int dirfd, const char *path, int flags, mode_t mode) {
+  char *copy = dbx_strdup(path);
+  if (copy == NULL) {
+    errno = ENOMEM;
+    return -1;
+  }
+  int cur = dup(dirfd), fd = -1;
+  char *save = NULL, *comp = strtok_r(copy, "/", &save);
+  while (cur >= 0) {
+    while (comp != NULL && strcmp(comp, ".") == 0) comp = strtok_r(NULL, "/", &save);
+    if (comp == NULL) { /* path was the root itself */
+      fd = openat(cur, ".", (flags & ~O_CREAT) | O_CLOEXEC);
+      break;
+    }
+    char *next = strtok_r(NULL, "/", &save);
+    while (next != NULL && strcmp(next, ".") == 0) next = strtok_r(NULL, "/", &save);
+    struct stat st;
+    if (fstatat(cur, comp, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) {
+      errno = ELOOP;
+      break;
+    }
+    if (next == NULL) {
+      fd = openat(cur, comp, flags | O_NOFOLLOW | O_CLOEXEC, mode);
+      break;
+    }
+    int nfd = openat(cur, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (nfd < 0) break;
+    close(cur);
+    cur = nfd;
+    comp = next;
+  }
+  int saved = errno;
+  if (cur >= 0) close(cur);
+  free(copy);
+  errno = saved;
+  return fd;
+}
+
+static _Atomic int no_openat2;
+
+static int openat2_beneath(int dirfd, const char *path, int flags, mode_t mode) {
+  if (no_openat2) return walk_nofollow(dirfd, path, flags, mode);
+  struct open_how how;
+  memset(&how, 0, sizeof how);
+  how.flags = (uint64_t)(flags | O_CLOEXEC);
+  how.mode = (flags & O_CREAT) ? mode : 0;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
+  long fd;
+  do {
+    fd = syscall(SYS_openat2, dirfd, path, &how, sizeof how);
+  } while (fd < 0 && errno == EAGAIN);
+  if (fd < 0 && errno == ENOSYS) {
+    no_openat2 = 1;
+    return walk_nofollow(dirfd, path, flags, mode);
+  }
+  return (int)fd;
+}
+
+static dbx_err open_err(const dbx_local *d, const char *path, int err) {
+  if (err == EXDEV || err == ELOOP)
+    return fail(d, DBX_EINVAL, "path '%s' leads outside the workspace (symlink)", path);
+  if (err == ENOENT) return fail(d, DBX_ENOTFOUND, "path '%s' not found", path);
+  if (err == ENOTDIR) return fail(d, DBX_EINVAL, "path '%s': a component is not a directory", path);
+  return fail(d, DBX_EIO, "path '%s': %s", path, strerror(err));
+}
+
+/* Open the workspace root of a running sandbox. */
+static dbx_err open_root(const dbx_local *d, const char *id, int need_running, int *fd) {
+  dbx_err rc = sb_check(d, id, need_running);
+  if (rc != DBX_OK) return rc;
+  char *ws = dbx_local_sandbox_path(d, id);
+  if (ws == NULL) return DBX_ENOMEM;
+  *fd = open(ws, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (*fd < 0) rc = fail(d, DBX_EIO, "cannot open workspace of '%s': %s", id, strerror(errno));
+  free(ws);
+  return rc;
+}
+
+dbx_err dbx_local_file_read(dbx_local *d, const char *id, const char *path, size_t max_bytes,
+                            uint8_t **data, size_t *len) {
+  dbx_err rc;
+  int root = -1, fd = -1;
+  uint8_t *buf = NULL;
+  *data = NULL;
+  *len = 0;
+  if (max_bytes == 0) max_bytes = DEFAULT_READ_MAX;
+  if ((rc = path_check(d, path, 0)) != DBX_OK) return rc;
+  if ((rc = open_root(d, id, 1, &root)) != DBX_OK) return rc;
+  fd = openat2_beneath(root, path, O_RDONLY | O_NOCTTY | O_NONBLOCK, 0);
+  if (fd < 0) {
+    rc = open_err(d, path, errno);
+    goto out;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    rc = fail(d, DBX_EINVAL, "path '%s' is not a regular file", path);
+    goto out;
+  }
+  if ((uint64_t)st.st_size > max_bytes) {
+    rc = fail(d, DBX_EINVAL, "file '%s' has %lld bytes, more than the limit %zu", path,
+              (long long)st.st_size, max_bytes);
+    goto out;
+  }
+  size_t cap = (size_t)st.st_size + 1, n = 0;
+  buf = malloc(cap + 1);
+  if (buf == NULL) {
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  for (;;) { /* the file may grow while we read: read to EOF within the limit */
+    if (n == cap) {
+      if (cap > max_bytes) {
+        rc = fail(d, DBX_EINVAL, "file '%s' grew past the limit %zu", path, max_bytes);
+        goto out;
+      }
+      size_t ncap = cap * 2 > max_bytes + 1 ? max_bytes + 1 : cap * 2;
+      uint8_t *nb = realloc(buf, ncap + 1);
+      if (nb == NULL) {
+        rc = DBX_ENOMEM;
+        goto out;
+      }
+      buf = nb;
+      cap = ncap;
+    }
+    ssize_t r = read(fd, buf + n, cap - n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      rc = fail(d, DBX_EIO, "read '%s': %s", path, strerror(errno));
+      goto out;
+    }
+    if (r == 0) break;
+    n += (size_t)r;
+  }
+  buf[n] = '\0';
+  *data = buf;
+  *len = n;
+  buf = NULL;
+out:
+  free(buf);
+  if (fd >= 0) close(fd);
+  if (root >= 0) close(root);
+  return rc;
+}
+
+dbx_err dbx_local_file_write(dbx_local *d, const char *id, const char *path, const void *data,
+                             size_t len) {
+  dbx_err rc;
+  int root = -1, dfd = -1;
+  char *copy = NULL;
+  if ((rc = path_check(d, path, 0)) != DBX_OK) return rc;
+  if ((rc = open_root(d, id, 1, &root)) != DBX_OK) return rc;
+  copy = dbx_strdup(path);
+  if (copy == NULL) {
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  size_t n = strlen(copy);
+  while (n > 0 && copy[n - 1] == '/') copy[--n] = '\0';
+  char *slash = strrchr(copy, '/');
+  const char *base = slash ? slash + 1 : copy;
+  if (*base == '\0' || strcmp(base, ".") == 0) {
+    rc = fail(d, DBX_EINVAL, "path '%s' names no file", path);
+    goto out;
+  }
+  if (slash) {
+    *slash = '\0';
+    /* Create missing parents one level at a time, each opened beneath the
+     * root, so a symlinked parent cannot redirect the mkdir outside. */
+    for (char *s = copy;; s++) {
+      if (*s != '/' && *s != '\0') continue;
+      char c = *s;
+      *s = '\0';
+      int fd = openat2_beneath(root, copy, O_RDONLY | O_DIRECTORY, 0);
+      if (fd < 0 && errno == ENOENT) {
+        char *ls = strrchr(copy, '/');
+        int pfd = ls ? (*ls = '\0', openat2_beneath(root, copy, O_RDONLY | O_DIRECTORY, 0))
+                     : dup(root);
+        if (ls) *ls = '/';
+        if (pfd < 0) {
+          rc = open_err(d, path, errno);
+          goto out;
+        }
+        if (mkdirat(pfd, ls ? ls + 1 : copy, 0755) != 0 && errno != EEXIST) {
+          int e = errno;
+          close(pfd);
+          rc = fail(d, DBX_EIO, "cannot create folder for '%s': %s", path, strerror(e));
+          goto out;
+        }
+        close(pfd);
+        fd = openat2_beneath(root, copy, O_RDONLY | O_DIRECTORY, 0);
+      }
+      if (fd < 0) {
+        rc = open_err(d, path, errno);
+        goto out;
+      }
+      *s = c;
+      if (c == '\0') {
+        dfd = fd;
+        break;
+      }
+      close(fd);
+    }
+  } else {
+    dfd = dup(root);
+  }
+  if (dfd < 0) {
+    rc = fail(d, DBX_EIO, "path '%s': %s", path, strerror(errno));
+    goto out;
+  }
+  struct stat st;
+  if (fstatat(dfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
+    rc = fail(d, DBX_EINVAL, "path '%s' is a directory", path);
+    goto out;
+  }
+  /* rename replaces a symlink itself, never its target. */
+  if (write_atomic(dfd, base, data, len) != 0)
+    rc = fail(d, DBX_EIO, "cannot write '%s': %s", path, strerror(errno));
+out:
+  if (dfd >= 0) close(dfd);
+  if (root >= 0) close(root);
+  free(copy);
+  return rc;
+}
+
+/* ---- exec ---- */
+
+typedef struct {
+  char **v;
+  size_t n, cap;
+} strvec;
+
+static int sv_push(strvec *s, char *x) { /* takes x */
+  if (x == NULL) return -1;
+  if (s->n + 2 > s->cap) {
+    size_t nc = s->cap ? s->cap * 2 : 32;
+    char **nv = realloc(s->v, nc * sizeof *nv);
+    if (nv == NULL) {
+      free(x);
+      return -1;
+    }
+    s->v = nv;
+    s->cap = nc;
+  }
+  s->v[s->n++] = x;
+  s->v[s->n] = NULL;
+  return 0;
+}
+
+static void sv_free(strvec *s) {
+  for (size_t i = 0; i < s->n; i++) free(s->v[i]);
+  free(s->v);
+  memset(s, 0, sizeof *s);
+}
+
+static int sv_pushs(strvec *s, const char *x) { return sv_push(s, dbx_strdup(x)); }
+
+/* Build the environment: base, then declared entries replacing same names. */
+static dbx_err build_env(const dbx_local *d, const char *ws, const char *const *decl,
+                         strvec *env) {
+  if (sv_pushs(env, "PATH=" SAFE_PATH) || sv_push(env, dbx_asprintf("HOME=%s", ws)) ||
+      sv_pushs(env, "LANG=C.UTF-8") || sv_pushs(env, "TERM=dumb"))
+    return DBX_ENOMEM;
+  for (size_t i = 0; decl && decl[i]; i++) {
+    const char *eq = strchr(decl[i], '=');
+    if (eq == NULL || eq == decl[i])
+      return fail(d, DBX_EINVAL, "environment entry '%.100s' is not NAME=value", decl[i]);
+    size_t kl = (size_t)(eq - decl[i]) + 1;
+    size_t j = 0;
+    for (; j < env->n; j++)
+      if (strncmp(env->v[j], decl[i], kl) == 0) break;
+    if (j < env->n) {
+      char *x = dbx_strdup(decl[i]);
+      if (x == NULL) return DBX_ENOMEM;
+      free(env->v[j]);
+      env->v[j] = x;
+    } else if (sv_pushs(env, decl[i])) {
+      return DBX_ENOMEM;
+    }
+  }
+  return DBX_OK;
+}
+
+/* Run argv in sandbox id (bwrap or plain), cwd relative (checked), env built. */
+static dbx_err sandbox_run(dbx_local *d, const char *id, char *const *cmd, const char *script,
+                           const char *cwd, const char *const *decl_env, int64_t timeout_ms,
+                           size_t cap_out, size_t cap_err, dbx_local_exec_result *res) {
+  dbx_err rc;
+  int root = -1, cwdfd = -1;
+  char *ws = NULL, *abscwd = NULL;
+  strvec env = {0}, argv = {0};
+  memset(res, 0, sizeof *res);
+  if (cwd && *cwd && (rc = path_check(d, cwd, 0)) != DBX_OK) return rc;
+  if ((rc = open_root(d, id, 1, &root)) != DBX_OK) return rc;
+  ws = dbx_local_sandbox_path(d, id);
+  if (ws == NULL) {
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  if (cwd && *cwd) {
+    cwdfd = openat2_beneath(root, cwd, O_RDONLY | O_DIRECTORY, 0);
+    if (cwdfd < 0) {
+      rc = open_err(d, cwd, errno);
+      goto out;
+    }
+    abscwd = dbx_asprintf("%s/%s", ws, cwd);
+  } else {
+    cwdfd = dup(root);
+    abscwd = dbx_strdup(ws);
+  }
+  if (abscwd == NULL || cwdfd < 0) {
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  if ((rc = build_env(d, ws, decl_env, &env)) != DBX_OK) goto out;
+  if (d->use_bwrap) {
+    const char *pre[] = {d->bwrap, "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev",
+                         "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", d->home,
+                         "--bind", ws, ws};
+    for (size_t i = 0; i < sizeof pre / sizeof pre[0]; i++)
+      if (sv_pushs(&argv, pre[i])) goto oom;
+    if (script && (sv_pushs(&argv, "--ro-bind") || sv_pushs(&argv, script) ||
+                   sv_pushs(&argv, script)))
+      goto oom;
+    if (sv_pushs(&argv, "--chdir") || sv_pushs(&argv, abscwd) || sv_pushs(&argv, "--"))
+      goto oom;
+  }
+  for (size_t i = 0; cmd[i]; i++)
+    if (sv_pushs(&argv, cmd[i])) goto oom;
+  run_spec s = {.argv = argv.v, .envp = env.v, .cwd_fd = cwdfd, .timeout_ms = timeout_ms,
+                .cap = {cap_out ? cap_out : DEFAULT_CAP_BYTES, cap_err ? cap_err : DEFAULT_CAP_BYTES}};
+  rc = run_proc(d, &s, res);
+  goto out;
+oom:
+  rc = fail(d, DBX_ENOMEM, "out of memory");
+out:
+  sv_free(&env);
+  sv_free(&argv);
+  if (cwdfd >= 0) close(cwdfd);
+  if (root >= 0) close(root);
+  free(ws);
+  free(abscwd);
+  return rc;
+}
+
+dbx_err dbx_local_exec(dbx_local *d, const char *id, const dbx_local_exec_opts *opts,
+                       dbx_local_exec_result *res) {
+  dbx_err rc;
+  char *script = NULL;
+  memset(res, 0, sizeof *res);
+  if (opts == NULL || opts->command == NULL) return fail(d, DBX_EINVAL, "no command");
+  if ((rc = sb_check(d, id, 1)) != DBX_OK) return rc;
+  size_t clen = strlen(opts->command);
+  char *cmd[] = {"/bin/sh", "-c", (char *)opts->command, NULL};
+  if (clen > ARGV_INLINE_MAX) {
+    /* Too long for argv (the kernel caps one argument at 128 KiB): a script
+     * file in the sandbox's metadata folder. */
+    char *meta = dbx_asprintf("%s/sandboxes/%s/meta", d->home, id);
+    char name[64];
+    snprintf(name, sizeof name, "cmd-%llx.sh", unique_suffix());
+    int mfd = meta ? open(meta, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    int ok = mfd >= 0 && write_atomic(mfd, name, opts->command, clen) == 0;
+    if (mfd >= 0) close(mfd);
+    if (ok) script = dbx_asprintf("%s/%s", meta, name);
+    free(meta);
+    if (!ok || script == NULL) return fail(d, DBX_EIO, "cannot write the command script of '%s'", id);
+    cmd[1] = script;
+    cmd[2] = NULL;
+  }
+  rc = sandbox_run(d, id, cmd, script, opts->cwd, opts->env, opts->timeout_ms,
+                   opts->stdout_cap_bytes, opts->stderr_cap_bytes, res);
+  if (script) {
+    unlink(script);
+    free(script);
+  }
+  return rc;
+}
+
+/* ---- git ---- */
+
+dbx_err dbx_local_git_commit(dbx_local *d, const char *id, const char *message,
+                             const char *author, char **sha_out, int *nothing_to_commit) {
+  dbx_err rc;
+  char *name = NULL, *email = NULL, *e_an = NULL, *e_ae = NULL, *e_cn = NULL, *e_ce = NULL;
+  dbx_local_exec_result r = {0};
+  *sha_out = NULL;
+  *nothing_to_commit = 0;
+  if (message == NULL || author == NULL || *author == '\0')
+    return fail(d, DBX_EINVAL, "git commit needs a message and an author");
+  const char *lt = strchr(author, '<'), *gt = lt ? strchr(lt, '>') : NULL;
+  if (lt && gt) {
+    const char *ne = lt;
+    while (ne > author && ne[-1] == ' ') ne--;
+    name = dbx_strndup(author, (size_t)(ne - author));
+    email = dbx_strndup(lt + 1, (size_t)(gt - lt - 1));
+  } else {
+    name = dbx_strdup(author);
+    email = dbx_strdup("");
+  }
+  e_an = dbx_asprintf("GIT_AUTHOR_NAME=%s", name ? name : "");
+  e_ae = dbx_asprintf("GIT_AUTHOR_EMAIL=%s", email ? email : "");
+  e_cn = dbx_asprintf("GIT_COMMITTER_NAME=%s", name ? name : "");
+  e_ce = dbx_asprintf("GIT_COMMITTER_EMAIL=%s", email ? email : "");
+  if (!name || !email || !e_an || !e_ae || !e_cn || !e_ce) {
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  const char *env[] = {e_an, e_ae, e_cn, e_ce, "GIT_CONFIG_NOSYSTEM=1",
+                       "GIT_CONFIG_GLOBAL=/dev/null", "GIT_TERMINAL_PROMPT=0", NULL};
+#define GITC "git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", \
+             "-c", "commit.gpgsign=false"
+  char *add[] = {GITC, "add", "-A", NULL};
+  char *diff[] = {GITC, "diff", "--cached", "--quiet", NULL};
+  char *commit[] = {GITC, "commit", "-q", "--no-verify", "-m", (char *)message, NULL};
+  char *head[] = {GITC, "rev-parse", "HEAD", NULL};
+#undef GITC
+  char *const *steps[] = {add, diff, commit, head};
+  for (int i = 0; i < 4; i++) {
+    rc = sandbox_run(d, id, steps[i], NULL, NULL, env, 0, 4096, 4096, &r);
+    if (rc != DBX_OK) goto out;
+    if (i == 1 && r.exit_code == 0) {
+      *nothing_to_commit = 1;
+      goto out;
+    }
+    if (r.exit_code != 0 && !(i == 1 && r.exit_code == 1)) {
+      rc = fail(d, DBX_EIO, "git %s in sandbox '%s' failed (exit %d): %.600s", steps[i][7], id,
+                r.exit_code, (const char *)r.stderr_buf);
+      goto out;
+    }
+    if (i == 3) {
+      size_t n = r.stdout_len;
+      while (n > 0 && (r.stdout_buf[n - 1] == '\n' || r.stdout_buf[n - 1] == '\r')) n--;
+      *sha_out = dbx_strndup((const char *)r.stdout_buf, n);
+      if (*sha_out == NULL) rc = DBX_ENOMEM;
+    }
+    dbx_local_exec_result_cleanup(&r);
+  }
+out:
+  dbx_local_exec_result_cleanup(&r);
+  free(name);
+  free(email);
+  free(e_an);
+  free(e_ae);
+  free(e_cn);
+  free(e_ce);
+  return rc;
+}

@@ -1,0 +1,162 @@
+/* The local sandbox driver: sandboxes as directories and processes on this host.
+ *
+ * A driver handle (dbx_local) names a home directory ($DURABOX_HOME, default
+ * ~/.local/share/durabox). Under it:
+ *   sandboxes/<id>/workspace   the sandbox's files; commands run here
+ *   sandboxes/<id>/meta        state ("running"/"stopped"), source, scripts
+ *   snapshots/<name>           checkpoints (copies of a workspace)
+ *   locks/<id>, trash/         per-sandbox create/delete locks, deletions
+ * Sandbox ids and snapshot names are caller-chosen deterministic names:
+ * 1..128 characters of [A-Za-z0-9._-], not starting with '.'.
+ *
+ * Commands run with /bin/sh -c in a new process group, stdin /dev/null, a
+ * scrubbed environment, under bubblewrap when `bwrap` is installed and usable
+ * (probed once at open): / read-only, /tmp and the durabox home private, the
+ * workspace bound read-write at its own path, network shared.
+ *
+ * Errors: every call returns a dbx_err; on failure a message naming the
+ * sandbox/path is available from dbx_local_errmsg() on the same thread.
+ *
+ * Thread safety: after dbx_local_open (and dbx_local_bwrap_set, if used) the
+ * handle is read-only, so any number of threads may call functions on one
+ * handle at once, on distinct sandboxes. create/delete/checkpoint of the same
+ * id are serialised by a file lock (also across processes); exec and file
+ * calls on one sandbox may overlap, with no ordering between them; stop does
+ * not interrupt an exec already running. dbx_local_errmsg() reports the
+ * calling thread's last failure on that handle. */
+#ifndef DBX_ACTIVITIES_LOCAL_H
+#define DBX_ACTIVITIES_LOCAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+
+typedef struct dbx_local dbx_local;
+
+/* Open a driver over home (borrowed; NULL: $DURABOX_HOME, else
+ * $HOME/.local/share/durabox). Creates the home's folders and probes bwrap.
+ * *out: close with dbx_local_close(). Returns DBX_OK, DBX_EINVAL (no home
+ * could be determined), DBX_EIO (folders could not be made), DBX_ENOMEM. */
+dbx_err dbx_local_open(const char *home, dbx_local **out);
+/* Accepts NULL. */
+void dbx_local_close(dbx_local *d);
+/* Message of the calling thread's last failed call on d; "" if none. Valid
+ * until that thread's next call into this module. Never NULL. */
+const char *dbx_local_errmsg(const dbx_local *d);
+/* 1 if commands run under bubblewrap, else 0. */
+int dbx_local_bwrap_enabled(const dbx_local *d);
+/* Turn bubblewrap off (on = 0) or back on. Call before sharing the handle.
+ * Returns DBX_EUNSUPPORTED when on = 1 and the probe found bwrap unusable. */
+dbx_err dbx_local_bwrap_set(dbx_local *d, int on);
+
+typedef enum {
+  DBX_LOCAL_SOURCE_EMPTY = 0, /* an empty workspace */
+  DBX_LOCAL_SOURCE_DIR,       /* location: a host directory, copied */
+  DBX_LOCAL_SOURCE_GIT,       /* location: repository path or URL, cloned; ref: optional checkout */
+  DBX_LOCAL_SOURCE_SNAPSHOT   /* location: a ref from dbx_local_sandbox_checkpoint */
+} dbx_local_source_kind;
+
+typedef struct {
+  dbx_local_source_kind kind;
+  const char *location; /* borrowed; unused for EMPTY */
+  const char *ref;      /* GIT only: branch, tag or commit to check out; NULL: default */
+} dbx_local_source;
+
+/* Create sandbox id from src (running). Idempotent: if id exists with the
+ * same source, it is adopted (*adopted = 1, nothing changes); a partial
+ * sandbox left by an interrupted create is cleared and made again.
+ * adopted may be NULL. Returns DBX_OK, DBX_EINVAL (bad id or source),
+ * DBX_EEXIST (id exists with another source), DBX_ENOTFOUND (source dir or
+ * snapshot missing), DBX_EIO (copy or clone failed; message has git's words). */
+dbx_err dbx_local_sandbox_create(dbx_local *d, const char *id, const dbx_local_source *src,
+                                 int *adopted);
+/* Remove the sandbox and its workspace. A missing sandbox counts as done.
+ * Returns DBX_OK, DBX_EINVAL, DBX_EIO. */
+dbx_err dbx_local_sandbox_delete(dbx_local *d, const char *id);
+/* Record the sandbox as stopped / running (exec and file calls on a stopped
+ * sandbox answer DBX_ESTATE). Idempotent. Returns DBX_OK, DBX_ENOTFOUND,
+ * DBX_EINVAL, DBX_EIO. */
+dbx_err dbx_local_sandbox_stop(dbx_local *d, const char *id);
+dbx_err dbx_local_sandbox_start(dbx_local *d, const char *id);
+/* Absolute path of the sandbox's workspace (it need not exist). Free with
+ * free(); NULL on a bad id or OOM. */
+char *dbx_local_sandbox_path(const dbx_local *d, const char *id);
+
+/* Snapshot the workspace as `name` (a deterministic name, e.g. run + event
+ * id). The copy uses reflinks where the file system has them, else plain
+ * copies (never hard links: the workspace keeps changing). Success only once
+ * the copy is complete and its tree matches the workspace (entries, types,
+ * sizes). If `name` already exists it is returned unchanged (idempotent).
+ * *ref_out: the snapshot ref for DBX_LOCAL_SOURCE_SNAPSHOT; free with free().
+ * Returns DBX_OK, DBX_EINVAL, DBX_ENOTFOUND (no sandbox), DBX_EIO. Do not
+ * checkpoint while a command changes the workspace: verification would fail. */
+dbx_err dbx_local_sandbox_checkpoint(dbx_local *d, const char *id, const char *name,
+                                     char **ref_out);
+/* Remove a snapshot; a missing one counts as done. DBX_OK, DBX_EINVAL, DBX_EIO. */
+dbx_err dbx_local_snapshot_delete(dbx_local *d, const char *ref);
+
+typedef struct {
+  const char *command;     /* run by /bin/sh -c; any length (long ones go through a script file) */
+  const char *cwd;         /* relative to the workspace, checked like file paths; NULL: the root */
+  const char *const *env;  /* NULL-terminated "NAME=value" list added to the scrubbed base
+                            * (PATH, HOME=workspace, LANG=C.UTF-8, TERM=dumb); may override it */
+  int64_t timeout_ms;      /* 0: none. On expiry the group gets SIGTERM, then SIGKILL after 1 s */
+  size_t stdout_cap_bytes; /* bytes kept per stream; 0: 1 MiB */
+  size_t stderr_cap_bytes;
+} dbx_local_exec_opts;
+
+typedef struct {
+  int exit_code;          /* the shell's exit status; 128 + signal when killed by one */
+  int signal;             /* the signal that killed the shell, else 0 (always 0 under bwrap,
+                           * which reports a killed child as exit 128 + signal) */
+  int timed_out;          /* the timeout fired and the group was killed */
+  uint8_t *stdout_buf;    /* first stdout_len bytes of stdout, byte-exact, plus a NUL not counted */
+  size_t stdout_len;
+  uint64_t stdout_total;  /* all bytes the command wrote to stdout */
+  int stdout_truncated;   /* stdout_total > stdout_len */
+  uint8_t *stderr_buf;
+  size_t stderr_len;
+  uint64_t stderr_total;
+  int stderr_truncated;
+  int64_t duration_ms;
+} dbx_local_exec_result;
+
+/* Run opts->command in sandbox id and wait for the shell to exit (or the
+ * timeout). Process rule: when the shell exits, what its pipes hold is read
+ * and every process left in its group (backgrounded children) is killed with
+ * SIGKILL; a child that escaped the group with setsid is not tracked.
+ * *res: filled on DBX_OK (also on a timeout, with timed_out = 1 and the output
+ * produced so far); release with dbx_local_exec_result_cleanup().
+ * Returns DBX_OK (whatever the command's exit status), DBX_EINVAL (bad id,
+ * cwd or env entry), DBX_ENOTFOUND (no sandbox or cwd), DBX_ESTATE (stopped),
+ * DBX_EIO (spawn failed), DBX_ENOMEM. */
+dbx_err dbx_local_exec(dbx_local *d, const char *id, const dbx_local_exec_opts *opts,
+                       dbx_local_exec_result *res);
+/* Frees the buffers and zeroes *r; accepts a zeroed struct. */
+void dbx_local_exec_result_cleanup(dbx_local_exec_result *r);
+
+/* Read the regular file at path (relative to the workspace root). Paths that
+ * are absolute, contain "..", or pass through a symlink that leads outside
+ * the workspace are refused (DBX_EINVAL, message names the path).
+ * max_bytes: 0 means 64 MiB; a larger file is DBX_EINVAL.
+ * *data: malloc'd (plus a NUL not counted in *len); free with free().
+ * Returns DBX_OK, DBX_EINVAL, DBX_ENOTFOUND, DBX_ESTATE (stopped), DBX_EIO. */
+dbx_err dbx_local_file_read(dbx_local *d, const char *id, const char *path, size_t max_bytes,
+                            uint8_t **data, size_t *len);
+/* Replace the file at path with len bytes (mode 0644): a temp file in the
+ * same folder, fsync, rename over the target, fsync the folder. Missing
+ * parent folders are created. Same path rules and errors as read. */
+dbx_err dbx_local_file_write(dbx_local *d, const char *id, const char *path, const void *data,
+                             size_t len);
+
+/* git add -A and git commit in the workspace (a git repository), inside the
+ * sandbox, hooks off, with author and committer both set to author
+ * ("Name <email>", borrowed). *sha_out: the new commit's hex sha, free with
+ * free(). When there is nothing to commit: DBX_OK, *nothing_to_commit = 1 and
+ * *sha_out = NULL. Returns DBX_OK, DBX_EINVAL, DBX_ENOTFOUND, DBX_ESTATE,
+ * DBX_EIO (git failed; message has its stderr). */
+dbx_err dbx_local_git_commit(dbx_local *d, const char *id, const char *message,
+                             const char *author, char **sha_out, int *nothing_to_commit);
+
+#endif

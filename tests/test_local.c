@@ -1,0 +1,572 @@
+/* Unit tests of activities/local: real processes, real git, a temporary
+ * DURABOX_HOME per test. The whole suite runs plainly and, when bwrap works
+ * on this machine, a second time under bubblewrap. */
+#include "tests/testutil.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <time.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "activities/local.h"
+#include "base/util.h"
+
+static int g_bwrap; /* mode of the group being run */
+
+typedef struct {
+  char *home;
+  dbx_local *d;
+} fixture;
+
+static int setup(void **state) {
+  fixture *f = calloc(1, sizeof *f);
+  f->home = dbx_test_tmpdir("dbx-local");
+  assert_int_equal(dbx_local_open(f->home, &f->d), DBX_OK);
+  assert_int_equal(dbx_local_bwrap_set(f->d, g_bwrap), DBX_OK);
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  dbx_local_close(f->d);
+  dbx_test_rmrf(f->home);
+  free(f->home);
+  free(f);
+  return 0;
+}
+
+static void run_sh(const char *fmt, const char *arg) {
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd, fmt, arg, arg, arg);
+  assert_int_equal(system(cmd), 0);
+}
+
+static void put(dbx_local *d, const char *id, const char *path, const char *text) {
+  assert_int_equal(dbx_local_file_write(d, id, path, text, strlen(text)), DBX_OK);
+}
+
+static void expect_file(dbx_local *d, const char *id, const char *path, const char *text) {
+  uint8_t *data = NULL;
+  size_t len = 0;
+  assert_int_equal(dbx_local_file_read(d, id, path, 0, &data, &len), DBX_OK);
+  assert_int_equal(len, strlen(text));
+  assert_memory_equal(data, text, len);
+  free(data);
+}
+
+static void make_empty(dbx_local *d, const char *id) {
+  dbx_local_source src = {.kind = DBX_LOCAL_SOURCE_EMPTY};
+  assert_int_equal(dbx_local_sandbox_create(d, id, &src, NULL), DBX_OK);
+}
+
+/* Run cmd; assert success of the call; return the result. */
+static dbx_local_exec_result sh(dbx_local *d, const char *id, const char *cmd) {
+  dbx_local_exec_opts o = {.command = cmd, .timeout_ms = 60000};
+  dbx_local_exec_result r;
+  dbx_err rc = dbx_local_exec(d, id, &o, &r);
+  if (rc != DBX_OK) fail_msg("exec '%s': %s", cmd, dbx_local_errmsg(d));
+  return r;
+}
+
+static void test_local_create_from_dir_and_adopt(void **state) {
+  fixture *f = *state;
+  char *src = dbx_test_tmpdir("dbx-src");
+  run_sh("mkdir -p %s/sub && printf hello > %s/a.txt && printf deep > %s/sub/b", src);
+  dbx_local_source s = {.kind = DBX_LOCAL_SOURCE_DIR, .location = src};
+  int adopted = -1;
+  assert_int_equal(dbx_local_sandbox_create(f->d, "sb1", &s, &adopted), DBX_OK);
+  assert_int_equal(adopted, 0);
+  expect_file(f->d, "sb1", "a.txt", "hello");
+  expect_file(f->d, "sb1", "sub/b", "deep");
+  put(f->d, "sb1", "mine", "kept");
+  /* Same name, same source: adopted, untouched. */
+  assert_int_equal(dbx_local_sandbox_create(f->d, "sb1", &s, &adopted), DBX_OK);
+  assert_int_equal(adopted, 1);
+  expect_file(f->d, "sb1", "mine", "kept");
+  /* Same name, another source: refused. */
+  dbx_local_source e = {.kind = DBX_LOCAL_SOURCE_EMPTY};
+  assert_int_equal(dbx_local_sandbox_create(f->d, "sb1", &e, &adopted), DBX_EEXIST);
+  assert_non_null(strstr(dbx_local_errmsg(f->d), "sb1"));
+  dbx_local_source missing = {.kind = DBX_LOCAL_SOURCE_DIR, .location = "/nonexistent/dbx"};
+  assert_int_equal(dbx_local_sandbox_create(f->d, "sb2", &missing, NULL), DBX_ENOTFOUND);
+  assert_int_equal(dbx_local_sandbox_create(f->d, "../x", &e, NULL), DBX_EINVAL);
+  assert_int_equal(dbx_local_sandbox_create(f->d, ".hidden", &e, NULL), DBX_EINVAL);
+  dbx_test_rmrf(src);
+  free(src);
+}
+
+static void test_local_create_from_git_and_commit(void **state) {
+  fixture *f = *state;
+  char *repo = dbx_test_tmpdir("dbx-repo");
+  run_sh("cd %s && git init -q && printf v1 > f.txt && git add f.txt && "
+         "git -c user.name=t -c user.email=t@x commit -q -m init", repo);
+  /* A partial target from an interrupted create/clone is cleared first. */
+  char *partial = dbx_asprintf("%s/sandboxes/g1/workspace.tmp", f->home);
+  run_sh("mkdir -p %s && touch %s/junk", partial);
+  dbx_local_source s = {.kind = DBX_LOCAL_SOURCE_GIT, .location = repo};
+  int adopted = -1;
+  assert_int_equal(dbx_local_sandbox_create(f->d, "g1", &s, &adopted), DBX_OK);
+  assert_int_equal(adopted, 0);
+  expect_file(f->d, "g1", "f.txt", "v1");
+  uint8_t *data = NULL;
+  size_t len = 0;
+  assert_int_equal(dbx_local_file_read(f->d, "g1", "junk", 0, &data, &len), DBX_ENOTFOUND);
+  assert_int_equal(access(partial, F_OK), -1);
+  assert_int_equal(dbx_local_sandbox_create(f->d, "g1", &s, &adopted), DBX_OK);
+  assert_int_equal(adopted, 1);
+
+  put(f->d, "g1", "new.txt", "added");
+  char *sha = NULL;
+  int nothing = -1;
+  assert_int_equal(dbx_local_git_commit(f->d, "g1", "add new", "Dur Abox <bot@durabox.dev>",
+                                        &sha, &nothing), DBX_OK);
+  assert_int_equal(nothing, 0);
+  assert_non_null(sha);
+  assert_int_equal(strlen(sha), 40);
+  dbx_local_exec_result r = sh(f->d, "g1", "git log -1 --format='%H %an <%ae> %cn %s'");
+  char *want = dbx_asprintf("%s Dur Abox <bot@durabox.dev> Dur Abox add new\n", sha);
+  assert_string_equal((char *)r.stdout_buf, want);
+  free(want);
+  dbx_local_exec_result_cleanup(&r);
+  free(sha);
+  sha = (char *)1;
+  assert_int_equal(dbx_local_git_commit(f->d, "g1", "again", "Dur Abox <bot@durabox.dev>", &sha,
+                                        &nothing), DBX_OK);
+  assert_int_equal(nothing, 1);
+  assert_null(sha);
+
+  dbx_local_source bad = {.kind = DBX_LOCAL_SOURCE_GIT, .location = "/nonexistent/repo"};
+  assert_int_equal(dbx_local_sandbox_create(f->d, "g2", &bad, NULL), DBX_EIO);
+  assert_non_null(strstr(dbx_local_errmsg(f->d), "git clone"));
+  free(partial);
+  dbx_test_rmrf(repo);
+  free(repo);
+}
+
+static void test_local_checkpoint_and_restore(void **state) {
+  fixture *f = *state;
+  make_empty(f->d, "c1");
+  put(f->d, "c1", "dir/f", "v1");
+  char *ref = NULL;
+  assert_int_equal(dbx_local_sandbox_checkpoint(f->d, "c1", "run1-ev5", &ref), DBX_OK);
+  assert_string_equal(ref, "run1-ev5");
+  put(f->d, "c1", "dir/f", "v2");
+  put(f->d, "c1", "later", "x");
+  dbx_local_source s = {.kind = DBX_LOCAL_SOURCE_SNAPSHOT, .location = ref};
+  assert_int_equal(dbx_local_sandbox_create(f->d, "c2", &s, NULL), DBX_OK);
+  expect_file(f->d, "c2", "dir/f", "v1");
+  uint8_t *data = NULL;
+  size_t len = 0;
+  assert_int_equal(dbx_local_file_read(f->d, "c2", "later", 0, &data, &len), DBX_ENOTFOUND);
+  expect_file(f->d, "c1", "dir/f", "v2");
+  /* Same name again: the existing snapshot, unchanged. */
+  char *ref2 = NULL;
+  assert_int_equal(dbx_local_sandbox_checkpoint(f->d, "c1", "run1-ev5", &ref2), DBX_OK);
+  assert_string_equal(ref2, ref);
+  dbx_local_source s3 = {.kind = DBX_LOCAL_SOURCE_SNAPSHOT, .location = ref2};
+  assert_int_equal(dbx_local_sandbox_create(f->d, "c3", &s3, NULL), DBX_OK);
+  expect_file(f->d, "c3", "dir/f", "v1");
+  assert_int_equal(dbx_local_snapshot_delete(f->d, ref), DBX_OK);
+  assert_int_equal(dbx_local_snapshot_delete(f->d, ref), DBX_OK);
+  dbx_local_source gone = {.kind = DBX_LOCAL_SOURCE_SNAPSHOT, .location = ref};
+  assert_int_equal(dbx_local_sandbox_create(f->d, "c4", &gone, NULL), DBX_ENOTFOUND);
+  free(ref2);
+  assert_int_equal(dbx_local_sandbox_checkpoint(f->d, "nope", "x", &ref2), DBX_ENOTFOUND);
+  assert_null(ref2);
+  free(ref);
+}
+
+static void test_local_exec_exit_codes_and_streams(void **state) {
+  fixture *f = *state;
+  make_empty(f->d, "e1");
+  dbx_local_exec_result r = sh(f->d, "e1", "echo out; echo err >&2; exit 3");
+  assert_int_equal(r.exit_code, 3);
+  assert_int_equal(r.signal, 0);
+  assert_int_equal(r.timed_out, 0);
+  assert_int_equal(r.stdout_len, 4);
+  assert_memory_equal(r.stdout_buf, "out\n", 4);
+  assert_int_equal(r.stderr_len, 4);
+  assert_memory_equal(r.stderr_buf, "err\n", 4);
+  assert_int_equal(r.stdout_total, 4);
+  dbx_local_exec_result_cleanup(&r);
+  r = sh(f->d, "e1", "true");
+  assert_int_equal(r.exit_code, 0);
+  assert_int_equal(r.stdout_len, 0);
+  dbx_local_exec_result_cleanup(&r);
+  r = sh(f->d, "e1", "kill -9 $$");
+  assert_int_equal(r.exit_code, 137);
+  if (!g_bwrap) assert_int_equal(r.signal, 9);
+  dbx_local_exec_result_cleanup(&r);
+  /* stdin is /dev/null: cat ends at once. */
+  r = sh(f->d, "e1", "cat; echo done");
+  assert_string_equal((char *)r.stdout_buf, "done\n");
+  dbx_local_exec_result_cleanup(&r);
+}
+
+static void test_local_exec_env_scrubbed(void **state) {
+  fixture *f = *state;
+  make_empty(f->d, "env");
+  setenv("DBX_TEST_SECRET", "leak", 1);
+  const char *env[] = {"MINE=yes", "TERM=xterm", NULL};
+  dbx_local_exec_opts o = {
+      .command = "echo \"[$DBX_TEST_SECRET][$MINE][$HOME][$LANG][$TERM]\"; pwd", .env = env};
+  dbx_local_exec_result r;
+  assert_int_equal(dbx_local_exec(f->d, "env", &o, &r), DBX_OK);
+  char *ws = dbx_local_sandbox_path(f->d, "env");
+  char *want = dbx_asprintf("[][yes][%s][C.UTF-8][xterm]\n%s\n", ws, ws);
+  assert_string_equal((char *)r.stdout_buf, want);
+  dbx_local_exec_result_cleanup(&r);
+  const char *bad[] = {"NOEQUALS", NULL};
+  o.env = bad;
+  assert_int_equal(dbx_local_exec(f->d, "env", &o, &r), DBX_EINVAL);
+  unsetenv("DBX_TEST_SECRET");
+  free(want);
+  free(ws);
+}
+
+/* 1 once pid has exited (waits up to 10 s on a pidfd: SIGKILL is delivered
+ * asynchronously), 0 if it is still running then. */
+static int dead(long pid) {
+  int fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+  if (fd < 0 && errno == ENOSYS) { /* e.g. under valgrind: poll /proc for up to 10 s */
+    for (int i = 0; i < 1000; i++) {
+      char p[64], buf[512];
+      snprintf(p, sizeof p, "/proc/%ld/stat", pid);
+      FILE *fp = fopen(p, "r");
+      if (fp == NULL) return 1;
+      size_t n = fread(buf, 1, sizeof buf - 1, fp);
+      fclose(fp);
+      buf[n] = '\0';
+      char *rp = strrchr(buf, ')');
+      if (rp != NULL && (rp[2] == 'Z' || rp[2] == 'X')) return 1;
+      struct timespec ts = {0, 10000000};
+      nanosleep(&ts, NULL);
+    }
+    return 0;
+  }
+  if (fd < 0) return errno == ESRCH;
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  int r = poll(&p, 1, 10000);
+  close(fd);
+  return r == 1;
+}
+
+static long read_pid(dbx_local *d, const char *id, const char *path) {
+  uint8_t *data = NULL;
+  size_t len = 0;
+  assert_int_equal(dbx_local_file_read(d, id, path, 0, &data, &len), DBX_OK);
+  long pid = strtol((char *)data, NULL, 10);
+  free(data);
+  assert_true(pid > 1);
+  return pid;
+}
+
+static void test_local_exec_timeout_kills_group(void **state) {
+  fixture *f = *state;
+  make_empty(f->d, "t1");
+  dbx_local_exec_opts o = {.command = "echo begin; echo oops >&2; sleep 30 & echo $! > sl.pid; "
+                                      "wait; echo never",
+                           .timeout_ms = 300};
+  dbx_local_exec_result r;
+  assert_int_equal(dbx_local_exec(f->d, "t1", &o, &r), DBX_OK);
+  assert_int_equal(r.timed_out, 1);
+  assert_string_equal((char *)r.stdout_buf, "begin\n");
+  assert_string_equal((char *)r.stderr_buf, "oops\n");
+  assert_int_not_equal(r.exit_code, 0);
+  dbx_local_exec_result_cleanup(&r);
+  assert_true(dead(read_pid(f->d, "t1", "sl.pid")));
+}
+
+static void test_local_exec_caps_and_totals(void **state) {
+  fixture *f = *state;
+  make_empty(f->d, "cap");
+  dbx_local_exec_opts o = {.command = "head -c 10000 /dev/zero; head -c 300 /dev/zero >&2",
+                           .stdout_cap_bytes = 4096,
+                           .stderr_cap_bytes = 1000};
+  dbx_local_exec_result r;
+  assert_int_equal(dbx_local_exec(f->d, "cap", &o, &r), DBX_OK);
+  assert_int_equal(r.stdout_len, 4096);
+  assert_int_equal(r.stdout_total, 10000);
+  assert_int_equal(r.stdout_truncated, 1);
+  assert_int_equal(r.stderr_len, 300);
+  assert_int_equal(r.stderr_total, 300);
+  assert_int_equal(r.stderr_truncated, 0);
+  assert_int_equal(r.exit_code, 0);
+  dbx_local_exec_result_cleanup(&r);
+  /* Big output past the default cap (1 MiB) with the shell still exiting. */
+  r = sh(f->d, "cap", "head -c 3000000 /dev/zero");
+  assert_int_equal(r.stdout_len, 1 << 20);
+  assert_int_equal(r.stdout_total, 3000000);
+  assert_int_equal(r.stdout_truncated, 1);
+  dbx_local_exec_result_cleanup(&r);
+}
+
+static void test_local_exec_background_child_returns(void **state) {
+  fixture *f = *state;
+  make_empty(f->d, "bg");
+  dbx_local_exec_result r = sh(f->d, "bg", "(sleep 300 & echo $! > bg.pid); echo started");
+  assert_int_equal(r.exit_code, 0);
+  assert_int_equal(r.timed_out, 0);
+  assert_string_equal((char *)r.stdout_buf, "started\n");
+  assert_int_equal(r.stdout_len, 8);
+  dbx_local_exec_result_cleanup(&r);
+  /* The documented rule: what is left of the group is killed. */
+  assert_true(dead(read_pid(f->d, "bg", "bg.pid")));
+}
+
+static void test_local_exec_heredoc_and_cwd(void **state) {
+  fixture *f = *state;
+  make_empty(f->d, "hd");
+  dbx_local_exec_result r = sh(f->d, "hd", "cat <<'EOF'\nline one\n$HOME \\n\nEOF\necho after");
+  assert_string_equal((char *)r.stdout_buf, "line one\n$HOME \\n\nafter\n");
+  dbx_local_exec_result_cleanup(&r);
+  put(f->d, "hd", "sub/dir/x", "1");
+  dbx_local_exec_opts o = {.command = "pwd; cat ../x", .cwd = "sub/dir"};
+  put(f->d, "hd", "sub/x", "parent");
+  assert_int_equal(dbx_local_exec(f->d, "hd", &o, &r), DBX_OK);
+  char *ws = dbx_local_sandbox_path(f->d, "hd");
+  char *want = dbx_asprintf("%s/sub/dir\nparent", ws);
+  assert_string_equal((char *)r.stdout_buf, want);
+  dbx_local_exec_result_cleanup(&r);
+  o.cwd = "../";
+  assert_int_equal(dbx_local_exec(f->d, "hd", &o, &r), DBX_EINVAL);
+  assert_non_null(strstr(dbx_local_errmsg(f->d), "'../'"));
+  o.cwd = "/tmp";
+  assert_int_equal(dbx_local_exec(f->d, "hd", &o, &r), DBX_EINVAL);
+  o.cwd = "missing";
+  assert_int_equal(dbx_local_exec(f->d, "hd", &o, &r), DBX_ENOTFOUND);
+  free(ws);
+  free(want);
+}
+
+static void test_local_exec_long_command(void **state) {
+  fixture *f = *state;
+  make_empty(f->d, "long");
+  size_t n = 3000000;
+  char *cmd = malloc(n + 64);
+  strcpy(cmd, "x='");
+  memset(cmd + 3, 'a', n);
+  strcpy(cmd + 3 + n, "'; echo ${#x} $0");
+  dbx_local_exec_result r = sh(f->d, "long", cmd);
+  assert_int_equal(r.exit_code, 0);
+  assert_memory_equal(r.stdout_buf, "3000000 ", 8);
+  dbx_local_exec_result_cleanup(&r);
+  free(cmd);
+  /* The script file is gone afterwards. */
+  char *meta = dbx_asprintf("%s/sandboxes/long/meta", f->home);
+  char *ls = dbx_asprintf("test \"$(ls %s | tr '\\n' ' ')\" = 'source state '", meta);
+  assert_int_equal(system(ls), 0);
+  free(ls);
+  free(meta);
+}
+
+static void test_local_file_escapes_refused(void **state) {
+  fixture *f = *state;
+  make_empty(f->d, "ws");
+  char *ws = dbx_local_sandbox_path(f->d, "ws");
+  /* A sibling whose name has the workspace's path as a prefix. */
+  char *evil = dbx_asprintf("%s-evil", ws);
+  run_sh("mkdir -p %s && printf secret > %s/x", evil);
+  char *l1 = dbx_asprintf("ln -s '%s' '%s/evil' && ln -s / '%s/root' && mkdir '%s/in' && "
+                    "printf ok > '%s/in/f' && ln -s in '%s/inlink'",
+                    evil, ws, ws, ws, ws, ws);
+  assert_int_equal(system(l1), 0);
+  static const char *bad[] = {"../x", "/etc/passwd", "a/../../x", "evil/x", "root/etc/passwd",
+                              "..", "ws-evil/../../x"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    uint8_t *data = (uint8_t *)1;
+    size_t len = 7;
+    dbx_err rc = dbx_local_file_read(f->d, "ws", bad[i], 0, &data, &len);
+    if (rc != DBX_EINVAL) fail_msg("read '%s' gave %s", bad[i], dbx_err_name(rc));
+    assert_null(data);
+    char *q = dbx_asprintf("'%s'", bad[i]);
+    assert_non_null(strstr(dbx_local_errmsg(f->d), q));
+    free(q);
+    assert_int_equal(dbx_local_file_write(f->d, "ws", bad[i], "x", 1), DBX_EINVAL);
+  }
+  /* Writing through a symlink folder that leads out, or creating under it. */
+  assert_int_equal(dbx_local_file_write(f->d, "ws", "root/tmp/dbx-should-not-exist", "x", 1),
+                   DBX_EINVAL);
+  assert_int_equal(dbx_local_file_write(f->d, "ws", "evil/new/y", "x", 1), DBX_EINVAL);
+  char *tail = strrchr(evil, '/') + 1; /* "workspace-evil": not inside the workspace */
+  char *rel = dbx_asprintf("%s/x", tail);
+  uint8_t *data = NULL;
+  size_t len = 0;
+  assert_int_equal(dbx_local_file_read(f->d, "ws", rel, 0, &data, &len), DBX_ENOTFOUND);
+  assert_int_equal(access("/tmp/dbx-should-not-exist", F_OK), -1);
+  free(rel);
+  free(l1);
+  dbx_test_rmrf(evil);
+  free(evil);
+  free(ws);
+}
+
+static int have_openat2(void) {
+  struct open_how how = {.flags = O_RDONLY | O_CLOEXEC};
+  int fd = (int)syscall(SYS_openat2, AT_FDCWD, "/", &how, sizeof how);
+  if (fd >= 0) close(fd);
+  return fd >= 0;
+}
+
+static void test_local_file_symlink_inside_allowed(void **state) {
+  fixture *f = *state;
+  make_empty(f->d, "ln");
+  char *ws = dbx_local_sandbox_path(f->d, "ln");
+  put(f->d, "ln", "in/f", "ok");
+  run_sh("ln -s in '%s/inlink'", ws);
+  if (have_openat2()) {
+    expect_file(f->d, "ln", "inlink/f", "ok");
+  } else { /* the documented fallback refuses every symlink */
+    uint8_t *data = NULL;
+    size_t len = 0;
+    assert_int_equal(dbx_local_file_read(f->d, "ln", "inlink/f", 0, &data, &len), DBX_EINVAL);
+  }
+  /* Overwriting a symlink replaces the link, not its target. */
+  run_sh("ln -s in/f '%s/flink'", ws);
+  put(f->d, "ln", "flink", "new");
+  expect_file(f->d, "ln", "in/f", "ok");
+  expect_file(f->d, "ln", "flink", "new");
+  assert_int_equal(dbx_local_file_write(f->d, "ln", "in", "x", 1), DBX_EINVAL);
+  free(ws);
+}
+
+static void test_local_bytes_round_trip(void **state) {
+  fixture *f = *state;
+  make_empty(f->d, "b");
+  uint8_t all[256];
+  for (int i = 0; i < 256; i++) all[i] = (uint8_t)i;
+  assert_int_equal(dbx_local_file_write(f->d, "b", "all.bin", all, sizeof all), DBX_OK);
+  uint8_t *data = NULL;
+  size_t len = 0;
+  assert_int_equal(dbx_local_file_read(f->d, "b", "all.bin", 0, &data, &len), DBX_OK);
+  assert_int_equal(len, 256);
+  assert_memory_equal(data, all, 256);
+  free(data);
+  /* A 3-byte character across each read-size boundary, then invalid UTF-8. */
+  size_t n = 70000;
+  uint8_t *big = malloc(n);
+  for (size_t i = 0; i < n; i++) big[i] = (uint8_t)('a' + i % 26);
+  size_t cuts[] = {4095, 8191, 65535};
+  for (int i = 0; i < 3; i++) memcpy(big + cuts[i] - 1, "\xe2\x82\xac", 3);
+  memcpy(big + n - 5, "\xff\xfe\xc0\x80\xed", 5);
+  assert_int_equal(dbx_local_file_write(f->d, "b", "big.bin", big, n), DBX_OK);
+  dbx_local_exec_result r = sh(f->d, "b", "cat big.bin; cat big.bin all.bin >&2");
+  assert_int_equal(r.stdout_len, n);
+  assert_memory_equal(r.stdout_buf, big, n);
+  assert_int_equal(r.stderr_len, n + 256);
+  assert_memory_equal(r.stderr_buf, big, n);
+  assert_memory_equal(r.stderr_buf + n, all, 256);
+  dbx_local_exec_result_cleanup(&r);
+  assert_int_equal(dbx_local_file_read(f->d, "b", "big.bin", 0, &data, &len), DBX_OK);
+  assert_int_equal(len, n);
+  assert_memory_equal(data, big, n);
+  free(data);
+  assert_int_equal(dbx_local_file_read(f->d, "b", "big.bin", 1000, &data, &len), DBX_EINVAL);
+  /* Overwrite is whole-file. */
+  put(f->d, "b", "big.bin", "short");
+  expect_file(f->d, "b", "big.bin", "short");
+  free(big);
+}
+
+static void test_local_stop_start_delete(void **state) {
+  fixture *f = *state;
+  make_empty(f->d, "s");
+  assert_int_equal(dbx_local_sandbox_stop(f->d, "s"), DBX_OK);
+  dbx_local_exec_opts o = {.command = "echo hi"};
+  dbx_local_exec_result r;
+  assert_int_equal(dbx_local_exec(f->d, "s", &o, &r), DBX_ESTATE);
+  assert_non_null(strstr(dbx_local_errmsg(f->d), "stopped"));
+  assert_non_null(strstr(dbx_local_errmsg(f->d), "'s'"));
+  assert_int_equal(dbx_local_sandbox_start(f->d, "s"), DBX_OK);
+  assert_int_equal(dbx_local_exec(f->d, "s", &o, &r), DBX_OK);
+  assert_string_equal((char *)r.stdout_buf, "hi\n");
+  dbx_local_exec_result_cleanup(&r);
+  assert_int_equal(dbx_local_sandbox_stop(f->d, "missing"), DBX_ENOTFOUND);
+  assert_int_equal(dbx_local_sandbox_delete(f->d, "s"), DBX_OK);
+  assert_int_equal(dbx_local_exec(f->d, "s", &o, &r), DBX_ENOTFOUND);
+  assert_int_equal(dbx_local_sandbox_delete(f->d, "s"), DBX_OK);
+  char *ws = dbx_local_sandbox_path(f->d, "s");
+  assert_int_equal(access(ws, F_OK), -1);
+  free(ws);
+  /* After delete the name can be created afresh. */
+  make_empty(f->d, "s");
+  assert_int_equal(dbx_local_sandbox_delete(f->d, "s"), DBX_OK);
+}
+
+typedef struct {
+  dbx_local *d;
+  int n;
+  int ok;
+} worker_arg;
+
+static void *worker(void *p) {
+  worker_arg *a = p;
+  char id[32], cmd[64], want[32];
+  snprintf(id, sizeof id, "thr%d", a->n);
+  snprintf(cmd, sizeof cmd, "echo %d", a->n);
+  snprintf(want, sizeof want, "%d\n", a->n);
+  dbx_local_source src = {.kind = DBX_LOCAL_SOURCE_EMPTY};
+  a->ok = dbx_local_sandbox_create(a->d, id, &src, NULL) == DBX_OK;
+  for (int i = 0; a->ok && i < 5; i++) {
+    dbx_local_exec_opts o = {.command = cmd};
+    dbx_local_exec_result r;
+    a->ok = dbx_local_exec(a->d, id, &o, &r) == DBX_OK && strcmp((char *)r.stdout_buf, want) == 0;
+    dbx_local_exec_result_cleanup(&r);
+  }
+  a->ok = a->ok && dbx_local_sandbox_delete(a->d, id) == DBX_OK;
+  return NULL;
+}
+
+static void test_local_threads_distinct_sandboxes(void **state) {
+  fixture *f = *state;
+  pthread_t t[4];
+  worker_arg a[4];
+  for (int i = 0; i < 4; i++) {
+    a[i] = (worker_arg){.d = f->d, .n = i};
+    assert_int_equal(pthread_create(&t[i], NULL, worker, &a[i]), 0);
+  }
+  for (int i = 0; i < 4; i++) {
+    pthread_join(t[i], NULL);
+    assert_true(a[i].ok);
+  }
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      T(test_local_create_from_dir_and_adopt),   T(test_local_create_from_git_and_commit),
+      T(test_local_checkpoint_and_restore),      T(test_local_exec_exit_codes_and_streams),
+      T(test_local_exec_env_scrubbed),           T(test_local_exec_timeout_kills_group),
+      T(test_local_exec_caps_and_totals),        T(test_local_exec_background_child_returns),
+      T(test_local_exec_heredoc_and_cwd),        T(test_local_exec_long_command),
+      T(test_local_file_escapes_refused),        T(test_local_file_symlink_inside_allowed),
+      T(test_local_bytes_round_trip),            T(test_local_stop_start_delete),
+      T(test_local_threads_distinct_sandboxes),
+  };
+  g_bwrap = 0;
+  int failed = cmocka_run_group_tests_name("local_plain", tests, NULL, NULL);
+  /* Probe: is bubblewrap usable on this machine? */
+  char *home = dbx_test_tmpdir("dbx-probe");
+  dbx_local *d = NULL;
+  int usable = dbx_local_open(home, &d) == DBX_OK && dbx_local_bwrap_enabled(d);
+  dbx_local_close(d);
+  dbx_test_rmrf(home);
+  free(home);
+  if (usable) {
+    g_bwrap = 1;
+    failed += cmocka_run_group_tests_name("local_bwrap", tests, NULL, NULL);
+  } else {
+    printf("bwrap is not usable here: the bubblewrap group was skipped\n");
+  }
+  return failed;
+}
