@@ -1608,3 +1608,1339 @@ static dbx_err h_wft_failed(ectx *c, job *j) {
   protobuf_c_message_free_unpacked(&q->base, NULL);
   return rc;
 }
+
+/* ------------------------------------------------------------ activities */
+
+static dbx_err load_activity(ectx *c, job *j, ProtobufCBinaryData token, RunState **rs_out, ActivityInfo **ai_out) {
+  *rs_out = NULL;
+  *ai_out = NULL;
+  TaskToken *t = token_decode(j, token, TASK_ACTIVITY);
+  if (t == NULL) return DBX_OK;
+  RunState *rs = NULL;
+  dbx_err rc = run_load(c, t->namespace_, t->workflow_id, t->run_id, &rs);
+  ActivityInfo *ai = rc == DBX_OK ? activity_find(rs, t->scheduled_event_id) : NULL;
+  if (rc == DBX_OK && (rs->status != WS(RUNNING) || ai == NULL || ai->attempt != t->attempt || ai->started_time_ns == 0))
+    rc = DBX_ENOTFOUND;
+  if (rc == DBX_ENOTFOUND) {
+    fail_not_found(j,
+                   "activity task not found: the attempt timed out, was completed, or the run closed "
+                   "(workflow id %s, activity id %s)",
+                   t->workflow_id, t->activity_id);
+    dbx_runstate_free(rs);
+    rs = NULL;
+    ai = NULL;
+    rc = DBX_OK;
+  }
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  *rs_out = rs;
+  *ai_out = ai;
+  return rc;
+}
+
+/* ActivityTaskStarted, written when the activity closes (Temporal's rule). */
+static dbx_err write_activity_started(ectx *c, RunState *rs, ActivityInfo *ai, int64_t *started_id) {
+  *started_id = 0;
+  if (ai->started_time_ns == 0) return DBX_OK;
+  HistoryEvent *ev = event_new(ET(ACTIVITY_TASK_STARTED));
+  if (ev == NULL) return DBX_ENOMEM;
+  ActivityTaskStartedEventAttributes *a = ev->activity_task_started_event_attributes;
+  a->scheduled_event_id = ai->scheduled_event_id;
+  a->identity = pb_strdup(ai->started_identity);
+  a->request_id = pb_strdup(ai->started_request_id);
+  a->attempt = ai->attempt;
+  a->last_failure = PB_CLONE(Failure, ai->last_failure);
+  ev->event_time = timestamp_new_ns(ai->started_time_ns);
+  dbx_err rc = event_append(c, rs, ev, 1);
+  /* buffered events get their id when flushed; the close event refers to it
+   * by position: the started event is always written just before */
+  *started_id = rs->wft_started_event_id > 0 ? 0 : ev->event_id;
+  history_event_free(ev);
+  return rc;
+}
+
+dbx_err activity_queue_attempt(ectx *c, RunState *rs, ActivityInfo *ai) {
+  ai->queued = 1;
+  ai->started_time_ns = 0;
+  dbx_err rc = task_enqueue(c, rs->namespace_, ai->task_queue, TASK_ACTIVITY, rs->workflow_id, rs->run_id,
+                            ai->scheduled_event_id, ai->attempt);
+  if (rc == DBX_OK && ai->schedule_to_start_ms > 0 && ai->schedule_to_start_ms < ai->schedule_to_close_ms)
+    rc = timer_add(c, c->now_ns + ai->schedule_to_start_ms * 1000000, TK_ACTIVITY_SCHEDULE_TO_START, rs,
+                   ai->scheduled_event_id, ai->attempt, NULL);
+  return rc;
+}
+
+static int64_t retry_backoff_ms(const RetryPolicy *p, int attempt, const Failure *f) {
+  if (f && f->failure_info_case == FI(APPLICATION_FAILURE_INFO) && f->application_failure_info->next_retry_delay) {
+    int64_t d = duration_ms(f->application_failure_info->next_retry_delay);
+    if (d >= 0) return d;
+  }
+  double ms = (double)duration_ms(p ? p->initial_interval : NULL);
+  if (ms <= 0) ms = 1000;
+  double coeff = p && p->backoff_coefficient >= 1.0 ? p->backoff_coefficient : 2.0;
+  double maxi = (double)duration_ms(p ? p->maximum_interval : NULL);
+  if (maxi <= 0) maxi = ms * 100;
+  for (int i = 1; i < attempt && ms < maxi; i++) ms *= coeff;
+  return (int64_t)(ms > maxi ? maxi : ms);
+}
+
+static int type_listed(const RetryPolicy *p, const char *type) {
+  for (size_t i = 0; p && type && i < p->n_non_retryable_error_types; i++)
+    if (strcmp(p->non_retryable_error_types[i], type) == 0) return 1;
+  return 0;
+}
+
+dbx_err activity_attempt_failed(ectx *c, RunState *rs, ActivityInfo *ai, Failure *failure, int timeout_type,
+                                Payloads *last_details) {
+  int retry_state = RS(IN_PROGRESS);
+  int retryable = 1;
+  const char *timeout_names[] = {"", "StartToClose", "ScheduleToStart", "ScheduleToClose", "Heartbeat"};
+  if (timeout_type) {
+    char key[64];
+    snprintf(key, sizeof key, "TemporalTimeout:%s", timeout_type <= 4 ? timeout_names[timeout_type] : "");
+    if (timeout_type == TT(SCHEDULE_TO_START) || timeout_type == TT(SCHEDULE_TO_CLOSE) ||
+        type_listed(ai->retry_policy, key)) {
+      retryable = 0;
+      retry_state = timeout_type == TT(SCHEDULE_TO_CLOSE) ? RS(TIMEOUT) : RS(NON_RETRYABLE_FAILURE);
+    }
+  } else if (failure && failure->failure_info_case == FI(APPLICATION_FAILURE_INFO)) {
+    if (failure->application_failure_info->non_retryable || type_listed(ai->retry_policy, failure->application_failure_info->type)) {
+      retryable = 0;
+      retry_state = RS(NON_RETRYABLE_FAILURE);
+    }
+  } else if (failure && (failure->failure_info_case == FI(CANCELED_FAILURE_INFO) ||
+                         failure->failure_info_case == FI(TERMINATED_FAILURE_INFO))) {
+    retryable = 0;
+    retry_state = RS(NON_RETRYABLE_FAILURE);
+  }
+  int32_t max = ai->retry_policy ? ai->retry_policy->maximum_attempts : 0;
+  if (retryable && max > 0 && ai->attempt >= max) {
+    retryable = 0;
+    retry_state = RS(MAXIMUM_ATTEMPTS_REACHED);
+  }
+  int64_t backoff = retryable ? retry_backoff_ms(ai->retry_policy, ai->attempt, failure) : 0;
+  if (retryable && ai->schedule_to_close_ms > 0 &&
+      c->now_ns + backoff * 1000000 >= ai->scheduled_time_ns + ai->schedule_to_close_ms * 1000000) {
+    retryable = 0;
+    retry_state = RS(TIMEOUT);
+  }
+  if (last_details) {
+    Payloads *d = PB_CLONE(Payloads, last_details);
+    if (d) {
+      if (ai->heartbeat_details) protobuf_c_message_free_unpacked(&ai->heartbeat_details->base, NULL);
+      ai->heartbeat_details = d;
+    }
+  }
+  if (retryable) {
+    /* a retry in mutable state: no events */
+    if (ai->last_failure) protobuf_c_message_free_unpacked(&ai->last_failure->base, NULL);
+    ai->last_failure = PB_CLONE(Failure, failure);
+    ai->attempt++;
+    ai->started_time_ns = 0;
+    ai->queued = 0;
+    ai->attempt_scheduled_time_ns = c->now_ns + backoff * 1000000;
+    if (backoff <= 0) return activity_queue_attempt(c, rs, ai);
+    return timer_add(c, ai->attempt_scheduled_time_ns, TK_ACTIVITY_RETRY, rs, ai->scheduled_event_id, ai->attempt, NULL);
+  }
+  int64_t started_id = 0;
+  dbx_err rc = write_activity_started(c, rs, ai, &started_id);
+  if (rc != DBX_OK) return rc;
+  HistoryEvent *ev;
+  if (timeout_type) {
+    ev = event_new(ET(ACTIVITY_TASK_TIMED_OUT));
+    if (ev == NULL) return DBX_ENOMEM;
+    ActivityTaskTimedOutEventAttributes *a = ev->activity_task_timed_out_event_attributes;
+    a->scheduled_event_id = ai->scheduled_event_id;
+    a->started_event_id = started_id;
+    a->retry_state = retry_state;
+    a->failure = failure ? PB_CLONE(Failure, failure) : NULL;
+  } else {
+    ev = event_new(ET(ACTIVITY_TASK_FAILED));
+    if (ev == NULL) return DBX_ENOMEM;
+    ActivityTaskFailedEventAttributes *a = ev->activity_task_failed_event_attributes;
+    a->scheduled_event_id = ai->scheduled_event_id;
+    a->started_event_id = started_id;
+    a->identity = pb_strdup(ai->started_identity);
+    a->retry_state = retry_state;
+    a->failure = PB_CLONE(Failure, failure);
+  }
+  if (started_id == 0 && ai->started_time_ns != 0) {
+    /* buffered: the started event will get id (this event's id - 1) when flushed */
+    if (timeout_type)
+      ev->activity_task_timed_out_event_attributes->started_event_id = -1;
+    else
+      ev->activity_task_failed_event_attributes->started_event_id = -1;
+  }
+  rc = event_append(c, rs, ev, 1);
+  history_event_free(ev);
+  if (rc != DBX_OK) return rc;
+  activity_remove(rs, ai->scheduled_event_id);
+  return wft_schedule(c, rs);
+}
+
+static dbx_err h_activity_completed(ectx *c, job *j) {
+  RespondActivityTaskCompletedRequest *q = decode(j, &RespondActivityTaskCompletedRequest__D);
+  if (q == NULL) return DBX_OK;
+  RunState *rs = NULL;
+  ActivityInfo *ai = NULL;
+  dbx_err rc = load_activity(c, j, q->task_token, &rs, &ai);
+  if (rc == DBX_OK && rs) {
+    int64_t sid = 0;
+    rc = write_activity_started(c, rs, ai, &sid);
+    HistoryEvent *ev = rc == DBX_OK ? event_new(ET(ACTIVITY_TASK_COMPLETED)) : NULL;
+    if (rc == DBX_OK && ev == NULL) rc = DBX_ENOMEM;
+    if (rc == DBX_OK) {
+      ActivityTaskCompletedEventAttributes *a = ev->activity_task_completed_event_attributes;
+      a->result = PB_CLONE(Payloads, q->result);
+      a->scheduled_event_id = ai->scheduled_event_id;
+      a->started_event_id = sid ? sid : -1;
+      a->identity = pb_strdup(q->identity);
+      rc = event_append(c, rs, ev, 1);
+    }
+    history_event_free(ev);
+    if (rc == DBX_OK) {
+      activity_remove(rs, ai->scheduled_event_id);
+      rc = wft_schedule(c, rs);
+    }
+    if (rc == DBX_OK) rc = run_save(c, rs);
+    if (rc == DBX_OK) j->status = DBX_GRPC_OK;
+  }
+  dbx_runstate_free(rs);
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return rc;
+}
+
+static dbx_err h_activity_failed(ectx *c, job *j) {
+  RespondActivityTaskFailedRequest *q = decode(j, &RespondActivityTaskFailedRequest__D);
+  if (q == NULL) return DBX_OK;
+  RunState *rs = NULL;
+  ActivityInfo *ai = NULL;
+  dbx_err rc = load_activity(c, j, q->task_token, &rs, &ai);
+  if (rc == DBX_OK && rs) {
+    if (q->failure == NULL) {
+      job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "RespondActivityTaskFailed: failure is required");
+    } else {
+      rc = activity_attempt_failed(c, rs, ai, q->failure, 0, q->last_heartbeat_details);
+      if (rc == DBX_OK) rc = run_save(c, rs);
+    }
+  }
+  dbx_runstate_free(rs);
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return rc;
+}
+
+static dbx_err h_activity_canceled(ectx *c, job *j) {
+  RespondActivityTaskCanceledRequest *q = decode(j, &RespondActivityTaskCanceledRequest__D);
+  if (q == NULL) return DBX_OK;
+  RunState *rs = NULL;
+  ActivityInfo *ai = NULL;
+  dbx_err rc = load_activity(c, j, q->task_token, &rs, &ai);
+  if (rc == DBX_OK && rs) {
+    int64_t sid = 0;
+    rc = write_activity_started(c, rs, ai, &sid);
+    HistoryEvent *ev = rc == DBX_OK ? event_new(ET(ACTIVITY_TASK_CANCELED)) : NULL;
+    if (rc == DBX_OK && ev == NULL) rc = DBX_ENOMEM;
+    if (rc == DBX_OK) {
+      ActivityTaskCanceledEventAttributes *a = ev->activity_task_canceled_event_attributes;
+      a->details = PB_CLONE(Payloads, q->details);
+      a->latest_cancel_requested_event_id = ai->cancel_requested_event_id;
+      a->scheduled_event_id = ai->scheduled_event_id;
+      a->started_event_id = sid ? sid : -1;
+      a->identity = pb_strdup(q->identity);
+      rc = event_append(c, rs, ev, 1);
+    }
+    history_event_free(ev);
+    if (rc == DBX_OK) {
+      activity_remove(rs, ai->scheduled_event_id);
+      rc = wft_schedule(c, rs);
+    }
+    if (rc == DBX_OK) rc = run_save(c, rs);
+  }
+  dbx_runstate_free(rs);
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return rc;
+}
+
+static dbx_err h_heartbeat(ectx *c, job *j) {
+  RecordActivityTaskHeartbeatRequest *q = decode(j, &RecordActivityTaskHeartbeatRequest__D);
+  if (q == NULL) return DBX_OK;
+  RunState *rs = NULL;
+  ActivityInfo *ai = NULL;
+  dbx_err rc = load_activity(c, j, q->task_token, &rs, &ai);
+  if (rc == DBX_OK && rs) {
+    if (q->details) {
+      Payloads *d = PB_CLONE(Payloads, q->details);
+      if (d == NULL) {
+        rc = DBX_ENOMEM;
+      } else {
+        if (ai->heartbeat_details) protobuf_c_message_free_unpacked(&ai->heartbeat_details->base, NULL);
+        ai->heartbeat_details = d;
+      }
+    }
+    ai->last_heartbeat_time_ns = c->now_ns;
+    if (rc == DBX_OK) rc = run_save(c, rs);
+    if (rc == DBX_OK) {
+      RecordActivityTaskHeartbeatResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RECORD_ACTIVITY_TASK_HEARTBEAT_RESPONSE);
+      r.cancel_requested = ai->cancel_requested;
+      job_reply(j, &r.base);
+    }
+  }
+  dbx_runstate_free(rs);
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return rc;
+}
+
+/* ------------------------------------------------------------ history */
+
+static int page_token_parse(ProtobufCBinaryData t, int64_t *from, int64_t *upto) {
+  *from = 1;
+  *upto = 0;
+  if (t.len == 0) return 1;
+  if (t.len != 16) return 0;
+  uint64_t a = 0, b = 0;
+  for (int i = 0; i < 8; i++) a = (a << 8) | t.data[i];
+  for (int i = 8; i < 16; i++) b = (b << 8) | t.data[i];
+  if (a < 1 || a > (uint64_t)INT64_MAX || b > (uint64_t)INT64_MAX) return 0;
+  *from = (int64_t)a;
+  *upto = (int64_t)b;
+  return 1;
+}
+
+static void page_token_make(uint8_t out[16], int64_t from, int64_t upto) {
+  for (int i = 0; i < 8; i++) out[i] = (uint8_t)((uint64_t)from >> (56 - 8 * i));
+  for (int i = 0; i < 8; i++) out[8 + i] = (uint8_t)((uint64_t)upto >> (56 - 8 * i));
+}
+
+static void park_history(ectx *c, job *j, RunState *rs, const ProtobufCMessage *empty_reply) {
+  job_reply(j, empty_reply); /* what the caller gets if nothing happens before the deadline */
+  j->park = PARK_HISTORY;
+  j->park_key = run_key(rs->namespace_, rs->workflow_id, rs->run_id, &j->park_key_len);
+  int64_t now = dbx_mono_ns();
+  int64_t until = now + c->svc->long_poll_ms * 1000000;
+  int64_t dl = dbx_rpc_call_deadline_mono_ns(j->call);
+  if (dl != INT64_MAX && dl - 500000000LL < until) until = dl - 500000000LL;
+  j->park_deadline_ns = until < now ? now : until;
+}
+
+static dbx_err h_get_history(ectx *c, job *j) {
+  GetWorkflowExecutionHistoryRequest *q = decode(j, &GetWorkflowExecutionHistoryRequest__D);
+  if (q == NULL) return DBX_OK;
+  RunState *rs = NULL;
+  dbx_err rc = DBX_OK;
+  if (!check_ns(c, j, q->namespace_)) goto out;
+  rc = load_execution(c, j, q->namespace_, q->execution, &rs);
+  if (rc != DBX_OK || rs == NULL) goto out;
+  int64_t from, upto;
+  if (!page_token_parse(q->next_page_token, &from, &upto)) {
+    job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "GetWorkflowExecutionHistory: next_page_token is malformed");
+    goto out;
+  }
+  int running = rs->status == WS(RUNNING);
+  GetWorkflowExecutionHistoryResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__GET_WORKFLOW_EXECUTION_HISTORY_RESPONSE);
+  History h = INIT(TEMPORAL__API__HISTORY__V1__HISTORY);
+  r.history = &h;
+  uint8_t tok[16];
+  if (q->history_event_filter_type == TEMPORAL__API__ENUMS__V1__HISTORY_EVENT_FILTER_TYPE__HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT) {
+    if (!running) {
+      HistoryEvent *ev = NULL;
+      rc = event_load_one(c, rs->run_seq, rs->close_event_id, &ev);
+      if (rc != DBX_OK) goto out;
+      HistoryEvent *one[1] = {ev};
+      h.events = one;
+      h.n_events = 1;
+      job_reply(j, &r.base);
+      history_event_free(ev);
+    } else if (q->wait_new_event) {
+      page_token_make(tok, rs->next_event_id, 0);
+      r.next_page_token.data = tok;
+      r.next_page_token.len = 16;
+      park_history(c, j, rs, &r.base);
+    } else {
+      job_reply(j, &r.base);
+    }
+    goto out;
+  }
+  if (from >= rs->next_event_id && q->wait_new_event && running) {
+    page_token_make(tok, from, upto);
+    r.next_page_token.data = tok;
+    r.next_page_token.len = 16;
+    park_history(c, j, rs, &r.base);
+    goto out;
+  }
+  size_t max_events = q->maximum_page_size > 0 ? (size_t)q->maximum_page_size : 1000;
+  int64_t last = upto > 0 ? upto : rs->next_event_id - 1;
+  if ((int64_t)(from + (int64_t)max_events - 1) < last) last = from + (int64_t)max_events - 1;
+  HistoryEvent **evs = NULL;
+  size_t n = 0;
+  int64_t next_id = 0;
+  rc = load_history(c, rs, from, last, HISTORY_PAGE_BYTES, &h, &evs, &n, &next_id);
+  if (rc != DBX_OK) goto out;
+  int64_t end = upto > 0 ? upto : rs->next_event_id - 1;
+  int64_t after = n ? evs[n - 1]->event_id + 1 : from;
+  if (after <= end || (q->wait_new_event && running && upto == 0)) {
+    page_token_make(tok, after, upto);
+    r.next_page_token.data = tok;
+    r.next_page_token.len = 16;
+  }
+  job_reply(j, &r.base);
+  events_free(evs, n);
+out:
+  dbx_runstate_free(rs);
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return rc;
+}
+
+static dbx_err h_get_history_reverse(ectx *c, job *j) {
+  GetWorkflowExecutionHistoryReverseRequest *q = decode(j, &GetWorkflowExecutionHistoryReverseRequest__D);
+  if (q == NULL) return DBX_OK;
+  RunState *rs = NULL;
+  dbx_err rc = DBX_OK;
+  if (!check_ns(c, j, q->namespace_)) goto out;
+  rc = load_execution(c, j, q->namespace_, q->execution, &rs);
+  if (rc != DBX_OK || rs == NULL) goto out;
+  int64_t top, unused;
+  if (!page_token_parse(q->next_page_token, &top, &unused)) {
+    job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "GetWorkflowExecutionHistoryReverse: next_page_token is malformed");
+    goto out;
+  }
+  if (q->next_page_token.len == 0) top = rs->next_event_id - 1;
+  int64_t size = q->maximum_page_size > 0 ? q->maximum_page_size : 250;
+  int64_t bottom = top - size + 1 < 1 ? 1 : top - size + 1;
+  HistoryEvent **evs = NULL;
+  size_t n = 0;
+  rc = events_load(c, rs->run_seq, bottom, top + 1, &evs, &n, 0);
+  if (rc != DBX_OK) goto out;
+  for (size_t i = 0; i < n / 2; i++) {
+    HistoryEvent *t = evs[i];
+    evs[i] = evs[n - 1 - i];
+    evs[n - 1 - i] = t;
+  }
+  GetWorkflowExecutionHistoryReverseResponse r =
+      INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__GET_WORKFLOW_EXECUTION_HISTORY_REVERSE_RESPONSE);
+  History h = INIT(TEMPORAL__API__HISTORY__V1__HISTORY);
+  h.events = evs;
+  h.n_events = n;
+  r.history = &h;
+  uint8_t tok[16];
+  if (bottom > 1) {
+    page_token_make(tok, bottom - 1, 0);
+    r.next_page_token.data = tok;
+    r.next_page_token.len = 16;
+  }
+  job_reply(j, &r.base);
+  events_free(evs, n);
+out:
+  dbx_runstate_free(rs);
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return rc;
+}
+
+/* ------------------------------------------------------------ describe, list, count */
+
+/* Fill info from a run (pointers borrow rs; timestamps go to ts[0..2]). */
+static void fill_exec_info(RunState *rs, WorkflowExecutionInfo *info, WorkflowExecution *we, WorkflowType *wt,
+                           Timestamp ts[3], Memo **memo, SearchAttributes **sa) {
+  we->workflow_id = rs->workflow_id;
+  we->run_id = rs->run_id;
+  wt->name = rs->workflow_type;
+  info->execution = we;
+  info->type = wt;
+  ts[0].seconds = rs->start_time_ns / 1000000000;
+  ts[0].nanos = (int32_t)(rs->start_time_ns % 1000000000);
+  info->start_time = &ts[0];
+  if (rs->close_time_ns) {
+    ts[1].seconds = rs->close_time_ns / 1000000000;
+    ts[1].nanos = (int32_t)(rs->close_time_ns % 1000000000);
+    info->close_time = &ts[1];
+  }
+  ts[2].seconds = rs->execution_time_ns / 1000000000;
+  ts[2].nanos = (int32_t)(rs->execution_time_ns % 1000000000);
+  info->execution_time = &ts[2];
+  info->status = rs->status;
+  info->history_length = rs->next_event_id - 1;
+  info->history_size_bytes = rs->history_size_bytes;
+  info->task_queue = rs->task_queue;
+  info->first_run_id = rs->first_run_id;
+  *memo = rs->memo.len ? (Memo *)protobuf_c_message_unpack(&Memo__D, NULL, rs->memo.len, rs->memo.data) : NULL;
+  *sa = rs->search_attributes.len ? (SearchAttributes *)protobuf_c_message_unpack(
+                                        &SearchAttributes__D, NULL, rs->search_attributes.len, rs->search_attributes.data)
+                                  : NULL;
+  info->memo = *memo;
+  info->search_attributes = *sa;
+}
+
+static dbx_err h_describe_execution(ectx *c, job *j) {
+  DescribeWorkflowExecutionRequest *q = decode(j, &DescribeWorkflowExecutionRequest__D);
+  if (q == NULL) return DBX_OK;
+  RunState *rs = NULL;
+  dbx_err rc = DBX_OK;
+  if (!check_ns(c, j, q->namespace_)) goto out;
+  rc = load_execution(c, j, q->namespace_, q->execution, &rs);
+  if (rc != DBX_OK || rs == NULL) goto out;
+  DescribeWorkflowExecutionResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__DESCRIBE_WORKFLOW_EXECUTION_RESPONSE);
+  WorkflowExecutionInfo info = INIT(TEMPORAL__API__WORKFLOW__V1__WORKFLOW_EXECUTION_INFO);
+  WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  WorkflowType wt = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_TYPE);
+  Timestamp ts[3] = {INIT(GOOGLE__PROTOBUF__TIMESTAMP), INIT(GOOGLE__PROTOBUF__TIMESTAMP), INIT(GOOGLE__PROTOBUF__TIMESTAMP)};
+  Memo *memo = NULL;
+  SearchAttributes *sa = NULL;
+  fill_exec_info(rs, &info, &we, &wt, ts, &memo, &sa);
+  WorkflowExecutionConfig cfg = INIT(TEMPORAL__API__WORKFLOW__V1__WORKFLOW_EXECUTION_CONFIG);
+  TaskQueue tq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
+  tq.name = rs->task_queue;
+  tq.kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
+  cfg.task_queue = &tq;
+  Duration *d_exec = duration_new_ms(rs->execution_timeout_ms), *d_run = duration_new_ms(rs->run_timeout_ms),
+           *d_task = duration_new_ms(rs->task_timeout_ms);
+  cfg.workflow_execution_timeout = d_exec;
+  cfg.workflow_run_timeout = d_run;
+  cfg.default_workflow_task_timeout = d_task;
+  r.execution_config = &cfg;
+  r.workflow_execution_info = &info;
+  ParentInfo *pi = rs->parent;
+  WorkflowExecution pwe = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  if (pi && pi->workflow_id[0]) {
+    pwe.workflow_id = pi->workflow_id;
+    pwe.run_id = pi->run_id;
+    info.parent_execution = &pwe;
+    info.parent_namespace_id = (char *)(ns_id(c->svc, pi->namespace_) ? ns_id(c->svc, pi->namespace_) : "");
+  }
+  size_t na = rs->n_activities, nc = rs->n_children;
+  PendingActivityInfo *pa = calloc(na + 1, sizeof *pa);
+  PendingActivityInfo **pap = calloc(na + 1, sizeof *pap);
+  ActivityType *ats = calloc(na + 1, sizeof *ats);
+  Timestamp *pts = calloc(3 * na + 1, sizeof *pts);
+  PendingChildExecutionInfo *pc = calloc(nc + 1, sizeof *pc);
+  PendingChildExecutionInfo **pcp = calloc(nc + 1, sizeof *pcp);
+  if (!pa || !pap || !ats || !pts || !pc || !pcp) {
+    rc = DBX_ENOMEM;
+  } else {
+    for (size_t i = 0; i < na; i++) {
+      ActivityInfo *ai = rs->activities[i];
+      PendingActivityInfo x = INIT(TEMPORAL__API__WORKFLOW__V1__PENDING_ACTIVITY_INFO);
+      ActivityType at = INIT(TEMPORAL__API__COMMON__V1__ACTIVITY_TYPE);
+      pa[i] = x;
+      ats[i] = at;
+      ats[i].name = ai->activity_type;
+      pa[i].activity_id = ai->activity_id;
+      pa[i].activity_type = &ats[i];
+      pa[i].state = ai->cancel_requested ? TEMPORAL__API__ENUMS__V1__PENDING_ACTIVITY_STATE__PENDING_ACTIVITY_STATE_CANCEL_REQUESTED
+                    : ai->started_time_ns ? TEMPORAL__API__ENUMS__V1__PENDING_ACTIVITY_STATE__PENDING_ACTIVITY_STATE_STARTED
+                                          : TEMPORAL__API__ENUMS__V1__PENDING_ACTIVITY_STATE__PENDING_ACTIVITY_STATE_SCHEDULED;
+      pa[i].heartbeat_details = ai->heartbeat_details;
+      pa[i].attempt = ai->attempt;
+      pa[i].maximum_attempts = ai->retry_policy ? ai->retry_policy->maximum_attempts : 0;
+      pa[i].last_failure = ai->last_failure;
+      pa[i].last_worker_identity = ai->started_identity;
+      Timestamp t0 = INIT(GOOGLE__PROTOBUF__TIMESTAMP);
+      pts[3 * i] = pts[3 * i + 1] = pts[3 * i + 2] = t0;
+      pts[3 * i].seconds = ai->scheduled_time_ns / 1000000000;
+      pa[i].scheduled_time = &pts[3 * i];
+      if (ai->last_heartbeat_time_ns) {
+        pts[3 * i + 1].seconds = ai->last_heartbeat_time_ns / 1000000000;
+        pa[i].last_heartbeat_time = &pts[3 * i + 1];
+      }
+      if (ai->started_time_ns) {
+        pts[3 * i + 2].seconds = ai->started_time_ns / 1000000000;
+        pa[i].last_started_time = &pts[3 * i + 2];
+      }
+      pap[i] = &pa[i];
+    }
+    for (size_t i = 0; i < nc; i++) {
+      ChildInfo *ci = rs->children[i];
+      PendingChildExecutionInfo x = INIT(TEMPORAL__API__WORKFLOW__V1__PENDING_CHILD_EXECUTION_INFO);
+      pc[i] = x;
+      pc[i].workflow_id = ci->workflow_id;
+      pc[i].run_id = ci->run_id;
+      pc[i].workflow_type_name = ci->workflow_type;
+      pc[i].initiated_id = ci->initiated_event_id;
+      pc[i].parent_close_policy = ci->parent_close_policy;
+      pcp[i] = &pc[i];
+    }
+    r.n_pending_activities = na;
+    r.pending_activities = pap;
+    r.n_pending_children = nc;
+    r.pending_children = pcp;
+    PendingWorkflowTaskInfo pw = INIT(TEMPORAL__API__WORKFLOW__V1__PENDING_WORKFLOW_TASK_INFO);
+    Timestamp ws = INIT(GOOGLE__PROTOBUF__TIMESTAMP), wst = ws;
+    if (rs->wft_scheduled_event_id) {
+      pw.state = rs->wft_started_event_id ? TEMPORAL__API__ENUMS__V1__PENDING_WORKFLOW_TASK_STATE__PENDING_WORKFLOW_TASK_STATE_STARTED
+                                          : TEMPORAL__API__ENUMS__V1__PENDING_WORKFLOW_TASK_STATE__PENDING_WORKFLOW_TASK_STATE_SCHEDULED;
+      ws.seconds = rs->wft_scheduled_time_ns / 1000000000;
+      pw.scheduled_time = &ws;
+      if (rs->wft_started_event_id) {
+        wst.seconds = rs->wft_started_time_ns / 1000000000;
+        pw.started_time = &wst;
+      }
+      pw.attempt = rs->wft_attempt;
+      r.pending_workflow_task = &pw;
+    }
+    job_reply(j, &r.base);
+  }
+  free(pa);
+  free(pap);
+  free(ats);
+  free(pts);
+  free(pc);
+  free(pcp);
+  free(d_exec);
+  free(d_run);
+  free(d_task);
+  if (memo) protobuf_c_message_free_unpacked(&memo->base, NULL);
+  if (sa) protobuf_c_message_free_unpacked(&sa->base, NULL);
+out:
+  dbx_runstate_free(rs);
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return rc;
+}
+
+/* Scan every run of a namespace matching query; calls fn for each (sorted by
+ * start time as the query asks). */
+typedef struct {
+  RunState **runs;
+  size_t n, cap;
+  int desc;
+} run_list;
+
+static int cmp_start(const void *a, const void *b, void *desc) {
+  const RunState *x = *(RunState *const *)a, *y = *(RunState *const *)b;
+  int r = x->start_time_ns < y->start_time_ns ? -1 : x->start_time_ns > y->start_time_ns ? 1 : strcmp(x->run_id, y->run_id);
+  return *(int *)desc ? -r : r;
+}
+
+static void run_list_free(run_list *l) {
+  for (size_t i = 0; i < l->n; i++) dbx_runstate_free(l->runs[i]);
+  free(l->runs);
+}
+
+static int run_list_sort_desc;
+static int cmp_start_qsort(const void *a, const void *b) { return cmp_start(a, b, &run_list_sort_desc); }
+
+static dbx_err scan_runs(ectx *c, job *j, const char *ns, const char *query, run_list *out) {
+  memset(out, 0, sizeof *out);
+  char err[256];
+  dbx_visq *vq = NULL;
+  dbx_err vrc = dbx_visq_create(query, &vq, err, sizeof err);
+  if (vrc == DBX_EINVAL) {
+    job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: %s", j->method, err);
+    return DBX_OK;
+  }
+  if (vrc != DBX_OK) return vrc;
+  out->desc = dbx_visq_order_desc(vq);
+  size_t pl = strlen(ns) + 1;
+  dbx_cursor *cur = NULL;
+  dbx_err rc = dbx_store_cursor_open(c->txn, c->svc->t_runs, &cur);
+  dbx_val k, v;
+  if (rc == DBX_OK) rc = dbx_store_cursor_seek(cur, ns, pl, &k, &v);
+  for (; rc == DBX_OK; rc = dbx_store_cursor_next(cur, &k, &v)) {
+    if (k.size < pl || memcmp(k.data, ns, pl) != 0) break;
+    RunState *rs = (RunState *)protobuf_c_message_unpack(&RunState__D, NULL, v.size, v.data);
+    if (rs == NULL) continue;
+    dbx_visq_record rec = {.workflow_id = rs->workflow_id, .workflow_type = rs->workflow_type,
+                           .task_queue = rs->task_queue, .run_id = rs->run_id, .status = rs->status,
+                           .start_time_ns = rs->start_time_ns, .close_time_ns = rs->close_time_ns,
+                           .execution_time_ns = rs->execution_time_ns};
+    if (!dbx_visq_match(vq, &rec)) {
+      dbx_runstate_free(rs);
+      continue;
+    }
+    if (out->n == out->cap) {
+      size_t nc = out->cap ? out->cap * 2 : 64;
+      RunState **na = realloc(out->runs, nc * sizeof *na);
+      if (na == NULL) {
+        dbx_runstate_free(rs);
+        rc = DBX_ENOMEM;
+        break;
+      }
+      out->runs = na;
+      out->cap = nc;
+    }
+    out->runs[out->n++] = rs;
+  }
+  dbx_store_cursor_close(cur);
+  dbx_visq_destroy(vq);
+  if (rc == DBX_ENOTFOUND) rc = DBX_OK;
+  if (rc == DBX_OK) {
+    run_list_sort_desc = out->desc;
+    qsort(out->runs, out->n, sizeof *out->runs, cmp_start_qsort);
+  }
+  return rc;
+}
+
+static dbx_err h_list(ectx *c, job *j) {
+  ListWorkflowExecutionsRequest *q = decode(j, &ListWorkflowExecutionsRequest__D);
+  if (q == NULL) return DBX_OK;
+  dbx_err rc = DBX_OK;
+  run_list l = {0};
+  if (!check_ns(c, j, q->namespace_)) goto out;
+  uint64_t offset = 0;
+  if (q->next_page_token.len) {
+    if (q->next_page_token.len != 8) {
+      job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "ListWorkflowExecutions: next_page_token is malformed");
+      goto out;
+    }
+    for (int i = 0; i < 8; i++) offset = (offset << 8) | q->next_page_token.data[i];
+  }
+  rc = scan_runs(c, j, q->namespace_, q->query, &l);
+  if (rc != DBX_OK || j->status != DBX_GRPC_OK) goto out;
+  size_t page = q->page_size > 0 ? (size_t)q->page_size : 1000;
+  size_t start = offset < l.n ? (size_t)offset : l.n;
+  size_t cnt = l.n - start < page ? l.n - start : page;
+  WorkflowExecutionInfo *infos = calloc(cnt + 1, sizeof *infos);
+  WorkflowExecutionInfo **ptrs = calloc(cnt + 1, sizeof *ptrs);
+  WorkflowExecution *wes = calloc(cnt + 1, sizeof *wes);
+  WorkflowType *wts = calloc(cnt + 1, sizeof *wts);
+  Timestamp *tss = calloc(3 * cnt + 1, sizeof *tss);
+  Memo **memos = calloc(cnt + 1, sizeof *memos);
+  SearchAttributes **sas = calloc(cnt + 1, sizeof *sas);
+  if (infos && ptrs && wes && wts && tss && memos && sas) {
+    for (size_t i = 0; i < cnt; i++) {
+      WorkflowExecutionInfo x = INIT(TEMPORAL__API__WORKFLOW__V1__WORKFLOW_EXECUTION_INFO);
+      WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+      WorkflowType wt = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_TYPE);
+      Timestamp t0 = INIT(GOOGLE__PROTOBUF__TIMESTAMP);
+      infos[i] = x;
+      wes[i] = we;
+      wts[i] = wt;
+      tss[3 * i] = tss[3 * i + 1] = tss[3 * i + 2] = t0;
+      fill_exec_info(l.runs[start + i], &infos[i], &wes[i], &wts[i], &tss[3 * i], &memos[i], &sas[i]);
+      ptrs[i] = &infos[i];
+    }
+    ListWorkflowExecutionsResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__LIST_WORKFLOW_EXECUTIONS_RESPONSE);
+    r.n_executions = cnt;
+    r.executions = ptrs;
+    uint8_t tok[8];
+    if (start + cnt < l.n) {
+      uint64_t nx = start + cnt;
+      for (int i = 7; i >= 0; i--) {
+        tok[i] = (uint8_t)nx;
+        nx >>= 8;
+      }
+      r.next_page_token.data = tok;
+      r.next_page_token.len = 8;
+    }
+    job_reply(j, &r.base);
+  } else {
+    rc = DBX_ENOMEM;
+  }
+  for (size_t i = 0; memos && sas && i < cnt; i++) {
+    if (memos[i]) protobuf_c_message_free_unpacked(&memos[i]->base, NULL);
+    if (sas[i]) protobuf_c_message_free_unpacked(&sas[i]->base, NULL);
+  }
+  free(infos);
+  free(ptrs);
+  free(wes);
+  free(wts);
+  free(tss);
+  free(memos);
+  free(sas);
+out:
+  run_list_free(&l);
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return rc;
+}
+
+static dbx_err h_count(ectx *c, job *j) {
+  CountWorkflowExecutionsRequest *q = decode(j, &CountWorkflowExecutionsRequest__D);
+  if (q == NULL) return DBX_OK;
+  dbx_err rc = DBX_OK;
+  run_list l = {0};
+  if (check_ns(c, j, q->namespace_)) {
+    rc = scan_runs(c, j, q->namespace_, q->query, &l);
+    if (rc == DBX_OK && j->status == DBX_GRPC_OK) {
+      CountWorkflowExecutionsResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__COUNT_WORKFLOW_EXECUTIONS_RESPONSE);
+      r.count = (int64_t)l.n;
+      job_reply(j, &r.base);
+    }
+  }
+  run_list_free(&l);
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return rc;
+}
+
+/* ------------------------------------------------------------ signals, cancel, terminate */
+
+static int running_or_fail(job *j, RunState *rs) {
+  if (rs->status == WS(RUNNING)) return 1;
+  fail_not_found(j, "workflow execution already completed (workflow id %s, run id %s)", rs->workflow_id, rs->run_id);
+  return 0;
+}
+
+static int seen_request(RunState *rs, const char *req) {
+  for (size_t i = 0; req && req[0] && i < rs->n_signal_request_ids; i++)
+    if (strcmp(rs->signal_request_ids[i], req) == 0) return 1;
+  return 0;
+}
+
+static void remember_request(RunState *rs, const char *req) {
+  if (req == NULL || req[0] == '\0') return;
+  if (rs->n_signal_request_ids >= 64) { /* keep the newest 64 */
+    free(rs->signal_request_ids[0]);
+    memmove(rs->signal_request_ids, rs->signal_request_ids + 1, 63 * sizeof *rs->signal_request_ids);
+    rs->n_signal_request_ids--;
+  }
+  char **arr = realloc(rs->signal_request_ids, (rs->n_signal_request_ids + 1) * sizeof *arr);
+  if (arr == NULL) return;
+  rs->signal_request_ids = arr;
+  char *d = dbx_strdup(req);
+  if (d) arr[rs->n_signal_request_ids++] = d;
+}
+
+static dbx_err h_signal(ectx *c, job *j) {
+  SignalWorkflowExecutionRequest *q = decode(j, &SignalWorkflowExecutionRequest__D);
+  if (q == NULL) return DBX_OK;
+  RunState *rs = NULL;
+  dbx_err rc = DBX_OK;
+  if (!check_ns(c, j, q->namespace_) || !check_id(j, "signal_name", q->signal_name)) goto out;
+  rc = load_execution(c, j, q->namespace_, q->workflow_execution, &rs);
+  if (rc != DBX_OK || rs == NULL || !running_or_fail(j, rs)) goto out;
+  if (!seen_request(rs, q->request_id)) {
+    rc = signal_run(c, rs, q->signal_name, q->input, q->identity, q->header, q->request_id);
+    remember_request(rs, q->request_id);
+    if (rc == DBX_OK) rc = run_save(c, rs);
+  }
+  if (rc == DBX_OK) j->status = DBX_GRPC_OK;
+out:
+  dbx_runstate_free(rs);
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return rc;
+}
+
+static dbx_err h_signal_with_start(ectx *c, job *j) {
+  SignalWithStartWorkflowExecutionRequest *q = decode(j, &SignalWithStartWorkflowExecutionRequest__D);
+  if (q == NULL) return DBX_OK;
+  dbx_err rc = DBX_OK;
+  RunState *rs = NULL;
+  char *cur = NULL;
+  if (!check_ns(c, j, q->namespace_) || !check_id(j, "workflow_id", q->workflow_id) ||
+      !check_id(j, "signal_name", q->signal_name))
+    goto out;
+  rc = current_run_id(c, q->namespace_, q->workflow_id, &cur);
+  if (rc == DBX_OK) rc = run_load(c, q->namespace_, q->workflow_id, cur, &rs);
+  if (rc == DBX_ENOTFOUND) rc = DBX_OK;
+  if (rc != DBX_OK) goto out;
+  SignalWithStartWorkflowExecutionResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__SIGNAL_WITH_START_WORKFLOW_EXECUTION_RESPONSE);
+  if (rs && rs->status == WS(RUNNING)) {
+    rc = signal_run(c, rs, q->signal_name, q->signal_input, q->identity, q->header, q->request_id);
+    if (rc == DBX_OK) rc = run_save(c, rs);
+    if (rc == DBX_OK) {
+      r.run_id = rs->run_id;
+      r.started = 0;
+      job_reply(j, &r.base);
+    }
+    goto out;
+  }
+  HistoryEvent *sig = event_new(ET(WORKFLOW_EXECUTION_SIGNALED));
+  if (sig == NULL) {
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  WorkflowExecutionSignaledEventAttributes *sa = sig->workflow_execution_signaled_event_attributes;
+  sa->signal_name = pb_strdup(q->signal_name);
+  sa->input = PB_CLONE(Payloads, q->signal_input);
+  sa->identity = pb_strdup(q->identity);
+  sa->header = PB_CLONE(Header, q->header);
+  start_args a = {.ns = q->namespace_, .workflow_id = q->workflow_id, .request_id = q->request_id,
+                  .identity = q->identity, .type = q->workflow_type, .task_queue = q->task_queue, .input = q->input,
+                  .exec_timeout = q->workflow_execution_timeout, .run_timeout = q->workflow_run_timeout,
+                  .task_timeout = q->workflow_task_timeout, .start_delay = q->workflow_start_delay,
+                  .reuse_policy = q->workflow_id_reuse_policy, .conflict_policy = 0,
+                  .retry_policy = q->retry_policy, .cron = q->cron_schedule, .memo = q->memo,
+                  .search_attributes = q->search_attributes, .header = q->header, .signal = sig};
+  char *run_id = NULL;
+  int started = 0;
+  rc = start_common(c, j, &a, &run_id, &started);
+  history_event_free(sig);
+  if (rc == DBX_OK && run_id) {
+    r.run_id = run_id;
+    r.started = started;
+    job_reply(j, &r.base);
+  }
+  free(run_id);
+out:
+  free(cur);
+  dbx_runstate_free(rs);
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return rc;
+}
+
+static dbx_err h_request_cancel(ectx *c, job *j) {
+  RequestCancelWorkflowExecutionRequest *q = decode(j, &RequestCancelWorkflowExecutionRequest__D);
+  if (q == NULL) return DBX_OK;
+  RunState *rs = NULL;
+  dbx_err rc = DBX_OK;
+  if (!check_ns(c, j, q->namespace_)) goto out;
+  rc = load_execution(c, j, q->namespace_, q->workflow_execution, &rs);
+  if (rc != DBX_OK || rs == NULL || !running_or_fail(j, rs)) goto out;
+  rc = request_cancel_run(c, rs, q->identity);
+  if (rc == DBX_OK) rc = run_save(c, rs);
+  if (rc == DBX_OK) j->status = DBX_GRPC_OK;
+out:
+  dbx_runstate_free(rs);
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return rc;
+}
+
+static dbx_err h_terminate(ectx *c, job *j) {
+  TerminateWorkflowExecutionRequest *q = decode(j, &TerminateWorkflowExecutionRequest__D);
+  if (q == NULL) return DBX_OK;
+  RunState *rs = NULL;
+  dbx_err rc = DBX_OK;
+  if (!check_ns(c, j, q->namespace_)) goto out;
+  rc = load_execution(c, j, q->namespace_, q->workflow_execution, &rs);
+  if (rc != DBX_OK || rs == NULL || !running_or_fail(j, rs)) goto out;
+  if (handler_terminate_run(c, rs, q->reason, q->identity) != 0) rc = DBX_ESTORE;
+  if (rc == DBX_OK) j->status = DBX_GRPC_OK;
+out:
+  dbx_runstate_free(rs);
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return rc;
+}
+
+/* ------------------------------------------------------------ reset */
+
+/* Rebuild pending activities and timers of rs from events (the copied prefix). */
+static dbx_err rebuild_pending(ectx *c, RunState *rs, HistoryEvent **evs, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    HistoryEvent *e = evs[i];
+    int64_t t_ns = e->event_time ? e->event_time->seconds * 1000000000 + e->event_time->nanos : c->now_ns;
+    switch (e->attributes_case) {
+    case HEV(ACTIVITY_TASK_SCHEDULED): {
+      ActivityTaskScheduledEventAttributes *a = e->activity_task_scheduled_event_attributes;
+      ActivityInfo *ai = pb_new(&ActivityInfo__D);
+      ActivityInfo **arr = realloc(rs->activities, (rs->n_activities + 1) * sizeof *arr);
+      if (ai == NULL || arr == NULL) {
+        free(ai);
+        if (arr) rs->activities = arr;
+        return DBX_ENOMEM;
+      }
+      rs->activities = arr;
+      arr[rs->n_activities++] = ai;
+      ai->scheduled_event_id = e->event_id;
+      ai->activity_id = pb_strdup(a->activity_id);
+      ai->activity_type = pb_strdup(a->activity_type ? a->activity_type->name : "");
+      ai->task_queue = pb_strdup(a->task_queue ? a->task_queue->name : rs->task_queue);
+      ai->attempt = 1;
+      ai->scheduled_time_ns = c->now_ns;
+      ai->attempt_scheduled_time_ns = c->now_ns;
+      ai->schedule_to_close_ms = duration_ms(a->schedule_to_close_timeout);
+      ai->schedule_to_start_ms = duration_ms(a->schedule_to_start_timeout);
+      ai->start_to_close_ms = duration_ms(a->start_to_close_timeout);
+      ai->heartbeat_ms = duration_ms(a->heartbeat_timeout);
+      ai->retry_policy = PB_CLONE(RetryPolicy, a->retry_policy);
+      break;
+    }
+    case HEV(ACTIVITY_TASK_COMPLETED):
+      activity_remove(rs, e->activity_task_completed_event_attributes->scheduled_event_id);
+      break;
+    case HEV(ACTIVITY_TASK_FAILED):
+      activity_remove(rs, e->activity_task_failed_event_attributes->scheduled_event_id);
+      break;
+    case HEV(ACTIVITY_TASK_TIMED_OUT):
+      activity_remove(rs, e->activity_task_timed_out_event_attributes->scheduled_event_id);
+      break;
+    case HEV(ACTIVITY_TASK_CANCELED):
+      activity_remove(rs, e->activity_task_canceled_event_attributes->scheduled_event_id);
+      break;
+    case HEV(TIMER_STARTED): {
+      TimerInfo *ti = pb_new(&TimerInfo__D);
+      TimerInfo **arr = realloc(rs->timers, (rs->n_timers + 1) * sizeof *arr);
+      if (ti == NULL || arr == NULL) {
+        free(ti);
+        if (arr) rs->timers = arr;
+        return DBX_ENOMEM;
+      }
+      rs->timers = arr;
+      arr[rs->n_timers++] = ti;
+      ti->timer_id = pb_strdup(e->timer_started_event_attributes->timer_id);
+      ti->started_event_id = e->event_id;
+      ti->fire_time_ns = t_ns + duration_ms(e->timer_started_event_attributes->start_to_fire_timeout) * 1000000;
+      break;
+    }
+    case HEV(TIMER_FIRED):
+      timer_remove(rs, e->timer_fired_event_attributes->timer_id);
+      break;
+    case HEV(TIMER_CANCELED):
+      timer_remove(rs, e->timer_canceled_event_attributes->timer_id);
+      break;
+    case HEV(WORKFLOW_EXECUTION_CANCEL_REQUESTED):
+      rs->cancel_requested = 1;
+      break;
+    case HEV(WORKFLOW_TASK_COMPLETED):
+      rs->last_wft_started_event_id = e->workflow_task_completed_event_attributes->started_event_id;
+      break;
+    default:
+      break;
+    }
+  }
+  return DBX_OK;
+}
+
+static dbx_err h_reset(ectx *c, job *j) {
+  ResetWorkflowExecutionRequest *q = decode(j, &ResetWorkflowExecutionRequest__D);
+  if (q == NULL) return DBX_OK;
+  RunState *base = NULL, *nrs = NULL;
+  HistoryEvent **evs = NULL, **later = NULL;
+  size_t n = 0, nl = 0;
+  char *new_run = NULL;
+  dbx_err rc = DBX_OK;
+  if (!check_ns(c, j, q->namespace_)) goto out;
+  rc = load_execution(c, j, q->namespace_, q->workflow_execution, &base);
+  if (rc != DBX_OK || base == NULL) goto out;
+  int64_t e = q->workflow_task_finish_event_id;
+  if (e <= 1 || e >= base->next_event_id) {
+    job_fail(j, DBX_GRPC_INVALID_ARGUMENT,
+             "ResetWorkflowExecution: workflow_task_finish_event_id %lld is out of range (must be > 1 and < %lld)",
+             (long long)e, (long long)base->next_event_id);
+    goto out;
+  }
+  HistoryEvent *pe = NULL;
+  rc = event_load_one(c, base->run_seq, e, &pe);
+  if (rc != DBX_OK) goto out;
+  int et = pe->event_type;
+  history_event_free(pe);
+  if (et != ET(WORKFLOW_TASK_COMPLETED) && et != ET(WORKFLOW_TASK_TIMED_OUT) && et != ET(WORKFLOW_TASK_FAILED) &&
+      et != ET(WORKFLOW_TASK_STARTED)) {
+    job_fail(j, DBX_GRPC_INVALID_ARGUMENT,
+             "ResetWorkflowExecution: event %lld is not a workflow task completed, failed, timed out or started event",
+             (long long)e);
+    goto out;
+  }
+  /* the prefix [1, e) */
+  rc = events_load(c, base->run_seq, 1, e, &evs, &n, 0);
+  if (rc != DBX_OK) goto out;
+  rc = events_load(c, base->run_seq, e, 0, &later, &nl, 0);
+  if (rc != DBX_OK) goto out;
+  new_run = new_uuid();
+  nrs = runstate_new();
+  if (new_run == NULL || nrs == NULL) {
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  pb_setstr(&nrs->namespace_, base->namespace_);
+  pb_setstr(&nrs->workflow_id, base->workflow_id);
+  pb_setstr(&nrs->run_id, new_run);
+  pb_setstr(&nrs->first_run_id, base->first_run_id);
+  pb_setstr(&nrs->workflow_type, base->workflow_type);
+  pb_setstr(&nrs->task_queue, base->task_queue);
+  pb_setstr(&nrs->start_request_id, q->request_id);
+  pb_setstr(&nrs->reset_from_run_id, base->run_id);
+  nrs->run_seq = next_seq(c);
+  nrs->status = WS(RUNNING);
+  nrs->next_event_id = 1;
+  nrs->start_time_ns = c->now_ns;
+  nrs->execution_time_ns = c->now_ns;
+  nrs->run_timeout_ms = base->run_timeout_ms;
+  nrs->execution_timeout_ms = base->execution_timeout_ms;
+  nrs->task_timeout_ms = base->task_timeout_ms;
+  nrs->execution_expiration_ns = base->execution_expiration_ns;
+  nrs->wft_attempt = 1;
+  if (base->parent) nrs->parent = PB_CLONE(ParentInfo, base->parent);
+  nrs->memo.data = base->memo.len ? malloc(base->memo.len) : NULL;
+  if (nrs->memo.data) {
+    memcpy(nrs->memo.data, base->memo.data, base->memo.len);
+    nrs->memo.len = base->memo.len;
+  }
+  int64_t wft_sched = 0, wft_started = 0;
+  for (size_t i = 0; i < n; i++) {
+    HistoryEvent *ev = evs[i];
+    if (ev->event_type == ET(WORKFLOW_TASK_SCHEDULED)) {
+      wft_sched = ev->event_id;
+      wft_started = 0;
+    } else if (ev->event_type == ET(WORKFLOW_TASK_STARTED)) {
+      wft_started = ev->event_id;
+    } else if (ev->event_type == ET(WORKFLOW_TASK_COMPLETED) || ev->event_type == ET(WORKFLOW_TASK_FAILED) ||
+               ev->event_type == ET(WORKFLOW_TASK_TIMED_OUT)) {
+      wft_sched = wft_started = 0;
+    }
+    int64_t keep_time = 1;
+    (void)keep_time;
+    Timestamp *t = ev->event_time;
+    ev->event_time = NULL;
+    rc = event_append(c, nrs, ev, 0); /* same ids, 1.. */
+    if (ev->event_time) free(ev->event_time);
+    ev->event_time = t;
+    if (rc != DBX_OK) goto out;
+  }
+  rc = rebuild_pending(c, nrs, evs, n);
+  if (rc != DBX_OK) goto out;
+  if (wft_sched && !wft_started) {
+    HistoryEvent *st = event_new(ET(WORKFLOW_TASK_STARTED));
+    if (st == NULL) {
+      rc = DBX_ENOMEM;
+      goto out;
+    }
+    st->workflow_task_started_event_attributes->scheduled_event_id = wft_sched;
+    st->workflow_task_started_event_attributes->identity = pb_strdup(q->identity);
+    rc = event_append(c, nrs, st, 0);
+    wft_started = st->event_id;
+    history_event_free(st);
+    if (rc != DBX_OK) goto out;
+  }
+  HistoryEvent *f = event_new(ET(WORKFLOW_TASK_FAILED));
+  Failure *fl = pb_new(&Failure__D);
+  if (f == NULL || fl == NULL) {
+    history_event_free(f);
+    free(fl);
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  fl->message = pb_strdup(q->reason);
+  fl->failure_info_case = FI(RESET_WORKFLOW_FAILURE_INFO);
+  fl->reset_workflow_failure_info = pb_new(&Temporal__Api__Failure__V1__ResetWorkflowFailureInfo__D);
+  WorkflowTaskFailedEventAttributes *fa = f->workflow_task_failed_event_attributes;
+  fa->scheduled_event_id = wft_sched;
+  fa->started_event_id = wft_started;
+  fa->cause = WFC(RESET_WORKFLOW);
+  fa->failure = fl;
+  fa->identity = pb_strdup(q->identity);
+  fa->base_run_id = pb_strdup(base->run_id);
+  fa->new_run_id = pb_strdup(new_run);
+  rc = event_append(c, nrs, f, 0);
+  history_event_free(f);
+  if (rc != DBX_OK) goto out;
+  /* reapply signals recorded after the reset point */
+  int skip_signals = q->reset_reapply_type == 2;
+  for (size_t i = 0; i < q->n_reset_reapply_exclude_types; i++) skip_signals |= q->reset_reapply_exclude_types[i] == 1;
+  for (size_t i = 0; i < nl && !skip_signals; i++) {
+    if (later[i]->event_type != ET(WORKFLOW_EXECUTION_SIGNALED)) continue;
+    later[i]->event_id = 0;
+    free(later[i]->event_time);
+    later[i]->event_time = NULL;
+    rc = event_append(c, nrs, later[i], 0);
+    if (rc != DBX_OK) goto out;
+  }
+  /* pending activities run again; pending timers keep their fire time */
+  for (size_t i = 0; i < nrs->n_activities; i++) {
+    rc = activity_queue_attempt(c, nrs, nrs->activities[i]);
+    if (rc != DBX_OK) goto out;
+  }
+  for (size_t i = 0; i < nrs->n_timers; i++) {
+    rc = timer_add(c, nrs->timers[i]->fire_time_ns, TK_USER_TIMER, nrs, nrs->timers[i]->started_event_id, 0,
+                   nrs->timers[i]->timer_id);
+    if (rc != DBX_OK) goto out;
+  }
+  rc = wft_schedule(c, nrs);
+  if (rc != DBX_OK) goto out;
+  if (base->status == WS(RUNNING)) {
+    char *reason = dbx_asprintf("reset to a new run %s: %s", new_run, q->reason);
+    int tr = handler_terminate_run(c, base, reason ? reason : "reset", q->identity);
+    free(reason);
+    if (tr != 0) {
+      rc = DBX_ESTORE;
+      goto out;
+    }
+  }
+  size_t kl;
+  char *k = exec_key(nrs->namespace_, nrs->workflow_id, &kl);
+  if (k == NULL) {
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  ExecutionRecord er = INIT(DURABOX__SERVICE__V1__EXECUTION_RECORD);
+  er.current_run_id = new_run;
+  uint8_t buf[256];
+  size_t bl = protobuf_c_message_get_packed_size(&er.base);
+  if (bl <= sizeof buf) {
+    protobuf_c_message_pack(&er.base, buf);
+    rc = dbx_store_put(c->txn, c->svc->t_execs, k, kl, buf, bl);
+  } else {
+    rc = DBX_EINVAL;
+  }
+  free(k);
+  if (rc == DBX_OK) rc = run_save(c, nrs);
+  if (rc == DBX_OK) {
+    ResetWorkflowExecutionResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESET_WORKFLOW_EXECUTION_RESPONSE);
+    r.run_id = new_run;
+    job_reply(j, &r.base);
+  }
+out:
+  events_free(evs, n);
+  events_free(later, nl);
+  free(new_run);
+  dbx_runstate_free(nrs);
+  dbx_runstate_free(base);
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return rc;
+}
+
+/* ------------------------------------------------------------ queries */
+
+static dbx_err h_query(ectx *c, job *j) {
+  QueryWorkflowRequest *q = decode(j, &QueryWorkflowRequest__D);
+  if (q == NULL) return DBX_OK;
+  RunState *rs = NULL;
+  dbx_err rc = DBX_OK;
+  if (!check_ns(c, j, q->namespace_)) goto out;
+  if (q->query == NULL || !check_id(j, "query.query_type", q->query->query_type)) goto out;
+  rc = load_execution(c, j, q->namespace_, q->execution, &rs);
+  if (rc != DBX_OK || rs == NULL) goto out;
+  note *n = note_new(c, NOTE_QUERY_NEW);
+  query *qq = calloc(1, sizeof *qq);
+  if (n == NULL || qq == NULL) {
+    free(qq);
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  qq->id = ++c->svc->next_query_id;
+  qq->ns = dbx_strdup(rs->namespace_);
+  qq->workflow_id = dbx_strdup(rs->workflow_id);
+  qq->run_id = dbx_strdup(rs->run_id);
+  qq->task_queue = dbx_strdup(rs->task_queue);
+  qq->query_len = protobuf_c_message_get_packed_size(&q->query->base);
+  qq->query = malloc(qq->query_len ? qq->query_len : 1);
+  if (qq->query) protobuf_c_message_pack(&q->query->base, qq->query);
+  qq->waiter = j;
+  n->q = qq;
+  j->park = PARK_QUERY;
+  j->query_id = qq->id;
+  int64_t now = dbx_mono_ns();
+  int64_t dl = dbx_rpc_call_deadline_mono_ns(j->call);
+  j->park_deadline_ns = dl == INT64_MAX ? now + 60000000000LL : dl - 100000000LL;
+out:
+  dbx_runstate_free(rs);
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return rc;
+}
+
+/* A waiting query for this queue whose run has no started workflow task goes
+ * out as a legacy query task (the poll reply's `query` field). */
+static dbx_err try_dispatch_query(ectx *c, job *j, const char *ns, const char *tq, int *done) {
+  *done = 0;
+  for (query *qq = c->svc->queries; qq; qq = qq->next) {
+    if (qq->dispatched || qq->claim_epoch == c->epoch || strcmp(qq->ns, ns) != 0 || strcmp(qq->task_queue, tq) != 0)
+      continue;
+    RunState *rs = NULL;
+    dbx_err rc = run_load(c, qq->ns, qq->workflow_id, qq->run_id, &rs);
+    if (rc == DBX_ENOTFOUND) continue;
+    if (rc != DBX_OK) return rc;
+    if (rs->wft_started_event_id > 0) {
+      dbx_runstate_free(rs);
+      continue;
+    }
+    WorkflowQuery *wq = (WorkflowQuery *)protobuf_c_message_unpack(&WorkflowQuery__D, NULL, qq->query_len, qq->query);
+    PollWorkflowTaskQueueResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__POLL_WORKFLOW_TASK_QUEUE_RESPONSE);
+    TaskToken tok = INIT(DURABOX__SERVICE__V1__TASK_TOKEN);
+    tok.kind = TASK_QUERY;
+    tok.namespace_ = rs->namespace_;
+    tok.workflow_id = rs->workflow_id;
+    tok.run_id = rs->run_id;
+    tok.scheduled_event_id = (int64_t)qq->id;
+    char qid[32];
+    snprintf(qid, sizeof qid, "%llu", (unsigned long long)qq->id);
+    tok.query_id = qid;
+    WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+    we.workflow_id = rs->workflow_id;
+    we.run_id = rs->run_id;
+    WorkflowType wt = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_TYPE);
+    wt.name = rs->workflow_type;
+    History h = INIT(TEMPORAL__API__HISTORY__V1__HISTORY);
+    HistoryEvent **evs = NULL;
+    size_t n = 0;
+    int64_t next_id = 0;
+    /* history up to the last completed workflow task's events */
+    int64_t upto = rs->wft_scheduled_event_id > 0 ? rs->wft_scheduled_event_id - 1 : rs->next_event_id - 1;
+    rc = load_history(c, rs, 1, upto, 0, &h, &evs, &n, &next_id);
+    if (rc == DBX_OK && wq && token_pack(&tok, &r.task_token) == 0) {
+      r.workflow_execution = &we;
+      r.workflow_type = &wt;
+      r.previous_started_event_id = rs->last_wft_started_event_id;
+      r.started_event_id = rs->last_wft_started_event_id;
+      r.history = &h;
+      r.query = wq;
+      job_reply(j, &r.base);
+      free(r.task_token.data);
+      qq->claim_epoch = c->epoch;
+      note *nn = note_new(c, NOTE_QUERY_DISPATCHED);
+      if (nn) nn->query_id = qq->id;
+      *done = 1;
+    }
+    if (wq) protobuf_c_message_free_unpacked(&wq->base, NULL);
+    events_free(evs, n);
+    dbx_runstate_free(rs);
+    if (rc != DBX_OK || *done) return rc;
+  }
+  return DBX_OK;
+}
+
+static dbx_err h_respond_query(ectx *c, job *j) {
+  RespondQueryTaskCompletedRequest *q = decode(j, &RespondQueryTaskCompletedRequest__D);
+  if (q == NULL) return DBX_OK;
+  TaskToken *t = token_decode(j, q->task_token, TASK_QUERY);
+  if (t) {
+    note *n = note_new(c, NOTE_QUERY_ANSWER);
+    if (n == NULL) {
+      protobuf_c_message_free_unpacked(&t->base, NULL);
+      protobuf_c_message_free_unpacked(&q->base, NULL);
+      return DBX_ENOMEM;
+    }
+    n->query_id = (uint64_t)t->scheduled_event_id;
+    if (q->completed_type == TEMPORAL__API__ENUMS__V1__QUERY_RESULT_TYPE__QUERY_RESULT_TYPE_ANSWERED) {
+      QueryWorkflowResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__QUERY_WORKFLOW_RESPONSE);
+      r.query_result = q->query_result;
+      n->status = DBX_GRPC_OK;
+      n->len = protobuf_c_message_get_packed_size(&r.base);
+      n->bytes = malloc(n->len ? n->len : 1);
+      if (n->bytes) protobuf_c_message_pack(&r.base, n->bytes);
+    } else {
+      /* Temporal answers a failed query with INVALID_ARGUMENT + QueryFailedFailure */
+      job tmp = {0};
+      QueryFailedFailure d = INIT(TEMPORAL__API__ERRORDETAILS__V1__QUERY_FAILED_FAILURE);
+      d.failure = q->failure;
+      job_fail_detail(&tmp, DBX_GRPC_INVALID_ARGUMENT, &d.base, QUERY_FAILED_URL, "%s",
+                      q->error_message[0] ? q->error_message : "query failed");
+      n->status = DBX_GRPC_INVALID_ARGUMENT;
+      n->message = tmp.message;
+      n->bytes = tmp.details;
+      n->len = tmp.details_len;
+    }
+    j->status = DBX_GRPC_OK;
+    protobuf_c_message_free_unpacked(&t->base, NULL);
+  }
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return DBX_OK;
+}
+
+/* ------------------------------------------------------------ dispatch */
+
+typedef dbx_err (*handler_fn)(ectx *, job *);
+static const struct {
+  const char *method;
+  handler_fn fn;
+} handlers[] = {
+    {"GetSystemInfo", h_get_system_info},
+    {"DescribeNamespace", h_describe_namespace},
+    {"ListNamespaces", h_list_namespaces},
+    {"StartWorkflowExecution", h_start},
+    {"PollWorkflowTaskQueue", h_poll_workflow},
+    {"RespondWorkflowTaskCompleted", h_wft_completed},
+    {"RespondWorkflowTaskFailed", h_wft_failed},
+    {"PollActivityTaskQueue", h_poll_activity},
+    {"RecordActivityTaskHeartbeat", h_heartbeat},
+    {"RespondActivityTaskCompleted", h_activity_completed},
+    {"RespondActivityTaskFailed", h_activity_failed},
+    {"RespondActivityTaskCanceled", h_activity_canceled},
+    {"GetWorkflowExecutionHistory", h_get_history},
+    {"GetWorkflowExecutionHistoryReverse", h_get_history_reverse},
+    {"DescribeWorkflowExecution", h_describe_execution},
+    {"ListWorkflowExecutions", h_list},
+    {"CountWorkflowExecutions", h_count},
+    {"SignalWorkflowExecution", h_signal},
+    {"SignalWithStartWorkflowExecution", h_signal_with_start},
+    {"RequestCancelWorkflowExecution", h_request_cancel},
+    {"TerminateWorkflowExecution", h_terminate},
+    {"ResetWorkflowExecution", h_reset},
+    {"QueryWorkflow", h_query},
+    {"RespondQueryTaskCompleted", h_respond_query},
+};
+
+dbx_err handle_rpc(ectx *c, job *j) {
+  if (j->call == NULL) return DBX_OK;
+  if (dbx_rpc_call_is_workflow_service(j->call)) {
+    for (size_t i = 0; i < sizeof handlers / sizeof handlers[0]; i++)
+      if (strcmp(handlers[i].method, j->method) == 0) return handlers[i].fn(c, j);
+    if (strcmp(j->method, "ShutdownWorker") == 0) return h_empty(c, j, &ShutdownWorkerRequest__D);
+    if (strcmp(j->method, "ResetStickyTaskQueue") == 0) return h_empty(c, j, &ResetStickyTaskQueueRequest__D);
+  }
+  job_fail(j, DBX_GRPC_UNIMPLEMENTED, "unknown method %s", j->method);
+  return DBX_OK;
+}

@@ -309,6 +309,16 @@ dbx_err events_flush_buffer(ectx *c, RunState *rs, int *flushed) {
         &HistoryEvent__D, NULL, rs->buffered_events[i].len, rs->buffered_events[i].data);
     if (ev == NULL) return DBX_ESTORE;
     ev->event_id = 0;
+    /* an activity's close event refers to its started event, written just before */
+    int64_t *sid = NULL;
+    switch (ev->attributes_case) {
+    case HEV(ACTIVITY_TASK_COMPLETED): sid = &ev->activity_task_completed_event_attributes->started_event_id; break;
+    case HEV(ACTIVITY_TASK_FAILED): sid = &ev->activity_task_failed_event_attributes->started_event_id; break;
+    case HEV(ACTIVITY_TASK_TIMED_OUT): sid = &ev->activity_task_timed_out_event_attributes->started_event_id; break;
+    case HEV(ACTIVITY_TASK_CANCELED): sid = &ev->activity_task_canceled_event_attributes->started_event_id; break;
+    default: break;
+    }
+    if (sid && *sid == -1) *sid = rs->next_event_id - 1;
     dbx_err rc = event_append(c, rs, ev, 0);
     history_event_free(ev);
     if (rc != DBX_OK) return rc;
