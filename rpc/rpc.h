@@ -56,7 +56,10 @@ typedef struct dbx_rpc_call dbx_rpc_call;
 /* Runs on the server thread for each new call, with its request read. */
 typedef void (*dbx_rpc_handler_fn)(dbx_rpc_call *call, void *ud);
 /* Runs on the server thread when a call not yet answered is cancelled by the
- * peer or its deadline passes. */
+ * peer, its deadline passes, or dbx_rpc_server_destroy cancels it. The call
+ * stays valid for the duration of the callback even if another thread answers
+ * it concurrently; the owner must still answer it once (answering right here
+ * is allowed). At most once per call. */
 typedef void (*dbx_rpc_cancel_fn)(dbx_rpc_call *call, void *ud);
 
 typedef struct {
@@ -73,14 +76,24 @@ typedef struct {
 } dbx_rpc_server_opts;
 
 /* Bind and start serving. *out: free with dbx_rpc_server_destroy.
+ * on_call never sees calls that fail the api key check (answered
+ * UNAUTHENTICATED "missing or invalid api key"), calls whose request exceeds
+ * max_message_bytes (gRPC answers RESOURCE_EXHAUSTED naming the limit), calls
+ * cancelled before their request arrived, or calls arriving during destroy.
  * Returns DBX_OK, DBX_EINVAL, DBX_EIO (bind failed; message via *errmsg_out,
  * a static string, when errmsg_out is not NULL). */
 dbx_err dbx_rpc_server_start(const dbx_rpc_server_opts *o, dbx_rpc_server **out,
                              const char **errmsg_out);
 int dbx_rpc_server_port(const dbx_rpc_server *s); /* the bound port */
+/* Calls accepted and not yet released (parked, being answered, or waiting for
+ * gRPC to finish them). For diagnostics and leak tests. Any thread. */
+int dbx_rpc_server_live_calls(dbx_rpc_server *s);
 /* Stop accepting, cancel calls still parked (the owner's answers to them are
  * dropped; the owner must have answered or must answer before destroy returns
- * -- destroy waits at most 5 s for them), shut down in gRPC's order, free. Accepts NULL. */
+ * -- destroy waits at most 5 s for them), shut down in gRPC's order, free. Accepts NULL.
+ * on_cancel runs (on the server thread) for each parked call while destroy
+ * waits. Never call from on_call/on_cancel. If answers are still missing after
+ * 5 s the error is logged and the server is leaked rather than freed. */
 void dbx_rpc_server_destroy(dbx_rpc_server *s);
 
 /* Call accessors: valid until the call is answered. */
@@ -103,9 +116,10 @@ void *dbx_rpc_call_user(const dbx_rpc_call *c);
 /* Answer OK with a message (bytes copied; len may be 0 for an empty message).
  * Any thread; exactly once per call; frees the call. */
 void dbx_rpc_call_reply(dbx_rpc_call *c, const void *msg, size_t len);
-/* Answer with a non-OK status. message: UTF-8, copied. details: serialized
- * google.rpc.Status sent as "grpc-status-details-bin" (may be NULL). Any
- * thread; exactly once per call; frees the call. */
+/* Answer with a non-OK status (OK or out-of-range codes are sent as
+ * UNKNOWN). message: UTF-8, copied. details: serialized google.rpc.Status
+ * sent as "grpc-status-details-bin" (may be NULL). Any thread; exactly once
+ * per call; frees the call. */
 void dbx_rpc_call_fail(dbx_rpc_call *c, int status, const char *message, const void *details,
                        size_t details_len);
 
@@ -156,11 +170,13 @@ void dbx_rpc_result_cleanup(dbx_rpc_result *r); /* frees the members, leaves zer
 
 /* One unary call of method ("PollWorkflowTaskQueue": the WorkflowService is
  * implied; a path starting with '/' is used as is). timeout_ms: deadline from
- * now. wait_for_ready: 1 = wait for the channel to connect within the
- * deadline instead of failing fast with UNAVAILABLE. cancel may be NULL.
- * Returns DBX_OK when a status arrived (any status: inspect out->status),
- * DBX_ECANCELED when the token fired, DBX_ENOMEM, DBX_EINVAL. out must be
- * zero-initialised; release with dbx_rpc_result_cleanup. Any thread. */
+ * now; <= 0 means no deadline. wait_for_ready: 1 = wait for the channel to
+ * connect within the deadline instead of failing fast with UNAVAILABLE.
+ * cancel may be NULL. Returns DBX_OK when a status arrived (any status:
+ * inspect out->status; an unreachable server is UNAVAILABLE, an expired
+ * deadline DEADLINE_EXCEEDED), DBX_ECANCELED when the token fired (out stays
+ * zeroed), DBX_ENOMEM, DBX_EINVAL, DBX_ERPC (gRPC refused to start the call).
+ * out must be zero-initialised; release with dbx_rpc_result_cleanup. Any thread. */
 dbx_err dbx_rpc_unary(dbx_rpc_channel *ch, const char *method, const void *req, size_t req_len,
                       int64_t timeout_ms, int wait_for_ready, dbx_rpc_cancel *cancel,
                       dbx_rpc_result *out);
