@@ -1501,6 +1501,17 @@ static int is_close_command(const Command *cmd) {
          cmd->attributes_case == CMD(CONTINUE_AS_NEW_WORKFLOW_EXECUTION);
 }
 
+/* Queries wait while their run has a started workflow task; when the task
+ * ends, wake the queue's pollers so a waiting query goes out. */
+static void wake_for_queries(ectx *c, RunState *rs) {
+  for (query *qq = c->svc->queries; qq; qq = qq->next) {
+    if (qq->dispatched || strcmp(qq->workflow_id, rs->workflow_id) != 0 || strcmp(qq->run_id, rs->run_id) != 0) continue;
+    note *n = note_new(c, NOTE_TASK);
+    if (n) n->key = queue_key(rs->namespace_, qq->task_queue, TASK_WORKFLOW, &n->len);
+    return;
+  }
+}
+
 /* End the started workflow task with a WorkflowTaskFailed event and schedule
  * the next attempt. */
 static dbx_err wft_fail(ectx *c, RunState *rs, int cause, Failure *failure, const char *identity) {
@@ -1520,6 +1531,7 @@ static dbx_err wft_fail(ectx *c, RunState *rs, int cause, Failure *failure, cons
   int flushed = 0;
   if (rc == DBX_OK) rc = events_flush_buffer(c, rs, &flushed);
   if (rc == DBX_OK) rc = wft_schedule(c, rs);
+  wake_for_queries(c, rs);
   return rc;
 }
 
@@ -1586,6 +1598,7 @@ static dbx_err h_wft_completed(ectx *c, job *j) {
     if (rc == DBX_OK) rc = check_history_limits(c, rs);
     if (rc == DBX_OK && rs->status == WS(RUNNING)) rc = run_save(c, rs);
   }
+  if (rc == DBX_OK) wake_for_queries(c, rs);
   if (rc == DBX_OK) j->status = DBX_GRPC_OK; /* empty RespondWorkflowTaskCompletedResponse */
 out:
   dbx_runstate_free(rs);
@@ -2215,11 +2228,11 @@ static void run_list_free(run_list *l) {
 static int run_list_sort_desc;
 static int cmp_start_qsort(const void *a, const void *b) { return cmp_start(a, b, &run_list_sort_desc); }
 
-static dbx_err scan_runs(ectx *c, job *j, const char *ns, const char *query, run_list *out) {
+static dbx_err scan_runs(ectx *c, job *j, const char *ns, const char *qtext, run_list *out) {
   memset(out, 0, sizeof *out);
   char err[256];
   dbx_visq *vq = NULL;
-  dbx_err vrc = dbx_visq_create(query, &vq, err, sizeof err);
+  dbx_err vrc = dbx_visq_create(qtext, &vq, err, sizeof err);
   if (vrc == DBX_EINVAL) {
     job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: %s", j->method, err);
     return DBX_OK;
@@ -2686,7 +2699,7 @@ static dbx_err h_reset(ectx *c, job *j) {
   }
   fl->message = pb_strdup(q->reason);
   fl->failure_info_case = FI(RESET_WORKFLOW_FAILURE_INFO);
-  fl->reset_workflow_failure_info = pb_new(&Temporal__Api__Failure__V1__ResetWorkflowFailureInfo__D);
+  fl->reset_workflow_failure_info = pb_new(&ResetWorkflowFailureInfo__D);
   WorkflowTaskFailedEventAttributes *fa = f->workflow_task_failed_event_attributes;
   fa->scheduled_event_id = wft_sched;
   fa->started_event_id = wft_started;
@@ -2840,9 +2853,19 @@ static dbx_err try_dispatch_query(ectx *c, job *j, const char *ns, const char *t
     /* history up to the last completed workflow task's events */
     int64_t upto = rs->wft_scheduled_event_id > 0 ? rs->wft_scheduled_event_id - 1 : rs->next_event_id - 1;
     rc = load_history(c, rs, 1, upto, 0, &h, &evs, &n, &next_id);
+    TaskQueue wtq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
+    wtq.name = rs->task_queue;
+    wtq.kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
+    Timestamp now_ts = INIT(GOOGLE__PROTOBUF__TIMESTAMP);
+    now_ts.seconds = c->now_ns / 1000000000;
+    now_ts.nanos = (int32_t)(c->now_ns % 1000000000);
     if (rc == DBX_OK && wq && token_pack(&tok, &r.task_token) == 0) {
       r.workflow_execution = &we;
       r.workflow_type = &wt;
+      r.workflow_execution_task_queue = &wtq;
+      r.scheduled_time = &now_ts;
+      r.started_time = &now_ts;
+      r.attempt = 1;
       r.previous_started_event_id = rs->last_wft_started_event_id;
       r.started_event_id = rs->last_wft_started_event_id;
       r.history = &h;
@@ -2935,6 +2958,7 @@ static const struct {
 
 dbx_err handle_rpc(ectx *c, job *j) {
   if (j->call == NULL) return DBX_OK;
+  DBX_DEBUG("service", "rpc %s", j->method);
   if (dbx_rpc_call_is_workflow_service(j->call)) {
     for (size_t i = 0; i < sizeof handlers / sizeof handlers[0]; i++)
       if (strcmp(handlers[i].method, j->method) == 0) return handlers[i].fn(c, j);
