@@ -7,7 +7,7 @@ const os = require('node:os');
 const path = require('node:path');
 const crypto = require('node:crypto');
 const { TestWorkflowEnvironment } = require('@temporalio/testing');
-const { Worker, bundleWorkflowCode } = require('@temporalio/worker');
+const { Worker, Runtime, DefaultLogger, bundleWorkflowCode } = require('@temporalio/worker');
 const { activities } = require('./activities');
 
 const NAMESPACE = 'default';
@@ -22,6 +22,8 @@ function serverBinary() {
 }
 
 async function startSuite() {
+  // SDK log level: WARN unless DBX_INTEROP_LOG says otherwise (e.g. DEBUG).
+  Runtime.install({ logger: new DefaultLogger(process.env.DBX_INTEROP_LOG || 'WARN') });
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'dbx-interop-'));
   const env = await TestWorkflowEnvironment.createLocal({
     server: {
