@@ -2272,7 +2272,7 @@ static dbx_err scan_runs(ectx *c, job *j, const char *ns, const char *qtext, run
   dbx_store_cursor_close(cur);
   dbx_visq_destroy(vq);
   if (rc == DBX_ENOTFOUND) rc = DBX_OK;
-  if (rc == DBX_OK) {
+  if (rc == DBX_OK && out->n > 1) { /* qsort(NULL, 0) is undefined */
     run_list_sort_desc = out->desc;
     qsort(out->runs, out->n, sizeof *out->runs, cmp_start_qsort);
   }
