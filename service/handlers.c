@@ -1671,6 +1671,21 @@ static dbx_err write_activity_started(ectx *c, RunState *rs, ActivityInfo *ai, i
   return rc;
 }
 
+/* Close an activity: ActivityTaskStarted (if it started), then ev, whose
+ * started_event_id field (*started_field) is filled here; the activity leaves
+ * the run and a workflow task is scheduled. ev stays the caller's. */
+static dbx_err activity_close(ectx *c, RunState *rs, ActivityInfo *ai, HistoryEvent *ev, int64_t *started_field) {
+  int64_t sid = 0;
+  dbx_err rc = write_activity_started(c, rs, ai, &sid);
+  if (rc != DBX_OK) return rc;
+  /* buffered: the started event gets (this event's id - 1) when flushed */
+  *started_field = sid ? sid : (ai->started_time_ns ? -1 : 0);
+  rc = event_append(c, rs, ev, 1);
+  if (rc != DBX_OK) return rc;
+  activity_remove(rs, ai->scheduled_event_id);
+  return wft_schedule(c, rs);
+}
+
 dbx_err activity_queue_attempt(ectx *c, RunState *rs, ActivityInfo *ai) {
   ai->queued = 1;
   ai->started_time_ns = 0;
@@ -1754,40 +1769,29 @@ dbx_err activity_attempt_failed(ectx *c, RunState *rs, ActivityInfo *ai, Failure
     if (backoff <= 0) return activity_queue_attempt(c, rs, ai);
     return timer_add(c, ai->attempt_scheduled_time_ns, TK_ACTIVITY_RETRY, rs, ai->scheduled_event_id, ai->attempt, NULL);
   }
-  int64_t started_id = 0;
-  dbx_err rc = write_activity_started(c, rs, ai, &started_id);
-  if (rc != DBX_OK) return rc;
   HistoryEvent *ev;
+  int64_t *started_field;
   if (timeout_type) {
     ev = event_new(ET(ACTIVITY_TASK_TIMED_OUT));
     if (ev == NULL) return DBX_ENOMEM;
     ActivityTaskTimedOutEventAttributes *a = ev->activity_task_timed_out_event_attributes;
     a->scheduled_event_id = ai->scheduled_event_id;
-    a->started_event_id = started_id;
     a->retry_state = retry_state;
     a->failure = failure ? PB_CLONE(Failure, failure) : NULL;
+    started_field = &a->started_event_id;
   } else {
     ev = event_new(ET(ACTIVITY_TASK_FAILED));
     if (ev == NULL) return DBX_ENOMEM;
     ActivityTaskFailedEventAttributes *a = ev->activity_task_failed_event_attributes;
     a->scheduled_event_id = ai->scheduled_event_id;
-    a->started_event_id = started_id;
     a->identity = pb_strdup(ai->started_identity);
     a->retry_state = retry_state;
     a->failure = PB_CLONE(Failure, failure);
+    started_field = &a->started_event_id;
   }
-  if (started_id == 0 && ai->started_time_ns != 0) {
-    /* buffered: the started event will get id (this event's id - 1) when flushed */
-    if (timeout_type)
-      ev->activity_task_timed_out_event_attributes->started_event_id = -1;
-    else
-      ev->activity_task_failed_event_attributes->started_event_id = -1;
-  }
-  rc = event_append(c, rs, ev, 1);
+  dbx_err rc = activity_close(c, rs, ai, ev, started_field);
   history_event_free(ev);
-  if (rc != DBX_OK) return rc;
-  activity_remove(rs, ai->scheduled_event_id);
-  return wft_schedule(c, rs);
+  return rc;
 }
 
 static dbx_err h_activity_completed(ectx *c, job *j) {
@@ -1797,22 +1801,16 @@ static dbx_err h_activity_completed(ectx *c, job *j) {
   ActivityInfo *ai = NULL;
   dbx_err rc = load_activity(c, j, q->task_token, &rs, &ai);
   if (rc == DBX_OK && rs) {
-    int64_t sid = 0;
-    rc = write_activity_started(c, rs, ai, &sid);
-    HistoryEvent *ev = rc == DBX_OK ? event_new(ET(ACTIVITY_TASK_COMPLETED)) : NULL;
-    if (rc == DBX_OK && ev == NULL) rc = DBX_ENOMEM;
-    if (rc == DBX_OK) {
+    HistoryEvent *ev = event_new(ET(ACTIVITY_TASK_COMPLETED));
+    if (ev == NULL) {
+      rc = DBX_ENOMEM;
+    } else {
       ActivityTaskCompletedEventAttributes *a = ev->activity_task_completed_event_attributes;
       a->result = PB_CLONE(Payloads, q->result);
       a->scheduled_event_id = ai->scheduled_event_id;
-      a->started_event_id = sid ? sid : -1;
       a->identity = pb_strdup(q->identity);
-      rc = event_append(c, rs, ev, 1);
-    }
-    history_event_free(ev);
-    if (rc == DBX_OK) {
-      activity_remove(rs, ai->scheduled_event_id);
-      rc = wft_schedule(c, rs);
+      rc = activity_close(c, rs, ai, ev, &a->started_event_id);
+      history_event_free(ev);
     }
     if (rc == DBX_OK) rc = run_save(c, rs);
     if (rc == DBX_OK) j->status = DBX_GRPC_OK;
@@ -1848,23 +1846,17 @@ static dbx_err h_activity_canceled(ectx *c, job *j) {
   ActivityInfo *ai = NULL;
   dbx_err rc = load_activity(c, j, q->task_token, &rs, &ai);
   if (rc == DBX_OK && rs) {
-    int64_t sid = 0;
-    rc = write_activity_started(c, rs, ai, &sid);
-    HistoryEvent *ev = rc == DBX_OK ? event_new(ET(ACTIVITY_TASK_CANCELED)) : NULL;
-    if (rc == DBX_OK && ev == NULL) rc = DBX_ENOMEM;
-    if (rc == DBX_OK) {
+    HistoryEvent *ev = event_new(ET(ACTIVITY_TASK_CANCELED));
+    if (ev == NULL) {
+      rc = DBX_ENOMEM;
+    } else {
       ActivityTaskCanceledEventAttributes *a = ev->activity_task_canceled_event_attributes;
       a->details = PB_CLONE(Payloads, q->details);
       a->latest_cancel_requested_event_id = ai->cancel_requested_event_id;
       a->scheduled_event_id = ai->scheduled_event_id;
-      a->started_event_id = sid ? sid : -1;
       a->identity = pb_strdup(q->identity);
-      rc = event_append(c, rs, ev, 1);
-    }
-    history_event_free(ev);
-    if (rc == DBX_OK) {
-      activity_remove(rs, ai->scheduled_event_id);
-      rc = wft_schedule(c, rs);
+      rc = activity_close(c, rs, ai, ev, &a->started_event_id);
+      history_event_free(ev);
     }
     if (rc == DBX_OK) rc = run_save(c, rs);
   }
