@@ -919,7 +919,8 @@ dbx_err dbx_sandbox_init(const char *home) {
   if (g_local != NULL) return DBX_ESTATE;
   dbx_err rc = dbx_local_open(home, &g_local);
   if (rc != DBX_OK) {
-    DBX_ERROR(MOD, "open local sandbox driver: %s", dbx_local_errmsg(NULL));
+    DBX_ERROR(MOD, "open local sandbox driver over %s: %s", home ? home : "the default home",
+              dbx_strerror(rc));
     g_local = NULL;
   }
   return rc;
