@@ -240,6 +240,54 @@ typedef struct {
   int timers_fired;
 } batch;
 
+static void wake_parked(dbx_service *s, int kind, const char *key, size_t klen, int max, job **ready);
+
+/* Run one job in its own child transaction. Returns a store error that must
+ * abort the whole batch, else DBX_OK (a rejected job leaves nothing). */
+static dbx_err run_job(ectx *c, dbx_txn *txn, job *j) {
+  job_reset(j);
+  dbx_txn *child = NULL;
+  dbx_err rc = dbx_store_txn_child_begin(txn, &child);
+  if (rc != DBX_OK) return rc;
+  note *mark = c->notes;
+  c->txn = child;
+  rc = handle_rpc(c, j);
+  c->txn = txn;
+  if (rc != DBX_OK) {
+    dbx_store_txn_abort(child);
+    return rc; /* storage trouble: the whole batch fails or reruns */
+  }
+  if (j->status != DBX_GRPC_OK) {
+    dbx_store_txn_abort(child); /* rejected: nothing it wrote stays */
+    while (c->notes != mark) {
+      note *n = c->notes;
+      c->notes = n->next;
+      n->next = NULL;
+      notes_free(n);
+    }
+    return DBX_OK;
+  }
+  return dbx_store_txn_child_commit(child);
+}
+
+/* Parked polls and history waits that this batch's changes answer join the
+ * batch: they run in the same transaction and are answered by the same
+ * commit (one fsync instead of two per hand-off). */
+static job *take_woken(ectx *c) {
+  job *woken = NULL;
+  for (note *n = c->notes; n; n = n->next) {
+    if (n->consumed || n->key == NULL) continue;
+    if (n->kind == NOTE_TASK) {
+      wake_parked(c->svc, PARK_POLL, n->key, n->len, 1, &woken);
+      n->consumed = 1;
+    } else if (n->kind == NOTE_RUN) {
+      wake_parked(c->svc, PARK_HISTORY, n->key, n->len, -1, &woken);
+      n->consumed = 1;
+    }
+  }
+  return woken;
+}
+
 static dbx_err batch_fn(dbx_txn *txn, void *arg) {
   batch *b = arg;
   ectx *c = &b->ctx;
@@ -248,41 +296,33 @@ static dbx_err batch_fn(dbx_txn *txn, void *arg) {
   c->svc = b->svc;
   c->now_ns = dbx_wall_ns();
   c->epoch = ++b->svc->epoch;
+  c->txn = txn;
   b->timers_fired = 0;
+  job *tail = NULL;
   for (job *j = b->jobs; j; j = j->next) {
-    job_reset(j);
-    dbx_txn *child = NULL;
-    dbx_err rc = dbx_store_txn_child_begin(txn, &child);
+    dbx_err rc = run_job(c, txn, j);
     if (rc != DBX_OK) return rc;
-    note *mark = c->notes;
-    c->txn = child;
-    rc = handle_rpc(c, j);
-    c->txn = txn;
-    if (rc != DBX_OK) {
-      dbx_store_txn_abort(child);
-      return rc; /* storage trouble: the whole batch fails or reruns */
-    }
-    if (j->status != DBX_GRPC_OK) {
-      dbx_store_txn_abort(child); /* rejected: nothing it wrote stays */
-      while (c->notes != mark) {
-        note *n = c->notes;
-        c->notes = n->next;
-        n->next = NULL;
-        notes_free(n);
-      }
-      continue;
-    }
-    rc = dbx_store_txn_child_commit(child);
-    if (rc != DBX_OK) return rc;
+    tail = j;
   }
   if (b->fire_timers) {
     dbx_err err = DBX_OK;
-    c->txn = txn;
     int n = fire_due_timers(c, 512, &err);
     if (n < 0) return err;
     b->timers_fired = n;
   }
-  c->txn = txn;
+  for (int round = 0; round < 16; round++) {
+    job *woken = take_woken(c);
+    if (woken == NULL) break;
+    if (tail)
+      tail->next = woken;
+    else
+      b->jobs = woken;
+    for (job *j = woken; j; j = j->next) {
+      dbx_err rc = run_job(c, txn, j);
+      if (rc != DBX_OK) return rc;
+      tail = j;
+    }
+  }
   return seq_save(c);
 }
 
@@ -315,8 +355,9 @@ static void wake_parked(dbx_service *s, int kind, const char *key, size_t klen, 
   job **pp = &s->parked;
   while (*pp && max != 0) {
     job *j = *pp;
+    /* a poll whose client went away must not take a task: expire_parked answers it */
     int match = j->park == kind && j->park_key && j->park_key_len == klen &&
-                memcmp(j->park_key, key, klen) == 0;
+                memcmp(j->park_key, key, klen) == 0 && !(j->call && dbx_rpc_call_cancelled(j->call));
     if (match) {
       *pp = j->next;
       j->next = *ready;
@@ -375,7 +416,7 @@ static void apply_after_commit(dbx_service *s, batch *b, job **ready) {
       if (n->key) wake_parked(s, PARK_POLL, n->key, n->len, -1, ready);
       break;
     case NOTE_RUN:
-      if (n->key) wake_parked(s, PARK_HISTORY, n->key, n->len, -1, ready);
+      if (n->key && !n->consumed) wake_parked(s, PARK_HISTORY, n->key, n->len, -1, ready);
       break;
     case NOTE_QUERY_NEW:
       if (n->q) {

@@ -79,6 +79,7 @@ struct note {
   size_t len;
   char *message;
   query *q;                     /* NOTE_QUERY_NEW */
+  int consumed;                 /* acted on inside the batch already */
   note *next;
 };
 /* NOTE_TASK: one task enqueued, wakes one parked poller of its queue;
