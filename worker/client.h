@@ -134,7 +134,8 @@ dbx_err dbx_client_cancel(dbx_client *c, const char *workflow_id, const char *ru
 dbx_err dbx_client_terminate(dbx_client *c, const char *workflow_id, const char *run_id,
                              const char *reason, const char *details_json, char **errmsg);
 /* Temporal: QueryWorkflow. *result_json: malloc'd JSON of the answer.
- * A query the workflow rejected is DBX_EINVAL with its message. */
+ * A failed query is the service status (DBX_EINVAL etc.) with its message;
+ * a query rejected by the workflow status is DBX_ESTATE. */
 dbx_err dbx_client_query(dbx_client *c, const char *workflow_id, const char *run_id,
                          const char *query_type, const char *args_json, char **result_json,
                          char **errmsg);
