@@ -21,7 +21,7 @@
 #include "base/util.h"
 #include "worker/client.h"
 
-typedef enum { K_ACT = 1, K_TIMER, K_COMPLETE, K_FAIL, K_CANCEL } cmd_kind;
+typedef enum { K_ACT = 1, K_TIMER, K_COMPLETE, K_FAIL, K_CANCEL, K_ACT_CANCEL } cmd_kind;
 
 typedef struct {
   cmd_kind kind;
@@ -233,6 +233,22 @@ int64_t dbx_wf_start_timer(dbx_wf *wf, int64_t duration_ms) {
   return rc;
 }
 
+int dbx_wf_cancel_activity(dbx_wf *wf, int64_t seq) {
+  if (!wf || wf->closed || wf->bad) return -1;
+  int64_t sched = 0;
+  for (size_t i = 0; i < wf->nacts; i++)
+    if (wf->acts[i].seq == seq) sched = wf->acts[i].event_id;
+  if (!sched) return -1;
+  Command c = INIT(TEMPORAL__API__COMMAND__V1__COMMAND);
+  RequestCancelActivityTaskCommandAttributes a =
+      INIT(TEMPORAL__API__COMMAND__V1__REQUEST_CANCEL_ACTIVITY_TASK_COMMAND_ATTRIBUTES);
+  a.scheduled_event_id = sched;
+  c.command_type = CT(REQUEST_CANCEL_ACTIVITY_TASK);
+  c.attributes_case = CMD(REQUEST_CANCEL_ACTIVITY_TASK);
+  c.request_cancel_activity_task_command_attributes = &a;
+  return push_cmd(wf, K_ACT_CANCEL, seq, NULL, &c) == seq ? 0 : -1;
+}
+
 void dbx_wf_complete(dbx_wf *wf, const char *result_json) {
   if (!wf || wf->closed || wf->bad) return;
   Command c = INIT(TEMPORAL__API__COMMAND__V1__COMMAND);
@@ -340,6 +356,7 @@ static void describe_cmd(const pcmd *p, char *buf, size_t n, int with_id) {
   case K_COMPLETE: snprintf(buf, n, "completed the workflow"); break;
   case K_FAIL: snprintf(buf, n, "failed the workflow"); break;
   case K_CANCEL: snprintf(buf, n, "canceled the workflow"); break;
+  case K_ACT_CANCEL: snprintf(buf, n, "requested cancellation of activity %lld", (long long)p->seq); break;
   }
 }
 
@@ -379,6 +396,12 @@ static int is_command_event(int t) {
   case ET(UPSERT_WORKFLOW_SEARCH_ATTRIBUTES): return 1;
   default: return 0;
   }
+}
+
+static idmap *find_map(idmap *m, size_t n, int64_t event_id) {
+  for (size_t i = n; i-- > 0;)
+    if (m[i].event_id == event_id) return &m[i];
+  return NULL;
 }
 
 static void match_command_event(dbx_wf_run *r, const HistoryEvent *e) {
@@ -430,6 +453,13 @@ static void match_command_event(dbx_wf_run *r, const HistoryEvent *e) {
     }
     break;
   }
+  case ET(ACTIVITY_TASK_CANCEL_REQUESTED): {
+    const ActivityTaskCancelRequestedEventAttributes *a =
+        e->activity_task_cancel_requested_event_attributes;
+    idmap *m = a ? find_map(r->acts, r->nacts, a->scheduled_event_id) : NULL;
+    ok = p->kind == K_ACT_CANCEL && m && m->seq == p->seq;
+    break;
+  }
   case ET(WORKFLOW_EXECUTION_COMPLETED): ok = p->kind == K_COMPLETE; break;
   case ET(WORKFLOW_EXECUTION_FAILED): ok = p->kind == K_FAIL; break;
   case ET(WORKFLOW_EXECUTION_CANCELED): ok = p->kind == K_CANCEL; break;
@@ -455,12 +485,6 @@ static void check_unmatched(dbx_wf_run *r, int64_t event_id) {
             "nondeterminism at event %lld: workflow code %s, history has no matching event",
             (long long)event_id, code);
   }
-}
-
-static idmap *find_map(idmap *m, size_t n, int64_t event_id) {
-  for (size_t i = n; i-- > 0;)
-    if (m[i].event_id == event_id) return &m[i];
-  return NULL;
 }
 
 static job *new_job(dbx_wf_run *r, job_kind k, int64_t seq) {
