@@ -1,0 +1,932 @@
+/* Sandbox activities: JSON in, driver call, JSON out (see sandbox.h).
+ *
+ * Every run function follows one shape: parse the input (cJSON), check each
+ * field's presence and type (a fault becomes a non-retryable InvalidInput
+ * naming the field), call the process-wide local driver, and translate its
+ * dbx_err into a result or a typed failure. Nothing is kept between calls:
+ * idempotency comes from names derived from the activity's identity (the
+ * sandbox id from workflow id + resource, the checkpoint name from sandbox,
+ * workflow, run and activity ids), which the driver adopts when they exist.
+ *
+ * Secrets: sandbox.exec resolves {"secret": NAME} from getenv() at run time,
+ * keeps the values only on its stack-owned list, and rewrites the output
+ * bytes (redaction) before UTF-8 checking or base64, so no form of the value
+ * reaches the result. The list is wiped and freed before returning.
+ *
+ * Threading: g_local is written by init/shutdown only (before/after the
+ * worker runs); the driver handle is then read-only and thread-safe. */
+#include "activities/sandbox.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "activities/local.h"
+#include "base/util.h"
+
+/* worker/worker.h is not on this branch yet; the worker library provides this. */
+dbx_err dbx_worker_register_activity(struct dbx_worker *w, const dbx_activity_type *t);
+
+static dbx_local *g_local;
+
+#define MOD "sandbox"
+
+/* ------------------------------------------------------------- results */
+
+static dbx_err fail(dbx_act_result *res, int non_retryable, const char *type, const char *fmt,
+                    ...) __attribute__((format(printf, 4, 5)));
+
+static dbx_err fail(dbx_act_result *res, int non_retryable, const char *type, const char *fmt,
+                    ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  free(res->failure_type);
+  free(res->failure_message);
+  res->failure_type = dbx_strdup(type);
+  res->failure_message = dbx_strdup(buf);
+  res->non_retryable = non_retryable;
+  if (res->failure_type == NULL || res->failure_message == NULL) return DBX_ENOMEM;
+  return DBX_OK;
+}
+
+/* Takes ownership of obj. */
+static dbx_err succeed(dbx_act_result *res, cJSON *obj) {
+  if (obj == NULL) return DBX_ENOMEM;
+  res->result_json = cJSON_PrintUnformatted(obj);
+  cJSON_Delete(obj);
+  return res->result_json ? DBX_OK : DBX_ENOMEM;
+}
+
+/* A driver failure outside the cases each activity maps itself. */
+static dbx_err fail_driver(dbx_act_result *res, dbx_err rc, const char *what) {
+  if (rc == DBX_ENOMEM) return DBX_ENOMEM;
+  return fail(res, 0, "SandboxError", "%s: %s (%s)", what, dbx_local_errmsg(g_local),
+              dbx_strerror(rc));
+}
+
+/* ---------------------------------------------------------------- input */
+
+/* Parse input as a JSON object; on failure records InvalidInput and returns NULL. */
+static cJSON *parse_input(const char *json, size_t len, dbx_act_result *res) {
+  if (g_local == NULL) {
+    fail(res, 0, "SandboxError", "the sandbox driver is not open (dbx_sandbox_init)");
+    return NULL;
+  }
+  cJSON *in = json ? cJSON_ParseWithLength(json, len) : NULL;
+  if (in == NULL || !cJSON_IsObject(in)) {
+    cJSON_Delete(in);
+    fail(res, 1, "InvalidInput", "input is not a JSON object");
+    return NULL;
+  }
+  return in;
+}
+
+/* *out = the string field name (borrowed from in), or NULL when absent and
+ * optional. Returns 0, or -1 with InvalidInput recorded. */
+static int get_str(const cJSON *in, const char *name, int required, const char **out,
+                   dbx_act_result *res) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(in, name);
+  *out = NULL;
+  if (v == NULL || cJSON_IsNull(v)) {
+    if (!required) return 0;
+    fail(res, 1, "InvalidInput", "field '%s' is required (a string)", name);
+    return -1;
+  }
+  if (!cJSON_IsString(v)) {
+    fail(res, 1, "InvalidInput", "field '%s' must be a string", name);
+    return -1;
+  }
+  *out = v->valuestring;
+  return 0;
+}
+
+/* A number field >= 0; *out unchanged when absent. */
+static int get_num(const cJSON *in, const char *name, double *out, dbx_act_result *res) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(in, name);
+  if (v == NULL || cJSON_IsNull(v)) return 0;
+  if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < 0) {
+    fail(res, 1, "InvalidInput", "field '%s' must be a number >= 0", name);
+    return -1;
+  }
+  *out = v->valuedouble;
+  return 0;
+}
+
+static int valid_name(const char *s) {
+  size_t n = s ? strlen(s) : 0;
+  if (n == 0 || n > 128 || s[0] == '.') return 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+          c == '.' || c == '_' || c == '-'))
+      return 0;
+  }
+  return 1;
+}
+
+/* sandbox_id: required, a valid driver name, and the sandbox must exist. */
+static int get_sandbox(const cJSON *in, const char **id, dbx_act_result *res) {
+  if (get_str(in, "sandbox_id", 1, id, res) != 0) return -1;
+  if (!valid_name(*id)) {
+    fail(res, 1, "InvalidInput", "field 'sandbox_id': '%.140s' is not a sandbox id", *id);
+    return -1;
+  }
+  return 0;
+}
+
+/* 1 if the sandbox's workspace exists, 0 if not, -1 on OOM. */
+static int sandbox_exists(const char *id) {
+  char *p = dbx_local_sandbox_path(g_local, id);
+  if (p == NULL) return -1;
+  struct stat st;
+  int ok = stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+  free(p);
+  return ok;
+}
+
+static dbx_err fail_not_found(dbx_act_result *res, const char *id) {
+  return fail(res, 1, "SandboxNotFound", "sandbox '%s' does not exist", id);
+}
+
+/* Paths the driver would refuse for their shape alone. */
+static int path_escapes(const char *p) {
+  if (p[0] == '/') return 1;
+  for (const char *s = p; *s;) {
+    const char *e = strchr(s, '/');
+    size_t n = e ? (size_t)(e - s) : strlen(s);
+    if (n == 2 && s[0] == '.' && s[1] == '.') return 1;
+    if (e == NULL) break;
+    s = e + 1;
+  }
+  return 0;
+}
+
+static int get_path(const cJSON *in, const char *name, int required, const char **out,
+                    dbx_act_result *res) {
+  if (get_str(in, name, required, out, res) != 0) return -1;
+  if (*out == NULL) return 0;
+  if ((*out)[0] == '\0') {
+    fail(res, 1, "InvalidInput", "field '%s' is empty", name);
+    return -1;
+  }
+  if (path_escapes(*out)) {
+    fail(res, 1, "PathRefused", "field '%s': path '%.200s' leaves the workspace", name, *out);
+    return -1;
+  }
+  return 0;
+}
+
+/* The driver's EINVAL on a file call: a symlink escape, or another fault of the path. */
+static dbx_err fail_path(dbx_act_result *res, const char *path) {
+  const char *m = dbx_local_errmsg(g_local);
+  if (strstr(m, "outside the workspace") || strstr(m, "leave the workspace") ||
+      strstr(m, "absolute"))
+    return fail(res, 1, "PathRefused", "%s", m);
+  return fail(res, 1, "InvalidInput", "path '%.200s': %s", path, m);
+}
+
+/* -------------------------------------------------------------- helpers */
+
+static uint64_t fnv1a(uint64_t h, const char *s) {
+  for (; s && *s; s++) {
+    h ^= (unsigned char)*s;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+#define FNV_OFFSET 0xcbf29ce484222325ULL
+
+static const char b64_chars[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static char *b64_encode(const uint8_t *p, size_t n) {
+  char *out = malloc((n + 2) / 3 * 4 + 1);
+  if (out == NULL) return NULL;
+  size_t o = 0;
+  for (size_t i = 0; i < n; i += 3) {
+    uint32_t v = (uint32_t)p[i] << 16;
+    if (i + 1 < n) v |= (uint32_t)p[i + 1] << 8;
+    if (i + 2 < n) v |= p[i + 2];
+    out[o++] = b64_chars[(v >> 18) & 63];
+    out[o++] = b64_chars[(v >> 12) & 63];
+    out[o++] = i + 1 < n ? b64_chars[(v >> 6) & 63] : '=';
+    out[o++] = i + 2 < n ? b64_chars[v & 63] : '=';
+  }
+  out[o] = '\0';
+  return out;
+}
+
+static int b64_value(char c) {
+  const char *p = c ? strchr(b64_chars, c) : NULL;
+  return p ? (int)(p - b64_chars) : -1;
+}
+
+/* Strict standard base64 (padding required). Returns 0 and a malloc'd
+ * buffer, -1 on a malformed text, -2 on OOM. */
+static int b64_decode(const char *s, uint8_t **out, size_t *len) {
+  size_t n = strlen(s);
+  *out = NULL;
+  *len = 0;
+  if (n % 4 != 0) return -1;
+  uint8_t *buf = malloc(n / 4 * 3 + 1);
+  if (buf == NULL) return -2;
+  size_t o = 0;
+  for (size_t i = 0; i < n; i += 4) {
+    int last = i + 4 == n;
+    int a = b64_value(s[i]), b = b64_value(s[i + 1]);
+    int c = s[i + 2] == '=' && last ? -2 : b64_value(s[i + 2]);
+    int d = s[i + 3] == '=' && last ? -2 : b64_value(s[i + 3]);
+    if (a < 0 || b < 0 || c == -1 || d == -1 || (c == -2 && d != -2)) {
+      free(buf);
+      return -1;
+    }
+    uint32_t v = (uint32_t)a << 18 | (uint32_t)b << 12 | (uint32_t)(c < 0 ? 0 : c) << 6 |
+                 (uint32_t)(d < 0 ? 0 : d);
+    buf[o++] = (uint8_t)(v >> 16);
+    if (c >= 0) buf[o++] = (uint8_t)(v >> 8);
+    if (d >= 0) buf[o++] = (uint8_t)v;
+  }
+  *out = buf;
+  *len = o;
+  return 0;
+}
+
+/* Strict UTF-8 (no overlongs, surrogates or values past U+10FFFF) and no NUL,
+ * so the bytes survive a JSON string and a C string unchanged. */
+static int text_ok(const uint8_t *p, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    uint8_t c = p[i];
+    if (c == 0) return 0;
+    if (c < 0x80) {
+      i++;
+      continue;
+    }
+    size_t k;
+    uint32_t cp, min;
+    if ((c & 0xE0) == 0xC0) {
+      k = 1, cp = c & 0x1F, min = 0x80;
+    } else if ((c & 0xF0) == 0xE0) {
+      k = 2, cp = c & 0x0F, min = 0x800;
+    } else if ((c & 0xF8) == 0xF0) {
+      k = 3, cp = c & 0x07, min = 0x10000;
+    } else {
+      return 0;
+    }
+    if (n - i <= k) return 0;
+    for (size_t j = 1; j <= k; j++) {
+      if ((p[i + j] & 0xC0) != 0x80) return 0;
+      cp = cp << 6 | (p[i + j] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    i += k + 1;
+  }
+  return 1;
+}
+
+/* Add name (text) or name_b64 (other bytes) to obj. Returns 0 or -1 (OOM). */
+static int add_bytes(cJSON *obj, const char *name, const uint8_t *p, size_t n) {
+  if (text_ok(p, n)) {
+    char *s = dbx_strndup((const char *)p, n);
+    if (s == NULL) return -1;
+    cJSON *v = cJSON_AddStringToObject(obj, name, s);
+    free(s);
+    return v ? 0 : -1;
+  }
+  char key[64];
+  snprintf(key, sizeof key, "%s_b64", name);
+  char *s = b64_encode(p, n);
+  if (s == NULL) return -1;
+  cJSON *v = cJSON_AddStringToObject(obj, key, s);
+  free(s);
+  return v ? 0 : -1;
+}
+
+/* -------------------------------------------------------------- secrets */
+
+typedef struct {
+  char *name;  /* variable name */
+  char *value; /* resolved value (wiped before free) */
+  char *entry; /* "KEY=value" for the driver (wiped before free) */
+} secret_env;
+
+static void wipe_free(char *s) {
+  if (s == NULL) return;
+  volatile char *v = s;
+  while (*v) *v++ = 0;
+  free(s);
+}
+
+/* Replace every occurrence of each secret value in *buf (len *n) by
+ * "[redacted:NAME]". truncated: the stream was cut at the cap, so a tail
+ * that is the start of a value is redacted too. Returns 0 or -1 (OOM). */
+static int redact(uint8_t **buf, size_t *n, const secret_env *s, size_t ns, int truncated) {
+  for (size_t k = 0; k < ns; k++) {
+    size_t vl = strlen(s[k].value);
+    if (vl == 0) continue;
+    char mark[200];
+    int ml = snprintf(mark, sizeof mark, "[redacted:%.180s]", s[k].name);
+    size_t cap = *n + 1, o = 0;
+    uint8_t *out = malloc(cap);
+    if (out == NULL) return -1;
+    size_t i = 0;
+    while (i < *n) {
+      size_t rest = *n - i;
+      int hit = rest >= vl && memcmp(*buf + i, s[k].value, vl) == 0;
+      /* a cut-off value at the very end of a truncated stream */
+      if (!hit && truncated && rest < vl && rest >= (vl < 4 ? vl : 4) &&
+          memcmp(*buf + i, s[k].value, rest) == 0)
+        hit = 1;
+      if (hit) {
+        if (o + (size_t)ml + 1 > cap) {
+          cap = (o + (size_t)ml + 1) * 2;
+          uint8_t *t = realloc(out, cap);
+          if (t == NULL) {
+            free(out);
+            return -1;
+          }
+          out = t;
+        }
+        memcpy(out + o, mark, (size_t)ml);
+        o += (size_t)ml;
+        i += rest < vl ? rest : vl;
+        continue;
+      }
+      if (o + 2 > cap) {
+        cap = (o + 2) * 2;
+        uint8_t *t = realloc(out, cap);
+        if (t == NULL) {
+          free(out);
+          return -1;
+        }
+        out = t;
+      }
+      out[o++] = (*buf)[i++];
+    }
+    out[o] = 0;
+    memset(*buf, 0, *n);
+    free(*buf);
+    *buf = out;
+    *n = o;
+  }
+  return 0;
+}
+
+/* ------------------------------------------------------------ create */
+
+static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_result *res,
+                          void *ud) {
+  (void)ud;
+  dbx_err rc = DBX_OK;
+  char *path = NULL;
+  cJSON *in = parse_input(json, len, res);
+  if (in == NULL) return DBX_OK;
+  if (dbx_act_cancelled(a)) {
+    rc = DBX_ECANCELED;
+    goto out;
+  }
+  const char *resource = NULL;
+  if (get_str(in, "resource", 0, &resource, res) != 0) goto out;
+  if (resource == NULL) resource = "workspace";
+  if (resource[0] == '\0') {
+    rc = fail(res, 1, "InvalidInput", "field 'resource' is empty");
+    goto out;
+  }
+  dbx_local_source src = {DBX_LOCAL_SOURCE_EMPTY, NULL, NULL};
+  const cJSON *s = cJSON_GetObjectItemCaseSensitive(in, "source");
+  if (s != NULL && !cJSON_IsNull(s)) {
+    if (!cJSON_IsObject(s)) {
+      rc = fail(res, 1, "InvalidInput", "field 'source' must be an object");
+      goto out;
+    }
+    const char *kind = NULL;
+    if (get_str(s, "kind", 1, &kind, res) != 0) goto out;
+    const char *loc_field = NULL;
+    if (strcmp(kind, "empty") == 0) {
+      src.kind = DBX_LOCAL_SOURCE_EMPTY;
+    } else if (strcmp(kind, "dir") == 0) {
+      src.kind = DBX_LOCAL_SOURCE_DIR, loc_field = "path";
+    } else if (strcmp(kind, "git") == 0) {
+      src.kind = DBX_LOCAL_SOURCE_GIT;
+      if (get_str(s, "url", 0, &src.location, res) != 0) goto out;
+      if (src.location == NULL) loc_field = "path";
+      if (get_str(s, "ref", 0, &src.ref, res) != 0) goto out;
+    } else if (strcmp(kind, "snapshot") == 0) {
+      src.kind = DBX_LOCAL_SOURCE_SNAPSHOT, loc_field = "ref";
+    } else {
+      rc = fail(res, 1, "InvalidInput",
+                "field 'source.kind': '%.60s' is not one of empty, dir, git, snapshot", kind);
+      goto out;
+    }
+    if (loc_field != NULL) {
+      if (get_str(s, loc_field, 0, &src.location, res) != 0) goto out;
+      if (src.location == NULL || src.location[0] == '\0') {
+        rc = fail(res, 1, "InvalidInput", "field 'source.%s' is required for kind '%s'%s",
+                  loc_field, kind, src.kind == DBX_LOCAL_SOURCE_GIT ? " (or 'url')" : "");
+        goto out;
+      }
+    }
+  }
+  const cJSON *env = cJSON_GetObjectItemCaseSensitive(in, "env");
+  if (env != NULL && !cJSON_IsNull(env)) {
+    if (!cJSON_IsObject(env)) {
+      rc = fail(res, 1, "InvalidInput", "field 'env' must be an object");
+      goto out;
+    }
+    const cJSON *e;
+    cJSON_ArrayForEach(e, env) {
+      if (!cJSON_IsString(e)) {
+        rc = fail(res, 1, "InvalidInput", "field 'env.%.100s' must be a string", e->string);
+        goto out;
+      }
+    }
+  }
+
+  const char *wf = dbx_act_workflow_id(a);
+  uint64_t h = fnv1a(fnv1a(fnv1a(FNV_OFFSET, wf ? wf : ""), "/"), resource);
+  char id[21];
+  snprintf(id, sizeof id, "dbx-%016llx", (unsigned long long)h);
+  int adopted = 0;
+  dbx_err drc = dbx_local_sandbox_create(g_local, id, &src, &adopted);
+  if (drc == DBX_EEXIST) {
+    rc = fail(res, 1, "SandboxConflict", "%s", dbx_local_errmsg(g_local));
+    goto out;
+  }
+  if (drc == DBX_ENOTFOUND) {
+    rc = fail(res, 1, "SourceNotFound", "%s", dbx_local_errmsg(g_local));
+    goto out;
+  }
+  if (drc == DBX_EINVAL) {
+    rc = fail(res, 1, "InvalidInput", "field 'source': %s", dbx_local_errmsg(g_local));
+    goto out;
+  }
+  if (drc != DBX_OK) {
+    rc = fail_driver(res, drc, "sandbox.create");
+    goto out;
+  }
+  path = dbx_local_sandbox_path(g_local, id);
+  cJSON *o = cJSON_CreateObject();
+  if (o == NULL || path == NULL || !cJSON_AddStringToObject(o, "sandbox_id", id) ||
+      !cJSON_AddBoolToObject(o, "adopted", adopted) ||
+      !cJSON_AddStringToObject(o, "path", path)) {
+    cJSON_Delete(o);
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  rc = succeed(res, o);
+out:
+  free(path);
+  cJSON_Delete(in);
+  return rc;
+}
+
+/* ------------------------------------------------------------ exec */
+
+static dbx_err run_exec(dbx_act *a, const char *json, size_t len, dbx_act_result *res,
+                        void *ud) {
+  (void)ud;
+  dbx_err rc = DBX_OK;
+  secret_env *sec = NULL;
+  size_t nsec = 0;
+  char **envv = NULL;
+  size_t nenv = 0;
+  dbx_local_exec_result er = {0};
+  cJSON *in = parse_input(json, len, res);
+  if (in == NULL) return DBX_OK;
+  const char *id, *command, *cwd;
+  double timeout_s = 0, max_out = 0;
+  if (get_sandbox(in, &id, res) != 0 || get_str(in, "command", 1, &command, res) != 0 ||
+      get_path(in, "cwd", 0, &cwd, res) != 0 || get_num(in, "timeout_s", &timeout_s, res) != 0 ||
+      get_num(in, "max_output_bytes", &max_out, res) != 0)
+    goto out;
+
+  const cJSON *env = cJSON_GetObjectItemCaseSensitive(in, "env");
+  if (env != NULL && !cJSON_IsNull(env)) {
+    if (!cJSON_IsObject(env)) {
+      rc = fail(res, 1, "InvalidInput", "field 'env' must be an object");
+      goto out;
+    }
+    int n = cJSON_GetArraySize(env);
+    envv = calloc((size_t)n + 1, sizeof *envv);
+    sec = calloc((size_t)n + 1, sizeof *sec);
+    if (envv == NULL || sec == NULL) {
+      rc = DBX_ENOMEM;
+      goto out;
+    }
+    const cJSON *e;
+    cJSON_ArrayForEach(e, env) {
+      const char *k = e->string;
+      if (k == NULL || k[0] == '\0' || strchr(k, '=') != NULL) {
+        rc = fail(res, 1, "InvalidInput", "field 'env': '%.100s' is not a variable name",
+                  k ? k : "");
+        goto out;
+      }
+      if (cJSON_IsString(e)) {
+        envv[nenv] = dbx_asprintf("%s=%s", k, e->valuestring);
+        if (envv[nenv] == NULL) {
+          rc = DBX_ENOMEM;
+          goto out;
+        }
+        nenv++;
+        continue;
+      }
+      const cJSON *sn = cJSON_IsObject(e) ? cJSON_GetObjectItemCaseSensitive(e, "secret") : NULL;
+      if (!cJSON_IsString(sn) || sn->valuestring[0] == '\0') {
+        rc = fail(res, 1, "InvalidInput",
+                  "field 'env.%.100s' must be a string or {\"secret\": \"NAME\"}", k);
+        goto out;
+      }
+      const char *val = getenv(sn->valuestring);
+      if (val == NULL) {
+        rc = fail(res, 1, "SecretMissing",
+                  "secret '%.100s' (for env '%.100s') is not set in the worker's environment",
+                  sn->valuestring, k);
+        goto out;
+      }
+      sec[nsec].name = dbx_strdup(sn->valuestring);
+      sec[nsec].value = dbx_strdup(val);
+      sec[nsec].entry = dbx_asprintf("%s=%s", k, val);
+      if (!sec[nsec].name || !sec[nsec].value || !sec[nsec].entry) {
+        nsec++;
+        rc = DBX_ENOMEM;
+        goto out;
+      }
+      envv[nenv++] = sec[nsec].entry; /* borrowed from sec */
+      nsec++;
+    }
+  }
+  int ex = sandbox_exists(id);
+  if (ex < 0) {
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  if (ex == 0) {
+    rc = fail_not_found(res, id);
+    goto out;
+  }
+  if (dbx_act_cancelled(a)) {
+    rc = DBX_ECANCELED;
+    goto out;
+  }
+
+  dbx_local_exec_opts opts = {0};
+  opts.command = command;
+  opts.cwd = cwd;
+  opts.env = (const char *const *)envv;
+  int64_t tmo = (int64_t)(timeout_s * 1000.0);
+  if (timeout_s > 0 && tmo == 0) tmo = 1;
+  int64_t remaining = dbx_act_remaining_ms(a);
+  if (remaining > 0 && remaining != INT64_MAX && (tmo == 0 || remaining < tmo)) tmo = remaining;
+  opts.timeout_ms = tmo;
+  if (max_out >= 1) {
+    size_t cap = max_out > (double)(SIZE_MAX / 2) ? SIZE_MAX / 2 : (size_t)max_out;
+    opts.stdout_cap_bytes = cap;
+    opts.stderr_cap_bytes = cap;
+  }
+  dbx_err drc = dbx_local_exec(g_local, id, &opts, &er);
+  if (drc == DBX_ENOTFOUND) {
+    ex = sandbox_exists(id);
+    if (ex == 0)
+      rc = fail_not_found(res, id);
+    else
+      rc = fail(res, 1, "FileNotFound", "%s", dbx_local_errmsg(g_local));
+    goto out;
+  }
+  if (drc == DBX_EINVAL) {
+    rc = fail_path(res, cwd ? cwd : "");
+    goto out;
+  }
+  if (drc != DBX_OK) {
+    rc = fail_driver(res, drc, "sandbox.exec");
+    goto out;
+  }
+  if (redact(&er.stdout_buf, &er.stdout_len, sec, nsec, er.stdout_truncated) != 0 ||
+      redact(&er.stderr_buf, &er.stderr_len, sec, nsec, er.stderr_truncated) != 0) {
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  cJSON *o = cJSON_CreateObject();
+  if (o == NULL || !cJSON_AddNumberToObject(o, "exit_code", er.exit_code) ||
+      !cJSON_AddNumberToObject(o, "signal", er.signal) ||
+      !cJSON_AddBoolToObject(o, "timed_out", er.timed_out) ||
+      add_bytes(o, "stdout", er.stdout_buf, er.stdout_len) != 0 ||
+      add_bytes(o, "stderr", er.stderr_buf, er.stderr_len) != 0 ||
+      !cJSON_AddBoolToObject(o, "stdout_truncated", er.stdout_truncated) ||
+      !cJSON_AddBoolToObject(o, "stderr_truncated", er.stderr_truncated) ||
+      !cJSON_AddNumberToObject(o, "stdout_bytes", (double)er.stdout_total) ||
+      !cJSON_AddNumberToObject(o, "stderr_bytes", (double)er.stderr_total) ||
+      !cJSON_AddNumberToObject(o, "duration_ms", (double)er.duration_ms)) {
+    cJSON_Delete(o);
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  rc = succeed(res, o);
+out:
+  if (er.stdout_buf) memset(er.stdout_buf, 0, er.stdout_len);
+  if (er.stderr_buf) memset(er.stderr_buf, 0, er.stderr_len);
+  dbx_local_exec_result_cleanup(&er);
+  /* plain entries of envv are ours; secret entries are borrowed from sec */
+  for (size_t i = 0; i < nenv; i++) {
+    int borrowed = 0;
+    for (size_t j = 0; j < nsec; j++)
+      if (envv[i] == sec[j].entry) borrowed = 1;
+    if (!borrowed) free(envv[i]);
+  }
+  for (size_t i = 0; i < nsec; i++) {
+    free(sec[i].name);
+    wipe_free(sec[i].value);
+    wipe_free(sec[i].entry);
+  }
+  free(sec);
+  free(envv);
+  cJSON_Delete(in);
+  return rc;
+}
+
+/* ------------------------------------------------------------ files */
+
+static dbx_err run_write_file(dbx_act *a, const char *json, size_t len, dbx_act_result *res,
+                              void *ud) {
+  (void)ud;
+  dbx_err rc = DBX_OK;
+  uint8_t *data = NULL;
+  cJSON *in = parse_input(json, len, res);
+  if (in == NULL) return DBX_OK;
+  const char *id, *path, *content, *b64;
+  if (get_sandbox(in, &id, res) != 0 || get_path(in, "path", 1, &path, res) != 0 ||
+      get_str(in, "content", 0, &content, res) != 0 ||
+      get_str(in, "content_b64", 0, &b64, res) != 0)
+    goto out;
+  if ((content == NULL) == (b64 == NULL)) {
+    rc = fail(res, 1, "InvalidInput", "exactly one of 'content' and 'content_b64' is required");
+    goto out;
+  }
+  size_t n;
+  const void *bytes;
+  if (b64 != NULL) {
+    int d = b64_decode(b64, &data, &n);
+    if (d == -2) {
+      rc = DBX_ENOMEM;
+      goto out;
+    }
+    if (d != 0) {
+      rc = fail(res, 1, "InvalidInput", "field 'content_b64' is not valid base64");
+      goto out;
+    }
+    bytes = data;
+  } else {
+    bytes = content;
+    n = strlen(content);
+  }
+  if (dbx_act_cancelled(a)) {
+    rc = DBX_ECANCELED;
+    goto out;
+  }
+  dbx_err drc = dbx_local_file_write(g_local, id, path, bytes, n);
+  if (drc == DBX_ENOTFOUND && sandbox_exists(id) == 0) {
+    rc = fail_not_found(res, id);
+  } else if (drc == DBX_EINVAL) {
+    rc = fail_path(res, path);
+  } else if (drc != DBX_OK) {
+    rc = fail_driver(res, drc, "sandbox.write_file");
+  } else {
+    cJSON *o = cJSON_CreateObject();
+    if (o && !cJSON_AddNumberToObject(o, "bytes", (double)n)) {
+      cJSON_Delete(o);
+      o = NULL;
+    }
+    rc = succeed(res, o);
+  }
+out:
+  free(data);
+  cJSON_Delete(in);
+  return rc;
+}
+
+static dbx_err run_read_file(dbx_act *a, const char *json, size_t len, dbx_act_result *res,
+                             void *ud) {
+  (void)ud;
+  dbx_err rc = DBX_OK;
+  uint8_t *data = NULL;
+  size_t n = 0;
+  cJSON *in = parse_input(json, len, res);
+  if (in == NULL) return DBX_OK;
+  const char *id, *path;
+  if (get_sandbox(in, &id, res) != 0 || get_path(in, "path", 1, &path, res) != 0) goto out;
+  if (dbx_act_cancelled(a)) {
+    rc = DBX_ECANCELED;
+    goto out;
+  }
+  dbx_err drc = dbx_local_file_read(g_local, id, path, 0, &data, &n);
+  if (drc == DBX_ENOTFOUND) {
+    if (sandbox_exists(id) == 0)
+      rc = fail_not_found(res, id);
+    else
+      rc = fail(res, 1, "FileNotFound", "%s", dbx_local_errmsg(g_local));
+  } else if (drc == DBX_EINVAL) {
+    rc = fail_path(res, path);
+  } else if (drc != DBX_OK) {
+    rc = fail_driver(res, drc, "sandbox.read_file");
+  } else {
+    cJSON *o = cJSON_CreateObject();
+    if (o && (add_bytes(o, "content", data, n) != 0 ||
+              !cJSON_AddNumberToObject(o, "bytes", (double)n))) {
+      cJSON_Delete(o);
+      o = NULL;
+    }
+    rc = succeed(res, o);
+  }
+out:
+  free(data);
+  cJSON_Delete(in);
+  return rc;
+}
+
+/* ------------------------------------------------------- checkpoint, git */
+
+static dbx_err run_checkpoint(dbx_act *a, const char *json, size_t len, dbx_act_result *res,
+                              void *ud) {
+  (void)ud;
+  dbx_err rc = DBX_OK;
+  char *ref = NULL;
+  cJSON *in = parse_input(json, len, res);
+  if (in == NULL) return DBX_OK;
+  const char *id, *name;
+  if (get_sandbox(in, &id, res) != 0 || get_str(in, "name", 0, &name, res) != 0) goto out;
+  char derived[32];
+  if (name == NULL) {
+    const char *parts[] = {dbx_act_workflow_id(a), dbx_act_run_id(a), dbx_act_activity_id(a)};
+    uint64_t h = fnv1a(FNV_OFFSET, id);
+    for (size_t i = 0; i < 3; i++) h = fnv1a(fnv1a(h, "/"), parts[i] ? parts[i] : "");
+    snprintf(derived, sizeof derived, "ckpt-%016llx", (unsigned long long)h);
+    name = derived;
+  } else if (!valid_name(name)) {
+    rc = fail(res, 1, "InvalidInput",
+              "field 'name': '%.140s' is not 1-128 of [A-Za-z0-9._-] (not starting with '.')",
+              name);
+    goto out;
+  }
+  if (dbx_act_cancelled(a)) {
+    rc = DBX_ECANCELED;
+    goto out;
+  }
+  dbx_err drc = dbx_local_sandbox_checkpoint(g_local, id, name, &ref);
+  if (drc == DBX_ENOTFOUND) {
+    rc = fail_not_found(res, id);
+  } else if (drc != DBX_OK) {
+    rc = fail_driver(res, drc, "sandbox.checkpoint");
+  } else {
+    cJSON *o = cJSON_CreateObject();
+    if (o && !cJSON_AddStringToObject(o, "ref", ref)) {
+      cJSON_Delete(o);
+      o = NULL;
+    }
+    rc = succeed(res, o);
+  }
+out:
+  free(ref);
+  cJSON_Delete(in);
+  return rc;
+}
+
+static dbx_err run_git_commit(dbx_act *a, const char *json, size_t len, dbx_act_result *res,
+                              void *ud) {
+  (void)ud;
+  dbx_err rc = DBX_OK;
+  char *sha = NULL;
+  cJSON *in = parse_input(json, len, res);
+  if (in == NULL) return DBX_OK;
+  const char *id, *message, *author;
+  if (get_sandbox(in, &id, res) != 0 || get_str(in, "message", 1, &message, res) != 0 ||
+      get_str(in, "author", 0, &author, res) != 0)
+    goto out;
+  if (message[0] == '\0') {
+    rc = fail(res, 1, "InvalidInput", "field 'message' is empty");
+    goto out;
+  }
+  if (author == NULL) author = "durabox <durabox@localhost>";
+  if (strchr(author, '<') == NULL || strchr(author, '>') == NULL) {
+    rc = fail(res, 1, "InvalidInput", "field 'author' must look like 'Name <email>'");
+    goto out;
+  }
+  int ex = sandbox_exists(id);
+  if (ex <= 0) {
+    rc = ex < 0 ? DBX_ENOMEM : fail_not_found(res, id);
+    goto out;
+  }
+  if (dbx_act_cancelled(a)) {
+    rc = DBX_ECANCELED;
+    goto out;
+  }
+  int nothing = 0;
+  dbx_err drc = dbx_local_git_commit(g_local, id, message, author, &sha, &nothing);
+  if (drc == DBX_ENOTFOUND) {
+    rc = fail_not_found(res, id);
+  } else if (drc != DBX_OK) {
+    rc = fail_driver(res, drc, "sandbox.git_commit");
+  } else {
+    cJSON *o = cJSON_CreateObject();
+    cJSON *s = sha ? cJSON_CreateString(sha) : cJSON_CreateNull();
+    if (o == NULL || s == NULL || !cJSON_AddItemToObject(o, "sha", s)) {
+      cJSON_Delete(s);
+      cJSON_Delete(o);
+      o = NULL;
+    } else if (!cJSON_AddBoolToObject(o, "nothing_to_commit", nothing)) {
+      cJSON_Delete(o);
+      o = NULL;
+    }
+    rc = succeed(res, o);
+  }
+out:
+  free(sha);
+  cJSON_Delete(in);
+  return rc;
+}
+
+/* ------------------------------------------------------ stop/start/delete */
+
+enum life_op { OP_STOP, OP_START, OP_DELETE };
+
+static dbx_err run_life(dbx_act *a, const char *json, size_t len, dbx_act_result *res,
+                        void *ud) {
+  enum life_op op = (enum life_op)(intptr_t)ud;
+  dbx_err rc = DBX_OK;
+  cJSON *in = parse_input(json, len, res);
+  if (in == NULL) return DBX_OK;
+  const char *id;
+  if (get_sandbox(in, &id, res) != 0) goto out;
+  if (dbx_act_cancelled(a)) {
+    rc = DBX_ECANCELED;
+    goto out;
+  }
+  dbx_err drc = op == OP_STOP    ? dbx_local_sandbox_stop(g_local, id)
+                : op == OP_START ? dbx_local_sandbox_start(g_local, id)
+                                 : dbx_local_sandbox_delete(g_local, id);
+  static const char *const names[] = {"sandbox.stop", "sandbox.start", "sandbox.delete"};
+  if (drc == DBX_ENOTFOUND && op == OP_DELETE) drc = DBX_OK;
+  if (drc == DBX_ENOTFOUND)
+    rc = fail_not_found(res, id);
+  else if (drc != DBX_OK)
+    rc = fail_driver(res, drc, names[op]);
+  else
+    rc = succeed(res, cJSON_CreateObject());
+out:
+  cJSON_Delete(in);
+  return rc;
+}
+
+/* ------------------------------------------------------------ types */
+
+const dbx_activity_type dbx_sandbox_create_type = {"sandbox.create", DBX_SAFE_TO_RETRY,
+                                                   run_create, NULL};
+const dbx_activity_type dbx_sandbox_exec_type = {"sandbox.exec", DBX_SAFE_TO_RETRY, run_exec,
+                                                 NULL};
+const dbx_activity_type dbx_sandbox_write_file_type = {"sandbox.write_file", DBX_SAFE_TO_RETRY,
+                                                       run_write_file, NULL};
+const dbx_activity_type dbx_sandbox_read_file_type = {"sandbox.read_file", DBX_SAFE_TO_RETRY,
+                                                      run_read_file, NULL};
+const dbx_activity_type dbx_sandbox_checkpoint_type = {"sandbox.checkpoint", DBX_SAFE_TO_RETRY,
+                                                       run_checkpoint, NULL};
+const dbx_activity_type dbx_sandbox_git_commit_type = {"sandbox.git_commit", DBX_SAFE_TO_RETRY,
+                                                       run_git_commit, NULL};
+const dbx_activity_type dbx_sandbox_stop_type = {"sandbox.stop", DBX_SAFE_TO_RETRY, run_life,
+                                                 (void *)(intptr_t)OP_STOP};
+const dbx_activity_type dbx_sandbox_start_type = {"sandbox.start", DBX_SAFE_TO_RETRY, run_life,
+                                                  (void *)(intptr_t)OP_START};
+const dbx_activity_type dbx_sandbox_delete_type = {"sandbox.delete", DBX_SAFE_TO_RETRY, run_life,
+                                                   (void *)(intptr_t)OP_DELETE};
+
+static const dbx_activity_type *const all_types[] = {
+    &dbx_sandbox_create_type,     &dbx_sandbox_exec_type,       &dbx_sandbox_write_file_type,
+    &dbx_sandbox_read_file_type,  &dbx_sandbox_checkpoint_type, &dbx_sandbox_git_commit_type,
+    &dbx_sandbox_stop_type,       &dbx_sandbox_start_type,      &dbx_sandbox_delete_type};
+
+void dbx_sandbox_register_all(struct dbx_worker *w) {
+  for (size_t i = 0; i < sizeof all_types / sizeof all_types[0]; i++) {
+    dbx_err rc = dbx_worker_register_activity(w, all_types[i]);
+    if (rc != DBX_OK) DBX_ERROR(MOD, "register %s: %s", all_types[i]->name, dbx_strerror(rc));
+  }
+}
+
+dbx_err dbx_sandbox_init(const char *home) {
+  if (g_local != NULL) return DBX_ESTATE;
+  dbx_err rc = dbx_local_open(home, &g_local);
+  if (rc != DBX_OK) {
+    DBX_ERROR(MOD, "open local sandbox driver over %s: %s", home ? home : "the default home",
+              dbx_strerror(rc));
+    g_local = NULL;
+  }
+  return rc;
+}
+
+void dbx_sandbox_shutdown(void) {
+  dbx_local_close(g_local);
+  g_local = NULL;
+}

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The main job end to end on real input, from a fresh Debian 12 machine:
+# install and build durabox, fetch Debian's source of cJSON and plant a
+# regression in it (examples/fix-tests), then `durabox run` the fix-tests
+# script: a sandbox is created from the repository, cJSON's own test suite is
+# built and run (one named test fails), the fix is written, the suite passes,
+# the fix is committed and the sandbox checkpointed. Prints the step summary.
+# Everything runs in this process tree: the embedded workflow service and a
+# worker start inside `durabox run`. Set DURABOX_DEMO_DIR to keep the work
+# somewhere else than /tmp/durabox-demo.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+scripts/build.sh build
+work=${DURABOX_DEMO_DIR:-/tmp/durabox-demo}
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+$SUDO examples/fix-tests/prepare.sh "$work"
+export DURABOX_HOME=${DURABOX_HOME:-$work/home}
+exec build/cli/durabox run "$work/script.json" --workflow-id "fix-tests-$(date +%s)"

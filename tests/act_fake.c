@@ -1,0 +1,40 @@
+/* Fake worker side of worker/api.h for activity tests (see act_fake.h).
+ * The real worker provides these functions; nothing here talks to a service. */
+#include "tests/act_fake.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+
+void dbx_fake_act_cleanup(struct dbx_act *a) {
+  free(a->last_details);
+  a->last_details = NULL;
+}
+
+int dbx_act_heartbeat(dbx_act *a, const char *details_json) {
+  a->heartbeats++;
+  if (details_json != NULL) {
+    free(a->last_details);
+    a->last_details = dbx_strdup(details_json);
+  }
+  return a->cancelled ? 1 : 0;
+}
+
+const char *dbx_act_heartbeat_details(const dbx_act *a) { return a->prev_details; }
+int dbx_act_cancelled(const dbx_act *a) { return a->cancelled; }
+int32_t dbx_act_attempt(const dbx_act *a) { return a->attempt; }
+const char *dbx_act_workflow_id(const dbx_act *a) { return a->workflow_id; }
+const char *dbx_act_run_id(const dbx_act *a) { return a->run_id; }
+const char *dbx_act_activity_id(const dbx_act *a) { return a->activity_id; }
+int64_t dbx_act_remaining_ms(const dbx_act *a) {
+  return a->remaining_ms > 0 ? a->remaining_ms : INT64_MAX;
+}
+
+dbx_err dbx_worker_register_activity(struct dbx_worker *w, const dbx_activity_type *t) {
+  for (int i = 0; i < w->n; i++)
+    if (strcmp(w->types[i]->name, t->name) == 0) return DBX_EEXIST;
+  if (w->n >= DBX_FAKE_WORKER_MAX) return DBX_ENOMEM;
+  w->types[w->n++] = t;
+  return DBX_OK;
+}
