@@ -309,10 +309,11 @@ static void park(dbx_service *s, job *j) {
   s->parked = j;
 }
 
-/* Move parked jobs whose key matches into *ready (to run again now). */
-static void wake_parked(dbx_service *s, int kind, const char *key, size_t klen, job **ready) {
+/* Move parked jobs whose key matches into *ready (to run again now), at most
+ * max of them (-1 = all). */
+static void wake_parked(dbx_service *s, int kind, const char *key, size_t klen, int max, job **ready) {
   job **pp = &s->parked;
-  while (*pp) {
+  while (*pp && max != 0) {
     job *j = *pp;
     int match = j->park == kind && j->park_key && j->park_key_len == klen &&
                 memcmp(j->park_key, key, klen) == 0;
@@ -320,6 +321,7 @@ static void wake_parked(dbx_service *s, int kind, const char *key, size_t klen, 
       *pp = j->next;
       j->next = *ready;
       *ready = j;
+      if (max > 0) max--;
     } else {
       pp = &j->next;
     }
@@ -365,10 +367,15 @@ static void apply_after_commit(dbx_service *s, batch *b, job **ready) {
   for (note *n = b->ctx.notes; n; n = n->next) {
     switch (n->kind) {
     case NOTE_TASK:
-      if (n->key) wake_parked(s, PARK_POLL, n->key, n->len, ready);
+      /* one note per enqueued task: wake one poller for it, not every poller
+       * of the queue (the others would only find nothing and park again) */
+      if (n->key) wake_parked(s, PARK_POLL, n->key, n->len, 1, ready);
+      break;
+    case NOTE_QUEUE:
+      if (n->key) wake_parked(s, PARK_POLL, n->key, n->len, -1, ready);
       break;
     case NOTE_RUN:
-      if (n->key) wake_parked(s, PARK_HISTORY, n->key, n->len, ready);
+      if (n->key) wake_parked(s, PARK_HISTORY, n->key, n->len, -1, ready);
       break;
     case NOTE_QUERY_NEW:
       if (n->q) {
@@ -377,7 +384,7 @@ static void apply_after_commit(dbx_service *s, batch *b, job **ready) {
         size_t kl;
         char *k = queue_key(n->q->ns, n->q->task_queue, TASK_WORKFLOW, &kl);
         n->q = NULL;
-        if (k) wake_parked(s, PARK_POLL, k, kl, ready);
+        if (k) wake_parked(s, PARK_POLL, k, kl, -1, ready);
         free(k);
       }
       break;

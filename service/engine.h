@@ -71,7 +71,7 @@ struct query {                  /* a QueryWorkflow waiting for a worker (memory 
 
 typedef struct note note;       /* something to do once the batch committed */
 struct note {
-  int kind;                     /* NOTE_TASK, NOTE_RUN, NOTE_QUERY_ANSWER, NOTE_QUERY_NEW */
+  int kind;                     /* NOTE_TASK, NOTE_QUEUE, NOTE_RUN, NOTE_QUERY_ANSWER, NOTE_QUERY_NEW */
   char *key;
   uint64_t query_id;
   int status;
@@ -81,7 +81,9 @@ struct note {
   query *q;                     /* NOTE_QUERY_NEW */
   note *next;
 };
-enum { NOTE_TASK = 1, NOTE_RUN, NOTE_QUERY_ANSWER, NOTE_QUERY_NEW, NOTE_QUERY_DISPATCHED };
+/* NOTE_TASK: one task enqueued, wakes one parked poller of its queue;
+ * NOTE_QUEUE: wakes every parked poller of the queue (queries waiting). */
+enum { NOTE_TASK = 1, NOTE_RUN, NOTE_QUERY_ANSWER, NOTE_QUERY_NEW, NOTE_QUERY_DISPATCHED, NOTE_QUEUE };
 
 typedef struct {
   char *name;

@@ -1506,7 +1506,7 @@ static int is_close_command(const Command *cmd) {
 static void wake_for_queries(ectx *c, RunState *rs) {
   for (query *qq = c->svc->queries; qq; qq = qq->next) {
     if (qq->dispatched || strcmp(qq->workflow_id, rs->workflow_id) != 0 || strcmp(qq->run_id, rs->run_id) != 0) continue;
-    note *n = note_new(c, NOTE_TASK);
+    note *n = note_new(c, NOTE_QUEUE);
     if (n) n->key = queue_key(rs->namespace_, qq->task_queue, TASK_WORKFLOW, &n->len);
     return;
   }
