@@ -6,4 +6,12 @@ const char *dbx_cli_version(void);
 /* durabox server start-dev [flags]: the embedded workflow service (Temporal CLI's flags). */
 int dbx_cli_server(int argc, char **argv);
 
+/* durabox worker [flags]: poll a Temporal-compatible service (cli/worker.c). */
+int dbx_cli_worker(int argc, char **argv);
+/* durabox replay --workflow-id ID [...]: offline replay from the worker store. */
+int dbx_cli_replay(int argc, char **argv);
+/* Default worker store directory (malloc'd): $DURABOX_WORKER_DB, else
+ * $XDG_STATE_HOME/durabox/worker, else ~/.local/state/durabox/worker. */
+char *dbx_cli_worker_db_default(void);
+
 #endif

@@ -10,6 +10,8 @@ static void usage(FILE *f) {
           "\n"
           "commands:\n"
           "  server start-dev   run the embedded workflow service (Temporal's dev-server flags)\n"
+          "  worker             poll a Temporal-compatible service for durabox workflows\n"
+          "  replay             replay a recorded run offline and check determinism\n"
           "  version            print the version\n");
 }
 
@@ -28,6 +30,8 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (strcmp(cmd, "server") == 0) return dbx_cli_server(argc - 1, argv + 1);
+  if (strcmp(cmd, "worker") == 0) return dbx_cli_worker(argc - 1, argv + 1);
+  if (strcmp(cmd, "replay") == 0) return dbx_cli_replay(argc - 1, argv + 1);
   fprintf(stderr, "durabox: unknown command '%s'\n", cmd);
   usage(stderr);
   return 2;

@@ -1,0 +1,665 @@
+/* Integration tests: the embedded service (in-process, temp LMDB, loopback)
+ * and a dbx_worker with workflow and activity types defined here: activity
+ * success, retry then success, heartbeat + cancel, timer, signal, query, the
+ * Script workflow over fake sandbox.* activities, at_most_once redelivery,
+ * and a service restart under a running worker. Results are read with
+ * long-polling GetWorkflowExecutionHistory (close-event filter). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "base/util.h"
+#include "rpc/rpc.h"
+#include "service/service.h"
+#include "tests/testutil.h"
+#include "worker/client.h"
+#include "worker/replay.h"
+#include "worker/worker.h"
+#include "worker/wstore.h"
+#include "workflows/script.h"
+
+static char *g_svc_dir, *g_wrk_dir;
+static dbx_service *g_svc;
+static int g_port;
+static dbx_worker *g_w;
+static dbx_client *g_c;
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
+static int g_echo_calls, g_flaky_calls, g_amo_calls, g_hb_running;
+static char g_calls[64][48];
+static char *g_call_inputs[64];
+static int g_ncalls;
+
+static void nap_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* ------------------------------------------------------------ test workflow t.One */
+
+typedef struct {
+  cJSON *in;
+  int scheduled, signals;
+  int64_t seq;
+} one;
+
+static void one_schedule(one *s, dbx_wf *wf) {
+  const cJSON *t = cJSON_GetObjectItem(s->in, "type");
+  const cJSON *arg = cJSON_GetObjectItem(s->in, "arg");
+  dbx_activity_opts o = {0};
+  o.start_to_close_ms = 20000;
+  o.initial_interval_ms = 100;
+  o.maximum_attempts = 5;
+  if (cJSON_IsTrue(cJSON_GetObjectItem(s->in, "amo"))) o.retry_class = DBX_AT_MOST_ONCE;
+  const cJSON *hb = cJSON_GetObjectItem(s->in, "hb_ms");
+  if (cJSON_IsNumber(hb)) o.heartbeat_ms = (int64_t)hb->valuedouble;
+  cJSON *in = cJSON_CreateObject();
+  cJSON_AddItemToObject(in, "arg", arg ? cJSON_Duplicate(arg, 1) : cJSON_CreateNull());
+  char *txt = cJSON_PrintUnformatted(in);
+  cJSON_Delete(in);
+  s->seq = dbx_wf_schedule_activity(wf, t->valuestring, txt, &o);
+  s->scheduled = 1;
+  free(txt);
+}
+
+static void *one_create(dbx_wf *wf, const char *json, size_t len) {
+  one *s = calloc(1, sizeof *s);
+  s->in = cJSON_ParseWithLength(json, len);
+  if (!s->in || !cJSON_IsString(cJSON_GetObjectItem(s->in, "type"))) {
+    cJSON_Delete(s->in);
+    free(s);
+    dbx_wf_fail(wf, "InvalidInput", "t.One needs {\"type\"}");
+    return NULL;
+  }
+  if (!cJSON_IsTrue(cJSON_GetObjectItem(s->in, "wait_signal"))) one_schedule(s, wf);
+  return s;
+}
+
+static void one_on_activity(void *st, dbx_wf *wf, int64_t seq, const dbx_act_outcome *o) {
+  one *s = st;
+  assert_int_equal(seq, s->seq);
+  static const char *names[] = {"", "completed", "failed", "timed_out", "canceled"};
+  cJSON *out = cJSON_CreateObject();
+  cJSON_AddStringToObject(out, "status", names[o->status]);
+  cJSON *res = o->status == DBX_ACT_COMPLETED ? cJSON_Parse(o->result_json) : NULL;
+  cJSON_AddItemToObject(out, "result", res ? res : cJSON_CreateNull());
+  cJSON_AddStringToObject(out, "failure_type", o->failure_type ? o->failure_type : "");
+  cJSON_AddStringToObject(out, "failure_message", o->failure_message ? o->failure_message : "");
+  cJSON_AddBoolToObject(out, "non_retryable", o->non_retryable);
+  cJSON_AddNumberToObject(out, "attempts", o->attempts);
+  cJSON_AddNumberToObject(out, "signals", s->signals);
+  char *txt = cJSON_PrintUnformatted(out);
+  cJSON_Delete(out);
+  dbx_wf_complete(wf, txt);
+  free(txt);
+}
+
+static void one_on_signal(void *st, dbx_wf *wf, const char *name, const char *json, size_t len) {
+  (void)json, (void)len;
+  one *s = st;
+  if (strcmp(name, "go") == 0 && !s->scheduled) one_schedule(s, wf);
+  if (strcmp(name, "cancel") == 0) assert_int_equal(dbx_wf_cancel_activity(wf, s->seq), 0);
+  if (strcmp(name, "poke") == 0) s->signals++;
+}
+
+static char *one_on_query(void *st, const char *name) {
+  one *s = st;
+  if (strcmp(name, "state") != 0) return NULL;
+  return dbx_asprintf("{\"signals\":%d,\"scheduled\":%s}", s->signals,
+                      s->scheduled ? "true" : "false");
+}
+
+static void one_destroy(void *st) {
+  one *s = st;
+  cJSON_Delete(s->in);
+  free(s);
+}
+
+static const dbx_workflow_type wf_one = {"t.One", one_create, one_on_activity, NULL,
+                                         one_on_signal, NULL, one_on_query, one_destroy};
+
+/* ------------------------------------------------------------ test workflow t.Timer */
+
+static void *tmr_create(dbx_wf *wf, const char *json, size_t len) {
+  (void)json, (void)len;
+  assert_int_equal(dbx_wf_start_timer(wf, 150), 1);
+  return calloc(1, 1);
+}
+static void timer_fired(void *st, dbx_wf *wf, int64_t seq) {
+  (void)st;
+  char buf[64];
+  snprintf(buf, sizeof buf, "{\"fired\":%lld}", (long long)seq);
+  dbx_wf_complete(wf, buf);
+}
+static const dbx_workflow_type wf_timer = {"t.Timer", tmr_create, NULL, timer_fired,
+                                           NULL, NULL, NULL, free};
+
+/* ------------------------------------------------------------ activities */
+
+static char *arg_of(const char *json, size_t len) {
+  cJSON *j = cJSON_ParseWithLength(json, len);
+  char *r = j ? cJSON_PrintUnformatted(cJSON_GetObjectItem(j, "arg")) : NULL;
+  cJSON_Delete(j);
+  return r ? r : dbx_strdup("null");
+}
+
+static dbx_err act_echo(dbx_act *a, const char *in, size_t len, dbx_act_result *res, void *ud) {
+  (void)a, (void)ud;
+  pthread_mutex_lock(&g_mu);
+  g_echo_calls++;
+  pthread_mutex_unlock(&g_mu);
+  res->result_json = arg_of(in, len);
+  return DBX_OK;
+}
+
+static dbx_err act_flaky(dbx_act *a, const char *in, size_t len, dbx_act_result *res, void *ud) {
+  (void)in, (void)len, (void)ud;
+  pthread_mutex_lock(&g_mu);
+  g_flaky_calls++;
+  pthread_mutex_unlock(&g_mu);
+  if (dbx_act_attempt(a) < 3) {
+    res->failure_type = dbx_strdup("Flaky");
+    res->failure_message = dbx_asprintf("attempt %d fails", dbx_act_attempt(a));
+    return DBX_OK;
+  }
+  res->result_json = dbx_asprintf("{\"attempt\":%d}", dbx_act_attempt(a));
+  return DBX_OK;
+}
+
+static dbx_err act_hb(dbx_act *a, const char *in, size_t len, dbx_act_result *res, void *ud) {
+  (void)in, (void)len, (void)ud;
+  pthread_mutex_lock(&g_mu);
+  g_hb_running = 1;
+  pthread_cond_broadcast(&g_cv);
+  pthread_mutex_unlock(&g_mu);
+  for (int i = 0; i < 3000; i++) { /* the work: up to 30 s in 10 ms steps */
+    char d[32];
+    snprintf(d, sizeof d, "{\"step\":%d}", i);
+    if (dbx_act_heartbeat(a, d)) return DBX_ECANCELED;
+    nap_ms(10);
+  }
+  res->failure_type = dbx_strdup("NeverCancelled");
+  res->failure_message = dbx_strdup("no cancellation arrived");
+  return DBX_OK;
+}
+
+static dbx_err act_amo(dbx_act *a, const char *in, size_t len, dbx_act_result *res, void *ud) {
+  (void)a, (void)in, (void)len, (void)ud;
+  pthread_mutex_lock(&g_mu);
+  g_amo_calls++;
+  pthread_mutex_unlock(&g_mu);
+  res->result_json = dbx_strdup("{\"ran\":true}");
+  return DBX_OK;
+}
+
+static const dbx_activity_type at_echo = {"t.echo", DBX_SAFE_TO_RETRY, act_echo, NULL};
+static const dbx_activity_type at_flaky = {"t.flaky", DBX_SAFE_TO_RETRY, act_flaky, NULL};
+static const dbx_activity_type at_hb = {"t.hb", DBX_SAFE_TO_RETRY, act_hb, NULL};
+static const dbx_activity_type at_amo = {"t.amo", DBX_AT_MOST_ONCE, act_amo, NULL};
+
+/* Fake sandbox activities: record (type, input) in call order. */
+static dbx_err fake_sandbox(dbx_act *a, const char *in, size_t len, dbx_act_result *res, void *ud) {
+  (void)a;
+  const char *type = ud;
+  pthread_mutex_lock(&g_mu);
+  if (g_ncalls < 64) {
+    snprintf(g_calls[g_ncalls], sizeof g_calls[0], "%s", type);
+    g_call_inputs[g_ncalls] = dbx_strndup(in, len);
+    g_ncalls++;
+  }
+  pthread_mutex_unlock(&g_mu);
+  cJSON *j = cJSON_ParseWithLength(in, len);
+  const char *cmd = cJSON_GetStringValue(cJSON_GetObjectItem(j, "command"));
+  if (strcmp(type, "sandbox.create") == 0) {
+    res->result_json = dbx_strdup("{\"sandbox_id\":\"sbx-42\"}");
+  } else if (strcmp(type, "sandbox.exec") == 0) {
+    int code = cmd && strstr(cmd, "false") ? 2 : 0;
+    res->result_json = dbx_asprintf(
+        "{\"exit_code\":%d,\"stdout\":\"%s\",\"stderr\":\"%s\",\"timed_out\":false,\"duration_ms\":7}",
+        code, code ? "" : "built\\n", code ? "boom\\n" : "");
+  } else if (strcmp(type, "sandbox.read_file") == 0) {
+    res->result_json = dbx_strdup("{\"content_b64\":\"aGk=\",\"duration_ms\":1}");
+  } else {
+    res->result_json = dbx_strdup("{\"ok\":true}");
+  }
+  cJSON_Delete(j);
+  return DBX_OK;
+}
+
+#define FAKE(n) {n, DBX_SAFE_TO_RETRY, fake_sandbox, (void *)n}
+static const dbx_activity_type fakes[] = {FAKE("sandbox.create"), FAKE("sandbox.exec"),
+                                          FAKE("sandbox.write_file"), FAKE("sandbox.read_file"),
+                                          FAKE("sandbox.checkpoint"), FAKE("sandbox.git_commit"),
+                                          FAKE("sandbox.delete")};
+
+/* ------------------------------------------------------------ helpers */
+
+static void start_service(int port) {
+  dbx_service_opts o;
+  dbx_service_opts_init(&o);
+  o.db_path = g_svc_dir;
+  o.port = port;
+  o.no_sync = 1;
+  char *err = NULL;
+  dbx_err rc = dbx_service_start(&o, &g_svc, &err);
+  if (rc != DBX_OK) fprintf(stderr, "service: %s\n", err ? err : "?");
+  free(err);
+  assert_int_equal(rc, DBX_OK);
+  g_port = dbx_service_port(g_svc);
+}
+
+static int group_setup(void **st) {
+  (void)st;
+  dbx_rpc_global_init();
+  dbx_log_set_level(DBX_LOG_ERROR);
+  g_svc_dir = dbx_test_tmpdir("itw-svc");
+  g_wrk_dir = dbx_test_tmpdir("itw-wrk");
+  start_service(0);
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", g_port);
+  dbx_worker_opts o = {0};
+  o.address = addr;
+  o.task_queue = "itq";
+  o.db_dir = g_wrk_dir;
+  o.no_sync = 1;
+  o.activity_slots = 4;
+  char *err = NULL;
+  assert_int_equal(dbx_worker_create(&o, &g_w, &err), DBX_OK);
+  assert_int_equal(dbx_worker_register_workflow(g_w, &wf_one), DBX_OK);
+  assert_int_equal(dbx_worker_register_workflow(g_w, &wf_timer), DBX_OK);
+  assert_int_equal(dbx_worker_register_workflow(g_w, &dbx_script_workflow), DBX_OK);
+  assert_int_equal(dbx_worker_register_workflow(g_w, &wf_timer), DBX_EEXIST);
+  assert_int_equal(dbx_worker_register_activity(g_w, &at_echo), DBX_OK);
+  assert_int_equal(dbx_worker_register_activity(g_w, &at_flaky), DBX_OK);
+  assert_int_equal(dbx_worker_register_activity(g_w, &at_hb), DBX_OK);
+  assert_int_equal(dbx_worker_register_activity(g_w, &at_amo), DBX_OK);
+  for (size_t i = 0; i < sizeof fakes / sizeof fakes[0]; i++)
+    assert_int_equal(dbx_worker_register_activity(g_w, &fakes[i]), DBX_OK);
+  assert_int_equal(dbx_worker_start(g_w), DBX_OK);
+  assert_int_equal(dbx_worker_register_activity(g_w, &at_echo), DBX_ESTATE);
+  dbx_client_opts co = {0};
+  co.address = addr;
+  assert_int_equal(dbx_client_create(&co, &g_c), DBX_OK);
+  return 0;
+}
+
+static int group_teardown(void **st) {
+  (void)st;
+  dbx_worker_stop(g_w, 1000);
+  dbx_worker_destroy(g_w);
+  dbx_client_destroy(g_c);
+  dbx_service_stop(g_svc);
+  for (int i = 0; i < g_ncalls; i++) free(g_call_inputs[i]);
+  dbx_test_rmrf(g_svc_dir);
+  dbx_test_rmrf(g_wrk_dir);
+  free(g_svc_dir);
+  free(g_wrk_dir);
+  dbx_rpc_global_shutdown();
+  return 0;
+}
+
+static char *start(const char *wid, const char *type, const char *input) {
+  dbx_client_start_opts o = {0};
+  o.workflow_id = wid;
+  o.workflow_type = type;
+  o.task_queue = "itq";
+  o.input_json = input;
+  char *rid = NULL, *err = NULL;
+  dbx_err rc = dbx_client_start_workflow(g_c, &o, &rid, &err);
+  if (rc != DBX_OK) fprintf(stderr, "start %s: %s\n", wid, err ? err : "?");
+  free(err);
+  assert_int_equal(rc, DBX_OK);
+  assert_non_null(rid);
+  return rid;
+}
+
+/* Wait (long poll) for the run's close event. Returns the result JSON of a
+ * completion, or "FAILED:<type>:<message>" / "CANCELED". */
+static char *wait_close(const char *wid, const char *rid) {
+  int64_t deadline = dbx_mono_ns() + 90LL * 1000000000LL;
+  while (dbx_mono_ns() < deadline) {
+    dbx_client_history h = {0};
+    dbx_client_history_opts ho = {0};
+    ho.wait_new_event = 1;
+    ho.close_event_only = 1;
+    ho.timeout_ms = 10000;
+    dbx_err rc = dbx_client_get_history(g_c, wid, rid, &ho, &h, NULL);
+    if (rc == DBX_OK && h.n > 0) {
+      HistoryEvent *e = h.events[h.n - 1];
+      char *out = NULL;
+      if (e->event_type == ET(WORKFLOW_EXECUTION_COMPLETED)) {
+        out = dbx_payloads_to_json(e->workflow_execution_completed_event_attributes->result);
+      } else if (e->event_type == ET(WORKFLOW_EXECUTION_FAILED)) {
+        const Failure *f = e->workflow_execution_failed_event_attributes->failure;
+        out = dbx_asprintf("FAILED:%s:%s",
+                           f && f->application_failure_info ? f->application_failure_info->type : "",
+                           f ? f->message : "");
+      } else {
+        out = dbx_asprintf("CLOSED:%d", e->event_type);
+      }
+      dbx_client_history_cleanup(&h);
+      return out;
+    }
+    dbx_client_history_cleanup(&h);
+    if (rc != DBX_OK) nap_ms(100); /* service away: retry */
+  }
+  fail_msg("workflow %s did not close", wid);
+  return NULL;
+}
+
+/* Wait until history holds an event of type after event id `after`; returns its id. */
+static int64_t wait_event(const char *wid, const char *rid, int type, int64_t after) {
+  uint8_t *tok = NULL;
+  size_t tok_len = 0;
+  int64_t deadline = dbx_mono_ns() + 60LL * 1000000000LL;
+  int64_t found = 0;
+  while (!found && dbx_mono_ns() < deadline) {
+    dbx_client_history h = {0};
+    dbx_client_history_opts ho = {0};
+    ho.wait_new_event = 1;
+    ho.page_token = tok;
+    ho.page_token_len = tok_len;
+    ho.timeout_ms = 10000;
+    dbx_err rc = dbx_client_get_history(g_c, wid, rid, &ho, &h, NULL);
+    assert_int_equal(rc, DBX_OK);
+    for (size_t i = 0; i < h.n; i++)
+      if ((int)h.events[i]->event_type == type && h.events[i]->event_id > after)
+        found = h.events[i]->event_id;
+    free(tok);
+    tok = h.next_page_token;
+    tok_len = h.next_page_token_len;
+    h.next_page_token = NULL;
+    dbx_client_history_cleanup(&h);
+  }
+  free(tok);
+  assert_true(found > 0);
+  return found;
+}
+
+static cJSON *parse(const char *s) {
+  cJSON *j = cJSON_Parse(s);
+  if (!j) fail_msg("not JSON: %s", s);
+  return j;
+}
+
+/* ------------------------------------------------------------ tests */
+
+static void test_worker_activity_success(void **st) {
+  (void)st;
+  char *rid = start("w-echo", "t.One", "{\"type\":\"t.echo\",\"arg\":{\"x\":\"hello\"}}");
+  char *res = wait_close("w-echo", rid);
+  cJSON *j = parse(res);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "status")), "completed");
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "result"), "x")), "hello");
+  assert_int_equal((int)cJSON_GetObjectItem(j, "attempts")->valuedouble, 1);
+  assert_int_equal(g_echo_calls, 1);
+  cJSON_Delete(j);
+  /* the worker recorded the run's history for offline replay, and it replays clean */
+  HistoryEvent **evs = NULL;
+  size_t n = 0;
+  assert_int_equal(dbx_wstore_history_load(dbx_worker_wstore(g_w), "default", "w-echo", rid, &evs, &n, NULL), DBX_OK);
+  assert_true(n >= 8);
+  dbx_replay_report rep;
+  assert_int_equal(dbx_replay_run(&wf_one, evs, n, &rep), DBX_OK);
+  assert_int_equal(rep.deterministic, 1);
+  assert_int_equal(rep.commands_matched, 1); /* the activity; the completion was the last task */
+  dbx_wstore_history_free(evs, n);
+  free(res);
+  free(rid);
+}
+
+static void test_worker_retry_then_success(void **st) {
+  (void)st;
+  char *rid = start("w-flaky", "t.One", "{\"type\":\"t.flaky\"}");
+  char *res = wait_close("w-flaky", rid);
+  cJSON *j = parse(res);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "status")), "completed");
+  assert_int_equal((int)cJSON_GetObjectItem(cJSON_GetObjectItem(j, "result"), "attempt")->valuedouble, 3);
+  assert_int_equal((int)cJSON_GetObjectItem(j, "attempts")->valuedouble, 3);
+  assert_int_equal(g_flaky_calls, 3);
+  cJSON_Delete(j);
+  free(res);
+  free(rid);
+}
+
+static void test_worker_heartbeat_cancel(void **st) {
+  (void)st;
+  char *rid = start("w-hb", "t.One", "{\"type\":\"t.hb\",\"hb_ms\":1000}");
+  pthread_mutex_lock(&g_mu);
+  while (!g_hb_running) pthread_cond_wait(&g_cv, &g_mu);
+  pthread_mutex_unlock(&g_mu);
+  assert_int_equal(dbx_client_signal(g_c, "w-hb", rid, "cancel", NULL, NULL), DBX_OK);
+  char *res = wait_close("w-hb", rid);
+  cJSON *j = parse(res);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "status")), "canceled");
+  cJSON_Delete(j);
+  free(res);
+  free(rid);
+}
+
+static void test_worker_timer(void **st) {
+  (void)st;
+  char *rid = start("w-timer", "t.Timer", NULL);
+  char *res = wait_close("w-timer", rid);
+  assert_string_equal(res, "{\"fired\":1}");
+  free(res);
+  free(rid);
+}
+
+static void test_worker_signal_and_query(void **st) {
+  (void)st;
+  char *rid = start("w-sig", "t.One", "{\"type\":\"t.echo\",\"arg\":1,\"wait_signal\":true}");
+  int64_t first = wait_event("w-sig", rid, ET(WORKFLOW_TASK_COMPLETED), 0);
+  assert_int_equal(dbx_client_signal(g_c, "w-sig", rid, "poke", "{}", NULL), DBX_OK);
+  int64_t sig = wait_event("w-sig", rid, ET(WORKFLOW_EXECUTION_SIGNALED), first);
+  wait_event("w-sig", rid, ET(WORKFLOW_TASK_COMPLETED), sig);
+  char *q = NULL, *err = NULL;
+  dbx_err rc = dbx_client_query(g_c, "w-sig", rid, "state", NULL, &q, &err);
+  if (rc != DBX_OK) fprintf(stderr, "query: %s\n", err ? err : "?");
+  assert_int_equal(rc, DBX_OK);
+  assert_string_equal(q, "{\"signals\":1,\"scheduled\":false}");
+  free(q);
+  free(err);
+  err = NULL;
+  assert_int_not_equal(dbx_client_query(g_c, "w-sig", rid, "nope", NULL, &q, &err), DBX_OK);
+  assert_non_null(err);
+  free(err);
+  assert_int_equal(dbx_client_signal(g_c, "w-sig", rid, "go", NULL, NULL), DBX_OK);
+  char *res = wait_close("w-sig", rid);
+  cJSON *j = parse(res);
+  assert_int_equal((int)cJSON_GetObjectItem(j, "result")->valuedouble, 1);
+  assert_int_equal((int)cJSON_GetObjectItem(j, "signals")->valuedouble, 1);
+  cJSON_Delete(j);
+  free(res);
+  free(rid);
+}
+
+static void test_worker_script_with_fake_sandbox(void **st) {
+  (void)st;
+  pthread_mutex_lock(&g_mu);
+  int base = g_ncalls;
+  pthread_mutex_unlock(&g_mu);
+  const char *input =
+      "{\"sandbox\":{\"source\":{\"kind\":\"git\",\"url\":\"https://example.invalid/r.git\"},"
+      "\"env\":{\"A\":\"1\"}},\"steps\":["
+      "{\"name\":\"write\",\"kind\":\"write_file\",\"path\":\"a.txt\",\"content\":\"hi\"},"
+      "{\"name\":\"build\",\"kind\":\"exec\",\"command\":\"make\",\"timeout_s\":30},"
+      "{\"name\":\"nap\",\"kind\":\"sleep\",\"seconds\":0.1},"
+      "{\"name\":\"read\",\"kind\":\"read_file\",\"path\":\"a.txt\"},"
+      "{\"name\":\"lint\",\"kind\":\"exec\",\"command\":\"false\",\"continue_on_failure\":true},"
+      "{\"name\":\"snap\",\"kind\":\"checkpoint\",\"retry_class\":\"at_most_once\"}]}";
+  char *rid = start("w-script", "durabox.Script", input);
+  char *res = wait_close("w-script", rid);
+  cJSON *j = parse(res);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "sandbox_id")), "sbx-42");
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "status")), "completed");
+  assert_true(cJSON_IsNull(cJSON_GetObjectItem(j, "failed_step")));
+  cJSON *steps = cJSON_GetObjectItem(j, "steps");
+  assert_int_equal(cJSON_GetArraySize(steps), 6);
+  cJSON *build = cJSON_GetArrayItem(steps, 1);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(build, "name")), "build");
+  assert_true(cJSON_IsTrue(cJSON_GetObjectItem(build, "ok")));
+  assert_int_equal((int)cJSON_GetObjectItem(build, "exit_code")->valuedouble, 0);
+  assert_int_equal((int)cJSON_GetObjectItem(build, "duration_ms")->valuedouble, 7);
+  assert_int_equal((int)cJSON_GetObjectItem(build, "attempts")->valuedouble, 1);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(build, "output_excerpt")), "built\n");
+  cJSON *nap = cJSON_GetArrayItem(steps, 2);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(nap, "kind")), "sleep");
+  assert_true(cJSON_IsTrue(cJSON_GetObjectItem(nap, "ok")));
+  cJSON *lint = cJSON_GetArrayItem(steps, 4);
+  assert_true(cJSON_IsFalse(cJSON_GetObjectItem(lint, "ok")));
+  assert_int_equal((int)cJSON_GetObjectItem(lint, "exit_code")->valuedouble, 2);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(lint, "output_excerpt")), "boom\n");
+  cJSON_Delete(j);
+  free(res);
+  free(rid);
+
+  static const char *want[] = {"sandbox.create", "sandbox.write_file", "sandbox.exec",
+                               "sandbox.read_file", "sandbox.exec", "sandbox.checkpoint",
+                               "sandbox.delete"};
+  pthread_mutex_lock(&g_mu);
+  assert_int_equal(g_ncalls - base, 7);
+  for (int i = 0; i < 7; i++) assert_string_equal(g_calls[base + i], want[i]);
+  cJSON *ci = parse(g_call_inputs[base]);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(ci, "resource")), "workspace");
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(ci, "source"), "url")),
+                      "https://example.invalid/r.git");
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(ci, "env"), "A")), "1");
+  cJSON_Delete(ci);
+  cJSON *ei = parse(g_call_inputs[base + 2]);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(ei, "sandbox_id")), "sbx-42");
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(ei, "command")), "make");
+  assert_null(cJSON_GetObjectItem(ei, "name"));
+  cJSON_Delete(ei);
+  cJSON *di = parse(g_call_inputs[base + 6]);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(di, "sandbox_id")), "sbx-42");
+  cJSON_Delete(di);
+  base = g_ncalls;
+  pthread_mutex_unlock(&g_mu);
+
+  /* a failing step stops the script; the sandbox is still deleted */
+  rid = start("w-script-fail", "durabox.Script",
+              "{\"steps\":[{\"name\":\"t\",\"kind\":\"exec\",\"command\":\"false\"},"
+              "{\"name\":\"never\",\"kind\":\"exec\",\"command\":\"make\"}]}");
+  res = wait_close("w-script-fail", rid);
+  j = parse(res);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "status")), "failed");
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "failed_step")), "t");
+  assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "steps")), 1);
+  cJSON_Delete(j);
+  free(res);
+  free(rid);
+  pthread_mutex_lock(&g_mu);
+  assert_int_equal(g_ncalls - base, 3);
+  assert_string_equal(g_calls[base + 2], "sandbox.delete");
+  pthread_mutex_unlock(&g_mu);
+
+  /* bad input fails the run with InvalidInput naming the problem */
+  rid = start("w-script-bad", "durabox.Script", "{\"steps\":[{\"name\":\"x\",\"kind\":\"teleport\"}]}");
+  res = wait_close("w-script-bad", rid);
+  assert_string_equal(res, "FAILED:InvalidInput:step 'x': unknown kind 'teleport'");
+  free(res);
+  free(rid);
+}
+
+static void test_worker_at_most_once_redelivery(void **st) {
+  (void)st;
+  /* The run waits for "go"; meanwhile its activity 1 is journaled as started,
+   * as if a worker died inside it. Delivered, it must not run. */
+  char *rid = start("w-amo", "t.One", "{\"type\":\"t.amo\",\"amo\":true,\"wait_signal\":true}");
+  assert_int_equal(dbx_wstore_journal_started(dbx_worker_wstore(g_w), "default", "w-amo", rid, "1", 1), DBX_OK);
+  assert_int_equal(dbx_client_signal(g_c, "w-amo", rid, "go", NULL, NULL), DBX_OK);
+  char *res = wait_close("w-amo", rid);
+  cJSON *j = parse(res);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "status")), "failed");
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "failure_type")), "OutcomeUnknown");
+  assert_true(cJSON_IsTrue(cJSON_GetObjectItem(j, "non_retryable")));
+  assert_non_null(strstr(cJSON_GetStringValue(cJSON_GetObjectItem(j, "failure_message")),
+                         "may already have happened"));
+  cJSON_Delete(j);
+  free(res);
+  free(rid);
+  /* A journaled result is reported instead of running again. */
+  rid = start("w-amo2", "t.One", "{\"type\":\"t.amo\",\"amo\":true,\"wait_signal\":true}");
+  dbx_act_result r = {.result_json = "{\"ran\":\"before\"}"};
+  assert_int_equal(dbx_wstore_journal_result(dbx_worker_wstore(g_w), "default", "w-amo2", rid, "1", 1, &r), DBX_OK);
+  assert_int_equal(dbx_client_signal(g_c, "w-amo2", rid, "go", NULL, NULL), DBX_OK);
+  res = wait_close("w-amo2", rid);
+  j = parse(res);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "status")), "completed");
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "result"), "ran")), "before");
+  cJSON_Delete(j);
+  free(res);
+  free(rid);
+  assert_int_equal(g_amo_calls, 0);
+}
+
+static void test_worker_unknown_activity_type_is_retryable(void **st) {
+  (void)st;
+  /* t.nope is not registered: the failure is retryable, so the service retries
+   * until maximum_attempts (5) and records the type. */
+  char *rid = start("w-nope", "t.One", "{\"type\":\"t.nope\"}");
+  char *res = wait_close("w-nope", rid);
+  cJSON *j = parse(res);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "failure_type")), "ActivityTypeNotRegistered");
+  assert_true(cJSON_IsFalse(cJSON_GetObjectItem(j, "non_retryable")));
+  assert_int_equal((int)cJSON_GetObjectItem(j, "attempts")->valuedouble, 5);
+  cJSON_Delete(j);
+  free(res);
+  free(rid);
+}
+
+static void test_worker_survives_service_restart(void **st) {
+  (void)st;
+  char *rid = start("w-restart", "t.One", "{\"type\":\"t.echo\",\"arg\":\"after\",\"wait_signal\":true}");
+  wait_event("w-restart", rid, ET(WORKFLOW_TASK_COMPLETED), 0);
+  dbx_worker_stats before;
+  dbx_worker_get_stats(g_w, &before);
+  int port = g_port;
+  dbx_service_stop(g_svc);
+  g_svc = NULL;
+  /* Let the pollers fail against the absent service (they back off, no crash). */
+  for (int i = 0; i < 100; i++) {
+    dbx_worker_stats now;
+    dbx_worker_get_stats(g_w, &now);
+    if (now.poll_errors >= before.poll_errors + 2) break;
+    nap_ms(50);
+  }
+  start_service(port);
+  assert_int_equal(g_port, port);
+  dbx_err rc = DBX_ERPC;
+  for (int i = 0; i < 100 && rc != DBX_OK; i++) {
+    rc = dbx_client_signal(g_c, "w-restart", rid, "go", NULL, NULL);
+    if (rc != DBX_OK) nap_ms(100); /* the test's own channel reconnecting */
+  }
+  assert_int_equal(rc, DBX_OK);
+  char *res = wait_close("w-restart", rid);
+  cJSON *j = parse(res);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "result")), "after");
+  cJSON_Delete(j);
+  dbx_worker_stats after;
+  dbx_worker_get_stats(g_w, &after);
+  assert_true(after.poll_errors > before.poll_errors);
+  free(res);
+  free(rid);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_worker_activity_success),
+      cmocka_unit_test(test_worker_retry_then_success),
+      cmocka_unit_test(test_worker_heartbeat_cancel),
+      cmocka_unit_test(test_worker_timer),
+      cmocka_unit_test(test_worker_signal_and_query),
+      cmocka_unit_test(test_worker_script_with_fake_sandbox),
+      cmocka_unit_test(test_worker_at_most_once_redelivery),
+      cmocka_unit_test(test_worker_unknown_activity_type_is_retryable),
+      cmocka_unit_test(test_worker_survives_service_restart),
+  };
+  return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

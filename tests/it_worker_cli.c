@@ -1,0 +1,121 @@
+/* Integration test of the durabox command: `durabox worker` as a child
+ * process against the in-process embedded service runs a durabox.Script over
+ * real local sandboxes, stops with exit 0 on SIGTERM, and `durabox replay`
+ * then replays the recorded run from the worker's store. */
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "base/util.h"
+#include "rpc/rpc.h"
+#include "service/service.h"
+#include "tests/testutil.h"
+#include "worker/client.h"
+
+extern char **environ;
+
+static pid_t spawn(char *const argv[], int out_fd) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  if (out_fd >= 0) posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  assert_int_equal(rc, 0);
+  return pid;
+}
+
+static int wait_exit(pid_t pid) {
+  int st = 0;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void test_cli_worker_runs_script_then_replay(void **state) {
+  (void)state;
+  dbx_rpc_global_init();
+  char *svc_dir = dbx_test_tmpdir("itc-svc"), *wrk_dir = dbx_test_tmpdir("itc-wrk"),
+       *home = dbx_test_tmpdir("itc-home");
+  dbx_service_opts so;
+  dbx_service_opts_init(&so);
+  so.db_path = svc_dir;
+  so.no_sync = 1;
+  dbx_service *svc = NULL;
+  assert_int_equal(dbx_service_start(&so, &svc, NULL), DBX_OK);
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", dbx_service_port(svc));
+
+  char *wargv[] = {(char *)dbx_test_bin(), "worker", "--address", addr, "--task-queue", "cliq",
+                   "--db", wrk_dir, "--sandbox-home", home, "--log-level", "error", NULL};
+  pid_t worker = spawn(wargv, -1);
+
+  dbx_client *c = NULL;
+  dbx_client_opts co = {0};
+  co.address = addr;
+  assert_int_equal(dbx_client_create(&co, &c), DBX_OK);
+  dbx_client_start_opts o = {0};
+  o.workflow_id = "cli-script";
+  o.workflow_type = "durabox.Script";
+  o.task_queue = "cliq";
+  o.input_json = "{\"steps\":[{\"name\":\"w\",\"kind\":\"write_file\",\"path\":\"a.txt\",\"content\":\"hello\"},"
+                 "{\"name\":\"cat\",\"kind\":\"exec\",\"command\":\"cat a.txt\"}]}";
+  char *rid = NULL;
+  assert_int_equal(dbx_client_start_workflow(c, &o, &rid, NULL), DBX_OK);
+  char *result = NULL;
+  for (int i = 0; i < 20 && !result; i++) {
+    dbx_client_history h = {0};
+    dbx_client_history_opts ho = {.wait_new_event = 1, .close_event_only = 1, .timeout_ms = 10000};
+    assert_int_equal(dbx_client_get_history(c, "cli-script", rid, &ho, &h, NULL), DBX_OK);
+    if (h.n) {
+      assert_int_equal(h.events[0]->event_type, ET(WORKFLOW_EXECUTION_COMPLETED));
+      result = dbx_payloads_to_json(h.events[0]->workflow_execution_completed_event_attributes->result);
+    }
+    dbx_client_history_cleanup(&h);
+  }
+  assert_non_null(result);
+  cJSON *j = cJSON_Parse(result);
+  assert_non_null(j);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "status")), "completed");
+  cJSON *cat = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "steps"), 1);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(cat, "output_excerpt")), "hello");
+  assert_int_equal((int)cJSON_GetObjectItem(cat, "exit_code")->valuedouble, 0);
+  cJSON_Delete(j);
+  free(result);
+
+  kill(worker, SIGTERM);
+  assert_int_equal(wait_exit(worker), 0);
+
+  char outp[] = "/tmp/itc-replay-XXXXXX";
+  int fd = mkstemp(outp);
+  assert_true(fd >= 0);
+  char *rargv[] = {(char *)dbx_test_bin(), "replay", "--workflow-id", "cli-script", "--db", wrk_dir, NULL};
+  assert_int_equal(wait_exit(spawn(rargv, fd)), 0);
+  char buf[512] = {0};
+  assert_true(pread(fd, buf, sizeof buf - 1, 0) > 0);
+  close(fd);
+  unlink(outp);
+  assert_non_null(strstr(buf, "deterministic: "));
+  assert_non_null(strstr(buf, "4 commands matched")); /* create, write_file, exec, delete */
+
+  free(rid);
+  dbx_client_destroy(c);
+  dbx_service_stop(svc);
+  dbx_test_rmrf(svc_dir);
+  dbx_test_rmrf(wrk_dir);
+  dbx_test_rmrf(home);
+  free(svc_dir);
+  free(wrk_dir);
+  free(home);
+  dbx_rpc_global_shutdown();
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_cli_worker_runs_script_then_replay)};
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

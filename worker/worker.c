@@ -1,0 +1,901 @@
+/* worker/worker: pollers, workflow task processing, activity execution.
+ *
+ * Threads: N workflow pollers, M activity pollers, one watchdog, and one
+ * thread per running activity. Every poll uses the worker's cancel token, so
+ * stop() aborts in-flight long polls at once. A failed poll backs off
+ * exponentially (100 ms .. 5 s, jittered to 50..100%) on the worker's
+ * condition variable, so stop() also ends a backoff.
+ *
+ * Workflow tasks: the full history (all pages) is recorded in the worker
+ * store and applied to the run's cached dbx_wf_run; the cache entry is used
+ * only when the first event after its last applied one is the
+ * WorkflowTaskCompleted of the task it answered (our answer was accepted),
+ * otherwise the run is replayed from scratch. An entry is taken out of the
+ * cache while a task uses it, so two threads never share a run. Legacy query
+ * tasks are answered from a fresh replay and never touch the cache.
+ *
+ * Activities: an activity poller first takes a slot (a counting semaphore
+ * on the worker mutex), then polls. The journal in the worker store decides
+ * whether to run, to report a journaled result, or to answer OutcomeUnknown
+ * (wstore.h). The watchdog marks attempts whose start-to-close or heartbeat
+ * timer passed as cancelled and timed out; their late results are not
+ * reported. Mutex order: w->mu only (no nesting). */
+#include "worker/worker.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/util.h"
+#include "worker/client.h"
+#include "worker/replay.h"
+#include "worker/wstore.h"
+
+#define POLL_TIMEOUT_MS 70000
+#define CALL_TIMEOUT_MS 10000
+#define CACHE_MAX 512
+
+struct dbx_act {
+  dbx_worker *w;
+  PollActivityTaskQueueResponse *task;
+  const dbx_activity_type *type;
+  char *prev_details;
+  atomic_int cancelled, cancel_requested, timed_out, abandoned, done;
+  int64_t s2c_deadline_ns;     /* INT64_MAX: none */
+  int64_t hb_timeout_ns;       /* 0: none */
+  _Atomic int64_t last_hb_ns;  /* last dbx_act_heartbeat (or start) */
+  int64_t last_sent_ns;
+  pthread_t th;
+  struct dbx_act *next;
+};
+
+typedef struct {
+  char *key; /* wid \n rid */
+  dbx_wf_run *run;
+  uint64_t used;
+} cache_ent;
+
+struct dbx_worker {
+  char *ns, *tq, *identity;
+  dbx_client *client;
+  dbx_wstore *ws;
+  const dbx_workflow_type **wfs;
+  size_t nwfs;
+  const dbx_activity_type **acts;
+  size_t nacts;
+  int n_wf_pollers, n_act_pollers, slots;
+  pthread_t *threads;
+  int nthreads;
+  pthread_t watchdog;
+  int watchdog_started;
+  dbx_rpc_cancel *poll_cancel;
+  atomic_int stopping;
+  int started, stopped;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int slots_used;
+  struct dbx_act *running;
+  cache_ent *cache;
+  size_t ncache;
+  uint64_t cache_clock;
+  _Atomic uint64_t st_wft, st_act, st_poll_err, st_hits, st_nondet;
+};
+
+/* ------------------------------------------------------------ lifecycle */
+
+dbx_err dbx_worker_create(const dbx_worker_opts *o, dbx_worker **out, char **errmsg) {
+  if (errmsg) *errmsg = NULL;
+  if (!o || !out || !o->address || !o->task_queue || !o->db_dir) {
+    if (errmsg) *errmsg = dbx_strdup("worker: address, task queue and db dir are required");
+    return DBX_EINVAL;
+  }
+  *out = NULL;
+  dbx_worker *w = calloc(1, sizeof *w);
+  if (!w) return DBX_ENOMEM;
+  pthread_mutex_init(&w->mu, NULL);
+  pthread_cond_init(&w->cv, NULL);
+  w->ns = dbx_strdup(o->namespace_ ? o->namespace_ : "default");
+  w->tq = dbx_strdup(o->task_queue);
+  w->n_wf_pollers = o->workflow_pollers > 0 ? o->workflow_pollers : 2;
+  w->n_act_pollers = o->activity_pollers > 0 ? o->activity_pollers : 2;
+  w->slots = o->activity_slots > 0 ? o->activity_slots : 8;
+  dbx_client_opts co = {0};
+  co.address = o->address;
+  co.namespace_ = w->ns;
+  co.tls = o->tls;
+  co.tls_ca_pem = o->tls_ca_pem;
+  co.tls_cert_pem = o->tls_cert_pem;
+  co.tls_key_pem = o->tls_key_pem;
+  co.api_key = o->api_key;
+  co.identity = o->identity;
+  dbx_err rc = (!w->ns || !w->tq) ? DBX_ENOMEM : dbx_client_create(&co, &w->client);
+  if (rc == DBX_OK) {
+    w->identity = dbx_strdup(dbx_client_identity(w->client));
+    rc = w->identity ? DBX_OK : DBX_ENOMEM;
+  }
+  if (rc == DBX_OK) rc = dbx_rpc_cancel_create(&w->poll_cancel);
+  if (rc == DBX_OK) rc = dbx_wstore_open(o->db_dir, o->no_sync, &w->ws, errmsg);
+  if (rc != DBX_OK) {
+    if (errmsg && !*errmsg) *errmsg = dbx_asprintf("worker: %s", dbx_strerror(rc));
+    dbx_worker_destroy(w);
+    return rc;
+  }
+  *out = w;
+  return DBX_OK;
+}
+
+static dbx_err reg(dbx_worker *w, const void ***arr, size_t *n, const void *t, const char *name,
+                   const char *(*name_of)(const void *)) {
+  if (!w || !t || !name) return DBX_EINVAL;
+  if (w->started) return DBX_ESTATE;
+  for (size_t i = 0; i < *n; i++)
+    if (strcmp(name_of((*arr)[i]), name) == 0) return DBX_EEXIST;
+  const void **np = realloc(*arr, (*n + 1) * sizeof *np);
+  if (!np) return DBX_ENOMEM;
+  np[(*n)++] = t;
+  *arr = np;
+  return DBX_OK;
+}
+static const char *wf_name(const void *t) { return ((const dbx_workflow_type *)t)->name; }
+static const char *act_name(const void *t) { return ((const dbx_activity_type *)t)->name; }
+
+dbx_err dbx_worker_register_workflow(dbx_worker *w, const dbx_workflow_type *t) {
+  return reg(w, (const void ***)&w->wfs, &w->nwfs, t, t ? t->name : NULL, wf_name);
+}
+dbx_err dbx_worker_register_activity(dbx_worker *w, const dbx_activity_type *t) {
+  return reg(w, (const void ***)&w->acts, &w->nacts, t, t ? t->name : NULL, act_name);
+}
+
+struct dbx_wstore *dbx_worker_wstore(dbx_worker *w) { return w->ws; }
+
+void dbx_worker_get_stats(dbx_worker *w, dbx_worker_stats *out) {
+  out->workflow_tasks = w->st_wft;
+  out->activity_tasks = w->st_act;
+  out->poll_errors = w->st_poll_err;
+  out->cache_hits = w->st_hits;
+  out->nondeterminism = w->st_nondet;
+}
+
+/* Sleep up to ms on the worker's condition; returns early on stop. */
+static void nap(dbx_worker *w, int64_t ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += ms / 1000;
+  ts.tv_nsec += (ms % 1000) * 1000000;
+  if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+  pthread_mutex_lock(&w->mu);
+  if (!w->stopping) pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+  pthread_mutex_unlock(&w->mu);
+}
+
+static void backoff(dbx_worker *w, int *failures, unsigned *seed) {
+  int64_t d = 100;
+  for (int i = 0; i < *failures && d < 5000; i++) d *= 2;
+  if (d > 5000) d = 5000;
+  d = d / 2 + (int64_t)(rand_r(seed) % (unsigned)(d / 2 + 1));
+  (*failures)++;
+  nap(w, d);
+}
+
+/* ------------------------------------------------------------ cache */
+
+static char *run_key(const char *wid, const char *rid) { return dbx_asprintf("%s\n%s", wid, rid); }
+
+static dbx_wf_run *cache_take(dbx_worker *w, const char *key) {
+  dbx_wf_run *r = NULL;
+  pthread_mutex_lock(&w->mu);
+  for (size_t i = 0; i < w->ncache; i++) {
+    if (strcmp(w->cache[i].key, key) == 0) {
+      r = w->cache[i].run;
+      free(w->cache[i].key);
+      w->cache[i] = w->cache[--w->ncache];
+      break;
+    }
+  }
+  pthread_mutex_unlock(&w->mu);
+  return r;
+}
+
+static void cache_put(dbx_worker *w, const char *key, dbx_wf_run *r) {
+  dbx_wf_run *evict = NULL;
+  char *k = dbx_strdup(key);
+  if (!k) {
+    dbx_wf_run_destroy(r);
+    return;
+  }
+  pthread_mutex_lock(&w->mu);
+  if (w->ncache == CACHE_MAX) {
+    size_t old = 0;
+    for (size_t i = 1; i < w->ncache; i++)
+      if (w->cache[i].used < w->cache[old].used) old = i;
+    evict = w->cache[old].run;
+    free(w->cache[old].key);
+    w->cache[old] = w->cache[--w->ncache];
+  }
+  if (!w->cache) w->cache = calloc(CACHE_MAX, sizeof *w->cache);
+  if (w->cache) {
+    w->cache[w->ncache++] = (cache_ent){k, r, ++w->cache_clock};
+  } else {
+    evict = r; /* no memory for a cache: run uncached */
+    free(k);
+  }
+  pthread_mutex_unlock(&w->mu);
+  dbx_wf_run_destroy(evict);
+}
+
+/* ------------------------------------------------------------ workflow tasks */
+
+static const dbx_workflow_type *find_wf(dbx_worker *w, const char *name) {
+  for (size_t i = 0; i < w->nwfs; i++)
+    if (strcmp(w->wfs[i]->name, name) == 0) return w->wfs[i];
+  return NULL;
+}
+
+static void wft_fail(dbx_worker *w, const PollWorkflowTaskQueueResponse *t, int cause,
+                     const char *type, const char *msg) {
+  RespondWorkflowTaskFailedRequest rq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_WORKFLOW_TASK_FAILED_REQUEST);
+  Failure f = INIT(TEMPORAL__API__FAILURE__V1__FAILURE);
+  ApplicationFailureInfo ai = INIT(TEMPORAL__API__FAILURE__V1__APPLICATION_FAILURE_INFO);
+  f.message = (char *)msg;
+  f.source = "durabox";
+  ai.type = (char *)type;
+  f.failure_info_case = FI(APPLICATION_FAILURE_INFO);
+  f.application_failure_info = &ai;
+  rq.task_token = t->task_token;
+  rq.cause = cause;
+  rq.failure = &f;
+  rq.identity = w->identity;
+  rq.namespace_ = w->ns;
+  char *err = NULL;
+  ProtobufCMessage *rs = NULL;
+  dbx_err rc = dbx_client_call(w->client, "RespondWorkflowTaskFailed", &rq.base,
+                               &RespondWorkflowTaskFailedResponse__D, CALL_TIMEOUT_MS, NULL, &rs,
+                               &err);
+  if (rc != DBX_OK) DBX_WARN("worker", "RespondWorkflowTaskFailed: %s", err ? err : dbx_strerror(rc));
+  dbx_client_msg_free(rs);
+  free(err);
+  w->st_wft++;
+}
+
+static void answer_query(dbx_worker *w, const PollWorkflowTaskQueueResponse *t,
+                         const dbx_workflow_type *type, HistoryEvent **evs, size_t n) {
+  RespondQueryTaskCompletedRequest rq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_QUERY_TASK_COMPLETED_REQUEST);
+  rq.task_token = t->task_token;
+  rq.namespace_ = w->ns;
+  char *json = NULL, *msg = NULL;
+  dbx_wf_run *r = NULL;
+  dbx_err rc = type ? dbx_wf_run_create(type, t->workflow_execution->workflow_id,
+                                        t->workflow_execution->run_id, &r)
+                    : DBX_ENOTFOUND;
+  if (rc == DBX_OK) rc = dbx_wf_run_apply(r, evs, n, 0);
+  if (rc == DBX_OK) rc = dbx_wf_run_query(r, t->query->query_type, &json);
+  if (rc == DBX_OK) {
+    rq.completed_type = TEMPORAL__API__ENUMS__V1__QUERY_RESULT_TYPE__QUERY_RESULT_TYPE_ANSWERED;
+    rq.query_result = dbx_payloads_from_json(json, strlen(json));
+  } else {
+    rq.completed_type = TEMPORAL__API__ENUMS__V1__QUERY_RESULT_TYPE__QUERY_RESULT_TYPE_FAILED;
+    if (!type)
+      msg = dbx_asprintf("workflow type not registered on this worker");
+    else if (rc == DBX_ENOTFOUND)
+      msg = dbx_asprintf("unknown query type '%s'", t->query->query_type);
+    else if (rc == DBX_ESTATE && r && *dbx_wf_run_error(r))
+      msg = dbx_strdup(dbx_wf_run_error(r));
+    else
+      msg = dbx_asprintf("query failed: %s", dbx_strerror(rc));
+    rq.error_message = msg ? msg : "query failed";
+  }
+  char *err = NULL;
+  ProtobufCMessage *rs = NULL;
+  rc = dbx_client_call(w->client, "RespondQueryTaskCompleted", &rq.base,
+                       &RespondQueryTaskCompletedResponse__D, CALL_TIMEOUT_MS, NULL, &rs, &err);
+  if (rc != DBX_OK) DBX_WARN("worker", "RespondQueryTaskCompleted: %s", err ? err : dbx_strerror(rc));
+  dbx_client_msg_free(rs);
+  dbx_payloads_free(rq.query_result);
+  free(err);
+  free(json);
+  free(msg);
+  dbx_wf_run_destroy(r);
+}
+
+/* Cached state is usable when the event after its last applied one is the
+ * WorkflowTaskCompleted of the task it answered. */
+static int cache_valid(const dbx_wf_run *r, HistoryEvent **evs, size_t n) {
+  int64_t next = dbx_wf_run_last_event_id(r) + 1;
+  for (size_t i = 0; i < n; i++)
+    if (evs[i]->event_id == next) return evs[i]->event_type == ET(WORKFLOW_TASK_COMPLETED);
+  return 0;
+}
+
+static void process_wft(dbx_worker *w, PollWorkflowTaskQueueResponse *t) {
+  dbx_client_history more = {0};
+  HistoryEvent **evs = NULL;
+  size_t n = 0;
+  char *key = NULL;
+  dbx_wf_run *r = NULL;
+  Command **cmds = NULL;
+  size_t ncmds = 0;
+  const char *wid = t->workflow_execution ? t->workflow_execution->workflow_id : "";
+  const char *rid = t->workflow_execution ? t->workflow_execution->run_id : "";
+  const dbx_workflow_type *type = t->workflow_type ? find_wf(w, t->workflow_type->name) : NULL;
+  size_t n0 = t->history ? t->history->n_events : 0;
+  if (t->next_page_token.len) {
+    dbx_client_history_opts ho = {0};
+    ho.page_token = t->next_page_token.data;
+    ho.page_token_len = t->next_page_token.len;
+    char *err = NULL;
+    dbx_err rc = dbx_client_get_history(w->client, wid, rid, &ho, &more, &err);
+    if (rc != DBX_OK) {
+      DBX_WARN("worker", "%s/%s: history pages: %s", wid, rid, err ? err : dbx_strerror(rc));
+      free(err);
+      goto out; /* the task times out and is retried */
+    }
+  }
+  evs = malloc((n0 + more.n + 1) * sizeof *evs);
+  if (!evs) goto out;
+  for (size_t i = 0; i < n0; i++) evs[n++] = t->history->events[i];
+  for (size_t i = 0; i < more.n; i++) evs[n++] = more.events[i];
+
+  if (t->query) {
+    answer_query(w, t, type, evs, n);
+    goto out;
+  }
+  dbx_err rc = dbx_wstore_history_put(w->ws, w->ns, wid, rid, evs, n);
+  if (rc != DBX_OK) DBX_WARN("worker", "%s/%s: recording history: %s", wid, rid, dbx_strerror(rc));
+  if (!type) {
+    char *m = dbx_asprintf("workflow type '%s' is not registered on this worker",
+                           t->workflow_type ? t->workflow_type->name : "");
+    wft_fail(w, t, WFC(WORKFLOW_WORKER_UNHANDLED_FAILURE), "WorkflowTypeNotRegistered",
+             m ? m : "workflow type not registered");
+    free(m);
+    goto out;
+  }
+  key = run_key(wid, rid);
+  if (!key) goto out;
+  r = cache_take(w, key);
+  if (r && !cache_valid(r, evs, n)) {
+    dbx_wf_run_destroy(r);
+    r = NULL;
+  }
+  if (r) w->st_hits++;
+  for (int tries = 0; tries < 2; tries++) {
+    if (!r && dbx_wf_run_create(type, wid, rid, &r) != DBX_OK) goto out;
+    rc = dbx_wf_run_apply(r, evs, n, t->started_event_id);
+    if (rc != DBX_EINVAL) break;
+    dbx_wf_run_destroy(r); /* not contiguous with the cache: replay from scratch */
+    r = NULL;
+  }
+  if (rc == DBX_ESTATE) {
+    w->st_nondet++;
+    DBX_WARN("worker", "%s/%s: %s", wid, rid, dbx_wf_run_error(r));
+    wft_fail(w, t, WFC(NON_DETERMINISTIC_ERROR), "NonDeterminism", dbx_wf_run_error(r));
+    goto out;
+  }
+  if (rc != DBX_OK) {
+    wft_fail(w, t, WFC(WORKFLOW_WORKER_UNHANDLED_FAILURE), "WorkerError", dbx_strerror(rc));
+    goto out;
+  }
+  if (dbx_wf_run_commands(r, &cmds, &ncmds) != DBX_OK) goto out;
+  RespondWorkflowTaskCompletedRequest rq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_WORKFLOW_TASK_COMPLETED_REQUEST);
+  rq.task_token = t->task_token;
+  rq.commands = cmds;
+  rq.n_commands = ncmds;
+  rq.identity = w->identity;
+  rq.namespace_ = w->ns;
+  char *err = NULL;
+  ProtobufCMessage *rs = NULL;
+  rc = dbx_client_call(w->client, "RespondWorkflowTaskCompleted", &rq.base,
+                       &RespondWorkflowTaskCompletedResponse__D, CALL_TIMEOUT_MS, NULL, &rs, &err);
+  dbx_client_msg_free(rs);
+  w->st_wft++;
+  if (rc != DBX_OK) {
+    DBX_WARN("worker", "%s/%s: RespondWorkflowTaskCompleted: %s", wid, rid,
+             err ? err : dbx_strerror(rc));
+    free(err);
+    goto out; /* drop the cached state: the next task replays */
+  }
+  if (!dbx_wf_run_closed(r)) {
+    cache_put(w, key, r);
+    r = NULL;
+  }
+out:
+  dbx_wf_run_commands_free(cmds, ncmds);
+  dbx_wf_run_destroy(r);
+  free(key);
+  free(evs);
+  dbx_client_history_cleanup(&more);
+}
+
+static void *wf_poller(void *arg) {
+  dbx_worker *w = arg;
+  unsigned seed = (unsigned)dbx_mono_ns();
+  int failures = 0;
+  while (!w->stopping) {
+    PollWorkflowTaskQueueRequest rq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__POLL_WORKFLOW_TASK_QUEUE_REQUEST);
+    TaskQueue tq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
+    tq.name = w->tq;
+    tq.kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
+    rq.namespace_ = w->ns;
+    rq.task_queue = &tq;
+    rq.identity = w->identity;
+    PollWorkflowTaskQueueResponse *t = NULL;
+    char *err = NULL;
+    dbx_err rc = dbx_client_call(w->client, "PollWorkflowTaskQueue", &rq.base,
+                                 &PollWorkflowTaskQueueResponse__D, POLL_TIMEOUT_MS,
+                                 w->poll_cancel, (ProtobufCMessage **)&t, &err);
+    if (rc == DBX_ECANCELED || w->stopping) {
+      free(err);
+      dbx_client_msg_free(t);
+      break;
+    }
+    if (rc != DBX_OK) {
+      if (rc != DBX_ETIMEDOUT) {
+        w->st_poll_err++;
+        DBX_DEBUG("worker", "workflow poll: %s", err ? err : dbx_strerror(rc));
+        backoff(w, &failures, &seed);
+      }
+      free(err);
+      continue;
+    }
+    failures = 0;
+    if (t->task_token.len) process_wft(w, t);
+    dbx_client_msg_free(t);
+  }
+  return NULL;
+}
+
+/* ------------------------------------------------------------ activities */
+
+static const dbx_activity_type *find_act(dbx_worker *w, const char *name) {
+  for (size_t i = 0; i < w->nacts; i++)
+    if (strcmp(w->acts[i]->name, name) == 0) return w->acts[i];
+  return NULL;
+}
+
+static int64_t dur_ns(const Duration *d) {
+  if (!d || (d->seconds == 0 && d->nanos == 0)) return 0;
+  return d->seconds * 1000000000LL + d->nanos;
+}
+
+int dbx_act_cancelled(const dbx_act *a) { return atomic_load(&a->cancelled); }
+int32_t dbx_act_attempt(const dbx_act *a) { return a->task->attempt; }
+const char *dbx_act_workflow_id(const dbx_act *a) { return a->task->workflow_execution->workflow_id; }
+const char *dbx_act_run_id(const dbx_act *a) { return a->task->workflow_execution->run_id; }
+const char *dbx_act_activity_id(const dbx_act *a) { return a->task->activity_id; }
+const char *dbx_act_heartbeat_details(const dbx_act *a) { return a->prev_details; }
+
+int64_t dbx_act_remaining_ms(const dbx_act *a) {
+  if (a->s2c_deadline_ns == INT64_MAX) return INT64_MAX;
+  int64_t left = (a->s2c_deadline_ns - dbx_mono_ns()) / 1000000;
+  return left > 0 ? left : 0;
+}
+
+int dbx_act_heartbeat(dbx_act *a, const char *details_json) {
+  int64_t now = dbx_mono_ns();
+  atomic_store(&a->last_hb_ns, now);
+  if (atomic_load(&a->abandoned)) return 1;
+  int64_t every = a->hb_timeout_ns ? a->hb_timeout_ns * 8 / 10 : 30000000000LL;
+  if (a->last_sent_ns && now - a->last_sent_ns < every) return atomic_load(&a->cancel_requested);
+  a->last_sent_ns = now;
+  dbx_worker *w = a->w;
+  RecordActivityTaskHeartbeatRequest rq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RECORD_ACTIVITY_TASK_HEARTBEAT_REQUEST);
+  rq.task_token = a->task->task_token;
+  rq.details = details_json ? dbx_payloads_from_json(details_json, strlen(details_json)) : NULL;
+  rq.identity = w->identity;
+  rq.namespace_ = w->ns;
+  RecordActivityTaskHeartbeatResponse *rs = NULL;
+  char *err = NULL;
+  dbx_err rc = dbx_client_call(w->client, "RecordActivityTaskHeartbeat", &rq.base,
+                               &RecordActivityTaskHeartbeatResponse__D, CALL_TIMEOUT_MS, NULL,
+                               (ProtobufCMessage **)&rs, &err);
+  if (rc == DBX_OK && rs->cancel_requested) {
+    atomic_store(&a->cancel_requested, 1);
+    atomic_store(&a->cancelled, 1);
+  } else if (rc == DBX_ENOTFOUND) {
+    DBX_WARN("worker", "activity %s of %s: attempt is gone (%s); abandoning it",
+             a->task->activity_id, dbx_act_workflow_id(a), err ? err : "not found");
+    atomic_store(&a->abandoned, 1);
+    atomic_store(&a->cancelled, 1);
+  } else if (rc != DBX_OK) {
+    DBX_DEBUG("worker", "heartbeat: %s", err ? err : dbx_strerror(rc));
+  }
+  dbx_client_msg_free(rs);
+  dbx_payloads_free(rq.details);
+  free(err);
+  return atomic_load(&a->cancelled);
+}
+
+static Failure *mk_failure(Failure *f, ApplicationFailureInfo *ai, const char *type,
+                           const char *msg, int non_retryable) {
+  *f = (Failure)INIT(TEMPORAL__API__FAILURE__V1__FAILURE);
+  *ai = (ApplicationFailureInfo)INIT(TEMPORAL__API__FAILURE__V1__APPLICATION_FAILURE_INFO);
+  f->message = (char *)(msg ? msg : "");
+  f->source = "durabox";
+  ai->type = (char *)(type ? type : "");
+  ai->non_retryable = non_retryable ? 1 : 0;
+  f->failure_info_case = FI(APPLICATION_FAILURE_INFO);
+  f->application_failure_info = ai;
+  return f;
+}
+
+/* Report an outcome. kind: 0 completed, 1 failed, 2 canceled. Retries
+ * transient errors a few times; NotFound abandons. */
+static void report(dbx_act *a, int kind, const dbx_act_result *res) {
+  dbx_worker *w = a->w;
+  Failure f;
+  ApplicationFailureInfo ai;
+  ProtobufCMessage *req = NULL;
+  const char *method = NULL;
+  const ProtobufCMessageDescriptor *rd = NULL;
+  RespondActivityTaskCompletedRequest cq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_ACTIVITY_TASK_COMPLETED_REQUEST);
+  RespondActivityTaskFailedRequest fq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_ACTIVITY_TASK_FAILED_REQUEST);
+  RespondActivityTaskCanceledRequest kq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_ACTIVITY_TASK_CANCELED_REQUEST);
+  Payloads *p = NULL;
+  if (kind == 0) {
+    const char *j = res->result_json ? res->result_json : "null";
+    p = dbx_payloads_from_json(j, strlen(j));
+    cq.task_token = a->task->task_token;
+    cq.result = p;
+    cq.identity = w->identity;
+    cq.namespace_ = w->ns;
+    req = &cq.base, method = "RespondActivityTaskCompleted", rd = &RespondActivityTaskCompletedResponse__D;
+  } else if (kind == 1) {
+    fq.task_token = a->task->task_token;
+    fq.failure = mk_failure(&f, &ai, res->failure_type, res->failure_message, res->non_retryable);
+    fq.identity = w->identity;
+    fq.namespace_ = w->ns;
+    req = &fq.base, method = "RespondActivityTaskFailed", rd = &RespondActivityTaskFailedResponse__D;
+  } else {
+    kq.task_token = a->task->task_token;
+    kq.identity = w->identity;
+    kq.namespace_ = w->ns;
+    req = &kq.base, method = "RespondActivityTaskCanceled", rd = &RespondActivityTaskCanceledResponse__D;
+  }
+  unsigned seed = (unsigned)dbx_mono_ns();
+  int failures = 0;
+  for (int tries = 0; tries < 6; tries++) {
+    char *err = NULL;
+    ProtobufCMessage *rs = NULL;
+    dbx_err rc = dbx_client_call(w->client, method, req, rd, CALL_TIMEOUT_MS, NULL, &rs, &err);
+    dbx_client_msg_free(rs);
+    if (rc == DBX_OK) {
+      free(err);
+      break;
+    }
+    if (rc == DBX_ENOTFOUND) {
+      DBX_WARN("worker", "activity %s of %s: %s: attempt is gone (%s); abandoning it",
+               a->task->activity_id, dbx_act_workflow_id(a), method, err ? err : "");
+      free(err);
+      break;
+    }
+    DBX_WARN("worker", "activity %s of %s: %s: %s", a->task->activity_id, dbx_act_workflow_id(a),
+             method, err ? err : dbx_strerror(rc));
+    free(err);
+    if (rc != DBX_EUNAVAILABLE && rc != DBX_ETIMEDOUT) break;
+    backoff(w, &failures, &seed);
+  }
+  dbx_payloads_free(p);
+}
+
+static void result_cleanup(dbx_act_result *r) {
+  free(r->result_json);
+  free(r->failure_type);
+  free(r->failure_message);
+  memset(r, 0, sizeof *r);
+}
+
+static void run_activity(dbx_act *a) {
+  dbx_worker *w = a->w;
+  PollActivityTaskQueueResponse *t = a->task;
+  const char *wid = dbx_act_workflow_id(a), *rid = dbx_act_run_id(a), *aid = t->activity_id;
+  const char *ns = t->workflow_namespace && *t->workflow_namespace ? t->workflow_namespace : w->ns;
+  dbx_act_result res = {0};
+  const char *tname = t->activity_type ? t->activity_type->name : "";
+  a->type = find_act(w, tname);
+  if (!a->type) {
+    res.failure_type = dbx_strdup("ActivityTypeNotRegistered");
+    res.failure_message = dbx_asprintf("activity type '%s' is not registered on worker %s", tname,
+                                       w->identity);
+    report(a, 1, &res);
+    result_cleanup(&res);
+    return;
+  }
+  dbx_journal_entry je;
+  dbx_err rc = dbx_wstore_journal_get(w->ws, ns, wid, rid, aid, &je);
+  if (rc != DBX_OK) {
+    res.failure_type = dbx_strdup("JournalError");
+    res.failure_message = dbx_asprintf("worker journal unreadable: %s", dbx_strerror(rc));
+    res.non_retryable = a->type->retry_class == DBX_AT_MOST_ONCE;
+    report(a, 1, &res);
+    result_cleanup(&res);
+    return;
+  }
+  dbx_journal_decision d = dbx_journal_decide(&je, a->type->retry_class, t->attempt);
+  if (d == DBX_JOURNAL_REPORT) {
+    DBX_INFO("worker", "activity %s of %s/%s: reporting the journaled result of attempt %d",
+             aid, wid, rid, je.attempt);
+    report(a, je.result.failure_type ? 1 : 0, &je.result);
+    dbx_journal_entry_cleanup(&je);
+    return;
+  }
+  dbx_journal_entry_cleanup(&je);
+  if (d == DBX_JOURNAL_OUTCOME_UNKNOWN) {
+    res.failure_type = dbx_strdup("OutcomeUnknown");
+    res.failure_message = dbx_asprintf(
+        "at_most_once activity '%s' (activity id %s) was started before and never finished; "
+        "its effect may already have happened, so it is not run again",
+        tname, aid);
+    res.non_retryable = 1;
+    report(a, 1, &res);
+    result_cleanup(&res);
+    return;
+  }
+  if (a->type->retry_class == DBX_AT_MOST_ONCE) {
+    rc = dbx_wstore_journal_started(w->ws, ns, wid, rid, aid, t->attempt);
+    if (rc != DBX_OK) {
+      res.failure_type = dbx_strdup("JournalError");
+      res.failure_message = dbx_asprintf("cannot journal the start: %s; not run", dbx_strerror(rc));
+      report(a, 1, &res);
+      result_cleanup(&res);
+      return;
+    }
+  }
+  char *input = dbx_payloads_to_json(t->input);
+  rc = input ? a->type->run(a, input, strlen(input), &res, a->type->ud) : DBX_ENOMEM;
+  free(input);
+  if (atomic_load(&a->timed_out) || atomic_load(&a->abandoned)) {
+    if (rc == DBX_OK) dbx_wstore_journal_result(w->ws, ns, wid, rid, aid, t->attempt, &res);
+    DBX_WARN("worker", "activity %s of %s/%s: %s; its result is not reported", aid, wid, rid,
+             atomic_load(&a->timed_out) ? "timed out locally" : "abandoned");
+    result_cleanup(&res);
+    return;
+  }
+  if (rc == DBX_ECANCELED) {
+    if (atomic_load(&a->cancel_requested)) {
+      report(a, 2, NULL);
+    } else {
+      result_cleanup(&res);
+      res.failure_type = dbx_strdup("WorkerShutdown");
+      res.failure_message = dbx_strdup("the worker stopped while the activity ran");
+      report(a, 1, &res);
+    }
+    result_cleanup(&res);
+    return;
+  }
+  if (rc != DBX_OK && !res.failure_type) {
+    res.failure_type = dbx_strdup("ActivityError");
+    res.failure_message = dbx_asprintf("activity returned %s", dbx_strerror(rc));
+  }
+  rc = dbx_wstore_journal_result(w->ws, ns, wid, rid, aid, t->attempt, &res);
+  if (rc != DBX_OK)
+    DBX_WARN("worker", "activity %s of %s/%s: journaling the result: %s", aid, wid, rid,
+             dbx_strerror(rc));
+  report(a, res.failure_type ? 1 : 0, &res);
+  result_cleanup(&res);
+}
+
+static void *act_thread(void *arg) {
+  dbx_act *a = arg;
+  run_activity(a);
+  dbx_worker *w = a->w;
+  pthread_mutex_lock(&w->mu);
+  atomic_store(&a->done, 1);
+  w->slots_used--;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+  return NULL;
+}
+
+static void act_free(dbx_act *a) {
+  dbx_client_msg_free(a->task);
+  free(a->prev_details);
+  free(a);
+}
+
+/* Join finished activity threads (caller holds no lock). */
+static void reap(dbx_worker *w, int all) {
+  for (;;) {
+    dbx_act *found = NULL;
+    pthread_mutex_lock(&w->mu);
+    for (dbx_act **pp = &w->running; *pp; pp = &(*pp)->next) {
+      if (all || atomic_load(&(*pp)->done)) {
+        found = *pp;
+        *pp = found->next;
+        break;
+      }
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (!found) return;
+    pthread_join(found->th, NULL);
+    act_free(found);
+  }
+}
+
+static void *act_poller(void *arg) {
+  dbx_worker *w = arg;
+  unsigned seed = (unsigned)dbx_mono_ns() ^ 0x5bd1e995u;
+  int failures = 0;
+  while (!w->stopping) {
+    reap(w, 0);
+    pthread_mutex_lock(&w->mu);
+    while (!w->stopping && w->slots_used >= w->slots) pthread_cond_wait(&w->cv, &w->mu);
+    if (w->stopping) {
+      pthread_mutex_unlock(&w->mu);
+      break;
+    }
+    w->slots_used++;
+    pthread_mutex_unlock(&w->mu);
+    PollActivityTaskQueueRequest rq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__POLL_ACTIVITY_TASK_QUEUE_REQUEST);
+    TaskQueue tq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
+    tq.name = w->tq;
+    tq.kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
+    rq.namespace_ = w->ns;
+    rq.task_queue = &tq;
+    rq.identity = w->identity;
+    PollActivityTaskQueueResponse *t = NULL;
+    char *err = NULL;
+    dbx_err rc = dbx_client_call(w->client, "PollActivityTaskQueue", &rq.base,
+                                 &PollActivityTaskQueueResponse__D, POLL_TIMEOUT_MS,
+                                 w->poll_cancel, (ProtobufCMessage **)&t, &err);
+    int got = rc == DBX_OK && t->task_token.len && t->workflow_execution;
+    dbx_act *a = got ? calloc(1, sizeof *a) : NULL;
+    if (!a) {
+      pthread_mutex_lock(&w->mu);
+      w->slots_used--;
+      pthread_cond_broadcast(&w->cv);
+      pthread_mutex_unlock(&w->mu);
+      dbx_client_msg_free(t);
+      if (rc == DBX_ECANCELED || w->stopping) {
+        free(err);
+        break;
+      }
+      if (rc != DBX_OK && rc != DBX_ETIMEDOUT) {
+        w->st_poll_err++;
+        DBX_DEBUG("worker", "activity poll: %s", err ? err : dbx_strerror(rc));
+        backoff(w, &failures, &seed);
+      }
+      free(err);
+      continue;
+    }
+    free(err);
+    failures = 0;
+    w->st_act++;
+    a->w = w;
+    a->task = t;
+    int64_t now = dbx_mono_ns();
+    int64_t s2c = dur_ns(t->start_to_close_timeout);
+    if (!s2c) s2c = dur_ns(t->schedule_to_close_timeout);
+    a->s2c_deadline_ns = s2c ? now + s2c : INT64_MAX;
+    a->hb_timeout_ns = dur_ns(t->heartbeat_timeout);
+    atomic_store(&a->last_hb_ns, now);
+    if (t->heartbeat_details && t->heartbeat_details->n_payloads)
+      a->prev_details = dbx_payloads_to_json(t->heartbeat_details);
+    pthread_mutex_lock(&w->mu);
+    a->next = w->running;
+    w->running = a;
+    if (pthread_create(&a->th, NULL, act_thread, a) != 0) {
+      w->running = a->next;
+      w->slots_used--;
+      pthread_mutex_unlock(&w->mu);
+      DBX_ERROR("worker", "cannot start an activity thread");
+      act_free(a); /* the attempt times out on the service and is retried */
+      continue;
+    }
+    pthread_mutex_unlock(&w->mu);
+  }
+  return NULL;
+}
+
+/* Marks attempts whose start-to-close or heartbeat timer passed. */
+static void *watchdog(void *arg) {
+  dbx_worker *w = arg;
+  pthread_mutex_lock(&w->mu);
+  while (!w->stopped) {
+    int64_t now = dbx_mono_ns();
+    for (dbx_act *a = w->running; a; a = a->next) {
+      if (atomic_load(&a->done) || atomic_load(&a->timed_out)) continue;
+      int s2c = now > a->s2c_deadline_ns;
+      int hb = a->hb_timeout_ns && now - atomic_load(&a->last_hb_ns) > a->hb_timeout_ns;
+      if (s2c || hb) {
+        atomic_store(&a->timed_out, 1);
+        atomic_store(&a->cancelled, 1);
+        DBX_WARN("worker", "activity %s of %s: %s timeout passed; cancelling the attempt",
+                 a->task->activity_id, a->task->workflow_execution->workflow_id,
+                 s2c ? "start-to-close" : "heartbeat");
+      }
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 50000000;
+    if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+    pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+  }
+  pthread_mutex_unlock(&w->mu);
+  return NULL;
+}
+
+dbx_err dbx_worker_start(dbx_worker *w) {
+  if (!w) return DBX_EINVAL;
+  if (w->started) return DBX_ESTATE;
+  w->started = 1;
+  int total = w->n_wf_pollers + w->n_act_pollers;
+  w->threads = calloc((size_t)total, sizeof *w->threads);
+  if (!w->threads) return DBX_ENOMEM;
+  if (pthread_create(&w->watchdog, NULL, watchdog, w) != 0) return DBX_ENOMEM;
+  w->watchdog_started = 1;
+  for (int i = 0; i < total; i++) {
+    void *(*fn)(void *) = i < w->n_wf_pollers ? wf_poller : act_poller;
+    if (pthread_create(&w->threads[w->nthreads], NULL, fn, w) != 0) {
+      DBX_ERROR("worker", "cannot start poller threads");
+      return DBX_ENOMEM;
+    }
+    w->nthreads++;
+  }
+  DBX_INFO("worker", "polling task queue '%s' in namespace '%s' as %s", w->tq, w->ns, w->identity);
+  return DBX_OK;
+}
+
+void dbx_worker_stop(dbx_worker *w, int64_t grace_ms) {
+  if (!w || !w->started || w->stopped) return;
+  pthread_mutex_lock(&w->mu);
+  w->stopping = 1;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+  dbx_rpc_cancel_fire(w->poll_cancel);
+  for (int i = 0; i < w->nthreads; i++) pthread_join(w->threads[i], NULL);
+  w->nthreads = 0;
+  /* Let running activities finish within the grace period, then cancel them. */
+  int64_t deadline = dbx_mono_ns() + (grace_ms > 0 ? grace_ms : 0) * 1000000LL;
+  pthread_mutex_lock(&w->mu);
+  while (w->slots_used > 0 && dbx_mono_ns() < deadline) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 20000000;
+    if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+    pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+  }
+  for (dbx_act *a = w->running; a; a = a->next) atomic_store(&a->cancelled, 1);
+  pthread_mutex_unlock(&w->mu);
+  reap(w, 1);
+  pthread_mutex_lock(&w->mu);
+  w->stopped = 1;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+  if (w->watchdog_started) pthread_join(w->watchdog, NULL);
+  w->watchdog_started = 0;
+  ShutdownWorkerRequest rq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__SHUTDOWN_WORKER_REQUEST);
+  rq.namespace_ = w->ns;
+  rq.identity = w->identity;
+  rq.reason = "graceful shutdown";
+  rq.task_queue = w->tq;
+  ProtobufCMessage *rs = NULL;
+  dbx_err rc = dbx_client_call(w->client, "ShutdownWorker", &rq.base, &ShutdownWorkerResponse__D,
+                               2000, NULL, &rs, NULL);
+  if (rc != DBX_OK) DBX_DEBUG("worker", "ShutdownWorker: %s", dbx_strerror(rc));
+  dbx_client_msg_free(rs);
+  DBX_INFO("worker", "stopped");
+}
+
+void dbx_worker_destroy(dbx_worker *w) {
+  if (!w) return;
+  dbx_worker_stop(w, 0);
+  for (size_t i = 0; i < w->ncache; i++) {
+    free(w->cache[i].key);
+    dbx_wf_run_destroy(w->cache[i].run);
+  }
+  free(w->cache);
+  free(w->threads);
+  free(w->wfs);
+  free(w->acts);
+  dbx_rpc_cancel_destroy(w->poll_cancel);
+  dbx_client_destroy(w->client);
+  dbx_wstore_close(w->ws);
+  pthread_mutex_destroy(&w->mu);
+  pthread_cond_destroy(&w->cv);
+  free(w->ns);
+  free(w->tq);
+  free(w->identity);
+  free(w);
+}

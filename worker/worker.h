@@ -1,0 +1,77 @@
+/* worker/worker: a Temporal worker for the workflow and activity types in
+ * worker/api.h.
+ *
+ * A dbx_worker owns a client (worker/client.h), its LMDB environment
+ * (worker/wstore.h: replay history, activity journal, bindings) and its
+ * threads: workflow pollers, activity pollers, one thread per running
+ * activity (bounded by activity_slots). Poll loops survive the service going
+ * away: failed polls back off exponentially with jitter (100 ms .. 5 s).
+ *
+ * Lifecycle: create -> register_* -> start -> stop -> destroy, all from one
+ * controlling thread. Registered types are borrowed and must outlive the
+ * worker. No sticky queues: every workflow task is matched against the
+ * per-run cache and the full history the service sends.
+ * Temporal: PollWorkflowTaskQueue, RespondWorkflowTaskCompleted/Failed,
+ * RespondQueryTaskCompleted, PollActivityTaskQueue, RecordActivityTaskHeartbeat,
+ * RespondActivityTaskCompleted/Failed/Canceled, ShutdownWorker. */
+#ifndef DBX_WORKER_WORKER_H
+#define DBX_WORKER_WORKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "worker/api.h"
+
+typedef struct dbx_worker dbx_worker;
+struct dbx_wstore;
+
+typedef struct {
+  const char *address;        /* "host:port" (required) */
+  const char *namespace_;     /* NULL = "default" */
+  const char *task_queue;     /* required */
+  int tls;                    /* 1 = TLS (implied when any PEM is set) */
+  const char *tls_ca_pem;     /* PEM text, not paths */
+  const char *tls_cert_pem;
+  const char *tls_key_pem;
+  const char *api_key;        /* NULL = none */
+  const char *db_dir;         /* worker LMDB directory (required; created if missing) */
+  int workflow_pollers;       /* 0 = 2 */
+  int activity_pollers;       /* 0 = 2 */
+  int activity_slots;         /* concurrent activities; 0 = 8 */
+  const char *identity;       /* NULL = "durabox@<host>:<pid>" */
+  int no_sync;                /* 1 = LMDB commits not synced (tests/benchmarks only) */
+} dbx_worker_opts;
+
+/* Strings in o are copied. Opens the store; does not connect.
+ * *out: free with dbx_worker_destroy. errmsg (may be NULL): malloc'd on failure.
+ * Returns DBX_OK, DBX_EINVAL, DBX_ENOMEM, DBX_ESTORE. */
+dbx_err dbx_worker_create(const dbx_worker_opts *o, dbx_worker **out, char **errmsg);
+/* Register before start. t is borrowed (static in practice).
+ * Returns DBX_OK, DBX_EEXIST (name taken), DBX_ESTATE (already started), DBX_ENOMEM. */
+dbx_err dbx_worker_register_workflow(dbx_worker *w, const dbx_workflow_type *t);
+dbx_err dbx_worker_register_activity(dbx_worker *w, const dbx_activity_type *t);
+/* Start the poller threads. Returns DBX_OK, DBX_ESTATE (started twice), DBX_ENOMEM. */
+dbx_err dbx_worker_start(dbx_worker *w);
+/* Stop polling (in-flight polls are cancelled), let running activities finish
+ * within grace_ms, then mark them cancelled (dbx_act_cancelled() = 1) and
+ * wait for them to return; send ShutdownWorker; join every thread.
+ * Idempotent; safe before start. */
+void dbx_worker_stop(dbx_worker *w, int64_t grace_ms);
+/* Stops (grace 0) if needed and frees. Accepts NULL. */
+void dbx_worker_destroy(dbx_worker *w);
+
+/* The worker's store (bindings, checkpoints, journal); borrowed for the
+ * worker's life; thread-safe (see wstore.h). */
+struct dbx_wstore *dbx_worker_wstore(dbx_worker *w);
+/* Counters for tests and metrics (any thread). */
+typedef struct {
+  uint64_t workflow_tasks;      /* completed or failed workflow tasks answered */
+  uint64_t activity_tasks;      /* activity tasks received */
+  uint64_t poll_errors;         /* failed polls (each followed by a backoff) */
+  uint64_t cache_hits;          /* workflow tasks applied incrementally */
+  uint64_t nondeterminism;      /* workflow tasks failed as NON_DETERMINISTIC */
+} dbx_worker_stats;
+void dbx_worker_get_stats(dbx_worker *w, dbx_worker_stats *out);
+
+#endif

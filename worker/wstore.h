@@ -1,0 +1,84 @@
+/* worker/wstore: the worker's own LMDB environment (through store/).
+ *
+ * Tables:
+ *  - history: every history event of every run the worker processed, keyed
+ *    by (namespace, workflow id, run id, event id), so a run can be replayed
+ *    offline (durabox replay); plus the latest run id seen per workflow id;
+ *  - journal: the activity journal keyed by (namespace, workflow id, run id,
+ *    activity id): "started" before an at_most_once activity runs, the result
+ *    (or failure) before any activity's outcome is reported (DESIGN.md
+ *    "Retry classes");
+ *  - bindings and checkpoints: key -> value strings for sandbox activities.
+ * Every write is one durable (synced, unless opened with no_sync) commit.
+ * Thread safety: a dbx_wstore may be used from any number of threads.
+ * Errors: DBX_OK, DBX_ENOTFOUND, DBX_EINVAL (a key over LMDB's 511 bytes),
+ * DBX_ENOMEM, DBX_ESTORE/DBX_ESTOREFULL. */
+#ifndef DBX_WORKER_WSTORE_H
+#define DBX_WORKER_WSTORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "service/pb.h"
+#include "worker/api.h"
+
+typedef struct dbx_wstore dbx_wstore;
+
+/* Open (creating) the environment in dir. *out: free with dbx_wstore_close.
+ * errmsg (may be NULL): malloc'd on failure. */
+dbx_err dbx_wstore_open(const char *dir, int no_sync, dbx_wstore **out, char **errmsg);
+void dbx_wstore_close(dbx_wstore *s); /* accepts NULL */
+
+/* ---- history */
+/* Record events (borrowed) of one run; existing event ids are overwritten.
+ * Also records run_id as the workflow's latest run. */
+dbx_err dbx_wstore_history_put(dbx_wstore *s, const char *ns, const char *workflow_id,
+                               const char *run_id, HistoryEvent *const *events, size_t n);
+/* Load a run's events, oldest first. run_id NULL/"" = the latest recorded run
+ * (its id in *run_id_out, malloc'd, when run_id_out is not NULL).
+ * *events: free with dbx_wstore_history_free. DBX_ENOTFOUND when none. */
+dbx_err dbx_wstore_history_load(dbx_wstore *s, const char *ns, const char *workflow_id,
+                                const char *run_id, HistoryEvent ***events, size_t *n,
+                                char **run_id_out);
+void dbx_wstore_history_free(HistoryEvent **events, size_t n);
+
+/* ---- activity journal */
+typedef enum { DBX_JOURNAL_NONE = 0, DBX_JOURNAL_STARTED = 1, DBX_JOURNAL_DONE = 2 } dbx_journal_state;
+
+typedef struct {
+  dbx_journal_state state;
+  int32_t attempt;        /* the attempt that wrote the entry */
+  dbx_act_result result;  /* DONE: the recorded result (members malloc'd) */
+} dbx_journal_entry;
+
+/* DBX_OK with *out filled (state NONE when absent). Release with _entry_cleanup. */
+dbx_err dbx_wstore_journal_get(dbx_wstore *s, const char *ns, const char *workflow_id,
+                               const char *run_id, const char *activity_id,
+                               dbx_journal_entry *out);
+/* Write "started" for attempt (durable before it returns). */
+dbx_err dbx_wstore_journal_started(dbx_wstore *s, const char *ns, const char *workflow_id,
+                                   const char *run_id, const char *activity_id, int32_t attempt);
+/* Write the result of attempt (res borrowed; durable before it returns). */
+dbx_err dbx_wstore_journal_result(dbx_wstore *s, const char *ns, const char *workflow_id,
+                                  const char *run_id, const char *activity_id, int32_t attempt,
+                                  const dbx_act_result *res);
+void dbx_journal_entry_cleanup(dbx_journal_entry *e);
+
+/* What to do with a delivered attempt, given the journal (pure):
+ * RUN: invoke the activity; REPORT: report e->result without invoking (a
+ * success of any attempt, or a failure journaled by this same attempt);
+ * OUTCOME_UNKNOWN: at_most_once, started and never finished: do not invoke,
+ * answer a non-retryable "OutcomeUnknown" failure. */
+typedef enum { DBX_JOURNAL_RUN = 0, DBX_JOURNAL_REPORT, DBX_JOURNAL_OUTCOME_UNKNOWN } dbx_journal_decision;
+dbx_journal_decision dbx_journal_decide(const dbx_journal_entry *e, dbx_retry_class rc,
+                                        int32_t attempt);
+
+/* ---- bindings and checkpoints: key -> value strings */
+typedef enum { DBX_WSTORE_BINDINGS = 0, DBX_WSTORE_CHECKPOINTS = 1 } dbx_wstore_kv;
+dbx_err dbx_wstore_kv_put(dbx_wstore *s, dbx_wstore_kv kind, const char *key, const char *value);
+/* *value: malloc'd copy; DBX_ENOTFOUND when absent. */
+dbx_err dbx_wstore_kv_get(dbx_wstore *s, dbx_wstore_kv kind, const char *key, char **value);
+dbx_err dbx_wstore_kv_del(dbx_wstore *s, dbx_wstore_kv kind, const char *key);
+
+#endif

@@ -1,0 +1,357 @@
+/* workflows/script: durabox.Script (see script.h).
+ *
+ * A small state machine over the parsed input: CREATING (sandbox.create in
+ * flight) -> STEPS (one activity or timer per step, cur = its index) ->
+ * DELETING (sandbox.delete in flight) -> DONE. Every transition is driven by
+ * an outcome callback, so replaying the same history walks the same states
+ * and issues the same commands. The input is validated whole in create()
+ * before anything is scheduled. */
+#include "workflows/script.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "base/util.h"
+
+enum { CREATING, STEPS, DELETING, CANCELLING, DONE };
+
+typedef struct {
+  cJSON *input;  /* owned */
+  cJSON *steps;  /* borrowed from input */
+  int nsteps, cur, phase, keep, failed;
+  int64_t delete_seq; /* sandbox.delete's sequence number, 0 before */
+  char *sandbox_id;
+  const char *failed_step; /* borrowed from input */
+  cJSON *out_steps;        /* owned */
+} script;
+
+static const char *str_of(const cJSON *o, const char *k) {
+  const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+  return cJSON_IsString(x) ? x->valuestring : NULL;
+}
+
+static int validate(const cJSON *in, char *err, size_t n) {
+  if (!cJSON_IsObject(in)) return snprintf(err, n, "input is not a JSON object"), -1;
+  const cJSON *sb = cJSON_GetObjectItemCaseSensitive(in, "sandbox");
+  if (sb && !cJSON_IsObject(sb)) return snprintf(err, n, "\"sandbox\" must be an object"), -1;
+  const cJSON *src = sb ? cJSON_GetObjectItemCaseSensitive(sb, "source") : NULL;
+  if (src) {
+    const char *k = str_of(src, "kind");
+    static const char *const kinds[] = {"empty", "dir", "git", "snapshot"};
+    static const char *const need[] = {NULL, "path", "url", "ref"};
+    int found = -1;
+    for (int i = 0; k && i < 4; i++)
+      if (strcmp(k, kinds[i]) == 0) found = i;
+    if (found < 0)
+      return snprintf(err, n, "sandbox.source.kind must be empty, dir, git or snapshot"), -1;
+    if (need[found] && !str_of(src, need[found]))
+      return snprintf(err, n, "sandbox.source of kind %s needs \"%s\"", k, need[found]), -1;
+  }
+  const cJSON *steps = cJSON_GetObjectItemCaseSensitive(in, "steps");
+  if (!cJSON_IsArray(steps)) return snprintf(err, n, "\"steps\" must be an array"), -1;
+  int i = 0;
+  const cJSON *s;
+  cJSON_ArrayForEach(s, steps) {
+    const char *name = str_of(s, "name"), *kind = str_of(s, "kind");
+    if (!cJSON_IsObject(s) || !name || !*name)
+      return snprintf(err, n, "step %d: missing \"name\"", i), -1;
+    if (!kind) return snprintf(err, n, "step '%s': missing \"kind\"", name), -1;
+    const char *missing = NULL;
+    if (strcmp(kind, "exec") == 0) {
+      if (!str_of(s, "command")) missing = "command";
+    } else if (strcmp(kind, "write_file") == 0) {
+      if (!str_of(s, "path")) missing = "path";
+      else if (!str_of(s, "content") && !str_of(s, "content_b64")) missing = "content";
+    } else if (strcmp(kind, "read_file") == 0) {
+      if (!str_of(s, "path")) missing = "path";
+    } else if (strcmp(kind, "sleep") == 0) {
+      const cJSON *sec = cJSON_GetObjectItemCaseSensitive(s, "seconds");
+      if (!cJSON_IsNumber(sec) || sec->valuedouble < 0) missing = "seconds";
+    } else if (strcmp(kind, "git_commit") == 0) {
+      if (!str_of(s, "message")) missing = "message";
+    } else if (strcmp(kind, "checkpoint") != 0) {
+      return snprintf(err, n, "step '%s': unknown kind '%s'", name, kind), -1;
+    }
+    if (missing) return snprintf(err, n, "step '%s' (%s): missing \"%s\"", name, kind, missing), -1;
+    const char *rc = str_of(s, "retry_class");
+    if (cJSON_GetObjectItemCaseSensitive(s, "retry_class") &&
+        (!rc || (strcmp(rc, "safe_to_retry") != 0 && strcmp(rc, "at_most_once") != 0)))
+      return snprintf(err, n, "step '%s': retry_class must be safe_to_retry or at_most_once", name), -1;
+    const cJSON *to = cJSON_GetObjectItemCaseSensitive(s, "timeout_s");
+    if (to && (!cJSON_IsNumber(to) || to->valuedouble <= 0))
+      return snprintf(err, n, "step '%s': timeout_s must be a positive number", name), -1;
+    i++;
+  }
+  return 0;
+}
+
+static void script_free(script *s) {
+  if (!s) return;
+  cJSON_Delete(s->input);
+  cJSON_Delete(s->out_steps);
+  free(s->sandbox_id);
+  free(s);
+}
+
+static char *output_json(const script *s) {
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return NULL;
+  if (s->sandbox_id) cJSON_AddStringToObject(o, "sandbox_id", s->sandbox_id);
+  else cJSON_AddNullToObject(o, "sandbox_id");
+  cJSON_AddStringToObject(o, "status", s->phase == DONE || s->phase == DELETING
+                                           ? (s->failed ? "failed" : "completed")
+                                           : "running");
+  if (s->failed_step) cJSON_AddStringToObject(o, "failed_step", s->failed_step);
+  else cJSON_AddNullToObject(o, "failed_step");
+  cJSON_AddItemToObject(o, "steps", cJSON_Duplicate(s->out_steps, 1));
+  char *txt = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  return txt;
+}
+
+static void finish(script *s, dbx_wf *wf) {
+  s->phase = DONE;
+  char *out = output_json(s);
+  if (out) dbx_wf_complete(wf, out);
+  else dbx_wf_fail(wf, "OutOfMemory", "cannot build the script output");
+  free(out);
+}
+
+static void schedule_delete_or_finish(script *s, dbx_wf *wf) {
+  if (s->keep || !s->sandbox_id) {
+    finish(s, wf);
+    return;
+  }
+  cJSON *in = cJSON_CreateObject();
+  cJSON_AddStringToObject(in, "sandbox_id", s->sandbox_id);
+  char *txt = cJSON_PrintUnformatted(in);
+  cJSON_Delete(in);
+  dbx_activity_opts o = {.start_to_close_ms = 60000, .maximum_attempts = 5,
+                         .initial_interval_ms = 1000};
+  s->phase = DELETING;
+  s->delete_seq = dbx_wf_schedule_activity(wf, "sandbox.delete", txt ? txt : "{}", &o);
+  free(txt);
+}
+
+static void run_step(script *s, dbx_wf *wf) {
+  while (s->cur < s->nsteps) {
+    const cJSON *st = cJSON_GetArrayItem(s->steps, s->cur);
+    const char *kind = str_of(st, "kind");
+    if (strcmp(kind, "sleep") == 0) {
+      double sec = cJSON_GetObjectItemCaseSensitive(st, "seconds")->valuedouble;
+      dbx_wf_start_timer(wf, (int64_t)(sec * 1000.0));
+      return;
+    }
+    cJSON *in = cJSON_Duplicate(st, 1);
+    if (!in) {
+      dbx_wf_fail(wf, "OutOfMemory", "cannot build an activity input");
+      return;
+    }
+    static const char *const drop[] = {"name", "kind", "retry_class", "continue_on_failure"};
+    for (size_t i = 0; i < 4; i++) cJSON_DeleteItemFromObjectCaseSensitive(in, drop[i]);
+    cJSON_AddStringToObject(in, "sandbox_id", s->sandbox_id ? s->sandbox_id : "");
+    char *txt = cJSON_PrintUnformatted(in);
+    cJSON_Delete(in);
+    char type[64];
+    snprintf(type, sizeof type, "sandbox.%s", kind);
+    dbx_activity_opts o = {0};
+    const cJSON *to = cJSON_GetObjectItemCaseSensitive(st, "timeout_s");
+    int64_t timeout_s = cJSON_IsNumber(to) ? (int64_t)to->valuedouble : 600;
+    o.start_to_close_ms = strcmp(kind, "exec") == 0 ? (timeout_s + 60) * 1000 : 60000;
+    const char *rc = str_of(st, "retry_class");
+    if (rc && strcmp(rc, "at_most_once") == 0) {
+      o.retry_class = DBX_AT_MOST_ONCE;
+      o.maximum_attempts = 1;
+    } else {
+      o.retry_class = DBX_SAFE_TO_RETRY;
+      o.maximum_attempts = 5;
+      o.initial_interval_ms = 1000;
+    }
+    dbx_wf_schedule_activity(wf, type, txt ? txt : "{}", &o);
+    free(txt);
+    return;
+  }
+  schedule_delete_or_finish(s, wf);
+}
+
+static void *script_create(dbx_wf *wf, const char *input_json, size_t len) {
+  char err[256];
+  cJSON *in = cJSON_ParseWithLength(input_json, len);
+  if (!in) {
+    dbx_wf_fail(wf, "InvalidInput", "input is not valid JSON");
+    return NULL;
+  }
+  if (validate(in, err, sizeof err) != 0) {
+    cJSON_Delete(in);
+    dbx_wf_fail(wf, "InvalidInput", err);
+    return NULL;
+  }
+  script *s = calloc(1, sizeof *s);
+  if (!s || !(s->out_steps = cJSON_CreateArray())) {
+    free(s);
+    cJSON_Delete(in);
+    dbx_wf_fail(wf, "OutOfMemory", "cannot allocate the script state");
+    return NULL;
+  }
+  s->input = in;
+  s->steps = cJSON_GetObjectItemCaseSensitive(in, "steps");
+  s->nsteps = cJSON_GetArraySize(s->steps);
+  const cJSON *sb = cJSON_GetObjectItemCaseSensitive(in, "sandbox");
+  s->keep = sb ? cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sb, "keep")) : 0;
+  cJSON *ci = cJSON_CreateObject();
+  cJSON_AddStringToObject(ci, "resource", "workspace");
+  const cJSON *src = sb ? cJSON_GetObjectItemCaseSensitive(sb, "source") : NULL;
+  if (src) cJSON_AddItemToObject(ci, "source", cJSON_Duplicate(src, 1));
+  else cJSON_AddItemToObject(ci, "source", cJSON_Parse("{\"kind\":\"empty\"}"));
+  const cJSON *env = sb ? cJSON_GetObjectItemCaseSensitive(sb, "env") : NULL;
+  if (env) cJSON_AddItemToObject(ci, "env", cJSON_Duplicate(env, 1));
+  char *txt = cJSON_PrintUnformatted(ci);
+  cJSON_Delete(ci);
+  dbx_activity_opts o = {.start_to_close_ms = 600000, .maximum_attempts = 5,
+                         .initial_interval_ms = 1000};
+  s->phase = CREATING;
+  dbx_wf_schedule_activity(wf, "sandbox.create", txt ? txt : "{}", &o);
+  free(txt);
+  return s;
+}
+
+/* Last 2 KiB of stdout+stderr, not starting inside a UTF-8 sequence. */
+static char *excerpt(const cJSON *res) {
+  const char *out = str_of(res, "stdout"), *err = str_of(res, "stderr");
+  char *all = dbx_asprintf("%s%s", out ? out : "", err ? err : "");
+  if (!all) return NULL;
+  size_t n = strlen(all), from = n > 2048 ? n - 2048 : 0;
+  while (from < n && ((unsigned char)all[from] & 0xC0) == 0x80) from++;
+  memmove(all, all + from, n - from + 1);
+  return all;
+}
+
+static void record_step(script *s, const cJSON *st, const dbx_act_outcome *o, int *ok_out) {
+  const char *kind = str_of(st, "kind");
+  cJSON *sum = cJSON_CreateObject();
+  cJSON *res = o && o->status == DBX_ACT_COMPLETED ? cJSON_Parse(o->result_json) : NULL;
+  int ok = o ? o->status == DBX_ACT_COMPLETED : 1;
+  cJSON_AddStringToObject(sum, "name", str_of(st, "name"));
+  cJSON_AddStringToObject(sum, "kind", kind);
+  const cJSON *dur = res ? cJSON_GetObjectItemCaseSensitive(res, "duration_ms") : NULL;
+  if (strcmp(kind, "exec") == 0 && res) {
+    const cJSON *ec = cJSON_GetObjectItemCaseSensitive(res, "exit_code");
+    if (!cJSON_IsNumber(ec) || ec->valuedouble != 0) ok = 0;
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "timed_out"))) ok = 0;
+    if (cJSON_IsNumber(ec)) cJSON_AddNumberToObject(sum, "exit_code", ec->valuedouble);
+    else cJSON_AddNullToObject(sum, "exit_code");
+  }
+  cJSON_AddBoolToObject(sum, "ok", ok);
+  cJSON_AddNumberToObject(sum, "attempts", o ? o->attempts : 0);
+  if (cJSON_IsNumber(dur)) cJSON_AddNumberToObject(sum, "duration_ms", dur->valuedouble);
+  if (strcmp(kind, "exec") == 0 && res) {
+    char *ex = excerpt(res);
+    cJSON_AddStringToObject(sum, "output_excerpt", ex ? ex : "");
+    free(ex);
+  }
+  if (o && o->status != DBX_ACT_COMPLETED) {
+    char *e = dbx_asprintf("%s%s%s", o->failure_type ? o->failure_type : "",
+                           o->failure_type && *o->failure_type ? ": " : "",
+                           o->failure_message ? o->failure_message : "");
+    cJSON_AddStringToObject(sum, "error", e ? e : "");
+    free(e);
+  }
+  cJSON_AddItemToArray(s->out_steps, sum);
+  cJSON_Delete(res);
+  *ok_out = ok;
+}
+
+static void step_done(script *s, dbx_wf *wf, const dbx_act_outcome *o) {
+  const cJSON *st = cJSON_GetArrayItem(s->steps, s->cur);
+  int ok = 0;
+  record_step(s, st, o, &ok);
+  if (!ok && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(st, "continue_on_failure"))) {
+    s->failed = 1;
+    s->failed_step = str_of(st, "name");
+    schedule_delete_or_finish(s, wf);
+    return;
+  }
+  s->cur++;
+  run_step(s, wf);
+}
+
+static void script_on_activity(void *state, dbx_wf *wf, int64_t seq, const dbx_act_outcome *o) {
+  script *s = state;
+  /* while cancelling, only the delete's outcome matters (a step may still end) */
+  if ((s->phase == DELETING || s->phase == CANCELLING) && seq != s->delete_seq) return;
+  switch (s->phase) {
+  case CREATING: {
+    cJSON *res = o->status == DBX_ACT_COMPLETED ? cJSON_Parse(o->result_json) : NULL;
+    const char *id = res ? str_of(res, "sandbox_id") : NULL;
+    if (!id || !*id) {
+      char *m = dbx_asprintf("sandbox.create: %s", o->status == DBX_ACT_COMPLETED
+                                                       ? "result has no \"sandbox_id\""
+                                                       : (o->failure_message ? o->failure_message : "failed"));
+      cJSON_Delete(res);
+      s->phase = DONE;
+      dbx_wf_fail(wf, "SandboxCreateFailed", m ? m : "sandbox.create failed");
+      free(m);
+      return;
+    }
+    s->sandbox_id = dbx_strdup(id);
+    cJSON_Delete(res);
+    s->phase = STEPS;
+    run_step(s, wf);
+    return;
+  }
+  case STEPS: step_done(s, wf, o); return;
+  case DELETING: finish(s, wf); return;
+  case CANCELLING: s->phase = DONE; dbx_wf_cancel_done(wf); return;
+  default: return;
+  }
+}
+
+static void script_on_timer(void *state, dbx_wf *wf, int64_t seq) {
+  (void)seq;
+  script *s = state;
+  if (s->phase == STEPS) step_done(s, wf, NULL);
+}
+
+static void script_on_cancel(void *state, dbx_wf *wf) {
+  script *s = state;
+  if (s->phase == DONE || s->phase == CANCELLING) return;
+  if (s->sandbox_id && !s->keep && s->phase != DELETING) {
+    cJSON *in = cJSON_CreateObject();
+    cJSON_AddStringToObject(in, "sandbox_id", s->sandbox_id);
+    char *txt = cJSON_PrintUnformatted(in);
+    cJSON_Delete(in);
+    dbx_activity_opts o = {.start_to_close_ms = 60000, .maximum_attempts = 5,
+                           .initial_interval_ms = 1000};
+    s->phase = CANCELLING;
+    s->delete_seq = dbx_wf_schedule_activity(wf, "sandbox.delete", txt ? txt : "{}", &o);
+    free(txt);
+    return;
+  }
+  if (s->phase == DELETING) {
+    s->phase = CANCELLING;
+    return;
+  }
+  s->phase = DONE;
+  dbx_wf_cancel_done(wf);
+}
+
+static char *script_on_query(void *state, const char *name) {
+  if (strcmp(name, "progress") != 0) return NULL;
+  return output_json(state);
+}
+
+static void script_destroy(void *state) { script_free(state); }
+
+const dbx_workflow_type dbx_script_workflow = {
+    .name = "durabox.Script",
+    .create = script_create,
+    .on_activity = script_on_activity,
+    .on_timer = script_on_timer,
+    .on_signal = NULL,
+    .on_cancel = script_on_cancel,
+    .on_query = script_on_query,
+    .destroy = script_destroy,
+};
