@@ -161,7 +161,7 @@ static void fail_not_found(job *j, const char *fmt, const char *a, const char *b
 /* Resolve (ns, execution) to a loaded run; run_id "" = current run. */
 static dbx_err load_execution(ectx *c, job *j, const char *ns, const WorkflowExecution *we, RunState **out) {
   *out = NULL;
-  if (we == NULL || !check_id(j, "workflow_execution.workflow_id", we->workflow_id)) return DBX_OK;
+  if (!check_id(j, "workflow_execution.workflow_id", we ? we->workflow_id : NULL)) return DBX_OK;
   char *rid = NULL;
   dbx_err rc;
   if (we->run_id && we->run_id[0]) {
@@ -335,8 +335,8 @@ static dbx_err start_common(ectx *c, job *j, const start_args *a, char **run_id_
   *run_id_out = NULL;
   *started = 0;
   if (!check_ns(c, j, a->ns) || !check_id(j, "workflow_id", a->workflow_id)) return DBX_OK;
-  if (a->type == NULL || !check_id(j, "workflow_type.name", a->type->name)) return DBX_OK;
-  if (a->task_queue == NULL || !check_id(j, "task_queue.name", a->task_queue->name)) return DBX_OK;
+  if (!check_id(j, "workflow_type.name", a->type ? a->type->name : NULL)) return DBX_OK;
+  if (!check_id(j, "task_queue.name", a->task_queue ? a->task_queue->name : NULL)) return DBX_OK;
   if (a->request_id && strlen(a->request_id) > MAX_ID_BYTES) {
     job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: request_id is longer than %d bytes", j->method, MAX_ID_BYTES);
     return DBX_OK;
@@ -569,7 +569,7 @@ static dbx_err h_poll_workflow(ectx *c, job *j) {
   if (q == NULL) return DBX_OK;
   dbx_err rc = DBX_OK;
   if (!check_ns(c, j, q->namespace_)) goto out;
-  if (q->task_queue == NULL || !check_id(j, "task_queue.name", q->task_queue->name)) goto out;
+  if (!check_id(j, "task_queue.name", q->task_queue ? q->task_queue->name : NULL)) goto out;
   if (q->task_queue->kind == TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_STICKY) {
     /* stickiness is not used: the normal queue carries every task with full history */
     park_poll(c, j, q->namespace_, "\x01sticky", TASK_WORKFLOW);
@@ -692,7 +692,7 @@ static dbx_err h_poll_activity(ectx *c, job *j) {
   if (q == NULL) return DBX_OK;
   dbx_err rc = DBX_OK;
   if (!check_ns(c, j, q->namespace_)) goto out;
-  if (q->task_queue == NULL || !check_id(j, "task_queue.name", q->task_queue->name)) goto out;
+  if (!check_id(j, "task_queue.name", q->task_queue ? q->task_queue->name : NULL)) goto out;
   for (;;) {
     TaskRecord *tr = NULL;
     rc = take_task(c, q->namespace_, q->task_queue->name, TASK_ACTIVITY, &tr);
@@ -928,7 +928,7 @@ static dbx_err apply_command(ectx *c, job *j, RunState *rs, Command *cmd, int64_
   case CMD(SCHEDULE_ACTIVITY_TASK): {
     ScheduleActivityTaskCommandAttributes *a = cmd->schedule_activity_task_command_attributes;
     if (!check_id(j, "ScheduleActivityTask.activity_id", a->activity_id)) return DBX_OK;
-    if (a->activity_type == NULL || !check_id(j, "ScheduleActivityTask.activity_type.name", a->activity_type->name))
+    if (!check_id(j, "ScheduleActivityTask.activity_type.name", a->activity_type ? a->activity_type->name : NULL))
       return DBX_OK;
     for (size_t i = 0; i < rs->n_activities; i++)
       if (strcmp(rs->activities[i]->activity_id, a->activity_id) == 0) {
@@ -1238,7 +1238,7 @@ static dbx_err apply_command(ectx *c, job *j, RunState *rs, Command *cmd, int64_
       return DBX_OK;
     }
     if (!check_id(j, "StartChildWorkflowExecution.workflow_id", a->workflow_id)) return DBX_OK;
-    if (a->workflow_type == NULL || !check_id(j, "StartChildWorkflowExecution.workflow_type.name", a->workflow_type->name))
+    if (!check_id(j, "StartChildWorkflowExecution.workflow_type.name", a->workflow_type ? a->workflow_type->name : NULL))
       return DBX_OK;
     const char *ctq = a->task_queue && a->task_queue->name[0] ? a->task_queue->name : rs->task_queue;
     ev = event_new(ET(START_CHILD_WORKFLOW_EXECUTION_INITIATED));
@@ -2272,7 +2272,7 @@ static dbx_err scan_runs(ectx *c, job *j, const char *ns, const char *qtext, run
   dbx_store_cursor_close(cur);
   dbx_visq_destroy(vq);
   if (rc == DBX_ENOTFOUND) rc = DBX_OK;
-  if (rc == DBX_OK) {
+  if (rc == DBX_OK && out->n > 1) { /* qsort(NULL, 0) is undefined */
     run_list_sort_desc = out->desc;
     qsort(out->runs, out->n, sizeof *out->runs, cmp_start_qsort);
   }
@@ -2784,7 +2784,7 @@ static dbx_err h_query(ectx *c, job *j) {
   RunState *rs = NULL;
   dbx_err rc = DBX_OK;
   if (!check_ns(c, j, q->namespace_)) goto out;
-  if (q->query == NULL || !check_id(j, "query.query_type", q->query->query_type)) goto out;
+  if (!check_id(j, "query.query_type", q->query ? q->query->query_type : NULL)) goto out;
   rc = load_execution(c, j, q->namespace_, q->execution, &rs);
   if (rc != DBX_OK || rs == NULL) goto out;
   note *n = note_new(c, NOTE_QUERY_NEW);

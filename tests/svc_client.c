@@ -1,0 +1,426 @@
+/* Service test client (see svc_client.h).
+ *
+ * Thin typed wrappers over dbx_rpc_unary: requests are built on the stack
+ * with the INIT() initialisers of service/pb.h, packed into a malloc'd
+ * buffer, and replies unpacked with protobuf-c's default allocator. Spawned
+ * servers are kept in a small static registry so a group teardown can kill
+ * and reap them even after a failed assertion longjmp'd out of a test body. */
+#define _GNU_SOURCE
+#include "tests/svc_client.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NS "default"
+#define CALL_TIMEOUT_MS 10000
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ------------------------------------------------------------ calls */
+
+int dbx_svct_call(dbx_rpc_channel *ch, const char *method, const ProtobufCMessage *req,
+                  const ProtobufCMessageDescriptor *resp_d, int64_t timeout_ms, void **resp,
+                  dbx_rpc_result *raw) {
+  if (resp) *resp = NULL;
+  size_t n = protobuf_c_message_get_packed_size(req);
+  uint8_t *buf = malloc(n ? n : 1);
+  assert_non_null(buf);
+  protobuf_c_message_pack(req, buf);
+  dbx_rpc_result local;
+  memset(&local, 0, sizeof local);
+  dbx_rpc_result *r = raw ? raw : &local;
+  dbx_err rc = dbx_rpc_unary(ch, method, buf, n, timeout_ms, 0, NULL, r);
+  free(buf);
+  if (rc != DBX_OK) fail_msg("%s: dbx_rpc_unary returned %s", method, dbx_strerror(rc));
+  int status = r->status;
+  if (status == DBX_GRPC_OK && resp && resp_d) {
+    *resp = protobuf_c_message_unpack(resp_d, NULL, r->response_len, r->response);
+    if (*resp == NULL) fail_msg("%s: reply does not decode as %s", method, resp_d->name);
+  }
+  if (raw == NULL) dbx_rpc_result_cleanup(&local);
+  return status;
+}
+
+dbx_rpc_channel *dbx_svct_connect(int port) {
+  char target[64];
+  snprintf(target, sizeof target, "127.0.0.1:%d", port);
+  dbx_rpc_channel_opts o;
+  memset(&o, 0, sizeof o);
+  o.target = target;
+  o.namespace_ = NS;
+  dbx_rpc_channel *ch = NULL;
+  assert_int_equal(dbx_rpc_channel_create(&o, &ch), DBX_OK);
+  GetSystemInfoRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__GET_SYSTEM_INFO_REQUEST);
+  uint8_t buf[16];
+  size_t n = protobuf_c_message_pack(&q.base, buf);
+  dbx_rpc_result r;
+  memset(&r, 0, sizeof r);
+  assert_int_equal(dbx_rpc_unary(ch, "GetSystemInfo", buf, n, 15000, 1, NULL, &r), DBX_OK);
+  if (r.status != DBX_GRPC_OK)
+    fail_msg("GetSystemInfo on %s: status %d %s", target, r.status, r.message ? r.message : "");
+  dbx_rpc_result_cleanup(&r);
+  return ch;
+}
+
+char *dbx_svct_detail_type_url(const dbx_rpc_result *r) {
+  if (r->details == NULL || r->details_len == 0) return NULL;
+  RpcStatus *st = (RpcStatus *)protobuf_c_message_unpack(&RpcStatus__D, NULL, r->details_len, r->details);
+  if (st == NULL) return NULL;
+  char *url = NULL;
+  if (st->n_details > 0 && st->details[0]->type_url) url = strdup(st->details[0]->type_url);
+  protobuf_c_message_free_unpacked(&st->base, NULL);
+  return url;
+}
+
+int dbx_svct_ends_with(const char *s, const char *suffix) {
+  if (s == NULL || suffix == NULL) return 0;
+  size_t a = strlen(s), b = strlen(suffix);
+  return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/* ------------------------------------------------------------ workflows */
+
+char *dbx_svct_workflow_start(dbx_rpc_channel *ch, const char *workflow_id, const char *task_queue) {
+  StartWorkflowExecutionRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__START_WORKFLOW_EXECUTION_REQUEST);
+  WorkflowType wt = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_TYPE);
+  TaskQueue tq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
+  wt.name = "it.Workflow";
+  tq.name = (char *)task_queue;
+  q.namespace_ = NS;
+  q.workflow_id = (char *)workflow_id;
+  q.workflow_type = &wt;
+  q.task_queue = &tq;
+  q.identity = "it";
+  StartWorkflowExecutionResponse *r = NULL;
+  dbx_rpc_result raw;
+  memset(&raw, 0, sizeof raw);
+  int st = dbx_svct_call(ch, "StartWorkflowExecution", &q.base, &StartWorkflowExecutionResponse__D,
+                         CALL_TIMEOUT_MS, (void **)&r, &raw);
+  if (st != DBX_GRPC_OK) fail_msg("start %s: status %d %s", workflow_id, st, raw.message ? raw.message : "");
+  dbx_rpc_result_cleanup(&raw);
+  assert_true(r->run_id[0] != '\0');
+  char *run_id = strdup(r->run_id);
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  return run_id;
+}
+
+int64_t dbx_svct_workflow_count(dbx_rpc_channel *ch) {
+  CountWorkflowExecutionsRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__COUNT_WORKFLOW_EXECUTIONS_REQUEST);
+  q.namespace_ = NS;
+  CountWorkflowExecutionsResponse *r = NULL;
+  assert_int_equal(dbx_svct_call(ch, "CountWorkflowExecutions", &q.base, &CountWorkflowExecutionsResponse__D,
+                                 CALL_TIMEOUT_MS, (void **)&r, NULL),
+                   DBX_GRPC_OK);
+  int64_t n = r->count;
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  return n;
+}
+
+int dbx_svct_workflow_status(dbx_rpc_channel *ch, const char *workflow_id, const char *run_id) {
+  DescribeWorkflowExecutionRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__DESCRIBE_WORKFLOW_EXECUTION_REQUEST);
+  WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  we.workflow_id = (char *)workflow_id;
+  we.run_id = (char *)(run_id ? run_id : "");
+  q.namespace_ = NS;
+  q.execution = &we;
+  DescribeWorkflowExecutionResponse *r = NULL;
+  assert_int_equal(dbx_svct_call(ch, "DescribeWorkflowExecution", &q.base, &DescribeWorkflowExecutionResponse__D,
+                                 CALL_TIMEOUT_MS, (void **)&r, NULL),
+                   DBX_GRPC_OK);
+  assert_non_null(r->workflow_execution_info);
+  int status = (int)r->workflow_execution_info->status;
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  return status;
+}
+
+/* ------------------------------------------------------------ worker moves */
+
+PollWorkflowTaskQueueResponse *dbx_svct_wft_poll(dbx_rpc_channel *ch, const char *task_queue,
+                                                 int64_t timeout_ms) {
+  PollWorkflowTaskQueueRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__POLL_WORKFLOW_TASK_QUEUE_REQUEST);
+  TaskQueue tq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
+  tq.name = (char *)task_queue;
+  q.namespace_ = NS;
+  q.task_queue = &tq;
+  q.identity = "it-workflow-worker";
+  PollWorkflowTaskQueueResponse *r = NULL;
+  int st = dbx_svct_call(ch, "PollWorkflowTaskQueue", &q.base, &PollWorkflowTaskQueueResponse__D, timeout_ms,
+                         (void **)&r, NULL);
+  if (st != DBX_GRPC_OK) fail_msg("PollWorkflowTaskQueue %s: status %d", task_queue, st);
+  return r;
+}
+
+PollActivityTaskQueueResponse *dbx_svct_activity_poll(dbx_rpc_channel *ch, const char *task_queue,
+                                                      int64_t timeout_ms) {
+  PollActivityTaskQueueRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__POLL_ACTIVITY_TASK_QUEUE_REQUEST);
+  TaskQueue tq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
+  tq.name = (char *)task_queue;
+  q.namespace_ = NS;
+  q.task_queue = &tq;
+  q.identity = "it-activity-worker";
+  PollActivityTaskQueueResponse *r = NULL;
+  int st = dbx_svct_call(ch, "PollActivityTaskQueue", &q.base, &PollActivityTaskQueueResponse__D, timeout_ms,
+                         (void **)&r, NULL);
+  if (st != DBX_GRPC_OK) fail_msg("PollActivityTaskQueue %s: status %d", task_queue, st);
+  return r;
+}
+
+static void wft_respond(dbx_rpc_channel *ch, ProtobufCBinaryData token, Command *cmd) {
+  RespondWorkflowTaskCompletedRequest q =
+      INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_WORKFLOW_TASK_COMPLETED_REQUEST);
+  Command *cmds[1] = {cmd};
+  q.namespace_ = NS;
+  q.task_token = token;
+  q.commands = cmds;
+  q.n_commands = 1;
+  q.identity = "it-workflow-worker";
+  dbx_rpc_result raw;
+  memset(&raw, 0, sizeof raw);
+  int st = dbx_svct_call(ch, "RespondWorkflowTaskCompleted", &q.base, NULL, CALL_TIMEOUT_MS, NULL, &raw);
+  if (st != DBX_GRPC_OK)
+    fail_msg("RespondWorkflowTaskCompleted: status %d %s", st, raw.message ? raw.message : "");
+  dbx_rpc_result_cleanup(&raw);
+}
+
+void dbx_svct_wft_schedule_activity(dbx_rpc_channel *ch, ProtobufCBinaryData token,
+                                    const char *activity_id, const char *task_queue,
+                                    int64_t start_to_close_s, int max_attempts) {
+  Command cmd = INIT(TEMPORAL__API__COMMAND__V1__COMMAND);
+  ScheduleActivityTaskCommandAttributes a =
+      INIT(TEMPORAL__API__COMMAND__V1__SCHEDULE_ACTIVITY_TASK_COMMAND_ATTRIBUTES);
+  ActivityType at = INIT(TEMPORAL__API__COMMON__V1__ACTIVITY_TYPE);
+  TaskQueue tq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
+  Duration st2c = INIT(GOOGLE__PROTOBUF__DURATION);
+  RetryPolicy rp = INIT(TEMPORAL__API__COMMON__V1__RETRY_POLICY);
+  at.name = "it.Activity";
+  tq.name = (char *)task_queue;
+  st2c.seconds = start_to_close_s;
+  rp.maximum_attempts = max_attempts;
+  a.activity_id = (char *)activity_id;
+  a.activity_type = &at;
+  a.task_queue = &tq;
+  a.start_to_close_timeout = &st2c;
+  if (max_attempts > 0) a.retry_policy = &rp;
+  cmd.command_type = CT(SCHEDULE_ACTIVITY_TASK);
+  cmd.attributes_case = CMD(SCHEDULE_ACTIVITY_TASK);
+  cmd.schedule_activity_task_command_attributes = &a;
+  wft_respond(ch, token, &cmd);
+}
+
+void dbx_svct_wft_start_timer(dbx_rpc_channel *ch, ProtobufCBinaryData token, const char *timer_id,
+                              int64_t seconds) {
+  Command cmd = INIT(TEMPORAL__API__COMMAND__V1__COMMAND);
+  StartTimerCommandAttributes a = INIT(TEMPORAL__API__COMMAND__V1__START_TIMER_COMMAND_ATTRIBUTES);
+  Duration d = INIT(GOOGLE__PROTOBUF__DURATION);
+  d.seconds = seconds;
+  a.timer_id = (char *)timer_id;
+  a.start_to_fire_timeout = &d;
+  cmd.command_type = CT(START_TIMER);
+  cmd.attributes_case = CMD(START_TIMER);
+  cmd.start_timer_command_attributes = &a;
+  wft_respond(ch, token, &cmd);
+}
+
+void dbx_svct_wft_complete_workflow(dbx_rpc_channel *ch, ProtobufCBinaryData token) {
+  Command cmd = INIT(TEMPORAL__API__COMMAND__V1__COMMAND);
+  CompleteWorkflowExecutionCommandAttributes a =
+      INIT(TEMPORAL__API__COMMAND__V1__COMPLETE_WORKFLOW_EXECUTION_COMMAND_ATTRIBUTES);
+  cmd.command_type = CT(COMPLETE_WORKFLOW_EXECUTION);
+  cmd.attributes_case = CMD(COMPLETE_WORKFLOW_EXECUTION);
+  cmd.complete_workflow_execution_command_attributes = &a;
+  wft_respond(ch, token, &cmd);
+}
+
+int dbx_svct_activity_complete(dbx_rpc_channel *ch, ProtobufCBinaryData token, dbx_rpc_result *raw) {
+  RespondActivityTaskCompletedRequest q =
+      INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_ACTIVITY_TASK_COMPLETED_REQUEST);
+  Payloads ps = INIT(TEMPORAL__API__COMMON__V1__PAYLOADS);
+  Payload p = INIT(TEMPORAL__API__COMMON__V1__PAYLOAD);
+  Temporal__Api__Common__V1__Payload__MetadataEntry enc =
+      INIT(TEMPORAL__API__COMMON__V1__PAYLOAD__METADATA_ENTRY);
+  Temporal__Api__Common__V1__Payload__MetadataEntry *md[1] = {&enc};
+  Payload *pl[1] = {&p};
+  enc.key = "encoding";
+  enc.value.data = (uint8_t *)"json/plain";
+  enc.value.len = 10;
+  p.metadata = md;
+  p.n_metadata = 1;
+  p.data.data = (uint8_t *)"\"done\"";
+  p.data.len = 6;
+  ps.payloads = pl;
+  ps.n_payloads = 1;
+  q.namespace_ = NS;
+  q.task_token = token;
+  q.result = &ps;
+  q.identity = "it-activity-worker";
+  return dbx_svct_call(ch, "RespondActivityTaskCompleted", &q.base, NULL, CALL_TIMEOUT_MS, NULL, raw);
+}
+
+/* ------------------------------------------------------------ history */
+
+/* One page; expects OK. */
+static GetWorkflowExecutionHistoryResponse *history_page(dbx_rpc_channel *ch, const char *workflow_id,
+                                                         const char *run_id, ProtobufCBinaryData token,
+                                                         int wait, int64_t timeout_ms) {
+  GetWorkflowExecutionHistoryRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__GET_WORKFLOW_EXECUTION_HISTORY_REQUEST);
+  WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  we.workflow_id = (char *)workflow_id;
+  we.run_id = (char *)(run_id ? run_id : "");
+  q.namespace_ = NS;
+  q.execution = &we;
+  q.next_page_token = token;
+  q.wait_new_event = wait;
+  GetWorkflowExecutionHistoryResponse *r = NULL;
+  dbx_rpc_result raw;
+  memset(&raw, 0, sizeof raw);
+  int st = dbx_svct_call(ch, "GetWorkflowExecutionHistory", &q.base, &GetWorkflowExecutionHistoryResponse__D,
+                         timeout_ms, (void **)&r, &raw);
+  if (st != DBX_GRPC_OK)
+    fail_msg("GetWorkflowExecutionHistory %s: status %d %s", workflow_id, st, raw.message ? raw.message : "");
+  dbx_rpc_result_cleanup(&raw);
+  return r;
+}
+
+void dbx_svct_history_get(dbx_rpc_channel *ch, const char *workflow_id, const char *run_id,
+                          dbx_svct_history *h) {
+  memset(h, 0, sizeof *h);
+  ProtobufCBinaryData token = {0, NULL};
+  for (;;) {
+    GetWorkflowExecutionHistoryResponse *r = history_page(ch, workflow_id, run_id, token, 0, CALL_TIMEOUT_MS);
+    GetWorkflowExecutionHistoryResponse **pages = realloc(h->pages, (h->n_pages + 1) * sizeof *pages);
+    assert_non_null(pages);
+    h->pages = pages;
+    h->pages[h->n_pages++] = r;
+    size_t add = r->history ? r->history->n_events : 0;
+    HistoryEvent **evs = realloc(h->events, (h->n + add + 1) * sizeof *evs);
+    assert_non_null(evs);
+    h->events = evs;
+    for (size_t i = 0; i < add; i++) h->events[h->n++] = r->history->events[i];
+    if (r->next_page_token.len == 0) break;
+    token = r->next_page_token;
+    assert_true(h->n_pages < 1000);
+  }
+}
+
+void dbx_svct_history_cleanup(dbx_svct_history *h) {
+  for (size_t i = 0; i < h->n_pages; i++) protobuf_c_message_free_unpacked(&h->pages[i]->base, NULL);
+  free(h->pages);
+  free(h->events);
+  memset(h, 0, sizeof *h);
+}
+
+size_t dbx_svct_history_count(const dbx_svct_history *h, int event_type) {
+  size_t n = 0;
+  for (size_t i = 0; i < h->n; i++)
+    if ((int)h->events[i]->event_type == event_type) n++;
+  return n;
+}
+
+int dbx_svct_history_wait_for(dbx_rpc_channel *ch, const char *workflow_id, const char *run_id,
+                              int event_type, int64_t timeout_ms) {
+  int64_t until = now_ms() + timeout_ms;
+  uint8_t tok_buf[64];
+  ProtobufCBinaryData token = {0, NULL};
+  for (;;) {
+    int64_t left = until - now_ms();
+    if (left <= 0) return 0;
+    /* the service answers a parked history poll 0.5 s before our deadline */
+    GetWorkflowExecutionHistoryResponse *r =
+        history_page(ch, workflow_id, run_id, token, 1, left < 1000 ? 1000 : (left > 5000 ? 5000 : left));
+    int found = 0;
+    for (size_t i = 0; r->history && i < r->history->n_events; i++)
+      if ((int)r->history->events[i]->event_type == event_type) found = 1;
+    int more = r->next_page_token.len > 0 && r->next_page_token.len <= sizeof tok_buf;
+    if (more) {
+      memcpy(tok_buf, r->next_page_token.data, r->next_page_token.len);
+      token.data = tok_buf;
+      token.len = r->next_page_token.len;
+    }
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    if (found) return 1;
+    if (!more) return 0; /* the run closed without it */
+  }
+}
+
+/* ------------------------------------------------------------ processes */
+
+#define MAX_SERVERS 8
+static pid_t g_servers[MAX_SERVERS];
+
+int dbx_svct_free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+  socklen_t len = sizeof a;
+  assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+pid_t dbx_svct_server_spawn(const char *db_dir, int port) {
+  const char *bin = dbx_test_bin();
+  int slot = -1;
+  for (int i = 0; i < MAX_SERVERS; i++)
+    if (g_servers[i] == 0) {
+      slot = i;
+      break;
+    }
+  assert_true(slot >= 0);
+  char port_s[16];
+  snprintf(port_s, sizeof port_s, "%d", port);
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    int devnull = open("/dev/null", O_RDWR);
+    if (devnull >= 0) {
+      dup2(devnull, 0);
+      dup2(devnull, 1);
+      if (getenv("DBX_IT_SERVER_STDERR") == NULL) dup2(devnull, 2);
+      close(devnull);
+    }
+    execl(bin, bin, "server", "start-dev", "--port", port_s, "--db-filename", db_dir, "--log-level", "warn",
+          (char *)NULL);
+    _exit(127);
+  }
+  g_servers[slot] = pid;
+  return pid;
+}
+
+int dbx_svct_server_kill(pid_t pid) {
+  int status = 0;
+  for (int i = 0; i < MAX_SERVERS; i++)
+    if (g_servers[i] == pid) g_servers[i] = 0;
+  kill(pid, SIGKILL);
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) break;
+  }
+  return status;
+}
+
+void dbx_svct_server_kill_all(void) {
+  for (int i = 0; i < MAX_SERVERS; i++)
+    if (g_servers[i] > 0) dbx_svct_server_kill(g_servers[i]);
+}
