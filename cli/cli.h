@@ -5,6 +5,12 @@
 const char *dbx_cli_version(void);
 /* durabox server start-dev [flags]: the embedded workflow service (Temporal CLI's flags). */
 int dbx_cli_server(int argc, char **argv);
+/* durabox workflow start|execute|show|describe|list|result|signal|cancel|terminate. */
+int dbx_cli_workflow(int argc, char **argv);
+/* durabox dev: embedded service + worker in one process. */
+int dbx_cli_dev(int argc, char **argv);
+/* durabox run FILE: start a workflow from FILE and follow it to its result. */
+int dbx_cli_run(int argc, char **argv);
 
 /* durabox worker [flags]: poll a Temporal-compatible service (cli/worker.c). */
 int dbx_cli_worker(int argc, char **argv);

@@ -9,9 +9,12 @@ static void usage(FILE *f) {
           "usage: durabox <command> [flags]\n"
           "\n"
           "commands:\n"
+          "  run FILE           run the workflow in FILE and follow it (embedded service when no address)\n"
+          "  dev                embedded service + worker in one process\n"
           "  server start-dev   run the embedded workflow service (Temporal's dev-server flags)\n"
           "  worker             poll a Temporal-compatible service for durabox workflows\n"
           "  replay             replay a recorded run offline and check determinism\n"
+          "  workflow ...       start|execute|show|describe|list|result|signal|cancel|terminate\n"
           "  version            print the version\n");
 }
 
@@ -32,6 +35,9 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "server") == 0) return dbx_cli_server(argc - 1, argv + 1);
   if (strcmp(cmd, "worker") == 0) return dbx_cli_worker(argc - 1, argv + 1);
   if (strcmp(cmd, "replay") == 0) return dbx_cli_replay(argc - 1, argv + 1);
+  if (strcmp(cmd, "workflow") == 0) return dbx_cli_workflow(argc - 1, argv + 1);
+  if (strcmp(cmd, "dev") == 0) return dbx_cli_dev(argc - 1, argv + 1);
+  if (strcmp(cmd, "run") == 0) return dbx_cli_run(argc - 1, argv + 1);
   fprintf(stderr, "durabox: unknown command '%s'\n", cmd);
   usage(stderr);
   return 2;

@@ -1,0 +1,114 @@
+/* In-process service + worker (see embed.h). */
+#include "cli/embed.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "activities/sandbox.h"
+#include "base/util.h"
+#include "rpc/rpc.h"
+#include "workflows/script.h"
+
+char *dbx_cli_home(void) {
+  const char *h = getenv("DURABOX_HOME");
+  if (h && *h) return dbx_strdup(h);
+  const char *home = getenv("HOME");
+  return dbx_asprintf("%s/.local/share/durabox", home && *home ? home : "/tmp");
+}
+
+static int mkdirs(const char *path) {
+  char *p = dbx_strdup(path);
+  if (p == NULL) return -1;
+  for (char *s = p + 1; *s; s++) {
+    if (*s != '/') continue;
+    *s = '\0';
+    mkdir(p, 0700);
+    *s = '/';
+  }
+  int r = mkdir(p, 0700) == 0 || access(p, F_OK) == 0 ? 0 : -1;
+  free(p);
+  return r;
+}
+
+int dbx_embed_start(const dbx_embed_opts *o, dbx_embed *e) {
+  memset(e, 0, sizeof *e);
+  char *home = dbx_cli_home();
+  if (home == NULL || mkdirs(home) != 0) {
+    fprintf(stderr, "durabox: cannot create %s\n", home ? home : "the durabox home");
+    free(home);
+    return 1;
+  }
+  if (o->start_service) {
+    dbx_service_opts so;
+    dbx_service_opts_init(&so);
+    so.ip = o->ip;
+    so.port = o->port;
+    so.db_path = o->db_path;
+    const char *ns[1] = {o->namespace_};
+    if (o->namespace_ && strcmp(o->namespace_, "default") != 0) {
+      so.namespaces = ns;
+      so.n_namespaces = 1;
+    }
+    char *err = NULL;
+    dbx_err rc = dbx_service_start(&so, &e->svc, &err);
+    if (rc != DBX_OK) {
+      fprintf(stderr, "durabox: cannot start the embedded service: %s\n", err ? err : dbx_strerror(rc));
+      free(err);
+      free(home);
+      return 1;
+    }
+    snprintf(e->address, sizeof e->address, "%s:%d", o->ip ? o->ip : "127.0.0.1", dbx_service_port(e->svc));
+  } else {
+    snprintf(e->address, sizeof e->address, "%s", o->address ? o->address : "127.0.0.1:7233");
+  }
+  if (o->start_worker) {
+    if (dbx_sandbox_init(home) != DBX_OK) {
+      fprintf(stderr, "durabox: cannot open the sandbox home %s\n", home);
+      goto fail;
+    }
+    e->worker_db = o->worker_db ? dbx_strdup(o->worker_db) : dbx_asprintf("%s/worker", home);
+    if (e->worker_db == NULL || mkdirs(e->worker_db) != 0) {
+      fprintf(stderr, "durabox: cannot create the worker store directory\n");
+      goto fail;
+    }
+    dbx_worker_opts wo = {.address = e->address, .namespace_ = o->namespace_, .task_queue = o->task_queue,
+                          .api_key = o->api_key, .db_dir = e->worker_db};
+    char *err = NULL;
+    dbx_err rc = dbx_worker_create(&wo, &e->worker, &err);
+    if (rc != DBX_OK) {
+      fprintf(stderr, "durabox: cannot create the worker: %s\n", err ? err : dbx_strerror(rc));
+      free(err);
+      goto fail;
+    }
+    dbx_worker_register_workflow(e->worker, &dbx_script_workflow);
+    dbx_sandbox_register_all(e->worker);
+    if (dbx_worker_start(e->worker) != DBX_OK) {
+      fprintf(stderr, "durabox: cannot start the worker\n");
+      goto fail;
+    }
+  }
+  free(home);
+  return 0;
+fail:
+  free(home);
+  dbx_embed_stop(e, 0);
+  return 1;
+}
+
+void dbx_embed_stop(dbx_embed *e, int64_t grace_ms) {
+  if (e->worker) {
+    dbx_worker_stop(e->worker, grace_ms);
+    dbx_worker_destroy(e->worker);
+    e->worker = NULL;
+    dbx_sandbox_shutdown();
+  }
+  if (e->svc) {
+    dbx_service_stop(e->svc);
+    e->svc = NULL;
+  }
+  free(e->worker_db);
+  e->worker_db = NULL;
+}

@@ -1,0 +1,352 @@
+/* durabox run FILE: start the workflow described in FILE (a durabox.Script
+ * input, or any workflow with --type) and follow it to its result with a live
+ * view of its steps. With no address configured (--address or
+ * TEMPORAL_ADDRESS) it runs the embedded service and a worker in this
+ * process, so it works on a fresh machine with nothing else running; with an
+ * address it only starts and follows the workflow there (a worker must poll
+ * the task queue). Exit status: 0 when the workflow completed and the script
+ * says "completed", 1 otherwise. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "base/util.h"
+#include "cli/cli.h"
+#include "cli/conn.h"
+#include "cli/embed.h"
+#include "rpc/rpc.h"
+
+int dbx_cli_wait_result(dbx_client *c, const char *workflow_id, const char *run_id, int json, int quiet);
+
+typedef struct {
+  int64_t sched_id;
+  char *type;
+  char *label;
+  int64_t started_ns;
+} live_step;
+
+typedef struct {
+  live_step *steps;
+  size_t n;
+  int tty;
+} live_view;
+
+static live_step *find_step(live_view *v, int64_t id) {
+  for (size_t i = 0; i < v->n; i++)
+    if (v->steps[i].sched_id == id) return &v->steps[i];
+  return NULL;
+}
+
+static char *one_line(const char *s, size_t max) {
+  char *o = dbx_strndup(s, strlen(s) > max ? max : strlen(s));
+  if (o == NULL) return NULL;
+  for (char *p = o; *p; p++)
+    if (*p == '\n' || *p == '\r' || *p == '\t') *p = ' ';
+  if (strlen(s) > max && max > 3) strcpy(o + max - 3, "...");
+  return o;
+}
+
+/* A short label for an activity from its input. */
+static char *label_for(const char *type, const char *input_json) {
+  cJSON *j = cJSON_Parse(input_json ? input_json : "null");
+  const char *keys[] = {"command", "path", "message", "name", "resource", NULL};
+  char *lbl = NULL;
+  for (int i = 0; j && keys[i] && !lbl; i++) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, keys[i]);
+    if (cJSON_IsString(v)) lbl = one_line(v->valuestring, 60);
+  }
+  cJSON_Delete(j);
+  (void)type;
+  return lbl ? lbl : dbx_strdup("");
+}
+
+static void on_event(live_view *v, const HistoryEvent *e) {
+  switch (e->attributes_case) {
+  case HEV(ACTIVITY_TASK_SCHEDULED): {
+    const ActivityTaskScheduledEventAttributes *a = e->activity_task_scheduled_event_attributes;
+    char *in = dbx_payloads_to_json(a->input);
+    live_step *ns = realloc(v->steps, (v->n + 1) * sizeof *ns);
+    if (ns == NULL) {
+      free(in);
+      return;
+    }
+    v->steps = ns;
+    live_step *s = &v->steps[v->n++];
+    s->sched_id = e->event_id;
+    s->type = dbx_strdup(a->activity_type ? a->activity_type->name : "?");
+    s->label = label_for(s->type, in);
+    s->started_ns = dbx_mono_ns();
+    free(in);
+    printf("  [%s] %-20s %s ...\n", a->activity_id, s->type, s->label);
+    break;
+  }
+  case HEV(ACTIVITY_TASK_COMPLETED): {
+    live_step *s = find_step(v, e->activity_task_completed_event_attributes->scheduled_event_id);
+    if (s == NULL) break;
+    char *r = dbx_payloads_to_json(e->activity_task_completed_event_attributes->result);
+    cJSON *j = cJSON_Parse(r ? r : "null");
+    const cJSON *ec = cJSON_GetObjectItemCaseSensitive(j, "exit_code");
+    const cJSON *to = cJSON_GetObjectItemCaseSensitive(j, "timed_out");
+    double secs = (double)(dbx_mono_ns() - s->started_ns) / 1e9;
+    if (cJSON_IsNumber(ec))
+      printf("  %s %-20s %s: exit %d%s (%.1f s)\n", ec->valueint == 0 ? "ok  " : "FAIL", s->type, s->label,
+             ec->valueint, cJSON_IsTrue(to) ? ", timed out" : "", secs);
+    else
+      printf("  ok   %-20s %s (%.1f s)\n", s->type, s->label, secs);
+    cJSON_Delete(j);
+    free(r);
+    break;
+  }
+  case HEV(ACTIVITY_TASK_FAILED):
+  case HEV(ACTIVITY_TASK_TIMED_OUT): {
+    int64_t sid = e->attributes_case == HEV(ACTIVITY_TASK_FAILED)
+                      ? e->activity_task_failed_event_attributes->scheduled_event_id
+                      : e->activity_task_timed_out_event_attributes->scheduled_event_id;
+    const Failure *f = e->attributes_case == HEV(ACTIVITY_TASK_FAILED) ? e->activity_task_failed_event_attributes->failure
+                                                                      : e->activity_task_timed_out_event_attributes->failure;
+    live_step *s = find_step(v, sid);
+    printf("  FAIL %-20s %s: %s\n", s ? s->type : "?", s ? s->label : "", f ? f->message : "failed");
+    break;
+  }
+  case HEV(TIMER_STARTED):
+    printf("  ...  sleeping %llds\n", (long long)(e->timer_started_event_attributes->start_to_fire_timeout
+                                                      ? e->timer_started_event_attributes->start_to_fire_timeout->seconds
+                                                      : 0));
+    break;
+  default:
+    break;
+  }
+  fflush(stdout);
+}
+
+static void live_free(live_view *v) {
+  for (size_t i = 0; i < v->n; i++) {
+    free(v->steps[i].type);
+    free(v->steps[i].label);
+  }
+  free(v->steps);
+}
+
+/* Follow the run's history until it closes, printing steps. */
+static void follow(dbx_client *c, const char *wfid, const char *run_id) {
+  live_view v = {0};
+  uint8_t *tok = NULL;
+  size_t tok_len = 0;
+  for (;;) {
+    dbx_client_history_opts o = {.wait_new_event = 1, .page_token = tok, .page_token_len = tok_len};
+    dbx_client_history h = {0};
+    char *err = NULL;
+    dbx_err e = dbx_client_get_history(c, wfid, run_id, &o, &h, &err);
+    free(tok);
+    tok = NULL;
+    tok_len = 0;
+    if (e != DBX_OK) {
+      dbx_cli_report("following the workflow", e, err);
+      free(err);
+      dbx_client_history_cleanup(&h);
+      break;
+    }
+    for (size_t i = 0; i < h.n; i++) on_event(&v, h.events[i]);
+    if (h.next_page_token_len) {
+      tok = malloc(h.next_page_token_len);
+      if (tok) {
+        memcpy(tok, h.next_page_token, h.next_page_token_len);
+        tok_len = h.next_page_token_len;
+      }
+    }
+    dbx_client_history_cleanup(&h);
+    if (tok == NULL) break;
+  }
+  live_free(&v);
+}
+
+/* Print the Script summary; returns 1 if the script says it failed. */
+static int print_summary(const char *result_json) {
+  cJSON *j = cJSON_Parse(result_json ? result_json : "null");
+  const cJSON *steps = cJSON_GetObjectItemCaseSensitive(j, "steps");
+  const cJSON *status = cJSON_GetObjectItemCaseSensitive(j, "status");
+  int failed = cJSON_IsString(status) && strcmp(status->valuestring, "completed") != 0;
+  if (!cJSON_IsArray(steps)) {
+    printf("%s\n", result_json ? result_json : "null");
+    cJSON_Delete(j);
+    return 0;
+  }
+  printf("\n%-24s %-12s %-6s %-6s %-10s %s\n", "STEP", "KIND", "OK", "EXIT", "SECONDS", "ATTEMPTS");
+  const cJSON *s;
+  cJSON_ArrayForEach(s, steps) {
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(s, "name"), *kind = cJSON_GetObjectItemCaseSensitive(s, "kind"),
+                *ok = cJSON_GetObjectItemCaseSensitive(s, "ok"), *ec = cJSON_GetObjectItemCaseSensitive(s, "exit_code"),
+                *dur = cJSON_GetObjectItemCaseSensitive(s, "duration_ms"),
+                *att = cJSON_GetObjectItemCaseSensitive(s, "attempts");
+    char exit_s[16] = "-", dur_s[32] = "-";
+    if (cJSON_IsNumber(ec)) snprintf(exit_s, sizeof exit_s, "%d", ec->valueint);
+    if (cJSON_IsNumber(dur)) snprintf(dur_s, sizeof dur_s, "%.1f", dur->valuedouble / 1000.0);
+    printf("%-24s %-12s %-6s %-6s %-10s %d\n", cJSON_IsString(name) ? name->valuestring : "",
+           cJSON_IsString(kind) ? kind->valuestring : "", cJSON_IsTrue(ok) ? "yes" : "NO", exit_s, dur_s,
+           cJSON_IsNumber(att) ? att->valueint : 0);
+  }
+  cJSON_ArrayForEach(s, steps) {
+    const cJSON *ok = cJSON_GetObjectItemCaseSensitive(s, "ok"), *ex = cJSON_GetObjectItemCaseSensitive(s, "output_excerpt"),
+                *name = cJSON_GetObjectItemCaseSensitive(s, "name");
+    if (cJSON_IsString(ex) && ex->valuestring[0] && (!cJSON_IsTrue(ok) || cJSON_IsTrue(ok))) {
+      printf("\n--- %s: output (end) ---\n%s\n", cJSON_IsString(name) ? name->valuestring : "", ex->valuestring);
+    }
+  }
+  printf("\nscript %s\n", cJSON_IsString(status) ? status->valuestring : "?");
+  cJSON_Delete(j);
+  return failed;
+}
+
+int dbx_cli_run(int argc, char **argv) {
+  dbx_cli_conn conn;
+  dbx_cli_conn_init(&conn);
+  const char *file = NULL, *wfid = NULL, *type = "durabox.Script", *tq = "durabox", *db = NULL, *wdb = NULL;
+  for (int i = 1; i < argc; i++) {
+    int r = dbx_cli_conn_flag(&conn, argc, argv, &i);
+    if (r < 0) return 2;
+    if (r > 0) continue;
+    const char *a = argv[i];
+    const char **dst = NULL;
+    if (strcmp(a, "--workflow-id") == 0 || strcmp(a, "-w") == 0) dst = &wfid;
+    else if (strcmp(a, "--type") == 0) dst = &type;
+    else if (strcmp(a, "--task-queue") == 0 || strcmp(a, "-t") == 0) dst = &tq;
+    else if (strcmp(a, "--db-filename") == 0) dst = &db;
+    else if (strcmp(a, "--worker-db") == 0) dst = &wdb;
+    else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      printf("usage: durabox run FILE [--workflow-id ID] [--type T] [--task-queue Q] [--output json]\n"
+             "       [--address HOST:PORT ...]   (no address: embedded service + worker in this process)\n");
+      return 0;
+    } else if (a[0] == '-') {
+      fprintf(stderr, "durabox run: unknown flag '%s'\n", a);
+      return 2;
+    } else if (file == NULL) {
+      file = a;
+      continue;
+    } else {
+      fprintf(stderr, "durabox run: one FILE only ('%s')\n", a);
+      return 2;
+    }
+    if (i + 1 >= argc) {
+      fprintf(stderr, "durabox run: %s needs a value\n", a);
+      return 2;
+    }
+    *dst = argv[++i];
+  }
+  if (file == NULL) {
+    fprintf(stderr, "durabox run: FILE is required (a durabox.Script input, JSON)\n");
+    return 2;
+  }
+  size_t len = 0;
+  char *input = dbx_cli_read_file(file, &len);
+  if (input == NULL) {
+    fprintf(stderr, "durabox run: cannot read %s\n", file);
+    return 2;
+  }
+  cJSON *probe = cJSON_ParseWithLength(input, len);
+  if (probe == NULL) {
+    fprintf(stderr, "durabox run: %s is not valid JSON (near byte %ld)\n", file,
+            (long)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - input : 0));
+    free(input);
+    return 2;
+  }
+  cJSON_Delete(probe);
+  if (dbx_cli_conn_load(&conn) != 0) {
+    free(input);
+    return 2;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  dbx_rpc_global_init();
+  int embedded = conn.address == NULL;
+  dbx_embed e;
+  dbx_embed_opts eo = {.task_queue = tq, .namespace_ = conn.namespace_, .db_path = db, .worker_db = wdb,
+                       .address = conn.address, .api_key = conn.api_key, .start_service = embedded,
+                       .start_worker = embedded};
+  if (!embedded) {
+    memset(&e, 0, sizeof e);
+    snprintf(e.address, sizeof e.address, "%s", conn.address);
+  } else if (dbx_embed_start(&eo, &e) != 0) {
+    free(input);
+    dbx_rpc_global_shutdown();
+    return 1;
+  }
+  char *gen_id = NULL;
+  if (wfid == NULL) {
+    const char *base = strrchr(file, '/') ? strrchr(file, '/') + 1 : file;
+    gen_id = dbx_asprintf("run-%s-%lld", base, (long long)(dbx_wall_ns() / 1000000));
+    wfid = gen_id;
+  }
+  dbx_client_opts co;
+  dbx_cli_conn_client_opts(&conn, &co);
+  co.address = e.address;
+  dbx_client *c = NULL;
+  int rc = 1;
+  char *err = NULL, *run_id = NULL;
+  if (dbx_client_create(&co, &c) != DBX_OK) {
+    fprintf(stderr, "durabox run: cannot create a client\n");
+    goto out;
+  }
+  dbx_client_start_opts so = {.workflow_id = wfid, .workflow_type = type, .task_queue = tq, .input_json = input};
+  dbx_err er = dbx_client_start_workflow(c, &so, &run_id, &err);
+  if (er != DBX_OK) {
+    dbx_cli_report("starting the workflow", er, err);
+    goto out;
+  }
+  if (!conn.json) {
+    printf("workflow %s (run %s) on %s%s\n", wfid, run_id ? run_id : "", e.address, embedded ? " (embedded)" : "");
+    fflush(stdout);
+    follow(c, wfid, run_id);
+  }
+  /* the result */
+  DescribeWorkflowExecutionResponse *d = NULL;
+  dbx_client_history h = {0};
+  dbx_client_history_opts ho = {.close_event_only = 1, .wait_new_event = 1};
+  char *e2 = NULL;
+  for (;;) {
+    memset(&h, 0, sizeof h);
+    er = dbx_client_get_history(c, wfid, run_id, &ho, &h, &e2);
+    if (er != DBX_OK || h.n > 0) break;
+    dbx_client_history_cleanup(&h);
+  }
+  if (er != DBX_OK) {
+    dbx_cli_report("waiting for the result", er, e2);
+    free(e2);
+    dbx_client_history_cleanup(&h);
+    goto out;
+  }
+  HistoryEvent *ce = h.events[h.n - 1];
+  if (ce->event_type == ET(WORKFLOW_EXECUTION_COMPLETED)) {
+    char *r = dbx_payloads_to_json(ce->workflow_execution_completed_event_attributes->result);
+    if (conn.json) {
+      printf("%s\n", r ? r : "null");
+      cJSON *j = cJSON_Parse(r ? r : "null");
+      const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "status");
+      rc = cJSON_IsString(st) && strcmp(st->valuestring, "completed") != 0 ? 1 : 0;
+      cJSON_Delete(j);
+    } else {
+      rc = print_summary(r);
+    }
+    free(r);
+  } else {
+    const Failure *f = ce->event_type == ET(WORKFLOW_EXECUTION_FAILED) ? ce->workflow_execution_failed_event_attributes->failure : NULL;
+    fprintf(stderr, "durabox run: workflow %s did not complete: %s%s%s\n", wfid,
+            ce->event_type == ET(WORKFLOW_EXECUTION_FAILED) ? "failed" : "closed", f ? ": " : "", f ? f->message : "");
+    rc = 1;
+  }
+  dbx_client_history_cleanup(&h);
+  dbx_client_msg_free(d);
+out:
+  free(err);
+  free(run_id);
+  dbx_client_destroy(c);
+  if (embedded) dbx_embed_stop(&e, 10000);
+  dbx_rpc_global_shutdown();
+  dbx_cli_conn_cleanup(&conn);
+  free(gen_id);
+  free(input);
+  return rc;
+}

@@ -1,0 +1,437 @@
+/* durabox workflow start|execute|show|describe|list|result|signal|cancel|terminate:
+ * Temporal's workflow commands against any Temporal-compatible service (the
+ * embedded one or a Temporal cluster), human output by default, --output json
+ * for scripts, exit status 1 when the workflow (or the call) failed. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/conn.h"
+#include "cli/pbjson.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: durabox workflow <command> [flags]\n"
+          "  start     --type T --task-queue Q --workflow-id ID [--input JSON | --input-file F]\n"
+          "  execute   like start, then wait for the result\n"
+          "  show      --workflow-id ID [--run-id R] [--follow]\n"
+          "  describe  --workflow-id ID [--run-id R]\n"
+          "  list      [--query Q]\n"
+          "  result    --workflow-id ID [--run-id R]   (waits for the run to close)\n"
+          "  signal    --workflow-id ID --name N [--input JSON]\n"
+          "  cancel    --workflow-id ID [--reason R]\n"
+          "  terminate --workflow-id ID [--reason R]\n"
+          "connection: --address HOST:PORT --namespace NS --api-key K --tls-ca F --tls-cert F --tls-key F\n"
+          "            (or TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_*)\n"
+          "output:     --output text|json\n");
+}
+
+typedef struct {
+  const char *workflow_id, *run_id, *type, *task_queue, *input, *input_file, *query, *name, *reason;
+  int follow;
+} wf_args;
+
+static const char *event_name(int type) {
+  const ProtobufCEnumValue *v =
+      protobuf_c_enum_descriptor_get_value(&temporal__api__enums__v1__event_type__descriptor, type);
+  return v ? v->name + strlen("EVENT_TYPE_") : "?";
+}
+
+/* CamelCase of an EVENT_TYPE_FOO_BAR name, as Temporal's tools print it. */
+static void event_title(int type, char *out, size_t cap) {
+  const char *n = event_name(type);
+  size_t k = 0;
+  int up = 1;
+  for (; *n && k + 1 < cap; n++) {
+    if (*n == '_') {
+      up = 1;
+      continue;
+    }
+    out[k++] = up ? *n : (char)(*n >= 'A' && *n <= 'Z' ? *n + 32 : *n);
+    up = 0;
+  }
+  out[k] = '\0';
+}
+
+/* One line of detail for the events people look at most. */
+static void event_detail(const HistoryEvent *e, char *out, size_t cap) {
+  out[0] = '\0';
+  switch (e->attributes_case) {
+  case HEV(ACTIVITY_TASK_SCHEDULED):
+    snprintf(out, cap, "%s (activity %s)", e->activity_task_scheduled_event_attributes->activity_type->name,
+             e->activity_task_scheduled_event_attributes->activity_id);
+    break;
+  case HEV(ACTIVITY_TASK_STARTED):
+    snprintf(out, cap, "attempt %d", e->activity_task_started_event_attributes->attempt);
+    break;
+  case HEV(ACTIVITY_TASK_FAILED): {
+    const Failure *f = e->activity_task_failed_event_attributes->failure;
+    snprintf(out, cap, "%s", f ? f->message : "");
+    break;
+  }
+  case HEV(TIMER_STARTED):
+    snprintf(out, cap, "timer %s, %llds", e->timer_started_event_attributes->timer_id,
+             (long long)(e->timer_started_event_attributes->start_to_fire_timeout
+                             ? e->timer_started_event_attributes->start_to_fire_timeout->seconds
+                             : 0));
+    break;
+  case HEV(WORKFLOW_EXECUTION_STARTED):
+    snprintf(out, cap, "%s on %s", e->workflow_execution_started_event_attributes->workflow_type->name,
+             e->workflow_execution_started_event_attributes->task_queue->name);
+    break;
+  case HEV(WORKFLOW_EXECUTION_FAILED): {
+    const Failure *f = e->workflow_execution_failed_event_attributes->failure;
+    snprintf(out, cap, "%s", f ? f->message : "");
+    break;
+  }
+  case HEV(WORKFLOW_EXECUTION_SIGNALED):
+    snprintf(out, cap, "%s", e->workflow_execution_signaled_event_attributes->signal_name);
+    break;
+  case HEV(WORKFLOW_EXECUTION_TERMINATED):
+    snprintf(out, cap, "%s", e->workflow_execution_terminated_event_attributes->reason);
+    break;
+  case HEV(WORKFLOW_TASK_FAILED): {
+    const Failure *f = e->workflow_task_failed_event_attributes->failure;
+    snprintf(out, cap, "%s", f ? f->message : "");
+    break;
+  }
+  default:
+    break;
+  }
+}
+
+static void print_event(const HistoryEvent *e, int json) {
+  if (json) {
+    cJSON *j = dbx_pb_to_json(&e->base);
+    char *s = j ? cJSON_PrintUnformatted(j) : NULL;
+    if (s) printf("%s\n", s);
+    free(s);
+    cJSON_Delete(j);
+    return;
+  }
+  char title[96], detail[512];
+  event_title(e->event_type, title, sizeof title);
+  event_detail(e, detail, sizeof detail);
+  printf("%5lld  %-44s %s\n", (long long)e->event_id, title, detail);
+}
+
+static int cmd_show(dbx_client *c, const wf_args *a, int json) {
+  dbx_client_history h = {0};
+  char *err = NULL;
+  dbx_err e = dbx_client_get_history(c, a->workflow_id, a->run_id, NULL, &h, &err);
+  if (e != DBX_OK) {
+    dbx_cli_report("show", e, err);
+    free(err);
+    dbx_client_history_cleanup(&h);
+    return 1;
+  }
+  for (size_t i = 0; i < h.n; i++) print_event(h.events[i], json);
+  int64_t next = h.n ? h.events[h.n - 1]->event_id + 1 : 1;
+  int closed = h.n && (h.events[h.n - 1]->event_type == ET(WORKFLOW_EXECUTION_COMPLETED) ||
+                       h.events[h.n - 1]->event_type == ET(WORKFLOW_EXECUTION_FAILED) ||
+                       h.events[h.n - 1]->event_type == ET(WORKFLOW_EXECUTION_CANCELED) ||
+                       h.events[h.n - 1]->event_type == ET(WORKFLOW_EXECUTION_TERMINATED) ||
+                       h.events[h.n - 1]->event_type == ET(WORKFLOW_EXECUTION_TIMED_OUT) ||
+                       h.events[h.n - 1]->event_type == ET(WORKFLOW_EXECUTION_CONTINUED_AS_NEW));
+  dbx_client_history_cleanup(&h);
+  fflush(stdout);
+  if (!a->follow || closed) return 0;
+  /* follow: long-poll pages from the next event */
+  uint8_t tok[16];
+  for (int i = 0; i < 8; i++) tok[i] = (uint8_t)((uint64_t)next >> (56 - 8 * i));
+  memset(tok + 8, 0, 8);
+  uint8_t *cur = malloc(16);
+  size_t cur_len = 16;
+  if (cur == NULL) return 1;
+  memcpy(cur, tok, 16);
+  for (;;) {
+    dbx_client_history_opts o = {.wait_new_event = 1, .page_token = cur, .page_token_len = cur_len};
+    dbx_client_history p = {0};
+    e = dbx_client_get_history(c, a->workflow_id, a->run_id, &o, &p, &err);
+    if (e != DBX_OK) {
+      dbx_cli_report("show --follow", e, err);
+      free(err);
+      dbx_client_history_cleanup(&p);
+      free(cur);
+      return 1;
+    }
+    for (size_t i = 0; i < p.n; i++) print_event(p.events[i], json);
+    fflush(stdout);
+    free(cur);
+    cur = NULL;
+    if (p.next_page_token_len == 0) {
+      dbx_client_history_cleanup(&p);
+      return 0;
+    }
+    cur = malloc(p.next_page_token_len);
+    if (cur == NULL) {
+      dbx_client_history_cleanup(&p);
+      return 1;
+    }
+    memcpy(cur, p.next_page_token, p.next_page_token_len);
+    cur_len = p.next_page_token_len;
+    dbx_client_history_cleanup(&p);
+  }
+}
+
+/* Wait for the run's close event, following continue-as-new; print the
+ * result. Returns the exit status: 0 completed, 1 otherwise. */
+int dbx_cli_wait_result(dbx_client *c, const char *workflow_id, const char *run_id, int json, int quiet);
+int dbx_cli_wait_result(dbx_client *c, const char *workflow_id, const char *run_id, int json, int quiet) {
+  char *rid = run_id ? strdup(run_id) : NULL;
+  for (;;) {
+    dbx_client_history_opts o = {.wait_new_event = 1, .close_event_only = 1};
+    uint8_t *tok = NULL;
+    size_t tok_len = 0;
+    HistoryEvent *close_ev = NULL;
+    dbx_client_history h = {0};
+    for (;;) {
+      o.page_token = tok;
+      o.page_token_len = tok_len;
+      char *err = NULL;
+      memset(&h, 0, sizeof h);
+      dbx_err e = dbx_client_get_history(c, workflow_id, rid, &o, &h, &err);
+      free(tok);
+      tok = NULL;
+      if (e != DBX_OK) {
+        dbx_cli_report("result", e, err);
+        free(err);
+        dbx_client_history_cleanup(&h);
+        free(rid);
+        return 1;
+      }
+      if (h.n > 0) {
+        close_ev = h.events[h.n - 1];
+        break;
+      }
+      tok_len = h.next_page_token_len;
+      tok = tok_len ? malloc(tok_len) : NULL;
+      if (tok) memcpy(tok, h.next_page_token, tok_len);
+      dbx_client_history_cleanup(&h);
+    }
+    int rc = 1;
+    if (close_ev->event_type == ET(WORKFLOW_EXECUTION_CONTINUED_AS_NEW)) {
+      free(rid);
+      rid = strdup(close_ev->workflow_execution_continued_as_new_event_attributes->new_execution_run_id);
+      dbx_client_history_cleanup(&h);
+      continue;
+    }
+    if (json) {
+      print_event(close_ev, 1);
+    } else if (close_ev->event_type == ET(WORKFLOW_EXECUTION_COMPLETED)) {
+      char *r = dbx_payloads_to_json(close_ev->workflow_execution_completed_event_attributes->result);
+      if (!quiet) printf("%s\n", r ? r : "null");
+      free(r);
+    } else {
+      char title[96], detail[512];
+      event_title(close_ev->event_type, title, sizeof title);
+      event_detail(close_ev, detail, sizeof detail);
+      fprintf(stderr, "durabox: workflow %s ended: %s %s\n", workflow_id, title, detail);
+    }
+    rc = close_ev->event_type == ET(WORKFLOW_EXECUTION_COMPLETED) ? 0 : 1;
+    dbx_client_history_cleanup(&h);
+    free(rid);
+    return rc;
+  }
+}
+
+static int cmd_describe(dbx_client *c, const wf_args *a, int json) {
+  DescribeWorkflowExecutionResponse *r = NULL;
+  char *err = NULL;
+  dbx_err e = dbx_client_describe(c, a->workflow_id, a->run_id, &r, &err);
+  if (e != DBX_OK) {
+    dbx_cli_report("describe", e, err);
+    free(err);
+    return 1;
+  }
+  if (json) {
+    cJSON *j = dbx_pb_to_json(&r->base);
+    char *s = j ? cJSON_Print(j) : NULL;
+    if (s) printf("%s\n", s);
+    free(s);
+    cJSON_Delete(j);
+  } else {
+    WorkflowExecutionInfo *i = r->workflow_execution_info;
+    const ProtobufCEnumValue *st =
+        protobuf_c_enum_descriptor_get_value(&temporal__api__enums__v1__workflow_execution_status__descriptor, i->status);
+    printf("workflow id   %s\nrun id        %s\ntype          %s\nstatus        %s\ntask queue    %s\nhistory       %lld events, %lld bytes\n",
+           i->execution->workflow_id, i->execution->run_id, i->type ? i->type->name : "",
+           st ? st->name + strlen("WORKFLOW_EXECUTION_STATUS_") : "?", i->task_queue, (long long)i->history_length,
+           (long long)i->history_size_bytes);
+    for (size_t k = 0; k < r->n_pending_activities; k++) {
+      PendingActivityInfo *p = r->pending_activities[k];
+      printf("pending       activity %s %s attempt %d\n", p->activity_id, p->activity_type ? p->activity_type->name : "",
+             p->attempt);
+    }
+  }
+  dbx_client_msg_free(r);
+  return 0;
+}
+
+static int cmd_list(dbx_client *c, const wf_args *a, int json) {
+  uint8_t *tok = NULL;
+  size_t tok_len = 0;
+  int first = 1;
+  if (!json) printf("%-38s %-36s %-22s %s\n", "WORKFLOW ID", "RUN ID", "TYPE", "STATUS");
+  do {
+    ListWorkflowExecutionsResponse *r = NULL;
+    char *err = NULL;
+    dbx_err e = dbx_client_list(c, a->query, 0, tok, tok_len, &r, &err);
+    free(tok);
+    tok = NULL;
+    if (e != DBX_OK) {
+      dbx_cli_report("list", e, err);
+      free(err);
+      return 1;
+    }
+    for (size_t k = 0; k < r->n_executions; k++) {
+      WorkflowExecutionInfo *i = r->executions[k];
+      if (json) {
+        cJSON *j = dbx_pb_to_json(&i->base);
+        char *s = j ? cJSON_PrintUnformatted(j) : NULL;
+        if (s) printf("%s\n", s);
+        free(s);
+        cJSON_Delete(j);
+      } else {
+        const ProtobufCEnumValue *st = protobuf_c_enum_descriptor_get_value(
+            &temporal__api__enums__v1__workflow_execution_status__descriptor, i->status);
+        printf("%-38s %-36s %-22s %s\n", i->execution->workflow_id, i->execution->run_id, i->type ? i->type->name : "",
+               st ? st->name + strlen("WORKFLOW_EXECUTION_STATUS_") : "?");
+      }
+    }
+    if (r->next_page_token.len) {
+      tok = malloc(r->next_page_token.len);
+      if (tok) {
+        memcpy(tok, r->next_page_token.data, r->next_page_token.len);
+        tok_len = r->next_page_token.len;
+      }
+    }
+    dbx_client_msg_free(r);
+    first = 0;
+  } while (tok);
+  (void)first;
+  return 0;
+}
+
+int dbx_cli_workflow(int argc, char **argv) {
+  if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const char *sub = argv[1];
+  dbx_cli_conn conn;
+  dbx_cli_conn_init(&conn);
+  wf_args a = {0};
+  struct { const char *flag; const char **dst; } fl[] = {
+      {"--workflow-id", &a.workflow_id}, {"-w", &a.workflow_id},    {"--run-id", &a.run_id},
+      {"-r", &a.run_id},                 {"--type", &a.type},       {"--task-queue", &a.task_queue},
+      {"-t", &a.task_queue},             {"--input", &a.input},     {"-i", &a.input},
+      {"--input-file", &a.input_file},   {"--query", &a.query},     {"-q", &a.query},
+      {"--name", &a.name},               {"--reason", &a.reason}};
+  for (int i = 2; i < argc; i++) {
+    int r = dbx_cli_conn_flag(&conn, argc, argv, &i);
+    if (r < 0) return 2;
+    if (r > 0) continue;
+    if (strcmp(argv[i], "--follow") == 0 || strcmp(argv[i], "-f") == 0) {
+      a.follow = 1;
+      continue;
+    }
+    int found = 0;
+    for (size_t k = 0; k < sizeof fl / sizeof fl[0]; k++) {
+      if (strcmp(argv[i], fl[k].flag) != 0) continue;
+      if (i + 1 >= argc) {
+        fprintf(stderr, "durabox workflow %s: %s needs a value\n", sub, argv[i]);
+        return 2;
+      }
+      *fl[k].dst = argv[++i];
+      found = 1;
+      break;
+    }
+    if (!found) {
+      fprintf(stderr, "durabox workflow %s: unknown flag '%s'\n", sub, argv[i]);
+      return 2;
+    }
+  }
+  int needs_id = strcmp(sub, "list") != 0;
+  if (needs_id && (a.workflow_id == NULL || !*a.workflow_id)) {
+    fprintf(stderr, "durabox workflow %s: --workflow-id is required\n", sub);
+    return 2;
+  }
+  if (conn.address == NULL) conn.address = "127.0.0.1:7233";
+  if (dbx_cli_conn_load(&conn) != 0) return 2;
+  dbx_client_opts co;
+  dbx_cli_conn_client_opts(&conn, &co);
+  dbx_client *c = NULL;
+  if (dbx_client_create(&co, &c) != DBX_OK) {
+    fprintf(stderr, "durabox: cannot create a client for %s\n", conn.address);
+    dbx_cli_conn_cleanup(&conn);
+    return 1;
+  }
+  int rc = 2;
+  char *err = NULL;
+  char *input = NULL;
+  if (a.input_file) {
+    input = dbx_cli_read_file(a.input_file, NULL);
+    if (input == NULL) {
+      fprintf(stderr, "durabox workflow %s: cannot read %s\n", sub, a.input_file);
+      goto out;
+    }
+  }
+  const char *in = input ? input : a.input;
+  if (strcmp(sub, "start") == 0 || strcmp(sub, "execute") == 0) {
+    if (a.type == NULL || a.task_queue == NULL) {
+      fprintf(stderr, "durabox workflow %s: --type and --task-queue are required\n", sub);
+      goto out;
+    }
+    dbx_client_start_opts so = {.workflow_id = a.workflow_id, .workflow_type = a.type, .task_queue = a.task_queue,
+                                .input_json = in};
+    char *run_id = NULL;
+    dbx_err e = dbx_client_start_workflow(c, &so, &run_id, &err);
+    if (e != DBX_OK) {
+      dbx_cli_report("start", e, err);
+      rc = 1;
+      goto out;
+    }
+    if (conn.json)
+      printf("{\"workflowId\":\"%s\",\"runId\":\"%s\"}\n", a.workflow_id, run_id ? run_id : "");
+    else
+      printf("started workflow %s run %s\n", a.workflow_id, run_id ? run_id : "");
+    fflush(stdout);
+    rc = strcmp(sub, "execute") == 0 ? dbx_cli_wait_result(c, a.workflow_id, run_id, conn.json, 0) : 0;
+    free(run_id);
+  } else if (strcmp(sub, "show") == 0) {
+    rc = cmd_show(c, &a, conn.json);
+  } else if (strcmp(sub, "describe") == 0) {
+    rc = cmd_describe(c, &a, conn.json);
+  } else if (strcmp(sub, "list") == 0) {
+    rc = cmd_list(c, &a, conn.json);
+  } else if (strcmp(sub, "result") == 0) {
+    rc = dbx_cli_wait_result(c, a.workflow_id, a.run_id, conn.json, 0);
+  } else if (strcmp(sub, "signal") == 0) {
+    if (a.name == NULL) {
+      fprintf(stderr, "durabox workflow signal: --name is required\n");
+      goto out;
+    }
+    dbx_err e = dbx_client_signal(c, a.workflow_id, a.run_id, a.name, in, &err);
+    rc = e == DBX_OK ? 0 : 1;
+    if (e != DBX_OK) dbx_cli_report("signal", e, err);
+  } else if (strcmp(sub, "cancel") == 0) {
+    dbx_err e = dbx_client_cancel(c, a.workflow_id, a.run_id, a.reason, &err);
+    rc = e == DBX_OK ? 0 : 1;
+    if (e != DBX_OK) dbx_cli_report("cancel", e, err);
+  } else if (strcmp(sub, "terminate") == 0) {
+    dbx_err e = dbx_client_terminate(c, a.workflow_id, a.run_id, a.reason, NULL, &err);
+    rc = e == DBX_OK ? 0 : 1;
+    if (e != DBX_OK) dbx_cli_report("terminate", e, err);
+  } else {
+    fprintf(stderr, "durabox workflow: unknown command '%s'\n", sub);
+    usage(stderr);
+  }
+out:
+  free(err);
+  free(input);
+  dbx_client_destroy(c);
+  dbx_cli_conn_cleanup(&conn);
+  return rc;
+}
