@@ -54,7 +54,7 @@ static char *one_line(const char *s, size_t max) {
 /* A short label for an activity from its input. */
 static char *label_for(const char *type, const char *input_json) {
   cJSON *j = cJSON_Parse(input_json ? input_json : "null");
-  const char *keys[] = {"command", "path", "message", "name", "resource", NULL};
+  const char *keys[] = {"step", "command", "path", "message", "resource", NULL};
   char *lbl = NULL;
   for (int i = 0; j && keys[i] && !lbl; i++) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, keys[i]);
@@ -190,12 +190,20 @@ static int print_summary(const char *result_json) {
            cJSON_IsString(kind) ? kind->valuestring : "", cJSON_IsTrue(ok) ? "yes" : "NO", exit_s, dur_s,
            cJSON_IsNumber(att) ? att->valueint : 0);
   }
+  /* the end of each exec step's output: a few lines when it passed, more when it failed */
   cJSON_ArrayForEach(s, steps) {
     const cJSON *ok = cJSON_GetObjectItemCaseSensitive(s, "ok"), *ex = cJSON_GetObjectItemCaseSensitive(s, "output_excerpt"),
                 *name = cJSON_GetObjectItemCaseSensitive(s, "name");
-    if (cJSON_IsString(ex) && ex->valuestring[0] && (!cJSON_IsTrue(ok) || cJSON_IsTrue(ok))) {
-      printf("\n--- %s: output (end) ---\n%s\n", cJSON_IsString(name) ? name->valuestring : "", ex->valuestring);
-    }
+    if (!cJSON_IsString(ex) || ex->valuestring[0] == '\0') continue;
+    int want = cJSON_IsTrue(ok) ? 3 : 15;
+    const char *txt = ex->valuestring;
+    const char *p = txt + strlen(txt);
+    while (p > txt && p[-1] == '\n') p--;
+    const char *end = p;
+    for (int lines = 0; p > txt; p--)
+      if (p[-1] == '\n' && ++lines == want) break;
+    printf("\n--- %s (%s): last lines of output ---\n%.*s\n", cJSON_IsString(name) ? name->valuestring : "",
+           cJSON_IsTrue(ok) ? "passed" : "FAILED", (int)(end - p), p);
   }
   printf("\nscript %s\n", cJSON_IsString(status) ? status->valuestring : "?");
   cJSON_Delete(j);
@@ -260,8 +268,9 @@ int dbx_cli_run(int argc, char **argv) {
     return 2;
   }
   signal(SIGPIPE, SIG_IGN);
-  dbx_rpc_global_init();
   int embedded = conn.address == NULL;
+  if (embedded && getenv("DURABOX_LOG_LEVEL") == NULL) dbx_log_set_level(DBX_LOG_WARN); /* the live view speaks */
+  dbx_rpc_global_init();
   dbx_embed e;
   dbx_embed_opts eo = {.task_queue = tq, .namespace_ = conn.namespace_, .db_path = db, .worker_db = wdb,
                        .address = conn.address, .api_key = conn.api_key, .start_service = embedded,

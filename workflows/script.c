@@ -47,8 +47,11 @@ static int validate(const cJSON *in, char *err, size_t n) {
       if (strcmp(k, kinds[i]) == 0) found = i;
     if (found < 0)
       return snprintf(err, n, "sandbox.source.kind must be empty, dir, git or snapshot"), -1;
-    if (need[found] && !str_of(src, need[found]))
-      return snprintf(err, n, "sandbox.source of kind %s needs \"%s\"", k, need[found]), -1;
+    /* a git source is a URL or a local repository path, as sandbox.create takes it */
+    int has = need[found] == NULL || str_of(src, need[found]) || (found == 2 && str_of(src, "path"));
+    if (!has)
+      return snprintf(err, n, "sandbox.source of kind %s needs \"%s\"%s", k, need[found],
+                      found == 2 ? " or \"path\"" : ""), -1;
   }
   const cJSON *steps = cJSON_GetObjectItemCaseSensitive(in, "steps");
   if (!cJSON_IsArray(steps)) return snprintf(err, n, "\"steps\" must be an array"), -1;
@@ -153,6 +156,8 @@ static void run_step(script *s, dbx_wf *wf) {
     static const char *const drop[] = {"name", "kind", "retry_class", "continue_on_failure"};
     for (size_t i = 0; i < 4; i++) cJSON_DeleteItemFromObjectCaseSensitive(in, drop[i]);
     cJSON_AddStringToObject(in, "sandbox_id", s->sandbox_id ? s->sandbox_id : "");
+    /* the step's name travels along for people reading history (activities ignore it) */
+    cJSON_AddStringToObject(in, "step", str_of(st, "name"));
     char *txt = cJSON_PrintUnformatted(in);
     cJSON_Delete(in);
     char type[64];
