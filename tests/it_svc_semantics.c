@@ -1,0 +1,239 @@
+/* Integration tests of the embedded service's workflow semantics that
+ * Temporal's SDKs rely on, in process with a real gRPC client playing the
+ * worker:
+ * - history limits: suggest_continue_as_new on WorkflowTaskStarted past the
+ *   suggestion limit, termination with Temporal's reason past the error limit;
+ * - completing the workflow while events arrived during the task fails the
+ *   task with UNHANDLED_COMMAND, writes the events, and a new task follows;
+ * - a workflow task that is not answered times out and comes back as
+ *   attempt 2;
+ * - a workflow run timeout closes the run as TIMED_OUT. */
+#include "tests/svc_client.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "service/service.h"
+
+typedef struct {
+  dbx_service *svc;
+  dbx_rpc_channel *ch;
+} fixture;
+
+static int group_setup(void **state) {
+  dbx_rpc_global_init();
+  fixture *f = calloc(1, sizeof *f);
+  if (f == NULL) return -1;
+  dbx_service_opts o;
+  dbx_service_opts_init(&o);
+  o.no_sync = 1;
+  /* small limits, set through the same keys as --dynamic-config-value */
+  if (dbx_service_opts_dynamic_config(&o, "limit.historyCount.suggestContinueAsNew", "5") != 1 ||
+      dbx_service_opts_dynamic_config(&o, "limit.historyCount.warn", "8") != 1 ||
+      dbx_service_opts_dynamic_config(&o, "limit.historyCount.error", "12") != 1 ||
+      dbx_service_opts_dynamic_config(&o, "limit.historyCount.error", "-3") != -1 ||
+      dbx_service_opts_dynamic_config(&o, "frontend.unknownKey", "1") != 0) {
+    free(f);
+    return -1;
+  }
+  char *err = NULL;
+  if (dbx_service_start(&o, &f->svc, &err) != DBX_OK) {
+    fprintf(stderr, "dbx_service_start: %s\n", err ? err : "?");
+    free(err);
+    free(f);
+    return -1;
+  }
+  f->ch = dbx_svct_connect(dbx_service_port(f->svc));
+  *state = f;
+  return 0;
+}
+
+static int group_teardown(void **state) {
+  fixture *f = *state;
+  if (f) {
+    dbx_rpc_channel_destroy(f->ch);
+    dbx_service_stop(f->svc);
+    free(f);
+  }
+  dbx_rpc_global_shutdown();
+  return 0;
+}
+
+static void start_with(dbx_rpc_channel *ch, const char *wfid, const char *tq, int64_t task_timeout_s,
+                       int64_t run_timeout_s, char **run_id) {
+  StartWorkflowExecutionRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__START_WORKFLOW_EXECUTION_REQUEST);
+  WorkflowType wt = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_TYPE);
+  TaskQueue t = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
+  Duration task = INIT(GOOGLE__PROTOBUF__DURATION), run = INIT(GOOGLE__PROTOBUF__DURATION);
+  wt.name = "it.Workflow";
+  t.name = (char *)tq;
+  task.seconds = task_timeout_s;
+  run.seconds = run_timeout_s;
+  q.namespace_ = "default";
+  q.workflow_id = (char *)wfid;
+  q.workflow_type = &wt;
+  q.task_queue = &t;
+  q.request_id = (char *)wfid;
+  if (task_timeout_s) q.workflow_task_timeout = &task;
+  if (run_timeout_s) q.workflow_run_timeout = &run;
+  StartWorkflowExecutionResponse *r = NULL;
+  assert_int_equal(dbx_svct_call(ch, "StartWorkflowExecution", &q.base, &StartWorkflowExecutionResponse__D, 5000,
+                                 (void **)&r, NULL),
+                   DBX_GRPC_OK);
+  *run_id = strdup(r->run_id);
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+}
+
+/* RespondWorkflowTaskCompleted with no commands (or one command); returns the status. */
+static int wft_respond(dbx_rpc_channel *ch, ProtobufCBinaryData token, Command *cmd) {
+  RespondWorkflowTaskCompletedRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_WORKFLOW_TASK_COMPLETED_REQUEST);
+  Command *cmds[1] = {cmd};
+  q.namespace_ = "default";
+  q.task_token = token;
+  q.identity = "it";
+  q.n_commands = cmd ? 1 : 0;
+  q.commands = cmd ? cmds : NULL;
+  return dbx_svct_call(ch, "RespondWorkflowTaskCompleted", &q.base, &RespondWorkflowTaskCompletedResponse__D,
+                       5000, NULL, NULL);
+}
+
+static void signal(dbx_rpc_channel *ch, const char *wfid, const char *name) {
+  SignalWorkflowExecutionRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__SIGNAL_WORKFLOW_EXECUTION_REQUEST);
+  WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  we.workflow_id = (char *)wfid;
+  q.namespace_ = "default";
+  q.workflow_execution = &we;
+  q.signal_name = (char *)name;
+  assert_int_equal(dbx_svct_call(ch, "SignalWorkflowExecution", &q.base, &SignalWorkflowExecutionResponse__D, 5000,
+                                 NULL, NULL),
+                   DBX_GRPC_OK);
+}
+
+static const HistoryEvent *event_at(const dbx_svct_history *h, int64_t id) {
+  for (size_t i = 0; i < h->n; i++)
+    if (h->events[i]->event_id == id) return h->events[i];
+  return NULL;
+}
+
+static void assert_contiguous(const dbx_svct_history *h) {
+  for (size_t i = 0; i < h->n; i++) assert_int_equal(h->events[i]->event_id, (int64_t)i + 1);
+}
+
+static void test_svc_history_limits_suggest_then_terminate(void **state) {
+  fixture *f = *state;
+  char *run_id = NULL;
+  start_with(f->ch, "limits", "tq-limits", 0, 0, &run_id);
+  /* each round: a workflow task answered with no commands, then a signal */
+  for (int round = 0; round < 3; round++) {
+    PollWorkflowTaskQueueResponse *t = dbx_svct_wft_poll(f->ch, "tq-limits", 5000);
+    assert_true(t->task_token.len > 0);
+    int st = wft_respond(f->ch, t->task_token, NULL);
+    protobuf_c_message_free_unpacked(&t->base, NULL);
+    assert_int_equal(st, DBX_GRPC_OK);
+    if (round < 2) signal(f->ch, "limits", "tick");
+  }
+  /* 12 events reached the error limit: the run was terminated after them */
+  assert_int_equal(dbx_svct_workflow_status(f->ch, "limits", run_id), WS(TERMINATED));
+  dbx_svct_history h = {0};
+  dbx_svct_history_get(f->ch, "limits", run_id, &h);
+  assert_contiguous(&h);
+  assert_int_equal(h.n, 13);
+  const HistoryEvent *first = event_at(&h, 3), *second = event_at(&h, 7), *last = event_at(&h, 13);
+  assert_int_equal(first->event_type, ET(WORKFLOW_TASK_STARTED));
+  assert_false(first->workflow_task_started_event_attributes->suggest_continue_as_new); /* 2 events < 5 */
+  assert_int_equal(second->event_type, ET(WORKFLOW_TASK_STARTED));
+  assert_true(second->workflow_task_started_event_attributes->suggest_continue_as_new); /* 6 events >= 5 */
+  assert_true(second->workflow_task_started_event_attributes->history_size_bytes > 0);
+  assert_int_equal(last->event_type, ET(WORKFLOW_EXECUTION_TERMINATED));
+  assert_string_equal(last->workflow_execution_terminated_event_attributes->reason,
+                      "Workflow history size / count exceeds limit.");
+  dbx_svct_history_cleanup(&h);
+  free(run_id);
+}
+
+static void test_svc_unhandled_command_when_events_arrived(void **state) {
+  fixture *f = *state;
+  char *run_id = NULL;
+  start_with(f->ch, "unhandled", "tq-unhandled", 0, 0, &run_id);
+  PollWorkflowTaskQueueResponse *t = dbx_svct_wft_poll(f->ch, "tq-unhandled", 5000);
+  assert_true(t->task_token.len > 0);
+  signal(f->ch, "unhandled", "late"); /* arrives while the task is started: buffered */
+  Command cmd = INIT(TEMPORAL__API__COMMAND__V1__COMMAND);
+  CompleteWorkflowExecutionCommandAttributes ca = INIT(TEMPORAL__API__COMMAND__V1__COMPLETE_WORKFLOW_EXECUTION_COMMAND_ATTRIBUTES);
+  cmd.command_type = CT(COMPLETE_WORKFLOW_EXECUTION);
+  cmd.attributes_case = CMD(COMPLETE_WORKFLOW_EXECUTION);
+  cmd.complete_workflow_execution_command_attributes = &ca;
+  assert_int_equal(wft_respond(f->ch, t->task_token, &cmd), DBX_GRPC_OK);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  assert_int_equal(dbx_svct_workflow_status(f->ch, "unhandled", run_id), WS(RUNNING));
+  /* the next task carries the failure and the signal; completing now works */
+  t = dbx_svct_wft_poll(f->ch, "tq-unhandled", 5000);
+  assert_true(t->task_token.len > 0);
+  assert_int_equal(t->history->n_events, 7);
+  const HistoryEvent *failed = t->history->events[3], *sig = t->history->events[4];
+  assert_int_equal(failed->event_type, ET(WORKFLOW_TASK_FAILED));
+  assert_int_equal(failed->workflow_task_failed_event_attributes->cause, WFC(UNHANDLED_COMMAND));
+  assert_int_equal(failed->workflow_task_failed_event_attributes->started_event_id, 3);
+  assert_int_equal(sig->event_type, ET(WORKFLOW_EXECUTION_SIGNALED));
+  assert_string_equal(sig->workflow_execution_signaled_event_attributes->signal_name, "late");
+  assert_int_equal(t->history->events[5]->event_type, ET(WORKFLOW_TASK_SCHEDULED));
+  assert_int_equal(t->history->events[6]->event_type, ET(WORKFLOW_TASK_STARTED));
+  assert_int_equal(t->previous_started_event_id, 0); /* no task completed yet */
+  dbx_svct_wft_complete_workflow(f->ch, t->task_token);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  assert_int_equal(dbx_svct_workflow_status(f->ch, "unhandled", run_id), WS(COMPLETED));
+  free(run_id);
+}
+
+static void test_svc_workflow_task_timeout_then_attempt_2(void **state) {
+  fixture *f = *state;
+  char *run_id = NULL;
+  start_with(f->ch, "wft-timeout", "tq-wft-timeout", 1, 0, &run_id);
+  PollWorkflowTaskQueueResponse *t = dbx_svct_wft_poll(f->ch, "tq-wft-timeout", 5000);
+  assert_true(t->task_token.len > 0);
+  assert_int_equal(t->attempt, 1);
+  ProtobufCBinaryData stale = {t->task_token.len, malloc(t->task_token.len)};
+  memcpy(stale.data, t->task_token.data, stale.len);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  /* no answer: the 1 s start-to-close timeout fires */
+  assert_true(dbx_svct_history_wait_for(f->ch, "wft-timeout", run_id, ET(WORKFLOW_TASK_TIMED_OUT), 10000));
+  t = dbx_svct_wft_poll(f->ch, "tq-wft-timeout", 5000);
+  assert_true(t->task_token.len > 0);
+  assert_int_equal(t->attempt, 2);
+  const HistoryEvent *to = t->history->events[3];
+  assert_int_equal(to->event_type, ET(WORKFLOW_TASK_TIMED_OUT));
+  assert_int_equal(to->workflow_task_timed_out_event_attributes->timeout_type, TT(START_TO_CLOSE));
+  assert_int_equal(t->history->events[4]->workflow_task_scheduled_event_attributes->attempt, 2);
+  /* the first attempt's token is stale now */
+  assert_int_equal(wft_respond(f->ch, stale, NULL), DBX_GRPC_NOT_FOUND);
+  free(stale.data);
+  dbx_svct_wft_complete_workflow(f->ch, t->task_token);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  assert_int_equal(dbx_svct_workflow_status(f->ch, "wft-timeout", run_id), WS(COMPLETED));
+  free(run_id);
+}
+
+static void test_svc_run_timeout_closes_the_run(void **state) {
+  fixture *f = *state;
+  char *run_id = NULL;
+  start_with(f->ch, "run-timeout", "tq-run-timeout", 0, 1, &run_id);
+  assert_true(dbx_svct_history_wait_for(f->ch, "run-timeout", run_id, ET(WORKFLOW_EXECUTION_TIMED_OUT), 10000));
+  assert_int_equal(dbx_svct_workflow_status(f->ch, "run-timeout", run_id), WS(TIMED_OUT));
+  dbx_svct_history h = {0};
+  dbx_svct_history_get(f->ch, "run-timeout", run_id, &h);
+  assert_contiguous(&h);
+  assert_int_equal(h.events[h.n - 1]->workflow_execution_timed_out_event_attributes->retry_state, RS(TIMEOUT));
+  dbx_svct_history_cleanup(&h);
+  free(run_id);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_svc_history_limits_suggest_then_terminate),
+      cmocka_unit_test(test_svc_unhandled_command_when_events_arrived),
+      cmocka_unit_test(test_svc_workflow_task_timeout_then_attempt_2),
+      cmocka_unit_test(test_svc_run_timeout_closes_the_run),
+  };
+  return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
