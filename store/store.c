@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "base/util.h"
@@ -405,6 +406,21 @@ static void write_end_abort(dbx_txn *t) {
   pthread_rwlock_unlock(&t->s->grow_lock);
 }
 
+/* LMDB reports a short write as EIO (only a write that wrote nothing is
+ * ENOSPC). A short write fills the file system to its last block, so when
+ * the commit failed with EIO and (almost) no space is left, the cause is a
+ * full disk: say so, and let the caller treat it as retryable. */
+static int disk_full(dbx_store *s) {
+  struct statvfs v;
+  if (statvfs(s->path, &v) != 0) return 0;
+  unsigned long long avail = (unsigned long long)v.f_bavail * v.f_frsize;
+  long pg = sysconf(_SC_PAGESIZE);
+  if (avail >= 64ull * (unsigned long long)(pg > 0 ? pg : 4096)) return 0; /* one LMDB write batch */
+  set_msg(s, "mdb_txn_commit: no space left on device (a short write; %llu bytes free in %s)", avail,
+          s->path);
+  return 1;
+}
+
 dbx_err dbx_store_write(dbx_store *s, dbx_store_write_fn fn, void *arg) {
   if (s == NULL) return DBX_EINVAL;
   if (fn == NULL) {
@@ -460,6 +476,10 @@ dbx_err dbx_store_write(dbx_store *s, dbx_store_write_fn fn, void *arg) {
     if (rc == MDB_MAP_FULL) {
       result = grow(s);
       if (result == DBX_OK) continue;
+      break;
+    }
+    if (rc == EIO && disk_full(s)) {
+      result = DBX_ESTOREFULL;
       break;
     }
     result = lmdb_err(s, rc, "mdb_txn_commit");

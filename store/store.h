@@ -12,7 +12,9 @@
  * inside the transaction (or reset its own side state when it starts).
  * Past the ceiling it returns DBX_ESTOREFULL ("storage full"), the store stays
  * readable and writable for smaller transactions; it never leaves a
- * transaction in MDB_BAD_TXN. ENOSPC from the disk is DBX_ESTOREFULL as well.
+ * transaction in MDB_BAD_TXN. ENOSPC from the disk is DBX_ESTOREFULL as well,
+ * and so is a commit that failed with a short write (LMDB's EIO) on a file
+ * system with less than 64 pages free ("no space left on device").
  *
  * Durability: commits are synced (no MDB_NOSYNC, no MDB_WRITEMAP) unless
  * opts.no_sync is set (benchmarks and tests that say so). mdb_reader_check()
