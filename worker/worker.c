@@ -37,6 +37,7 @@
 #define POLL_TIMEOUT_MS 70000
 #define CALL_TIMEOUT_MS 10000
 #define CACHE_MAX 512
+#define DEFAULT_MAX_MSG ((size_t)128 << 20)
 
 struct dbx_act {
   dbx_worker *w;
@@ -81,7 +82,8 @@ struct dbx_worker {
   cache_ent *cache;
   size_t ncache;
   uint64_t cache_clock;
-  _Atomic uint64_t st_wft, st_act, st_poll_err, st_hits, st_nondet;
+  _Atomic uint64_t st_wft, st_act, st_poll_err, st_hits, st_nondet, st_oversized, st_completions;
+  size_t max_msg; /* the service's message limit (bytes) */
 };
 
 /* ------------------------------------------------------------ lifecycle */
@@ -102,6 +104,7 @@ dbx_err dbx_worker_create(const dbx_worker_opts *o, dbx_worker **out, char **err
   w->n_wf_pollers = o->workflow_pollers > 0 ? o->workflow_pollers : 2;
   w->n_act_pollers = o->activity_pollers > 0 ? o->activity_pollers : 2;
   w->slots = o->activity_slots > 0 ? o->activity_slots : 8;
+  w->max_msg = o->max_message_bytes ? o->max_message_bytes : DEFAULT_MAX_MSG;
   dbx_client_opts co = {0};
   co.address = o->address;
   co.namespace_ = w->ns;
@@ -157,6 +160,8 @@ void dbx_worker_get_stats(dbx_worker *w, dbx_worker_stats *out) {
   out->poll_errors = w->st_poll_err;
   out->cache_hits = w->st_hits;
   out->nondeterminism = w->st_nondet;
+  out->oversized_completions = w->st_oversized;
+  out->completions_sent = w->st_completions;
 }
 
 /* Sleep up to ms on the worker's condition; returns early on stop. */
@@ -258,6 +263,52 @@ static void wft_fail(dbx_worker *w, const PollWorkflowTaskQueueResponse *t, int 
   dbx_client_msg_free(rs);
   free(err);
   w->st_wft++;
+}
+
+/* "5.2 MiB", "100 KiB", "512 bytes" into buf. */
+static const char *size_text(char *buf, size_t cap, size_t n) {
+  if (n >= ((size_t)1 << 20))
+    snprintf(buf, cap, "%.1f MiB", (double)n / (1 << 20));
+  else if (n >= 1024)
+    snprintf(buf, cap, "%.1f KiB", (double)n / 1024);
+  else
+    snprintf(buf, cap, "%zu bytes", n);
+  char *dot = strstr(buf, ".0 "); /* "4.0 MiB" -> "4 MiB" */
+  if (dot) memmove(dot, dot + 2, strlen(dot + 2) + 1);
+  return buf;
+}
+
+/* Is err (from dbx_client_call) the service refusing a message over its
+ * size limit? Then *limit is the limit it named, if it named one. gRPC
+ * answers RESOURCE_EXHAUSTED "... larger than max (SIZE vs. LIMIT)"; the
+ * service's other RESOURCE_EXHAUSTED ("storage full") is transient. */
+static int message_too_large(const char *err, size_t *limit) {
+  if (!err || strncmp(err, "RESOURCE_EXHAUSTED", 18) != 0 || strstr(err, "storage full")) return 0;
+  const char *vs = strstr(err, " vs. ");
+  if (vs) {
+    unsigned long long v = strtoull(vs + 5, NULL, 10);
+    if (v > 0) *limit = (size_t)v;
+  }
+  return 1;
+}
+
+/* A completion of size bytes cannot reach the service (limit bytes): fail
+ * the task with a clear cause instead of resending it. The service retries
+ * the task with backoff; each attempt replays and ends here again, so the
+ * warning is logged for the first attempt only. */
+static void wft_fail_oversized(dbx_worker *w, const PollWorkflowTaskQueueResponse *t,
+                               const char *wid, const char *rid, size_t size, size_t limit) {
+  char a[32], b[32];
+  char *m = dbx_asprintf("workflow task completion of %s exceeds the service's message limit of %s",
+                         size_text(a, sizeof a, size), size_text(b, sizeof b, limit));
+  if (t->attempt <= 1)
+    DBX_WARN("worker", "%s/%s: %s; failing the workflow task", wid, rid, m ? m : "too large");
+  else
+    DBX_DEBUG("worker", "%s/%s (attempt %d): %s", wid, rid, t->attempt, m ? m : "too large");
+  w->st_oversized++;
+  wft_fail(w, t, WFC(WORKFLOW_WORKER_UNHANDLED_FAILURE), "WorkflowTaskTooLarge",
+           m ? m : "workflow task completion exceeds the service's message limit");
+  free(m);
 }
 
 static void answer_query(dbx_worker *w, const PollWorkflowTaskQueueResponse *t,
@@ -384,11 +435,23 @@ static void process_wft(dbx_worker *w, PollWorkflowTaskQueueResponse *t) {
   rq.n_commands = ncmds;
   rq.identity = w->identity;
   rq.namespace_ = w->ns;
+  size_t size = protobuf_c_message_get_packed_size(&rq.base);
+  if (size > w->max_msg) {
+    wft_fail_oversized(w, t, wid, rid, size, w->max_msg);
+    goto out; /* drop the cached state: the next attempt replays */
+  }
   char *err = NULL;
   ProtobufCMessage *rs = NULL;
+  w->st_completions++;
   rc = dbx_client_call(w->client, "RespondWorkflowTaskCompleted", &rq.base,
                        &RespondWorkflowTaskCompletedResponse__D, CALL_TIMEOUT_MS, NULL, &rs, &err);
   dbx_client_msg_free(rs);
+  size_t limit = w->max_msg;
+  if (rc != DBX_OK && message_too_large(err, &limit)) {
+    free(err);
+    wft_fail_oversized(w, t, wid, rid, size, limit);
+    goto out;
+  }
   w->st_wft++;
   if (rc != DBX_OK) {
     DBX_WARN("worker", "%s/%s: RespondWorkflowTaskCompleted: %s", wid, rid,
