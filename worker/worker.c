@@ -676,6 +676,12 @@ static void run_activity(dbx_act *a) {
     return;
   }
   dbx_journal_decision d = dbx_journal_decide(&je, a->type->retry_class, t->attempt);
+  if (dbx_journal_stale(&je, t->attempt))
+    DBX_WARN("worker",
+             "activity %s of %s/%s: discarding the journaled result of attempt %d (it closed "
+             "before the result was reported); this is attempt %d, %s",
+             aid, wid, rid, je.attempt, t->attempt,
+             d == DBX_JOURNAL_RUN ? "running it again" : "answering OutcomeUnknown");
   if (d == DBX_JOURNAL_REPORT) {
     DBX_INFO("worker", "activity %s of %s/%s: reporting the journaled result of attempt %d",
              aid, wid, rid, je.attempt);
