@@ -217,6 +217,8 @@ typedef struct {
   int cwd_fd; /* -1: inherit */
   int64_t timeout_ms;
   size_t cap[2];
+  int (*cancelled)(void *ud); /* NULL: none */
+  void *cancelled_ud;
 } run_spec;
 
 static void set_sigdefaults(posix_spawnattr_t *attr) {
@@ -300,6 +302,12 @@ static dbx_err run_proc(const dbx_local *d, const run_spec *s, dbx_local_exec_re
       phase = 1;
       kill_at = now + (int64_t)KILL_GRACE_MS * 1000000;
     }
+    if (s->cancelled && phase == 0 && s->cancelled(s->cancelled_ud)) {
+      killpg(pid, SIGTERM);
+      r->cancelled = 1;
+      phase = 1;
+      kill_at = now + (int64_t)KILL_GRACE_MS * 1000000;
+    }
     if (phase == 1 && now >= kill_at) {
       killpg(pid, SIGKILL);
       phase = 2;
@@ -307,7 +315,8 @@ static dbx_err run_proc(const dbx_local *d, const run_spec *s, dbx_local_exec_re
     int64_t wait_ns = -1;
     if (phase == 0 && deadline) wait_ns = deadline - now;
     if (phase == 1) wait_ns = kill_at - now;
-    if (pidfd < 0 && (wait_ns < 0 || wait_ns > 50000000)) wait_ns = 50000000;
+    if ((pidfd < 0 || (s->cancelled && phase == 0)) && (wait_ns < 0 || wait_ns > 50000000))
+      wait_ns = 50000000; /* also the cancellation poll interval */
     int timeout = wait_ns < 0 ? -1 : (int)(wait_ns / 1000000) + 1;
     struct pollfd pf[3];
     int n = 0, idx[2] = {-1, -1};
@@ -1113,7 +1122,8 @@ static dbx_err build_env(const dbx_local *d, const char *ws, const char *const *
 /* Run argv in sandbox id (bwrap or plain), cwd relative (checked), env built. */
 static dbx_err sandbox_run(dbx_local *d, const char *id, char *const *cmd, const char *script,
                            const char *cwd, const char *const *decl_env, int64_t timeout_ms,
-                           size_t cap_out, size_t cap_err, dbx_local_exec_result *res) {
+                           size_t cap_out, size_t cap_err, int (*cancelled)(void *),
+                           void *cancelled_ud, dbx_local_exec_result *res) {
   dbx_err rc;
   int root = -1, cwdfd = -1;
   char *ws = NULL, *abscwd = NULL;
@@ -1157,7 +1167,8 @@ static dbx_err sandbox_run(dbx_local *d, const char *id, char *const *cmd, const
   for (size_t i = 0; cmd[i]; i++)
     if (sv_pushs(&argv, cmd[i])) goto oom;
   run_spec s = {.argv = argv.v, .envp = env.v, .cwd_fd = cwdfd, .timeout_ms = timeout_ms,
-                .cap = {cap_out ? cap_out : DEFAULT_CAP_BYTES, cap_err ? cap_err : DEFAULT_CAP_BYTES}};
+                .cap = {cap_out ? cap_out : DEFAULT_CAP_BYTES, cap_err ? cap_err : DEFAULT_CAP_BYTES},
+                .cancelled = cancelled, .cancelled_ud = cancelled_ud};
   rc = run_proc(d, &s, res);
   goto out;
 oom:
@@ -1197,7 +1208,8 @@ dbx_err dbx_local_exec(dbx_local *d, const char *id, const dbx_local_exec_opts *
     cmd[2] = NULL;
   }
   rc = sandbox_run(d, id, cmd, script, opts->cwd, opts->env, opts->timeout_ms,
-                   opts->stdout_cap_bytes, opts->stderr_cap_bytes, res);
+                   opts->stdout_cap_bytes, opts->stderr_cap_bytes, opts->cancelled,
+                   opts->cancelled_ud, res);
   if (script) {
     unlink(script);
     free(script);
@@ -1245,7 +1257,7 @@ dbx_err dbx_local_git_commit(dbx_local *d, const char *id, const char *message,
 #undef GITC
   char *const *steps[] = {add, diff, commit, head};
   for (int i = 0; i < 4; i++) {
-    rc = sandbox_run(d, id, steps[i], NULL, NULL, env, 0, 4096, 4096, &r);
+    rc = sandbox_run(d, id, steps[i], NULL, NULL, env, 0, 4096, 4096, NULL, NULL, &r);
     if (rc != DBX_OK) goto out;
     if (i == 1 && r.exit_code == 0) {
       *nothing_to_commit = 1;

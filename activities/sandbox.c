@@ -489,6 +489,11 @@ out:
 
 /* ------------------------------------------------------------ exec */
 
+
+/* dbx_local_exec's cancellation hook: the attempt was cancelled (by request,
+ * a lost heartbeat, its start-to-close timeout, or worker shutdown). */
+static int exec_cancelled(void *ud) { return dbx_act_cancelled((const dbx_act *)ud); }
+
 static dbx_err run_exec(dbx_act *a, const char *json, size_t len, dbx_act_result *res,
                         void *ud) {
   (void)ud;
@@ -590,7 +595,13 @@ static dbx_err run_exec(dbx_act *a, const char *json, size_t len, dbx_act_result
     opts.stdout_cap_bytes = cap;
     opts.stderr_cap_bytes = cap;
   }
+  opts.cancelled = exec_cancelled; /* the worker's cancellation kills the group mid-run */
+  opts.cancelled_ud = a;
   dbx_err drc = dbx_local_exec(g_local, id, &opts, &er);
+  if (drc == DBX_OK && er.cancelled) {
+    rc = DBX_ECANCELED; /* the worker decides what (if anything) to report */
+    goto out;
+  }
   if (drc == DBX_ENOTFOUND) {
     ex = sandbox_exists(id);
     if (ex == 0)
