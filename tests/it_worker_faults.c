@@ -6,11 +6,16 @@
  *   RESOURCE_EXHAUSTED) fails the workflow task with
  *   WORKFLOW_WORKER_UNHANDLED_FAILURE and a message naming size and limit,
  *   and each task attempt sends the completion once (no resend loop);
- * - a completion over the worker's configured limit is never sent. */
+ * - a completion over the worker's configured limit is never sent;
+ * - heartbeats that cannot reach the service (it is stopped) for longer
+ *   than the heartbeat timeout cancel the attempt in the worker, and its
+ *   late result is never reported: after the restart the service times the
+ *   attempt out (t.Hb, activity t.hbloop). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/util.h"
 #include "rpc/rpc.h"
@@ -23,6 +28,11 @@
 
 static char *g_svc_dir;
 static dbx_service *g_svc;
+static int g_port;
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
+static int g_hb_running, g_hb_cancelled, g_hb_returned;
 static dbx_client *g_c;
 static char g_addr[64];
 
@@ -47,7 +57,81 @@ static void *big_create(dbx_wf *wf, const char *json, size_t len) {
 
 static const dbx_workflow_type wf_big = {"t.Big", big_create, NULL, NULL, NULL, NULL, NULL, free};
 
+/* ------------------------------------------------------------ t.Hb */
+
+static void *hbwf_create(dbx_wf *wf, const char *json, size_t len) {
+  (void)json, (void)len;
+  dbx_activity_opts o = {0};
+  o.start_to_close_ms = 120000;
+  o.heartbeat_ms = 2000;
+  o.maximum_attempts = 1;
+  assert_int_equal(dbx_wf_schedule_activity(wf, "t.hbloop", "{}", &o), 1);
+  return calloc(1, 1);
+}
+
+static void hbwf_on_activity(void *st, dbx_wf *wf, int64_t seq, const dbx_act_outcome *o) {
+  (void)st, (void)seq;
+  static const char *names[] = {"", "\"completed\"", "\"failed\"", "\"timed_out\"", "\"canceled\""};
+  dbx_wf_complete(wf, names[o->status]);
+}
+
+static const dbx_workflow_type wf_hb = {"t.Hb", hbwf_create, hbwf_on_activity, NULL, NULL, NULL, NULL, free};
+
+static void flag_set(int *flag) {
+  pthread_mutex_lock(&g_mu);
+  *flag = 1;
+  pthread_cond_broadcast(&g_cv);
+  pthread_mutex_unlock(&g_mu);
+}
+
+/* Wait up to ms for *flag; returns it. */
+static int flag_wait(int *flag, int64_t ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += ms / 1000;
+  ts.tv_nsec += (ms % 1000) * 1000000;
+  if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+  pthread_mutex_lock(&g_mu);
+  while (!*flag)
+    if (pthread_cond_timedwait(&g_cv, &g_mu, &ts) != 0) break;
+  int v = *flag;
+  pthread_mutex_unlock(&g_mu);
+  return v;
+}
+
+/* Heartbeats every 50 ms until told it is cancelled, then returns a result
+ * anyway (the late result the worker must not report). */
+static dbx_err act_hbloop(dbx_act *a, const char *in, size_t len, dbx_act_result *res, void *ud) {
+  (void)in, (void)len, (void)ud;
+  flag_set(&g_hb_running);
+  for (int i = 0; i < 2400; i++) { /* at most 120 s */
+    if (dbx_act_heartbeat(a, NULL)) {
+      flag_set(&g_hb_cancelled);
+      break;
+    }
+    struct timespec ts = {0, 50000000};
+    nanosleep(&ts, NULL);
+  }
+  res->result_json = dbx_strdup("\"late\"");
+  flag_set(&g_hb_returned);
+  return DBX_OK;
+}
+
+static const dbx_activity_type at_hbloop = {"t.hbloop", DBX_SAFE_TO_RETRY, act_hbloop, NULL};
+
 /* ------------------------------------------------------------ helpers */
+
+static void service_start(int port) {
+  dbx_service_opts o;
+  dbx_service_opts_init(&o);
+  o.db_path = g_svc_dir;
+  o.port = port;
+  o.no_sync = 1;
+  o.max_message_bytes = SVC_MAX_MSG;
+  char *err = NULL;
+  if (dbx_service_start(&o, &g_svc, &err) != DBX_OK) fail_msg("service: %s", err ? err : "?");
+  g_port = dbx_service_port(g_svc);
+}
 
 static dbx_worker *worker_start(const char *tq, const char *dir, size_t max_msg) {
   dbx_worker_opts o = {0};
@@ -62,20 +146,26 @@ static dbx_worker *worker_start(const char *tq, const char *dir, size_t max_msg)
   char *err = NULL;
   if (dbx_worker_create(&o, &w, &err) != DBX_OK) fail_msg("worker: %s", err ? err : "?");
   assert_int_equal(dbx_worker_register_workflow(w, &wf_big), DBX_OK);
+  assert_int_equal(dbx_worker_register_workflow(w, &wf_hb), DBX_OK);
+  assert_int_equal(dbx_worker_register_activity(w, &at_hbloop), DBX_OK);
   assert_int_equal(dbx_worker_start(w), DBX_OK);
   return w;
 }
 
-static char *start(const char *wid, const char *tq, const char *input) {
+static char *start_type(const char *wid, const char *type, const char *tq, const char *input) {
   dbx_client_start_opts o = {0};
   o.workflow_id = wid;
-  o.workflow_type = "t.Big";
+  o.workflow_type = type;
   o.task_queue = tq;
   o.input_json = input;
   char *rid = NULL, *err = NULL;
   dbx_err rc = dbx_client_start_workflow(g_c, &o, &rid, &err);
   if (rc != DBX_OK) fail_msg("start %s: %s", wid, err ? err : "?");
   return rid;
+}
+
+static char *start(const char *wid, const char *tq, const char *input) {
+  return start_type(wid, "t.Big", tq, input);
 }
 
 /* Follow the history (long polls) until `count` events of `type` are in it;
@@ -187,22 +277,59 @@ static void test_worker_faults_completion_over_configured_limit(void **st) {
   free(dir);
 }
 
+static size_t count_type(const dbx_client_history *h, int type) {
+  size_t n = 0;
+  for (size_t i = 0; i < h->n; i++) n += (int)h->events[i]->event_type == type;
+  return n;
+}
+
+static void test_worker_faults_heartbeat_lost_cancels_attempt(void **st) {
+  (void)st;
+  char *dir = dbx_test_tmpdir("itwf-wrk");
+  dbx_worker *w = worker_start("hb", dir, 0);
+  char *rid = start_type("wf-hb", "t.Hb", "hb", "{}");
+  assert_true(flag_wait(&g_hb_running, 30000));
+  /* the service goes away: every heartbeat from now on fails */
+  int port = g_port;
+  dbx_service_stop(g_svc);
+  g_svc = NULL;
+  /* cancelled by the worker itself: heartbeat timeout (2 s) plus slack for
+   * the throttled send that first fails and the watchdog's tick */
+  if (!flag_wait(&g_hb_cancelled, 2000 + 3000))
+    fail_msg("the attempt was not cancelled while its heartbeats failed");
+  assert_true(flag_wait(&g_hb_returned, 5000)); /* its late result exists */
+  service_start(port);
+  HistoryEvent *e = wait_events("wf-hb", rid, ET(WORKFLOW_EXECUTION_COMPLETED), 1);
+  char *res = dbx_payloads_to_json(e->workflow_execution_completed_event_attributes->result);
+  assert_string_equal(res, "\"timed_out\"");
+  free(res);
+  protobuf_c_message_free_unpacked(&e->base, NULL);
+  dbx_client_history h = {0};
+  assert_int_equal(dbx_client_get_history(g_c, "wf-hb", rid, NULL, &h, NULL), DBX_OK);
+  assert_int_equal(count_type(&h, ET(ACTIVITY_TASK_TIMED_OUT)), 1);
+  assert_int_equal(count_type(&h, ET(ACTIVITY_TASK_COMPLETED)), 0); /* the late result: not reported */
+  for (size_t i = 0; i < h.n; i++)
+    if (h.events[i]->event_type == ET(ACTIVITY_TASK_TIMED_OUT)) {
+      const Failure *f = h.events[i]->activity_task_timed_out_event_attributes->failure;
+      assert_non_null(f);
+      assert_non_null(f->timeout_failure_info);
+      assert_int_equal(f->timeout_failure_info->timeout_type,
+                       TEMPORAL__API__ENUMS__V1__TIMEOUT_TYPE__TIMEOUT_TYPE_HEARTBEAT);
+    }
+  dbx_client_history_cleanup(&h);
+  dbx_worker_stop(w, 0);
+  dbx_worker_destroy(w);
+  free(rid);
+  dbx_test_rmrf(dir);
+  free(dir);
+}
+
 static int group_setup(void **st) {
   (void)st;
   dbx_rpc_global_init();
   g_svc_dir = dbx_test_tmpdir("itwf-svc");
-  dbx_service_opts o;
-  dbx_service_opts_init(&o);
-  o.db_path = g_svc_dir;
-  o.no_sync = 1;
-  o.max_message_bytes = SVC_MAX_MSG;
-  char *err = NULL;
-  if (dbx_service_start(&o, &g_svc, &err) != DBX_OK) {
-    fprintf(stderr, "service: %s\n", err ? err : "?");
-    free(err);
-    return -1;
-  }
-  snprintf(g_addr, sizeof g_addr, "127.0.0.1:%d", dbx_service_port(g_svc));
+  service_start(0);
+  snprintf(g_addr, sizeof g_addr, "127.0.0.1:%d", g_port);
   dbx_client_opts co = {0};
   co.address = g_addr;
   if (dbx_client_create(&co, &g_c) != DBX_OK) return -1;
@@ -223,6 +350,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_worker_faults_completion_over_service_limit),
       cmocka_unit_test(test_worker_faults_completion_over_configured_limit),
+      cmocka_unit_test(test_worker_faults_heartbeat_lost_cancels_attempt),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -18,8 +18,10 @@
  * on the worker mutex), then polls. The journal in the worker store decides
  * whether to run, to report a journaled result, or to answer OutcomeUnknown
  * (wstore.h). The watchdog marks attempts whose start-to-close or heartbeat
- * timer passed as cancelled and timed out; their late results are not
- * reported. Mutex order: w->mu only (no nesting). */
+ * timer passed, or whose heartbeats have failed to reach the service for
+ * longer than the heartbeat timeout, as cancelled and timed out; their late
+ * results are not reported. Heartbeats never extend start-to-close.
+ * Mutex order: w->mu only (no nesting). */
 #include "worker/worker.h"
 
 #include <pthread.h>
@@ -48,6 +50,8 @@ struct dbx_act {
   int64_t s2c_deadline_ns;     /* INT64_MAX: none */
   int64_t hb_timeout_ns;       /* 0: none */
   _Atomic int64_t last_hb_ns;  /* last dbx_act_heartbeat (or start) */
+  _Atomic int64_t hb_ok_ns;    /* last heartbeat the service acknowledged (or start) */
+  atomic_int hb_failing;       /* a heartbeat RPC failed since hb_ok_ns */
   int64_t last_sent_ns;
   pthread_t th;
   struct dbx_act *next;
@@ -550,9 +554,19 @@ int dbx_act_heartbeat(dbx_act *a, const char *details_json) {
   rq.namespace_ = w->ns;
   RecordActivityTaskHeartbeatResponse *rs = NULL;
   char *err = NULL;
+  /* a hung call must not hide a lost service past the heartbeat timeout */
+  int64_t call_ms = CALL_TIMEOUT_MS;
+  if (a->hb_timeout_ns && a->hb_timeout_ns / 2000000 < call_ms)
+    call_ms = a->hb_timeout_ns / 2000000 > 100 ? a->hb_timeout_ns / 2000000 : 100;
   dbx_err rc = dbx_client_call(w->client, "RecordActivityTaskHeartbeat", &rq.base,
-                               &RecordActivityTaskHeartbeatResponse__D, CALL_TIMEOUT_MS, NULL,
+                               &RecordActivityTaskHeartbeatResponse__D, call_ms, NULL,
                                (ProtobufCMessage **)&rs, &err);
+  if (rc == DBX_OK) {
+    atomic_store(&a->hb_ok_ns, dbx_mono_ns());
+    atomic_store(&a->hb_failing, 0);
+  } else if (rc != DBX_ENOTFOUND) {
+    atomic_store(&a->hb_failing, 1);
+  }
   if (rc == DBX_OK && rs->cancel_requested) {
     atomic_store(&a->cancel_requested, 1);
     atomic_store(&a->cancelled, 1);
@@ -839,6 +853,7 @@ static void *act_poller(void *arg) {
     a->s2c_deadline_ns = s2c ? now + s2c : INT64_MAX;
     a->hb_timeout_ns = dur_ns(t->heartbeat_timeout);
     atomic_store(&a->last_hb_ns, now);
+    atomic_store(&a->hb_ok_ns, now);
     if (t->heartbeat_details && t->heartbeat_details->n_payloads)
       a->prev_details = dbx_payloads_to_json(t->heartbeat_details);
     pthread_mutex_lock(&w->mu);
@@ -867,12 +882,22 @@ static void *watchdog(void *arg) {
       if (atomic_load(&a->done) || atomic_load(&a->timed_out)) continue;
       int s2c = now > a->s2c_deadline_ns;
       int hb = a->hb_timeout_ns && now - atomic_load(&a->last_hb_ns) > a->hb_timeout_ns;
-      if (s2c || hb) {
+      /* heartbeats are sent but fail: past the timeout the service has timed
+       * the attempt out (or will), so its result could only be late */
+      int lost = a->hb_timeout_ns && atomic_load(&a->hb_failing) &&
+                 now - atomic_load(&a->hb_ok_ns) > a->hb_timeout_ns;
+      if (s2c || hb || lost) {
         atomic_store(&a->timed_out, 1);
         atomic_store(&a->cancelled, 1);
-        DBX_WARN("worker", "activity %s of %s: %s timeout passed; cancelling the attempt",
-                 a->task->activity_id, a->task->workflow_execution->workflow_id,
-                 s2c ? "start-to-close" : "heartbeat");
+        if (lost && !s2c && !hb)
+          DBX_WARN("worker",
+                   "activity %s of %s: heartbeats have not reached the service for longer than "
+                   "the heartbeat timeout; cancelling the attempt (its result will not be reported)",
+                   a->task->activity_id, a->task->workflow_execution->workflow_id);
+        else
+          DBX_WARN("worker", "activity %s of %s: %s timeout passed; cancelling the attempt",
+                   a->task->activity_id, a->task->workflow_execution->workflow_id,
+                   s2c ? "start-to-close" : "heartbeat");
       }
     }
     struct timespec ts;
