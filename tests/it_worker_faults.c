@@ -10,7 +10,11 @@
  * - heartbeats that cannot reach the service (it is stopped) for longer
  *   than the heartbeat timeout cancel the attempt in the worker, and its
  *   late result is never reported: after the restart the service times the
- *   attempt out (t.Hb, activity t.hbloop). */
+ *   attempt out (t.Hb, activity t.hbloop);
+ * - a terminated workflow whose activity keeps failing (retry every 1 s)
+ *   leaves no retry: the activity runs no more after the termination is
+ *   acknowledged, and no activity task is delivered, before or after a
+ *   service restart (t.Retry, activity t.failing). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +37,7 @@ static int g_port;
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
 static int g_hb_running, g_hb_cancelled, g_hb_returned;
+static int g_fail_calls; /* t.failing runs (g_mu) */
 static dbx_client *g_c;
 static char g_addr[64];
 
@@ -119,6 +124,45 @@ static dbx_err act_hbloop(dbx_act *a, const char *in, size_t len, dbx_act_result
 
 static const dbx_activity_type at_hbloop = {"t.hbloop", DBX_SAFE_TO_RETRY, act_hbloop, NULL};
 
+/* ------------------------------------------------------------ t.Retry */
+
+static void *retry_create(dbx_wf *wf, const char *json, size_t len) {
+  (void)json, (void)len;
+  dbx_activity_opts o = {0};
+  o.start_to_close_ms = 10000;
+  o.initial_interval_ms = 1000;
+  o.maximum_attempts = 0; /* unlimited */
+  assert_int_equal(dbx_wf_schedule_activity(wf, "t.failing", "{}", &o), 1);
+  return calloc(1, 1);
+}
+
+static void retry_on_activity(void *st, dbx_wf *wf, int64_t seq, const dbx_act_outcome *o) {
+  (void)st, (void)seq, (void)o;
+  dbx_wf_fail(wf, "Unexpected", "the activity should retry forever");
+}
+
+static const dbx_workflow_type wf_retry = {"t.Retry", retry_create, retry_on_activity, NULL, NULL, NULL, NULL, free};
+
+static dbx_err act_failing(dbx_act *a, const char *in, size_t len, dbx_act_result *res, void *ud) {
+  (void)a, (void)in, (void)len, (void)ud;
+  pthread_mutex_lock(&g_mu);
+  g_fail_calls++;
+  pthread_cond_broadcast(&g_cv);
+  pthread_mutex_unlock(&g_mu);
+  res->failure_type = dbx_strdup("Flaky");
+  res->failure_message = dbx_strdup("fails every time (retryable)");
+  return DBX_OK;
+}
+
+static const dbx_activity_type at_failing = {"t.failing", DBX_SAFE_TO_RETRY, act_failing, NULL};
+
+static int fail_calls(void) {
+  pthread_mutex_lock(&g_mu);
+  int n = g_fail_calls;
+  pthread_mutex_unlock(&g_mu);
+  return n;
+}
+
 /* ------------------------------------------------------------ helpers */
 
 static void service_start(int port) {
@@ -131,6 +175,24 @@ static void service_start(int port) {
   char *err = NULL;
   if (dbx_service_start(&o, &g_svc, &err) != DBX_OK) fail_msg("service: %s", err ? err : "?");
   g_port = dbx_service_port(g_svc);
+}
+
+/* After a restart the test client's channel may still be in gRPC's
+ * reconnect backoff (calls fail UNAVAILABLE at once): retry a cheap call
+ * until it answers. There is no readiness signal to wait on instead. */
+static void client_wait_ready(void) {
+  int64_t deadline = dbx_mono_ns() + 60LL * 1000000000LL;
+  for (;;) {
+    GetSystemInfoRequest rq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__GET_SYSTEM_INFO_REQUEST);
+    ProtobufCMessage *rs = NULL;
+    dbx_err rc = dbx_client_call(g_c, "GetSystemInfo", &rq.base, &GetSystemInfoResponse__D, 5000, NULL,
+                                 &rs, NULL);
+    dbx_client_msg_free(rs);
+    if (rc == DBX_OK) return;
+    if (dbx_mono_ns() > deadline) fail_msg("service unreachable after restart: %s", dbx_strerror(rc));
+    struct timespec ts = {0, 100000000};
+    nanosleep(&ts, NULL);
+  }
 }
 
 static dbx_worker *worker_start(const char *tq, const char *dir, size_t max_msg) {
@@ -148,6 +210,8 @@ static dbx_worker *worker_start(const char *tq, const char *dir, size_t max_msg)
   assert_int_equal(dbx_worker_register_workflow(w, &wf_big), DBX_OK);
   assert_int_equal(dbx_worker_register_workflow(w, &wf_hb), DBX_OK);
   assert_int_equal(dbx_worker_register_activity(w, &at_hbloop), DBX_OK);
+  assert_int_equal(dbx_worker_register_workflow(w, &wf_retry), DBX_OK);
+  assert_int_equal(dbx_worker_register_activity(w, &at_failing), DBX_OK);
   assert_int_equal(dbx_worker_start(w), DBX_OK);
   return w;
 }
@@ -299,6 +363,7 @@ static void test_worker_faults_heartbeat_lost_cancels_attempt(void **st) {
     fail_msg("the attempt was not cancelled while its heartbeats failed");
   assert_true(flag_wait(&g_hb_returned, 5000)); /* its late result exists */
   service_start(port);
+  client_wait_ready();
   HistoryEvent *e = wait_events("wf-hb", rid, ET(WORKFLOW_EXECUTION_COMPLETED), 1);
   char *res = dbx_payloads_to_json(e->workflow_execution_completed_event_attributes->result);
   assert_string_equal(res, "\"timed_out\"");
@@ -318,6 +383,78 @@ static void test_worker_faults_heartbeat_lost_cancels_attempt(void **st) {
     }
   dbx_client_history_cleanup(&h);
   dbx_worker_stop(w, 0);
+  dbx_worker_destroy(w);
+  free(rid);
+  dbx_test_rmrf(dir);
+  free(dir);
+}
+
+/* PollActivityTaskQueue on tq with a client deadline of ms: 1 when a task
+ * was delivered (its token is non-empty). */
+static int activity_delivered(const char *tq, int64_t ms) {
+  PollActivityTaskQueueRequest rq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__POLL_ACTIVITY_TASK_QUEUE_REQUEST);
+  TaskQueue q = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
+  q.name = (char *)tq;
+  rq.namespace_ = "default";
+  rq.task_queue = &q;
+  rq.identity = "it-probe";
+  PollActivityTaskQueueResponse *t = NULL;
+  char *err = NULL;
+  dbx_err rc = dbx_client_call(g_c, "PollActivityTaskQueue", &rq.base, &PollActivityTaskQueueResponse__D, ms,
+                               NULL, (ProtobufCMessage **)&t, &err);
+  if (rc != DBX_OK && rc != DBX_ETIMEDOUT) fail_msg("activity poll: %s", err ? err : dbx_strerror(rc));
+  int got = rc == DBX_OK && t->task_token.len > 0;
+  if (got) fprintf(stderr, "delivered: activity %s attempt %d\n", t->activity_id, t->attempt);
+  dbx_client_msg_free(t);
+  free(err);
+  return got;
+}
+
+static void test_worker_faults_terminated_workflow_leaves_no_retry(void **st) {
+  (void)st;
+  char *dir = dbx_test_tmpdir("itwf-wrk");
+  dbx_worker *w = worker_start("retry", dir, 0);
+  char *rid = start_type("wf-retry", "t.Retry", "retry", "{}");
+  pthread_mutex_lock(&g_mu);
+  while (g_fail_calls < 2) pthread_cond_wait(&g_cv, &g_mu); /* failed, retried, failed */
+  pthread_mutex_unlock(&g_mu);
+  char *err = NULL;
+  assert_int_equal(dbx_client_terminate(g_c, "wf-retry", rid, "test", NULL, &err), DBX_OK);
+  int at_ack = fail_calls();
+  /* A window longer than the next two backoffs (1 s, 2 s): the history must
+   * stay as the termination left it, and the worker must not run it again. */
+  dbx_client_history h = {0};
+  assert_int_equal(dbx_client_get_history(g_c, "wf-retry", rid, NULL, &h, NULL), DBX_OK);
+  assert_true(h.n > 0);
+  assert_int_equal(h.events[h.n - 1]->event_type, ET(WORKFLOW_EXECUTION_TERMINATED));
+  int64_t last_id = h.events[h.n - 1]->event_id;
+  dbx_client_history_cleanup(&h);
+  int64_t until = dbx_mono_ns() + 3500LL * 1000000;
+  while (dbx_mono_ns() < until) {
+    dbx_client_history f = {0};
+    dbx_client_history_opts ho = {0};
+    ho.wait_new_event = 1;
+    ho.timeout_ms = 1000;
+    assert_int_equal(dbx_client_get_history(g_c, "wf-retry", rid, &ho, &f, NULL), DBX_OK);
+    for (size_t i = 0; i < f.n; i++) assert_true(f.events[i]->event_id <= last_id);
+    dbx_client_history_cleanup(&f);
+  }
+  dbx_worker_stop(w, 5000);
+  int after = fail_calls();
+  assert_true(after <= at_ack + 1); /* only an attempt that was already running */
+  /* No activity task is delivered now, nor after a restart (nothing re-armed). */
+  assert_int_equal(activity_delivered("retry", 2500), 0);
+  int port = g_port;
+  dbx_service_stop(g_svc);
+  g_svc = NULL;
+  service_start(port);
+  client_wait_ready();
+  assert_int_equal(activity_delivered("retry", 3000), 0);
+  DescribeWorkflowExecutionResponse *d = NULL;
+  assert_int_equal(dbx_client_describe(g_c, "wf-retry", rid, &d, NULL), DBX_OK);
+  assert_int_equal(d->workflow_execution_info->status, WS(TERMINATED));
+  dbx_client_msg_free(&d->base);
+  assert_int_equal(fail_calls(), after);
   dbx_worker_destroy(w);
   free(rid);
   dbx_test_rmrf(dir);
@@ -351,6 +488,7 @@ int main(void) {
       cmocka_unit_test(test_worker_faults_completion_over_service_limit),
       cmocka_unit_test(test_worker_faults_completion_over_configured_limit),
       cmocka_unit_test(test_worker_faults_heartbeat_lost_cancels_attempt),
+      cmocka_unit_test(test_worker_faults_terminated_workflow_leaves_no_retry),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -312,7 +312,10 @@ dbx_err dbx_wstore_journal_result(dbx_wstore *s, const char *ns, const char *wor
 }
 
 int dbx_journal_stale(const dbx_journal_entry *e, int32_t attempt) {
-  return e && e->state == DBX_JOURNAL_DONE && e->attempt != attempt;
+  /* a reported failure is followed by the next attempt as a matter of course;
+   * a reported success ends the activity, so a success of another attempt was
+   * never accepted */
+  return e && e->state == DBX_JOURNAL_DONE && !e->result.failure_type && e->attempt != attempt;
 }
 
 dbx_journal_decision dbx_journal_decide(const dbx_journal_entry *e, dbx_retry_class rc,

@@ -75,9 +75,10 @@ void dbx_journal_entry_cleanup(dbx_journal_entry *e);
 typedef enum { DBX_JOURNAL_RUN = 0, DBX_JOURNAL_REPORT, DBX_JOURNAL_OUTCOME_UNKNOWN } dbx_journal_decision;
 dbx_journal_decision dbx_journal_decide(const dbx_journal_entry *e, dbx_retry_class rc,
                                         int32_t attempt);
-/* 1 when e holds a result journaled by another attempt than the delivered
- * one: that attempt closed (timed out) first, so the result is discarded
- * (the caller logs one warning). Pure. */
+/* 1 when e holds a success journaled by another attempt than the delivered
+ * one: that attempt closed (timed out) before its success was accepted, so
+ * the result is discarded (the caller logs one warning). A failure of an
+ * earlier attempt is the ordinary retry and not stale. Pure. */
 int dbx_journal_stale(const dbx_journal_entry *e, int32_t attempt);
 
 /* ---- bindings and checkpoints: key -> value strings */
