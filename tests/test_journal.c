@@ -119,11 +119,44 @@ static void test_journal_history_and_bindings_persist(void **st) {
   free(dir);
 }
 
+/* A history handed over again (as at every workflow task) keeps the recorded
+ * events and adds only the new ids. */
+static void test_journal_history_put_appends_new_events_only(void **st) {
+  (void)st;
+  char *dir = dbx_test_tmpdir("journal");
+  dbx_wstore *s = NULL;
+  assert_int_equal(dbx_wstore_open(dir, 1, &s, NULL), DBX_OK);
+  HistoryEvent *a[3], *b[5];
+  for (int i = 0; i < 3; i++) a[i] = mk_event(i + 1, ET(WORKFLOW_TASK_SCHEDULED));
+  for (int i = 0; i < 5; i++) b[i] = mk_event(i + 1, ET(ACTIVITY_TASK_STARTED));
+  assert_int_equal(dbx_wstore_history_put(s, "ns", "wf", "r1", a, 3), DBX_OK);
+  assert_int_equal(dbx_wstore_history_put(s, "ns", "wf", "r1", b, 5), DBX_OK);
+  HistoryEvent **got = NULL;
+  size_t n = 0;
+  char *rid = NULL;
+  assert_int_equal(dbx_wstore_history_load(s, "ns", "wf", NULL, &got, &n, &rid), DBX_OK);
+  assert_string_equal(rid, "r1");
+  assert_int_equal(n, 5);
+  for (size_t i = 0; i < n; i++) {
+    assert_int_equal(got[i]->event_id, (int64_t)i + 1);
+    assert_int_equal(got[i]->event_type,
+                     i < 3 ? ET(WORKFLOW_TASK_SCHEDULED) : ET(ACTIVITY_TASK_STARTED));
+  }
+  dbx_wstore_history_free(got, n);
+  free(rid);
+  for (int i = 0; i < 3; i++) protobuf_c_message_free_unpacked(&a[i]->base, NULL);
+  for (int i = 0; i < 5; i++) protobuf_c_message_free_unpacked(&b[i]->base, NULL);
+  dbx_wstore_close(s);
+  dbx_test_rmrf(dir);
+  free(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_journal_started_then_redelivered_is_outcome_unknown),
       cmocka_unit_test(test_journal_result_redelivered_reports_it_and_persists),
       cmocka_unit_test(test_journal_history_and_bindings_persist),
+      cmocka_unit_test(test_journal_history_put_appends_new_events_only),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

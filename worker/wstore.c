@@ -96,6 +96,13 @@ static dbx_err hist_put_fn(dbx_txn *t, void *arg) {
     be64(id, h->events[i]->event_id);
     size_t kl = make_key(key, h->ns, h->wid, h->rid, id, 8);
     if (!kl) return DBX_EINVAL;
+    /* A run's events never change once recorded: the worker is handed the
+     * whole history at every workflow task, so only new ids are written
+     * (rewriting them all made each task O(history) in packing and pages). */
+    dbx_val have;
+    rc = dbx_store_get(t, h->s->history, key, kl, &have);
+    if (rc == DBX_OK) continue;
+    if (rc != DBX_ENOTFOUND) return rc;
     size_t len = protobuf_c_message_get_packed_size(&h->events[i]->base);
     uint8_t *buf = malloc(len ? len : 1);
     if (!buf) return DBX_ENOMEM;
@@ -106,6 +113,11 @@ static dbx_err hist_put_fn(dbx_txn *t, void *arg) {
   }
   size_t kl = make_key(key, h->ns, h->wid, NULL, NULL, 0);
   if (!kl) return DBX_EINVAL;
+  dbx_val cur;
+  rc = dbx_store_get(t, h->s->runs, key, kl, &cur);
+  if (rc == DBX_OK && cur.size == strlen(h->rid) && memcmp(cur.data, h->rid, cur.size) == 0)
+    return DBX_OK;
+  if (rc != DBX_OK && rc != DBX_ENOTFOUND) return rc;
   return dbx_store_put(t, h->s->runs, key, kl, h->rid, strlen(h->rid));
 }
 

@@ -31,7 +31,9 @@ dbx_err dbx_wstore_open(const char *dir, int no_sync, dbx_wstore **out, char **e
 void dbx_wstore_close(dbx_wstore *s); /* accepts NULL */
 
 /* ---- history */
-/* Record events (borrowed) of one run; existing event ids are overwritten.
+/* Record events (borrowed) of one run; event ids already recorded for the
+ * run are kept as they are (a run's history is append-only), only new ones
+ * are written.
  * Also records run_id as the workflow's latest run. */
 dbx_err dbx_wstore_history_put(dbx_wstore *s, const char *ns, const char *workflow_id,
                                const char *run_id, HistoryEvent *const *events, size_t n);
