@@ -722,6 +722,15 @@ static void test_local_detached_lost_supervisor(void **state) {
   }
   free(p);
   assert_true(sup > 1);
+  for (int i = 0; i < 1000; i++) { /* until the command itself runs */
+    uint8_t *data = NULL;
+    size_t len = 0;
+    dbx_err rc = dbx_local_file_read(f->d, "ls", "l.pid", 0, &data, &len);
+    free(data);
+    if (rc == DBX_OK && len > 0) break;
+    struct timespec ts = {0, 10 * 1000000};
+    nanosleep(&ts, NULL);
+  }
   assert_int_equal(kill((pid_t)sup, SIGKILL), 0);
   st = wait_cmd(f->d, "ls", "l");
   assert_int_equal(st.state, DBX_LOCAL_CMD_LOST);

@@ -65,6 +65,7 @@ static dbx_err run(const dbx_activity_type *t, struct dbx_act *a, const char *js
     a->activity_id = aid;
   }
   dbx_err rc = t->run(a, json, strlen(json), res, t->ud);
+  if (a->activity_id != saved) dbx_fake_act_cleanup(a); /* only retry tests read heartbeats */
   a->activity_id = saved;
   if (out) *out = res->result_json ? cJSON_Parse(res->result_json) : NULL;
   return rc;
