@@ -12,6 +12,9 @@
  * RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS from the workspace root, so the
  * kernel refuses escapes at open time (no check-then-use gap); where openat2
  * is missing, a component walk with O_NOFOLLOW refuses every symlink.
+ * Detached commands (dbx_local_exec_start) run under a supervisor: this same
+ * executable re-executed with a marker argument that a constructor catches
+ * before main; its state lives in files (see "detached commands" below).
  * Threading: the handle is immutable after setup; error text is kept per
  * thread (see dbx_local_errmsg). */
 #define _GNU_SOURCE

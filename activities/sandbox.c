@@ -13,6 +13,11 @@
  * bytes (redaction) before UTF-8 checking or base64, so no form of the value
  * reaches the result. The list is wiped and freed before returning.
  *
+ * sandbox.exec runs its command detached (local.h "detached commands") under
+ * an id derived from workflow, run and activity ids, heartbeating
+ * {cmd_id, stdout_offset, stderr_offset}; a retried attempt re-attaches to
+ * the running or finished command instead of starting it again.
+ *
  * Threading: g_local is written by init/shutdown only (before/after the
  * worker runs); the driver handle is then read-only and thread-safe. */
 #include "activities/sandbox.h"
