@@ -142,6 +142,24 @@ int job_reply(job *j, const ProtobufCMessage *m) {
   return 0;
 }
 
+int job_reply_field(job *j, const ProtobufCMessage *m, uint32_t field, const uint8_t *body, size_t body_len) {
+  size_t n = protobuf_c_message_get_packed_size(m);
+  free(j->reply);
+  j->reply = malloc(n + 20 + body_len);
+  if (j->reply == NULL) {
+    j->reply_len = 0;
+    job_fail(j, DBX_GRPC_RESOURCE_EXHAUSTED, "out of memory packing the reply");
+    return -1;
+  }
+  protobuf_c_message_pack(m, j->reply);
+  n += pb_varint(j->reply + n, ((uint64_t)field << 3) | 2);
+  n += pb_varint(j->reply + n, body_len);
+  if (body_len) memcpy(j->reply + n, body, body_len);
+  j->reply_len = n + body_len;
+  j->status = DBX_GRPC_OK;
+  return 0;
+}
+
 static void job_answer(job *j) {
   if (j->call) {
     if (j->status == DBX_GRPC_OK)
@@ -240,7 +258,7 @@ typedef struct {
   int timers_fired;
 } batch;
 
-static void wake_parked(dbx_service *s, int kind, const char *key, size_t klen, int max, job **ready);
+static int wake_parked(dbx_service *s, int kind, const char *key, size_t klen, int max, job **ready);
 
 /* Run one job in its own child transaction. Returns a store error that must
  * abort the whole batch, else DBX_OK (a rejected job leaves nothing). */
@@ -278,11 +296,15 @@ static job *take_woken(ectx *c) {
   for (note *n = c->notes; n; n = n->next) {
     if (n->consumed || n->key == NULL) continue;
     if (n->kind == NOTE_TASK) {
-      wake_parked(c->svc, PARK_POLL, n->key, n->len, 1, &woken);
-      n->consumed = 1;
-    } else if (n->kind == NOTE_RUN) {
+      /* Consumed only when a parked poller took it on: a poll of this very
+       * batch that found the queue empty parks after the commit and must still
+       * be woken then (apply_after_commit). */
+      if (wake_parked(c->svc, PARK_POLL, n->key, n->len, 1, &woken) > 0) n->consumed = 1;
+    } else if (n->kind == NOTE_RUN && !n->waiters_joined) {
+      /* history waiters parked before this batch join it; the note stays for
+       * the ones that park during it */
       wake_parked(c->svc, PARK_HISTORY, n->key, n->len, -1, &woken);
-      n->consumed = 1;
+      n->waiters_joined = 1;
     }
   }
   return woken;
@@ -351,7 +373,10 @@ static void park(dbx_service *s, job *j) {
 
 /* Move parked jobs whose key matches into *ready (to run again now), at most
  * max of them (-1 = all). */
-static void wake_parked(dbx_service *s, int kind, const char *key, size_t klen, int max, job **ready) {
+/* Move up to max (-1 = all) parked jobs of this kind and key into *ready.
+ * Returns how many moved. */
+static int wake_parked(dbx_service *s, int kind, const char *key, size_t klen, int max, job **ready) {
+  int moved = 0;
   job **pp = &s->parked;
   while (*pp && max != 0) {
     job *j = *pp;
@@ -362,11 +387,13 @@ static void wake_parked(dbx_service *s, int kind, const char *key, size_t klen, 
       *pp = j->next;
       j->next = *ready;
       *ready = j;
+      moved++;
       if (max > 0) max--;
     } else {
       pp = &j->next;
     }
   }
+  return moved;
 }
 
 static query *query_by_id(dbx_service *s, uint64_t id) {
@@ -410,13 +437,13 @@ static void apply_after_commit(dbx_service *s, batch *b, job **ready) {
     case NOTE_TASK:
       /* one note per enqueued task: wake one poller for it, not every poller
        * of the queue (the others would only find nothing and park again) */
-      if (n->key) wake_parked(s, PARK_POLL, n->key, n->len, 1, ready);
+      if (n->key && !n->consumed) wake_parked(s, PARK_POLL, n->key, n->len, 1, ready);
       break;
     case NOTE_QUEUE:
       if (n->key) wake_parked(s, PARK_POLL, n->key, n->len, -1, ready);
       break;
     case NOTE_RUN:
-      if (n->key && !n->consumed) wake_parked(s, PARK_HISTORY, n->key, n->len, -1, ready);
+      if (n->key) wake_parked(s, PARK_HISTORY, n->key, n->len, -1, ready);
       break;
     case NOTE_QUERY_NEW:
       if (n->q) {
@@ -544,7 +571,7 @@ static void *engine_main(void *arg) {
   for (;;) {
     pthread_mutex_lock(&s->mu);
     for (;;) {
-      if (s->stopping || s->incoming || s->wake || ready) break;
+      if (s->stopping || (!s->test_hold && (s->incoming || s->wake || ready))) break;
       int64_t now_mono = dbx_mono_ns();
       int64_t park_next = expire_parked(s, now_mono, 0);
       int64_t wait_ns = INT64_MAX;
@@ -773,6 +800,21 @@ fail:
   pthread_cond_destroy(&s->cond);
   free(s);
   return rc;
+}
+
+void dbx_service_test_hold(dbx_service *s, int hold) {
+  pthread_mutex_lock(&s->mu);
+  s->test_hold = hold;
+  pthread_cond_signal(&s->cond);
+  pthread_mutex_unlock(&s->mu);
+}
+
+int dbx_service_test_queued(dbx_service *s) {
+  int n = 0;
+  pthread_mutex_lock(&s->mu);
+  for (job *j = s->incoming; j; j = j->next) n++;
+  pthread_mutex_unlock(&s->mu);
+  return n;
 }
 
 int dbx_service_port(const dbx_service *s) { return s ? dbx_rpc_server_port(s->rpc) : 0; }
