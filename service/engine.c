@@ -12,7 +12,9 @@
  * that was acknowledged.
  * Threading: on_call/on_cancel run on the rpc thread and touch only the
  * incoming queue under svc->mu; everything else is engine-thread only. */
+#define _XOPEN_SOURCE 700 /* nftw */
 #include <errno.h>
+#include <ftw.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -687,11 +689,17 @@ int dbx_service_opts_dynamic_config(dbx_service_opts *o, const char *key, const 
   return 0;
 }
 
-static int rmrf(const char *path) {
-  char *cmd = dbx_asprintf("rm -rf '%s'", path);
-  int r = cmd ? system(cmd) : -1;
-  free(cmd);
-  return r;
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb;
+  (void)flag;
+  (void)ftw;
+  remove(path);
+  return 0;
+}
+
+/* Remove the temporary store directory (only ever one this process made). */
+static void rmrf(const char *path) {
+  if (path) nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 dbx_err dbx_service_start(const dbx_service_opts *o, dbx_service **out, char **errmsg) {
