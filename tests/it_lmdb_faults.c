@@ -11,7 +11,7 @@
  * - the disk filling up (a 2 MiB tmpfs): writes fail with a retryable
  *   status that says the storage is full, reads go on, and after space is
  *   freed new writes succeed and every acknowledged event is intact.
- * Stale readers are this binary run again as `it_lmdb_faults --stale-reader
+ * Stale readers are this binary (argv[0]) run again as `it_lmdb_faults --stale-reader
  * DIR MAP_BYTES read|hold` (a fresh process that opens the store through
  * store/, never a handle inherited across fork). */
 #define _GNU_SOURCE
@@ -39,6 +39,8 @@ extern char **environ;
 #define NS "default"
 #define CALL_MS 10000
 #define N_READERS 200
+
+static char g_self[4096]; /* this test binary (argv[0], resolved): /proc/self/exe is valgrind's under valgrind */
 
 /* ------------------------------------------------------------ helpers */
 
@@ -246,7 +248,7 @@ static void readers_spawn(const char *db, size_t map, const char *mode, pid_t *p
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
   for (int i = 0; i < n; i++) {
-    int rc = posix_spawn(&pids[i], "/proc/self/exe", &fa, NULL, argv, environ);
+    int rc = posix_spawn(&pids[i], g_self, &fa, NULL, argv, environ);
     if (rc != 0) fail_msg("posix_spawn: %s", strerror(rc));
   }
   posix_spawn_file_actions_destroy(&fa);
@@ -492,6 +494,7 @@ static int group_teardown(void **state) {
 int main(int argc, char **argv) {
   if (argc == 5 && strcmp(argv[1], "--stale-reader") == 0)
     return stale_reader_main(argv[2], argv[3], argv[4]);
+  if (realpath(argv[0], g_self) == NULL) snprintf(g_self, sizeof g_self, "/proc/self/exe");
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lmdb_faults_tiny_map_grows_then_full),
       cmocka_unit_test(test_lmdb_faults_dead_readers_live_service),

@@ -340,7 +340,8 @@ dbx_journal_decision dbx_journal_decide(const dbx_journal_entry *e, dbx_retry_cl
   if (!e || e->state == DBX_JOURNAL_NONE) return DBX_JOURNAL_RUN;
   if (e->state == DBX_JOURNAL_DONE) {
     if (e->attempt == attempt) return DBX_JOURNAL_REPORT; /* still this attempt's: report it */
-    /* stale: its attempt closed (timed out) before the result was reported */
+    /* another attempt's: that attempt is closed (a failure being retried, or
+     * a success that timed out before it was accepted): never report it */
     return rc == DBX_AT_MOST_ONCE ? DBX_JOURNAL_OUTCOME_UNKNOWN : DBX_JOURNAL_RUN;
   }
   return rc == DBX_AT_MOST_ONCE ? DBX_JOURNAL_OUTCOME_UNKNOWN : DBX_JOURNAL_RUN;
