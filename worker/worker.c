@@ -492,11 +492,12 @@ static void *wf_poller(void *arg) {
     dbx_err rc = dbx_client_call(w->client, "PollWorkflowTaskQueue", &rq.base,
                                  &PollWorkflowTaskQueueResponse__D, POLL_TIMEOUT_MS,
                                  w->poll_cancel, (ProtobufCMessage **)&t, &err);
-    if (rc == DBX_ECANCELED || w->stopping) {
+    if (w->stopping) { /* stop() fires poll_cancel only after setting stopping */
       free(err);
       dbx_client_msg_free(t);
       break;
     }
+    /* CANCELLED from the service (it was stopping) is transient like UNAVAILABLE */
     if (rc != DBX_OK) {
       if (rc != DBX_ETIMEDOUT) {
         w->st_poll_err++;
@@ -854,7 +855,7 @@ static void *act_poller(void *arg) {
       pthread_cond_broadcast(&w->cv);
       pthread_mutex_unlock(&w->mu);
       dbx_client_msg_free(t);
-      if (rc == DBX_ECANCELED || w->stopping) {
+      if (w->stopping) { /* a CANCELLED poll otherwise backs off and polls again */
         free(err);
         break;
       }
