@@ -423,6 +423,41 @@ static void test_svc_waiters_in_the_answering_batch_are_woken(void **state) {
   free(run_id);
 }
 
+static void test_svc_terminated_run_has_nothing_pending(void **state) {
+  fixture *f = *state;
+  char *run_id = NULL;
+  start_with(f->ch, "term-pending", "tq-term-pending", 0, 0, &run_id);
+  PollWorkflowTaskQueueResponse *t = dbx_svct_wft_poll(f->ch, "tq-term-pending", 5000);
+  assert_true(t->task_token.len > 0);
+  dbx_svct_wft_schedule_activity(f->ch, t->task_token, "1", "tq-term-pending-act", 30, 0);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  TerminateWorkflowExecutionRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__TERMINATE_WORKFLOW_EXECUTION_REQUEST);
+  WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  we.workflow_id = "term-pending";
+  q.namespace_ = "default";
+  q.workflow_execution = &we;
+  q.reason = "test";
+  assert_int_equal(dbx_svct_call(f->ch, "TerminateWorkflowExecution", &q.base, &TerminateWorkflowExecutionResponse__D,
+                                 5000, NULL, NULL),
+                   DBX_GRPC_OK);
+  DescribeWorkflowExecutionRequest d = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__DESCRIBE_WORKFLOW_EXECUTION_REQUEST);
+  d.namespace_ = "default";
+  d.execution = &we;
+  DescribeWorkflowExecutionResponse *r = NULL;
+  assert_int_equal(dbx_svct_call(f->ch, "DescribeWorkflowExecution", &d.base, &DescribeWorkflowExecutionResponse__D,
+                                 5000, (void **)&r, NULL),
+                   DBX_GRPC_OK);
+  assert_int_equal(r->workflow_execution_info->status, WS(TERMINATED));
+  assert_int_equal(r->n_pending_activities, 0);
+  assert_null(r->pending_workflow_task);
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  /* the activity task queued before the termination is stale: never delivered */
+  PollActivityTaskQueueResponse *a = dbx_svct_activity_poll(f->ch, "tq-term-pending-act", 2000);
+  assert_int_equal(a->task_token.len, 0);
+  protobuf_c_message_free_unpacked(&a->base, NULL);
+  free(run_id);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_svc_history_limits_suggest_then_terminate),
@@ -430,6 +465,7 @@ int main(void) {
       cmocka_unit_test(test_svc_workflow_task_timeout_then_attempt_2),
       cmocka_unit_test(test_svc_run_timeout_closes_the_run),
       cmocka_unit_test(test_svc_large_history_in_pages),
+      cmocka_unit_test(test_svc_terminated_run_has_nothing_pending),
       cmocka_unit_test(test_svc_waiters_in_the_answering_batch_are_woken),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
