@@ -20,6 +20,10 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -395,6 +399,29 @@ static void cq_drain_destroy(grpc_completion_queue *cq) {
   grpc_completion_queue_destroy(cq);
 }
 
+/* 1 when something already listens on host:port (a plain bind probe, so the
+ * caller can say why gRPC could not bind). */
+static int port_in_use(const char *host, int port) {
+  if (port <= 0) return 0;
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST | AI_PASSIVE;
+  char ps[16];
+  snprintf(ps, sizeof ps, "%d", port);
+  if (getaddrinfo(host, ps, &hints, &res) != 0 || res == NULL) return 0;
+  int in_use = 0;
+  int fd = socket(res->ai_family, SOCK_STREAM, 0);
+  if (fd >= 0) {
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    in_use = bind(fd, res->ai_addr, res->ai_addrlen) != 0 && errno == EADDRINUSE;
+    close(fd);
+  }
+  freeaddrinfo(res);
+  return in_use;
+}
+
 dbx_err dbx_rpc_server_start(const dbx_rpc_server_opts *o, dbx_rpc_server **out,
                              const char **errmsg_out) {
   const char *dummy;
@@ -436,6 +463,9 @@ dbx_err dbx_rpc_server_start(const dbx_rpc_server_opts *o, dbx_rpc_server **out,
        {.integer = 10000}},
       {GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_TIME_MS, {.integer = 60000}},
       {GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_TIMEOUT_MS, {.integer = 20000}},
+      /* gRPC sets SO_REUSEPORT by default: a second server on the same port would
+       * silently take half the connections. Binding must fail instead. */
+      {GRPC_ARG_INTEGER, GRPC_ARG_ALLOW_REUSEPORT, {.integer = 0}},
   };
   grpc_channel_args args = {sizeof a / sizeof a[0], a};
   s->cq = grpc_completion_queue_create_for_next(NULL);
@@ -456,7 +486,8 @@ dbx_err dbx_rpc_server_start(const dbx_rpc_server_opts *o, dbx_rpc_server **out,
   free(addr);
   if (creds) grpc_server_credentials_release(creds);
   if (s->port <= 0) {
-    *errmsg_out = "cannot bind the server address";
+    *errmsg_out = port_in_use(host, o->port) ? "address already in use (another server is listening there)"
+                                              : "cannot bind the server address";
     grpc_server_destroy(s->srv);
     cq_drain_destroy(s->cq);
     pthread_cond_destroy(&s->cv);

@@ -14,7 +14,9 @@
  * incoming queue under svc->mu; everything else is engine-thread only. */
 #define _XOPEN_SOURCE 700 /* nftw */
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
+#include <sys/file.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -711,6 +713,7 @@ dbx_err dbx_service_start(const dbx_service_opts *o, dbx_service **out, char **e
   s->limits = o->limits;
   s->long_poll_ms = o->long_poll_ms > 0 ? o->long_poll_ms : 60000;
   s->next_timer_wall_ns = INT64_MAX;
+  s->lock_fd = -1;
   pthread_mutex_init(&s->mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -734,6 +737,32 @@ dbx_err dbx_service_start(const dbx_service_opts *o, dbx_service **out, char **e
   if (s->db_path == NULL) {
     rc = DBX_ENOMEM;
     goto fail;
+  }
+  /* One service per store: a second one on the same directory would run a
+   * second engine over the same runs and task queues. */
+  mkdir(s->db_path, 0700);
+  char *lock_path = dbx_asprintf("%s/service.lock", s->db_path);
+  s->lock_fd = lock_path ? open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600) : -1;
+  free(lock_path);
+  if (s->lock_fd < 0) {
+    msg = dbx_asprintf("cannot open the store at %s: %s", s->db_path, strerror(errno));
+    rc = DBX_ESTORE;
+    goto fail;
+  }
+  if (flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    char pid[32] = "";
+    ssize_t n = pread(s->lock_fd, pid, sizeof pid - 1, 0);
+    pid[n > 0 ? n : 0] = '\0';
+    pid[strcspn(pid, "\n")] = '\0';
+    msg = dbx_asprintf("the store at %s is in use by another durabox service%s%s%s", s->db_path,
+                       pid[0] ? " (pid " : "", pid, pid[0] ? ")" : "");
+    rc = DBX_ESTORE;
+    goto fail;
+  }
+  if (ftruncate(s->lock_fd, 0) == 0) {
+    char pid[32];
+    int pl = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (pwrite(s->lock_fd, pid, (size_t)pl, 0) < 0) { /* informational only */ }
   }
   dbx_store_opts so = {.path = s->db_path,
                        .no_sync = o->no_sync,
@@ -797,6 +826,7 @@ fail:
   if (errmsg) *errmsg = msg ? msg : dbx_strdup(dbx_strerror(rc));
   else free(msg);
   dbx_store_close(s->store);
+  if (s->lock_fd >= 0) close(s->lock_fd);
   if (s->tmp_db && s->db_path) rmrf(s->db_path);
   free(s->db_path);
   for (size_t i = 0; i < s->n_namespaces; i++) {
@@ -836,6 +866,7 @@ void dbx_service_stop(dbx_service *s) {
   pthread_join(s->thread, NULL);
   dbx_rpc_server_destroy(s->rpc); /* new calls meanwhile were refused by on_call */
   dbx_store_close(s->store);
+  if (s->lock_fd >= 0) close(s->lock_fd);
   if (s->tmp_db) rmrf(s->db_path);
   free(s->db_path);
   for (size_t i = 0; i < s->n_namespaces; i++) {

@@ -96,6 +96,7 @@ struct dbx_service {
   dbx_service_opts opts;
   char *db_path;
   int tmp_db;
+  int lock_fd;                  /* flock on <db>/service.lock: one service per store */
   dbx_store *store;
   dbx_table t_runs, t_execs, t_history, t_tasks, t_timers, t_meta, t_requests;
   dbx_rpc_server *rpc;

@@ -458,6 +458,39 @@ static void test_svc_terminated_run_has_nothing_pending(void **state) {
   free(run_id);
 }
 
+static void test_svc_one_service_per_store_and_port(void **state) {
+  fixture *f = *state;
+  dbx_service_opts o;
+  dbx_service_opts_init(&o);
+  o.no_sync = 1;
+  /* the same port as the running service: binding must fail, not share it */
+  o.port = dbx_service_port(f->svc);
+  dbx_service *second = NULL;
+  char *err = NULL;
+  assert_int_equal(dbx_service_start(&o, &second, &err), DBX_EIO);
+  assert_non_null(err);
+  assert_non_null(strstr(err, "already in use"));
+  free(err);
+  err = NULL;
+  /* two services on one store directory: the second is refused */
+  char *dir = dbx_test_tmpdir("it-svc-lock");
+  o.port = 0;
+  o.db_path = dir;
+  dbx_service *a = NULL, *b = NULL;
+  assert_int_equal(dbx_service_start(&o, &a, &err), DBX_OK);
+  assert_int_equal(dbx_service_start(&o, &b, &err), DBX_ESTORE);
+  assert_non_null(err);
+  assert_non_null(strstr(err, "in use by another durabox service"));
+  free(err);
+  err = NULL;
+  dbx_service_stop(a);
+  /* once the first stops, the store opens again */
+  assert_int_equal(dbx_service_start(&o, &b, &err), DBX_OK);
+  dbx_service_stop(b);
+  dbx_test_rmrf(dir);
+  free(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_svc_history_limits_suggest_then_terminate),
@@ -466,6 +499,7 @@ int main(void) {
       cmocka_unit_test(test_svc_run_timeout_closes_the_run),
       cmocka_unit_test(test_svc_large_history_in_pages),
       cmocka_unit_test(test_svc_terminated_run_has_nothing_pending),
+      cmocka_unit_test(test_svc_one_service_per_store_and_port),
       cmocka_unit_test(test_svc_waiters_in_the_answering_batch_are_woken),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
