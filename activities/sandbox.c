@@ -560,7 +560,9 @@ static dbx_err exec_detached(dbx_act *a, const char *id, const dbx_local_exec_op
              "{\"cmd_id\":\"%s\",\"stdout_offset\":%llu,\"stderr_offset\":%llu}", cmd_id,
              (unsigned long long)st.stdout_size, (unsigned long long)st.stderr_size);
     if (dbx_act_heartbeat(a, details)) {
-      dbx_local_exec_kill(g_local, id, cmd_id);
+      /* the worker stopping is no reason to lose the command: it runs on
+       * under its supervisor and the next attempt re-attaches to it */
+      if (!dbx_act_worker_stopping(a)) dbx_local_exec_kill(g_local, id, cmd_id);
       return DBX_ECANCELED;
     }
     struct timespec ts = {0, (long)EXEC_POLL_MS * 1000000};

@@ -24,6 +24,7 @@ int dbx_act_heartbeat(dbx_act *a, const char *details_json) {
 
 const char *dbx_act_heartbeat_details(const dbx_act *a) { return a->prev_details; }
 int dbx_act_cancelled(const dbx_act *a) { return a->cancelled; }
+int dbx_act_worker_stopping(const dbx_act *a) { return a->cancelled && a->worker_stopping; }
 int32_t dbx_act_attempt(const dbx_act *a) { return a->attempt; }
 const char *dbx_act_workflow_id(const dbx_act *a) { return a->workflow_id; }
 const char *dbx_act_run_id(const dbx_act *a) { return a->run_id; }

@@ -18,6 +18,7 @@ struct dbx_act {
   const char *activity_id;
   int32_t attempt;
   int cancelled;           /* what dbx_act_cancelled / dbx_act_heartbeat report */
+  int worker_stopping;     /* with cancelled: the cancellation is the worker stopping */
   int64_t remaining_ms;    /* 0 here means "no deadline" (INT64_MAX) */
   const char *prev_details; /* dbx_act_heartbeat_details; borrowed */
   char *last_details;      /* copy of the last heartbeat; free with dbx_fake_act_cleanup */

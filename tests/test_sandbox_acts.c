@@ -652,6 +652,31 @@ static void test_sandbox_acts_exec_cancel_kills_command(void **state) {
   free(id);
 }
 
+static void test_sandbox_acts_exec_worker_stop_leaves_command_running(void **state) {
+  (void)state;
+  char *id = make_sandbox("wf-stop-run", NULL);
+  struct dbx_act a = act_for("wf-stop-run");
+  a.prev_details = "{}";
+  a.cancel_at_heartbeat = 2;
+  a.worker_stopping = 1; /* the cancellation is the worker shutting down */
+  char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"sleep 1; echo done\"}", id);
+  dbx_act_result r;
+  assert_int_equal(run(&dbx_sandbox_exec_type, &a, in, &r, NULL), DBX_ECANCELED);
+  res_cleanup(&r);
+  /* the next worker's attempt re-attaches to the command, which finished normally */
+  a.cancelled = 0;
+  a.cancel_at_heartbeat = 0;
+  a.worker_stopping = 0;
+  a.attempt = 2;
+  cJSON *o = ok(&dbx_sandbox_exec_type, &a, in);
+  assert_int_equal(num(o, "exit_code"), 0);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(o, "stdout")), "done\n");
+  cJSON_Delete(o);
+  dbx_fake_act_cleanup(&a);
+  free(in);
+  free(id);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sandbox_acts_register_all),
@@ -669,6 +694,7 @@ int main(void) {
       cmocka_unit_test(test_sandbox_acts_cancelled_runs_nothing),
       cmocka_unit_test(test_sandbox_acts_exec_retry_reattaches),
       cmocka_unit_test(test_sandbox_acts_exec_cancel_kills_command),
+      cmocka_unit_test(test_sandbox_acts_exec_worker_stop_leaves_command_running),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -136,6 +136,12 @@ int dbx_act_heartbeat(dbx_act *a, const char *details_json);
 /* Details of the last heartbeat of a previous attempt (borrowed JSON), or NULL. */
 const char *dbx_act_heartbeat_details(const dbx_act *a);
 int dbx_act_cancelled(const dbx_act *a);
+/* 1 when the cancellation is this worker stopping (SIGINT/SIGTERM), not a
+ * cancel request, a timeout or lost heartbeats. Work that outlives the worker
+ * (a supervised command) should then be left running and the activity return
+ * DBX_ECANCELED: the worker reports a retryable WorkerShutdown failure and
+ * the next attempt re-attaches. */
+int dbx_act_worker_stopping(const dbx_act *a);
 int32_t dbx_act_attempt(const dbx_act *a);
 const char *dbx_act_workflow_id(const dbx_act *a);
 const char *dbx_act_run_id(const dbx_act *a);

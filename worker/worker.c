@@ -528,6 +528,10 @@ static int64_t dur_ns(const Duration *d) {
 }
 
 int dbx_act_cancelled(const dbx_act *a) { return atomic_load(&a->cancelled); }
+int dbx_act_worker_stopping(const dbx_act *a) {
+  return atomic_load(&a->cancelled) && atomic_load(&a->w->stopping) && !atomic_load(&a->cancel_requested) &&
+         !atomic_load(&a->timed_out) && !atomic_load(&a->abandoned);
+}
 int32_t dbx_act_attempt(const dbx_act *a) { return a->task->attempt; }
 const char *dbx_act_workflow_id(const dbx_act *a) { return a->task->workflow_execution->workflow_id; }
 const char *dbx_act_run_id(const dbx_act *a) { return a->task->workflow_execution->run_id; }
