@@ -64,8 +64,8 @@ static char *input_file(const char *name, const char *text) {
   return p;
 }
 
-/* Run `durabox args...` with DURABOX_HOME set and TEMPORAL_ADDRESS removed
- * unless extra_env sets it. */
+/* Run `durabox args...` with DURABOX_HOME set and TEMPORAL_ADDRESS and
+ * DURABOX_WORKER_DB removed unless extra_env sets them. */
 static int durabox(const char *extra_env, char **out, char **err, ...) {
   char *argv[32];
   int k = 0;
@@ -76,7 +76,7 @@ static int durabox(const char *extra_env, char **out, char **err, ...) {
   while ((a = va_arg(ap, const char *)) != NULL && k < 31) argv[k++] = (char *)a;
   va_end(ap);
   argv[k] = NULL;
-  char *env[] = {g_env_home, "TEMPORAL_ADDRESS", (char *)extra_env, NULL};
+  char *env[] = {g_env_home, "TEMPORAL_ADDRESS", "DURABOX_WORKER_DB", (char *)extra_env, NULL};
   return dbx_svct_proc_run(argv, env, CMD_TIMEOUT_MS, out, err);
 }
 
@@ -163,6 +163,31 @@ static void test_cli_run_bad_or_missing_file_exits_2(void **state) {
   snprintf(missing, sizeof missing, "%s/does-not-exist.json", g_dir);
   assert_int_equal(durabox(NULL, &out, &err, "run", missing, NULL), 2);
   if (strstr(err, missing) == NULL) fail_msg("stderr does not name %s: %s", missing, err);
+  free(out);
+  free(err);
+  free(f);
+}
+
+/* `run` writes the worker store under $DURABOX_HOME; `replay` with the same
+ * DURABOX_HOME and no --db finds the run there. */
+static void test_cli_replay_finds_the_store_run_wrote(void **state) {
+  (void)state;
+  char *f = input_file("replay.json", SCRIPT_OK);
+  char *out = NULL, *err = NULL;
+  int rc = durabox(NULL, &out, &err, "run", f, "--workflow-id", "cli-replay", NULL);
+  if (rc != 0) fail_msg("durabox run exited %d\nstdout:\n%s\nstderr:\n%s", rc, out, err);
+  free(out);
+  free(err);
+  rc = durabox(NULL, &out, &err, "replay", "--workflow-id", "cli-replay", NULL);
+  if (rc != 0) fail_msg("durabox replay exited %d\nstdout:\n%s\nstderr:\n%s", rc, out, err);
+  if (strstr(out, "deterministic: ") == NULL || strstr(out, "cli-replay") == NULL)
+    fail_msg("replay output: %s", out);
+  free(out);
+  free(err);
+  /* approval list reads the same store (it exists, so no "no worker store") */
+  rc = durabox(NULL, &out, &err, "approval", "list", NULL);
+  if (rc != 0) fail_msg("approval list exited %d: %s", rc, err);
+  assert_non_null(strstr(out, "no refused at_most_once calls"));
   free(out);
   free(err);
   free(f);
@@ -326,6 +351,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_cli_run_embedded_script_completes, test_teardown),
       cmocka_unit_test_teardown(test_cli_run_failing_step_exits_1, test_teardown),
       cmocka_unit_test_teardown(test_cli_run_bad_or_missing_file_exits_2, test_teardown),
+      cmocka_unit_test_teardown(test_cli_replay_finds_the_store_run_wrote, test_teardown),
       cmocka_unit_test_teardown(test_cli_workflow_commands_against_dev, test_teardown),
   };
   int rc = cmocka_run_group_tests(tests, setup, teardown);
