@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 void dbx_cli_conn_init(dbx_cli_conn *c) {
   memset(c, 0, sizeof *c);
@@ -55,6 +56,12 @@ int dbx_cli_conn_flag(dbx_cli_conn *c, int argc, char **argv, int *i) {
 char *dbx_cli_read_file(const char *path, size_t *len_out) {
   FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
   if (f == NULL) return NULL;
+  struct stat sb;
+  if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) { /* fopen opens a directory */
+    if (f != stdin) fclose(f);
+    errno = EISDIR;
+    return NULL;
+  }
   size_t cap = 8192, n = 0;
   char *buf = malloc(cap);
   while (buf) {

@@ -6,6 +6,7 @@
  * address it only starts and follows the workflow there (a worker must poll
  * the task queue). Exit status: 0 when the workflow completed and the script
  * says "completed", 1 otherwise. */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -252,7 +253,7 @@ int dbx_cli_run(int argc, char **argv) {
   size_t len = 0;
   char *input = dbx_cli_read_file(file, &len);
   if (input == NULL) {
-    fprintf(stderr, "durabox run: cannot read %s\n", file);
+    fprintf(stderr, "durabox run: cannot read %s: %s\n", file, strerror(errno));
     return 2;
   }
   cJSON *probe = cJSON_ParseWithLength(input, len);

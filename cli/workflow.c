@@ -2,6 +2,7 @@
  * Temporal's workflow commands against any Temporal-compatible service (the
  * embedded one or a Temporal cluster), human output by default, --output json
  * for scripts, exit status 1 when the workflow (or the call) failed. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -377,7 +378,7 @@ int dbx_cli_workflow(int argc, char **argv) {
   if (a.input_file) {
     input = dbx_cli_read_file(a.input_file, NULL);
     if (input == NULL) {
-      fprintf(stderr, "durabox workflow %s: cannot read %s\n", sub, a.input_file);
+      fprintf(stderr, "durabox workflow %s: cannot read %s: %s\n", sub, a.input_file, strerror(errno));
       goto out;
     }
   }

@@ -163,6 +163,13 @@ static void test_cli_run_bad_or_missing_file_exits_2(void **state) {
   snprintf(missing, sizeof missing, "%s/does-not-exist.json", g_dir);
   assert_int_equal(durabox(NULL, &out, &err, "run", missing, NULL), 2);
   if (strstr(err, missing) == NULL) fail_msg("stderr does not name %s: %s", missing, err);
+  if (strstr(err, "No such file or directory") == NULL) fail_msg("no reason in: %s", err);
+  free(out);
+  free(err);
+  /* a directory: fopen succeeds on Linux, the reason must still be given */
+  assert_int_equal(durabox(NULL, &out, &err, "run", g_dir, NULL), 2);
+  if (strstr(err, g_dir) == NULL || strstr(err, "Is a directory") == NULL)
+    fail_msg("stderr does not name %s and 'Is a directory': %s", g_dir, err);
   free(out);
   free(err);
   free(f);
