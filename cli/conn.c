@@ -128,6 +128,17 @@ void dbx_cli_conn_cleanup(dbx_cli_conn *c) {
   c->ca_pem = c->cert_pem = c->key_pem = NULL;
 }
 
-void dbx_cli_report(const char *what, dbx_err e, const char *errmsg) {
+/* Nothing listens at the address: gRPC says UNAVAILABLE with "failed to
+ * connect" / "Connection refused" in its message. */
+static int is_connect_failure(dbx_err e, const char *errmsg) {
+  if (errmsg && (strstr(errmsg, "Connection refused") || strstr(errmsg, "failed to connect") ||
+                 strstr(errmsg, "Failed to connect")))
+    return 1;
+  return e == DBX_EUNAVAILABLE && (errmsg == NULL || strstr(errmsg, "connect") != NULL);
+}
+
+void dbx_cli_report(const char *what, const char *address, dbx_err e, const char *errmsg) {
   fprintf(stderr, "durabox: %s: %s\n", what, errmsg ? errmsg : dbx_strerror(e));
+  if (address && is_connect_failure(e, errmsg))
+    fprintf(stderr, "durabox: is a workflow service running at %s? `durabox dev` starts one\n", address);
 }

@@ -22,8 +22,6 @@
 #include "cli/embed.h"
 #include "rpc/rpc.h"
 
-int dbx_cli_wait_result(dbx_client *c, const char *workflow_id, const char *run_id, int json, int quiet);
-
 typedef struct {
   int64_t sched_id;
   char *type;
@@ -134,7 +132,7 @@ static void live_free(live_view *v) {
 }
 
 /* Follow the run's history until it closes, printing steps. */
-static void follow(dbx_client *c, const char *wfid, const char *run_id) {
+static void follow(dbx_client *c, const char *wfid, const char *run_id, const char *hint_address) {
   live_view v = {0};
   uint8_t *tok = NULL;
   size_t tok_len = 0;
@@ -147,7 +145,7 @@ static void follow(dbx_client *c, const char *wfid, const char *run_id) {
     tok = NULL;
     tok_len = 0;
     if (e != DBX_OK) {
-      dbx_cli_report("following the workflow", e, err);
+      dbx_cli_report("following the workflow", hint_address, e, err);
       free(err);
       dbx_client_history_cleanup(&h);
       break;
@@ -290,6 +288,7 @@ int dbx_cli_run(int argc, char **argv) {
     gen_id = dbx_asprintf("run-%s-%lld", base, (long long)(dbx_wall_ns() / 1000000));
     wfid = gen_id;
   }
+  const char *hint_address = embedded ? NULL : e.address; /* "is a service running there?" */
   dbx_client_opts co;
   dbx_cli_conn_client_opts(&conn, &co);
   co.address = e.address;
@@ -303,13 +302,13 @@ int dbx_cli_run(int argc, char **argv) {
   dbx_client_start_opts so = {.workflow_id = wfid, .workflow_type = type, .task_queue = tq, .input_json = input};
   dbx_err er = dbx_client_start_workflow(c, &so, &run_id, &err);
   if (er != DBX_OK) {
-    dbx_cli_report("starting the workflow", er, err);
+    dbx_cli_report("starting the workflow", hint_address, er, err);
     goto out;
   }
   if (!conn.json) {
     printf("workflow %s (run %s) on %s%s\n", wfid, run_id ? run_id : "", e.address, embedded ? " (embedded)" : "");
     fflush(stdout);
-    follow(c, wfid, run_id);
+    follow(c, wfid, run_id, hint_address);
   }
   /* the result */
   DescribeWorkflowExecutionResponse *d = NULL;
@@ -323,7 +322,7 @@ int dbx_cli_run(int argc, char **argv) {
     dbx_client_history_cleanup(&h);
   }
   if (er != DBX_OK) {
-    dbx_cli_report("waiting for the result", er, e2);
+    dbx_cli_report("waiting for the result", hint_address, er, e2);
     free(e2);
     dbx_client_history_cleanup(&h);
     goto out;

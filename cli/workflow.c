@@ -31,6 +31,7 @@ static void usage(FILE *f) {
 
 typedef struct {
   const char *workflow_id, *run_id, *type, *task_queue, *input, *input_file, *query, *name, *reason;
+  const char *address; /* for dbx_cli_report's hint */
   int follow;
 } wf_args;
 
@@ -123,7 +124,7 @@ static int cmd_show(dbx_client *c, const wf_args *a, int json) {
   char *err = NULL;
   dbx_err e = dbx_client_get_history(c, a->workflow_id, a->run_id, NULL, &h, &err);
   if (e != DBX_OK) {
-    dbx_cli_report("show", e, err);
+    dbx_cli_report("show", a->address, e, err);
     free(err);
     dbx_client_history_cleanup(&h);
     return 1;
@@ -152,7 +153,7 @@ static int cmd_show(dbx_client *c, const wf_args *a, int json) {
     dbx_client_history p = {0};
     e = dbx_client_get_history(c, a->workflow_id, a->run_id, &o, &p, &err);
     if (e != DBX_OK) {
-      dbx_cli_report("show --follow", e, err);
+      dbx_cli_report("show --follow", a->address, e, err);
       free(err);
       dbx_client_history_cleanup(&p);
       free(cur);
@@ -179,8 +180,8 @@ static int cmd_show(dbx_client *c, const wf_args *a, int json) {
 
 /* Wait for the run's close event, following continue-as-new; print the
  * result. Returns the exit status: 0 completed, 1 otherwise. */
-int dbx_cli_wait_result(dbx_client *c, const char *workflow_id, const char *run_id, int json, int quiet);
-int dbx_cli_wait_result(dbx_client *c, const char *workflow_id, const char *run_id, int json, int quiet) {
+static int wait_result(dbx_client *c, const wf_args *a, const char *run_id, int json) {
+  const char *workflow_id = a->workflow_id;
   char *rid = run_id ? strdup(run_id) : NULL;
   for (;;) {
     dbx_client_history_opts o = {.wait_new_event = 1, .close_event_only = 1};
@@ -197,7 +198,7 @@ int dbx_cli_wait_result(dbx_client *c, const char *workflow_id, const char *run_
       free(tok);
       tok = NULL;
       if (e != DBX_OK) {
-        dbx_cli_report("result", e, err);
+        dbx_cli_report("result", a->address, e, err);
         free(err);
         dbx_client_history_cleanup(&h);
         free(rid);
@@ -223,7 +224,7 @@ int dbx_cli_wait_result(dbx_client *c, const char *workflow_id, const char *run_
       print_event(close_ev, 1);
     } else if (close_ev->event_type == ET(WORKFLOW_EXECUTION_COMPLETED)) {
       char *r = dbx_payloads_to_json(close_ev->workflow_execution_completed_event_attributes->result);
-      if (!quiet) printf("%s\n", r ? r : "null");
+      printf("%s\n", r ? r : "null");
       free(r);
     } else {
       char title[96], detail[512];
@@ -243,7 +244,7 @@ static int cmd_describe(dbx_client *c, const wf_args *a, int json) {
   char *err = NULL;
   dbx_err e = dbx_client_describe(c, a->workflow_id, a->run_id, &r, &err);
   if (e != DBX_OK) {
-    dbx_cli_report("describe", e, err);
+    dbx_cli_report("describe", a->address, e, err);
     free(err);
     return 1;
   }
@@ -283,7 +284,7 @@ static int cmd_list(dbx_client *c, const wf_args *a, int json) {
     free(tok);
     tok = NULL;
     if (e != DBX_OK) {
-      dbx_cli_report("list", e, err);
+      dbx_cli_report("list", a->address, e, err);
       free(err);
       return 1;
     }
@@ -361,6 +362,7 @@ int dbx_cli_workflow(int argc, char **argv) {
     return 2;
   }
   if (conn.address == NULL) conn.address = "127.0.0.1:7233";
+  a.address = conn.address;
   if (dbx_cli_conn_load(&conn) != 0) return 2;
   dbx_client_opts co;
   dbx_cli_conn_client_opts(&conn, &co);
@@ -393,7 +395,7 @@ int dbx_cli_workflow(int argc, char **argv) {
     char *run_id = NULL;
     dbx_err e = dbx_client_start_workflow(c, &so, &run_id, &err);
     if (e != DBX_OK) {
-      dbx_cli_report("start", e, err);
+      dbx_cli_report("start", a.address, e, err);
       rc = 1;
       goto out;
     }
@@ -402,7 +404,7 @@ int dbx_cli_workflow(int argc, char **argv) {
     else
       printf("started workflow %s run %s\n", a.workflow_id, run_id ? run_id : "");
     fflush(stdout);
-    rc = strcmp(sub, "execute") == 0 ? dbx_cli_wait_result(c, a.workflow_id, run_id, conn.json, 0) : 0;
+    rc = strcmp(sub, "execute") == 0 ? wait_result(c, &a, run_id, conn.json) : 0;
     free(run_id);
   } else if (strcmp(sub, "show") == 0) {
     rc = cmd_show(c, &a, conn.json);
@@ -411,7 +413,7 @@ int dbx_cli_workflow(int argc, char **argv) {
   } else if (strcmp(sub, "list") == 0) {
     rc = cmd_list(c, &a, conn.json);
   } else if (strcmp(sub, "result") == 0) {
-    rc = dbx_cli_wait_result(c, a.workflow_id, a.run_id, conn.json, 0);
+    rc = wait_result(c, &a, a.run_id, conn.json);
   } else if (strcmp(sub, "signal") == 0) {
     if (a.name == NULL) {
       fprintf(stderr, "durabox workflow signal: --name is required\n");
@@ -419,15 +421,15 @@ int dbx_cli_workflow(int argc, char **argv) {
     }
     dbx_err e = dbx_client_signal(c, a.workflow_id, a.run_id, a.name, in, &err);
     rc = e == DBX_OK ? 0 : 1;
-    if (e != DBX_OK) dbx_cli_report("signal", e, err);
+    if (e != DBX_OK) dbx_cli_report("signal", a.address, e, err);
   } else if (strcmp(sub, "cancel") == 0) {
     dbx_err e = dbx_client_cancel(c, a.workflow_id, a.run_id, a.reason, &err);
     rc = e == DBX_OK ? 0 : 1;
-    if (e != DBX_OK) dbx_cli_report("cancel", e, err);
+    if (e != DBX_OK) dbx_cli_report("cancel", a.address, e, err);
   } else if (strcmp(sub, "terminate") == 0) {
     dbx_err e = dbx_client_terminate(c, a.workflow_id, a.run_id, a.reason, NULL, &err);
     rc = e == DBX_OK ? 0 : 1;
-    if (e != DBX_OK) dbx_cli_report("terminate", e, err);
+    if (e != DBX_OK) dbx_cli_report("terminate", a.address, e, err);
   } else {
     fprintf(stderr, "durabox workflow: unknown command '%s'\n", sub);
     usage(stderr);

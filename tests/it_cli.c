@@ -200,6 +200,21 @@ static void test_cli_replay_finds_the_store_run_wrote(void **state) {
   free(f);
 }
 
+/* Nothing listens at the address: the error says so and names `durabox dev`. */
+static void test_cli_no_service_hint(void **state) {
+  (void)state;
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", dbx_svct_free_port());
+  char *out = NULL, *err = NULL;
+  int rc = durabox(NULL, &out, &err, "workflow", "describe", "--workflow-id", "x", "--address", addr, NULL);
+  assert_int_equal(rc, 1);
+  char hint[160];
+  snprintf(hint, sizeof hint, "is a workflow service running at %s? `durabox dev` starts one", addr);
+  if (strstr(err, hint) == NULL) fail_msg("no hint in: %s", err);
+  free(out);
+  free(err);
+}
+
 static void test_cli_workflow_commands_against_dev(void **state) {
   (void)state;
   char *sdb = dbx_test_tmpdir("itcli-sdb"), *wdb = dbx_test_tmpdir("itcli-wdb");
@@ -359,6 +374,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_cli_run_failing_step_exits_1, test_teardown),
       cmocka_unit_test_teardown(test_cli_run_bad_or_missing_file_exits_2, test_teardown),
       cmocka_unit_test_teardown(test_cli_replay_finds_the_store_run_wrote, test_teardown),
+      cmocka_unit_test_teardown(test_cli_no_service_hint, test_teardown),
       cmocka_unit_test_teardown(test_cli_workflow_commands_against_dev, test_teardown),
   };
   int rc = cmocka_run_group_tests(tests, setup, teardown);
