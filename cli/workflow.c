@@ -317,6 +317,26 @@ static int cmd_list(dbx_client *c, const wf_args *a, int json) {
   return 0;
 }
 
+/* 1 when text is one JSON value; else 0 with "--input is not valid JSON
+ * (near byte N)" printed (file names the --input-file path). */
+static int json_ok(const char *sub, const char *flag, const char *file, const char *text, size_t len) {
+  const char *end = NULL;
+  cJSON *j = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+  if (j != NULL) {
+    /* trailing text after the value (other than white space) is an error too */
+    while (end && (size_t)(end - text) < len && (*end == ' ' || *end == '\n' || *end == '\r' || *end == '\t'))
+      end++;
+    cJSON_Delete(j);
+    if (end == NULL || (size_t)(end - text) >= len) return 1;
+  } else {
+    end = cJSON_GetErrorPtr();
+  }
+  long pos = end && end >= text && (size_t)(end - text) <= len ? (long)(end - text) : 0;
+  fprintf(stderr, "durabox workflow %s: %s%s%s is not valid JSON (near byte %ld)\n", sub, flag, file ? " " : "",
+          file ? file : "", pos);
+  return 0;
+}
+
 int dbx_cli_workflow(int argc, char **argv) {
   if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
     usage(argc < 2 ? stderr : stdout);
@@ -361,29 +381,41 @@ int dbx_cli_workflow(int argc, char **argv) {
     fprintf(stderr, "durabox workflow %s: --workflow-id is required\n", sub);
     return 2;
   }
+  /* the input is read and checked before any call: bad JSON never reaches the service */
+  char *input = NULL;
+  if (a.input_file) {
+    size_t len = 0;
+    input = dbx_cli_read_file(a.input_file, &len);
+    if (input == NULL) {
+      fprintf(stderr, "durabox workflow %s: cannot read %s: %s\n", sub, a.input_file, strerror(errno));
+      return 2;
+    }
+    if (!json_ok(sub, "--input-file", a.input_file, input, len)) {
+      free(input);
+      return 2;
+    }
+  } else if (a.input && !json_ok(sub, "--input", NULL, a.input, strlen(a.input))) {
+    return 2;
+  }
   if (conn.address == NULL) conn.address = "127.0.0.1:7233";
   a.address = conn.address;
-  if (dbx_cli_conn_load(&conn) != 0) return 2;
+  if (dbx_cli_conn_load(&conn) != 0) {
+    free(input);
+    return 2;
+  }
   dbx_client_opts co;
   dbx_cli_conn_client_opts(&conn, &co);
   dbx_client *c = NULL;
   dbx_rpc_global_init(); /* gRPC must be set up before the first channel */
   if (dbx_client_create(&co, &c) != DBX_OK) {
     fprintf(stderr, "durabox: cannot create a client for %s\n", conn.address);
+    free(input);
     dbx_cli_conn_cleanup(&conn);
     dbx_rpc_global_shutdown();
     return 1;
   }
   int rc = 2;
   char *err = NULL;
-  char *input = NULL;
-  if (a.input_file) {
-    input = dbx_cli_read_file(a.input_file, NULL);
-    if (input == NULL) {
-      fprintf(stderr, "durabox workflow %s: cannot read %s: %s\n", sub, a.input_file, strerror(errno));
-      goto out;
-    }
-  }
   const char *in = input ? input : a.input;
   if (strcmp(sub, "start") == 0 || strcmp(sub, "execute") == 0) {
     if (a.type == NULL || a.task_queue == NULL) {

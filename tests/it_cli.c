@@ -215,6 +215,50 @@ static void test_cli_no_service_hint(void **state) {
   free(err);
 }
 
+/* --input / --input-file must hold JSON: exit 2 naming the flag and the
+ * byte, before any call (no service listens at addr, so a call would exit 1). */
+static void test_cli_workflow_input_must_be_json(void **state) {
+  (void)state;
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", dbx_svct_free_port());
+  char *out = NULL, *err = NULL;
+  int rc = durabox(NULL, &out, &err, "workflow", "start", "--type", "durabox.Script", "--task-queue", "durabox",
+                   "--workflow-id", "j", "--input", "{\"steps\": [1, 2,]}", "--address", addr, NULL);
+  assert_int_equal(rc, 2);
+  if (strstr(err, "--input is not valid JSON (near byte 16)") == NULL) fail_msg("stderr: %s", err);
+  assert_null(strstr(err, "UNAVAILABLE"));
+  free(out);
+  free(err);
+  rc = durabox(NULL, &out, &err, "workflow", "signal", "--workflow-id", "j", "--name", "n", "--input",
+               "\"unterminated", "--address", addr, NULL);
+  assert_int_equal(rc, 2);
+  if (strstr(err, "--input is not valid JSON") == NULL) fail_msg("stderr: %s", err);
+  free(out);
+  free(err);
+  rc = durabox(NULL, &out, &err, "workflow", "execute", "--type", "t", "--task-queue", "q", "--workflow-id", "j",
+               "--input", "{} {}", "--address", addr, NULL);
+  assert_int_equal(rc, 2);
+  if (strstr(err, "--input is not valid JSON (near byte 3)") == NULL) fail_msg("stderr: %s", err);
+  free(out);
+  free(err);
+  char *f = input_file("bad-input.json", "{\"a\": tru}");
+  rc = durabox(NULL, &out, &err, "workflow", "start", "--type", "t", "--task-queue", "q", "--workflow-id", "j",
+               "--input-file", f, "--address", addr, NULL);
+  assert_int_equal(rc, 2);
+  char want[600];
+  snprintf(want, sizeof want, "--input-file %s is not valid JSON (near byte", f);
+  if (strstr(err, want) == NULL) fail_msg("stderr: %s", err);
+  free(out);
+  free(err);
+  free(f);
+  /* valid JSON passes the check and reaches the (absent) service: exit 1 */
+  rc = durabox(NULL, &out, &err, "workflow", "start", "--type", "t", "--task-queue", "q", "--workflow-id", "j",
+               "--input", " [1, {\"a\": null}] ", "--address", addr, NULL);
+  assert_int_equal(rc, 1);
+  free(out);
+  free(err);
+}
+
 static void test_cli_workflow_commands_against_dev(void **state) {
   (void)state;
   char *sdb = dbx_test_tmpdir("itcli-sdb"), *wdb = dbx_test_tmpdir("itcli-wdb");
@@ -375,6 +419,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_cli_run_bad_or_missing_file_exits_2, test_teardown),
       cmocka_unit_test_teardown(test_cli_replay_finds_the_store_run_wrote, test_teardown),
       cmocka_unit_test_teardown(test_cli_no_service_hint, test_teardown),
+      cmocka_unit_test_teardown(test_cli_workflow_input_must_be_json, test_teardown),
       cmocka_unit_test_teardown(test_cli_workflow_commands_against_dev, test_teardown),
   };
   int rc = cmocka_run_group_tests(tests, setup, teardown);
