@@ -19,7 +19,7 @@ static void usage(FILE *f) {
           "  execute   like start, then wait for the result\n"
           "  show      --workflow-id ID [--run-id R] [--follow]\n"
           "  describe  --workflow-id ID [--run-id R]\n"
-          "  list      [--query Q]\n"
+          "  list      [--query Q]   (--output json: one JSON array)\n"
           "  result    --workflow-id ID [--run-id R]   (waits for the run to close)\n"
           "  signal    --workflow-id ID --name N [--input JSON]\n"
           "  cancel    --workflow-id ID [--reason R]\n"
@@ -272,11 +272,14 @@ static int cmd_describe(dbx_client *c, const wf_args *a, int json) {
   return 0;
 }
 
+/* text: the table header once the first page arrived (never on a failed
+ * call); json: one array of WorkflowExecutionInfo objects ([] when none). */
 static int cmd_list(dbx_client *c, const wf_args *a, int json) {
   uint8_t *tok = NULL;
   size_t tok_len = 0;
   int first = 1;
-  if (!json) printf("%-38s %-36s %-22s %s\n", "WORKFLOW ID", "RUN ID", "TYPE", "STATUS");
+  cJSON *all = json ? cJSON_CreateArray() : NULL;
+  if (json && all == NULL) return 1;
   do {
     ListWorkflowExecutionsResponse *r = NULL;
     char *err = NULL;
@@ -286,16 +289,16 @@ static int cmd_list(dbx_client *c, const wf_args *a, int json) {
     if (e != DBX_OK) {
       dbx_cli_report("list", a->address, e, err);
       free(err);
+      cJSON_Delete(all);
       return 1;
     }
+    if (first && !json) printf("%-38s %-36s %-22s %s\n", "WORKFLOW ID", "RUN ID", "TYPE", "STATUS");
+    first = 0;
     for (size_t k = 0; k < r->n_executions; k++) {
       WorkflowExecutionInfo *i = r->executions[k];
       if (json) {
         cJSON *j = dbx_pb_to_json(&i->base);
-        char *s = j ? cJSON_PrintUnformatted(j) : NULL;
-        if (s) printf("%s\n", s);
-        free(s);
-        cJSON_Delete(j);
+        if (j) cJSON_AddItemToArray(all, j);
       } else {
         const ProtobufCEnumValue *st = protobuf_c_enum_descriptor_get_value(
             &temporal__api__enums__v1__workflow_execution_status__descriptor, i->status);
@@ -311,9 +314,13 @@ static int cmd_list(dbx_client *c, const wf_args *a, int json) {
       }
     }
     dbx_client_msg_free(r);
-    first = 0;
   } while (tok);
-  (void)first;
+  if (json) {
+    char *s = cJSON_Print(all);
+    if (s) printf("%s\n", s);
+    free(s);
+    cJSON_Delete(all);
+  }
   return 0;
 }
 
@@ -360,6 +367,7 @@ int dbx_cli_workflow(int argc, char **argv) {
       a.follow = 1;
       continue;
     }
+
     int found = 0;
     for (size_t k = 0; k < sizeof fl / sizeof fl[0]; k++) {
       if (strcmp(argv[i], fl[k].flag) != 0) continue;

@@ -213,6 +213,13 @@ static void test_cli_no_service_hint(void **state) {
   if (strstr(err, hint) == NULL) fail_msg("no hint in: %s", err);
   free(out);
   free(err);
+  /* list: no table header when the call failed */
+  rc = durabox(NULL, &out, &err, "workflow", "list", "--address", addr, NULL);
+  assert_int_equal(rc, 1);
+  if (out[0] != '\0') fail_msg("stdout not empty: %s", out);
+  if (strstr(err, hint) == NULL) fail_msg("no hint in: %s", err);
+  free(out);
+  free(err);
 }
 
 /* --input / --input-file must hold JSON: exit 2 naming the flag and the
@@ -330,18 +337,35 @@ static void test_cli_workflow_commands_against_dev(void **state) {
   free(out);
   free(err);
 
-  /* list --output json: one object per line, ours among them */
+  /* list --output json: one JSON array, ours in it once */
   rc = durabox(NULL, &out, &err, "workflow", "list", "--output", "json", "--address", addr, NULL);
   if (rc != 0) fail_msg("workflow list exited %d: %s", rc, err);
+  cJSON *arr = cJSON_Parse(out);
+  if (!cJSON_IsArray(arr)) fail_msg("not one JSON array: %s", out);
   int seen = 0;
-  for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
-    cJSON *l = cJSON_Parse(line);
-    assert_non_null(l);
+  cJSON *l;
+  cJSON_ArrayForEach(l, arr) {
     const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(l, "execution"), "workflowId"));
     if (id && strcmp(id, "cli-x") == 0) seen++;
-    cJSON_Delete(l);
   }
   assert_int_equal(seen, 1);
+  cJSON_Delete(arr);
+  free(out);
+  free(err);
+  /* nothing matches: an empty array, not nothing */
+  rc = durabox(NULL, &out, &err, "workflow", "list", "--output", "json", "--query", "WorkflowId = 'no-such-id'",
+               "--address", addr, NULL);
+  if (rc != 0) fail_msg("workflow list (no match) exited %d: %s", rc, err);
+  arr = cJSON_Parse(out);
+  if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) != 0) fail_msg("not an empty array: '%s'", out);
+  cJSON_Delete(arr);
+  free(out);
+  free(err);
+  /* text: the header, then ours */
+  rc = durabox(NULL, &out, &err, "workflow", "list", "--address", addr, NULL);
+  assert_int_equal(rc, 0);
+  assert_int_equal(strncmp(out, "WORKFLOW ID ", 12), 0);
+  assert_line_has(out, "cli-x ", (const char *[]){"durabox.Script", "COMPLETED", NULL});
   free(out);
   free(err);
 
