@@ -218,6 +218,11 @@ out:
 
 /* ------------------------------------------------------------ replay */
 
+#define REPLAY_USAGE                                                                          \
+  "usage: durabox replay --workflow-id ID [--run-id R] [--namespace NS] [--db DIR]\n"            \
+  "  replays a run recorded in the worker store (default $DURABOX_HOME/worker) and checks\n"     \
+  "  that the workflow code issues the same commands (exit 0 deterministic, 1 not)\n"
+
 int dbx_cli_replay(int argc, char **argv) {
   const char *wid = NULL, *rid = NULL, *ns = env_or("TEMPORAL_NAMESPACE", "default"), *db = NULL;
   for (int i = 1; i < argc; i++) {
@@ -226,13 +231,16 @@ int dbx_cli_replay(int argc, char **argv) {
     else if ((v = flag(argc, argv, &i, "--run-id"))) rid = v;
     else if ((v = flag(argc, argv, &i, "--namespace"))) ns = v;
     else if ((v = flag(argc, argv, &i, "--db"))) db = v;
-    else {
-      fprintf(stderr, "usage: durabox replay --workflow-id ID [--run-id R] [--namespace NS] [--db DIR]\n");
+    else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      printf(REPLAY_USAGE);
+      return 0;
+    } else {
+      fprintf(stderr, REPLAY_USAGE);
       return 2;
     }
   }
   if (!wid) {
-    fprintf(stderr, "usage: durabox replay --workflow-id ID [--run-id R] [--namespace NS] [--db DIR]\n");
+    fprintf(stderr, REPLAY_USAGE);
     return 2;
   }
   char *dbdef = db ? NULL : dbx_cli_worker_db_default(), *err = NULL, *run = NULL;

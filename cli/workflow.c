@@ -367,7 +367,10 @@ int dbx_cli_workflow(int argc, char **argv) {
       a.follow = 1;
       continue;
     }
-
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      usage(stdout);
+      return 0;
+    }
     int found = 0;
     for (size_t k = 0; k < sizeof fl / sizeof fl[0]; k++) {
       if (strcmp(argv[i], fl[k].flag) != 0) continue;

@@ -266,6 +266,24 @@ static void test_cli_workflow_input_must_be_json(void **state) {
   free(err);
 }
 
+/* --help / -h prints the usage on stdout and exits 0, for every group. */
+static void test_cli_help_everywhere(void **state) {
+  (void)state;
+  static const char *const cmds[][3] = {
+      {"workflow", "start", "--help"}, {"workflow", "list", "-h"}, {"workflow", "result", "--help"},
+      {"worker", "--help", NULL},      {"replay", "--help", NULL}, {"replay", "-h", NULL},
+      {"approval", "--help", NULL},    {"approval", "grant", "-h"}, {"run", "--help", NULL}};
+  for (size_t k = 0; k < sizeof cmds / sizeof cmds[0]; k++) {
+    char *out = NULL, *err = NULL;
+    int rc = durabox(NULL, &out, &err, cmds[k][0], cmds[k][1], cmds[k][2], NULL);
+    if (rc != 0 || strstr(out, "usage: durabox") == NULL)
+      fail_msg("durabox %s %s %s: exit %d\nstdout: %s\nstderr: %s", cmds[k][0], cmds[k][1],
+               cmds[k][2] ? cmds[k][2] : "", rc, out, err);
+    free(out);
+    free(err);
+  }
+}
+
 static void test_cli_workflow_commands_against_dev(void **state) {
   (void)state;
   char *sdb = dbx_test_tmpdir("itcli-sdb"), *wdb = dbx_test_tmpdir("itcli-wdb");
@@ -444,6 +462,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_cli_replay_finds_the_store_run_wrote, test_teardown),
       cmocka_unit_test_teardown(test_cli_no_service_hint, test_teardown),
       cmocka_unit_test_teardown(test_cli_workflow_input_must_be_json, test_teardown),
+      cmocka_unit_test_teardown(test_cli_help_everywhere, test_teardown),
       cmocka_unit_test_teardown(test_cli_workflow_commands_against_dev, test_teardown),
   };
   int rc = cmocka_run_group_tests(tests, setup, teardown);
