@@ -20,7 +20,8 @@ static void usage(FILE *f) {
           "  show      --workflow-id ID [--run-id R] [--follow]\n"
           "  describe  --workflow-id ID [--run-id R]\n"
           "  list      [--query Q]   (--output json: one JSON array)\n"
-          "  result    --workflow-id ID [--run-id R]   (waits for the run to close)\n"
+          "  result    --workflow-id ID [--run-id R]   (waits for the run to close; exit 1 unless it\n"
+          "            completed, or when a durabox.Script says \"status\": \"failed\")\n"
           "  signal    --workflow-id ID --name N [--input JSON]\n"
           "  cancel    --workflow-id ID [--reason R]\n"
           "  terminate --workflow-id ID [--reason R]\n"
@@ -180,6 +181,19 @@ static int cmd_show(dbx_client *c, const wf_args *a, int json) {
 
 /* Wait for the run's close event, following continue-as-new; print the
  * result. Returns the exit status: 0 completed, 1 otherwise. */
+/* 1 when a completed run's result is a durabox.Script summary (an object
+ * with a "steps" array) whose "status" is "failed", as `durabox run` exits. */
+static int script_failed(const Payloads *result) {
+  char *r = dbx_payloads_to_json(result);
+  cJSON *j = r ? cJSON_Parse(r) : NULL;
+  const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "status");
+  int failed = cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(j, "steps")) && cJSON_IsString(st) &&
+               strcmp(st->valuestring, "failed") == 0;
+  cJSON_Delete(j);
+  free(r);
+  return failed;
+}
+
 static int wait_result(dbx_client *c, const wf_args *a, const char *run_id, int json) {
   const char *workflow_id = a->workflow_id;
   char *rid = run_id ? strdup(run_id) : NULL;
@@ -233,6 +247,7 @@ static int wait_result(dbx_client *c, const wf_args *a, const char *run_id, int 
       fprintf(stderr, "durabox: workflow %s ended: %s %s\n", workflow_id, title, detail);
     }
     rc = close_ev->event_type == ET(WORKFLOW_EXECUTION_COMPLETED) ? 0 : 1;
+    if (rc == 0 && script_failed(close_ev->workflow_execution_completed_event_attributes->result)) rc = 1;
     dbx_client_history_cleanup(&h);
     free(rid);
     return rc;

@@ -415,6 +415,24 @@ static void test_cli_workflow_commands_against_dev(void **state) {
   free(out);
   free(err);
 
+  /* a Script whose step fails completes with "status": "failed": result exits 1, prints it */
+  char *ff = input_file("dev-fail.json", "{\"steps\":[{\"name\":\"no\",\"kind\":\"exec\",\"command\":\"exit 4\"}]}");
+  rc = durabox(NULL, &out, &err, "workflow", "start", "--type", "durabox.Script", "--task-queue", "durabox",
+               "--workflow-id", "cli-fail", "--input-file", ff, "--address", addr, NULL);
+  assert_int_equal(rc, 0);
+  free(out);
+  free(err);
+  rc = durabox(NULL, &out, &err, "workflow", "result", "--workflow-id", "cli-fail", "--address", addr, NULL);
+  if (rc != 1) fail_msg("workflow result of a failed script exited %d: %s%s", rc, out, err);
+  j = cJSON_Parse(out);
+  assert_non_null(j);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "status")), "failed");
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "failed_step")), "no");
+  cJSON_Delete(j);
+  free(out);
+  free(err);
+  free(ff);
+
   /* signal to a workflow that does not exist */
   rc = durabox(NULL, &out, &err, "workflow", "signal", "--workflow-id", "no-such-workflow", "--name",
                "poke", "--address", addr, NULL);
