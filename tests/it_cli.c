@@ -128,6 +128,25 @@ static void test_cli_run_embedded_script_completes(void **state) {
   free(f);
 }
 
+/* A sandbox that cannot be created: one line naming sandbox.create once. */
+static void test_cli_run_create_failure_message(void **state) {
+  (void)state;
+  char *f = input_file("bad-source.json", "{\"sandbox\":{\"source\":{\"kind\":\"git\",\"path\":"
+                                          "\"/nonexistent/durabox-repo\"}},\"steps\":[]}");
+  char *out = NULL, *err = NULL;
+  int rc = durabox(NULL, &out, &err, "run", f, NULL);
+  if (rc != 1) fail_msg("durabox run exited %d\nstdout:\n%s\nstderr:\n%s", rc, out, err);
+  char *l = line_with(err, "did not complete");
+  if (l == NULL) fail_msg("stderr: %s", err);
+  if (strstr(l, "failed: sandbox.create: git clone failed") == NULL || strstr(l, "(i/o error)") == NULL)
+    fail_msg("line: %s", l);
+  assert_null(strstr(err, "sandbox.create: sandbox.create"));
+  free(l);
+  free(out);
+  free(err);
+  free(f);
+}
+
 static void test_cli_run_failing_step_exits_1(void **state) {
   (void)state;
   char *f = input_file("fail.json",
@@ -475,6 +494,7 @@ int main(void) {
   dbx_rpc_global_init();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(test_cli_run_embedded_script_completes, test_teardown),
+      cmocka_unit_test_teardown(test_cli_run_create_failure_message, test_teardown),
       cmocka_unit_test_teardown(test_cli_run_failing_step_exits_1, test_teardown),
       cmocka_unit_test_teardown(test_cli_run_bad_or_missing_file_exits_2, test_teardown),
       cmocka_unit_test_teardown(test_cli_replay_finds_the_store_run_wrote, test_teardown),
