@@ -60,7 +60,7 @@ static char *label_for(const char *type, const char *input_json) {
     if (cJSON_IsString(v)) lbl = one_line(v->valuestring, 60);
   }
   cJSON_Delete(j);
-  (void)type;
+  if (lbl == NULL && type && strcmp(type, "sandbox.delete") == 0) lbl = dbx_strdup("cleanup");
   return lbl ? lbl : dbx_strdup("");
 }
 
@@ -109,7 +109,9 @@ static void on_event(live_view *v, const HistoryEvent *e) {
     const Failure *f = e->attributes_case == HEV(ACTIVITY_TASK_FAILED) ? e->activity_task_failed_event_attributes->failure
                                                                       : e->activity_task_timed_out_event_attributes->failure;
     live_step *s = find_step(v, sid);
-    printf("  FAIL %-20s %s: %s\n", s ? s->type : "?", s ? s->label : "", f ? f->message : "failed");
+    char *msg = one_line(f && f->message ? f->message : "failed", 400);
+    printf("  FAIL %-20s %s: %s\n", s ? s->type : "?", s ? s->label : "", msg ? msg : "failed");
+    free(msg);
     break;
   }
   case HEV(TIMER_STARTED):
@@ -175,19 +177,20 @@ static int print_summary(const char *result_json) {
     cJSON_Delete(j);
     return 0;
   }
-  printf("\n%-24s %-12s %-6s %-6s %-10s %s\n", "STEP", "KIND", "OK", "EXIT", "SECONDS", "ATTEMPTS");
+  printf("\n%-24s %-12s %-6s %-6s %-10s %-9s %s\n", "STEP", "KIND", "OK", "EXIT", "SECONDS", "ATTEMPTS", "DETAIL");
   const cJSON *s;
   cJSON_ArrayForEach(s, steps) {
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(s, "name"), *kind = cJSON_GetObjectItemCaseSensitive(s, "kind"),
                 *ok = cJSON_GetObjectItemCaseSensitive(s, "ok"), *ec = cJSON_GetObjectItemCaseSensitive(s, "exit_code"),
                 *dur = cJSON_GetObjectItemCaseSensitive(s, "duration_ms"),
-                *att = cJSON_GetObjectItemCaseSensitive(s, "attempts");
+                *att = cJSON_GetObjectItemCaseSensitive(s, "attempts"),
+                *det = cJSON_GetObjectItemCaseSensitive(s, "detail"); /* git_commit sha, checkpoint ref */
     char exit_s[16] = "-", dur_s[32] = "-";
     if (cJSON_IsNumber(ec)) snprintf(exit_s, sizeof exit_s, "%d", ec->valueint);
     if (cJSON_IsNumber(dur)) snprintf(dur_s, sizeof dur_s, "%.1f", dur->valuedouble / 1000.0);
-    printf("%-24s %-12s %-6s %-6s %-10s %d\n", cJSON_IsString(name) ? name->valuestring : "",
+    printf("%-24s %-12s %-6s %-6s %-10s %-9d %s\n", cJSON_IsString(name) ? name->valuestring : "",
            cJSON_IsString(kind) ? kind->valuestring : "", cJSON_IsTrue(ok) ? "yes" : "NO", exit_s, dur_s,
-           cJSON_IsNumber(att) ? att->valueint : 0);
+           cJSON_IsNumber(att) ? att->valueint : 0, cJSON_IsString(det) ? det->valuestring : "");
   }
   /* the end of each exec step's output: a few lines when it passed, more when it failed */
   cJSON_ArrayForEach(s, steps) {

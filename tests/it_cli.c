@@ -128,6 +128,40 @@ static void test_cli_run_embedded_script_completes(void **state) {
   free(f);
 }
 
+/* The summary shows git_commit's sha and checkpoint's ref (the Script's step
+ * "detail"); the live view labels the final sandbox.delete "cleanup". */
+static void test_cli_run_summary_details(void **state) {
+  (void)state;
+  char *f = input_file("details.json",
+                       "{\"steps\":[{\"name\":\"init\",\"kind\":\"exec\",\"command\":\"git init -q .\"},"
+                       "{\"name\":\"add\",\"kind\":\"write_file\",\"path\":\"a.txt\",\"content\":\"a\"},"
+                       "{\"name\":\"commit-a\",\"kind\":\"git_commit\",\"message\":\"add a\"},"
+                       "{\"name\":\"snap\",\"kind\":\"checkpoint\"}]}");
+  char *out = NULL, *err = NULL;
+  int rc = durabox(NULL, &out, &err, "run", f, NULL);
+  if (rc != 0) fail_msg("durabox run exited %d\nstdout:\n%s\nstderr:\n%s", rc, out, err);
+  assert_line_has(out, "sandbox.delete", (const char *[]){"cleanup", NULL});
+  const char *table = strstr(out, "\nSTEP ");
+  assert_non_null(table);
+  assert_non_null(strstr(table, "DETAIL"));
+  char *l = line_with(table, "commit-a ");
+  assert_non_null(l);
+  /* the last word of the line is a 40-hex sha */
+  const char *w = strrchr(l, ' ');
+  assert_non_null(w);
+  w++;
+  if (strlen(w) != 40 || strspn(w, "0123456789abcdef") != 40) fail_msg("no sha on: %s", l);
+  free(l);
+  l = line_with(table, "snap ");
+  assert_non_null(l);
+  w = strrchr(l, ' ');
+  if (w == NULL || strlen(w + 1) == 0 || strcmp(w + 1, "1") == 0) fail_msg("no ref on: %s", l);
+  free(l);
+  free(out);
+  free(err);
+  free(f);
+}
+
 /* A sandbox that cannot be created: one line naming sandbox.create once. */
 static void test_cli_run_create_failure_message(void **state) {
   (void)state;
@@ -494,6 +528,7 @@ int main(void) {
   dbx_rpc_global_init();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(test_cli_run_embedded_script_completes, test_teardown),
+      cmocka_unit_test_teardown(test_cli_run_summary_details, test_teardown),
       cmocka_unit_test_teardown(test_cli_run_create_failure_message, test_teardown),
       cmocka_unit_test_teardown(test_cli_run_failing_step_exits_1, test_teardown),
       cmocka_unit_test_teardown(test_cli_run_bad_or_missing_file_exits_2, test_teardown),
