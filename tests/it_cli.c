@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <time.h>
 
 #include <cjson/cJSON.h>
 
@@ -179,6 +181,55 @@ static void test_cli_run_create_failure_message(void **state) {
   free(out);
   free(err);
   free(f);
+}
+
+/* Entries in dir other than . and .. (-1 when it cannot be opened). */
+static int dir_entries(const char *dir) {
+  DIR *d = opendir(dir);
+  if (d == NULL) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
+  closedir(d);
+  return n;
+}
+
+/* Ctrl-C of `durabox run` while an exec step runs: the workflow is cancelled,
+ * its sandbox deleted, and the command exits 130. */
+static void test_cli_run_sigint_cancels_and_cleans_up(void **state) {
+  (void)state;
+  char *home = dbx_test_tmpdir("itcli-sig");
+  char env_home[600], out_path[600], err_path[600];
+  snprintf(env_home, sizeof env_home, "DURABOX_HOME=%s", home);
+  snprintf(out_path, sizeof out_path, "%s/out.txt", g_dir);
+  snprintf(err_path, sizeof err_path, "%s/err.txt", g_dir);
+  char *f = input_file("sig.json", "{\"steps\":[{\"name\":\"long\",\"kind\":\"exec\",\"command\":\"sleep 30\"}]}");
+  char *argv[] = {(char *)dbx_test_bin(), "run", f, "--workflow-id", "cli-sigint", NULL};
+  char *env[] = {env_home, "TEMPORAL_ADDRESS", "DURABOX_WORKER_DB", NULL};
+  pid_t pid = dbx_svct_proc_spawn(argv, env, out_path, err_path);
+  /* wait until the live view shows the step scheduled (the run prints it as it happens) */
+  char *out = NULL;
+  for (int i = 0; i < 3000; i++) {
+    free(out);
+    out = dbx_svct_file_read(out_path);
+    if (out && strstr(out, "sandbox.exec ")) break;
+    nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+  }
+  if (out == NULL || strstr(out, "sandbox.exec ") == NULL) fail_msg("the exec step never showed: %s", out);
+  free(out);
+  kill(pid, SIGINT);
+  int rc = dbx_svct_proc_wait(pid, 40000);
+  char *err = dbx_svct_file_read(err_path);
+  if (rc != 130) fail_msg("durabox run exited %d after SIGINT; stderr:\n%s", rc, err);
+  if (strstr(err, "interrupted: cancelling workflow cli-sigint") == NULL) fail_msg("stderr: %s", err);
+  char sb[700];
+  snprintf(sb, sizeof sb, "%s/sandboxes", home);
+  if (dir_entries(sb) != 0) fail_msg("%s is not empty (%d entries); stderr:\n%s", sb, dir_entries(sb), err);
+  free(err);
+  free(f);
+  dbx_test_rmrf(home);
+  free(home);
 }
 
 static void test_cli_run_failing_step_exits_1(void **state) {
@@ -531,6 +582,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_cli_run_summary_details, test_teardown),
       cmocka_unit_test_teardown(test_cli_run_create_failure_message, test_teardown),
       cmocka_unit_test_teardown(test_cli_run_failing_step_exits_1, test_teardown),
+      cmocka_unit_test_teardown(test_cli_run_sigint_cancels_and_cleans_up, test_teardown),
       cmocka_unit_test_teardown(test_cli_run_bad_or_missing_file_exits_2, test_teardown),
       cmocka_unit_test_teardown(test_cli_replay_finds_the_store_run_wrote, test_teardown),
       cmocka_unit_test_teardown(test_cli_no_service_hint, test_teardown),
