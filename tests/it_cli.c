@@ -3,7 +3,12 @@
  *  - `durabox run FILE` with nothing else running (embedded service and
  *    worker in process): summary table and exit 0; a failing exec step exits
  *    1 and names the step; a file that is not JSON, or is missing, exits 2
- *    naming the file;
+ *    naming the file and the reason; the summary's detail column (commit
+ *    sha, checkpoint ref); a failed sandbox.create as one clean line;
+ *    SIGINT cancels the workflow, empties $DURABOX_HOME/sandboxes, exits 130;
+ *  - `replay` and `approval` find the store `run` wrote under DURABOX_HOME;
+ *  - no service at the address: the hint naming `durabox dev`; bad --input
+ *    JSON exits 2 before any call; --help everywhere;
  *  - `durabox workflow start|result|describe|show|list|terminate|signal`
  *    against a spawned `durabox dev`, with --address and with
  *    TEMPORAL_ADDRESS; SIGTERM stops `durabox dev` with exit 0.
