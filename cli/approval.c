@@ -19,7 +19,8 @@
 #define USAGE                                                                            \
   "usage: durabox approval list [--db DIR]\n"                                            \
   "       durabox approval grant --workflow-id ID [--run-id R] --activity-type T\n"      \
-  "                              --input-hash H [--namespace NS] [--db DIR]\n"
+  "                              --input-hash H [--namespace NS] [--db DIR]\n"      \
+  "  --db DIR: the worker store (default $DURABOX_HOME/worker)\n"
 
 static const char *arg_value(int argc, char **argv, int *i, const char *name) {
   if (strcmp(argv[*i], name) != 0 || *i + 1 >= argc) return NULL;
@@ -105,6 +106,11 @@ static int cmd_grant(dbx_wstore *s, const char *ns, const char *wid, const char 
 }
 
 int dbx_cli_approval(int argc, char **argv) {
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      fputs(USAGE, stdout);
+      return 0;
+    }
   if (argc < 2 || (strcmp(argv[1], "list") != 0 && strcmp(argv[1], "grant") != 0)) {
     fputs(USAGE, stderr);
     return 2;

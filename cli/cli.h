@@ -18,8 +18,10 @@ int dbx_cli_worker(int argc, char **argv);
 int dbx_cli_replay(int argc, char **argv);
 /* durabox approval list|grant: approvals of repeated at_most_once calls (cli/approval.c). */
 int dbx_cli_approval(int argc, char **argv);
-/* Default worker store directory (malloc'd): $DURABOX_WORKER_DB, else
- * $XDG_STATE_HOME/durabox/worker, else ~/.local/state/durabox/worker. */
+/* Default worker store directory (malloc'd, free()): $DURABOX_WORKER_DB, else
+ * dbx_cli_home() + "/worker" ($DURABOX_HOME/worker, else
+ * ~/.local/share/durabox/worker), the store `durabox run` and `durabox dev`
+ * write, so worker, replay and approval find it. NULL on OOM. */
 char *dbx_cli_worker_db_default(void);
 
 #endif

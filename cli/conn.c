@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 void dbx_cli_conn_init(dbx_cli_conn *c) {
   memset(c, 0, sizeof *c);
@@ -55,6 +56,12 @@ int dbx_cli_conn_flag(dbx_cli_conn *c, int argc, char **argv, int *i) {
 char *dbx_cli_read_file(const char *path, size_t *len_out) {
   FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
   if (f == NULL) return NULL;
+  struct stat sb;
+  if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) { /* fopen opens a directory */
+    if (f != stdin) fclose(f);
+    errno = EISDIR;
+    return NULL;
+  }
   size_t cap = 8192, n = 0;
   char *buf = malloc(cap);
   while (buf) {
@@ -121,6 +128,17 @@ void dbx_cli_conn_cleanup(dbx_cli_conn *c) {
   c->ca_pem = c->cert_pem = c->key_pem = NULL;
 }
 
-void dbx_cli_report(const char *what, dbx_err e, const char *errmsg) {
+/* Nothing listens at the address: gRPC says UNAVAILABLE with "failed to
+ * connect" / "Connection refused" in its message. */
+static int is_connect_failure(dbx_err e, const char *errmsg) {
+  if (errmsg && (strstr(errmsg, "Connection refused") || strstr(errmsg, "failed to connect") ||
+                 strstr(errmsg, "Failed to connect")))
+    return 1;
+  return e == DBX_EUNAVAILABLE && (errmsg == NULL || strstr(errmsg, "connect") != NULL);
+}
+
+void dbx_cli_report(const char *what, const char *address, dbx_err e, const char *errmsg) {
   fprintf(stderr, "durabox: %s: %s\n", what, errmsg ? errmsg : dbx_strerror(e));
+  if (address && is_connect_failure(e, errmsg))
+    fprintf(stderr, "durabox: is a workflow service running at %s? `durabox dev` starts one\n", address);
 }

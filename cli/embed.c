@@ -9,6 +9,7 @@
 
 #include "activities/sandbox.h"
 #include "base/util.h"
+#include "cli/cli.h"
 #include "rpc/rpc.h"
 #include "workflows/script.h"
 
@@ -69,7 +70,7 @@ int dbx_embed_start(const dbx_embed_opts *o, dbx_embed *e) {
       fprintf(stderr, "durabox: cannot open the sandbox home %s\n", home);
       goto fail;
     }
-    e->worker_db = o->worker_db ? dbx_strdup(o->worker_db) : dbx_asprintf("%s/worker", home);
+    e->worker_db = o->worker_db ? dbx_strdup(o->worker_db) : dbx_cli_worker_db_default();
     if (e->worker_db == NULL || mkdirs(e->worker_db) != 0) {
       fprintf(stderr, "durabox: cannot create the worker store directory\n");
       goto fail;

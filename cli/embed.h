@@ -18,7 +18,7 @@ typedef struct {
   const char *ip;          /* NULL = 127.0.0.1 */
   int port;                /* 0 = any free port */
   const char *db_path;     /* service store; NULL = temporary */
-  const char *worker_db;   /* NULL = $DURABOX_HOME/worker */
+  const char *worker_db;   /* NULL = dbx_cli_worker_db_default() */
   const char *task_queue;  /* required */
   const char *namespace_;  /* NULL = default */
   const char *address;     /* non-NULL: use this service instead of starting one */

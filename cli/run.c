@@ -5,7 +5,13 @@
  * process, so it works on a fresh machine with nothing else running; with an
  * address it only starts and follows the workflow there (a worker must poll
  * the task queue). Exit status: 0 when the workflow completed and the script
- * says "completed", 1 otherwise. */
+ * says "completed", 1 otherwise, 130 after SIGINT/SIGTERM: a watcher thread
+ * (the signals are blocked everywhere else) fires the cancel token of the
+ * follow calls; run then asks the service to cancel the workflow, waits up
+ * to 30 s for it to close (durabox.Script deletes its sandbox), and stops
+ * the embedded service and worker. */
+#include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,8 +26,6 @@
 #include "cli/conn.h"
 #include "cli/embed.h"
 #include "rpc/rpc.h"
-
-int dbx_cli_wait_result(dbx_client *c, const char *workflow_id, const char *run_id, int json, int quiet);
 
 typedef struct {
   int64_t sched_id;
@@ -61,7 +65,7 @@ static char *label_for(const char *type, const char *input_json) {
     if (cJSON_IsString(v)) lbl = one_line(v->valuestring, 60);
   }
   cJSON_Delete(j);
-  (void)type;
+  if (lbl == NULL && type && strcmp(type, "sandbox.delete") == 0) lbl = dbx_strdup("cleanup");
   return lbl ? lbl : dbx_strdup("");
 }
 
@@ -110,7 +114,9 @@ static void on_event(live_view *v, const HistoryEvent *e) {
     const Failure *f = e->attributes_case == HEV(ACTIVITY_TASK_FAILED) ? e->activity_task_failed_event_attributes->failure
                                                                       : e->activity_task_timed_out_event_attributes->failure;
     live_step *s = find_step(v, sid);
-    printf("  FAIL %-20s %s: %s\n", s ? s->type : "?", s ? s->label : "", f ? f->message : "failed");
+    char *msg = one_line(f && f->message ? f->message : "failed", 400);
+    printf("  FAIL %-20s %s: %s\n", s ? s->type : "?", s ? s->label : "", msg ? msg : "failed");
+    free(msg);
     break;
   }
   case HEV(TIMER_STARTED):
@@ -133,12 +139,14 @@ static void live_free(live_view *v) {
 }
 
 /* Follow the run's history until it closes, printing steps. */
-static void follow(dbx_client *c, const char *wfid, const char *run_id) {
+static void follow(dbx_client *c, const char *wfid, const char *run_id, const char *hint_address,
+                   dbx_rpc_cancel *cancel) {
   live_view v = {0};
   uint8_t *tok = NULL;
   size_t tok_len = 0;
   for (;;) {
-    dbx_client_history_opts o = {.wait_new_event = 1, .page_token = tok, .page_token_len = tok_len};
+    dbx_client_history_opts o = {.wait_new_event = 1, .page_token = tok, .page_token_len = tok_len,
+                                 .cancel = cancel};
     dbx_client_history h = {0};
     char *err = NULL;
     dbx_err e = dbx_client_get_history(c, wfid, run_id, &o, &h, &err);
@@ -146,7 +154,12 @@ static void follow(dbx_client *c, const char *wfid, const char *run_id) {
     tok = NULL;
     tok_len = 0;
     if (e != DBX_OK) {
-      dbx_cli_report("following the workflow", e, err);
+      if (e == DBX_ECANCELED) { /* interrupted: the caller cancels the workflow */
+        free(err);
+        dbx_client_history_cleanup(&h);
+        break;
+      }
+      dbx_cli_report("following the workflow", hint_address, e, err);
       free(err);
       dbx_client_history_cleanup(&h);
       break;
@@ -165,6 +178,73 @@ static void follow(dbx_client *c, const char *wfid, const char *run_id) {
   live_free(&v);
 }
 
+/* SIGINT/SIGTERM are blocked in every thread (before any starts) and taken
+ * by this thread with sigwait: the first fires `interrupt` (the follow and
+ * result calls use it), a second one fires `force` (stop waiting for the
+ * cancelled workflow to close). run() wakes it with SIGUSR1 to end it. */
+typedef struct {
+  sigset_t set;
+  dbx_rpc_cancel *interrupt, *force;
+  volatile sig_atomic_t stopping; /* set by run() before its SIGUSR1 */
+  int signo;                      /* the first stop signal, 0 = none */
+} sig_watch;
+
+static void *watch_signals(void *arg) {
+  sig_watch *w = arg;
+  for (int n = 0;;) {
+    int sig = 0;
+    if (sigwait(&w->set, &sig) != 0 || w->stopping || sig == SIGUSR1) return NULL;
+    if (n++ == 0) {
+      w->signo = sig;
+      dbx_rpc_cancel_fire(w->interrupt);
+    } else {
+      dbx_rpc_cancel_fire(w->force);
+      return NULL;
+    }
+  }
+}
+
+/* Ask the service to cancel the run and wait up to 30 s (or a second
+ * signal) for it to close: durabox.Script deletes its sandbox first. */
+static void cancel_and_wait(dbx_client *c, const char *wfid, const char *run_id, dbx_rpc_cancel *force) {
+  fprintf(stderr, "durabox run: interrupted: cancelling workflow %s\n", wfid);
+  char *err = NULL;
+  dbx_err e = dbx_client_cancel(c, wfid, run_id, "interrupted (durabox run)", &err);
+  if (e != DBX_OK) {
+    fprintf(stderr, "durabox run: cannot cancel %s: %s\n", wfid, err ? err : dbx_strerror(e));
+    free(err);
+    return;
+  }
+  int64_t deadline_ns = dbx_mono_ns() + 30 * (int64_t)1000000000;
+  for (;;) {
+    int64_t left_ms = (deadline_ns - dbx_mono_ns()) / 1000000;
+    if (left_ms <= 0) {
+      fprintf(stderr, "durabox run: %s did not close within 30 s of the cancel request\n", wfid);
+      return;
+    }
+    dbx_client_history_opts o = {.close_event_only = 1, .wait_new_event = 1, .timeout_ms = left_ms,
+                                 .cancel = force};
+    dbx_client_history h = {0};
+    e = dbx_client_get_history(c, wfid, run_id, &o, &h, &err);
+    if (e == DBX_OK && h.n > 0) {
+      const HistoryEvent *ce = h.events[h.n - 1];
+      fprintf(stderr, "durabox run: workflow %s %s\n", wfid,
+              ce->event_type == ET(WORKFLOW_EXECUTION_CANCELED) ? "cancelled" : "closed");
+      dbx_client_history_cleanup(&h);
+      return;
+    }
+    dbx_client_history_cleanup(&h);
+    if (e != DBX_OK && e != DBX_ETIMEDOUT) {
+      if (e != DBX_ECANCELED)
+        fprintf(stderr, "durabox run: waiting for %s to close: %s\n", wfid, err ? err : dbx_strerror(e));
+      free(err);
+      return;
+    }
+    free(err);
+    err = NULL;
+  }
+}
+
 /* Print the Script summary; returns 1 if the script says it failed. */
 static int print_summary(const char *result_json) {
   cJSON *j = cJSON_Parse(result_json ? result_json : "null");
@@ -176,19 +256,20 @@ static int print_summary(const char *result_json) {
     cJSON_Delete(j);
     return 0;
   }
-  printf("\n%-24s %-12s %-6s %-6s %-10s %s\n", "STEP", "KIND", "OK", "EXIT", "SECONDS", "ATTEMPTS");
+  printf("\n%-24s %-12s %-6s %-6s %-10s %-9s %s\n", "STEP", "KIND", "OK", "EXIT", "SECONDS", "ATTEMPTS", "DETAIL");
   const cJSON *s;
   cJSON_ArrayForEach(s, steps) {
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(s, "name"), *kind = cJSON_GetObjectItemCaseSensitive(s, "kind"),
                 *ok = cJSON_GetObjectItemCaseSensitive(s, "ok"), *ec = cJSON_GetObjectItemCaseSensitive(s, "exit_code"),
                 *dur = cJSON_GetObjectItemCaseSensitive(s, "duration_ms"),
-                *att = cJSON_GetObjectItemCaseSensitive(s, "attempts");
+                *att = cJSON_GetObjectItemCaseSensitive(s, "attempts"),
+                *det = cJSON_GetObjectItemCaseSensitive(s, "detail"); /* git_commit sha, checkpoint ref */
     char exit_s[16] = "-", dur_s[32] = "-";
     if (cJSON_IsNumber(ec)) snprintf(exit_s, sizeof exit_s, "%d", ec->valueint);
     if (cJSON_IsNumber(dur)) snprintf(dur_s, sizeof dur_s, "%.1f", dur->valuedouble / 1000.0);
-    printf("%-24s %-12s %-6s %-6s %-10s %d\n", cJSON_IsString(name) ? name->valuestring : "",
+    printf("%-24s %-12s %-6s %-6s %-10s %-9d %s\n", cJSON_IsString(name) ? name->valuestring : "",
            cJSON_IsString(kind) ? kind->valuestring : "", cJSON_IsTrue(ok) ? "yes" : "NO", exit_s, dur_s,
-           cJSON_IsNumber(att) ? att->valueint : 0);
+           cJSON_IsNumber(att) ? att->valueint : 0, cJSON_IsString(det) ? det->valuestring : "");
   }
   /* the end of each exec step's output: a few lines when it passed, more when it failed */
   cJSON_ArrayForEach(s, steps) {
@@ -250,9 +331,11 @@ int dbx_cli_run(int argc, char **argv) {
     return 2;
   }
   size_t len = 0;
+  int rc = 1;
+  dbx_client *c = NULL;
   char *input = dbx_cli_read_file(file, &len);
   if (input == NULL) {
-    fprintf(stderr, "durabox run: cannot read %s\n", file);
+    fprintf(stderr, "durabox run: cannot read %s: %s\n", file, strerror(errno));
     return 2;
   }
   cJSON *probe = cJSON_ParseWithLength(input, len);
@@ -268,6 +351,29 @@ int dbx_cli_run(int argc, char **argv) {
     return 2;
   }
   signal(SIGPIPE, SIG_IGN);
+  /* Block the stop signals before any thread exists, so every thread
+   * (gRPC's, the worker's) inherits the mask and only the watcher takes them. */
+  sig_watch sw;
+  memset(&sw, 0, sizeof sw);
+  sigemptyset(&sw.set);
+  sigaddset(&sw.set, SIGINT);
+  sigaddset(&sw.set, SIGTERM);
+  sigaddset(&sw.set, SIGUSR1);
+  sigset_t old_mask;
+  pthread_sigmask(SIG_BLOCK, &sw.set, &old_mask);
+  pthread_t watcher;
+  int watching = 0;
+  if (dbx_rpc_cancel_create(&sw.interrupt) != DBX_OK || dbx_rpc_cancel_create(&sw.force) != DBX_OK ||
+      pthread_create(&watcher, NULL, watch_signals, &sw) != 0) {
+    fprintf(stderr, "durabox run: cannot set up signal handling\n");
+    dbx_rpc_cancel_destroy(sw.interrupt);
+    dbx_rpc_cancel_destroy(sw.force);
+    pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+    free(input);
+    dbx_cli_conn_cleanup(&conn);
+    return 1;
+  }
+  watching = 1;
   int embedded = conn.address == NULL;
   if (embedded && getenv("DURABOX_LOG_LEVEL") == NULL) dbx_log_set_level(DBX_LOG_WARN); /* the live view speaks */
   dbx_rpc_global_init();
@@ -281,7 +387,9 @@ int dbx_cli_run(int argc, char **argv) {
   } else if (dbx_embed_start(&eo, &e) != 0) {
     free(input);
     dbx_rpc_global_shutdown();
-    return 1;
+    embedded = 0; /* nothing to stop */
+    c = NULL;
+    goto out_signals;
   }
   char *gen_id = NULL;
   if (wfid == NULL) {
@@ -289,11 +397,10 @@ int dbx_cli_run(int argc, char **argv) {
     gen_id = dbx_asprintf("run-%s-%lld", base, (long long)(dbx_wall_ns() / 1000000));
     wfid = gen_id;
   }
+  const char *hint_address = embedded ? NULL : e.address; /* "is a service running there?" */
   dbx_client_opts co;
   dbx_cli_conn_client_opts(&conn, &co);
   co.address = e.address;
-  dbx_client *c = NULL;
-  int rc = 1;
   char *err = NULL, *run_id = NULL;
   if (dbx_client_create(&co, &c) != DBX_OK) {
     fprintf(stderr, "durabox run: cannot create a client\n");
@@ -302,18 +409,19 @@ int dbx_cli_run(int argc, char **argv) {
   dbx_client_start_opts so = {.workflow_id = wfid, .workflow_type = type, .task_queue = tq, .input_json = input};
   dbx_err er = dbx_client_start_workflow(c, &so, &run_id, &err);
   if (er != DBX_OK) {
-    dbx_cli_report("starting the workflow", er, err);
+    dbx_cli_report("starting the workflow", hint_address, er, err);
     goto out;
   }
   if (!conn.json) {
     printf("workflow %s (run %s) on %s%s\n", wfid, run_id ? run_id : "", e.address, embedded ? " (embedded)" : "");
     fflush(stdout);
-    follow(c, wfid, run_id);
+    follow(c, wfid, run_id, hint_address, sw.interrupt);
   }
+  if (dbx_rpc_cancel_fired(sw.interrupt)) goto interrupted;
   /* the result */
   DescribeWorkflowExecutionResponse *d = NULL;
   dbx_client_history h = {0};
-  dbx_client_history_opts ho = {.close_event_only = 1, .wait_new_event = 1};
+  dbx_client_history_opts ho = {.close_event_only = 1, .wait_new_event = 1, .cancel = sw.interrupt};
   char *e2 = NULL;
   for (;;) {
     memset(&h, 0, sizeof h);
@@ -321,8 +429,13 @@ int dbx_cli_run(int argc, char **argv) {
     if (er != DBX_OK || h.n > 0) break;
     dbx_client_history_cleanup(&h);
   }
+  if (er == DBX_ECANCELED && dbx_rpc_cancel_fired(sw.interrupt)) {
+    free(e2);
+    dbx_client_history_cleanup(&h);
+    goto interrupted;
+  }
   if (er != DBX_OK) {
-    dbx_cli_report("waiting for the result", er, e2);
+    dbx_cli_report("waiting for the result", hint_address, er, e2);
     free(e2);
     dbx_client_history_cleanup(&h);
     goto out;
@@ -348,14 +461,28 @@ int dbx_cli_run(int argc, char **argv) {
   }
   dbx_client_history_cleanup(&h);
   dbx_client_msg_free(d);
+  goto out;
+interrupted:
+  cancel_and_wait(c, wfid, run_id, sw.force);
+  rc = 130;
 out:
+  if (rc != 130 && dbx_rpc_cancel_fired(sw.interrupt)) rc = 130; /* a signal during start */
   free(err);
   free(run_id);
   dbx_client_destroy(c);
   if (embedded) dbx_embed_stop(&e, 10000);
   dbx_rpc_global_shutdown();
-  dbx_cli_conn_cleanup(&conn);
   free(gen_id);
   free(input);
+out_signals:
+  if (watching) {
+    sw.stopping = 1;
+    pthread_kill(watcher, SIGUSR1);
+    pthread_join(watcher, NULL);
+  }
+  dbx_rpc_cancel_destroy(sw.interrupt);
+  dbx_rpc_cancel_destroy(sw.force);
+  pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+  dbx_cli_conn_cleanup(&conn);
   return rc;
 }

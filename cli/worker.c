@@ -19,6 +19,7 @@
 #include "activities/sandbox.h"
 #include "base/util.h"
 #include "cli/cli.h"
+#include "cli/embed.h"
 #include "rpc/rpc.h"
 #include "worker/replay.h"
 #include "worker/worker.h"
@@ -72,10 +73,10 @@ static int mkdirs(const char *path) {
 char *dbx_cli_worker_db_default(void) {
   const char *e = getenv("DURABOX_WORKER_DB");
   if (e && *e) return dbx_strdup(e);
-  e = getenv("XDG_STATE_HOME");
-  if (e && *e) return dbx_asprintf("%s/durabox/worker", e);
-  e = getenv("HOME");
-  return dbx_asprintf("%s/.local/state/durabox/worker", e && *e ? e : ".");
+  char *home = dbx_cli_home(); /* the same place `durabox run` and `durabox dev` write */
+  char *db = home ? dbx_asprintf("%s/worker", home) : NULL;
+  free(home);
+  return db;
 }
 
 /* --name value or --name=value; returns the value and advances *i, else NULL. */
@@ -96,7 +97,8 @@ static void worker_usage(FILE *f) {
           "  --tls-ca FILE --tls-cert FILE --tls-key FILE   TLS (TEMPORAL_TLS_CA/_CERT/_KEY)\n"
           "  --tls                 TLS with the system roots\n"
           "  --api-key KEY         (TEMPORAL_API_KEY)\n"
-          "  --db DIR              worker store (DURABOX_WORKER_DB; default ~/.local/state/durabox/worker)\n"
+          "  --db DIR              worker store (DURABOX_WORKER_DB; default $DURABOX_HOME/worker,\n"
+          "                        DURABOX_HOME defaulting to ~/.local/share/durabox)\n"
           "  --sandbox-home DIR    local sandboxes (DURABOX_HOME)\n"
           "  --activity-slots N    concurrent activities (default 8)\n"
           "  --log-level LEVEL     debug|info|warn|error\n");
@@ -216,6 +218,11 @@ out:
 
 /* ------------------------------------------------------------ replay */
 
+#define REPLAY_USAGE                                                                          \
+  "usage: durabox replay --workflow-id ID [--run-id R] [--namespace NS] [--db DIR]\n"            \
+  "  replays a run recorded in the worker store (default $DURABOX_HOME/worker) and checks\n"     \
+  "  that the workflow code issues the same commands (exit 0 deterministic, 1 not)\n"
+
 int dbx_cli_replay(int argc, char **argv) {
   const char *wid = NULL, *rid = NULL, *ns = env_or("TEMPORAL_NAMESPACE", "default"), *db = NULL;
   for (int i = 1; i < argc; i++) {
@@ -224,13 +231,16 @@ int dbx_cli_replay(int argc, char **argv) {
     else if ((v = flag(argc, argv, &i, "--run-id"))) rid = v;
     else if ((v = flag(argc, argv, &i, "--namespace"))) ns = v;
     else if ((v = flag(argc, argv, &i, "--db"))) db = v;
-    else {
-      fprintf(stderr, "usage: durabox replay --workflow-id ID [--run-id R] [--namespace NS] [--db DIR]\n");
+    else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      printf(REPLAY_USAGE);
+      return 0;
+    } else {
+      fprintf(stderr, REPLAY_USAGE);
       return 2;
     }
   }
   if (!wid) {
-    fprintf(stderr, "usage: durabox replay --workflow-id ID [--run-id R] [--namespace NS] [--db DIR]\n");
+    fprintf(stderr, REPLAY_USAGE);
     return 2;
   }
   char *dbdef = db ? NULL : dbx_cli_worker_db_default(), *err = NULL, *run = NULL;

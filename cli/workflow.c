@@ -2,6 +2,7 @@
  * Temporal's workflow commands against any Temporal-compatible service (the
  * embedded one or a Temporal cluster), human output by default, --output json
  * for scripts, exit status 1 when the workflow (or the call) failed. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,8 +19,9 @@ static void usage(FILE *f) {
           "  execute   like start, then wait for the result\n"
           "  show      --workflow-id ID [--run-id R] [--follow]\n"
           "  describe  --workflow-id ID [--run-id R]\n"
-          "  list      [--query Q]\n"
-          "  result    --workflow-id ID [--run-id R]   (waits for the run to close)\n"
+          "  list      [--query Q]   (--output json: one JSON array)\n"
+          "  result    --workflow-id ID [--run-id R]   (waits for the run to close; exit 1 unless it\n"
+          "            completed, or when a durabox.Script says \"status\": \"failed\")\n"
           "  signal    --workflow-id ID --name N [--input JSON]\n"
           "  cancel    --workflow-id ID [--reason R]\n"
           "  terminate --workflow-id ID [--reason R]\n"
@@ -30,6 +32,7 @@ static void usage(FILE *f) {
 
 typedef struct {
   const char *workflow_id, *run_id, *type, *task_queue, *input, *input_file, *query, *name, *reason;
+  const char *address; /* for dbx_cli_report's hint */
   int follow;
 } wf_args;
 
@@ -122,7 +125,7 @@ static int cmd_show(dbx_client *c, const wf_args *a, int json) {
   char *err = NULL;
   dbx_err e = dbx_client_get_history(c, a->workflow_id, a->run_id, NULL, &h, &err);
   if (e != DBX_OK) {
-    dbx_cli_report("show", e, err);
+    dbx_cli_report("show", a->address, e, err);
     free(err);
     dbx_client_history_cleanup(&h);
     return 1;
@@ -151,7 +154,7 @@ static int cmd_show(dbx_client *c, const wf_args *a, int json) {
     dbx_client_history p = {0};
     e = dbx_client_get_history(c, a->workflow_id, a->run_id, &o, &p, &err);
     if (e != DBX_OK) {
-      dbx_cli_report("show --follow", e, err);
+      dbx_cli_report("show --follow", a->address, e, err);
       free(err);
       dbx_client_history_cleanup(&p);
       free(cur);
@@ -178,8 +181,21 @@ static int cmd_show(dbx_client *c, const wf_args *a, int json) {
 
 /* Wait for the run's close event, following continue-as-new; print the
  * result. Returns the exit status: 0 completed, 1 otherwise. */
-int dbx_cli_wait_result(dbx_client *c, const char *workflow_id, const char *run_id, int json, int quiet);
-int dbx_cli_wait_result(dbx_client *c, const char *workflow_id, const char *run_id, int json, int quiet) {
+/* 1 when a completed run's result is a durabox.Script summary (an object
+ * with a "steps" array) whose "status" is "failed", as `durabox run` exits. */
+static int script_failed(const Payloads *result) {
+  char *r = dbx_payloads_to_json(result);
+  cJSON *j = r ? cJSON_Parse(r) : NULL;
+  const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "status");
+  int failed = cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(j, "steps")) && cJSON_IsString(st) &&
+               strcmp(st->valuestring, "failed") == 0;
+  cJSON_Delete(j);
+  free(r);
+  return failed;
+}
+
+static int wait_result(dbx_client *c, const wf_args *a, const char *run_id, int json) {
+  const char *workflow_id = a->workflow_id;
   char *rid = run_id ? strdup(run_id) : NULL;
   for (;;) {
     dbx_client_history_opts o = {.wait_new_event = 1, .close_event_only = 1};
@@ -196,7 +212,7 @@ int dbx_cli_wait_result(dbx_client *c, const char *workflow_id, const char *run_
       free(tok);
       tok = NULL;
       if (e != DBX_OK) {
-        dbx_cli_report("result", e, err);
+        dbx_cli_report("result", a->address, e, err);
         free(err);
         dbx_client_history_cleanup(&h);
         free(rid);
@@ -222,7 +238,7 @@ int dbx_cli_wait_result(dbx_client *c, const char *workflow_id, const char *run_
       print_event(close_ev, 1);
     } else if (close_ev->event_type == ET(WORKFLOW_EXECUTION_COMPLETED)) {
       char *r = dbx_payloads_to_json(close_ev->workflow_execution_completed_event_attributes->result);
-      if (!quiet) printf("%s\n", r ? r : "null");
+      printf("%s\n", r ? r : "null");
       free(r);
     } else {
       char title[96], detail[512];
@@ -231,6 +247,7 @@ int dbx_cli_wait_result(dbx_client *c, const char *workflow_id, const char *run_
       fprintf(stderr, "durabox: workflow %s ended: %s %s\n", workflow_id, title, detail);
     }
     rc = close_ev->event_type == ET(WORKFLOW_EXECUTION_COMPLETED) ? 0 : 1;
+    if (rc == 0 && script_failed(close_ev->workflow_execution_completed_event_attributes->result)) rc = 1;
     dbx_client_history_cleanup(&h);
     free(rid);
     return rc;
@@ -242,7 +259,7 @@ static int cmd_describe(dbx_client *c, const wf_args *a, int json) {
   char *err = NULL;
   dbx_err e = dbx_client_describe(c, a->workflow_id, a->run_id, &r, &err);
   if (e != DBX_OK) {
-    dbx_cli_report("describe", e, err);
+    dbx_cli_report("describe", a->address, e, err);
     free(err);
     return 1;
   }
@@ -270,11 +287,14 @@ static int cmd_describe(dbx_client *c, const wf_args *a, int json) {
   return 0;
 }
 
+/* text: the table header once the first page arrived (never on a failed
+ * call); json: one array of WorkflowExecutionInfo objects ([] when none). */
 static int cmd_list(dbx_client *c, const wf_args *a, int json) {
   uint8_t *tok = NULL;
   size_t tok_len = 0;
   int first = 1;
-  if (!json) printf("%-38s %-36s %-22s %s\n", "WORKFLOW ID", "RUN ID", "TYPE", "STATUS");
+  cJSON *all = json ? cJSON_CreateArray() : NULL;
+  if (json && all == NULL) return 1;
   do {
     ListWorkflowExecutionsResponse *r = NULL;
     char *err = NULL;
@@ -282,18 +302,18 @@ static int cmd_list(dbx_client *c, const wf_args *a, int json) {
     free(tok);
     tok = NULL;
     if (e != DBX_OK) {
-      dbx_cli_report("list", e, err);
+      dbx_cli_report("list", a->address, e, err);
       free(err);
+      cJSON_Delete(all);
       return 1;
     }
+    if (first && !json) printf("%-38s %-36s %-22s %s\n", "WORKFLOW ID", "RUN ID", "TYPE", "STATUS");
+    first = 0;
     for (size_t k = 0; k < r->n_executions; k++) {
       WorkflowExecutionInfo *i = r->executions[k];
       if (json) {
         cJSON *j = dbx_pb_to_json(&i->base);
-        char *s = j ? cJSON_PrintUnformatted(j) : NULL;
-        if (s) printf("%s\n", s);
-        free(s);
-        cJSON_Delete(j);
+        if (j) cJSON_AddItemToArray(all, j);
       } else {
         const ProtobufCEnumValue *st = protobuf_c_enum_descriptor_get_value(
             &temporal__api__enums__v1__workflow_execution_status__descriptor, i->status);
@@ -309,9 +329,33 @@ static int cmd_list(dbx_client *c, const wf_args *a, int json) {
       }
     }
     dbx_client_msg_free(r);
-    first = 0;
   } while (tok);
-  (void)first;
+  if (json) {
+    char *s = cJSON_Print(all);
+    if (s) printf("%s\n", s);
+    free(s);
+    cJSON_Delete(all);
+  }
+  return 0;
+}
+
+/* 1 when text is one JSON value; else 0 with "--input is not valid JSON
+ * (near byte N)" printed (file names the --input-file path). */
+static int json_ok(const char *sub, const char *flag, const char *file, const char *text, size_t len) {
+  const char *end = NULL;
+  cJSON *j = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+  if (j != NULL) {
+    /* trailing text after the value (other than white space) is an error too */
+    while (end && (size_t)(end - text) < len && (*end == ' ' || *end == '\n' || *end == '\r' || *end == '\t'))
+      end++;
+    cJSON_Delete(j);
+    if (end == NULL || (size_t)(end - text) >= len) return 1;
+  } else {
+    end = cJSON_GetErrorPtr();
+  }
+  long pos = end && end >= text && (size_t)(end - text) <= len ? (long)(end - text) : 0;
+  fprintf(stderr, "durabox workflow %s: %s%s%s is not valid JSON (near byte %ld)\n", sub, flag, file ? " " : "",
+          file ? file : "", pos);
   return 0;
 }
 
@@ -338,6 +382,10 @@ int dbx_cli_workflow(int argc, char **argv) {
       a.follow = 1;
       continue;
     }
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      usage(stdout);
+      return 0;
+    }
     int found = 0;
     for (size_t k = 0; k < sizeof fl / sizeof fl[0]; k++) {
       if (strcmp(argv[i], fl[k].flag) != 0) continue;
@@ -359,28 +407,41 @@ int dbx_cli_workflow(int argc, char **argv) {
     fprintf(stderr, "durabox workflow %s: --workflow-id is required\n", sub);
     return 2;
   }
+  /* the input is read and checked before any call: bad JSON never reaches the service */
+  char *input = NULL;
+  if (a.input_file) {
+    size_t len = 0;
+    input = dbx_cli_read_file(a.input_file, &len);
+    if (input == NULL) {
+      fprintf(stderr, "durabox workflow %s: cannot read %s: %s\n", sub, a.input_file, strerror(errno));
+      return 2;
+    }
+    if (!json_ok(sub, "--input-file", a.input_file, input, len)) {
+      free(input);
+      return 2;
+    }
+  } else if (a.input && !json_ok(sub, "--input", NULL, a.input, strlen(a.input))) {
+    return 2;
+  }
   if (conn.address == NULL) conn.address = "127.0.0.1:7233";
-  if (dbx_cli_conn_load(&conn) != 0) return 2;
+  a.address = conn.address;
+  if (dbx_cli_conn_load(&conn) != 0) {
+    free(input);
+    return 2;
+  }
   dbx_client_opts co;
   dbx_cli_conn_client_opts(&conn, &co);
   dbx_client *c = NULL;
   dbx_rpc_global_init(); /* gRPC must be set up before the first channel */
   if (dbx_client_create(&co, &c) != DBX_OK) {
     fprintf(stderr, "durabox: cannot create a client for %s\n", conn.address);
+    free(input);
     dbx_cli_conn_cleanup(&conn);
     dbx_rpc_global_shutdown();
     return 1;
   }
   int rc = 2;
   char *err = NULL;
-  char *input = NULL;
-  if (a.input_file) {
-    input = dbx_cli_read_file(a.input_file, NULL);
-    if (input == NULL) {
-      fprintf(stderr, "durabox workflow %s: cannot read %s\n", sub, a.input_file);
-      goto out;
-    }
-  }
   const char *in = input ? input : a.input;
   if (strcmp(sub, "start") == 0 || strcmp(sub, "execute") == 0) {
     if (a.type == NULL || a.task_queue == NULL) {
@@ -392,7 +453,7 @@ int dbx_cli_workflow(int argc, char **argv) {
     char *run_id = NULL;
     dbx_err e = dbx_client_start_workflow(c, &so, &run_id, &err);
     if (e != DBX_OK) {
-      dbx_cli_report("start", e, err);
+      dbx_cli_report("start", a.address, e, err);
       rc = 1;
       goto out;
     }
@@ -401,7 +462,7 @@ int dbx_cli_workflow(int argc, char **argv) {
     else
       printf("started workflow %s run %s\n", a.workflow_id, run_id ? run_id : "");
     fflush(stdout);
-    rc = strcmp(sub, "execute") == 0 ? dbx_cli_wait_result(c, a.workflow_id, run_id, conn.json, 0) : 0;
+    rc = strcmp(sub, "execute") == 0 ? wait_result(c, &a, run_id, conn.json) : 0;
     free(run_id);
   } else if (strcmp(sub, "show") == 0) {
     rc = cmd_show(c, &a, conn.json);
@@ -410,7 +471,7 @@ int dbx_cli_workflow(int argc, char **argv) {
   } else if (strcmp(sub, "list") == 0) {
     rc = cmd_list(c, &a, conn.json);
   } else if (strcmp(sub, "result") == 0) {
-    rc = dbx_cli_wait_result(c, a.workflow_id, a.run_id, conn.json, 0);
+    rc = wait_result(c, &a, a.run_id, conn.json);
   } else if (strcmp(sub, "signal") == 0) {
     if (a.name == NULL) {
       fprintf(stderr, "durabox workflow signal: --name is required\n");
@@ -418,15 +479,15 @@ int dbx_cli_workflow(int argc, char **argv) {
     }
     dbx_err e = dbx_client_signal(c, a.workflow_id, a.run_id, a.name, in, &err);
     rc = e == DBX_OK ? 0 : 1;
-    if (e != DBX_OK) dbx_cli_report("signal", e, err);
+    if (e != DBX_OK) dbx_cli_report("signal", a.address, e, err);
   } else if (strcmp(sub, "cancel") == 0) {
     dbx_err e = dbx_client_cancel(c, a.workflow_id, a.run_id, a.reason, &err);
     rc = e == DBX_OK ? 0 : 1;
-    if (e != DBX_OK) dbx_cli_report("cancel", e, err);
+    if (e != DBX_OK) dbx_cli_report("cancel", a.address, e, err);
   } else if (strcmp(sub, "terminate") == 0) {
     dbx_err e = dbx_client_terminate(c, a.workflow_id, a.run_id, a.reason, NULL, &err);
     rc = e == DBX_OK ? 0 : 1;
-    if (e != DBX_OK) dbx_cli_report("terminate", e, err);
+    if (e != DBX_OK) dbx_cli_report("terminate", a.address, e, err);
   } else {
     fprintf(stderr, "durabox workflow: unknown command '%s'\n", sub);
     usage(stderr);

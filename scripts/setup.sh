@@ -27,8 +27,16 @@ if [ ${#clean[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${clean[@]}"
 fi
 
+# npm writes node_modules/.package-lock.json on every install: when it is newer
+# than the lock file, the installed tree already matches and npm ci (which
+# deletes and refetches node_modules) is skipped.
 if [ -f tests/interop/package.json ]; then
-  echo "setup: npm packages for tests/interop"
-  (cd tests/interop && npm ci --no-audit --no-fund --loglevel=error)
+  stamp=tests/interop/node_modules/.package-lock.json
+  if [ -f "$stamp" ] && [ "$stamp" -nt tests/interop/package-lock.json ]; then
+    echo "setup: npm packages up to date"
+  else
+    echo "setup: npm packages for tests/interop"
+    (cd tests/interop && npm ci --no-audit --no-fund --loglevel=error)
+  fi
 fi
 echo "setup: done"

@@ -3,7 +3,12 @@
  *  - `durabox run FILE` with nothing else running (embedded service and
  *    worker in process): summary table and exit 0; a failing exec step exits
  *    1 and names the step; a file that is not JSON, or is missing, exits 2
- *    naming the file;
+ *    naming the file and the reason; the summary's detail column (commit
+ *    sha, checkpoint ref); a failed sandbox.create as one clean line;
+ *    SIGINT cancels the workflow, empties $DURABOX_HOME/sandboxes, exits 130;
+ *  - `replay` and `approval` find the store `run` wrote under DURABOX_HOME;
+ *  - no service at the address: the hint naming `durabox dev`; bad --input
+ *    JSON exits 2 before any call; --help everywhere;
  *  - `durabox workflow start|result|describe|show|list|terminate|signal`
  *    against a spawned `durabox dev`, with --address and with
  *    TEMPORAL_ADDRESS; SIGTERM stops `durabox dev` with exit 0.
@@ -13,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <time.h>
 
 #include <cjson/cJSON.h>
 
@@ -64,8 +71,8 @@ static char *input_file(const char *name, const char *text) {
   return p;
 }
 
-/* Run `durabox args...` with DURABOX_HOME set and TEMPORAL_ADDRESS removed
- * unless extra_env sets it. */
+/* Run `durabox args...` with DURABOX_HOME set and TEMPORAL_ADDRESS and
+ * DURABOX_WORKER_DB removed unless extra_env sets them. */
 static int durabox(const char *extra_env, char **out, char **err, ...) {
   char *argv[32];
   int k = 0;
@@ -76,7 +83,7 @@ static int durabox(const char *extra_env, char **out, char **err, ...) {
   while ((a = va_arg(ap, const char *)) != NULL && k < 31) argv[k++] = (char *)a;
   va_end(ap);
   argv[k] = NULL;
-  char *env[] = {g_env_home, "TEMPORAL_ADDRESS", (char *)extra_env, NULL};
+  char *env[] = {g_env_home, "TEMPORAL_ADDRESS", "DURABOX_WORKER_DB", (char *)extra_env, NULL};
   return dbx_svct_proc_run(argv, env, CMD_TIMEOUT_MS, out, err);
 }
 
@@ -128,6 +135,108 @@ static void test_cli_run_embedded_script_completes(void **state) {
   free(f);
 }
 
+/* The summary shows git_commit's sha and checkpoint's ref (the Script's step
+ * "detail"); the live view labels the final sandbox.delete "cleanup". */
+static void test_cli_run_summary_details(void **state) {
+  (void)state;
+  char *f = input_file("details.json",
+                       "{\"steps\":[{\"name\":\"init\",\"kind\":\"exec\",\"command\":\"git init -q .\"},"
+                       "{\"name\":\"add\",\"kind\":\"write_file\",\"path\":\"a.txt\",\"content\":\"a\"},"
+                       "{\"name\":\"commit-a\",\"kind\":\"git_commit\",\"message\":\"add a\"},"
+                       "{\"name\":\"snap\",\"kind\":\"checkpoint\"}]}");
+  char *out = NULL, *err = NULL;
+  int rc = durabox(NULL, &out, &err, "run", f, NULL);
+  if (rc != 0) fail_msg("durabox run exited %d\nstdout:\n%s\nstderr:\n%s", rc, out, err);
+  assert_line_has(out, "sandbox.delete", (const char *[]){"cleanup", NULL});
+  const char *table = strstr(out, "\nSTEP ");
+  assert_non_null(table);
+  assert_non_null(strstr(table, "DETAIL"));
+  char *l = line_with(table, "commit-a ");
+  assert_non_null(l);
+  /* the last word of the line is a 40-hex sha */
+  const char *w = strrchr(l, ' ');
+  assert_non_null(w);
+  w++;
+  if (strlen(w) != 40 || strspn(w, "0123456789abcdef") != 40) fail_msg("no sha on: %s", l);
+  free(l);
+  l = line_with(table, "snap ");
+  assert_non_null(l);
+  w = strrchr(l, ' ');
+  if (w == NULL || strlen(w + 1) == 0 || strcmp(w + 1, "1") == 0) fail_msg("no ref on: %s", l);
+  free(l);
+  free(out);
+  free(err);
+  free(f);
+}
+
+/* A sandbox that cannot be created: one line naming sandbox.create once. */
+static void test_cli_run_create_failure_message(void **state) {
+  (void)state;
+  char *f = input_file("bad-source.json", "{\"sandbox\":{\"source\":{\"kind\":\"git\",\"path\":"
+                                          "\"/nonexistent/durabox-repo\"}},\"steps\":[]}");
+  char *out = NULL, *err = NULL;
+  int rc = durabox(NULL, &out, &err, "run", f, NULL);
+  if (rc != 1) fail_msg("durabox run exited %d\nstdout:\n%s\nstderr:\n%s", rc, out, err);
+  char *l = line_with(err, "did not complete");
+  if (l == NULL) fail_msg("stderr: %s", err);
+  if (strstr(l, "failed: sandbox.create: git clone failed") == NULL || strstr(l, "(i/o error)") == NULL)
+    fail_msg("line: %s", l);
+  assert_null(strstr(err, "sandbox.create: sandbox.create"));
+  free(l);
+  free(out);
+  free(err);
+  free(f);
+}
+
+/* Entries in dir other than . and .. (-1 when it cannot be opened). */
+static int dir_entries(const char *dir) {
+  DIR *d = opendir(dir);
+  if (d == NULL) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
+  closedir(d);
+  return n;
+}
+
+/* Ctrl-C of `durabox run` while an exec step runs: the workflow is cancelled,
+ * its sandbox deleted, and the command exits 130. */
+static void test_cli_run_sigint_cancels_and_cleans_up(void **state) {
+  (void)state;
+  char *home = dbx_test_tmpdir("itcli-sig");
+  char env_home[600], out_path[600], err_path[600];
+  snprintf(env_home, sizeof env_home, "DURABOX_HOME=%s", home);
+  snprintf(out_path, sizeof out_path, "%s/out.txt", g_dir);
+  snprintf(err_path, sizeof err_path, "%s/err.txt", g_dir);
+  char *f = input_file("sig.json", "{\"steps\":[{\"name\":\"long\",\"kind\":\"exec\",\"command\":\"sleep 30\"}]}");
+  char *argv[] = {(char *)dbx_test_bin(), "run", f, "--workflow-id", "cli-sigint", NULL};
+  char *env[] = {env_home, "TEMPORAL_ADDRESS", "DURABOX_WORKER_DB", NULL};
+  pid_t pid = dbx_svct_proc_spawn(argv, env, out_path, err_path);
+  /* wait until the live view shows the step scheduled (the run prints it as it happens) */
+  char *out = NULL;
+  for (int i = 0; i < 3000; i++) {
+    free(out);
+    out = dbx_svct_file_read(out_path);
+    if (out && strstr(out, "sandbox.exec ")) break;
+    nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+  }
+  if (out == NULL || strstr(out, "sandbox.exec ") == NULL) fail_msg("the exec step never showed: %s", out);
+  free(out);
+  kill(pid, SIGINT);
+  int rc = dbx_svct_proc_wait(pid, 40000);
+  char *err = dbx_svct_file_read(err_path);
+  if (rc != 130) fail_msg("durabox run exited %d after SIGINT; stderr:\n%s", rc, err);
+  if (strstr(err, "interrupted: cancelling workflow cli-sigint") == NULL) fail_msg("stderr: %s", err);
+  char sb[700];
+  snprintf(sb, sizeof sb, "%s/sandboxes", home);
+  if (dir_entries(sb) != 0) fail_msg("%s is not empty (%d entries); stderr:\n%s", sb, dir_entries(sb), err);
+  free(err);
+  free(f);
+  dbx_test_rmrf(home);
+  free(home);
+}
+
 static void test_cli_run_failing_step_exits_1(void **state) {
   (void)state;
   char *f = input_file("fail.json",
@@ -163,9 +272,125 @@ static void test_cli_run_bad_or_missing_file_exits_2(void **state) {
   snprintf(missing, sizeof missing, "%s/does-not-exist.json", g_dir);
   assert_int_equal(durabox(NULL, &out, &err, "run", missing, NULL), 2);
   if (strstr(err, missing) == NULL) fail_msg("stderr does not name %s: %s", missing, err);
+  if (strstr(err, "No such file or directory") == NULL) fail_msg("no reason in: %s", err);
+  free(out);
+  free(err);
+  /* a directory: fopen succeeds on Linux, the reason must still be given */
+  assert_int_equal(durabox(NULL, &out, &err, "run", g_dir, NULL), 2);
+  if (strstr(err, g_dir) == NULL || strstr(err, "Is a directory") == NULL)
+    fail_msg("stderr does not name %s and 'Is a directory': %s", g_dir, err);
   free(out);
   free(err);
   free(f);
+}
+
+/* `run` writes the worker store under $DURABOX_HOME; `replay` with the same
+ * DURABOX_HOME and no --db finds the run there. */
+static void test_cli_replay_finds_the_store_run_wrote(void **state) {
+  (void)state;
+  char *f = input_file("replay.json", SCRIPT_OK);
+  char *out = NULL, *err = NULL;
+  int rc = durabox(NULL, &out, &err, "run", f, "--workflow-id", "cli-replay", NULL);
+  if (rc != 0) fail_msg("durabox run exited %d\nstdout:\n%s\nstderr:\n%s", rc, out, err);
+  free(out);
+  free(err);
+  rc = durabox(NULL, &out, &err, "replay", "--workflow-id", "cli-replay", NULL);
+  if (rc != 0) fail_msg("durabox replay exited %d\nstdout:\n%s\nstderr:\n%s", rc, out, err);
+  if (strstr(out, "deterministic: ") == NULL || strstr(out, "cli-replay") == NULL)
+    fail_msg("replay output: %s", out);
+  free(out);
+  free(err);
+  /* approval list reads the same store (it exists, so no "no worker store") */
+  rc = durabox(NULL, &out, &err, "approval", "list", NULL);
+  if (rc != 0) fail_msg("approval list exited %d: %s", rc, err);
+  assert_non_null(strstr(out, "no refused at_most_once calls"));
+  free(out);
+  free(err);
+  free(f);
+}
+
+/* Nothing listens at the address: the error says so and names `durabox dev`. */
+static void test_cli_no_service_hint(void **state) {
+  (void)state;
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", dbx_svct_free_port());
+  char *out = NULL, *err = NULL;
+  int rc = durabox(NULL, &out, &err, "workflow", "describe", "--workflow-id", "x", "--address", addr, NULL);
+  assert_int_equal(rc, 1);
+  char hint[160];
+  snprintf(hint, sizeof hint, "is a workflow service running at %s? `durabox dev` starts one", addr);
+  if (strstr(err, hint) == NULL) fail_msg("no hint in: %s", err);
+  free(out);
+  free(err);
+  /* list: no table header when the call failed */
+  rc = durabox(NULL, &out, &err, "workflow", "list", "--address", addr, NULL);
+  assert_int_equal(rc, 1);
+  if (out[0] != '\0') fail_msg("stdout not empty: %s", out);
+  if (strstr(err, hint) == NULL) fail_msg("no hint in: %s", err);
+  free(out);
+  free(err);
+}
+
+/* --input / --input-file must hold JSON: exit 2 naming the flag and the
+ * byte, before any call (no service listens at addr, so a call would exit 1). */
+static void test_cli_workflow_input_must_be_json(void **state) {
+  (void)state;
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", dbx_svct_free_port());
+  char *out = NULL, *err = NULL;
+  int rc = durabox(NULL, &out, &err, "workflow", "start", "--type", "durabox.Script", "--task-queue", "durabox",
+                   "--workflow-id", "j", "--input", "{\"steps\": [1, 2,]}", "--address", addr, NULL);
+  assert_int_equal(rc, 2);
+  if (strstr(err, "--input is not valid JSON (near byte 16)") == NULL) fail_msg("stderr: %s", err);
+  assert_null(strstr(err, "UNAVAILABLE"));
+  free(out);
+  free(err);
+  rc = durabox(NULL, &out, &err, "workflow", "signal", "--workflow-id", "j", "--name", "n", "--input",
+               "\"unterminated", "--address", addr, NULL);
+  assert_int_equal(rc, 2);
+  if (strstr(err, "--input is not valid JSON") == NULL) fail_msg("stderr: %s", err);
+  free(out);
+  free(err);
+  rc = durabox(NULL, &out, &err, "workflow", "execute", "--type", "t", "--task-queue", "q", "--workflow-id", "j",
+               "--input", "{} {}", "--address", addr, NULL);
+  assert_int_equal(rc, 2);
+  if (strstr(err, "--input is not valid JSON (near byte 3)") == NULL) fail_msg("stderr: %s", err);
+  free(out);
+  free(err);
+  char *f = input_file("bad-input.json", "{\"a\": tru}");
+  rc = durabox(NULL, &out, &err, "workflow", "start", "--type", "t", "--task-queue", "q", "--workflow-id", "j",
+               "--input-file", f, "--address", addr, NULL);
+  assert_int_equal(rc, 2);
+  char want[600];
+  snprintf(want, sizeof want, "--input-file %s is not valid JSON (near byte", f);
+  if (strstr(err, want) == NULL) fail_msg("stderr: %s", err);
+  free(out);
+  free(err);
+  free(f);
+  /* valid JSON passes the check and reaches the (absent) service: exit 1 */
+  rc = durabox(NULL, &out, &err, "workflow", "start", "--type", "t", "--task-queue", "q", "--workflow-id", "j",
+               "--input", " [1, {\"a\": null}] ", "--address", addr, NULL);
+  assert_int_equal(rc, 1);
+  free(out);
+  free(err);
+}
+
+/* --help / -h prints the usage on stdout and exits 0, for every group. */
+static void test_cli_help_everywhere(void **state) {
+  (void)state;
+  static const char *const cmds[][3] = {
+      {"workflow", "start", "--help"}, {"workflow", "list", "-h"}, {"workflow", "result", "--help"},
+      {"worker", "--help", NULL},      {"replay", "--help", NULL}, {"replay", "-h", NULL},
+      {"approval", "--help", NULL},    {"approval", "grant", "-h"}, {"run", "--help", NULL}};
+  for (size_t k = 0; k < sizeof cmds / sizeof cmds[0]; k++) {
+    char *out = NULL, *err = NULL;
+    int rc = durabox(NULL, &out, &err, cmds[k][0], cmds[k][1], cmds[k][2], NULL);
+    if (rc != 0 || strstr(out, "usage: durabox") == NULL)
+      fail_msg("durabox %s %s %s: exit %d\nstdout: %s\nstderr: %s", cmds[k][0], cmds[k][1],
+               cmds[k][2] ? cmds[k][2] : "", rc, out, err);
+    free(out);
+    free(err);
+  }
 }
 
 static void test_cli_workflow_commands_against_dev(void **state) {
@@ -239,18 +464,35 @@ static void test_cli_workflow_commands_against_dev(void **state) {
   free(out);
   free(err);
 
-  /* list --output json: one object per line, ours among them */
+  /* list --output json: one JSON array, ours in it once */
   rc = durabox(NULL, &out, &err, "workflow", "list", "--output", "json", "--address", addr, NULL);
   if (rc != 0) fail_msg("workflow list exited %d: %s", rc, err);
+  cJSON *arr = cJSON_Parse(out);
+  if (!cJSON_IsArray(arr)) fail_msg("not one JSON array: %s", out);
   int seen = 0;
-  for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
-    cJSON *l = cJSON_Parse(line);
-    assert_non_null(l);
+  cJSON *l;
+  cJSON_ArrayForEach(l, arr) {
     const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(l, "execution"), "workflowId"));
     if (id && strcmp(id, "cli-x") == 0) seen++;
-    cJSON_Delete(l);
   }
   assert_int_equal(seen, 1);
+  cJSON_Delete(arr);
+  free(out);
+  free(err);
+  /* nothing matches: an empty array, not nothing */
+  rc = durabox(NULL, &out, &err, "workflow", "list", "--output", "json", "--query", "WorkflowId = 'no-such-id'",
+               "--address", addr, NULL);
+  if (rc != 0) fail_msg("workflow list (no match) exited %d: %s", rc, err);
+  arr = cJSON_Parse(out);
+  if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) != 0) fail_msg("not an empty array: '%s'", out);
+  cJSON_Delete(arr);
+  free(out);
+  free(err);
+  /* text: the header, then ours */
+  rc = durabox(NULL, &out, &err, "workflow", "list", "--address", addr, NULL);
+  assert_int_equal(rc, 0);
+  assert_int_equal(strncmp(out, "WORKFLOW ID ", 12), 0);
+  assert_line_has(out, "cli-x ", (const char *[]){"durabox.Script", "COMPLETED", NULL});
   free(out);
   free(err);
 
@@ -281,6 +523,24 @@ static void test_cli_workflow_commands_against_dev(void **state) {
   if (strstr(err, "Terminated") == NULL) fail_msg("no 'Terminated' in: %s", err);
   free(out);
   free(err);
+
+  /* a Script whose step fails completes with "status": "failed": result exits 1, prints it */
+  char *ff = input_file("dev-fail.json", "{\"steps\":[{\"name\":\"no\",\"kind\":\"exec\",\"command\":\"exit 4\"}]}");
+  rc = durabox(NULL, &out, &err, "workflow", "start", "--type", "durabox.Script", "--task-queue", "durabox",
+               "--workflow-id", "cli-fail", "--input-file", ff, "--address", addr, NULL);
+  assert_int_equal(rc, 0);
+  free(out);
+  free(err);
+  rc = durabox(NULL, &out, &err, "workflow", "result", "--workflow-id", "cli-fail", "--address", addr, NULL);
+  if (rc != 1) fail_msg("workflow result of a failed script exited %d: %s%s", rc, out, err);
+  j = cJSON_Parse(out);
+  assert_non_null(j);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "status")), "failed");
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "failed_step")), "no");
+  cJSON_Delete(j);
+  free(out);
+  free(err);
+  free(ff);
 
   /* signal to a workflow that does not exist */
   rc = durabox(NULL, &out, &err, "workflow", "signal", "--workflow-id", "no-such-workflow", "--name",
@@ -324,8 +584,15 @@ int main(void) {
   dbx_rpc_global_init();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(test_cli_run_embedded_script_completes, test_teardown),
+      cmocka_unit_test_teardown(test_cli_run_summary_details, test_teardown),
+      cmocka_unit_test_teardown(test_cli_run_create_failure_message, test_teardown),
       cmocka_unit_test_teardown(test_cli_run_failing_step_exits_1, test_teardown),
+      cmocka_unit_test_teardown(test_cli_run_sigint_cancels_and_cleans_up, test_teardown),
       cmocka_unit_test_teardown(test_cli_run_bad_or_missing_file_exits_2, test_teardown),
+      cmocka_unit_test_teardown(test_cli_replay_finds_the_store_run_wrote, test_teardown),
+      cmocka_unit_test_teardown(test_cli_no_service_hint, test_teardown),
+      cmocka_unit_test_teardown(test_cli_workflow_input_must_be_json, test_teardown),
+      cmocka_unit_test_teardown(test_cli_help_everywhere, test_teardown),
       cmocka_unit_test_teardown(test_cli_workflow_commands_against_dev, test_teardown),
   };
   int rc = cmocka_run_group_tests(tests, setup, teardown);

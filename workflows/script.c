@@ -261,6 +261,12 @@ static void record_step(script *s, const cJSON *st, const dbx_act_outcome *o, in
   cJSON_AddBoolToObject(sum, "ok", ok);
   cJSON_AddNumberToObject(sum, "attempts", o ? o->attempts : 0);
   if (cJSON_IsNumber(dur)) cJSON_AddNumberToObject(sum, "duration_ms", dur->valuedouble);
+  /* what the step produced, for people: git_commit's sha, checkpoint's ref */
+  const char *detail = !res ? NULL
+                       : strcmp(kind, "git_commit") == 0 ? str_of(res, "sha")
+                       : strcmp(kind, "checkpoint") == 0 ? str_of(res, "ref")
+                                                         : NULL;
+  if (detail) cJSON_AddStringToObject(sum, "detail", detail);
   if (strcmp(kind, "exec") == 0 && res) {
     char *ex = excerpt(res);
     cJSON_AddStringToObject(sum, "output_excerpt", ex ? ex : "");
@@ -292,6 +298,33 @@ static void step_done(script *s, dbx_wf *wf, const dbx_act_outcome *o) {
   run_step(s, wf);
 }
 
+/* The driver's message often starts with "sandbox.create: " already and
+ * carries a tool's stderr with newlines: drop the repeated prefix and fold
+ * each run of white space that holds a newline into one space, in place. */
+static void one_line_message(char *m) {
+  static const char prefix[] = "sandbox.create: ";
+  size_t pl = sizeof prefix - 1;
+  if (m == NULL) return;
+  while (strncmp(m + pl, prefix, pl) == 0) memmove(m + pl, m + 2 * pl, strlen(m + 2 * pl) + 1);
+  char *w = m;
+  for (const char *r = m; *r;) {
+    if (*r == ' ' || *r == '\t' || *r == '\n' || *r == '\r') {
+      const char *e = r;
+      int nl = 0;
+      while (*e == ' ' || *e == '\t' || *e == '\n' || *e == '\r') nl |= *e == '\n' || *e == '\r', e++;
+      if (!nl) {
+        while (r < e) *w++ = *r++;
+        continue;
+      }
+      if (w > m && *e) *w++ = ' ';
+      r = e;
+      continue;
+    }
+    *w++ = *r++;
+  }
+  *w = '\0';
+}
+
 static void script_on_activity(void *state, dbx_wf *wf, int64_t seq, const dbx_act_outcome *o) {
   script *s = state;
   /* while cancelling, only the delete's outcome matters (a step may still end) */
@@ -304,6 +337,7 @@ static void script_on_activity(void *state, dbx_wf *wf, int64_t seq, const dbx_a
       char *m = dbx_asprintf("sandbox.create: %s", o->status == DBX_ACT_COMPLETED
                                                        ? "result has no \"sandbox_id\""
                                                        : (o->failure_message ? o->failure_message : "failed"));
+      one_line_message(m);
       cJSON_Delete(res);
       s->phase = DONE;
       dbx_wf_fail(wf, "SandboxCreateFailed", m ? m : "sandbox.create failed");
