@@ -69,11 +69,13 @@ void dbx_failpoint_reset(void) {
 }
 
 static int parse_u64(const char *s, size_t n, uint64_t *out) {
-  if (n == 0 || n > 19) return -1;
+  if (n == 0 || n > 20) return -1;
   uint64_t v = 0;
   for (size_t i = 0; i < n; i++) {
     if (s[i] < '0' || s[i] > '9') return -1;
-    v = v * 10 + (uint64_t)(s[i] - '0');
+    uint64_t d = (uint64_t)(s[i] - '0');
+    if (v > (UINT64_MAX - d) / 10) return -1; /* overflow */
+    v = v * 10 + d;
   }
   *out = v;
   return 0;

@@ -50,6 +50,16 @@ static void test_failpoint_parse_errors(void **state) {
       DBX_OK);
   assert_null(err);
   assert_int_equal(dbx_failpoints_on, 1);
+  /* the whole uint64 range is a valid seed, one more is not */
+  assert_int_equal(setenv("DURABOX_FAILPOINTS", "a=log", 1), 0);
+  assert_int_equal(setenv("DURABOX_FAILPOINT_SEED", "18446744073709551615", 1), 0);
+  assert_int_equal(dbx_failpoint_init_from_env(&err), DBX_OK);
+  assert_int_equal(setenv("DURABOX_FAILPOINT_SEED", "18446744073709551616", 1), 0);
+  assert_int_equal(dbx_failpoint_init_from_env(&err), DBX_EINVAL);
+  free(err);
+  err = NULL;
+  unsetenv("DURABOX_FAILPOINTS");
+  unsetenv("DURABOX_FAILPOINT_SEED");
   assert_int_equal(dbx_failpoint_configure("", 1, NULL, &err), DBX_OK);
   assert_int_equal(dbx_failpoints_on, 0);
 }

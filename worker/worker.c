@@ -29,6 +29,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/failpoint.h"
 #include "base/util.h"
 #include "worker/client.h"
 #include "worker/replay.h"
@@ -386,6 +387,7 @@ static void process_wft(dbx_worker *w, PollWorkflowTaskQueueResponse *t) {
   rq.namespace_ = w->ns;
   char *err = NULL;
   ProtobufCMessage *rs = NULL;
+  DBX_FAILPOINT("worker.wft.report.before");
   rc = dbx_client_call(w->client, "RespondWorkflowTaskCompleted", &rq.base,
                        &RespondWorkflowTaskCompletedResponse__D, CALL_TIMEOUT_MS, NULL, &rs, &err);
   dbx_client_msg_free(rs);
@@ -555,6 +557,7 @@ static void report(dbx_act *a, int kind, const dbx_act_result *res) {
   }
   unsigned seed = (unsigned)dbx_mono_ns();
   int failures = 0;
+  DBX_FAILPOINT("worker.report.before");
   for (int tries = 0; tries < 6; tries++) {
     char *err = NULL;
     ProtobufCMessage *rs = NULL;
@@ -576,6 +579,7 @@ static void report(dbx_act *a, int kind, const dbx_act_result *res) {
     if (rc != DBX_EUNAVAILABLE && rc != DBX_ETIMEDOUT) break;
     backoff(w, &failures, &seed);
   }
+  DBX_FAILPOINT("worker.report.after");
   dbx_payloads_free(p);
 }
 
@@ -633,7 +637,9 @@ static void run_activity(dbx_act *a) {
     return;
   }
   if (a->type->retry_class == DBX_AT_MOST_ONCE) {
+    DBX_FAILPOINT("worker.journal.before_started");
     rc = dbx_wstore_journal_started(w->ws, ns, wid, rid, aid, t->attempt);
+    DBX_FAILPOINT("worker.journal.after_started");
     if (rc != DBX_OK) {
       res.failure_type = dbx_strdup("JournalError");
       res.failure_message = dbx_asprintf("cannot journal the start: %s; not run", dbx_strerror(rc));
@@ -645,6 +651,7 @@ static void run_activity(dbx_act *a) {
   char *input = dbx_payloads_to_json(t->input);
   rc = input ? a->type->run(a, input, strlen(input), &res, a->type->ud) : DBX_ENOMEM;
   free(input);
+  DBX_FAILPOINT("worker.activity.after_effect");
   if (atomic_load(&a->timed_out) || atomic_load(&a->abandoned)) {
     if (rc == DBX_OK) dbx_wstore_journal_result(w->ws, ns, wid, rid, aid, t->attempt, &res);
     DBX_WARN("worker", "activity %s of %s/%s: %s; its result is not reported", aid, wid, rid,
@@ -669,6 +676,7 @@ static void run_activity(dbx_act *a) {
     res.failure_message = dbx_asprintf("activity returned %s", dbx_strerror(rc));
   }
   rc = dbx_wstore_journal_result(w->ws, ns, wid, rid, aid, t->attempt, &res);
+  DBX_FAILPOINT("worker.journal.after_result");
   if (rc != DBX_OK)
     DBX_WARN("worker", "activity %s of %s/%s: journaling the result: %s", aid, wid, rid,
              dbx_strerror(rc));
