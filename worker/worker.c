@@ -590,6 +590,20 @@ static void result_cleanup(dbx_act_result *r) {
   memset(r, 0, sizeof *r);
 }
 
+/* The class the workflow scheduled this task with (DBX_RETRY_CLASS_HEADER),
+ * else the type's default. A step may only tighten safe_to_retry. */
+static dbx_retry_class task_retry_class(const PollActivityTaskQueueResponse *t,
+                                        dbx_retry_class type_class) {
+  if (!t->header) return type_class;
+  for (size_t i = 0; i < t->header->n_fields; i++) {
+    const Temporal__Api__Common__V1__Header__FieldsEntry *f = t->header->fields[i];
+    if (!f || !f->key || strcmp(f->key, DBX_RETRY_CLASS_HEADER) != 0 || !f->value) continue;
+    const ProtobufCBinaryData *d = &f->value->data;
+    if (d->len == 14 && memcmp(d->data, "\"at_most_once\"", 14) == 0) return DBX_AT_MOST_ONCE;
+  }
+  return type_class;
+}
+
 static void run_activity(dbx_act *a) {
   dbx_worker *w = a->w;
   PollActivityTaskQueueResponse *t = a->task;
@@ -611,12 +625,13 @@ static void run_activity(dbx_act *a) {
   if (rc != DBX_OK) {
     res.failure_type = dbx_strdup("JournalError");
     res.failure_message = dbx_asprintf("worker journal unreadable: %s", dbx_strerror(rc));
-    res.non_retryable = a->type->retry_class == DBX_AT_MOST_ONCE;
+    res.non_retryable = task_retry_class(t, a->type->retry_class) == DBX_AT_MOST_ONCE;
     report(a, 1, &res);
     result_cleanup(&res);
     return;
   }
-  dbx_journal_decision d = dbx_journal_decide(&je, a->type->retry_class, t->attempt);
+  dbx_retry_class cls = task_retry_class(t, a->type->retry_class);
+  dbx_journal_decision d = dbx_journal_decide(&je, cls, t->attempt);
   if (d == DBX_JOURNAL_REPORT) {
     DBX_INFO("worker", "activity %s of %s/%s: reporting the journaled result of attempt %d",
              aid, wid, rid, je.attempt);
@@ -636,7 +651,7 @@ static void run_activity(dbx_act *a) {
     result_cleanup(&res);
     return;
   }
-  if (a->type->retry_class == DBX_AT_MOST_ONCE) {
+  if (cls == DBX_AT_MOST_ONCE) {
     DBX_FAILPOINT("worker.journal.before_started");
     rc = dbx_wstore_journal_started(w->ws, ns, wid, rid, aid, t->attempt);
     DBX_FAILPOINT("worker.journal.after_started");
