@@ -12,6 +12,9 @@
  * RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS from the workspace root, so the
  * kernel refuses escapes at open time (no check-then-use gap); where openat2
  * is missing, a component walk with O_NOFOLLOW refuses every symlink.
+ * Detached commands (dbx_local_exec_start) run under a supervisor: this same
+ * executable re-executed with a marker argument that a constructor catches
+ * before main; its state lives in files (see "detached commands" below).
  * Threading: the handle is immutable after setup; error text is kept per
  * thread (see dbx_local_errmsg). */
 #define _GNU_SOURCE
@@ -30,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
@@ -48,6 +52,7 @@
 struct dbx_local {
   char *home;
   char *bwrap; /* path of a usable bwrap, or NULL */
+  char *self_exe; /* this executable's path (re-executed as the supervisor), or NULL */
   int use_bwrap;
 };
 
@@ -450,6 +455,12 @@ dbx_err dbx_local_open(const char *home, dbx_local **out) {
       goto out;
     }
   }
+  char exe[PATH_MAX];
+  ssize_t xl = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (xl > 0) {
+    exe[xl] = '\0';
+    d->self_exe = dbx_strdup(exe);
+  }
   d->bwrap = bwrap_find();
   if (d->bwrap != NULL) {
     /* Probe with the same kinds of mounts exec uses. */
@@ -485,6 +496,7 @@ void dbx_local_close(dbx_local *d) {
   if (tl_err.owner == d) tl_err.owner = NULL;
   free(d->home);
   free(d->bwrap);
+  free(d->self_exe);
   free(d);
 }
 
@@ -1110,15 +1122,18 @@ static dbx_err build_env(const dbx_local *d, const char *ws, const char *const *
   return DBX_OK;
 }
 
-/* Run argv in sandbox id (bwrap or plain), cwd relative (checked), env built. */
-static dbx_err sandbox_run(dbx_local *d, const char *id, char *const *cmd, const char *script,
-                           const char *cwd, const char *const *decl_env, int64_t timeout_ms,
-                           size_t cap_out, size_t cap_err, dbx_local_exec_result *res) {
+/* Build what running cmd in sandbox id takes: argv (bwrap prefix when
+ * enabled), env, and an fd of the cwd (checked beneath the workspace).
+ * On DBX_OK the caller owns argv, env (sv_free) and *cwdfd_out (close). */
+static dbx_err sandbox_prepare(dbx_local *d, const char *id, char *const *cmd,
+                               const char *script, const char *cwd,
+                               const char *const *decl_env, strvec *argv_out, strvec *env_out,
+                               int *cwdfd_out) {
   dbx_err rc;
   int root = -1, cwdfd = -1;
   char *ws = NULL, *abscwd = NULL;
   strvec env = {0}, argv = {0};
-  memset(res, 0, sizeof *res);
+  *cwdfd_out = -1;
   if (cwd && *cwd && (rc = path_check(d, cwd, 0)) != DBX_OK) return rc;
   if ((rc = open_root(d, id, 1, &root)) != DBX_OK) return rc;
   ws = dbx_local_sandbox_path(d, id);
@@ -1156,9 +1171,13 @@ static dbx_err sandbox_run(dbx_local *d, const char *id, char *const *cmd, const
   }
   for (size_t i = 0; cmd[i]; i++)
     if (sv_pushs(&argv, cmd[i])) goto oom;
-  run_spec s = {.argv = argv.v, .envp = env.v, .cwd_fd = cwdfd, .timeout_ms = timeout_ms,
-                .cap = {cap_out ? cap_out : DEFAULT_CAP_BYTES, cap_err ? cap_err : DEFAULT_CAP_BYTES}};
-  rc = run_proc(d, &s, res);
+  *argv_out = argv;
+  *env_out = env;
+  *cwdfd_out = cwdfd;
+  memset(&argv, 0, sizeof argv);
+  memset(&env, 0, sizeof env);
+  cwdfd = -1;
+  rc = DBX_OK;
   goto out;
 oom:
   rc = fail(d, DBX_ENOMEM, "out of memory");
@@ -1169,6 +1188,24 @@ out:
   if (root >= 0) close(root);
   free(ws);
   free(abscwd);
+  return rc;
+}
+
+/* Run argv in sandbox id (bwrap or plain), cwd relative (checked), env built. */
+static dbx_err sandbox_run(dbx_local *d, const char *id, char *const *cmd, const char *script,
+                           const char *cwd, const char *const *decl_env, int64_t timeout_ms,
+                           size_t cap_out, size_t cap_err, dbx_local_exec_result *res) {
+  strvec env = {0}, argv = {0};
+  int cwdfd = -1;
+  memset(res, 0, sizeof *res);
+  dbx_err rc = sandbox_prepare(d, id, cmd, script, cwd, decl_env, &argv, &env, &cwdfd);
+  if (rc != DBX_OK) return rc;
+  run_spec s = {.argv = argv.v, .envp = env.v, .cwd_fd = cwdfd, .timeout_ms = timeout_ms,
+                .cap = {cap_out ? cap_out : DEFAULT_CAP_BYTES, cap_err ? cap_err : DEFAULT_CAP_BYTES}};
+  rc = run_proc(d, &s, res);
+  sv_free(&env);
+  sv_free(&argv);
+  close(cwdfd);
   return rc;
 }
 
@@ -1202,6 +1239,617 @@ dbx_err dbx_local_exec(dbx_local *d, const char *id, const dbx_local_exec_opts *
     unlink(script);
     free(script);
   }
+  return rc;
+}
+
+/* ---- detached commands ----
+ *
+ * Process tree: caller --posix_spawn(/proc/self/exe, setsid)--> S1 --fork-->
+ * S2 (the supervisor) --posix_spawn--> the command's group. S1 takes the
+ * folder's lock (flock, shared by S2 through the inherited open file), checks
+ * that the command never started, reads the spec from its stdin (a socket
+ * from the caller), writes `started`, forks S2 and exits; the caller reaps
+ * S1, so S2 belongs to init from then on. S2 runs the command like run_proc,
+ * copying the pipes into the stream files, and writes `status` before it
+ * reaps the shell (so the group id stays reserved while it kills the group).
+ * Crash behaviour: the caller dying changes nothing for S2; S2 dying (killed,
+ * reboot) leaves `started` without `status` and the lock free: LOST. */
+
+#define SUPERVISE_ARG "__dbx_local_supervise"
+#define SPEC_MAGIC "dbx-cmd-spec-1"
+#define SPEC_MAX_BYTES ((size_t)64 << 20)
+#define SUPERVISE_TICK_MS 100
+
+extern char **environ;
+
+static char *cmd_dir(const dbx_local *d, const char *id, const char *cmd_id) {
+  return dbx_asprintf("%s/sandboxes/%s/meta/cmds/%s", d->home, id, cmd_id);
+}
+
+typedef struct {
+  char *p;
+  size_t len, cap;
+} sbuf;
+
+static int sb_add(sbuf *b, const char *s) { /* appends s and its NUL */
+  size_t n = strlen(s) + 1;
+  if (b->len + n > b->cap) {
+    size_t nc = b->cap ? b->cap * 2 : 4096;
+    while (nc < b->len + n) nc *= 2;
+    char *np = realloc(b->p, nc);
+    if (np == NULL) return -1;
+    b->p = np;
+    b->cap = nc;
+  }
+  memcpy(b->p + b->len, s, n);
+  b->len += n;
+  return 0;
+}
+
+static int sb_addnum(sbuf *b, long long v) {
+  char t[32];
+  snprintf(t, sizeof t, "%lld", v);
+  return sb_add(b, t);
+}
+
+/* Parsed spec (pointers into the read buffer). */
+typedef struct {
+  int64_t timeout_ms;
+  size_t cap[2];
+  char **argv, **envp;
+} cmd_spec;
+
+static int spec_parse(char *buf, size_t len, cmd_spec *sp) {
+  char *p = buf, *end = buf + len;
+  char *f[6];
+  if (len == 0 || buf[len - 1] != '\0') return -1;
+  for (int i = 0; i < 5; i++) {
+    if (p >= end) return -1;
+    f[i] = p;
+    p += strlen(p) + 1;
+  }
+  if (strcmp(f[0], SPEC_MAGIC) != 0) return -1;
+  sp->timeout_ms = strtoll(f[1], NULL, 10);
+  sp->cap[0] = (size_t)strtoull(f[2], NULL, 10);
+  sp->cap[1] = (size_t)strtoull(f[3], NULL, 10);
+  long argc = strtol(f[4], NULL, 10);
+  if (argc < 1 || argc > 100000) return -1;
+  sp->argv = calloc((size_t)argc + 1, sizeof *sp->argv);
+  if (sp->argv == NULL) return -1;
+  for (long i = 0; i < argc; i++) {
+    if (p >= end) return -1;
+    sp->argv[i] = p;
+    p += strlen(p) + 1;
+  }
+  if (p >= end) return -1;
+  f[5] = p;
+  p += strlen(p) + 1;
+  long envc = strtol(f[5], NULL, 10);
+  if (envc < 0 || envc > 100000) return -1;
+  sp->envp = calloc((size_t)envc + 1, sizeof *sp->envp);
+  if (sp->envp == NULL) return -1;
+  for (long i = 0; i < envc; i++) {
+    if (p >= end) return -1;
+    sp->envp[i] = p;
+    p += strlen(p) + 1;
+  }
+  return 0;
+}
+
+static int write_all(int fd, const void *data, size_t len) {
+  const char *p = data;
+  while (len > 0) {
+    ssize_t w = write(fd, p, len);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return -1;
+    p += w;
+    len -= (size_t)w;
+  }
+  return 0;
+}
+
+typedef struct {
+  int in;      /* pipe read end, -1 when at EOF */
+  int file;    /* the stream file */
+  size_t cap;
+  uint64_t kept, total;
+} sup_stream;
+
+static void sup_drain(sup_stream *s) {
+  char chunk[65536];
+  for (;;) {
+    ssize_t n = read(s->in, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    if (n <= 0) {
+      close(s->in);
+      s->in = -1;
+      return;
+    }
+    s->total += (uint64_t)n;
+    size_t keep = s->cap > s->kept ? (size_t)(s->cap - s->kept) : 0;
+    if (keep > (size_t)n) keep = (size_t)n;
+    if (keep > 0 && write_all(s->file, chunk, keep) == 0) s->kept += keep;
+  }
+}
+
+/* S2: run the command, write status. Returns the process exit code. */
+static int supervise_run(int dfd, const cmd_spec *sp) {
+  int rc = 0, outp[2] = {-1, -1}, errp[2] = {-1, -1}, pidfd = -1;
+  sup_stream st[2] = {{.in = -1, .file = -1}, {.in = -1, .file = -1}};
+  int exit_code = 0, sig = 0, timed_out = 0, killed = 0;
+  char err[512] = "";
+  int64_t start = dbx_mono_ns();
+  pid_t pid = -1;
+  static const char *names[2] = {"stdout", "stderr"};
+  for (int i = 0; i < 2; i++) {
+    st[i].cap = sp->cap[i] ? sp->cap[i] : DEFAULT_CAP_BYTES;
+    st[i].file = openat(dfd, names[i], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  }
+  if (st[0].file < 0 || st[1].file < 0 || pipe2(outp, O_CLOEXEC) != 0 ||
+      pipe2(errp, O_CLOEXEC) != 0) {
+    snprintf(err, sizeof err, "supervisor setup: %s", strerror(errno));
+    exit_code = 127;
+    goto status;
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, outp[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, errp[1], 2);
+  posix_spawn_file_actions_addfchdir_np(&fa, 3);
+  posix_spawnattr_init(&attr);
+  set_sigdefaults(&attr);
+  int e = posix_spawnp(&pid, sp->argv[0], &fa, &attr, sp->argv, sp->envp);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  close(outp[1]);
+  close(errp[1]);
+  if (e != 0) {
+    pid = -1;
+    snprintf(err, sizeof err, "cannot start %s: %s", sp->argv[0], strerror(e));
+    exit_code = 127;
+    close(outp[0]);
+    close(errp[0]);
+    goto status;
+  }
+  st[0].in = outp[0];
+  st[1].in = errp[0];
+  fcntl(outp[0], F_SETFL, O_NONBLOCK);
+  fcntl(errp[0], F_SETFL, O_NONBLOCK);
+  pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+  int phase = 0; /* 0 running, 1 SIGTERM sent, 2 SIGKILL sent */
+  int64_t deadline = sp->timeout_ms > 0 ? start + sp->timeout_ms * 1000000 : 0, kill_at = 0;
+  siginfo_t si;
+  for (;;) {
+    memset(&si, 0, sizeof si);
+    if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid)
+      break;
+    int64_t now = dbx_mono_ns();
+    if (!killed && phase < 2 && faccessat(dfd, "kill", F_OK, 0) == 0) {
+      killpg(pid, SIGKILL);
+      killed = 1;
+      phase = 2;
+    }
+    if (deadline && phase == 0 && now >= deadline) {
+      killpg(pid, SIGTERM);
+      timed_out = 1;
+      phase = 1;
+      kill_at = now + (int64_t)KILL_GRACE_MS * 1000000;
+    }
+    if (phase == 1 && now >= kill_at) {
+      killpg(pid, SIGKILL);
+      phase = 2;
+    }
+    int64_t wait_ns = (int64_t)SUPERVISE_TICK_MS * 1000000;
+    if (phase == 0 && deadline && deadline - now < wait_ns) wait_ns = deadline - now;
+    if (phase == 1 && kill_at - now < wait_ns) wait_ns = kill_at - now;
+    if (wait_ns < 0) wait_ns = 0;
+    struct pollfd pf[3];
+    int n = 0, idx[2] = {-1, -1};
+    for (int i = 0; i < 2; i++)
+      if (st[i].in >= 0) {
+        idx[i] = n;
+        pf[n++] = (struct pollfd){.fd = st[i].in, .events = POLLIN};
+      }
+    if (pidfd >= 0) pf[n++] = (struct pollfd){.fd = pidfd, .events = POLLIN};
+    int pr = poll(pf, (nfds_t)n, (int)(wait_ns / 1000000) + 1);
+    for (int i = 0; pr > 0 && i < 2; i++)
+      if (idx[i] >= 0 && (pf[idx[i]].revents & (POLLIN | POLLHUP | POLLERR))) sup_drain(&st[i]);
+  }
+  if (si.si_code == CLD_EXITED) {
+    exit_code = si.si_status;
+  } else {
+    sig = si.si_status;
+    exit_code = 128 + sig;
+  }
+  killpg(pid, SIGKILL); /* what is left of the group; its id is still reserved */
+  for (int i = 0; i < 2; i++)
+    if (st[i].in >= 0) sup_drain(&st[i]);
+status:;
+  for (int i = 0; i < 2; i++)
+    if (st[i].file >= 0) fsync(st[i].file);
+  char text[1024];
+  int tl = snprintf(text, sizeof text,
+                    "exit_code=%d\nsignal=%d\ntimed_out=%d\nkilled=%d\nstdout_total=%llu\n"
+                    "stderr_total=%llu\nduration_ms=%lld\nerror=%s\n",
+                    exit_code, sig, timed_out, killed, (unsigned long long)st[0].total,
+                    (unsigned long long)st[1].total,
+                    (long long)((dbx_mono_ns() - start) / 1000000), err);
+  if (write_atomic(dfd, "status", text, (size_t)tl) != 0) rc = 2;
+  if (pid > 0) {
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+  }
+  for (int i = 0; i < 2; i++) {
+    if (st[i].in >= 0) close(st[i].in);
+    if (st[i].file >= 0) close(st[i].file);
+  }
+  if (pidfd >= 0) close(pidfd);
+  return rc;
+}
+
+/* S1 (and, after its fork, S2). Exit codes: 0 started, 3 already started
+ * or busy, 2 failure. */
+static int supervise_main(const char *dir) {
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return 2;
+  int lfd = openat(dfd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lfd < 0) return 2;
+  if (flock(lfd, LOCK_EX | LOCK_NB) != 0) return 3;
+  if (faccessat(dfd, "started", F_OK, 0) == 0 || faccessat(dfd, "status", F_OK, 0) == 0)
+    return 3;
+  sbuf b = {0};
+  char chunk[65536];
+  for (;;) {
+    ssize_t n = read(0, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return 2;
+    if (n == 0) break;
+    if (b.len + (size_t)n > SPEC_MAX_BYTES) return 2;
+    if (b.len + (size_t)n > b.cap) {
+      size_t nc = b.cap ? b.cap * 2 : 65536;
+      while (nc < b.len + (size_t)n) nc *= 2;
+      char *np = realloc(b.p, nc);
+      if (np == NULL) return 2;
+      b.p = np;
+      b.cap = nc;
+    }
+    memcpy(b.p + b.len, chunk, (size_t)n);
+    b.len += (size_t)n;
+  }
+  cmd_spec sp = {0};
+  if (spec_parse(b.p, b.len, &sp) != 0) return 2;
+  char started[64];
+  int sl = snprintf(started, sizeof started, "%lld\n", (long long)getpid());
+  if (write_atomic(dfd, "started", started, (size_t)sl) != 0) return 2;
+  pid_t p = fork();
+  if (p < 0) return 2;
+  if (p > 0) return 0; /* S1: the caller reaps us; S2 keeps the lock */
+  int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (nul >= 0) {
+    dup2(nul, 0);
+    close(nul);
+  }
+  fcntl(3, F_SETFD, FD_CLOEXEC); /* the cwd; the command gets it by fchdir only */
+  char me[32];
+  int ml = snprintf(me, sizeof me, "%lld\n", (long long)getpid());
+  write_atomic(dfd, "supervisor", me, (size_t)ml); /* for operators; not used to signal */
+  int rc = supervise_run(dfd, &sp);
+  free(sp.argv);
+  free(sp.envp);
+  free(b.p);
+  return rc;
+}
+
+/* glibc passes argc/argv to constructors; a supervisor never reaches main. */
+__attribute__((constructor)) static void supervise_hook(int argc, char **argv, char **envp) {
+  (void)envp;
+  if (argc == 3 && argv != NULL && argv[1] != NULL && strcmp(argv[1], SUPERVISE_ARG) == 0)
+    _exit(supervise_main(argv[2]));
+}
+
+static int read_status(int dfd, dbx_local_cmd_status *st) { /* 1 read, 0 absent, -1 bad */
+  int fd = openat(dfd, "status", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT ? 0 : -1;
+  char text[1024];
+  ssize_t n = read(fd, text, sizeof text - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  text[n] = '\0';
+  unsigned long long ot = 0, et = 0;
+  long long dur = 0;
+  if (sscanf(text,
+             "exit_code=%d\nsignal=%d\ntimed_out=%d\nkilled=%d\nstdout_total=%llu\n"
+             "stderr_total=%llu\nduration_ms=%lld\n",
+             &st->exit_code, &st->signal, &st->timed_out, &st->killed, &ot, &et, &dur) != 7)
+    return -1;
+  st->stdout_total = ot;
+  st->stderr_total = et;
+  st->duration_ms = dur;
+  return 1;
+}
+
+static uint64_t file_size_at(int dfd, const char *name) {
+  struct stat sb;
+  return fstatat(dfd, name, &sb, 0) == 0 ? (uint64_t)sb.st_size : 0;
+}
+
+static dbx_err cmd_open(dbx_local *d, const char *id, const char *cmd_id, int *dfd) {
+  *dfd = -1;
+  if (!valid_name(id)) return fail(d, DBX_EINVAL, "invalid sandbox id '%s'", id ? id : "(null)");
+  if (!valid_name(cmd_id))
+    return fail(d, DBX_EINVAL, "invalid command id '%s'", cmd_id ? cmd_id : "(null)");
+  char *dir = cmd_dir(d, id, cmd_id);
+  if (dir == NULL) return DBX_ENOMEM;
+  *dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int e = errno;
+  free(dir);
+  if (*dfd >= 0) return DBX_OK;
+  if (e == ENOENT) return fail(d, DBX_ENOTFOUND, "no command '%s' in sandbox '%s'", cmd_id, id);
+  return fail(d, DBX_EIO, "command '%s' of sandbox '%s': %s", cmd_id, id, strerror(e));
+}
+
+static dbx_err poll_at(dbx_local *d, int dfd, const char *cmd_id, dbx_local_cmd_status *st) {
+  memset(st, 0, sizeof *st);
+  st->stdout_size = file_size_at(dfd, "stdout");
+  st->stderr_size = file_size_at(dfd, "stderr");
+  int r = read_status(dfd, st);
+  if (r < 0) return fail(d, DBX_EIO, "unreadable status of command '%s'", cmd_id);
+  if (r == 1) {
+    st->state = DBX_LOCAL_CMD_FINISHED;
+    return DBX_OK;
+  }
+  int lfd = openat(dfd, "lock", O_RDONLY | O_CLOEXEC);
+  if (lfd >= 0 && flock(lfd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+    close(lfd);
+    st->state = DBX_LOCAL_CMD_RUNNING;
+    return DBX_OK;
+  }
+  if (lfd >= 0) close(lfd); /* releases our shared lock */
+  r = read_status(dfd, st);   /* it may have finished meanwhile */
+  if (r < 0) return fail(d, DBX_EIO, "unreadable status of command '%s'", cmd_id);
+  if (r == 1)
+    st->state = DBX_LOCAL_CMD_FINISHED;
+  else
+    st->state = faccessat(dfd, "started", F_OK, 0) == 0 ? DBX_LOCAL_CMD_LOST
+                                                        : DBX_LOCAL_CMD_PENDING;
+  return DBX_OK;
+}
+
+dbx_err dbx_local_exec_poll(dbx_local *d, const char *id, const char *cmd_id,
+                            dbx_local_cmd_status *st) {
+  int dfd;
+  memset(st, 0, sizeof *st);
+  dbx_err rc = cmd_open(d, id, cmd_id, &dfd);
+  if (rc != DBX_OK) return rc;
+  rc = poll_at(d, dfd, cmd_id, st);
+  close(dfd);
+  return rc;
+}
+
+dbx_err dbx_local_exec_start(dbx_local *d, const char *id, const char *cmd_id,
+                             const dbx_local_exec_opts *opts, int *adopted) {
+  dbx_err rc;
+  char *dir = NULL, *script = NULL;
+  strvec env = {0}, argv = {0};
+  int cwdfd = -1, dfd = -1, sv[2] = {-1, -1};
+  sbuf spec = {0};
+  pid_t pid = -1;
+  int fa_ok = 0, attr_ok = 0;
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  if (adopted) *adopted = 0;
+  if (opts == NULL || opts->command == NULL) return fail(d, DBX_EINVAL, "no command");
+  if (!valid_name(cmd_id))
+    return fail(d, DBX_EINVAL, "invalid command id '%s'", cmd_id ? cmd_id : "(null)");
+  if ((rc = sb_check(d, id, 1)) != DBX_OK) return rc;
+  dir = cmd_dir(d, id, cmd_id);
+  if (dir == NULL) return DBX_ENOMEM;
+  if (mkdir_p(dir) != 0) {
+    rc = fail(d, DBX_EIO, "cannot create '%s': %s", dir, strerror(errno));
+    goto out;
+  }
+  dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) {
+    rc = fail(d, DBX_EIO, "cannot open '%s': %s", dir, strerror(errno));
+    goto out;
+  }
+  dbx_local_cmd_status st;
+  if ((rc = poll_at(d, dfd, cmd_id, &st)) != DBX_OK) goto out;
+  if (st.state != DBX_LOCAL_CMD_PENDING) {
+    if (adopted) *adopted = 1;
+    goto out;
+  }
+  size_t clen = strlen(opts->command);
+  char *cmd[] = {"/bin/sh", "-c", (char *)opts->command, NULL};
+  if (clen > ARGV_INLINE_MAX) {
+    script = dbx_asprintf("%s/cmd.sh", dir);
+    if (script == NULL || write_atomic(dfd, "cmd.sh", opts->command, clen) != 0) {
+      rc = fail(d, DBX_EIO, "cannot write the command script of '%s'", id);
+      goto out;
+    }
+    cmd[1] = script;
+    cmd[2] = NULL;
+  }
+  rc = sandbox_prepare(d, id, cmd, script, opts->cwd, opts->env, &argv, &env, &cwdfd);
+  if (rc != DBX_OK) goto out;
+  if (sb_add(&spec, SPEC_MAGIC) || sb_addnum(&spec, opts->timeout_ms) ||
+      sb_addnum(&spec, (long long)opts->stdout_cap_bytes) ||
+      sb_addnum(&spec, (long long)opts->stderr_cap_bytes) || sb_addnum(&spec, (long long)argv.n)) {
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  for (size_t i = 0; i < argv.n; i++)
+    if (sb_add(&spec, argv.v[i])) rc = DBX_ENOMEM;
+  if (sb_addnum(&spec, (long long)env.n)) rc = DBX_ENOMEM;
+  for (size_t i = 0; i < env.n; i++)
+    if (sb_add(&spec, env.v[i])) rc = DBX_ENOMEM;
+  if (rc != DBX_OK) goto out;
+  /* A socket, not a pipe: send(MSG_NOSIGNAL) cannot raise SIGPIPE in the
+   * caller when the supervisor exits early. */
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    rc = fail(d, DBX_EIO, "socketpair: %s", strerror(errno));
+    goto out;
+  }
+  if (posix_spawn_file_actions_init(&fa) != 0 || posix_spawnattr_init(&attr) != 0) {
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  fa_ok = attr_ok = 1;
+  posix_spawn_file_actions_adddup2(&fa, sv[1], 0);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, cwdfd, 3);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK);
+  char *sargv[] = {"durabox-supervise", SUPERVISE_ARG, dir, NULL};
+  /* The path read at open (valgrind reports its client there); the magic
+   * link when that file is gone (e.g. replaced by an upgrade). */
+  const char *exe = d->self_exe && access(d->self_exe, X_OK) == 0 ? d->self_exe : "/proc/self/exe";
+  int e = posix_spawn(&pid, exe, &fa, &attr, sargv, environ);
+  if (e != 0) {
+    pid = -1;
+    rc = fail(d, DBX_EIO, "cannot start the supervisor: %s", strerror(e));
+    goto out;
+  }
+  close(sv[1]);
+  sv[1] = -1;
+  for (size_t off = 0; off < spec.len;) {
+    ssize_t w = send(sv[0], spec.p + off, spec.len - off, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) break; /* it exited early; its exit code says why */
+    off += (size_t)w;
+  }
+  close(sv[0]);
+  sv[0] = -1;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  pid = -1;
+  int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (code == 3) {
+    if (adopted) *adopted = 1;
+  } else if (code != 0) {
+    rc = fail(d, DBX_EIO, "the supervisor of command '%s' failed (status %d)", cmd_id, status);
+  }
+out:
+  if (pid > 0) waitpid(pid, NULL, 0);
+  if (fa_ok) posix_spawn_file_actions_destroy(&fa);
+  if (attr_ok) posix_spawnattr_destroy(&attr);
+  for (int i = 0; i < 2; i++)
+    if (sv[i] >= 0) close(sv[i]);
+  if (spec.p) {
+    memset(spec.p, 0, spec.len); /* it holds the environment, secrets included */
+    free(spec.p);
+  }
+  sv_free(&env);
+  sv_free(&argv);
+  if (cwdfd >= 0) close(cwdfd);
+  if (dfd >= 0) close(dfd);
+  free(script);
+  free(dir);
+  return rc;
+}
+
+dbx_err dbx_local_exec_read(dbx_local *d, const char *id, const char *cmd_id, int stream,
+                            uint64_t offset, void *buf, size_t cap, size_t *n) {
+  int dfd;
+  *n = 0;
+  if (stream != 1 && stream != 2) return fail(d, DBX_EINVAL, "stream must be 1 or 2");
+  dbx_err rc = cmd_open(d, id, cmd_id, &dfd);
+  if (rc != DBX_OK) return rc;
+  int fd = openat(dfd, stream == 1 ? "stdout" : "stderr", O_RDONLY | O_CLOEXEC);
+  close(dfd);
+  if (fd < 0) return errno == ENOENT ? DBX_OK : fail(d, DBX_EIO, "%s", strerror(errno));
+  ssize_t r;
+  do {
+    r = pread(fd, buf, cap, (off_t)offset);
+  } while (r < 0 && errno == EINTR);
+  int e = errno;
+  close(fd);
+  if (r < 0) return fail(d, DBX_EIO, "read output of '%s': %s", cmd_id, strerror(e));
+  *n = (size_t)r;
+  return DBX_OK;
+}
+
+dbx_err dbx_local_exec_kill(dbx_local *d, const char *id, const char *cmd_id) {
+  int dfd;
+  dbx_err rc = cmd_open(d, id, cmd_id, &dfd);
+  if (rc == DBX_ENOTFOUND) return DBX_OK;
+  if (rc != DBX_OK) return rc;
+  if (write_atomic(dfd, "kill", "kill\n", 5) != 0)
+    rc = fail(d, DBX_EIO, "cannot ask command '%s' to stop: %s", cmd_id, strerror(errno));
+  close(dfd);
+  return rc;
+}
+
+dbx_err dbx_local_exec_collect(dbx_local *d, const char *id, const char *cmd_id,
+                               dbx_local_exec_result *res) {
+  int dfd;
+  dbx_local_cmd_status st;
+  memset(res, 0, sizeof *res);
+  dbx_err rc = cmd_open(d, id, cmd_id, &dfd);
+  if (rc != DBX_OK) return rc;
+  if ((rc = poll_at(d, dfd, cmd_id, &st)) != DBX_OK) goto out;
+  if (st.state != DBX_LOCAL_CMD_FINISHED) {
+    rc = fail(d, DBX_ESTATE, "command '%s' has not finished", cmd_id);
+    goto out;
+  }
+  res->exit_code = st.exit_code;
+  res->signal = st.signal;
+  res->timed_out = st.timed_out;
+  res->duration_ms = st.duration_ms;
+  static const char *names[2] = {"stdout", "stderr"};
+  for (int i = 0; i < 2; i++) {
+    uint64_t size = i == 0 ? st.stdout_size : st.stderr_size;
+    uint8_t *buf = malloc((size_t)size + 1);
+    if (buf == NULL) {
+      rc = DBX_ENOMEM;
+      goto out;
+    }
+    size_t got = 0;
+    int fd = openat(dfd, names[i], O_RDONLY | O_CLOEXEC);
+    while (fd >= 0 && got < size) {
+      ssize_t r = pread(fd, buf + got, (size_t)size - got, (off_t)got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      got += (size_t)r;
+    }
+    if (fd >= 0) close(fd);
+    buf[got] = '\0';
+    if (i == 0) {
+      res->stdout_buf = buf;
+      res->stdout_len = got;
+      res->stdout_total = st.stdout_total;
+      res->stdout_truncated = st.stdout_total > got;
+    } else {
+      res->stderr_buf = buf;
+      res->stderr_len = got;
+      res->stderr_total = st.stderr_total;
+      res->stderr_truncated = st.stderr_total > got;
+    }
+  }
+out:
+  close(dfd);
+  if (rc != DBX_OK) dbx_local_exec_result_cleanup(res);
+  return rc;
+}
+
+dbx_err dbx_local_exec_forget(dbx_local *d, const char *id, const char *cmd_id) {
+  dbx_local_cmd_status st;
+  dbx_err rc = dbx_local_exec_poll(d, id, cmd_id, &st);
+  if (rc == DBX_ENOTFOUND) return DBX_OK;
+  if (rc != DBX_OK) return rc;
+  if (st.state == DBX_LOCAL_CMD_RUNNING)
+    return fail(d, DBX_ESTATE, "command '%s' is still running", cmd_id);
+  char *dir = cmd_dir(d, id, cmd_id);
+  if (dir == NULL) return DBX_ENOMEM;
+  rc = rmrf(d, dir);
+  free(dir);
   return rc;
 }
 

@@ -136,6 +136,87 @@ dbx_err dbx_local_exec(dbx_local *d, const char *id, const dbx_local_exec_opts *
 /* Frees the buffers and zeroes *r; accepts a zeroed struct. */
 void dbx_local_exec_result_cleanup(dbx_local_exec_result *r);
 
+/* ---- detached commands (survive the caller) ----
+ *
+ * dbx_local_exec_start runs a command under a small supervisor process that
+ * does not depend on the caller: the caller's own executable is re-executed
+ * (/proc/self/exe) as "__dbx_local_supervise" (caught by a constructor in
+ * local.c before main, so any program linking this driver can supervise) in
+ * a new session with stdin/stdout/stderr on /dev/null; it forks once more
+ * and the first process exits, so the supervisor is reparented to init (or
+ * the nearest subreaper) and the caller never has to reap it.
+ * The supervisor runs the command like dbx_local_exec (same scrubbed env,
+ * cwd, bwrap rules, process group, group kill at the shell's exit, timeout
+ * SIGTERM then SIGKILL after 1 s) and writes, under the sandbox's meta dir,
+ *   cmds/<cmd_id>/stdout, stderr   the first cap bytes of each stream
+ *   cmds/<cmd_id>/started          written once, before the command starts
+ *   cmds/<cmd_id>/status           written last (temp + fsync + rename + fsync
+ *                                  of the folder): exit code, signal,
+ *                                  timed_out, killed, byte totals, duration
+ *   cmds/<cmd_id>/lock             flock'ed by the supervisor while it lives
+ * The environment (which may hold secrets) reaches the supervisor through a
+ * pipe, never a file. cmd_id is caller-chosen (deterministic, e.g. from the
+ * activity's identity), a name like sandbox ids. Command folders live until
+ * the sandbox is deleted or dbx_local_exec_forget() removes them.
+ * Thread safety as the rest of the driver. */
+
+typedef enum {
+  DBX_LOCAL_CMD_PENDING = 0, /* folder made, supervisor not (yet) running it */
+  DBX_LOCAL_CMD_RUNNING,     /* the supervisor lives */
+  DBX_LOCAL_CMD_FINISHED,    /* status written */
+  DBX_LOCAL_CMD_LOST         /* started, no status, no supervisor (it was killed,
+                              * or the host rebooted): the outcome is unknown */
+} dbx_local_cmd_state;
+
+typedef struct {
+  dbx_local_cmd_state state;
+  uint64_t stdout_size;  /* bytes now in the stdout file (<= its cap) */
+  uint64_t stderr_size;
+  /* FINISHED only: */
+  int exit_code;         /* as dbx_local_exec_result */
+  int signal;
+  int timed_out;
+  int killed;            /* stopped by dbx_local_exec_kill */
+  uint64_t stdout_total; /* all bytes written to the stream */
+  uint64_t stderr_total;
+  int64_t duration_ms;
+} dbx_local_cmd_status;
+
+/* Start opts->command in sandbox id as detached command cmd_id, unless that
+ * command already exists: then nothing starts and *adopted = 1 (it may be
+ * running, finished or lost: see dbx_local_exec_poll). A folder left by a
+ * start that never launched (PENDING) is launched now. Returns once the
+ * supervisor holds its lock (the command is then running or about to).
+ * opts as for dbx_local_exec (caps bound the files; timeout counted from the
+ * start). adopted may be NULL. Returns DBX_OK, DBX_EINVAL (bad id, cmd_id,
+ * cwd or env entry), DBX_ENOTFOUND (no sandbox or cwd), DBX_ESTATE (stopped),
+ * DBX_EIO (the supervisor could not be started), DBX_ENOMEM. */
+dbx_err dbx_local_exec_start(dbx_local *d, const char *id, const char *cmd_id,
+                             const dbx_local_exec_opts *opts, int *adopted);
+/* Current state and output sizes of cmd_id (never blocks on the command).
+ * Returns DBX_OK, DBX_EINVAL, DBX_ENOTFOUND (no such command), DBX_EIO
+ * (unreadable status). */
+dbx_err dbx_local_exec_poll(dbx_local *d, const char *id, const char *cmd_id,
+                            dbx_local_cmd_status *st);
+/* Read up to cap bytes of stream (1 = stdout, 2 = stderr) from offset into
+ * buf (borrowed); *n: bytes read (0 at the end). DBX_OK, DBX_EINVAL,
+ * DBX_ENOTFOUND, DBX_EIO. */
+dbx_err dbx_local_exec_read(dbx_local *d, const char *id, const char *cmd_id, int stream,
+                            uint64_t offset, void *buf, size_t cap, size_t *n);
+/* Ask the supervisor to kill the command's process group (SIGKILL); it
+ * notices within ~100 ms and writes a status with killed = 1. Asynchronous:
+ * poll to see it finish. A finished or missing command is left alone
+ * (DBX_OK). Returns DBX_OK, DBX_EINVAL, DBX_EIO. */
+dbx_err dbx_local_exec_kill(dbx_local *d, const char *id, const char *cmd_id);
+/* Fill *res (as dbx_local_exec would have) from a FINISHED command's files.
+ * Release with dbx_local_exec_result_cleanup(). DBX_OK, DBX_EINVAL,
+ * DBX_ENOTFOUND, DBX_ESTATE (not finished), DBX_EIO, DBX_ENOMEM. */
+dbx_err dbx_local_exec_collect(dbx_local *d, const char *id, const char *cmd_id,
+                               dbx_local_exec_result *res);
+/* Remove command cmd_id's folder (e.g. a LOST one before starting it again).
+ * Refuses a RUNNING command (DBX_ESTATE). Missing counts as done. */
+dbx_err dbx_local_exec_forget(dbx_local *d, const char *id, const char *cmd_id);
+
 /* Read the regular file at path (relative to the workspace root). Paths that
  * are absolute, contain "..", or pass through a symlink that leads outside
  * the workspace are refused (DBX_EINVAL, message names the path).

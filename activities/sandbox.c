@@ -13,6 +13,11 @@
  * bytes (redaction) before UTF-8 checking or base64, so no form of the value
  * reaches the result. The list is wiped and freed before returning.
  *
+ * sandbox.exec runs its command detached (local.h "detached commands") under
+ * an id derived from workflow, run and activity ids, heartbeating
+ * {cmd_id, stdout_offset, stderr_offset}; a retried attempt re-attaches to
+ * the running or finished command instead of starting it again.
+ *
  * Threading: g_local is written by init/shutdown only (before/after the
  * worker runs); the driver handle is then read-only and thread-safe. */
 #include "activities/sandbox.h"
@@ -24,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "activities/local.h"
 #include "base/failpoint.h"
@@ -492,6 +498,80 @@ out:
 
 /* ------------------------------------------------------------ exec */
 
+#define EXEC_POLL_MS 200
+#define EXEC_START_TRIES 20
+
+/* The command id of this activity: the same for every attempt, so a retry
+ * finds the command an earlier attempt started. The previous attempt's
+ * heartbeat details name it too (they win when valid). */
+static void exec_cmd_id(dbx_act *a, char out[24]) {
+  const char *prev = dbx_act_heartbeat_details(a);
+  cJSON *d = prev ? cJSON_Parse(prev) : NULL;
+  const cJSON *c = d ? cJSON_GetObjectItemCaseSensitive(d, "cmd_id") : NULL;
+  if (cJSON_IsString(c) && valid_name(c->valuestring) && strlen(c->valuestring) < 24) {
+    snprintf(out, 24, "%s", c->valuestring);
+  } else {
+    uint64_t h = fnv1a(FNV_OFFSET, dbx_act_workflow_id(a));
+    h = fnv1a(h, "\x1f");
+    h = fnv1a(h, dbx_act_run_id(a));
+    h = fnv1a(h, "\x1f");
+    h = fnv1a(h, dbx_act_activity_id(a));
+    snprintf(out, 24, "x%016llx", (unsigned long long)h);
+  }
+  cJSON_Delete(d);
+}
+
+/* Start the command detached (or re-attach to it), heartbeat
+ * {cmd_id, stdout_offset, stderr_offset} every EXEC_POLL_MS until it
+ * finishes, then collect its result. A cancel kills the command's group
+ * (DBX_ECANCELED). A command whose supervisor vanished (LOST: killed, host
+ * rebooted) is started again once, as any retry of a safe_to_retry step would;
+ * vanishing twice (or never launching) is DBX_EIO with *lost = 1. Other
+ * errors are the driver's. */
+static dbx_err exec_detached(dbx_act *a, const char *id, const dbx_local_exec_opts *opts,
+                             dbx_local_exec_result *er, int *lost) {
+  char cmd_id[24];
+  exec_cmd_id(a, cmd_id);
+  int adopted = 0, restarts = 0, starts = 0;
+  dbx_err rc = dbx_local_exec_start(g_local, id, cmd_id, opts, &adopted);
+  if (rc != DBX_OK) return rc;
+  if (adopted) DBX_INFO(MOD, "sandbox %s: re-attached to command %s", id, cmd_id);
+  for (;;) {
+    dbx_local_cmd_status st;
+    rc = dbx_local_exec_poll(g_local, id, cmd_id, &st);
+    if (rc != DBX_OK) return rc;
+    if (st.state == DBX_LOCAL_CMD_FINISHED) break;
+    if (st.state == DBX_LOCAL_CMD_LOST) {
+      if (restarts++ > 0) {
+        *lost = 1;
+        return DBX_EIO;
+      }
+      DBX_WARN(MOD, "sandbox %s: command %s lost its supervisor; starting it again", id, cmd_id);
+      if ((rc = dbx_local_exec_forget(g_local, id, cmd_id)) != DBX_OK) return rc;
+      if ((rc = dbx_local_exec_start(g_local, id, cmd_id, opts, NULL)) != DBX_OK) return rc;
+      continue;
+    }
+    if (st.state == DBX_LOCAL_CMD_PENDING) { /* a start raced with a poller: launch it */
+      if (starts++ >= EXEC_START_TRIES) {
+        *lost = 1;
+        return DBX_EIO;
+      }
+      if ((rc = dbx_local_exec_start(g_local, id, cmd_id, opts, NULL)) != DBX_OK) return rc;
+    }
+    char details[160];
+    snprintf(details, sizeof details,
+             "{\"cmd_id\":\"%s\",\"stdout_offset\":%llu,\"stderr_offset\":%llu}", cmd_id,
+             (unsigned long long)st.stdout_size, (unsigned long long)st.stderr_size);
+    if (dbx_act_heartbeat(a, details)) {
+      dbx_local_exec_kill(g_local, id, cmd_id);
+      return DBX_ECANCELED;
+    }
+    struct timespec ts = {0, (long)EXEC_POLL_MS * 1000000};
+    nanosleep(&ts, NULL);
+  }
+  return dbx_local_exec_collect(g_local, id, cmd_id, er);
+}
+
 static dbx_err run_exec(dbx_act *a, const char *json, size_t len, dbx_act_result *res,
                         void *ud) {
   (void)ud;
@@ -593,7 +673,16 @@ static dbx_err run_exec(dbx_act *a, const char *json, size_t len, dbx_act_result
     opts.stdout_cap_bytes = cap;
     opts.stderr_cap_bytes = cap;
   }
-  dbx_err drc = dbx_local_exec(g_local, id, &opts, &er);
+  int lost = 0;
+  dbx_err drc = exec_detached(a, id, &opts, &er, &lost);
+  if (drc == DBX_ECANCELED) {
+    rc = DBX_ECANCELED;
+    goto out;
+  }
+  if (lost) { /* the supervisor vanished twice: report, let retries decide */
+    rc = fail(res, 0, "CommandLost", "sandbox.exec: the command's supervisor vanished");
+    goto out;
+  }
   if (drc == DBX_ENOTFOUND) {
     ex = sandbox_exists(id);
     if (ex == 0)

@@ -17,6 +17,7 @@ static void usage(FILE *f) {
           "  worker             poll a Temporal-compatible service for durabox workflows\n"
           "  replay             replay a recorded run offline and check determinism\n"
           "  workflow ...       start|execute|show|describe|list|result|signal|cancel|terminate\n"
+          "  approval ...       list|grant: let a refused repeat of an at_most_once call run once\n"
           "  version            print the version\n");
 }
 
@@ -45,6 +46,7 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "replay") == 0) return dbx_cli_replay(argc - 1, argv + 1);
   if (strcmp(cmd, "workflow") == 0) return dbx_cli_workflow(argc - 1, argv + 1);
   if (strcmp(cmd, "dev") == 0) return dbx_cli_dev(argc - 1, argv + 1);
+  if (strcmp(cmd, "approval") == 0) return dbx_cli_approval(argc - 1, argv + 1);
   if (strcmp(cmd, "run") == 0) return dbx_cli_run(argc - 1, argv + 1);
   fprintf(stderr, "durabox: unknown command '%s'\n", cmd);
   usage(stderr);

@@ -144,6 +144,24 @@ int job_reply(job *j, const ProtobufCMessage *m) {
   return 0;
 }
 
+int job_reply_field(job *j, const ProtobufCMessage *m, uint32_t field, const uint8_t *body, size_t body_len) {
+  size_t n = protobuf_c_message_get_packed_size(m);
+  free(j->reply);
+  j->reply = malloc(n + 20 + body_len);
+  if (j->reply == NULL) {
+    j->reply_len = 0;
+    job_fail(j, DBX_GRPC_RESOURCE_EXHAUSTED, "out of memory packing the reply");
+    return -1;
+  }
+  protobuf_c_message_pack(m, j->reply);
+  n += pb_varint(j->reply + n, ((uint64_t)field << 3) | 2);
+  n += pb_varint(j->reply + n, body_len);
+  if (body_len) memcpy(j->reply + n, body, body_len);
+  j->reply_len = n + body_len;
+  j->status = DBX_GRPC_OK;
+  return 0;
+}
+
 static void job_answer(job *j) {
   if (j->call) {
     if (j->status == DBX_GRPC_OK)

@@ -134,6 +134,9 @@ void job_fail(job *j, int status, const char *fmt, ...) __attribute__((format(pr
 void job_fail_detail(job *j, int status, const ProtobufCMessage *detail, const char *type_url,
                      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 int job_reply(job *j, const ProtobufCMessage *m); /* packs; 0 or -1 (OOM) */
+/* Like job_reply, then appends field `field` (length-delimited) holding body:
+ * a submessage encoded elsewhere (protobuf accepts fields in any order). */
+int job_reply_field(job *j, const ProtobufCMessage *m, uint32_t field, const uint8_t *body, size_t body_len);
 void job_reset(job *j);
 /* Run one RPC job in ctx (handlers.c). Returns DBX_OK, or a store error that
  * aborts the whole batch (DBX_ESTOREFULL, DBX_ESTORE). */
@@ -175,6 +178,13 @@ dbx_err events_load(ectx *c, uint64_t run_seq, int64_t from, int64_t to, History
                     size_t *n, size_t max_bytes);
 void events_free(HistoryEvent **evs, size_t n);
 dbx_err event_load_one(ectx *c, uint64_t run_seq, int64_t id, HistoryEvent **out);
+
+/* Protobuf varint of v into out (at most 10 bytes); returns its length. */
+size_t pb_varint(uint8_t *out, uint64_t v);
+/* The body of a History message for events [from, upto] (0 = to the end) from
+ * the stored packed events, without decoding them; see state.c. */
+dbx_err history_encode(ectx *c, uint64_t run_seq, int64_t from, int64_t upto, size_t max_bytes, uint8_t **out,
+                       size_t *len, int64_t *last_id);
 
 /* Queue a task; notes the queue for waiting pollers. */
 dbx_err task_enqueue(ectx *c, const char *ns, const char *tq, int kind, const char *wfid,

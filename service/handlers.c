@@ -29,6 +29,8 @@ dbx_err child_request_cancel(ectx *c, const char *ns, const char *wfid);
 #define MAX_ID_BYTES 1000
 #define HISTORY_PAGE_BYTES (4u << 20)
 
+static void page_token_make(uint8_t out[16], int64_t from, int64_t upto);
+
 /* ------------------------------------------------------------ validation */
 
 static int utf8_valid(const uint8_t *s, size_t n) {
@@ -646,13 +648,13 @@ static dbx_err h_poll_workflow(ectx *c, job *j) {
     TaskQueue wtq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
     wtq.name = rs->task_queue;
     wtq.kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
-    History h = INIT(TEMPORAL__API__HISTORY__V1__HISTORY);
-    HistoryEvent **evs = NULL;
-    size_t n = 0;
-    int64_t next_id = 0;
+    uint8_t *hist = NULL;
+    size_t hist_len = 0;
+    int64_t last_id = 0;
     Timestamp *ts_sched = timestamp_new_ns(rs->wft_scheduled_time_ns);
     Timestamp *ts_start = timestamp_new_ns(c->now_ns);
-    rc = load_history(c, rs, 1, rs->wft_started_event_id, HISTORY_PAGE_BYTES, &h, &evs, &n, &next_id);
+    /* the history, first page, spliced in from the stored bytes */
+    rc = history_encode(c, rs->run_seq, 1, rs->wft_started_event_id, HISTORY_PAGE_BYTES, &hist, &hist_len, &last_id);
     uint8_t page_tok[16];
     if (rc == DBX_OK && token_pack(&tok, &r.task_token) == 0) {
       r.workflow_execution = &we;
@@ -660,25 +662,23 @@ static dbx_err h_poll_workflow(ectx *c, job *j) {
       r.previous_started_event_id = rs->last_wft_started_event_id;
       r.started_event_id = rs->wft_started_event_id;
       r.attempt = rs->wft_attempt;
-      r.history = &h;
       r.workflow_execution_task_queue = &wtq;
       r.scheduled_time = ts_sched;
       r.started_time = ts_start;
-      if (next_id > 0) {
-        /* page token: be64 run_seq? no: be64 next event id + upto, resolved by GetWorkflowExecutionHistory */
-        for (int i = 0; i < 8; i++) page_tok[i] = (uint8_t)((uint64_t)next_id >> (56 - 8 * i));
-        for (int i = 0; i < 8; i++) page_tok[8 + i] = (uint8_t)((uint64_t)rs->wft_started_event_id >> (56 - 8 * i));
+      if (last_id < rs->wft_started_event_id) {
+        /* page token: next event id + the last id of this task's history, for GetWorkflowExecutionHistory */
+        page_token_make(page_tok, last_id + 1, rs->wft_started_event_id);
         r.next_page_token.data = page_tok;
         r.next_page_token.len = 16;
       }
-      job_reply(j, &r.base);
+      job_reply_field(j, &r.base, 8 /* history */, hist, hist_len);
       free(r.task_token.data);
     } else if (rc == DBX_OK) {
       rc = DBX_ENOMEM;
     }
+    free(hist);
     free(ts_sched);
     free(ts_start);
-    events_free(evs, n);
     dbx_runstate_free(rs);
     goto out;
   }
@@ -1974,20 +1974,21 @@ static dbx_err h_get_history(ectx *c, job *j) {
   size_t max_events = q->maximum_page_size > 0 ? (size_t)q->maximum_page_size : 1000;
   int64_t last = upto > 0 ? upto : rs->next_event_id - 1;
   if ((int64_t)(from + (int64_t)max_events - 1) < last) last = from + (int64_t)max_events - 1;
-  HistoryEvent **evs = NULL;
-  size_t n = 0;
-  int64_t next_id = 0;
-  rc = load_history(c, rs, from, last, HISTORY_PAGE_BYTES, &h, &evs, &n, &next_id);
+  uint8_t *hist = NULL;
+  size_t hist_len = 0;
+  int64_t last_id = 0;
+  rc = history_encode(c, rs->run_seq, from, last, HISTORY_PAGE_BYTES, &hist, &hist_len, &last_id);
   if (rc != DBX_OK) goto out;
   int64_t end = upto > 0 ? upto : rs->next_event_id - 1;
-  int64_t after = n ? evs[n - 1]->event_id + 1 : from;
+  int64_t after = last_id + 1;
   if (after <= end || (q->wait_new_event && running && upto == 0)) {
     page_token_make(tok, after, upto);
     r.next_page_token.data = tok;
     r.next_page_token.len = 16;
   }
-  job_reply(j, &r.base);
-  events_free(evs, n);
+  r.history = NULL; /* spliced in from the stored bytes */
+  job_reply_field(j, &r.base, 1 /* history */, hist, hist_len);
+  free(hist);
 out:
   dbx_runstate_free(rs);
   protobuf_c_message_free_unpacked(&q->base, NULL);

@@ -123,6 +123,16 @@ void dbx_runstate_free(RunState *rs) {
 
 RunState *runstate_new(void) { return pb_new(&RunState__D); }
 
+size_t pb_varint(uint8_t *out, uint64_t v) {
+  size_t n = 0;
+  do {
+    uint8_t b = (uint8_t)(v & 0x7f);
+    v >>= 7;
+    out[n++] = v ? (uint8_t)(b | 0x80) : b;
+  } while (v);
+  return n;
+}
+
 /* ------------------------------------------------------------ keys */
 
 static char *join_key(size_t *len, int n, const char **parts) {
@@ -779,5 +789,61 @@ dbx_err run_close(ectx *c, RunState *rs, HistoryEvent *ev, int status) {
     dbx_runstate_free(ch);
     if (rc != DBX_OK) return rc;
   }
+  return DBX_OK;
+}
+
+/* The body of a History message (repeated HistoryEvent events = 1) for events
+ * [from, upto] (upto 0 = to the end), built from the stored packed events
+ * without decoding them: each is "0x0a, varint length, bytes". Stops before
+ * max_bytes (0 = no limit) but always includes at least one event. *last_id:
+ * the last event included (from - 1 when none). *out: malloc'd (NULL when
+ * empty); free(). */
+dbx_err history_encode(ectx *c, uint64_t run_seq, int64_t from, int64_t upto, size_t max_bytes, uint8_t **out,
+                       size_t *len, int64_t *last_id) {
+  *out = NULL;
+  *len = 0;
+  *last_id = from - 1;
+  uint8_t k[16];
+  be64(k, run_seq);
+  be64(k + 8, (uint64_t)(from < 1 ? 1 : from));
+  dbx_cursor *cur = NULL;
+  dbx_err rc = dbx_store_cursor_open(c->txn, c->svc->t_history, &cur);
+  if (rc != DBX_OK) return rc;
+  size_t cap = 0, n = 0;
+  uint8_t *buf = NULL;
+  dbx_val kv, vv;
+  for (rc = dbx_store_cursor_seek(cur, k, sizeof k, &kv, &vv); rc == DBX_OK; rc = dbx_store_cursor_next(cur, &kv, &vv)) {
+    if (kv.size != 16 || memcmp(kv.data, k, 8) != 0) break;
+    int64_t id = (int64_t)rd64((const uint8_t *)kv.data + 8);
+    if (upto > 0 && id > upto) break;
+    size_t need = 1 + 10 + vv.size;
+    if (max_bytes && n > 0 && n + need > max_bytes) break;
+    if (n + need > cap) {
+      size_t nc = cap ? cap * 2 : 4096;
+      while (nc < n + need) nc *= 2;
+      uint8_t *nb = realloc(buf, nc);
+      if (nb == NULL) {
+        rc = DBX_ENOMEM;
+        goto out;
+      }
+      buf = nb;
+      cap = nc;
+    }
+    buf[n++] = 0x0a; /* field 1, length-delimited */
+    n += pb_varint(buf + n, vv.size);
+    memcpy(buf + n, vv.data, vv.size);
+    n += vv.size;
+    *last_id = id;
+  }
+  rc = DBX_OK;
+out:
+  dbx_store_cursor_close(cur);
+  if (rc != DBX_OK) {
+    free(buf);
+    *last_id = from - 1;
+    return rc;
+  }
+  *out = buf;
+  *len = n;
   return DBX_OK;
 }

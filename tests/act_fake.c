@@ -18,6 +18,7 @@ int dbx_act_heartbeat(dbx_act *a, const char *details_json) {
     free(a->last_details);
     a->last_details = dbx_strdup(details_json);
   }
+  if (a->cancel_at_heartbeat > 0 && a->heartbeats >= a->cancel_at_heartbeat) a->cancelled = 1;
   return a->cancelled ? 1 : 0;
 }
 

@@ -22,6 +22,7 @@ struct dbx_act {
   const char *prev_details; /* dbx_act_heartbeat_details; borrowed */
   char *last_details;      /* copy of the last heartbeat; free with dbx_fake_act_cleanup */
   int heartbeats;          /* number of dbx_act_heartbeat calls */
+  int cancel_at_heartbeat; /* > 0: that heartbeat and later ones report cancellation */
 };
 
 /* Frees last_details. */

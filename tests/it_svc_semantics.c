@@ -7,7 +7,10 @@
  *   task with UNHANDLED_COMMAND, writes the events, and a new task follows;
  * - a workflow task that is not answered times out and comes back as
  *   attempt 2;
- * - a workflow run timeout closes the run as TIMED_OUT. */
+ * - a workflow run timeout closes the run as TIMED_OUT;
+ * - a history over the 4 MiB page size reaches the worker in pages that join
+ *   up exactly (the poll's next_page_token continued by
+ *   GetWorkflowExecutionHistory). */
 #include "tests/svc_client.h"
 
 #include <stdio.h>
@@ -228,12 +231,87 @@ static void test_svc_run_timeout_closes_the_run(void **state) {
   free(run_id);
 }
 
+static void signal_big(dbx_rpc_channel *ch, const char *wfid, size_t bytes) {
+  SignalWorkflowExecutionRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__SIGNAL_WORKFLOW_EXECUTION_REQUEST);
+  WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  Payloads ps = INIT(TEMPORAL__API__COMMON__V1__PAYLOADS);
+  Payload p = INIT(TEMPORAL__API__COMMON__V1__PAYLOAD);
+  Payload *pp[1] = {&p};
+  p.data.len = bytes;
+  p.data.data = malloc(bytes);
+  assert_non_null(p.data.data);
+  memset(p.data.data, 'x', bytes);
+  ps.n_payloads = 1;
+  ps.payloads = pp;
+  we.workflow_id = (char *)wfid;
+  q.namespace_ = "default";
+  q.workflow_execution = &we;
+  q.signal_name = "big";
+  q.input = &ps;
+  assert_int_equal(dbx_svct_call(ch, "SignalWorkflowExecution", &q.base, &SignalWorkflowExecutionResponse__D, 10000,
+                                 NULL, NULL),
+                   DBX_GRPC_OK);
+  free(p.data.data);
+}
+
+static void test_svc_large_history_in_pages(void **state) {
+  fixture *f = *state;
+  char *run_id = NULL;
+  start_with(f->ch, "pages", "tq-pages", 0, 0, &run_id);
+  for (int i = 0; i < 6; i++) signal_big(f->ch, "pages", 1u << 20); /* 6 MiB of signals before the first task */
+  PollWorkflowTaskQueueResponse *t = dbx_svct_wft_poll(f->ch, "tq-pages", 10000);
+  assert_true(t->task_token.len > 0);
+  int64_t started = t->started_event_id;
+  assert_int_equal(started, 9); /* 1 started, 2 task scheduled, 3..8 signals, 9 task started */
+  size_t first = t->history->n_events;
+  assert_true(first >= 1 && first < (size_t)started); /* the first page stopped before the end */
+  assert_int_equal(t->next_page_token.len, 16);
+  int64_t expect = 1;
+  for (size_t i = 0; i < first; i++) assert_int_equal(t->history->events[i]->event_id, expect++);
+  /* continue with GetWorkflowExecutionHistory until the token runs out */
+  uint8_t tok[16];
+  memcpy(tok, t->next_page_token.data, 16);
+  size_t tok_len = 16;
+  int pages = 1;
+  while (tok_len) {
+    GetWorkflowExecutionHistoryRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__GET_WORKFLOW_EXECUTION_HISTORY_REQUEST);
+    WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+    we.workflow_id = "pages";
+    we.run_id = run_id;
+    q.namespace_ = "default";
+    q.execution = &we;
+    q.next_page_token.data = tok;
+    q.next_page_token.len = tok_len;
+    GetWorkflowExecutionHistoryResponse *r = NULL;
+    assert_int_equal(dbx_svct_call(f->ch, "GetWorkflowExecutionHistory", &q.base, &GetWorkflowExecutionHistoryResponse__D,
+                                   10000, (void **)&r, NULL),
+                     DBX_GRPC_OK);
+    assert_true(r->history->n_events > 0);
+    for (size_t i = 0; i < r->history->n_events; i++) {
+      assert_int_equal(r->history->events[i]->event_id, expect++);
+      assert_true(r->history->events[i]->event_id <= started); /* never past the task's own history */
+    }
+    tok_len = r->next_page_token.len;
+    assert_true(tok_len == 0 || tok_len == 16);
+    if (tok_len) memcpy(tok, r->next_page_token.data, 16);
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+    pages++;
+  }
+  assert_int_equal(expect - 1, started);
+  assert_true(pages >= 2);
+  dbx_svct_wft_complete_workflow(f->ch, t->task_token);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  assert_int_equal(dbx_svct_workflow_status(f->ch, "pages", run_id), WS(COMPLETED));
+  free(run_id);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_svc_history_limits_suggest_then_terminate),
       cmocka_unit_test(test_svc_unhandled_command_when_events_arrived),
       cmocka_unit_test(test_svc_workflow_task_timeout_then_attempt_2),
       cmocka_unit_test(test_svc_run_timeout_closes_the_run),
+      cmocka_unit_test(test_svc_large_history_in_pages),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

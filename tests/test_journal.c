@@ -119,11 +119,140 @@ static void test_journal_history_and_bindings_persist(void **st) {
   free(dir);
 }
 
+/* A history handed over again (as at every workflow task) keeps the recorded
+ * events and adds only the new ids. */
+static void test_journal_history_put_appends_new_events_only(void **st) {
+  (void)st;
+  char *dir = dbx_test_tmpdir("journal");
+  dbx_wstore *s = NULL;
+  assert_int_equal(dbx_wstore_open(dir, 1, &s, NULL), DBX_OK);
+  HistoryEvent *a[3], *b[5];
+  for (int i = 0; i < 3; i++) a[i] = mk_event(i + 1, ET(WORKFLOW_TASK_SCHEDULED));
+  for (int i = 0; i < 5; i++) b[i] = mk_event(i + 1, ET(ACTIVITY_TASK_STARTED));
+  assert_int_equal(dbx_wstore_history_put(s, "ns", "wf", "r1", a, 3), DBX_OK);
+  assert_int_equal(dbx_wstore_history_put(s, "ns", "wf", "r1", b, 5), DBX_OK);
+  HistoryEvent **got = NULL;
+  size_t n = 0;
+  char *rid = NULL;
+  assert_int_equal(dbx_wstore_history_load(s, "ns", "wf", NULL, &got, &n, &rid), DBX_OK);
+  assert_string_equal(rid, "r1");
+  assert_int_equal(n, 5);
+  for (size_t i = 0; i < n; i++) {
+    assert_int_equal(got[i]->event_id, (int64_t)i + 1);
+    assert_int_equal(got[i]->event_type,
+                     i < 3 ? ET(WORKFLOW_TASK_SCHEDULED) : ET(ACTIVITY_TASK_STARTED));
+  }
+  dbx_wstore_history_free(got, n);
+  free(rid);
+  for (int i = 0; i < 3; i++) protobuf_c_message_free_unpacked(&a[i]->base, NULL);
+  for (int i = 0; i < 5; i++) protobuf_c_message_free_unpacked(&b[i]->base, NULL);
+  dbx_wstore_close(s);
+  dbx_test_rmrf(dir);
+  free(dir);
+}
+
+static void test_journal_input_hash_canonical_sha256(void **st) {
+  (void)st;
+  char h[DBX_INPUT_HASH_LEN + 1], h2[DBX_INPUT_HASH_LEN + 1];
+  /* SHA-256("abc"): not JSON, so the raw bytes are hashed */
+  assert_int_equal(dbx_wstore_input_hash("abc", 3, h), DBX_OK);
+  assert_string_equal(h, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  /* 56 bytes: the padding takes a second block */
+  const char *m = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+  assert_int_equal(dbx_wstore_input_hash(m, strlen(m), h), DBX_OK);
+  assert_string_equal(h, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  /* whitespace does not matter; values do */
+  const char *spaced = "{\"a\": 1, \"b\": [1, 2]}", *tight = "{\"a\":1,\"b\":[1,2]}",
+             *other = "{\"a\":2,\"b\":[1,2]}";
+  assert_int_equal(dbx_wstore_input_hash(spaced, strlen(spaced), h), DBX_OK);
+  assert_int_equal(dbx_wstore_input_hash(tight, strlen(tight), h2), DBX_OK);
+  assert_string_equal(h, h2);
+  assert_int_equal(dbx_wstore_input_hash(other, strlen(other), h2), DBX_OK);
+  assert_string_not_equal(h, h2);
+}
+
+static void test_journal_duplicate_at_most_once_refused_until_approved(void **st) {
+  (void)st;
+  char *dir = dbx_test_tmpdir("journal");
+  dbx_wstore *s = NULL;
+  assert_int_equal(dbx_wstore_open(dir, 0, &s, NULL), DBX_OK);
+  const char *H = "1111111111111111111111111111111111111111111111111111111111111111";
+  const char *H2 = "2222222222222222222222222222222222222222222222222222222222222222";
+  char *earlier = NULL;
+  /* the first call claims the identity and journals "started" in one commit */
+  assert_int_equal(dbx_wstore_amo_begin(s, "ns", "wf", "run", "1", 1, "github.open_pr", H, &earlier),
+                   DBX_OK);
+  assert_null(earlier);
+  dbx_journal_entry e;
+  assert_int_equal(dbx_wstore_journal_get(s, "ns", "wf", "run", "1", &e), DBX_OK);
+  assert_int_equal(e.state, DBX_JOURNAL_STARTED);
+  dbx_journal_entry_cleanup(&e);
+  /* the same activity id again (a redelivery) is the journal's business, not a duplicate */
+  assert_int_equal(dbx_wstore_amo_begin(s, "ns", "wf", "run", "1", 2, "github.open_pr", H, NULL),
+                   DBX_OK);
+  /* a new activity id with the same type and input: refused, nothing journaled */
+  assert_int_equal(dbx_wstore_amo_begin(s, "ns", "wf", "run", "4", 1, "github.open_pr", H, &earlier),
+                   DBX_EEXIST);
+  assert_string_equal(earlier, "1");
+  free(earlier);
+  earlier = NULL;
+  assert_int_equal(dbx_wstore_journal_get(s, "ns", "wf", "run", "4", &e), DBX_OK);
+  assert_int_equal(e.state, DBX_JOURNAL_NONE);
+  /* a different input, type or run is not refused */
+  assert_int_equal(dbx_wstore_amo_begin(s, "ns", "wf", "run", "5", 1, "github.open_pr", H2, NULL),
+                   DBX_OK);
+  assert_int_equal(dbx_wstore_amo_begin(s, "ns", "wf", "run", "6", 1, "other.type", H, NULL),
+                   DBX_OK);
+  assert_int_equal(dbx_wstore_amo_begin(s, "ns", "wf", "run2", "4", 1, "github.open_pr", H, NULL),
+                   DBX_OK);
+  /* the refusal is listed, with its hash and the earlier id */
+  dbx_wstore_refusal *r = NULL;
+  size_t n = 0;
+  assert_int_equal(dbx_wstore_refusals_list(s, &r, &n), DBX_OK);
+  assert_int_equal(n, 1);
+  assert_string_equal(r[0].workflow_id, "wf");
+  assert_string_equal(r[0].run_id, "run");
+  assert_string_equal(r[0].activity_type, "github.open_pr");
+  assert_string_equal(r[0].input_hash, H);
+  assert_string_equal(r[0].activity_id, "4");
+  assert_string_equal(r[0].earlier_activity_id, "1");
+  assert_int_equal(r[0].approvals_left, 0);
+  dbx_wstore_refusals_free(r, n);
+  /* an approval (persisted across reopen) lifts the refusal for one execution */
+  assert_int_equal(dbx_wstore_approval_grant(s, "ns", "wf", "run", "github.open_pr", H), DBX_OK);
+  dbx_wstore_close(s);
+  s = NULL;
+  assert_int_equal(dbx_wstore_open(dir, 0, &s, NULL), DBX_OK);
+  assert_int_equal(dbx_wstore_refusals_list(s, &r, &n), DBX_OK);
+  assert_int_equal(n, 1);
+  assert_int_equal(r[0].approvals_left, 1);
+  dbx_wstore_refusals_free(r, n);
+  assert_int_equal(dbx_wstore_amo_begin(s, "ns", "wf", "run", "7", 1, "github.open_pr", H, NULL),
+                   DBX_OK);
+  assert_int_equal(dbx_wstore_journal_get(s, "ns", "wf", "run", "7", &e), DBX_OK);
+  assert_int_equal(e.state, DBX_JOURNAL_STARTED);
+  dbx_journal_entry_cleanup(&e);
+  assert_int_equal(dbx_wstore_refusals_list(s, &r, &n), DBX_OK);
+  assert_int_equal(n, 0);
+  dbx_wstore_refusals_free(r, n);
+  /* ...once: the next one is refused again, naming the approved run's id */
+  assert_int_equal(dbx_wstore_amo_begin(s, "ns", "wf", "run", "8", 1, "github.open_pr", H, &earlier),
+                   DBX_EEXIST);
+  assert_string_equal(earlier, "7");
+  free(earlier);
+  dbx_wstore_close(s);
+  dbx_test_rmrf(dir);
+  free(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_journal_input_hash_canonical_sha256),
+      cmocka_unit_test(test_journal_duplicate_at_most_once_refused_until_approved),
       cmocka_unit_test(test_journal_started_then_redelivered_is_outcome_unknown),
       cmocka_unit_test(test_journal_result_redelivered_reports_it_and_persists),
       cmocka_unit_test(test_journal_history_and_bindings_persist),
+      cmocka_unit_test(test_journal_history_put_appends_new_events_only),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,7 +13,9 @@
 #include <string.h>
 #include <poll.h>
 #include <sys/stat.h>
+#include <signal.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "activities/local.h"
@@ -540,6 +542,206 @@ static void test_local_threads_distinct_sandboxes(void **state) {
   }
 }
 
+
+/* ---- detached commands ---- */
+
+/* Poll cmd_id until it is no longer PENDING/RUNNING (bounded: 60 s). */
+static dbx_local_cmd_status wait_cmd(dbx_local *d, const char *id, const char *cmd_id) {
+  dbx_local_cmd_status st;
+  for (int i = 0; i < 3000; i++) {
+    assert_int_equal(dbx_local_exec_poll(d, id, cmd_id, &st), DBX_OK);
+    if (st.state == DBX_LOCAL_CMD_FINISHED || st.state == DBX_LOCAL_CMD_LOST) return st;
+    struct timespec ts = {0, 20 * 1000000};
+    nanosleep(&ts, NULL);
+  }
+  fail_msg("command %s did not finish", cmd_id);
+  return st;
+}
+
+static void test_local_detached_start_poll_read_collect(void **state) {
+  fixture *f = *state;
+  make_empty(f->d, "dt");
+  dbx_local_cmd_status st;
+  assert_int_equal(dbx_local_exec_poll(f->d, "dt", "c1", &st), DBX_ENOTFOUND);
+  const char *env[] = {"GREETING=hi there", NULL};
+  dbx_local_exec_opts o = {.command = "echo \"$GREETING\"; echo to-err >&2; "
+                                      "head -c 10000 /dev/zero; exit 3",
+                           .env = env,
+                           .stdout_cap_bytes = 4096};
+  int adopted = -1;
+  assert_int_equal(dbx_local_exec_start(f->d, "dt", "c1", &o, &adopted), DBX_OK);
+  assert_int_equal(adopted, 0);
+  st = wait_cmd(f->d, "dt", "c1");
+  assert_int_equal(st.state, DBX_LOCAL_CMD_FINISHED);
+  assert_int_equal(st.exit_code, 3);
+  assert_int_equal(st.signal, 0);
+  assert_int_equal(st.timed_out, 0);
+  assert_int_equal(st.killed, 0);
+  assert_int_equal(st.stdout_total, 10009);
+  assert_int_equal(st.stdout_size, 4096);
+  assert_int_equal(st.stderr_total, 7);
+  char buf[16];
+  size_t n = 0;
+  assert_int_equal(dbx_local_exec_read(f->d, "dt", "c1", 1, 3, buf, 6, &n), DBX_OK);
+  assert_int_equal(n, 6);
+  assert_memory_equal(buf, "there\n", 6);
+  assert_int_equal(dbx_local_exec_read(f->d, "dt", "c1", 2, 0, buf, sizeof buf, &n), DBX_OK);
+  assert_int_equal(n, 7);
+  assert_memory_equal(buf, "to-err\n", 7);
+  assert_int_equal(dbx_local_exec_read(f->d, "dt", "c1", 2, 7, buf, sizeof buf, &n), DBX_OK);
+  assert_int_equal(n, 0);
+  dbx_local_exec_result r;
+  assert_int_equal(dbx_local_exec_collect(f->d, "dt", "c1", &r), DBX_OK);
+  assert_int_equal(r.exit_code, 3);
+  assert_int_equal(r.stdout_len, 4096);
+  assert_int_equal(r.stdout_total, 10009);
+  assert_int_equal(r.stdout_truncated, 1);
+  assert_memory_equal(r.stdout_buf, "hi there\n", 9);
+  assert_string_equal((char *)r.stderr_buf, "to-err\n");
+  assert_int_equal(r.stderr_truncated, 0);
+  dbx_local_exec_result_cleanup(&r);
+  /* Starting the same id again adopts the finished command. */
+  assert_int_equal(dbx_local_exec_start(f->d, "dt", "c1", &o, &adopted), DBX_OK);
+  assert_int_equal(adopted, 1);
+  /* Bad ids and a missing sandbox. */
+  assert_int_equal(dbx_local_exec_start(f->d, "dt", "../x", &o, NULL), DBX_EINVAL);
+  assert_int_equal(dbx_local_exec_start(f->d, "nope", "c2", &o, NULL), DBX_ENOTFOUND);
+  assert_int_equal(dbx_local_exec_poll(f->d, "dt", "", &st), DBX_EINVAL);
+  /* forget removes it; a new start runs again. */
+  assert_int_equal(dbx_local_exec_forget(f->d, "dt", "c1"), DBX_OK);
+  assert_int_equal(dbx_local_exec_poll(f->d, "dt", "c1", &st), DBX_ENOTFOUND);
+}
+
+static void test_local_detached_timeout_and_kill(void **state) {
+  fixture *f = *state;
+  make_empty(f->d, "dk");
+  dbx_local_exec_opts o = {.command = "echo begin; sleep 30 & echo $! > t.pid; wait",
+                           .timeout_ms = 300};
+  assert_int_equal(dbx_local_exec_start(f->d, "dk", "t", &o, NULL), DBX_OK);
+  dbx_local_cmd_status st = wait_cmd(f->d, "dk", "t");
+  assert_int_equal(st.state, DBX_LOCAL_CMD_FINISHED);
+  assert_int_equal(st.timed_out, 1);
+  assert_int_not_equal(st.exit_code, 0);
+  assert_int_equal(st.stdout_total, 6);
+  assert_true(dead(read_pid(f->d, "dk", "t.pid")));
+
+  o = (dbx_local_exec_opts){.command = "echo $$ > k.pid; sleep 30 & echo $! > kb.pid; wait"};
+  assert_int_equal(dbx_local_exec_start(f->d, "dk", "k", &o, NULL), DBX_OK);
+  for (int i = 0; i < 1000; i++) { /* until the shell has written both pids */
+    uint8_t *data = NULL;
+    size_t len = 0;
+    if (dbx_local_file_read(f->d, "dk", "kb.pid", 0, &data, &len) == DBX_OK && len > 0) {
+      free(data);
+      break;
+    }
+    free(data);
+    struct timespec ts = {0, 10 * 1000000};
+    nanosleep(&ts, NULL);
+  }
+  assert_int_equal(dbx_local_exec_poll(f->d, "dk", "k", &st), DBX_OK);
+  assert_int_equal(st.state, DBX_LOCAL_CMD_RUNNING);
+  assert_int_equal(dbx_local_exec_forget(f->d, "dk", "k"), DBX_ESTATE);
+  assert_int_equal(dbx_local_exec_kill(f->d, "dk", "k"), DBX_OK);
+  st = wait_cmd(f->d, "dk", "k");
+  assert_int_equal(st.state, DBX_LOCAL_CMD_FINISHED);
+  assert_int_equal(st.killed, 1);
+  assert_int_equal(st.timed_out, 0);
+  assert_true(dead(read_pid(f->d, "dk", "kb.pid")));
+  assert_int_equal(dbx_local_exec_kill(f->d, "dk", "missing"), DBX_OK);
+}
+
+/* A child process starts the command and dies (_exit, then SIGKILL); the
+ * command goes on, waits for a file this test writes after the starter is
+ * gone, and finishes once; re-attaching by id sees its output and status. */
+static void test_local_detached_survives_its_starter(void **state) {
+  fixture *f = *state;
+  make_empty(f->d, "sv");
+  for (int mode = 0; mode < 2; mode++) {
+    const char *cmd_id = mode == 0 ? "exit" : "sigkill";
+    char go[32];
+    snprintf(go, sizeof go, "go-%s", cmd_id);
+    char command[256];
+    snprintf(command, sizeof command,
+             "echo ran >> count-%s; while [ ! -f %s ]; do sleep 0.02; done; "
+             "echo finished; echo warn >&2; exit 7",
+             cmd_id, go);
+    dbx_local_exec_opts o = {.command = command, .timeout_ms = 60000};
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+      int ok = dbx_local_exec_start(f->d, "sv", cmd_id, &o, NULL) == DBX_OK;
+      if (!ok) _exit(1);
+      if (mode == 1) raise(SIGKILL);
+      _exit(0);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    if (mode == 0)
+      assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    else
+      assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    dbx_local_cmd_status st;
+    assert_int_equal(dbx_local_exec_poll(f->d, "sv", cmd_id, &st), DBX_OK);
+    assert_int_equal(st.state, DBX_LOCAL_CMD_RUNNING);
+    /* A retried start re-attaches instead of running it again. */
+    int adopted = 0;
+    assert_int_equal(dbx_local_exec_start(f->d, "sv", cmd_id, &o, &adopted), DBX_OK);
+    assert_int_equal(adopted, 1);
+    put(f->d, "sv", go, "");
+    st = wait_cmd(f->d, "sv", cmd_id);
+    assert_int_equal(st.state, DBX_LOCAL_CMD_FINISHED);
+    assert_int_equal(st.exit_code, 7);
+    dbx_local_exec_result r;
+    assert_int_equal(dbx_local_exec_collect(f->d, "sv", cmd_id, &r), DBX_OK);
+    assert_string_equal((char *)r.stdout_buf, "finished\n");
+    assert_string_equal((char *)r.stderr_buf, "warn\n");
+    dbx_local_exec_result_cleanup(&r);
+    char count[32];
+    snprintf(count, sizeof count, "count-%s", cmd_id);
+    expect_file(f->d, "sv", count, "ran\n");
+  }
+}
+
+/* A supervisor killed with SIGKILL leaves its command LOST, not RUNNING. */
+static void test_local_detached_lost_supervisor(void **state) {
+  fixture *f = *state;
+  make_empty(f->d, "ls");
+  dbx_local_exec_opts o = {.command = "echo $$ > l.pid; exec sleep 30"};
+  assert_int_equal(dbx_local_exec_start(f->d, "ls", "l", &o, NULL), DBX_OK);
+  dbx_local_cmd_status st;
+  assert_int_equal(dbx_local_exec_poll(f->d, "ls", "l", &st), DBX_OK);
+  assert_int_equal(st.state, DBX_LOCAL_CMD_RUNNING);
+  char *p = dbx_asprintf("%s/sandboxes/ls/meta/cmds/l/supervisor", f->home);
+  long sup = 0;
+  for (int i = 0; i < 1000 && sup == 0; i++) { /* written by the supervisor as it starts */
+    FILE *fp = fopen(p, "r");
+    if (fp != NULL && fscanf(fp, "%ld", &sup) != 1) sup = 0;
+    if (fp != NULL) fclose(fp);
+    struct timespec ts = {0, 10 * 1000000};
+    if (sup == 0) nanosleep(&ts, NULL);
+  }
+  free(p);
+  assert_true(sup > 1);
+  for (int i = 0; i < 1000; i++) { /* until the command itself runs */
+    uint8_t *data = NULL;
+    size_t len = 0;
+    dbx_err rc = dbx_local_file_read(f->d, "ls", "l.pid", 0, &data, &len);
+    free(data);
+    if (rc == DBX_OK && len > 0) break;
+    struct timespec ts = {0, 10 * 1000000};
+    nanosleep(&ts, NULL);
+  }
+  assert_int_equal(kill((pid_t)sup, SIGKILL), 0);
+  st = wait_cmd(f->d, "ls", "l");
+  assert_int_equal(st.state, DBX_LOCAL_CMD_LOST);
+  int adopted = 0;
+  assert_int_equal(dbx_local_exec_start(f->d, "ls", "l", &o, &adopted), DBX_OK);
+  assert_int_equal(adopted, 1); /* start never runs a lost command again by itself */
+  long cpid = read_pid(f->d, "ls", "l.pid");
+  if (cpid > 1) kill((pid_t)cpid, SIGKILL); /* the orphaned sleep */
+  assert_int_equal(dbx_local_exec_forget(f->d, "ls", "l"), DBX_OK);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void) {
@@ -552,6 +754,10 @@ int main(void) {
       T(test_local_file_escapes_refused),        T(test_local_file_symlink_inside_allowed),
       T(test_local_bytes_round_trip),            T(test_local_stop_start_delete),
       T(test_local_threads_distinct_sandboxes),
+      T(test_local_detached_start_poll_read_collect),
+      T(test_local_detached_timeout_and_kill),
+      T(test_local_detached_survives_its_starter),
+      T(test_local_detached_lost_supervisor),
   };
   g_bwrap = 0;
   int failed = cmocka_run_group_tests_name("local_plain", tests, NULL, NULL);

@@ -7,7 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
 #include <cjson/cJSON.h>
@@ -51,7 +54,19 @@ static struct dbx_act act_for(const char *wf) {
 static dbx_err run(const dbx_activity_type *t, struct dbx_act *a, const char *json,
                    dbx_act_result *res, cJSON **out) {
   memset(res, 0, sizeof *res);
+  /* The worker gives every scheduled activity its own id, and a repeated id
+   * is a retry (an exec re-attaches to its command): so each exec here that
+   * is not a deliberate retry (prev_details unset) gets a fresh id. */
+  static int seq;
+  char aid[64];
+  const char *saved = a->activity_id;
+  if (t == &dbx_sandbox_exec_type && a->prev_details == NULL) {
+    snprintf(aid, sizeof aid, "%s.%d", a->activity_id, ++seq);
+    a->activity_id = aid;
+  }
   dbx_err rc = t->run(a, json, strlen(json), res, t->ud);
+  if (a->activity_id != saved) dbx_fake_act_cleanup(a); /* only retry tests read heartbeats */
+  a->activity_id = saved;
   if (out) *out = res->result_json ? cJSON_Parse(res->result_json) : NULL;
   return rc;
 }
@@ -559,6 +574,84 @@ static void test_sandbox_acts_cancelled_runs_nothing(void **state) {
   free(id);
 }
 
+/* A worker dies mid-command (the child running attempt 1 is SIGKILLed once
+ * the command has begun); attempt 2 with the same identity re-attaches and
+ * reports the one run's output: the side-effect file has one line. */
+static void test_sandbox_acts_exec_retry_reattaches(void **state) {
+  (void)state;
+  char *id = make_sandbox("wf-reattach", NULL);
+  struct dbx_act a = act_for("wf-reattach");
+  a.activity_id = "5";
+  char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":"
+                          "\"echo x >> n.txt; sleep 1; echo done\",\"timeout_s\":60}", id);
+  char *marker = dbx_asprintf("%s/sandboxes/%s/workspace/n.txt", g_home, id);
+  pid_t child = fork();
+  assert_true(child >= 0);
+  if (child == 0) {
+    dbx_act_result r = {0};
+    a.prev_details = "{}"; /* a deliberate identity: no fresh id from run() */
+    dbx_sandbox_exec_type.run(&a, in, strlen(in), &r, NULL);
+    _exit(0);
+  }
+  for (int i = 0; i < 3000 && access(marker, F_OK) != 0; i++) {
+    struct timespec ts = {0, 10 * 1000000};
+    nanosleep(&ts, NULL);
+  }
+  assert_int_equal(access(marker, F_OK), 0);
+  kill(child, SIGKILL);
+  waitpid(child, NULL, 0);
+  a.attempt = 2;
+  a.prev_details = "{}";
+  cJSON *o = ok(&dbx_sandbox_exec_type, &a, in);
+  assert_int_equal(num(o, "exit_code"), 0);
+  assert_string_equal(str(o, "stdout"), "done\n");
+  cJSON_Delete(o);
+  assert_non_null(a.last_details);
+  assert_non_null(strstr(a.last_details, "\"cmd_id\":\"x"));
+  assert_non_null(strstr(a.last_details, "\"stdout_offset\":"));
+  /* Attempt 3 with the details of attempt 2: the same finished command. */
+  char *details = dbx_strdup(a.last_details);
+  a.attempt = 3;
+  a.prev_details = details;
+  o = ok(&dbx_sandbox_exec_type, &a, in);
+  assert_string_equal(str(o, "stdout"), "done\n");
+  cJSON_Delete(o);
+  free(in);
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"n.txt\"}", id);
+  o = ok(&dbx_sandbox_read_file_type, &a, in);
+  assert_string_equal(str(o, "content"), "x\n");
+  cJSON_Delete(o);
+  dbx_fake_act_cleanup(&a);
+  free(details);
+  free(marker);
+  free(in);
+  free(id);
+}
+
+/* A cancel seen at a heartbeat kills the running command's group. */
+static void test_sandbox_acts_exec_cancel_kills_command(void **state) {
+  (void)state;
+  char *id = make_sandbox("wf-cancel-run", NULL);
+  struct dbx_act a = act_for("wf-cancel-run");
+  a.prev_details = "{}";
+  a.cancel_at_heartbeat = 2;
+  char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"sleep 30\"}", id);
+  dbx_act_result r;
+  assert_int_equal(run(&dbx_sandbox_exec_type, &a, in, &r, NULL), DBX_ECANCELED);
+  assert_null(r.result_json);
+  res_cleanup(&r);
+  /* The retry re-attaches to the killed command and sees SIGKILL's status. */
+  a.cancelled = 0;
+  a.cancel_at_heartbeat = 0;
+  a.attempt = 2;
+  cJSON *o = ok(&dbx_sandbox_exec_type, &a, in);
+  assert_int_equal(num(o, "exit_code"), 137);
+  cJSON_Delete(o);
+  dbx_fake_act_cleanup(&a);
+  free(in);
+  free(id);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sandbox_acts_register_all),
@@ -574,6 +667,8 @@ int main(void) {
       cmocka_unit_test(test_sandbox_acts_checkpoint_stable_across_retries),
       cmocka_unit_test(test_sandbox_acts_stop_start_delete),
       cmocka_unit_test(test_sandbox_acts_cancelled_runs_nothing),
+      cmocka_unit_test(test_sandbox_acts_exec_retry_reattaches),
+      cmocka_unit_test(test_sandbox_acts_exec_cancel_kills_command),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

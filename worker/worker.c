@@ -651,19 +651,43 @@ static void run_activity(dbx_act *a) {
     result_cleanup(&res);
     return;
   }
+  char *input = dbx_payloads_to_json(t->input);
   if (cls == DBX_AT_MOST_ONCE) {
+    /* Journal "started" and claim (type, input) for this activity id in one
+     * commit: a later activity id of the same run with the same type and
+     * input is refused until a person approves it (durabox approval grant). */
+    char hash[DBX_INPUT_HASH_LEN + 1], *earlier = NULL;
+    rc = input ? dbx_wstore_input_hash(input, strlen(input), hash) : DBX_ENOMEM;
     DBX_FAILPOINT("worker.journal.before_started");
-    rc = dbx_wstore_journal_started(w->ws, ns, wid, rid, aid, t->attempt);
+    if (rc == DBX_OK)
+      rc = dbx_wstore_amo_begin(w->ws, ns, wid, rid, aid, t->attempt, tname, hash, &earlier);
     DBX_FAILPOINT("worker.journal.after_started");
+    if (rc == DBX_EEXIST) {
+      res.failure_type = dbx_strdup("DuplicateAtMostOnce");
+      res.failure_message = dbx_asprintf(
+          "at_most_once activity '%s' with the same input already ran in this run as activity "
+          "id %s; not run again without approval (input hash %s: durabox approval grant "
+          "--workflow-id %s --run-id %s --activity-type %s --input-hash %s)",
+          tname, earlier ? earlier : "?", hash, wid, rid, tname, hash);
+      res.non_retryable = 1;
+      DBX_WARN("worker", "activity %s of %s/%s: refused: duplicate of at_most_once activity %s",
+               aid, wid, rid, earlier ? earlier : "?");
+      free(earlier);
+      free(input);
+      report(a, 1, &res);
+      result_cleanup(&res);
+      return;
+    }
+    free(earlier);
     if (rc != DBX_OK) {
       res.failure_type = dbx_strdup("JournalError");
       res.failure_message = dbx_asprintf("cannot journal the start: %s; not run", dbx_strerror(rc));
+      free(input);
       report(a, 1, &res);
       result_cleanup(&res);
       return;
     }
   }
-  char *input = dbx_payloads_to_json(t->input);
   rc = input ? a->type->run(a, input, strlen(input), &res, a->type->ud) : DBX_ENOMEM;
   free(input);
   DBX_FAILPOINT("worker.activity.after_effect");

@@ -9,6 +9,7 @@
  * transaction, as store.h requires for map growth. */
 #include "worker/wstore.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +22,7 @@
 struct dbx_wstore {
   dbx_store *st;
   dbx_table history, runs, journal, kv[2];
+  dbx_table amo, approvals, refusals; /* at_most_once identities (see wstore.h) */
 };
 
 /* Every durable write of the worker, between its two failpoints. */
@@ -50,7 +52,10 @@ dbx_err dbx_wstore_open(const char *dir, int no_sync, dbx_wstore **out, char **e
       (rc = dbx_store_table(s->st, "w_runs", &s->runs)) != DBX_OK ||
       (rc = dbx_store_table(s->st, "w_journal", &s->journal)) != DBX_OK ||
       (rc = dbx_store_table(s->st, "w_bindings", &s->kv[0])) != DBX_OK ||
-      (rc = dbx_store_table(s->st, "w_checkpoints", &s->kv[1])) != DBX_OK) {
+      (rc = dbx_store_table(s->st, "w_checkpoints", &s->kv[1])) != DBX_OK ||
+      (rc = dbx_store_table(s->st, "w_amo", &s->amo)) != DBX_OK ||
+      (rc = dbx_store_table(s->st, "w_approvals", &s->approvals)) != DBX_OK ||
+      (rc = dbx_store_table(s->st, "w_refusals", &s->refusals)) != DBX_OK) {
     if (errmsg) *errmsg = dbx_asprintf("worker store %s: %s", dir, dbx_store_errmsg(s->st));
     dbx_wstore_close(s);
     return rc;
@@ -105,6 +110,13 @@ static dbx_err hist_put_fn(dbx_txn *t, void *arg) {
     be64(id, h->events[i]->event_id);
     size_t kl = make_key(key, h->ns, h->wid, h->rid, id, 8);
     if (!kl) return DBX_EINVAL;
+    /* A run's events never change once recorded: the worker is handed the
+     * whole history at every workflow task, so only new ids are written
+     * (rewriting them all made each task O(history) in packing and pages). */
+    dbx_val have;
+    rc = dbx_store_get(t, h->s->history, key, kl, &have);
+    if (rc == DBX_OK) continue;
+    if (rc != DBX_ENOTFOUND) return rc;
     size_t len = protobuf_c_message_get_packed_size(&h->events[i]->base);
     uint8_t *buf = malloc(len ? len : 1);
     if (!buf) return DBX_ENOMEM;
@@ -115,6 +127,11 @@ static dbx_err hist_put_fn(dbx_txn *t, void *arg) {
   }
   size_t kl = make_key(key, h->ns, h->wid, NULL, NULL, 0);
   if (!kl) return DBX_EINVAL;
+  dbx_val cur;
+  rc = dbx_store_get(t, h->s->runs, key, kl, &cur);
+  if (rc == DBX_OK && cur.size == strlen(h->rid) && memcmp(cur.data, h->rid, cur.size) == 0)
+    return DBX_OK;
+  if (rc != DBX_OK && rc != DBX_ENOTFOUND) return rc;
   return dbx_store_put(t, h->s->runs, key, kl, h->rid, strlen(h->rid));
 }
 
@@ -329,6 +346,304 @@ dbx_journal_decision dbx_journal_decide(const dbx_journal_entry *e, dbx_retry_cl
     return rc == DBX_AT_MOST_ONCE ? DBX_JOURNAL_REPORT : DBX_JOURNAL_RUN;
   }
   return rc == DBX_AT_MOST_ONCE ? DBX_JOURNAL_OUTCOME_UNKNOWN : DBX_JOURNAL_RUN;
+}
+
+/* ---- at_most_once identities */
+
+/* SHA-256 (FIPS 180-4), for input hashes. */
+typedef struct {
+  uint32_t h[8];
+  uint8_t buf[64];
+  size_t n;
+  uint64_t bits;
+} sha256_ctx;
+
+static const uint32_t K256[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
+    0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
+    0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
+    0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
+    0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
+    0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
+    0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
+    0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
+    0xc67178f2};
+
+#define ROR(x, n) (((x) >> (n)) | ((x) << (32 - (n))))
+
+static void sha256_block(sha256_ctx *c, const uint8_t *p) {
+  uint32_t w[64], a[8];
+  for (int i = 0; i < 16; i++)
+    w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 |
+           p[4 * i + 3];
+  for (int i = 16; i < 64; i++) {
+    uint32_t s0 = ROR(w[i - 15], 7) ^ ROR(w[i - 15], 18) ^ (w[i - 15] >> 3);
+    uint32_t s1 = ROR(w[i - 2], 17) ^ ROR(w[i - 2], 19) ^ (w[i - 2] >> 10);
+    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+  }
+  memcpy(a, c->h, sizeof a);
+  for (int i = 0; i < 64; i++) {
+    uint32_t S1 = ROR(a[4], 6) ^ ROR(a[4], 11) ^ ROR(a[4], 25);
+    uint32_t ch = (a[4] & a[5]) ^ (~a[4] & a[6]);
+    uint32_t t1 = a[7] + S1 + ch + K256[i] + w[i];
+    uint32_t S0 = ROR(a[0], 2) ^ ROR(a[0], 13) ^ ROR(a[0], 22);
+    uint32_t mj = (a[0] & a[1]) ^ (a[0] & a[2]) ^ (a[1] & a[2]);
+    uint32_t t2 = S0 + mj;
+    memmove(a + 1, a, 7 * sizeof a[0]);
+    a[4] += t1;
+    a[0] = t1 + t2;
+  }
+  for (int i = 0; i < 8; i++) c->h[i] += a[i];
+}
+
+static void sha256_hex(const uint8_t *p, size_t len, char out[65]) {
+  sha256_ctx c = {{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c,
+                   0x1f83d9ab, 0x5be0cd19},
+                  {0},
+                  0,
+                  (uint64_t)len * 8};
+  for (; len >= 64; p += 64, len -= 64) sha256_block(&c, p);
+  uint8_t tail[128] = {0};
+  memcpy(tail, p, len);
+  tail[len] = 0x80;
+  size_t tl = len + 1 + 8 <= 64 ? 64 : 128;
+  for (int i = 0; i < 8; i++) tail[tl - 1 - i] = (uint8_t)(c.bits >> (8 * i));
+  sha256_block(&c, tail);
+  if (tl == 128) sha256_block(&c, tail + 64);
+  for (int i = 0; i < 8; i++) snprintf(out + 8 * i, 9, "%08x", c.h[i]);
+}
+
+dbx_err dbx_wstore_input_hash(const char *input, size_t len, char out[DBX_INPUT_HASH_LEN + 1]) {
+  cJSON *j = input ? cJSON_ParseWithLength(input, len) : NULL;
+  char *canon = j ? cJSON_PrintUnformatted(j) : NULL;
+  cJSON_Delete(j);
+  if (j && !canon) return DBX_ENOMEM;
+  if (canon)
+    sha256_hex((const uint8_t *)canon, strlen(canon), out);
+  else
+    sha256_hex((const uint8_t *)(input ? input : ""), input ? len : 0, out);
+  free(canon);
+  return DBX_OK;
+}
+
+static size_t amo_key(uint8_t *key, const char *ns, const char *wid, const char *rid,
+                      const char *type, const char *hash) {
+  char tail[512];
+  int tl = snprintf(tail, sizeof tail, "%s%c%s", type, '\0', hash);
+  if (tl < 0 || (size_t)tl >= sizeof tail) return 0;
+  return make_key(key, ns, wid, rid, tail, (size_t)tl);
+}
+
+typedef struct {
+  dbx_wstore *s;
+  const char *ns, *wid, *rid, *aid, *type, *hash;
+  int32_t attempt;
+  uint8_t key[512];
+  size_t kl;
+  char *earlier; /* out */
+} amo_op;
+
+static int json_int(cJSON *j, const char *name) {
+  cJSON *x = cJSON_GetObjectItemCaseSensitive(j, name);
+  return cJSON_IsNumber(x) ? (int)x->valuedouble : 0;
+}
+
+static dbx_err put_json(dbx_txn *t, dbx_table tb, const uint8_t *key, size_t kl, cJSON *j) {
+  char *txt = j ? cJSON_PrintUnformatted(j) : NULL;
+  dbx_err rc = txt ? dbx_store_put(t, tb, key, kl, txt, strlen(txt)) : DBX_ENOMEM;
+  free(txt);
+  return rc;
+}
+
+static cJSON *get_json(dbx_txn *t, dbx_table tb, const uint8_t *key, size_t kl, dbx_err *rc) {
+  dbx_val v;
+  *rc = dbx_store_get(t, tb, key, kl, &v);
+  if (*rc != DBX_OK) return NULL;
+  cJSON *j = cJSON_ParseWithLength(v.data, v.size);
+  if (!j) *rc = DBX_ESTORE;
+  return j;
+}
+
+static dbx_err amo_begin_fn(dbx_txn *t, void *arg) {
+  amo_op *o = arg;
+  dbx_wstore *s = o->s;
+  dbx_err rc;
+  free(o->earlier); /* fn may run again after map growth */
+  o->earlier = NULL;
+  cJSON *claim = get_json(t, s->amo, o->key, o->kl, &rc), *appr = NULL, *j = NULL;
+  if (rc != DBX_OK && rc != DBX_ENOTFOUND) goto out;
+  cJSON *ca = claim ? cJSON_GetObjectItemCaseSensitive(claim, "activity_id") : NULL;
+  int mine = !claim || (cJSON_IsString(ca) && strcmp(ca->valuestring, o->aid) == 0);
+  if (!mine) {
+    appr = get_json(t, s->approvals, o->key, o->kl, &rc);
+    if (rc != DBX_OK && rc != DBX_ENOTFOUND) goto out;
+    int left = appr ? json_int(appr, "left") : 0;
+    if (left <= 0) { /* refuse: record it for `durabox approval list` */
+      o->earlier = dbx_strdup(cJSON_IsString(ca) ? ca->valuestring : "");
+      j = cJSON_CreateObject();
+      if (!o->earlier || !j || !cJSON_AddStringToObject(j, "namespace", o->ns) ||
+          !cJSON_AddStringToObject(j, "workflow_id", o->wid) ||
+          !cJSON_AddStringToObject(j, "run_id", o->rid) ||
+          !cJSON_AddStringToObject(j, "activity_type", o->type) ||
+          !cJSON_AddStringToObject(j, "input_hash", o->hash) ||
+          !cJSON_AddStringToObject(j, "activity_id", o->aid) ||
+          !cJSON_AddStringToObject(j, "earlier_activity_id", o->earlier)) {
+        rc = DBX_ENOMEM;
+        goto out;
+      }
+      rc = put_json(t, s->refusals, o->key, o->kl, j);
+      goto out;
+    }
+    if (left == 1) {
+      rc = dbx_store_del(t, s->approvals, o->key, o->kl);
+    } else {
+      cJSON_ReplaceItemInObjectCaseSensitive(appr, "left", cJSON_CreateNumber(left - 1));
+      rc = put_json(t, s->approvals, o->key, o->kl, appr);
+    }
+    if (rc != DBX_OK) goto out;
+    rc = dbx_store_del(t, s->refusals, o->key, o->kl);
+    if (rc != DBX_OK && rc != DBX_ENOTFOUND) goto out;
+  }
+  j = cJSON_CreateObject();
+  if (!j || !cJSON_AddStringToObject(j, "activity_id", o->aid)) {
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  if ((rc = put_json(t, s->amo, o->key, o->kl, j)) != DBX_OK) goto out;
+  cJSON_Delete(j);
+  j = cJSON_CreateObject();
+  if (!j || !cJSON_AddStringToObject(j, "state", "started") ||
+      !cJSON_AddNumberToObject(j, "attempt", o->attempt)) {
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  uint8_t jk[512];
+  size_t jl = make_key(jk, o->ns, o->wid, o->rid, o->aid, strlen(o->aid));
+  rc = jl ? put_json(t, s->journal, jk, jl, j) : DBX_EINVAL;
+out:
+  cJSON_Delete(claim);
+  cJSON_Delete(appr);
+  cJSON_Delete(j);
+  return rc;
+}
+
+dbx_err dbx_wstore_amo_begin(dbx_wstore *s, const char *ns, const char *workflow_id,
+                             const char *run_id, const char *activity_id, int32_t attempt,
+                             const char *activity_type, const char *input_hash, char **earlier) {
+  if (earlier) *earlier = NULL;
+  if (!s || !ns || !workflow_id || !run_id || !activity_id || !activity_type || !input_hash)
+    return DBX_EINVAL;
+  amo_op o = {.s = s, .ns = ns, .wid = workflow_id, .rid = run_id, .aid = activity_id,
+              .type = activity_type, .hash = input_hash, .attempt = attempt};
+  o.kl = amo_key(o.key, ns, workflow_id, run_id, activity_type, input_hash);
+  if (!o.kl) return DBX_EINVAL;
+  dbx_err rc = commit(s, amo_begin_fn, &o);
+  if (rc == DBX_OK && o.earlier) { /* the refusal record committed */
+    rc = DBX_EEXIST;
+    if (earlier) {
+      *earlier = o.earlier;
+      o.earlier = NULL;
+    }
+  }
+  free(o.earlier);
+  return rc;
+}
+
+static dbx_err grant_fn(dbx_txn *t, void *arg) {
+  amo_op *o = arg;
+  dbx_err rc;
+  cJSON *appr = get_json(t, o->s->approvals, o->key, o->kl, &rc);
+  if (rc != DBX_OK && rc != DBX_ENOTFOUND) return rc;
+  int left = appr ? json_int(appr, "left") : 0;
+  cJSON_Delete(appr);
+  cJSON *j = cJSON_CreateObject();
+  if (!j || !cJSON_AddNumberToObject(j, "left", left + 1) ||
+      !cJSON_AddNumberToObject(j, "granted_ms", (double)(dbx_wall_ns() / 1000000))) {
+    cJSON_Delete(j);
+    return DBX_ENOMEM;
+  }
+  rc = put_json(t, o->s->approvals, o->key, o->kl, j);
+  cJSON_Delete(j);
+  return rc;
+}
+
+dbx_err dbx_wstore_approval_grant(dbx_wstore *s, const char *ns, const char *workflow_id,
+                                  const char *run_id, const char *activity_type,
+                                  const char *input_hash) {
+  if (!s || !ns || !workflow_id || !run_id || !activity_type || !input_hash) return DBX_EINVAL;
+  amo_op o = {.s = s};
+  o.kl = amo_key(o.key, ns, workflow_id, run_id, activity_type, input_hash);
+  if (!o.kl) return DBX_EINVAL;
+  return commit(s, grant_fn, &o);
+}
+
+void dbx_wstore_refusals_free(dbx_wstore_refusal *r, size_t n) {
+  for (size_t i = 0; r && i < n; i++) {
+    free(r[i].ns);
+    free(r[i].workflow_id);
+    free(r[i].run_id);
+    free(r[i].activity_type);
+    free(r[i].input_hash);
+    free(r[i].activity_id);
+    free(r[i].earlier_activity_id);
+  }
+  free(r);
+}
+
+dbx_err dbx_wstore_refusals_list(dbx_wstore *s, dbx_wstore_refusal **out, size_t *n) {
+  if (!s || !out || !n) return DBX_EINVAL;
+  *out = NULL;
+  *n = 0;
+  dbx_txn *t = NULL;
+  dbx_cursor *c = NULL;
+  dbx_wstore_refusal *v = NULL;
+  size_t cnt = 0, cap = 0;
+  dbx_err rc = dbx_store_read_begin(s->st, &t);
+  if (rc != DBX_OK) return rc;
+  if ((rc = dbx_store_cursor_open(t, s->refusals, &c)) != DBX_OK) goto out;
+  dbx_val k, val;
+  for (rc = dbx_store_cursor_seek(c, NULL, 0, &k, &val); rc == DBX_OK;
+       rc = dbx_store_cursor_next(c, &k, &val)) {
+    cJSON *j = cJSON_ParseWithLength(val.data, val.size);
+    if (!j) continue;
+    if (cnt == cap) {
+      size_t nc = cap ? cap * 2 : 8;
+      dbx_wstore_refusal *nv = realloc(v, nc * sizeof *nv);
+      if (!nv) {
+        cJSON_Delete(j);
+        rc = DBX_ENOMEM;
+        goto out;
+      }
+      v = nv;
+      cap = nc;
+    }
+    dbx_wstore_refusal *r = &v[cnt++];
+    memset(r, 0, sizeof *r);
+    r->ns = jstr(j, "namespace");
+    r->workflow_id = jstr(j, "workflow_id");
+    r->run_id = jstr(j, "run_id");
+    r->activity_type = jstr(j, "activity_type");
+    r->input_hash = jstr(j, "input_hash");
+    r->activity_id = jstr(j, "activity_id");
+    r->earlier_activity_id = jstr(j, "earlier_activity_id");
+    cJSON_Delete(j);
+    dbx_err arc;
+    cJSON *appr = get_json(t, s->approvals, k.data, k.size, &arc);
+    r->approvals_left = appr ? json_int(appr, "left") : 0;
+    cJSON_Delete(appr);
+  }
+  if (rc == DBX_ENOTFOUND) rc = DBX_OK;
+out:
+  dbx_store_cursor_close(c);
+  dbx_store_txn_abort(t);
+  if (rc != DBX_OK) {
+    dbx_wstore_refusals_free(v, cnt);
+    return rc;
+  }
+  *out = v;
+  *n = cnt;
+  return DBX_OK;
 }
 
 /* ---- key -> value strings */

@@ -31,7 +31,9 @@ dbx_err dbx_wstore_open(const char *dir, int no_sync, dbx_wstore **out, char **e
 void dbx_wstore_close(dbx_wstore *s); /* accepts NULL */
 
 /* ---- history */
-/* Record events (borrowed) of one run; existing event ids are overwritten.
+/* Record events (borrowed) of one run; event ids already recorded for the
+ * run are kept as they are (a run's history is append-only), only new ones
+ * are written.
  * Also records run_id as the workflow's latest run. */
 dbx_err dbx_wstore_history_put(dbx_wstore *s, const char *ns, const char *workflow_id,
                                const char *run_id, HistoryEvent *const *events, size_t n);
@@ -73,6 +75,47 @@ void dbx_journal_entry_cleanup(dbx_journal_entry *e);
 typedef enum { DBX_JOURNAL_RUN = 0, DBX_JOURNAL_REPORT, DBX_JOURNAL_OUTCOME_UNKNOWN } dbx_journal_decision;
 dbx_journal_decision dbx_journal_decide(const dbx_journal_entry *e, dbx_retry_class rc,
                                         int32_t attempt);
+
+/* ---- at_most_once identities (DESIGN.md "Retry classes", "Policy and approvals")
+ *
+ * An at_most_once call is also known by (namespace, workflow id, run id,
+ * activity type, input hash): a later activity id of the same run with the
+ * same type and input is refused until a person approves one more execution.
+ * The input hash is SHA-256 (lowercase hex) of the canonical input: the JSON
+ * parsed and printed compactly (whitespace dropped, key order kept), or the
+ * raw bytes when they are not JSON. */
+#define DBX_INPUT_HASH_LEN 64
+/* out: DBX_INPUT_HASH_LEN hex digits plus NUL. Returns DBX_OK or DBX_ENOMEM. */
+dbx_err dbx_wstore_input_hash(const char *input, size_t len, char out[DBX_INPUT_HASH_LEN + 1]);
+
+/* In ONE durable commit: claim the identity for activity_id and journal
+ * "started" for attempt (as dbx_wstore_journal_started). Allowed when the
+ * identity is unclaimed, already claimed by activity_id, or an approval for
+ * it is left (one approval is used up). Otherwise nothing is journaled, a
+ * refusal record is written (see _refusals_list), *earlier gets the claiming
+ * activity id (malloc'd) and DBX_EEXIST is returned.
+ * Returns DBX_OK, DBX_EEXIST, DBX_EINVAL, DBX_ENOMEM, DBX_ESTORE(FULL). */
+dbx_err dbx_wstore_amo_begin(dbx_wstore *s, const char *ns, const char *workflow_id,
+                             const char *run_id, const char *activity_id, int32_t attempt,
+                             const char *activity_type, const char *input_hash, char **earlier);
+
+/* Approve one more execution of (ns, workflow_id, run_id, type, input_hash).
+ * Approvals add up. DBX_OK, DBX_EINVAL, DBX_ENOMEM, DBX_ESTORE(FULL). */
+dbx_err dbx_wstore_approval_grant(dbx_wstore *s, const char *ns, const char *workflow_id,
+                                  const char *run_id, const char *activity_type,
+                                  const char *input_hash);
+
+typedef struct {
+  char *ns, *workflow_id, *run_id, *activity_type, *input_hash;
+  char *activity_id; /* the refused one */
+  char *earlier_activity_id;
+  int approvals_left; /* approvals granted and not yet used */
+} dbx_wstore_refusal;
+/* Every refusal recorded by dbx_wstore_amo_begin whose identity has not run
+ * since (a refusal is removed when an approval lets a call run), in key
+ * order. *out: free with dbx_wstore_refusals_free. */
+dbx_err dbx_wstore_refusals_list(dbx_wstore *s, dbx_wstore_refusal **out, size_t *n);
+void dbx_wstore_refusals_free(dbx_wstore_refusal *r, size_t n);
 
 /* ---- bindings and checkpoints: key -> value strings */
 typedef enum { DBX_WSTORE_BINDINGS = 0, DBX_WSTORE_CHECKPOINTS = 1 } dbx_wstore_kv;

@@ -153,8 +153,9 @@ static void run_step(script *s, dbx_wf *wf) {
       dbx_wf_fail(wf, "OutOfMemory", "cannot build an activity input");
       return;
     }
-    static const char *const drop[] = {"name", "kind", "retry_class", "continue_on_failure"};
-    for (size_t i = 0; i < 4; i++) cJSON_DeleteItemFromObjectCaseSensitive(in, drop[i]);
+    static const char *const drop[] = {"name", "kind", "retry_class", "continue_on_failure",
+                                       "heartbeat_timeout_s"};
+    for (size_t i = 0; i < 5; i++) cJSON_DeleteItemFromObjectCaseSensitive(in, drop[i]);
     cJSON_AddStringToObject(in, "sandbox_id", s->sandbox_id ? s->sandbox_id : "");
     /* the step's name travels along for people reading history (activities ignore it) */
     cJSON_AddStringToObject(in, "step", str_of(st, "name"));
@@ -166,6 +167,14 @@ static void run_step(script *s, dbx_wf *wf) {
     const cJSON *to = cJSON_GetObjectItemCaseSensitive(st, "timeout_s");
     int64_t timeout_s = cJSON_IsNumber(to) ? (int64_t)to->valuedouble : 600;
     o.start_to_close_ms = strcmp(kind, "exec") == 0 ? (timeout_s + 60) * 1000 : 60000;
+    if (strcmp(kind, "exec") == 0) {
+      /* sandbox.exec heartbeats every ~200 ms while its detached command runs:
+       * a dead worker is noticed after this long and the retry re-attaches.
+       * A step may set heartbeat_timeout_s (default 30). */
+      const cJSON *hb = cJSON_GetObjectItemCaseSensitive(st, "heartbeat_timeout_s");
+      double hb_s = cJSON_IsNumber(hb) && hb->valuedouble >= 1 ? hb->valuedouble : 30;
+      o.heartbeat_ms = (int64_t)(hb_s * 1000);
+    }
     const char *rc = str_of(st, "retry_class");
     if (rc && strcmp(rc, "at_most_once") == 0) {
       o.retry_class = DBX_AT_MOST_ONCE;
