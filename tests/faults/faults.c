@@ -134,7 +134,8 @@ static int fp_index(const char *name) {
 
 static wf *wf_find(const char *wid) {
   int i = -1;
-  if (sscanf(wid, "f%d", &i) != 1 || i < 0 || i >= n_wfs) return NULL;
+  /* not bounded by n_wfs: a start whose reply was lost may already run */
+  if (sscanf(wid, "f%d", &i) != 1 || i < 0 || i >= MAX_WF) return NULL;
   return &wfs[i];
 }
 
@@ -667,8 +668,12 @@ int main(int argc, char **argv) {
     }
   sleep_ms(300); /* late counter connections from killed sandboxes */
   pthread_mutex_lock(&mu);
-  for (int i = 0; i < n_wfs; i++) {
+  for (int i = 0; i < MAX_WF; i++) {
     wf *w = &wfs[i];
+    if (i >= n_wfs) {
+      if (w->amo_count > 1) st.dup_amo++; /* started, never registered */
+      continue;
+    }
     if (w->amo_count > 1) {
       st.dup_amo++;
       fprintf(stderr, "DUPLICATE at_most_once %s: %d executions\n", w->wid, w->amo_count);
