@@ -9,6 +9,7 @@
 #include "cli/cli.h"
 #include "cli/conn.h"
 #include "cli/pbjson.h"
+#include "rpc/rpc.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -363,9 +364,11 @@ int dbx_cli_workflow(int argc, char **argv) {
   dbx_client_opts co;
   dbx_cli_conn_client_opts(&conn, &co);
   dbx_client *c = NULL;
+  dbx_rpc_global_init(); /* gRPC must be set up before the first channel */
   if (dbx_client_create(&co, &c) != DBX_OK) {
     fprintf(stderr, "durabox: cannot create a client for %s\n", conn.address);
     dbx_cli_conn_cleanup(&conn);
+    dbx_rpc_global_shutdown();
     return 1;
   }
   int rc = 2;
@@ -432,6 +435,7 @@ out:
   free(err);
   free(input);
   dbx_client_destroy(c);
+  dbx_rpc_global_shutdown();
   dbx_cli_conn_cleanup(&conn);
   return rc;
 }

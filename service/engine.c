@@ -260,7 +260,7 @@ typedef struct {
   int timers_fired;
 } batch;
 
-static void wake_parked(dbx_service *s, int kind, const char *key, size_t klen, int max, job **ready);
+static int wake_parked(dbx_service *s, int kind, const char *key, size_t klen, int max, job **ready);
 
 /* Run one job in its own child transaction. Returns a store error that must
  * abort the whole batch, else DBX_OK (a rejected job leaves nothing). */
@@ -298,11 +298,15 @@ static job *take_woken(ectx *c) {
   for (note *n = c->notes; n; n = n->next) {
     if (n->consumed || n->key == NULL) continue;
     if (n->kind == NOTE_TASK) {
-      wake_parked(c->svc, PARK_POLL, n->key, n->len, 1, &woken);
-      n->consumed = 1;
-    } else if (n->kind == NOTE_RUN) {
+      /* Consumed only when a parked poller took it on: a poll of this very
+       * batch that found the queue empty parks after the commit and must still
+       * be woken then (apply_after_commit). */
+      if (wake_parked(c->svc, PARK_POLL, n->key, n->len, 1, &woken) > 0) n->consumed = 1;
+    } else if (n->kind == NOTE_RUN && !n->waiters_joined) {
+      /* history waiters parked before this batch join it; the note stays for
+       * the ones that park during it */
       wake_parked(c->svc, PARK_HISTORY, n->key, n->len, -1, &woken);
-      n->consumed = 1;
+      n->waiters_joined = 1;
     }
   }
   return woken;
@@ -371,7 +375,10 @@ static void park(dbx_service *s, job *j) {
 
 /* Move parked jobs whose key matches into *ready (to run again now), at most
  * max of them (-1 = all). */
-static void wake_parked(dbx_service *s, int kind, const char *key, size_t klen, int max, job **ready) {
+/* Move up to max (-1 = all) parked jobs of this kind and key into *ready.
+ * Returns how many moved. */
+static int wake_parked(dbx_service *s, int kind, const char *key, size_t klen, int max, job **ready) {
+  int moved = 0;
   job **pp = &s->parked;
   while (*pp && max != 0) {
     job *j = *pp;
@@ -382,11 +389,13 @@ static void wake_parked(dbx_service *s, int kind, const char *key, size_t klen, 
       *pp = j->next;
       j->next = *ready;
       *ready = j;
+      moved++;
       if (max > 0) max--;
     } else {
       pp = &j->next;
     }
   }
+  return moved;
 }
 
 static query *query_by_id(dbx_service *s, uint64_t id) {

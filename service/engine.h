@@ -79,7 +79,8 @@ struct note {
   size_t len;
   char *message;
   query *q;                     /* NOTE_QUERY_NEW */
-  int consumed;                 /* acted on inside the batch already */
+  int consumed;                 /* NOTE_TASK: a parked poller took it on inside the batch */
+  int waiters_joined;                /* NOTE_RUN: waiters parked before the batch joined it */
   note *next;
 };
 /* NOTE_TASK: one task enqueued, wakes one parked poller of its queue;

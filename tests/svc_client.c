@@ -424,3 +424,145 @@ void dbx_svct_server_kill_all(void) {
   for (int i = 0; i < MAX_SERVERS; i++)
     if (g_servers[i] > 0) dbx_svct_server_kill(g_servers[i]);
 }
+
+#define MAX_PROCS 16
+static pid_t g_procs[MAX_PROCS];
+
+static void proc_forget(pid_t pid) {
+  for (int i = 0; i < MAX_PROCS; i++)
+    if (g_procs[i] == pid) g_procs[i] = 0;
+}
+
+static int env_key_matches(const char *entry, const char *spec) {
+  size_t k = strcspn(spec, "=");
+  return strncmp(entry, spec, k) == 0 && entry[k] == '=';
+}
+
+static void child_redirect(int fd, const char *path) {
+  int f = open(path ? path : "/dev/null", path ? O_WRONLY | O_CREAT | O_TRUNC : O_RDWR, 0600);
+  if (f < 0) _exit(127);
+  dup2(f, fd);
+  close(f);
+}
+
+pid_t dbx_svct_proc_spawn(char *const argv[], char *const env[], const char *out_path,
+                          const char *err_path) {
+  int slot = -1;
+  for (int i = 0; i < MAX_PROCS; i++)
+    if (g_procs[i] == 0) {
+      slot = i;
+      break;
+    }
+  assert_true(slot >= 0);
+  /* the environment is built before fork: no allocation in the child */
+  extern char **environ;
+  size_t n = 0, ne = 0;
+  while (environ[n]) n++;
+  while (env && env[ne]) ne++;
+  char **envp = calloc(n + ne + 1, sizeof *envp);
+  assert_non_null(envp);
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    int overridden = 0;
+    for (size_t j = 0; j < ne && !overridden; j++) overridden = env_key_matches(environ[i], env[j]);
+    if (!overridden) envp[k++] = environ[i];
+  }
+  for (size_t j = 0; j < ne; j++)
+    if (strchr(env[j], '=')) envp[k++] = env[j];
+  envp[k] = NULL;
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    child_redirect(0, NULL);
+    child_redirect(1, out_path);
+    child_redirect(2, err_path);
+    execve(argv[0], argv, envp);
+    _exit(127);
+  }
+  free(envp);
+  assert_true(pid > 0);
+  g_procs[slot] = pid;
+  return pid;
+}
+
+static int decode_status(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st); }
+
+int dbx_svct_proc_wait(pid_t pid, int64_t timeout_ms) {
+  int64_t end = now_ms() + timeout_ms;
+  for (;;) {
+    int st = 0;
+    pid_t r = waitpid(pid, &st, WNOHANG);
+    if (r == pid) {
+      proc_forget(pid);
+      return decode_status(st);
+    }
+    if (r < 0 && errno != EINTR) fail_msg("waitpid(%d): %s", (int)pid, strerror(errno));
+    if (now_ms() >= end) {
+      dbx_svct_proc_kill(pid, SIGKILL);
+      fail_msg("process %d did not exit within %lld ms", (int)pid, (long long)timeout_ms);
+    }
+    struct timespec ts = {0, 20 * 1000000}; /* polling a child's exit: no fd to wait on */
+    nanosleep(&ts, NULL);
+  }
+}
+
+int dbx_svct_proc_kill(pid_t pid, int sig) {
+  kill(pid, sig);
+  if (sig != SIGKILL) return 0;
+  proc_forget(pid);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) break;
+  }
+  return status;
+}
+
+void dbx_svct_proc_kill_all(void) {
+  for (int i = 0; i < MAX_PROCS; i++)
+    if (g_procs[i] > 0) dbx_svct_proc_kill(g_procs[i], SIGKILL);
+}
+
+char *dbx_svct_file_read(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) return NULL;
+  size_t cap = 4096, n = 0;
+  char *buf = malloc(cap);
+  size_t r;
+  while (buf && (r = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+    n += r;
+    if (n + 1 == cap) {
+      char *nb = realloc(buf, cap *= 2);
+      if (nb == NULL) free(buf);
+      buf = nb;
+    }
+  }
+  fclose(f);
+  if (buf) buf[n] = '\0';
+  return buf;
+}
+
+void dbx_svct_file_write(const char *path, const char *text) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fputs(text, f) >= 0, 1);
+  assert_int_equal(fclose(f), 0);
+}
+
+int dbx_svct_proc_run(char *const argv[], char *const env[], int64_t timeout_ms, char **out,
+                      char **err) {
+  char *dir = dbx_test_tmpdir("svct-run");
+  char op[512], ep[512];
+  snprintf(op, sizeof op, "%s/out", dir);
+  snprintf(ep, sizeof ep, "%s/err", dir);
+  pid_t pid = dbx_svct_proc_spawn(argv, env, op, ep);
+  int rc = dbx_svct_proc_wait(pid, timeout_ms);
+  if (out) *out = dbx_svct_file_read(op);
+  if (err) *err = dbx_svct_file_read(ep);
+  dbx_test_rmrf(dir);
+  free(dir);
+  if (out) assert_non_null(*out);
+  if (err) assert_non_null(*err);
+  return rc;
+}

@@ -108,4 +108,31 @@ int dbx_svct_server_kill(pid_t pid);
 /* SIGKILL and reap every spawned server still registered (group teardown). */
 void dbx_svct_server_kill_all(void);
 
+/* Any child process of the test (durabox worker, dev, run, workflow ...).
+ * argv[0] is the program's path. env: NULL-terminated overrides of this
+ * process's environment, "K=V" sets K, a bare "K" removes it (may be NULL).
+ * stdout/stderr go to out_path/err_path (created/truncated; NULL =
+ * /dev/null). The child dies with this process (PR_SET_PDEATHSIG) and stays
+ * registered until waited for or killed, so dbx_svct_proc_kill_all in a
+ * teardown reaps it even after a failed assertion. */
+pid_t dbx_svct_proc_spawn(char *const argv[], char *const env[], const char *out_path,
+                          const char *err_path);
+/* Wait up to timeout_ms for pid to exit. Returns its exit status, or 128 +
+ * the signal that ended it. On timeout kills it and fails the test. */
+int dbx_svct_proc_wait(pid_t pid, int64_t timeout_ms);
+/* Send sig to a registered child; with SIGKILL also reap it and return its
+ * wait status (else 0). */
+int dbx_svct_proc_kill(pid_t pid, int sig);
+/* SIGKILL and reap every registered child (teardown). */
+void dbx_svct_proc_kill_all(void);
+/* Run argv to completion (timeout_ms, see dbx_svct_proc_wait) and return
+ * its exit status; *out and *err (either may be NULL) receive its stdout and
+ * stderr, malloc'd and NUL-terminated. */
+int dbx_svct_proc_run(char *const argv[], char *const env[], int64_t timeout_ms, char **out,
+                      char **err);
+/* Whole file as a malloc'd NUL-terminated string, NULL when unreadable. */
+char *dbx_svct_file_read(const char *path);
+/* Write text to path (truncating); fails the test on error. */
+void dbx_svct_file_write(const char *path, const char *text);
+
 #endif
