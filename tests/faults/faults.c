@@ -75,6 +75,14 @@ static struct {
   int verbose;
 } opt = {NULL, NULL, 10, 12, 15, 700, 6, 1, 0};
 
+/* SIGINT/SIGTERM: the first ends the rounds early (then drain and summary
+ * as usual), the second ends the drain too. */
+static volatile sig_atomic_t stop_requests;
+static void on_stop(int sig) {
+  (void)sig;
+  stop_requests++;
+}
+
 static uint64_t rng = 1;
 static uint64_t rnd(void) {
   rng ^= rng << 13;
@@ -642,16 +650,24 @@ int main(int argc, char **argv) {
   proc_start(&procs[0], NULL);
   proc_start(&procs[1], NULL);
   double t0 = now_s();
-  for (int r = 0; r < opt.rounds; r++) {
+  struct sigaction sa = {.sa_handler = on_stop};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  for (int r = 0; r < opt.rounds && !stop_requests; r++) {
     round_run(r);
-    if (opt.verbose || (r + 1) % 50 == 0)
+    if (opt.verbose || (r + 1) % 25 == 0)
       fprintf(stderr, "[%.0f s] round %d/%d: kills service %d+%d worker %d+%d, workflows %d (%d open)\n",
               now_s() - t0, r + 1, opt.rounds, st.kills_fp[0], st.kills_ext[0], st.kills_fp[1],
               st.kills_ext[1], n_wfs, open_count());
+    if (opt.verbose || (r + 1) % 25 == 0)
+      fprintf(stderr, "    so far: lost events %d, store failures %d, unexpected deaths %d\n",
+              st.lost_events, st.fsck_fail, st.deaths_unexpected);
   }
   /* drain: no failpoints, no new workflows, until every workflow closed */
   double drain_end = now_s() + opt.drain_s;
-  while (open_count() > 0 && now_s() < drain_end) {
+  if (stop_requests) fprintf(stderr, "stopping after %d rounds; draining\n", st.rounds);
+  while (open_count() > 0 && now_s() < drain_end && stop_requests < 2) {
     keep_alive();
     tick(0);
     sleep_ms(200);
