@@ -22,6 +22,7 @@
  * reported. Mutex order: w->mu only (no nesting). */
 #include "worker/worker.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -168,7 +169,9 @@ static void nap(dbx_worker *w, int64_t ms) {
   ts.tv_nsec += (ms % 1000) * 1000000;
   if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
   pthread_mutex_lock(&w->mu);
-  if (!w->stopping) pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+  /* w->cv is broadcast for every finished activity too: wait out the time */
+  while (!w->stopping && pthread_cond_timedwait(&w->cv, &w->mu, &ts) != ETIMEDOUT) {
+  }
   pthread_mutex_unlock(&w->mu);
 }
 
@@ -522,8 +525,10 @@ static Failure *mk_failure(Failure *f, ApplicationFailureInfo *ai, const char *t
   return f;
 }
 
+#define REPORT_RETRY_MS 30000
+
 /* Report an outcome. kind: 0 completed, 1 failed, 2 canceled. Retries
- * transient errors a few times; NotFound abandons. */
+ * transient errors for REPORT_RETRY_MS; NotFound abandons. */
 static void report(dbx_act *a, int kind, const dbx_act_result *res) {
   dbx_worker *w = a->w;
   Failure f;
@@ -558,7 +563,11 @@ static void report(dbx_act *a, int kind, const dbx_act_result *res) {
   unsigned seed = (unsigned)dbx_mono_ns();
   int failures = 0;
   DBX_FAILPOINT("worker.report.before");
-  for (int tries = 0; tries < 6; tries++) {
+  /* Transient errors are retried for REPORT_RETRY_MS, long enough for a
+   * service restart: a report given up leaves the journaled result waiting
+   * for the attempt's timeout (and an at_most_once step failing). */
+  int64_t give_up_ns = dbx_mono_ns() + (int64_t)REPORT_RETRY_MS * 1000000;
+  for (;;) {
     char *err = NULL;
     ProtobufCMessage *rs = NULL;
     dbx_err rc = dbx_client_call(w->client, method, req, rd, CALL_TIMEOUT_MS, NULL, &rs, &err);
@@ -577,6 +586,7 @@ static void report(dbx_act *a, int kind, const dbx_act_result *res) {
              method, err ? err : dbx_strerror(rc));
     free(err);
     if (rc != DBX_EUNAVAILABLE && rc != DBX_ETIMEDOUT) break;
+    if (w->stopping || dbx_mono_ns() > give_up_ns) break;
     backoff(w, &failures, &seed);
   }
   DBX_FAILPOINT("worker.report.after");
