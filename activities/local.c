@@ -222,6 +222,8 @@ typedef struct {
   int cwd_fd; /* -1: inherit */
   int64_t timeout_ms;
   size_t cap[2];
+  int (*cancelled)(void *ud); /* NULL: none */
+  void *cancelled_ud;
 } run_spec;
 
 static void set_sigdefaults(posix_spawnattr_t *attr) {
@@ -305,6 +307,12 @@ static dbx_err run_proc(const dbx_local *d, const run_spec *s, dbx_local_exec_re
       phase = 1;
       kill_at = now + (int64_t)KILL_GRACE_MS * 1000000;
     }
+    if (s->cancelled && phase == 0 && s->cancelled(s->cancelled_ud)) {
+      killpg(pid, SIGTERM);
+      r->cancelled = 1;
+      phase = 1;
+      kill_at = now + (int64_t)KILL_GRACE_MS * 1000000;
+    }
     if (phase == 1 && now >= kill_at) {
       killpg(pid, SIGKILL);
       phase = 2;
@@ -312,7 +320,8 @@ static dbx_err run_proc(const dbx_local *d, const run_spec *s, dbx_local_exec_re
     int64_t wait_ns = -1;
     if (phase == 0 && deadline) wait_ns = deadline - now;
     if (phase == 1) wait_ns = kill_at - now;
-    if (pidfd < 0 && (wait_ns < 0 || wait_ns > 50000000)) wait_ns = 50000000;
+    if ((pidfd < 0 || (s->cancelled && phase == 0)) && (wait_ns < 0 || wait_ns > 50000000))
+      wait_ns = 50000000; /* also the cancellation poll interval */
     int timeout = wait_ns < 0 ? -1 : (int)(wait_ns / 1000000) + 1;
     struct pollfd pf[3];
     int n = 0, idx[2] = {-1, -1};
@@ -1194,14 +1203,16 @@ out:
 /* Run argv in sandbox id (bwrap or plain), cwd relative (checked), env built. */
 static dbx_err sandbox_run(dbx_local *d, const char *id, char *const *cmd, const char *script,
                            const char *cwd, const char *const *decl_env, int64_t timeout_ms,
-                           size_t cap_out, size_t cap_err, dbx_local_exec_result *res) {
+                           size_t cap_out, size_t cap_err, int (*cancelled)(void *),
+                           void *cancelled_ud, dbx_local_exec_result *res) {
   strvec env = {0}, argv = {0};
   int cwdfd = -1;
   memset(res, 0, sizeof *res);
   dbx_err rc = sandbox_prepare(d, id, cmd, script, cwd, decl_env, &argv, &env, &cwdfd);
   if (rc != DBX_OK) return rc;
   run_spec s = {.argv = argv.v, .envp = env.v, .cwd_fd = cwdfd, .timeout_ms = timeout_ms,
-                .cap = {cap_out ? cap_out : DEFAULT_CAP_BYTES, cap_err ? cap_err : DEFAULT_CAP_BYTES}};
+                .cap = {cap_out ? cap_out : DEFAULT_CAP_BYTES, cap_err ? cap_err : DEFAULT_CAP_BYTES},
+                .cancelled = cancelled, .cancelled_ud = cancelled_ud};
   rc = run_proc(d, &s, res);
   sv_free(&env);
   sv_free(&argv);
@@ -1234,7 +1245,8 @@ dbx_err dbx_local_exec(dbx_local *d, const char *id, const dbx_local_exec_opts *
     cmd[2] = NULL;
   }
   rc = sandbox_run(d, id, cmd, script, opts->cwd, opts->env, opts->timeout_ms,
-                   opts->stdout_cap_bytes, opts->stderr_cap_bytes, res);
+                   opts->stdout_cap_bytes, opts->stderr_cap_bytes, opts->cancelled,
+                   opts->cancelled_ud, res);
   if (script) {
     unlink(script);
     free(script);
@@ -1893,7 +1905,7 @@ dbx_err dbx_local_git_commit(dbx_local *d, const char *id, const char *message,
 #undef GITC
   char *const *steps[] = {add, diff, commit, head};
   for (int i = 0; i < 4; i++) {
-    rc = sandbox_run(d, id, steps[i], NULL, NULL, env, 0, 4096, 4096, &r);
+    rc = sandbox_run(d, id, steps[i], NULL, NULL, env, 0, 4096, 4096, NULL, NULL, &r);
     if (rc != DBX_OK) goto out;
     if (i == 1 && r.exit_code == 0) {
       *nothing_to_commit = 1;

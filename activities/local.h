@@ -104,6 +104,13 @@ typedef struct {
   int64_t timeout_ms;      /* 0: none. On expiry the group gets SIGTERM, then SIGKILL after 1 s */
   size_t stdout_cap_bytes; /* bytes kept per stream; 0: 1 MiB */
   size_t stderr_cap_bytes;
+  /* Cancellation hook of dbx_local_exec (NULL: none; detached commands are
+   * stopped with dbx_local_exec_kill instead): polled every 50 ms while the
+   * command runs, on the calling thread; once it returns non-zero the group
+   * is killed as on a timeout (SIGTERM, SIGKILL after 1 s) and the result
+   * has cancelled = 1. */
+  int (*cancelled)(void *ud);
+  void *cancelled_ud;
 } dbx_local_exec_opts;
 
 typedef struct {
@@ -111,6 +118,7 @@ typedef struct {
   int signal;             /* the signal that killed the shell, else 0 (always 0 under bwrap,
                            * which reports a killed child as exit 128 + signal) */
   int timed_out;          /* the timeout fired and the group was killed */
+  int cancelled;          /* opts.cancelled said so and the group was killed */
   uint8_t *stdout_buf;    /* first stdout_len bytes of stdout, byte-exact, plus a NUL not counted */
   size_t stdout_len;
   uint64_t stdout_total;  /* all bytes the command wrote to stdout */

@@ -12,7 +12,9 @@
  * that was acknowledged.
  * Threading: on_call/on_cancel run on the rpc thread and touch only the
  * incoming queue under svc->mu; everything else is engine-thread only. */
+#define _XOPEN_SOURCE 700 /* nftw */
 #include <errno.h>
+#include <ftw.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -439,13 +441,13 @@ static void apply_after_commit(dbx_service *s, batch *b, job **ready) {
     case NOTE_TASK:
       /* one note per enqueued task: wake one poller for it, not every poller
        * of the queue (the others would only find nothing and park again) */
-      if (n->key) wake_parked(s, PARK_POLL, n->key, n->len, 1, ready);
+      if (n->key && !n->consumed) wake_parked(s, PARK_POLL, n->key, n->len, 1, ready);
       break;
     case NOTE_QUEUE:
       if (n->key) wake_parked(s, PARK_POLL, n->key, n->len, -1, ready);
       break;
     case NOTE_RUN:
-      if (n->key && !n->consumed) wake_parked(s, PARK_HISTORY, n->key, n->len, -1, ready);
+      if (n->key) wake_parked(s, PARK_HISTORY, n->key, n->len, -1, ready);
       break;
     case NOTE_QUERY_NEW:
       if (n->q) {
@@ -575,7 +577,7 @@ static void *engine_main(void *arg) {
   for (;;) {
     pthread_mutex_lock(&s->mu);
     for (;;) {
-      if (s->stopping || s->incoming || s->wake || ready) break;
+      if (s->stopping || (!s->test_hold && (s->incoming || s->wake || ready))) break;
       int64_t now_mono = dbx_mono_ns();
       int64_t park_next = expire_parked(s, now_mono, 0);
       int64_t wait_ns = INT64_MAX;
@@ -691,11 +693,17 @@ int dbx_service_opts_dynamic_config(dbx_service_opts *o, const char *key, const 
   return 0;
 }
 
-static int rmrf(const char *path) {
-  char *cmd = dbx_asprintf("rm -rf '%s'", path);
-  int r = cmd ? system(cmd) : -1;
-  free(cmd);
-  return r;
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb;
+  (void)flag;
+  (void)ftw;
+  remove(path);
+  return 0;
+}
+
+/* Remove the temporary store directory (only ever one this process made). */
+static void rmrf(const char *path) {
+  if (path) nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 dbx_err dbx_service_start(const dbx_service_opts *o, dbx_service **out, char **errmsg) {
@@ -804,6 +812,21 @@ fail:
   pthread_cond_destroy(&s->cond);
   free(s);
   return rc;
+}
+
+void dbx_service_test_hold(dbx_service *s, int hold) {
+  pthread_mutex_lock(&s->mu);
+  s->test_hold = hold;
+  pthread_cond_signal(&s->cond);
+  pthread_mutex_unlock(&s->mu);
+}
+
+int dbx_service_test_queued(dbx_service *s) {
+  int n = 0;
+  pthread_mutex_lock(&s->mu);
+  for (job *j = s->incoming; j; j = j->next) n++;
+  pthread_mutex_unlock(&s->mu);
+  return n;
 }
 
 int dbx_service_port(const dbx_service *s) { return s ? dbx_rpc_server_port(s->rpc) : 0; }

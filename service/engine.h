@@ -110,6 +110,7 @@ struct dbx_service {
   job *incoming, *incoming_tail;
   int stopping;
   int wake;
+  int test_hold;                /* dbx_service_test_hold */
 
   /* engine-thread only */
   job *parked;

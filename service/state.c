@@ -756,6 +756,16 @@ dbx_err run_close(ectx *c, RunState *rs, HistoryEvent *ev, int status) {
   rs->status = status;
   rs->close_time_ns = c->now_ns;
   rs->close_event_id = ev->event_id;
+  /* a closed run has nothing pending: its activities and timers are gone
+   * (their queued tasks and durable timers go stale and are dropped) */
+  for (size_t i = 0; i < rs->n_activities; i++) protobuf_c_message_free_unpacked(&rs->activities[i]->base, NULL);
+  free(rs->activities);
+  rs->activities = NULL;
+  rs->n_activities = 0;
+  for (size_t i = 0; i < rs->n_timers; i++) protobuf_c_message_free_unpacked(&rs->timers[i]->base, NULL);
+  free(rs->timers);
+  rs->timers = NULL;
+  rs->n_timers = 0;
   rs->wft_scheduled_event_id = 0;
   rs->wft_started_event_id = 0;
   for (size_t i = 0; i < rs->n_buffered_events; i++) free(rs->buffered_events[i].data);

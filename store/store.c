@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "base/util.h"
@@ -44,7 +45,7 @@ struct dbx_store {
   int refs;                 /* guarded by reg_mu */
   uint64_t id;              /* unique per open; keys the error slots */
   size_t ceiling_bytes;     /* page-rounded */
-  unsigned readers_cleared; /* stale reader slots cleared at open */
+  atomic_uint readers_cleared; /* stale reader slots cleared (open, growth, full table) */
   pthread_mutex_t write_mu;
   pthread_rwlock_t grow_lock;
 };
@@ -275,7 +276,20 @@ void dbx_store_close(dbx_store *s) {
 
 size_t dbx_store_map_size(dbx_store *s) { return s ? env_map_size(s->env) : 0; }
 
-unsigned dbx_store_readers_cleared(const dbx_store *s) { return s ? s->readers_cleared : 0; }
+unsigned dbx_store_readers_cleared(const dbx_store *s) {
+  return s ? atomic_load(&((dbx_store *)s)->readers_cleared) : 0;
+}
+
+/* Clear the reader slots of dead processes (a process killed while it held
+ * a read transaction pins every page freed since its snapshot, and its slot
+ * stays taken). Returns how many were cleared. Any thread, any lock state. */
+static unsigned clear_stale_readers(dbx_store *s, const char *why) {
+  int dead = 0;
+  if (mdb_reader_check(s->env, &dead) != 0 || dead <= 0) return 0;
+  atomic_fetch_add(&s->readers_cleared, (unsigned)dead);
+  DBX_INFO(MOD, "%s: %s: cleared %d stale reader slot(s) of dead processes", s->path, why, dead);
+  return (unsigned)dead;
+}
 
 /* ---- map size changes (grow lock held exclusive) ---- */
 
@@ -300,8 +314,11 @@ static dbx_err adopt_resized(dbx_store *s) {
   return DBX_OK;
 }
 
-/* Double the map, capped at the ceiling; DBX_ESTOREFULL once at the ceiling. */
+/* Double the map, capped at the ceiling; DBX_ESTOREFULL once at the ceiling.
+ * First clears stale readers: when it cleared any, the pages they pinned are
+ * free again, so the caller reruns its transaction without growing. */
 static dbx_err grow(dbx_store *s) {
+  if (clear_stale_readers(s, "map full") > 0) return DBX_OK;
   dbx_err err = grow_lock_excl(s, "map full");
   if (err != DBX_OK) return err;
   size_t cur = env_map_size(s->env);
@@ -347,6 +364,9 @@ dbx_err dbx_store_read_begin(dbx_store *s, dbx_txn **out) {
     if (rc == MDB_MAP_RESIZED && attempt < RESIZE_RETRIES) {
       err = adopt_resized(s);
       if (err == DBX_OK) continue;
+    } else if (rc == MDB_READERS_FULL && attempt < RESIZE_RETRIES &&
+               clear_stale_readers(s, "reader table full") > 0) {
+      continue;
     } else {
       err = lmdb_err(s, rc, "mdb_txn_begin(read)");
     }
@@ -384,6 +404,21 @@ static void write_end_abort(dbx_txn *t) {
   mdb_txn_abort(t->mt);
   t->mt = NULL;
   pthread_rwlock_unlock(&t->s->grow_lock);
+}
+
+/* LMDB reports a short write as EIO (only a write that wrote nothing is
+ * ENOSPC). A short write fills the file system to its last block, so when
+ * the commit failed with EIO and (almost) no space is left, the cause is a
+ * full disk: say so, and let the caller treat it as retryable. */
+static int disk_full(dbx_store *s) {
+  struct statvfs v;
+  if (statvfs(s->path, &v) != 0) return 0;
+  unsigned long long avail = (unsigned long long)v.f_bavail * v.f_frsize;
+  long pg = sysconf(_SC_PAGESIZE);
+  if (avail >= 64ull * (unsigned long long)(pg > 0 ? pg : 4096)) return 0; /* one LMDB write batch */
+  set_msg(s, "mdb_txn_commit: no space left on device (a short write; %llu bytes free in %s)", avail,
+          s->path);
+  return 1;
 }
 
 dbx_err dbx_store_write(dbx_store *s, dbx_store_write_fn fn, void *arg) {
@@ -441,6 +476,10 @@ dbx_err dbx_store_write(dbx_store *s, dbx_store_write_fn fn, void *arg) {
     if (rc == MDB_MAP_FULL) {
       result = grow(s);
       if (result == DBX_OK) continue;
+      break;
+    }
+    if (rc == EIO && disk_full(s)) {
+      result = DBX_ESTOREFULL;
       break;
     }
     result = lmdb_err(s, rc, "mdb_txn_commit");

@@ -12,11 +12,15 @@
  * inside the transaction (or reset its own side state when it starts).
  * Past the ceiling it returns DBX_ESTOREFULL ("storage full"), the store stays
  * readable and writable for smaller transactions; it never leaves a
- * transaction in MDB_BAD_TXN. ENOSPC from the disk is DBX_ESTOREFULL as well.
+ * transaction in MDB_BAD_TXN. ENOSPC from the disk is DBX_ESTOREFULL as well,
+ * and so is a commit that failed with a short write (LMDB's EIO) on a file
+ * system with less than 64 pages free ("no space left on device").
  *
  * Durability: commits are synced (no MDB_NOSYNC, no MDB_WRITEMAP) unless
  * opts.no_sync is set (benchmarks and tests that say so). mdb_reader_check()
- * runs at open, clearing read slots of dead processes.
+ * runs at open, when a write finds the map full and when a read finds the
+ * reader table full, clearing read slots of dead processes (a live process
+ * keeps serving after readers were SIGKILLed while holding transactions).
  *
  * Threading: a dbx_store may be used from any number of threads. A
  * transaction belongs to the thread that began it. Read transactions may run
@@ -69,10 +73,12 @@ void dbx_store_close(dbx_store *s);
 const char *dbx_store_errmsg(const dbx_store *s);
 /* Current map size in bytes (for tests and metrics). */
 size_t dbx_store_map_size(dbx_store *s);
-/* Added: how many reader slots of dead processes mdb_reader_check() cleared
- * when this environment was opened in this process (for tests and metrics).
- * A later dbx_store_open of the same path shares the handle and does not
- * check again. Any thread. */
+/* How many reader slots of dead processes mdb_reader_check() cleared in
+ * this process's handle (for tests and metrics): at open (a later
+ * dbx_store_open of the same path shares the handle and does not check
+ * again), and while serving: whenever a write finds the map full (before it
+ * grows it, so pages pinned by dead readers are reused first) and whenever a
+ * read finds the reader table full. Any thread. */
 unsigned dbx_store_readers_cleared(const dbx_store *s);
 
 /* Open or create the named table. Call before any transaction is active in

@@ -10,12 +10,18 @@
  * - a workflow run timeout closes the run as TIMED_OUT;
  * - a history over the 4 MiB page size reaches the worker in pages that join
  *   up exactly (the poll's next_page_token continued by
- *   GetWorkflowExecutionHistory). */
+ *   GetWorkflowExecutionHistory);
+ * - calls that wait (a poll, a history long poll) run in one batch with the
+ *   call that answers them, after it in the batch: they park only after the
+ *   commit and must still be woken (a missed wake-up answers them empty at
+ *   their deadline instead). */
 #include "tests/svc_client.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #include "service/service.h"
 
@@ -305,6 +311,153 @@ static void test_svc_large_history_in_pages(void **state) {
   free(run_id);
 }
 
+typedef struct {
+  dbx_rpc_channel *ch;
+  const char *tq;
+  int got;
+} poll_arg;
+
+static void *poll_thread(void *arg) {
+  poll_arg *a = arg;
+  PollWorkflowTaskQueueResponse *t = dbx_svct_wft_poll(a->ch, a->tq, 8000);
+  a->got = t->task_token.len > 0;
+  if (a->got) dbx_svct_wft_complete_workflow(a->ch, t->task_token);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  return NULL;
+}
+
+typedef struct {
+  dbx_rpc_channel *ch;
+  const char *wf, *tq;
+  char *run_id;
+} start_arg;
+
+static void *start_thread(void *arg) {
+  start_arg *a = arg;
+  start_with(a->ch, a->wf, a->tq, 0, 0, &a->run_id);
+  return NULL;
+}
+
+static void wait_queued(dbx_service *svc, int n) {
+  for (int i = 0; i < 10000 && dbx_service_test_queued(svc) < n; i++) {
+    struct timespec ts = {0, 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  assert_int_equal(dbx_service_test_queued(svc), n);
+}
+
+typedef struct {
+  dbx_rpc_channel *ch;
+  const char *wf, *run_id;
+  int64_t from;
+  int got_event_type;
+} history_arg;
+
+/* GetWorkflowExecutionHistory(wait_new_event) from event `from`: the type of
+ * the first event it returns, 0 when it came back empty. */
+static void *history_thread(void *arg) {
+  history_arg *a = arg;
+  GetWorkflowExecutionHistoryRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__GET_WORKFLOW_EXECUTION_HISTORY_REQUEST);
+  WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  uint8_t tok[16] = {0};
+  for (int i = 0; i < 8; i++) tok[i] = (uint8_t)((uint64_t)a->from >> (56 - 8 * i));
+  we.workflow_id = (char *)a->wf;
+  we.run_id = (char *)a->run_id;
+  q.namespace_ = "default";
+  q.execution = &we;
+  q.wait_new_event = 1;
+  q.next_page_token.data = tok;
+  q.next_page_token.len = 16;
+  GetWorkflowExecutionHistoryResponse *r = NULL;
+  assert_int_equal(dbx_svct_call(a->ch, "GetWorkflowExecutionHistory", &q.base, &GetWorkflowExecutionHistoryResponse__D,
+                                 8000, (void **)&r, NULL),
+                   DBX_GRPC_OK);
+  a->got_event_type = r->history && r->history->n_events ? r->history->events[0]->event_type : 0;
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  return NULL;
+}
+
+typedef struct {
+  dbx_rpc_channel *ch;
+  const char *wf;
+} signal_arg;
+
+static void *signal_thread(void *arg) {
+  signal(((signal_arg *)arg)->ch, ((signal_arg *)arg)->wf, "wake");
+  return NULL;
+}
+
+static void test_svc_waiters_in_the_answering_batch_are_woken(void **state) {
+  fixture *f = *state;
+  /* 1. a poll, then the start of its workflow, in one batch */
+  dbx_service_test_hold(f->svc, 1);
+  poll_arg a = {.ch = f->ch, .tq = "tq-race"};
+  start_arg sa = {.ch = f->ch, .wf = "race", .tq = "tq-race"};
+  pthread_t pt, st;
+  assert_int_equal(pthread_create(&pt, NULL, poll_thread, &a), 0);
+  wait_queued(f->svc, 1);
+  assert_int_equal(pthread_create(&st, NULL, start_thread, &sa), 0);
+  wait_queued(f->svc, 2);
+  dbx_service_test_hold(f->svc, 0);
+  pthread_join(st, NULL);
+  pthread_join(pt, NULL);
+  assert_true(a.got);
+  assert_int_equal(dbx_svct_workflow_status(f->ch, "race", sa.run_id), WS(COMPLETED));
+  free(sa.run_id);
+
+  /* 2. a history long poll for the next event, then the signal that writes it, in one batch */
+  char *run_id = NULL;
+  start_with(f->ch, "race-history", "tq-race-history", 0, 0, &run_id); /* events 1, 2 */
+  dbx_service_test_hold(f->svc, 1);
+  history_arg h = {.ch = f->ch, .wf = "race-history", .run_id = run_id, .from = 3};
+  signal_arg sg = {.ch = f->ch, .wf = "race-history"};
+  pthread_t ht, sgt;
+  assert_int_equal(pthread_create(&ht, NULL, history_thread, &h), 0);
+  wait_queued(f->svc, 1);
+  assert_int_equal(pthread_create(&sgt, NULL, signal_thread, &sg), 0);
+  wait_queued(f->svc, 2);
+  dbx_service_test_hold(f->svc, 0);
+  pthread_join(sgt, NULL);
+  pthread_join(ht, NULL);
+  assert_int_equal(h.got_event_type, ET(WORKFLOW_EXECUTION_SIGNALED));
+  free(run_id);
+}
+
+static void test_svc_terminated_run_has_nothing_pending(void **state) {
+  fixture *f = *state;
+  char *run_id = NULL;
+  start_with(f->ch, "term-pending", "tq-term-pending", 0, 0, &run_id);
+  PollWorkflowTaskQueueResponse *t = dbx_svct_wft_poll(f->ch, "tq-term-pending", 5000);
+  assert_true(t->task_token.len > 0);
+  dbx_svct_wft_schedule_activity(f->ch, t->task_token, "1", "tq-term-pending-act", 30, 0);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  TerminateWorkflowExecutionRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__TERMINATE_WORKFLOW_EXECUTION_REQUEST);
+  WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  we.workflow_id = "term-pending";
+  q.namespace_ = "default";
+  q.workflow_execution = &we;
+  q.reason = "test";
+  assert_int_equal(dbx_svct_call(f->ch, "TerminateWorkflowExecution", &q.base, &TerminateWorkflowExecutionResponse__D,
+                                 5000, NULL, NULL),
+                   DBX_GRPC_OK);
+  DescribeWorkflowExecutionRequest d = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__DESCRIBE_WORKFLOW_EXECUTION_REQUEST);
+  d.namespace_ = "default";
+  d.execution = &we;
+  DescribeWorkflowExecutionResponse *r = NULL;
+  assert_int_equal(dbx_svct_call(f->ch, "DescribeWorkflowExecution", &d.base, &DescribeWorkflowExecutionResponse__D,
+                                 5000, (void **)&r, NULL),
+                   DBX_GRPC_OK);
+  assert_int_equal(r->workflow_execution_info->status, WS(TERMINATED));
+  assert_int_equal(r->n_pending_activities, 0);
+  assert_null(r->pending_workflow_task);
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  /* the activity task queued before the termination is stale: never delivered */
+  PollActivityTaskQueueResponse *a = dbx_svct_activity_poll(f->ch, "tq-term-pending-act", 2000);
+  assert_int_equal(a->task_token.len, 0);
+  protobuf_c_message_free_unpacked(&a->base, NULL);
+  free(run_id);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_svc_history_limits_suggest_then_terminate),
@@ -312,6 +465,8 @@ int main(void) {
       cmocka_unit_test(test_svc_workflow_task_timeout_then_attempt_2),
       cmocka_unit_test(test_svc_run_timeout_closes_the_run),
       cmocka_unit_test(test_svc_large_history_in_pages),
+      cmocka_unit_test(test_svc_terminated_run_has_nothing_pending),
+      cmocka_unit_test(test_svc_waiters_in_the_answering_batch_are_woken),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

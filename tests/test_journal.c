@@ -53,10 +53,10 @@ static void test_journal_result_redelivered_reports_it_and_persists(void **st) {
   assert_int_equal(e.attempt, 2);
   assert_string_equal(e.result.result_json, "{\"exit_code\":0}");
   assert_null(e.result.failure_type);
-  /* a success is never redone, whatever attempt is delivered */
+  /* the attempt that journaled it is still open: report, do not redo */
   assert_int_equal(dbx_journal_decide(&e, DBX_SAFE_TO_RETRY, 2), DBX_JOURNAL_REPORT);
-  assert_int_equal(dbx_journal_decide(&e, DBX_SAFE_TO_RETRY, 3), DBX_JOURNAL_REPORT);
   assert_int_equal(dbx_journal_decide(&e, DBX_AT_MOST_ONCE, 2), DBX_JOURNAL_REPORT);
+  assert_int_equal(dbx_journal_stale(&e, 2), 0);
   dbx_journal_entry_cleanup(&e);
   assert_int_equal(dbx_wstore_journal_get(s, "ns", "wf", "run", "2", &e), DBX_OK);
   assert_int_equal(e.state, DBX_JOURNAL_DONE);
@@ -65,6 +65,50 @@ static void test_journal_result_redelivered_reports_it_and_persists(void **st) {
   /* the same attempt's failure is reported; a retry of a safe activity runs again */
   assert_int_equal(dbx_journal_decide(&e, DBX_SAFE_TO_RETRY, 1), DBX_JOURNAL_REPORT);
   assert_int_equal(dbx_journal_decide(&e, DBX_SAFE_TO_RETRY, 2), DBX_JOURNAL_RUN);
+  dbx_journal_entry_cleanup(&e);
+  dbx_wstore_close(s);
+  dbx_test_rmrf(dir);
+  free(dir);
+}
+
+/* A result journaled by attempt 1 whose attempt timed out before it was
+ * reported; attempt 2 is delivered: the result is stale and never reported
+ * (safe_to_retry runs again, at_most_once answers OutcomeUnknown), also
+ * after the worker restarted (reopened journal). */
+static void test_journal_stale_result_of_timed_out_attempt_discarded(void **st) {
+  (void)st;
+  char *dir = dbx_test_tmpdir("journal");
+  dbx_wstore *s = NULL;
+  assert_int_equal(dbx_wstore_open(dir, 0, &s, NULL), DBX_OK);
+  dbx_act_result late = {.result_json = "{\"late\":true}"};
+  assert_int_equal(dbx_wstore_journal_result(s, "ns", "wf", "run", "7", 1, &late), DBX_OK);
+  dbx_act_result late_fail = {.failure_type = "ExecFailed", .failure_message = "exit 1"};
+  assert_int_equal(dbx_wstore_journal_result(s, "ns", "wf", "run", "8", 1, &late_fail), DBX_OK);
+  dbx_wstore_close(s);
+  s = NULL;
+  assert_int_equal(dbx_wstore_open(dir, 0, &s, NULL), DBX_OK);
+  dbx_journal_entry e;
+  assert_int_equal(dbx_wstore_journal_get(s, "ns", "wf", "run", "7", &e), DBX_OK);
+  assert_int_equal(e.state, DBX_JOURNAL_DONE);
+  assert_int_equal(e.attempt, 1);
+  assert_int_equal(dbx_journal_stale(&e, 1), 0);
+  assert_int_equal(dbx_journal_stale(&e, 2), 1);
+  assert_int_equal(dbx_journal_decide(&e, DBX_SAFE_TO_RETRY, 2), DBX_JOURNAL_RUN);
+  assert_int_equal(dbx_journal_decide(&e, DBX_AT_MOST_ONCE, 2), DBX_JOURNAL_OUTCOME_UNKNOWN);
+  assert_int_equal(dbx_journal_decide(&e, DBX_SAFE_TO_RETRY, 1), DBX_JOURNAL_REPORT);
+  dbx_journal_entry_cleanup(&e);
+  /* a failure of attempt 1 then attempt 3: the ordinary retry, no warning */
+  assert_int_equal(dbx_wstore_journal_get(s, "ns", "wf", "run", "8", &e), DBX_OK);
+  assert_int_equal(dbx_journal_stale(&e, 3), 0);
+  assert_int_equal(dbx_journal_decide(&e, DBX_SAFE_TO_RETRY, 3), DBX_JOURNAL_RUN);
+  assert_int_equal(dbx_journal_decide(&e, DBX_AT_MOST_ONCE, 3), DBX_JOURNAL_OUTCOME_UNKNOWN);
+  dbx_journal_entry_cleanup(&e);
+  /* nothing journaled, or only "started": never stale */
+  dbx_journal_entry none = {0};
+  assert_int_equal(dbx_journal_stale(&none, 2), 0);
+  assert_int_equal(dbx_wstore_journal_started(s, "ns", "wf", "run", "9", 1), DBX_OK);
+  assert_int_equal(dbx_wstore_journal_get(s, "ns", "wf", "run", "9", &e), DBX_OK);
+  assert_int_equal(dbx_journal_stale(&e, 2), 0);
   dbx_journal_entry_cleanup(&e);
   dbx_wstore_close(s);
   dbx_test_rmrf(dir);
@@ -251,6 +295,7 @@ int main(void) {
       cmocka_unit_test(test_journal_duplicate_at_most_once_refused_until_approved),
       cmocka_unit_test(test_journal_started_then_redelivered_is_outcome_unknown),
       cmocka_unit_test(test_journal_result_redelivered_reports_it_and_persists),
+      cmocka_unit_test(test_journal_stale_result_of_timed_out_attempt_discarded),
       cmocka_unit_test(test_journal_history_and_bindings_persist),
       cmocka_unit_test(test_journal_history_put_appends_new_events_only),
   };

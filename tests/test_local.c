@@ -288,6 +288,39 @@ static void test_local_exec_timeout_kills_group(void **state) {
   assert_true(dead(read_pid(f->d, "t1", "sl.pid")));
 }
 
+/* Says "cancelled" from its third poll on (the first two let the command start). */
+static int cancel_on_third_poll(void *ud) {
+  int *polls = ud;
+  return ++*polls >= 3;
+}
+
+static void test_local_exec_cancel_kills_group(void **state) {
+  fixture *f = *state;
+  make_empty(f->d, "k1");
+  int polls = 0;
+  dbx_local_exec_opts o = {.command = "echo begin; sleep 30 & echo $! > sl.pid; wait; echo never",
+                           .timeout_ms = 60000,
+                           .cancelled = cancel_on_third_poll,
+                           .cancelled_ud = &polls};
+  dbx_local_exec_result r;
+  assert_int_equal(dbx_local_exec(f->d, "k1", &o, &r), DBX_OK);
+  assert_int_equal(r.cancelled, 1);
+  assert_int_equal(r.timed_out, 0);
+  assert_true(polls >= 3);
+  assert_null(strstr((char *)r.stdout_buf, "never"));
+  assert_int_not_equal(r.exit_code, 0);
+  dbx_local_exec_result_cleanup(&r);
+  assert_true(dead(read_pid(f->d, "k1", "sl.pid")));
+  /* a hook that never fires changes nothing */
+  polls = -1000000;
+  o.command = "echo ok";
+  assert_int_equal(dbx_local_exec(f->d, "k1", &o, &r), DBX_OK);
+  assert_int_equal(r.cancelled, 0);
+  assert_int_equal(r.exit_code, 0);
+  assert_string_equal((char *)r.stdout_buf, "ok\n");
+  dbx_local_exec_result_cleanup(&r);
+}
+
 static void test_local_exec_caps_and_totals(void **state) {
   fixture *f = *state;
   make_empty(f->d, "cap");
@@ -758,6 +791,7 @@ int main(void) {
       T(test_local_detached_timeout_and_kill),
       T(test_local_detached_survives_its_starter),
       T(test_local_detached_lost_supervisor),
+      T(test_local_exec_cancel_kills_group),
   };
   g_bwrap = 0;
   int failed = cmocka_run_group_tests_name("local_plain", tests, NULL, NULL);

@@ -515,6 +515,57 @@ static void test_store_stale_readers_cleared_at_open(void **state) {
   free(dir);
 }
 
+/* Readers SIGKILLed while this process keeps the environment open (so the
+ * check at open has already run and found nothing): every page freed after
+ * their snapshot stays pinned, and a map whose ceiling is its initial size
+ * fills with rewrites of the same few keys unless the store clears the dead
+ * readers when the map is full. It must, and keep committing. */
+static void test_store_stale_readers_cleared_when_full(void **state) {
+  (void)state;
+  char *dir = dbx_test_tmpdir("dbx-store");
+  int ready[2];
+  assert_int_equal(pipe(ready), 0);
+  /* The readers fork before this process opens the environment, so each
+   * opens its own (an inherited handle must not be used after fork). */
+  pid_t readers[STALE_READERS];
+  for (int i = 0; i < STALE_READERS; i++) {
+    readers[i] = fork();
+    assert_true(readers[i] >= 0);
+    if (readers[i] == 0) {
+      dbx_store_opts o = {.path = dir, .map_size_bytes = 128 << 10, .no_sync = 1};
+      dbx_store *cs = NULL;
+      dbx_txn *t = NULL;
+      if (dbx_store_open(&o, &cs) != DBX_OK) _exit(11);
+      if (dbx_store_read_begin(cs, &t) != DBX_OK) _exit(12);
+      write_byte(ready[1]);
+      for (;;) pause();
+    }
+  }
+  read_bytes(ready[0], STALE_READERS);
+  dbx_store *s = open_at(dir, 128 << 10, 128 << 10); /* readers alive: none cleared */
+  assert_int_equal(dbx_store_readers_cleared(s), 0);
+  dbx_table tb = table_of(s, "t");
+  fill_arg fa = {.tb = tb, .n = 8, .vlen = 1024};
+  assert_int_equal(dbx_store_write(s, fill_fn, &fa), DBX_OK);
+  for (int i = 0; i < STALE_READERS; i++) {
+    assert_int_equal(kill(readers[i], SIGKILL), 0);
+    int st = 0;
+    assert_int_equal(waitpid(readers[i], &st, 0), readers[i]);
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+  }
+  for (int round = 0; round < 400; round++) {
+    dbx_err e = dbx_store_write(s, fill_fn, &fa);
+    if (e != DBX_OK) fail_msg("rewrite %d: %s: %s", round, dbx_err_name(e), dbx_store_errmsg(s));
+  }
+  assert_int_equal(dbx_store_readers_cleared(s), STALE_READERS);
+  assert_int_equal(dbx_store_map_size(s), 128 << 10); /* pages reused, never grown */
+  close(ready[0]);
+  close(ready[1]);
+  dbx_store_close(s);
+  dbx_test_rmrf(dir);
+  free(dir);
+}
+
 /* Child: opens at 64 KiB, waits for the parent to grow the map past it, then
  * reads (read_first) or writes first; both must adopt the new size. */
 static void resized_child(const char *dir, int read_first, int ready_w, int go_r) {
@@ -642,6 +693,7 @@ int main(void) {
       cmocka_unit_test(test_store_fn_error_aborts),
       cmocka_unit_test(test_store_bad_args_einval),
       cmocka_unit_test(test_store_stale_readers_cleared_at_open),
+      cmocka_unit_test(test_store_stale_readers_cleared_when_full),
       cmocka_unit_test(test_store_map_resized_by_other_process),
       cmocka_unit_test(test_store_readers_during_growth),
   };

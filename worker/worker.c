@@ -18,8 +18,10 @@
  * on the worker mutex), then polls. The journal in the worker store decides
  * whether to run, to report a journaled result, or to answer OutcomeUnknown
  * (wstore.h). The watchdog marks attempts whose start-to-close or heartbeat
- * timer passed as cancelled and timed out; their late results are not
- * reported. Mutex order: w->mu only (no nesting). */
+ * timer passed, or whose heartbeats have failed to reach the service for
+ * longer than the heartbeat timeout, as cancelled and timed out; their late
+ * results are not reported. Heartbeats never extend start-to-close.
+ * Mutex order: w->mu only (no nesting). */
 #include "worker/worker.h"
 
 #include <errno.h>
@@ -39,6 +41,7 @@
 #define POLL_TIMEOUT_MS 70000
 #define CALL_TIMEOUT_MS 10000
 #define CACHE_MAX 512
+#define DEFAULT_MAX_MSG ((size_t)128 << 20)
 
 struct dbx_act {
   dbx_worker *w;
@@ -49,6 +52,8 @@ struct dbx_act {
   int64_t s2c_deadline_ns;     /* INT64_MAX: none */
   int64_t hb_timeout_ns;       /* 0: none */
   _Atomic int64_t last_hb_ns;  /* last dbx_act_heartbeat (or start) */
+  _Atomic int64_t hb_ok_ns;    /* last heartbeat the service acknowledged (or start) */
+  atomic_int hb_failing;       /* a heartbeat RPC failed since hb_ok_ns */
   int64_t last_sent_ns;
   pthread_t th;
   struct dbx_act *next;
@@ -83,7 +88,8 @@ struct dbx_worker {
   cache_ent *cache;
   size_t ncache;
   uint64_t cache_clock;
-  _Atomic uint64_t st_wft, st_act, st_poll_err, st_hits, st_nondet;
+  _Atomic uint64_t st_wft, st_act, st_poll_err, st_hits, st_nondet, st_oversized, st_completions;
+  size_t max_msg; /* the service's message limit (bytes) */
 };
 
 /* ------------------------------------------------------------ lifecycle */
@@ -104,6 +110,7 @@ dbx_err dbx_worker_create(const dbx_worker_opts *o, dbx_worker **out, char **err
   w->n_wf_pollers = o->workflow_pollers > 0 ? o->workflow_pollers : 2;
   w->n_act_pollers = o->activity_pollers > 0 ? o->activity_pollers : 2;
   w->slots = o->activity_slots > 0 ? o->activity_slots : 8;
+  w->max_msg = o->max_message_bytes ? o->max_message_bytes : DEFAULT_MAX_MSG;
   dbx_client_opts co = {0};
   co.address = o->address;
   co.namespace_ = w->ns;
@@ -159,6 +166,8 @@ void dbx_worker_get_stats(dbx_worker *w, dbx_worker_stats *out) {
   out->poll_errors = w->st_poll_err;
   out->cache_hits = w->st_hits;
   out->nondeterminism = w->st_nondet;
+  out->oversized_completions = w->st_oversized;
+  out->completions_sent = w->st_completions;
 }
 
 /* Sleep up to ms on the worker's condition; returns early on stop. */
@@ -262,6 +271,52 @@ static void wft_fail(dbx_worker *w, const PollWorkflowTaskQueueResponse *t, int 
   dbx_client_msg_free(rs);
   free(err);
   w->st_wft++;
+}
+
+/* "5.2 MiB", "100 KiB", "512 bytes" into buf. */
+static const char *size_text(char *buf, size_t cap, size_t n) {
+  if (n >= ((size_t)1 << 20))
+    snprintf(buf, cap, "%.1f MiB", (double)n / (1 << 20));
+  else if (n >= 1024)
+    snprintf(buf, cap, "%.1f KiB", (double)n / 1024);
+  else
+    snprintf(buf, cap, "%zu bytes", n);
+  char *dot = strstr(buf, ".0 "); /* "4.0 MiB" -> "4 MiB" */
+  if (dot) memmove(dot, dot + 2, strlen(dot + 2) + 1);
+  return buf;
+}
+
+/* Is err (from dbx_client_call) the service refusing a message over its
+ * size limit? Then *limit is the limit it named, if it named one. gRPC
+ * answers RESOURCE_EXHAUSTED "... larger than max (SIZE vs. LIMIT)"; the
+ * service's other RESOURCE_EXHAUSTED ("storage full") is transient. */
+static int message_too_large(const char *err, size_t *limit) {
+  if (!err || strncmp(err, "RESOURCE_EXHAUSTED", 18) != 0 || strstr(err, "storage full")) return 0;
+  const char *vs = strstr(err, " vs. ");
+  if (vs) {
+    unsigned long long v = strtoull(vs + 5, NULL, 10);
+    if (v > 0) *limit = (size_t)v;
+  }
+  return 1;
+}
+
+/* A completion of size bytes cannot reach the service (limit bytes): fail
+ * the task with a clear cause instead of resending it. The service retries
+ * the task with backoff; each attempt replays and ends here again, so the
+ * warning is logged for the first attempt only. */
+static void wft_fail_oversized(dbx_worker *w, const PollWorkflowTaskQueueResponse *t,
+                               const char *wid, const char *rid, size_t size, size_t limit) {
+  char a[32], b[32];
+  char *m = dbx_asprintf("workflow task completion of %s exceeds the service's message limit of %s",
+                         size_text(a, sizeof a, size), size_text(b, sizeof b, limit));
+  if (t->attempt <= 1)
+    DBX_WARN("worker", "%s/%s: %s; failing the workflow task", wid, rid, m ? m : "too large");
+  else
+    DBX_DEBUG("worker", "%s/%s (attempt %d): %s", wid, rid, t->attempt, m ? m : "too large");
+  w->st_oversized++;
+  wft_fail(w, t, WFC(WORKFLOW_WORKER_UNHANDLED_FAILURE), "WorkflowTaskTooLarge",
+           m ? m : "workflow task completion exceeds the service's message limit");
+  free(m);
 }
 
 static void answer_query(dbx_worker *w, const PollWorkflowTaskQueueResponse *t,
@@ -388,12 +443,24 @@ static void process_wft(dbx_worker *w, PollWorkflowTaskQueueResponse *t) {
   rq.n_commands = ncmds;
   rq.identity = w->identity;
   rq.namespace_ = w->ns;
+  size_t size = protobuf_c_message_get_packed_size(&rq.base);
+  if (size > w->max_msg) {
+    wft_fail_oversized(w, t, wid, rid, size, w->max_msg);
+    goto out; /* drop the cached state: the next attempt replays */
+  }
   char *err = NULL;
   ProtobufCMessage *rs = NULL;
+  w->st_completions++;
   DBX_FAILPOINT("worker.wft.report.before");
   rc = dbx_client_call(w->client, "RespondWorkflowTaskCompleted", &rq.base,
                        &RespondWorkflowTaskCompletedResponse__D, CALL_TIMEOUT_MS, NULL, &rs, &err);
   dbx_client_msg_free(rs);
+  size_t limit = w->max_msg;
+  if (rc != DBX_OK && message_too_large(err, &limit)) {
+    free(err);
+    wft_fail_oversized(w, t, wid, rid, size, limit);
+    goto out;
+  }
   w->st_wft++;
   if (rc != DBX_OK) {
     DBX_WARN("worker", "%s/%s: RespondWorkflowTaskCompleted: %s", wid, rid,
@@ -430,11 +497,12 @@ static void *wf_poller(void *arg) {
     dbx_err rc = dbx_client_call(w->client, "PollWorkflowTaskQueue", &rq.base,
                                  &PollWorkflowTaskQueueResponse__D, POLL_TIMEOUT_MS,
                                  w->poll_cancel, (ProtobufCMessage **)&t, &err);
-    if (rc == DBX_ECANCELED || w->stopping) {
+    if (w->stopping) { /* stop() fires poll_cancel only after setting stopping */
       free(err);
       dbx_client_msg_free(t);
       break;
     }
+    /* CANCELLED from the service (it was stopping) is transient like UNAVAILABLE */
     if (rc != DBX_OK) {
       if (rc != DBX_ETIMEDOUT) {
         w->st_poll_err++;
@@ -492,9 +560,19 @@ int dbx_act_heartbeat(dbx_act *a, const char *details_json) {
   rq.namespace_ = w->ns;
   RecordActivityTaskHeartbeatResponse *rs = NULL;
   char *err = NULL;
+  /* a hung call must not hide a lost service past the heartbeat timeout */
+  int64_t call_ms = CALL_TIMEOUT_MS;
+  if (a->hb_timeout_ns && a->hb_timeout_ns / 2000000 < call_ms)
+    call_ms = a->hb_timeout_ns / 2000000 > 100 ? a->hb_timeout_ns / 2000000 : 100;
   dbx_err rc = dbx_client_call(w->client, "RecordActivityTaskHeartbeat", &rq.base,
-                               &RecordActivityTaskHeartbeatResponse__D, CALL_TIMEOUT_MS, NULL,
+                               &RecordActivityTaskHeartbeatResponse__D, call_ms, NULL,
                                (ProtobufCMessage **)&rs, &err);
+  if (rc == DBX_OK) {
+    atomic_store(&a->hb_ok_ns, dbx_mono_ns());
+    atomic_store(&a->hb_failing, 0);
+  } else if (rc != DBX_ENOTFOUND) {
+    atomic_store(&a->hb_failing, 1);
+  }
   if (rc == DBX_OK && rs->cancel_requested) {
     atomic_store(&a->cancel_requested, 1);
     atomic_store(&a->cancelled, 1);
@@ -642,6 +720,12 @@ static void run_activity(dbx_act *a) {
   }
   dbx_retry_class cls = task_retry_class(t, a->type->retry_class);
   dbx_journal_decision d = dbx_journal_decide(&je, cls, t->attempt);
+  if (dbx_journal_stale(&je, t->attempt))
+    DBX_WARN("worker",
+             "activity %s of %s/%s: discarding the journaled result of attempt %d (it closed "
+             "before the result was reported); this is attempt %d, %s",
+             aid, wid, rid, je.attempt, t->attempt,
+             d == DBX_JOURNAL_RUN ? "running it again" : "answering OutcomeUnknown");
   if (d == DBX_JOURNAL_REPORT) {
     DBX_INFO("worker", "activity %s of %s/%s: reporting the journaled result of attempt %d",
              aid, wid, rid, je.attempt);
@@ -804,7 +888,7 @@ static void *act_poller(void *arg) {
       pthread_cond_broadcast(&w->cv);
       pthread_mutex_unlock(&w->mu);
       dbx_client_msg_free(t);
-      if (rc == DBX_ECANCELED || w->stopping) {
+      if (w->stopping) { /* a CANCELLED poll otherwise backs off and polls again */
         free(err);
         break;
       }
@@ -827,6 +911,7 @@ static void *act_poller(void *arg) {
     a->s2c_deadline_ns = s2c ? now + s2c : INT64_MAX;
     a->hb_timeout_ns = dur_ns(t->heartbeat_timeout);
     atomic_store(&a->last_hb_ns, now);
+    atomic_store(&a->hb_ok_ns, now);
     if (t->heartbeat_details && t->heartbeat_details->n_payloads)
       a->prev_details = dbx_payloads_to_json(t->heartbeat_details);
     pthread_mutex_lock(&w->mu);
@@ -855,12 +940,22 @@ static void *watchdog(void *arg) {
       if (atomic_load(&a->done) || atomic_load(&a->timed_out)) continue;
       int s2c = now > a->s2c_deadline_ns;
       int hb = a->hb_timeout_ns && now - atomic_load(&a->last_hb_ns) > a->hb_timeout_ns;
-      if (s2c || hb) {
+      /* heartbeats are sent but fail: past the timeout the service has timed
+       * the attempt out (or will), so its result could only be late */
+      int lost = a->hb_timeout_ns && atomic_load(&a->hb_failing) &&
+                 now - atomic_load(&a->hb_ok_ns) > a->hb_timeout_ns;
+      if (s2c || hb || lost) {
         atomic_store(&a->timed_out, 1);
         atomic_store(&a->cancelled, 1);
-        DBX_WARN("worker", "activity %s of %s: %s timeout passed; cancelling the attempt",
-                 a->task->activity_id, a->task->workflow_execution->workflow_id,
-                 s2c ? "start-to-close" : "heartbeat");
+        if (lost && !s2c && !hb)
+          DBX_WARN("worker",
+                   "activity %s of %s: heartbeats have not reached the service for longer than "
+                   "the heartbeat timeout; cancelling the attempt (its result will not be reported)",
+                   a->task->activity_id, a->task->workflow_execution->workflow_id);
+        else
+          DBX_WARN("worker", "activity %s of %s: %s timeout passed; cancelling the attempt",
+                   a->task->activity_id, a->task->workflow_execution->workflow_id,
+                   s2c ? "start-to-close" : "heartbeat");
       }
     }
     struct timespec ts;

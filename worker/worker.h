@@ -41,6 +41,11 @@ typedef struct {
   int activity_slots;         /* concurrent activities; 0 = 8 */
   const char *identity;       /* NULL = "durabox@<host>:<pid>" */
   int no_sync;                /* 1 = LMDB commits not synced (tests/benchmarks only) */
+  size_t max_message_bytes;   /* the service's message limit; 0 = 128 MiB. A workflow task
+                                 completion larger than this (or one the service refuses as
+                                 RESOURCE_EXHAUSTED over its limit) is not sent again: the task
+                                 is answered RespondWorkflowTaskFailed with cause
+                                 WORKFLOW_WORKER_UNHANDLED_FAILURE naming size and limit */
 } dbx_worker_opts;
 
 /* Strings in o are copied. Opens the store; does not connect.
@@ -71,6 +76,8 @@ typedef struct {
   uint64_t poll_errors;         /* failed polls (each followed by a backoff) */
   uint64_t cache_hits;          /* workflow tasks applied incrementally */
   uint64_t nondeterminism;      /* workflow tasks failed as NON_DETERMINISTIC */
+  uint64_t oversized_completions; /* completions over the message limit, failed instead */
+  uint64_t completions_sent;    /* RespondWorkflowTaskCompleted calls made */
 } dbx_worker_stats;
 void dbx_worker_get_stats(dbx_worker *w, dbx_worker_stats *out);
 

@@ -337,13 +337,21 @@ dbx_err dbx_wstore_journal_result(dbx_wstore *s, const char *ns, const char *wor
   return rc;
 }
 
+int dbx_journal_stale(const dbx_journal_entry *e, int32_t attempt) {
+  /* a reported failure is followed by the next attempt as a matter of course;
+   * a reported success ends the activity, so a success of another attempt was
+   * never accepted */
+  return e && e->state == DBX_JOURNAL_DONE && !e->result.failure_type && e->attempt != attempt;
+}
+
 dbx_journal_decision dbx_journal_decide(const dbx_journal_entry *e, dbx_retry_class rc,
                                         int32_t attempt) {
   if (!e || e->state == DBX_JOURNAL_NONE) return DBX_JOURNAL_RUN;
   if (e->state == DBX_JOURNAL_DONE) {
-    if (!e->result.failure_type) return DBX_JOURNAL_REPORT;          /* a success: never redo */
-    if (e->attempt == attempt) return DBX_JOURNAL_REPORT;            /* same attempt's failure */
-    return rc == DBX_AT_MOST_ONCE ? DBX_JOURNAL_REPORT : DBX_JOURNAL_RUN;
+    if (e->attempt == attempt) return DBX_JOURNAL_REPORT; /* still this attempt's: report it */
+    /* another attempt's: that attempt is closed (a failure being retried, or
+     * a success that timed out before it was accepted): never report it */
+    return rc == DBX_AT_MOST_ONCE ? DBX_JOURNAL_OUTCOME_UNKNOWN : DBX_JOURNAL_RUN;
   }
   return rc == DBX_AT_MOST_ONCE ? DBX_JOURNAL_OUTCOME_UNKNOWN : DBX_JOURNAL_RUN;
 }

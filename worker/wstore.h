@@ -67,14 +67,21 @@ dbx_err dbx_wstore_journal_result(dbx_wstore *s, const char *ns, const char *wor
                                   const dbx_act_result *res);
 void dbx_journal_entry_cleanup(dbx_journal_entry *e);
 
-/* What to do with a delivered attempt, given the journal (pure):
- * RUN: invoke the activity; REPORT: report e->result without invoking (a
- * success of any attempt, or a failure journaled by this same attempt);
- * OUTCOME_UNKNOWN: at_most_once, started and never finished: do not invoke,
- * answer a non-retryable "OutcomeUnknown" failure. */
+/* What to do with a delivered attempt, given the journal (pure). DESIGN.md:
+ * a journaled result is reported only while its attempt is still open.
+ * RUN: invoke the activity (nothing journaled; a safe_to_retry start; or a
+ * stale result, see below); REPORT: report e->result without invoking (the
+ * result, success or failure, was journaled by this same attempt);
+ * OUTCOME_UNKNOWN: at_most_once, started and never finished, or finished by
+ * another attempt: do not invoke, answer a non-retryable "OutcomeUnknown". */
 typedef enum { DBX_JOURNAL_RUN = 0, DBX_JOURNAL_REPORT, DBX_JOURNAL_OUTCOME_UNKNOWN } dbx_journal_decision;
 dbx_journal_decision dbx_journal_decide(const dbx_journal_entry *e, dbx_retry_class rc,
                                         int32_t attempt);
+/* 1 when e holds a success journaled by another attempt than the delivered
+ * one: that attempt closed (timed out) before its success was accepted, so
+ * the result is discarded (the caller logs one warning). A failure of an
+ * earlier attempt is the ordinary retry and not stale. Pure. */
+int dbx_journal_stale(const dbx_journal_entry *e, int32_t attempt);
 
 /* ---- at_most_once identities (DESIGN.md "Retry classes", "Policy and approvals")
  *
