@@ -371,8 +371,17 @@ static void wf_start_one(void) {
       "\"command\":\"bash -c 'echo amo %s >/dev/tcp/127.0.0.1/%d'\"},"
       "{\"name\":\"result\",\"kind\":\"exec\",\"timeout_s\":2,\"command\":\"echo R=$((%d*%d))\"}]}",
       wid, counter_port, wid, counter_port, a, b);
+  /* One run per workflow id, however often the start is retried: a fixed
+   * request id (the service answers a retry with the run it started, also
+   * after that run closed) and REJECT_DUPLICATE (3). Without them a start
+   * whose reply was lost, retried after its run had closed, started a second
+   * run of the same id, whose at_most_once step the counter (which knows
+   * only the id) took for a duplicate. */
+  char req_id[48];
+  snprintf(req_id, sizeof req_id, "dbx-faults-%s", wid);
   dbx_client_start_opts so = {.workflow_id = wid, .workflow_type = "durabox.Script",
-                              .task_queue = TQ, .input_json = in};
+                              .task_queue = TQ, .input_json = in, .request_id = req_id,
+                              .id_reuse_policy = 3};
   char *run_id = NULL, *err = NULL;
   dbx_err rc = dbx_client_start_workflow(cl, &so, &run_id, &err);
   free(in);
