@@ -32,6 +32,7 @@
 #include <time.h>
 
 #include "activities/local.h"
+#include "base/failpoint.h"
 #include "base/util.h"
 
 /* worker/worker.h is not on this branch yet; the worker library provides this. */
@@ -460,7 +461,9 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
   char id[21];
   snprintf(id, sizeof id, "dbx-%016llx", (unsigned long long)h);
   int adopted = 0;
+  DBX_FAILPOINT("activity.sandbox_create.before");
   dbx_err drc = dbx_local_sandbox_create(g_local, id, &src, &adopted);
+  DBX_FAILPOINT("activity.sandbox_create.after");
   if (drc == DBX_EEXIST) {
     rc = fail(res, 1, "SandboxConflict", "%s", dbx_local_errmsg(g_local));
     goto out;

@@ -1,7 +1,9 @@
 /* durabox: dispatch the first word to its command group. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "base/failpoint.h"
 #include "cli/cli.h"
 
 static void usage(FILE *f) {
@@ -22,6 +24,12 @@ static void usage(FILE *f) {
 int main(int argc, char **argv) {
   if (argc < 2) {
     usage(stderr);
+    return 2;
+  }
+  char *fp_err = NULL;
+  if (dbx_failpoint_init_from_env(&fp_err) != DBX_OK) { /* fault harness: tests/faults/ */
+    fprintf(stderr, "durabox: DURABOX_FAILPOINTS: %s\n", fp_err ? fp_err : "out of memory");
+    free(fp_err);
     return 2;
   }
   const char *cmd = argv[1];

@@ -27,6 +27,8 @@
 
 #include "service/engine.h"
 
+#include "base/failpoint.h"
+
 #define MAX_BATCH 256
 
 dbx_err seq_save(ectx *c);
@@ -531,7 +533,9 @@ static int64_t expire_parked(dbx_service *s, int64_t now_mono, int all) {
 
 static void run_batch(dbx_service *s, job *jobs, int fire_timers, job **ready) {
   batch b = {.svc = s, .jobs = jobs, .fire_timers = fire_timers};
+  DBX_FAILPOINT("service.commit.before");
   dbx_err rc = dbx_store_write(s->store, batch_fn, &b);
+  DBX_FAILPOINT("service.commit.after");
   if (rc == DBX_OK) {
     apply_after_commit(s, &b, ready);
     return;

@@ -597,6 +597,24 @@ static void test_worker_at_most_once_redelivery(void **st) {
   free(res);
   free(rid);
   assert_int_equal(g_amo_calls, 0);
+  /* A workflow may schedule a type that is safe_to_retry by default as
+   * at_most_once (a Script exec step): the class travels in the task header,
+   * so a started journal entry still stops it. */
+  pthread_mutex_lock(&g_mu);
+  int echo_before = g_echo_calls;
+  pthread_mutex_unlock(&g_mu);
+  rid = start("w-amo3", "t.One", "{\"type\":\"t.echo\",\"amo\":true,\"wait_signal\":true}");
+  assert_int_equal(dbx_wstore_journal_started(dbx_worker_wstore(g_w), "default", "w-amo3", rid, "1", 1), DBX_OK);
+  assert_int_equal(dbx_client_signal(g_c, "w-amo3", rid, "go", NULL, NULL), DBX_OK);
+  res = wait_close("w-amo3", rid);
+  j = parse(res);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "failure_type")), "OutcomeUnknown");
+  cJSON_Delete(j);
+  free(res);
+  free(rid);
+  pthread_mutex_lock(&g_mu);
+  assert_int_equal(g_echo_calls, echo_before);
+  pthread_mutex_unlock(&g_mu);
 }
 
 static void test_worker_unknown_activity_type_is_retryable(void **st) {

@@ -208,7 +208,29 @@ int64_t dbx_wf_schedule_activity(dbx_wf *wf, const char *type, const char *input
   rp.n_non_retryable_error_types = nnr;
   rp.non_retryable_error_types = (char **)o->non_retryable_error_types;
   a.retry_policy = &rp;
+  /* The class travels with the task, so the worker that runs it journals an
+   * at_most_once step even when its activity type is safe_to_retry by default
+   * (sandbox.exec: the class is declared per step). */
+  Header hdr = INIT(TEMPORAL__API__COMMON__V1__HEADER);
+  Temporal__Api__Common__V1__Header__FieldsEntry fe =
+      INIT(TEMPORAL__API__COMMON__V1__HEADER__FIELDS_ENTRY);
+  Temporal__Api__Common__V1__Header__FieldsEntry *fes[1] = {&fe};
+  Payloads *cls = NULL;
+  if (o->retry_class == DBX_AT_MOST_ONCE) {
+    cls = dbx_payloads_from_json("\"at_most_once\"", 14);
+    if (!cls || cls->n_payloads != 1) {
+      dbx_payloads_free(cls);
+      dbx_payloads_free(a.input);
+      return -1;
+    }
+    fe.key = DBX_RETRY_CLASS_HEADER;
+    fe.value = cls->payloads[0];
+    hdr.n_fields = 1;
+    hdr.fields = fes;
+    a.header = &hdr;
+  }
   int64_t rc = push_cmd(wf, K_ACT, seq, type, &c);
+  dbx_payloads_free(cls);
   dbx_payloads_free(a.input);
   if (rc > 0) wf->seq = seq;
   return rc;

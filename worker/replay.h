@@ -28,6 +28,11 @@
 #include "service/pb.h"
 #include "worker/api.h"
 
+/* Activity header field naming the retry class a workflow scheduled the
+ * activity with; value: the JSON string "at_most_once" (absent = the activity
+ * type's own class). Set by dbx_wf_schedule_activity, read by the executor. */
+#define DBX_RETRY_CLASS_HEADER "durabox-retry-class"
+
 typedef struct dbx_wf dbx_wf_run;
 
 /* t is borrowed (must outlive the run); ids copied. *out: free with

@@ -24,6 +24,7 @@
  * Mutex order: w->mu only (no nesting). */
 #include "worker/worker.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -31,6 +32,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/failpoint.h"
 #include "base/util.h"
 #include "worker/client.h"
 #include "worker/replay.h"
@@ -176,7 +178,9 @@ static void nap(dbx_worker *w, int64_t ms) {
   ts.tv_nsec += (ms % 1000) * 1000000;
   if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
   pthread_mutex_lock(&w->mu);
-  if (!w->stopping) pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+  /* w->cv is broadcast for every finished activity too: wait out the time */
+  while (!w->stopping && pthread_cond_timedwait(&w->cv, &w->mu, &ts) != ETIMEDOUT) {
+  }
   pthread_mutex_unlock(&w->mu);
 }
 
@@ -447,6 +451,7 @@ static void process_wft(dbx_worker *w, PollWorkflowTaskQueueResponse *t) {
   char *err = NULL;
   ProtobufCMessage *rs = NULL;
   w->st_completions++;
+  DBX_FAILPOINT("worker.wft.report.before");
   rc = dbx_client_call(w->client, "RespondWorkflowTaskCompleted", &rq.base,
                        &RespondWorkflowTaskCompletedResponse__D, CALL_TIMEOUT_MS, NULL, &rs, &err);
   dbx_client_msg_free(rs);
@@ -602,8 +607,10 @@ static Failure *mk_failure(Failure *f, ApplicationFailureInfo *ai, const char *t
   return f;
 }
 
+#define REPORT_RETRY_MS 30000
+
 /* Report an outcome. kind: 0 completed, 1 failed, 2 canceled. Retries
- * transient errors a few times; NotFound abandons. */
+ * transient errors for REPORT_RETRY_MS; NotFound abandons. */
 static void report(dbx_act *a, int kind, const dbx_act_result *res) {
   dbx_worker *w = a->w;
   Failure f;
@@ -637,7 +644,12 @@ static void report(dbx_act *a, int kind, const dbx_act_result *res) {
   }
   unsigned seed = (unsigned)dbx_mono_ns();
   int failures = 0;
-  for (int tries = 0; tries < 6; tries++) {
+  DBX_FAILPOINT("worker.report.before");
+  /* Transient errors are retried for REPORT_RETRY_MS, long enough for a
+   * service restart: a report given up leaves the journaled result waiting
+   * for the attempt's timeout (and an at_most_once step failing). */
+  int64_t give_up_ns = dbx_mono_ns() + (int64_t)REPORT_RETRY_MS * 1000000;
+  for (;;) {
     char *err = NULL;
     ProtobufCMessage *rs = NULL;
     dbx_err rc = dbx_client_call(w->client, method, req, rd, CALL_TIMEOUT_MS, NULL, &rs, &err);
@@ -656,8 +668,10 @@ static void report(dbx_act *a, int kind, const dbx_act_result *res) {
              method, err ? err : dbx_strerror(rc));
     free(err);
     if (rc != DBX_EUNAVAILABLE && rc != DBX_ETIMEDOUT) break;
+    if (w->stopping || dbx_mono_ns() > give_up_ns) break;
     backoff(w, &failures, &seed);
   }
+  DBX_FAILPOINT("worker.report.after");
   dbx_payloads_free(p);
 }
 
@@ -666,6 +680,20 @@ static void result_cleanup(dbx_act_result *r) {
   free(r->failure_type);
   free(r->failure_message);
   memset(r, 0, sizeof *r);
+}
+
+/* The class the workflow scheduled this task with (DBX_RETRY_CLASS_HEADER),
+ * else the type's default. A step may only tighten safe_to_retry. */
+static dbx_retry_class task_retry_class(const PollActivityTaskQueueResponse *t,
+                                        dbx_retry_class type_class) {
+  if (!t->header) return type_class;
+  for (size_t i = 0; i < t->header->n_fields; i++) {
+    const Temporal__Api__Common__V1__Header__FieldsEntry *f = t->header->fields[i];
+    if (!f || !f->key || strcmp(f->key, DBX_RETRY_CLASS_HEADER) != 0 || !f->value) continue;
+    const ProtobufCBinaryData *d = &f->value->data;
+    if (d->len == 14 && memcmp(d->data, "\"at_most_once\"", 14) == 0) return DBX_AT_MOST_ONCE;
+  }
+  return type_class;
 }
 
 static void run_activity(dbx_act *a) {
@@ -689,12 +717,13 @@ static void run_activity(dbx_act *a) {
   if (rc != DBX_OK) {
     res.failure_type = dbx_strdup("JournalError");
     res.failure_message = dbx_asprintf("worker journal unreadable: %s", dbx_strerror(rc));
-    res.non_retryable = a->type->retry_class == DBX_AT_MOST_ONCE;
+    res.non_retryable = task_retry_class(t, a->type->retry_class) == DBX_AT_MOST_ONCE;
     report(a, 1, &res);
     result_cleanup(&res);
     return;
   }
-  dbx_journal_decision d = dbx_journal_decide(&je, a->type->retry_class, t->attempt);
+  dbx_retry_class cls = task_retry_class(t, a->type->retry_class);
+  dbx_journal_decision d = dbx_journal_decide(&je, cls, t->attempt);
   if (dbx_journal_stale(&je, t->attempt))
     DBX_WARN("worker",
              "activity %s of %s/%s: discarding the journaled result of attempt %d (it closed "
@@ -721,14 +750,16 @@ static void run_activity(dbx_act *a) {
     return;
   }
   char *input = dbx_payloads_to_json(t->input);
-  if (a->type->retry_class == DBX_AT_MOST_ONCE) {
+  if (cls == DBX_AT_MOST_ONCE) {
     /* Journal "started" and claim (type, input) for this activity id in one
      * commit: a later activity id of the same run with the same type and
      * input is refused until a person approves it (durabox approval grant). */
     char hash[DBX_INPUT_HASH_LEN + 1], *earlier = NULL;
     rc = input ? dbx_wstore_input_hash(input, strlen(input), hash) : DBX_ENOMEM;
+    DBX_FAILPOINT("worker.journal.before_started");
     if (rc == DBX_OK)
       rc = dbx_wstore_amo_begin(w->ws, ns, wid, rid, aid, t->attempt, tname, hash, &earlier);
+    DBX_FAILPOINT("worker.journal.after_started");
     if (rc == DBX_EEXIST) {
       res.failure_type = dbx_strdup("DuplicateAtMostOnce");
       res.failure_message = dbx_asprintf(
@@ -757,6 +788,7 @@ static void run_activity(dbx_act *a) {
   }
   rc = input ? a->type->run(a, input, strlen(input), &res, a->type->ud) : DBX_ENOMEM;
   free(input);
+  DBX_FAILPOINT("worker.activity.after_effect");
   if (atomic_load(&a->timed_out) || atomic_load(&a->abandoned)) {
     if (rc == DBX_OK) dbx_wstore_journal_result(w->ws, ns, wid, rid, aid, t->attempt, &res);
     DBX_WARN("worker", "activity %s of %s/%s: %s; its result is not reported", aid, wid, rid,
@@ -781,6 +813,7 @@ static void run_activity(dbx_act *a) {
     res.failure_message = dbx_asprintf("activity returned %s", dbx_strerror(rc));
   }
   rc = dbx_wstore_journal_result(w->ws, ns, wid, rid, aid, t->attempt, &res);
+  DBX_FAILPOINT("worker.journal.after_result");
   if (rc != DBX_OK)
     DBX_WARN("worker", "activity %s of %s/%s: journaling the result: %s", aid, wid, rid,
              dbx_strerror(rc));

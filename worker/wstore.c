@@ -15,6 +15,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "base/failpoint.h"
 #include "base/util.h"
 #include "store/store.h"
 
@@ -23,6 +24,14 @@ struct dbx_wstore {
   dbx_table history, runs, journal, kv[2];
   dbx_table amo, approvals, refusals; /* at_most_once identities (see wstore.h) */
 };
+
+/* Every durable write of the worker, between its two failpoints. */
+static dbx_err commit(dbx_wstore *s, dbx_store_write_fn fn, void *arg) {
+  DBX_FAILPOINT("worker.store.commit.before");
+  dbx_err rc = dbx_store_write(s->st, fn, arg);
+  DBX_FAILPOINT("worker.store.commit.after");
+  return rc;
+}
 
 dbx_err dbx_wstore_open(const char *dir, int no_sync, dbx_wstore **out, char **errmsg) {
   if (errmsg) *errmsg = NULL;
@@ -130,7 +139,7 @@ dbx_err dbx_wstore_history_put(dbx_wstore *s, const char *ns, const char *workfl
                                const char *run_id, HistoryEvent *const *events, size_t n) {
   if (!s || !ns || !workflow_id || !run_id || (n && !events)) return DBX_EINVAL;
   hist_put h = {s, ns, workflow_id, run_id, events, n};
-  return dbx_store_write(s->st, hist_put_fn, &h);
+  return commit(s, hist_put_fn, &h);
 }
 
 void dbx_wstore_history_free(HistoryEvent **events, size_t n) {
@@ -287,7 +296,7 @@ static dbx_err journal_write(dbx_wstore *s, const char *ns, const char *wid, con
   char *txt = cJSON_PrintUnformatted(j);
   if (!txt) return DBX_ENOMEM;
   put_one p = {s->journal, key, kl, txt};
-  dbx_err rc = dbx_store_write(s->st, put_one_fn, &p);
+  dbx_err rc = commit(s, put_one_fn, &p);
   free(txt);
   return rc;
 }
@@ -537,7 +546,7 @@ dbx_err dbx_wstore_amo_begin(dbx_wstore *s, const char *ns, const char *workflow
               .type = activity_type, .hash = input_hash, .attempt = attempt};
   o.kl = amo_key(o.key, ns, workflow_id, run_id, activity_type, input_hash);
   if (!o.kl) return DBX_EINVAL;
-  dbx_err rc = dbx_store_write(s->st, amo_begin_fn, &o);
+  dbx_err rc = commit(s, amo_begin_fn, &o);
   if (rc == DBX_OK && o.earlier) { /* the refusal record committed */
     rc = DBX_EEXIST;
     if (earlier) {
@@ -574,7 +583,7 @@ dbx_err dbx_wstore_approval_grant(dbx_wstore *s, const char *ns, const char *wor
   amo_op o = {.s = s};
   o.kl = amo_key(o.key, ns, workflow_id, run_id, activity_type, input_hash);
   if (!o.kl) return DBX_EINVAL;
-  return dbx_store_write(s->st, grant_fn, &o);
+  return commit(s, grant_fn, &o);
 }
 
 void dbx_wstore_refusals_free(dbx_wstore_refusal *r, size_t n) {
@@ -651,7 +660,7 @@ dbx_err dbx_wstore_kv_put(dbx_wstore *s, dbx_wstore_kv kind, const char *key, co
   if (!s || !key || !*key || !value || (kind != 0 && kind != 1) || strlen(key) > 511)
     return DBX_EINVAL;
   put_one p = {s->kv[kind], (const uint8_t *)key, strlen(key), value};
-  return dbx_store_write(s->st, put_one_fn, &p);
+  return commit(s, put_one_fn, &p);
 }
 
 dbx_err dbx_wstore_kv_get(dbx_wstore *s, dbx_wstore_kv kind, const char *key, char **value) {
@@ -684,5 +693,5 @@ static dbx_err del_one_fn(dbx_txn *t, void *arg) {
 dbx_err dbx_wstore_kv_del(dbx_wstore *s, dbx_wstore_kv kind, const char *key) {
   if (!s || !key || !*key || (kind != 0 && kind != 1) || strlen(key) > 511) return DBX_EINVAL;
   del_one d = {s->kv[kind], key};
-  return dbx_store_write(s->st, del_one_fn, &d);
+  return commit(s, del_one_fn, &d);
 }
