@@ -224,7 +224,11 @@ static void *script_create(dbx_wf *wf, const char *input_json, size_t len) {
   if (env) cJSON_AddItemToObject(ci, "env", cJSON_Duplicate(env, 1));
   char *txt = cJSON_PrintUnformatted(ci);
   cJSON_Delete(ci);
-  dbx_activity_opts o = {.start_to_close_ms = 600000, .maximum_attempts = 5,
+  /* a clone may take long: 600 s unless the input says (a dead worker is only
+   * noticed when this passes, create does not heartbeat) */
+  const cJSON *cto = sb ? cJSON_GetObjectItemCaseSensitive(sb, "timeout_s") : NULL;
+  int64_t create_s = cJSON_IsNumber(cto) && cto->valuedouble >= 1 ? (int64_t)cto->valuedouble : 600;
+  dbx_activity_opts o = {.start_to_close_ms = create_s * 1000, .maximum_attempts = 5,
                          .initial_interval_ms = 1000};
   s->phase = CREATING;
   dbx_wf_schedule_activity(wf, "sandbox.create", txt ? txt : "{}", &o);

@@ -364,12 +364,12 @@ static void wf_start_one(void) {
    * first, maybe successful, attempt asked for */
   int a = 100 + (int)(((unsigned)n_wfs * 7919u) % 900u), b = 100 + (int)(((unsigned)n_wfs * 104729u + 17u) % 900u);
   char *in = dbx_asprintf(
-      "{\"sandbox\":{\"source\":{\"kind\":\"empty\"},\"keep\":true},\"steps\":["
-      "{\"name\":\"safe\",\"kind\":\"exec\",\"timeout_s\":2,\"command\":"
+      "{\"sandbox\":{\"source\":{\"kind\":\"empty\"},\"keep\":true,\"timeout_s\":10},\"steps\":["
+      "{\"name\":\"safe\",\"kind\":\"exec\",\"timeout_s\":2,\"heartbeat_timeout_s\":3,\"command\":"
       "\"bash -c 'echo safe %s >/dev/tcp/127.0.0.1/%d'\"},"
-      "{\"name\":\"amo\",\"kind\":\"exec\",\"timeout_s\":2,\"retry_class\":\"at_most_once\","
+      "{\"name\":\"amo\",\"kind\":\"exec\",\"timeout_s\":2,\"heartbeat_timeout_s\":3,\"retry_class\":\"at_most_once\","
       "\"command\":\"bash -c 'echo amo %s >/dev/tcp/127.0.0.1/%d'\"},"
-      "{\"name\":\"result\",\"kind\":\"exec\",\"timeout_s\":2,\"command\":\"echo R=$((%d*%d))\"}]}",
+      "{\"name\":\"result\",\"kind\":\"exec\",\"timeout_s\":2,\"heartbeat_timeout_s\":3,\"command\":\"echo R=$((%d*%d))\"}]}",
       wid, counter_port, wid, counter_port, a, b);
   /* One run per workflow id, however often the start is retried: a fixed
    * request id (the service answers a retry with the run it started, also
