@@ -35,7 +35,7 @@
 
 #include "base/util.h"
 #include "rpc/rpc.h"
-#include "service/pb.h"
+#include "protos/pb.h"
 
 enum { L_START, L_POLL_WFT, L_RESP_WFT, L_POLL_ACT, L_RESP_ACT, L_ACT_RTT, L_WF_E2E, L_COUNT };
 static const char *const lat_names[L_COUNT] = {

@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "base/util.h"
-#include "service/pb.h"
+#include "protos/pb.h"
 #include "worker/client.h"
 #include "worker/replay.h"
 #include "worker/wstore.h"

@@ -16,7 +16,7 @@
 #include "base/err.h"
 #include "base/util.h"
 #include "rpc/rpc.h"
-#include "service/pb.h"
+#include "protos/pb.h"
 #include "service/service.h"
 #include "store/store.h"
 

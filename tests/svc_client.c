@@ -1,7 +1,7 @@
 /* Service test client (see svc_client.h).
  *
  * Thin typed wrappers over dbx_rpc_unary: requests are built on the stack
- * with the INIT() initialisers of service/pb.h, packed into a malloc'd
+ * with the INIT() initialisers of protos/pb.h, packed into a malloc'd
  * buffer, and replies unpacked with protobuf-c's default allocator. Spawned
  * servers are kept in a small static registry so a group teardown can kill
  * and reap them even after a failed assertion longjmp'd out of a test body. */

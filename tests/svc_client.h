@@ -15,7 +15,7 @@
 #include <sys/types.h>
 
 #include "rpc/rpc.h"
-#include "service/pb.h"
+#include "protos/pb.h"
 
 /* ------------------------------------------------------------ calls */
 

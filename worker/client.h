@@ -23,7 +23,7 @@
 
 #include "base/err.h"
 #include "rpc/rpc.h"
-#include "service/pb.h"
+#include "protos/pb.h"
 
 typedef struct dbx_client dbx_client;
 

@@ -25,7 +25,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
-#include "service/pb.h"
+#include "protos/pb.h"
 #include "worker/api.h"
 
 /* Activity header field naming the retry class a workflow scheduled the

@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
-#include "service/pb.h"
+#include "protos/pb.h"
 #include "worker/api.h"
 
 typedef struct dbx_wstore dbx_wstore;

@@ -1,8 +1,11 @@
-/* Internal to service/ and tests: short names for the protobuf-c types of
- * Temporal's API subset (protos/temporal/...) and of the service's own
- * records (protos/durabox/service/v1/state.proto). Aliases only. */
-#ifndef DBX_SERVICE_PB_H
-#define DBX_SERVICE_PB_H
+/* Short names for the protobuf-c types generated from protos/: Temporal's
+ * API subset (temporal/...) and the service's own records
+ * (durabox/service/v1/state.proto). Aliases and macros only; the generated
+ * headers are the contract (ownership: protobuf-c's, free unpacked messages
+ * with protobuf_c_message_free_unpacked). Shared by every room that speaks
+ * the wire format. */
+#ifndef DBX_PROTOS_PB_H
+#define DBX_PROTOS_PB_H
 
 #include <protobuf-c/protobuf-c.h>
 
