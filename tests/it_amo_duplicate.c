@@ -20,6 +20,7 @@
 #include "rpc/rpc.h"
 #include "service/service.h"
 #include "tests/testutil.h"
+#include "tests/svc_client.h"
 #include "worker/client.h"
 #include "worker/worker.h"
 #include "worker/wstore.h"
@@ -186,18 +187,7 @@ static void test_amo_duplicate_refused_until_approved(void **state) {
   assert_int_equal(run_bin(gargv, out, sizeof out), 0);
   assert_int_equal(dbx_client_signal(c, "dup-1", rid, "go", NULL, NULL), DBX_OK);
 
-  char *result = NULL;
-  for (int i = 0; i < 6 && !result; i++) {
-    dbx_client_history h = {0};
-    dbx_client_history_opts ho = {.wait_new_event = 1, .close_event_only = 1, .timeout_ms = 10000};
-    assert_int_equal(dbx_client_get_history(c, "dup-1", rid, &ho, &h, NULL), DBX_OK);
-    if (h.n) {
-      assert_int_equal(h.events[0]->event_type, ET(WORKFLOW_EXECUTION_COMPLETED));
-      result = dbx_payloads_to_json(h.events[0]->workflow_execution_completed_event_attributes->result);
-    }
-    dbx_client_history_cleanup(&h);
-  }
-  assert_non_null(result);
+  char *result = dbx_svct_await_result(c, "dup-1", rid, 6);
   cJSON *j = cJSON_Parse(result);
   assert_int_equal(cJSON_GetArraySize(j), 3);
   cJSON *o1 = cJSON_GetArrayItem(j, 0), *o2 = cJSON_GetArrayItem(j, 1), *o3 = cJSON_GetArrayItem(j, 2);

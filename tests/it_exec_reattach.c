@@ -22,6 +22,7 @@
 #include "rpc/rpc.h"
 #include "service/service.h"
 #include "tests/testutil.h"
+#include "tests/svc_client.h"
 #include "worker/client.h"
 
 extern char **environ;
@@ -100,18 +101,7 @@ static void test_exec_reattach_after_worker_sigkill(void **state) {
   assert_true(WIFSIGNALED(st));
   worker = spawn(wargv);
 
-  char *result = NULL;
-  for (int i = 0; i < 12 && !result; i++) {
-    dbx_client_history h = {0};
-    dbx_client_history_opts ho = {.wait_new_event = 1, .close_event_only = 1, .timeout_ms = 10000};
-    assert_int_equal(dbx_client_get_history(c, "reattach", rid, &ho, &h, NULL), DBX_OK);
-    if (h.n) {
-      assert_int_equal(h.events[0]->event_type, ET(WORKFLOW_EXECUTION_COMPLETED));
-      result = dbx_payloads_to_json(h.events[0]->workflow_execution_completed_event_attributes->result);
-    }
-    dbx_client_history_cleanup(&h);
-  }
-  assert_non_null(result);
+  char *result = dbx_svct_await_result(c, "reattach", rid, 12);
   cJSON *j = cJSON_Parse(result);
   assert_non_null(j);
   assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "status")), "completed");

@@ -8,6 +8,8 @@
 #define _GNU_SOURCE
 #include "tests/svc_client.h"
 
+#include "worker/client.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -565,4 +567,20 @@ int dbx_svct_proc_run(char *const argv[], char *const env[], int64_t timeout_ms,
   if (out) assert_non_null(*out);
   if (err) assert_non_null(*err);
   return rc;
+}
+
+char *dbx_svct_await_result(struct dbx_client *c, const char *workflow_id, const char *run_id, int polls) {
+  char *result = NULL;
+  for (int i = 0; i < polls && !result; i++) {
+    dbx_client_history h = {0};
+    dbx_client_history_opts ho = {.wait_new_event = 1, .close_event_only = 1, .timeout_ms = 10000};
+    assert_int_equal(dbx_client_get_history(c, workflow_id, run_id, &ho, &h, NULL), DBX_OK);
+    if (h.n) {
+      assert_int_equal(h.events[0]->event_type, ET(WORKFLOW_EXECUTION_COMPLETED));
+      result = dbx_payloads_to_json(h.events[0]->workflow_execution_completed_event_attributes->result);
+    }
+    dbx_client_history_cleanup(&h);
+  }
+  if (result == NULL) fail_msg("workflow %s did not close within %d polls", workflow_id, polls);
+  return result;
 }

@@ -95,6 +95,14 @@ size_t dbx_svct_history_count(const dbx_svct_history *h, int event_type);
 int dbx_svct_history_wait_for(dbx_rpc_channel *ch, const char *workflow_id, const char *run_id,
                               int event_type, int64_t timeout_ms);
 
+/* ------------------------------------------------------------ results */
+
+struct dbx_client;
+/* Long-poll the close event of (workflow_id, run_id) through the worker's
+ * client, up to `polls` polls of 10 s each; expects WorkflowExecutionCompleted
+ * and returns its result JSON (malloc'd), failing the test otherwise. */
+char *dbx_svct_await_result(struct dbx_client *c, const char *workflow_id, const char *run_id, int polls);
+
 /* ------------------------------------------------------------ processes */
 
 /* A port that was free a moment ago (bind 127.0.0.1:0, read it, close). */
