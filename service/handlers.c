@@ -545,20 +545,6 @@ static dbx_err take_task(ectx *c, const char *ns, const char *tq, int kind, Task
   return rc;
 }
 
-/* Fill a History with events [1, upto] (upto 0 = all), at most max bytes;
- * *next_id is the first event not included (0 = all included). */
-static dbx_err load_history(ectx *c, RunState *rs, int64_t from, int64_t upto, size_t max_bytes, History *h,
-                            HistoryEvent ***evs, size_t *n, int64_t *next_id) {
-  dbx_err rc = events_load(c, rs->run_seq, from, upto > 0 ? upto + 1 : 0, evs, n, max_bytes);
-  if (rc != DBX_OK) return rc;
-  h->events = *evs;
-  h->n_events = *n;
-  int64_t last = *n ? (*evs)[*n - 1]->event_id : from - 1;
-  int64_t end = upto > 0 ? upto : rs->next_event_id - 1;
-  *next_id = last < end ? last + 1 : 0;
-  return DBX_OK;
-}
-
 static int64_t history_suggest_can(ectx *c, RunState *rs) {
   return (rs->next_event_id - 1 >= c->svc->limits.count_suggest_can) ||
          (rs->history_size_bytes >= c->svc->limits.size_suggest_can_bytes);
@@ -2839,13 +2825,12 @@ static dbx_err try_dispatch_query(ectx *c, job *j, const char *ns, const char *t
     we.run_id = rs->run_id;
     WorkflowType wt = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_TYPE);
     wt.name = rs->workflow_type;
-    History h = INIT(TEMPORAL__API__HISTORY__V1__HISTORY);
-    HistoryEvent **evs = NULL;
-    size_t n = 0;
-    int64_t next_id = 0;
-    /* history up to the last completed workflow task's events */
+    uint8_t *hist = NULL;
+    size_t hist_len = 0;
+    int64_t last_id = 0;
+    /* history up to the last completed workflow task's events, spliced in from the stored bytes */
     int64_t upto = rs->wft_scheduled_event_id > 0 ? rs->wft_scheduled_event_id - 1 : rs->next_event_id - 1;
-    rc = load_history(c, rs, 1, upto, 0, &h, &evs, &n, &next_id);
+    rc = history_encode(c, rs->run_seq, 1, upto, 0, &hist, &hist_len, &last_id);
     TaskQueue wtq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
     wtq.name = rs->task_queue;
     wtq.kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
@@ -2861,9 +2846,8 @@ static dbx_err try_dispatch_query(ectx *c, job *j, const char *ns, const char *t
       r.attempt = 1;
       r.previous_started_event_id = rs->last_wft_started_event_id;
       r.started_event_id = rs->last_wft_started_event_id;
-      r.history = &h;
       r.query = wq;
-      job_reply(j, &r.base);
+      job_reply_field(j, &r.base, 8 /* history */, hist, hist_len);
       free(r.task_token.data);
       qq->claim_epoch = c->epoch;
       note *nn = note_new(c, NOTE_QUERY_DISPATCHED);
@@ -2871,7 +2855,7 @@ static dbx_err try_dispatch_query(ectx *c, job *j, const char *ns, const char *t
       *done = 1;
     }
     if (wq) protobuf_c_message_free_unpacked(&wq->base, NULL);
-    events_free(evs, n);
+    free(hist);
     dbx_runstate_free(rs);
     if (rc != DBX_OK || *done) return rc;
   }
