@@ -1,9 +1,10 @@
 /* Integration tests: the embedded service (in-process, temp LMDB, loopback)
  * and a dbx_worker with workflow and activity types defined here: activity
  * success, retry then success, heartbeat + cancel, timer, signal, query, the
- * Script workflow over fake sandbox.* activities, at_most_once redelivery,
- * and a service restart under a running worker. Results are read with
- * long-polling GetWorkflowExecutionHistory (close-event filter). */
+ * Script workflow over fake sandbox.* activities and its retry policies,
+ * at_most_once redelivery, and a service restart under a running worker.
+ * Results are read with long-polling GetWorkflowExecutionHistory (close-event
+ * filter). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -204,7 +205,6 @@ static const dbx_activity_type at_amo = {"t.amo", DBX_AT_MOST_ONCE, act_amo, NUL
 
 /* Fake sandbox activities: record (type, input) in call order. */
 static dbx_err fake_sandbox(dbx_act *a, const char *in, size_t len, dbx_act_result *res, void *ud) {
-  (void)a;
   const char *type = ud;
   pthread_mutex_lock(&g_mu);
   if (g_ncalls < 64) {
@@ -217,6 +217,11 @@ static dbx_err fake_sandbox(dbx_act *a, const char *in, size_t len, dbx_act_resu
   const char *cmd = cJSON_GetStringValue(cJSON_GetObjectItem(j, "command"));
   if (strcmp(type, "sandbox.create") == 0) {
     res->result_json = dbx_strdup("{\"sandbox_id\":\"sbx-42\"}");
+  } else if (strcmp(type, "sandbox.exec") == 0 && cmd && strncmp(cmd, "flaky-until-", 12) == 0 &&
+             dbx_act_attempt(a) < atoi(cmd + 12)) {
+    /* "flaky-until-N": a retryable failure on attempts 1 .. N-1 */
+    res->failure_type = dbx_strdup("Flaky");
+    res->failure_message = dbx_asprintf("attempt %d fails", dbx_act_attempt(a));
   } else if (strcmp(type, "sandbox.exec") == 0) {
     int code = cmd && strstr(cmd, "false") ? 2 : 0;
     res->result_json = dbx_asprintf(
@@ -567,6 +572,103 @@ static void test_worker_script_with_fake_sandbox(void **st) {
   free(rid);
 }
 
+/* A duration in ms, -1 when absent. */
+static int64_t ms_of(const Duration *d) { return d ? d->seconds * 1000 + d->nanos / 1000000 : -1; }
+
+/* The ActivityTaskScheduled event of activity id `aid` asked for this retry
+ * policy and schedule-to-close timeout (ms; -1 = absent). */
+static void assert_scheduled_policy(const char *wid, const char *rid, const char *aid, int32_t max,
+                                    int64_t initial_ms, int64_t max_interval_ms, int64_t s2c_ms) {
+  dbx_client_history h = {0};
+  assert_int_equal(dbx_client_get_history(g_c, wid, rid, NULL, &h, NULL), DBX_OK);
+  const ActivityTaskScheduledEventAttributes *a = NULL;
+  for (size_t i = 0; i < h.n && !a; i++)
+    if (h.events[i]->event_type == ET(ACTIVITY_TASK_SCHEDULED) &&
+        strcmp(h.events[i]->activity_task_scheduled_event_attributes->activity_id, aid) == 0)
+      a = h.events[i]->activity_task_scheduled_event_attributes;
+  assert_non_null(a);
+  assert_non_null(a->retry_policy);
+  assert_int_equal(a->retry_policy->maximum_attempts, max);
+  assert_int_equal(ms_of(a->retry_policy->initial_interval), initial_ms);
+  assert_int_equal(ms_of(a->retry_policy->maximum_interval), max_interval_ms);
+  assert_int_equal(ms_of(a->schedule_to_close_timeout), s2c_ms);
+  dbx_client_history_cleanup(&h);
+}
+
+static int step_attempts(const cJSON *out, int i) {
+  const cJSON *st = cJSON_GetArrayItem(cJSON_GetObjectItem(out, "steps"), i);
+  return st ? (int)cJSON_GetObjectItem(st, "attempts")->valuedouble : -1;
+}
+
+static void test_worker_script_retry_policy(void **st) {
+  (void)st;
+  /* The input's retry policy (unlimited attempts, bounded by time) carries a
+   * step past the default 5 attempts; a step's own policy overrides it field
+   * by field and ends the run when its 2 attempts are used up. */
+  const char *input =
+      "{\"retry\":{\"maximum_attempts\":0,\"initial_interval_s\":0.05,\"maximum_interval_s\":0.1},"
+      "\"schedule_to_close_s\":60,\"steps\":["
+      "{\"name\":\"eight\",\"kind\":\"exec\",\"command\":\"flaky-until-8\"},"
+      "{\"name\":\"two\",\"kind\":\"exec\",\"command\":\"flaky-until-3\","
+      "\"retry\":{\"maximum_attempts\":2},\"schedule_to_close_s\":30}]}";
+  char *rid = start("w-script-retry", "durabox.Script", input);
+  char *res = wait_close("w-script-retry", rid);
+  cJSON *j = parse(res);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "status")), "failed");
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "failed_step")), "two");
+  assert_int_equal(step_attempts(j, 0), 8);
+  assert_int_equal(step_attempts(j, 1), 2);
+  cJSON_Delete(j);
+  free(res);
+  /* what the service was asked for, as a Temporal server would see it:
+   * 1 create, 2 eight, 3 two, 4 delete */
+  assert_scheduled_policy("w-script-retry", rid, "1", 0, 50, 100, 60000);
+  assert_scheduled_policy("w-script-retry", rid, "2", 0, 50, 100, 60000);
+  assert_scheduled_policy("w-script-retry", rid, "3", 2, 50, 100, 30000);
+  assert_scheduled_policy("w-script-retry", rid, "4", 0, 50, 100, 60000);
+  free(rid);
+
+  /* without a policy: 5 attempts, 1 s initial interval (the service fills in
+   * the maximum interval, 100 x initial, as Temporal's does), schedule-to-close 0 (none) */
+  rid = start("w-script-retry-def", "durabox.Script",
+              "{\"steps\":[{\"name\":\"a\",\"kind\":\"exec\",\"command\":\"make\"}]}");
+  free(wait_close("w-script-retry-def", rid));
+  assert_scheduled_policy("w-script-retry-def", rid, "2", 5, 1000, 100000, 0);
+  free(rid);
+
+  static const struct {
+    const char *input, *want;
+  } bad[] = {
+      {"{\"retry\":{\"maximum_attempts\":-1},\"steps\":[]}",
+       "FAILED:InvalidInput:input: retry.maximum_attempts must be a whole number >= 0 (0 = unlimited)"},
+      {"{\"retry\":{\"maximum_attempts\":2.5},\"steps\":[]}",
+       "FAILED:InvalidInput:input: retry.maximum_attempts must be a whole number >= 0 (0 = unlimited)"},
+      {"{\"retry\":{\"backoff_coefficient\":0.5},\"steps\":[]}",
+       "FAILED:InvalidInput:input: retry.backoff_coefficient must be a number >= 1"},
+      {"{\"retry\":{\"attempts\":3},\"steps\":[]}",
+       "FAILED:InvalidInput:input: unknown field retry.attempts (maximum_attempts, initial_interval_s, "
+       "backoff_coefficient, maximum_interval_s)"},
+      {"{\"retry\":{\"initial_interval_s\":5,\"maximum_interval_s\":1},\"steps\":[]}",
+       "FAILED:InvalidInput:input: retry.maximum_interval_s is below retry.initial_interval_s"},
+      {"{\"schedule_to_close_s\":0,\"steps\":[]}",
+       "FAILED:InvalidInput:input: schedule_to_close_s must be a positive number"},
+      {"{\"steps\":[{\"name\":\"x\",\"kind\":\"exec\",\"command\":\"c\",\"retry\":7}]}",
+       "FAILED:InvalidInput:step 'x': \"retry\" must be an object"},
+      {"{\"steps\":[{\"name\":\"x\",\"kind\":\"exec\",\"command\":\"c\","
+       "\"retry_class\":\"at_most_once\",\"retry\":{\"maximum_attempts\":3}}]}",
+       "FAILED:InvalidInput:step 'x': an at_most_once step has exactly one attempt; it takes no \"retry\""},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    char wid[32];
+    snprintf(wid, sizeof wid, "w-script-retry-bad%zu", i);
+    rid = start(wid, "durabox.Script", bad[i].input);
+    res = wait_close(wid, rid);
+    assert_string_equal(res, bad[i].want);
+    free(res);
+    free(rid);
+  }
+}
+
 static void test_worker_at_most_once_redelivery(void **st) {
   (void)st;
   /* The run waits for "go"; meanwhile its activity 1 is journaled as started,
@@ -675,6 +777,7 @@ int main(void) {
       cmocka_unit_test(test_worker_timer),
       cmocka_unit_test(test_worker_signal_and_query),
       cmocka_unit_test(test_worker_script_with_fake_sandbox),
+      cmocka_unit_test(test_worker_script_retry_policy),
       cmocka_unit_test(test_worker_at_most_once_redelivery),
       cmocka_unit_test(test_worker_unknown_activity_type_is_retryable),
       cmocka_unit_test(test_worker_survives_service_restart),

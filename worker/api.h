@@ -62,6 +62,8 @@ typedef struct {
   dbx_retry_class retry_class;     /* AT_MOST_ONCE sends maximum_attempts = 1 */
   int32_t maximum_attempts;        /* SAFE_TO_RETRY: 0 = unlimited */
   int64_t initial_interval_ms;     /* 0 = 1000 */
+  double backoff_coefficient;      /* 0 = 2.0; else >= 1 */
+  int64_t maximum_interval_ms;     /* 0 = 100 x initial_interval_ms */
   const char *const *non_retryable_error_types; /* NULL-terminated, or NULL */
 } dbx_activity_opts;
 

@@ -180,7 +180,8 @@ int64_t dbx_wf_schedule_activity(dbx_wf *wf, const char *type, const char *input
   ActivityType at = INIT(TEMPORAL__API__COMMON__V1__ACTIVITY_TYPE);
   TaskQueue tq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
   Duration s2c = INIT(GOOGLE__PROTOBUF__DURATION), st2c = INIT(GOOGLE__PROTOBUF__DURATION),
-           hb = INIT(GOOGLE__PROTOBUF__DURATION), ii = INIT(GOOGLE__PROTOBUF__DURATION);
+           hb = INIT(GOOGLE__PROTOBUF__DURATION), ii = INIT(GOOGLE__PROTOBUF__DURATION),
+           mi = INIT(GOOGLE__PROTOBUF__DURATION);
   RetryPolicy rp = INIT(TEMPORAL__API__COMMON__V1__RETRY_POLICY);
   c.command_type = CT(SCHEDULE_ACTIVITY_TASK);
   c.attributes_case = CMD(SCHEDULE_ACTIVITY_TASK);
@@ -200,7 +201,8 @@ int64_t dbx_wf_schedule_activity(dbx_wf *wf, const char *type, const char *input
   if (o->heartbeat_ms > 0) set_dur(&hb, o->heartbeat_ms), a.heartbeat_timeout = &hb;
   set_dur(&ii, o->initial_interval_ms > 0 ? o->initial_interval_ms : 1000);
   rp.initial_interval = &ii;
-  rp.backoff_coefficient = 2.0;
+  rp.backoff_coefficient = o->backoff_coefficient >= 1.0 ? o->backoff_coefficient : 2.0;
+  if (o->maximum_interval_ms > 0) set_dur(&mi, o->maximum_interval_ms), rp.maximum_interval = &mi;
   rp.maximum_attempts = o->retry_class == DBX_AT_MOST_ONCE ? 1 : o->maximum_attempts;
   size_t nnr = 0;
   if (o->non_retryable_error_types)

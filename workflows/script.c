@@ -33,8 +33,46 @@ static const char *str_of(const cJSON *o, const char *k) {
   return cJSON_IsString(x) ? x->valuestring : NULL;
 }
 
+/* A "retry" object (Temporal: RetryPolicy, in seconds) and its sibling
+ * "schedule_to_close_s", as the input's default or on one step. `where` names
+ * the place for the error ("input", "step 'build'"). */
+static int validate_retry(const cJSON *holder, const char *where, char *err, size_t n) {
+  const cJSON *s2c = cJSON_GetObjectItemCaseSensitive(holder, "schedule_to_close_s");
+  if (s2c && (!cJSON_IsNumber(s2c) || s2c->valuedouble <= 0))
+    return snprintf(err, n, "%s: schedule_to_close_s must be a positive number", where), -1;
+  const cJSON *r = cJSON_GetObjectItemCaseSensitive(holder, "retry");
+  if (!r) return 0;
+  if (!cJSON_IsObject(r)) return snprintf(err, n, "%s: \"retry\" must be an object", where), -1;
+  const cJSON *f;
+  cJSON_ArrayForEach(f, r) {
+    const char *k = f->string;
+    double v = f->valuedouble;
+    if (strcmp(k, "maximum_attempts") == 0) {
+      if (!cJSON_IsNumber(f) || v < 0 || v != (double)(int32_t)v)
+        return snprintf(err, n, "%s: retry.maximum_attempts must be a whole number >= 0 (0 = unlimited)",
+                        where), -1;
+    } else if (strcmp(k, "initial_interval_s") == 0 || strcmp(k, "maximum_interval_s") == 0) {
+      if (!cJSON_IsNumber(f) || v <= 0)
+        return snprintf(err, n, "%s: retry.%s must be a positive number", where, k), -1;
+    } else if (strcmp(k, "backoff_coefficient") == 0) {
+      if (!cJSON_IsNumber(f) || v < 1)
+        return snprintf(err, n, "%s: retry.backoff_coefficient must be a number >= 1", where), -1;
+    } else {
+      return snprintf(err, n, "%s: unknown field retry.%s (maximum_attempts, initial_interval_s, "
+                              "backoff_coefficient, maximum_interval_s)", where, k), -1;
+    }
+  }
+  const cJSON *ii = cJSON_GetObjectItemCaseSensitive(r, "initial_interval_s");
+  const cJSON *mi = cJSON_GetObjectItemCaseSensitive(r, "maximum_interval_s");
+  if (ii && mi && mi->valuedouble < ii->valuedouble)
+    return snprintf(err, n, "%s: retry.maximum_interval_s is below retry.initial_interval_s",
+                    where), -1;
+  return 0;
+}
+
 static int validate(const cJSON *in, char *err, size_t n) {
   if (!cJSON_IsObject(in)) return snprintf(err, n, "input is not a JSON object"), -1;
+  if (validate_retry(in, "input", err, n) != 0) return -1;
   const cJSON *sb = cJSON_GetObjectItemCaseSensitive(in, "sandbox");
   if (sb && !cJSON_IsObject(sb)) return snprintf(err, n, "\"sandbox\" must be an object"), -1;
   const cJSON *src = sb ? cJSON_GetObjectItemCaseSensitive(sb, "source") : NULL;
@@ -86,6 +124,13 @@ static int validate(const cJSON *in, char *err, size_t n) {
     const cJSON *to = cJSON_GetObjectItemCaseSensitive(s, "timeout_s");
     if (to && (!cJSON_IsNumber(to) || to->valuedouble <= 0))
       return snprintf(err, n, "step '%s': timeout_s must be a positive number", name), -1;
+    char where[160];
+    snprintf(where, sizeof where, "step '%s'", name);
+    if (validate_retry(s, where, err, n) != 0) return -1;
+    if (rc && strcmp(rc, "at_most_once") == 0 && cJSON_GetObjectItemCaseSensitive(s, "retry"))
+      return snprintf(err, n,
+                      "step '%s': an at_most_once step has exactly one attempt; it takes no \"retry\"",
+                      name), -1;
     i++;
   }
   return 0;
@@ -123,6 +168,29 @@ static void finish(script *s, dbx_wf *wf) {
   free(out);
 }
 
+static double num_or(const cJSON *o, const char *k, double dflt) {
+  const cJSON *x = o ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
+  return cJSON_IsNumber(x) ? x->valuedouble : dflt;
+}
+
+/* Retry policy of a safe_to_retry activity: 5 attempts, 1 s initial backoff,
+ * unless the input's "retry" says otherwise, then the step's own "retry"
+ * field by field; "schedule_to_close_s" likewise (0 = none). step may be
+ * NULL (sandbox.create, sandbox.delete). Validated before. */
+static void safe_retry(const script *s, const cJSON *step, dbx_activity_opts *o) {
+  const cJSON *dr = cJSON_GetObjectItemCaseSensitive(s->input, "retry");
+  const cJSON *sr = step ? cJSON_GetObjectItemCaseSensitive(step, "retry") : NULL;
+  o->retry_class = DBX_SAFE_TO_RETRY;
+#define FIELD(k, dflt) num_or(sr, k, num_or(dr, k, dflt))
+  o->maximum_attempts = (int32_t)FIELD("maximum_attempts", 5);
+  o->initial_interval_ms = (int64_t)(1000 * FIELD("initial_interval_s", 1));
+  o->backoff_coefficient = FIELD("backoff_coefficient", 2);
+  o->maximum_interval_ms = (int64_t)(1000 * FIELD("maximum_interval_s", 0));
+#undef FIELD
+  double s2c = num_or(step, "schedule_to_close_s", num_or(s->input, "schedule_to_close_s", 0));
+  o->schedule_to_close_ms = (int64_t)(1000 * s2c);
+}
+
 static void schedule_delete_or_finish(script *s, dbx_wf *wf) {
   if (s->keep || !s->sandbox_id) {
     finish(s, wf);
@@ -132,8 +200,8 @@ static void schedule_delete_or_finish(script *s, dbx_wf *wf) {
   cJSON_AddStringToObject(in, "sandbox_id", s->sandbox_id);
   char *txt = cJSON_PrintUnformatted(in);
   cJSON_Delete(in);
-  dbx_activity_opts o = {.start_to_close_ms = 60000, .maximum_attempts = 5,
-                         .initial_interval_ms = 1000};
+  dbx_activity_opts o = {.start_to_close_ms = 60000};
+  safe_retry(s, NULL, &o);
   s->phase = DELETING;
   s->delete_seq = dbx_wf_schedule_activity(wf, "sandbox.delete", txt ? txt : "{}", &o);
   free(txt);
@@ -154,8 +222,9 @@ static void run_step(script *s, dbx_wf *wf) {
       return;
     }
     static const char *const drop[] = {"name", "kind", "retry_class", "continue_on_failure",
-                                       "heartbeat_timeout_s"};
-    for (size_t i = 0; i < 5; i++) cJSON_DeleteItemFromObjectCaseSensitive(in, drop[i]);
+                                       "heartbeat_timeout_s", "retry", "schedule_to_close_s"};
+    for (size_t i = 0; i < sizeof drop / sizeof *drop; i++)
+      cJSON_DeleteItemFromObjectCaseSensitive(in, drop[i]);
     cJSON_AddStringToObject(in, "sandbox_id", s->sandbox_id ? s->sandbox_id : "");
     /* the step's name travels along for people reading history (activities ignore it) */
     cJSON_AddStringToObject(in, "step", str_of(st, "name"));
@@ -179,10 +248,9 @@ static void run_step(script *s, dbx_wf *wf) {
     if (rc && strcmp(rc, "at_most_once") == 0) {
       o.retry_class = DBX_AT_MOST_ONCE;
       o.maximum_attempts = 1;
+      o.schedule_to_close_ms = (int64_t)(1000 * num_or(st, "schedule_to_close_s", 0));
     } else {
-      o.retry_class = DBX_SAFE_TO_RETRY;
-      o.maximum_attempts = 5;
-      o.initial_interval_ms = 1000;
+      safe_retry(s, st, &o);
     }
     dbx_wf_schedule_activity(wf, type, txt ? txt : "{}", &o);
     free(txt);
@@ -228,8 +296,8 @@ static void *script_create(dbx_wf *wf, const char *input_json, size_t len) {
    * noticed when this passes, create does not heartbeat) */
   const cJSON *cto = sb ? cJSON_GetObjectItemCaseSensitive(sb, "timeout_s") : NULL;
   int64_t create_s = cJSON_IsNumber(cto) && cto->valuedouble >= 1 ? (int64_t)cto->valuedouble : 600;
-  dbx_activity_opts o = {.start_to_close_ms = create_s * 1000, .maximum_attempts = 5,
-                         .initial_interval_ms = 1000};
+  dbx_activity_opts o = {.start_to_close_ms = create_s * 1000};
+  safe_retry(s, NULL, &o);
   s->phase = CREATING;
   dbx_wf_schedule_activity(wf, "sandbox.create", txt ? txt : "{}", &o);
   free(txt);
@@ -375,8 +443,8 @@ static void script_on_cancel(void *state, dbx_wf *wf) {
     cJSON_AddStringToObject(in, "sandbox_id", s->sandbox_id);
     char *txt = cJSON_PrintUnformatted(in);
     cJSON_Delete(in);
-    dbx_activity_opts o = {.start_to_close_ms = 60000, .maximum_attempts = 5,
-                           .initial_interval_ms = 1000};
+    dbx_activity_opts o = {.start_to_close_ms = 60000};
+    safe_retry(s, NULL, &o);
     s->phase = CANCELLING;
     s->delete_seq = dbx_wf_schedule_activity(wf, "sandbox.delete", txt ? txt : "{}", &o);
     free(txt);
