@@ -363,8 +363,13 @@ static void wf_start_one(void) {
   /* from the index alone: a retried start (EEXIST) must expect what the
    * first, maybe successful, attempt asked for */
   int a = 100 + (int)(((unsigned)n_wfs * 7919u) % 900u), b = 100 + (int)(((unsigned)n_wfs * 104729u + 17u) % 900u);
+  /* Every kill of the worker costs the attempts it was running, so the safe
+   * steps are bounded by time (10 min each), not by a count of attempts that
+   * a long enough kill storm always uses up (run 4 lost one result so). */
   char *in = dbx_asprintf(
-      "{\"sandbox\":{\"source\":{\"kind\":\"empty\"},\"keep\":true,\"timeout_s\":10},\"steps\":["
+      "{\"sandbox\":{\"source\":{\"kind\":\"empty\"},\"keep\":true,\"timeout_s\":10},"
+      "\"retry\":{\"maximum_attempts\":0,\"maximum_interval_s\":4},\"schedule_to_close_s\":600,"
+      "\"steps\":["
       "{\"name\":\"safe\",\"kind\":\"exec\",\"timeout_s\":2,\"heartbeat_timeout_s\":3,\"command\":"
       "\"bash -c 'echo safe %s >/dev/tcp/127.0.0.1/%d'\"},"
       "{\"name\":\"amo\",\"kind\":\"exec\",\"timeout_s\":2,\"heartbeat_timeout_s\":3,\"retry_class\":\"at_most_once\","
