@@ -2,7 +2,9 @@
  * and a dbx_worker with workflow and activity types defined here: activity
  * success, retry then success, heartbeat + cancel, timer, signal, query, the
  * Script workflow over fake sandbox.* activities and its retry policies,
- * at_most_once redelivery, and a service restart under a running worker.
+ * at_most_once redelivery, non-retryable failures (flag, policy type, both),
+ * heartbeats that do not extend start-to-close, and a service restart under a
+ * running worker.
  * Results are read with long-polling GetWorkflowExecutionHistory (close-event
  * filter). */
 #include <pthread.h>
@@ -31,7 +33,8 @@ static dbx_client *g_c;
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
-static int g_echo_calls, g_flaky_calls, g_amo_calls, g_hb_running;
+static int g_echo_calls, g_flaky_calls, g_amo_calls, g_hb_running, g_fail_calls;
+static int g_busy_end; /* t.busy: 0 running or not started, 1 ran out, 2 cancelled */
 static char g_calls[64][48];
 static char *g_call_inputs[64];
 static int g_ncalls;
@@ -59,6 +62,20 @@ static void one_schedule(one *s, dbx_wf *wf) {
   if (cJSON_IsTrue(cJSON_GetObjectItem(s->in, "amo"))) o.retry_class = DBX_AT_MOST_ONCE;
   const cJSON *hb = cJSON_GetObjectItem(s->in, "hb_ms");
   if (cJSON_IsNumber(hb)) o.heartbeat_ms = (int64_t)hb->valuedouble;
+  const cJSON *stc = cJSON_GetObjectItem(s->in, "start_to_close_ms");
+  if (cJSON_IsNumber(stc)) o.start_to_close_ms = (int64_t)stc->valuedouble;
+  const cJSON *ma = cJSON_GetObjectItem(s->in, "maximum_attempts");
+  if (cJSON_IsNumber(ma)) o.maximum_attempts = (int32_t)ma->valuedouble;
+  /* "nr_types": the policy's non_retryable_error_types (at most 3) */
+  static const char *nr[4];
+  const cJSON *nrt = cJSON_GetObjectItem(s->in, "nr_types");
+  if (cJSON_IsArray(nrt)) {
+    int n = 0;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, nrt) if (n < 3) nr[n++] = x->valuestring;
+    nr[n] = NULL;
+    o.non_retryable_error_types = nr;
+  }
   cJSON *in = cJSON_CreateObject();
   cJSON_AddItemToObject(in, "arg", arg ? cJSON_Duplicate(arg, 1) : cJSON_CreateNull());
   char *txt = cJSON_PrintUnformatted(in);
@@ -198,6 +215,44 @@ static dbx_err act_amo(dbx_act *a, const char *in, size_t len, dbx_act_result *r
   return DBX_OK;
 }
 
+/* Fails every attempt with the input's {"arg": {"type", "non_retryable"}}. */
+static dbx_err act_fail(dbx_act *a, const char *in, size_t len, dbx_act_result *res, void *ud) {
+  (void)ud;
+  pthread_mutex_lock(&g_mu);
+  g_fail_calls++;
+  pthread_mutex_unlock(&g_mu);
+  cJSON *j = cJSON_ParseWithLength(in, len);
+  const cJSON *arg = cJSON_GetObjectItem(j, "arg");
+  res->failure_type = dbx_strdup(cJSON_GetStringValue(cJSON_GetObjectItem(arg, "type")));
+  res->failure_message = dbx_asprintf("attempt %d fails", dbx_act_attempt(a));
+  res->non_retryable = cJSON_IsTrue(cJSON_GetObjectItem(arg, "non_retryable"));
+  cJSON_Delete(j);
+  return DBX_OK;
+}
+
+/* Heartbeats every 50 ms for 10 s, then completes; records how it ended. */
+static dbx_err act_busy(dbx_act *a, const char *in, size_t len, dbx_act_result *res, void *ud) {
+  (void)in, (void)len, (void)ud;
+  for (int i = 0; i < 200; i++) {
+    if (dbx_act_heartbeat(a, "{}")) {
+      pthread_mutex_lock(&g_mu);
+      g_busy_end = 2;
+      pthread_cond_broadcast(&g_cv);
+      pthread_mutex_unlock(&g_mu);
+      return DBX_ECANCELED;
+    }
+    nap_ms(50);
+  }
+  pthread_mutex_lock(&g_mu);
+  g_busy_end = 1;
+  pthread_cond_broadcast(&g_cv);
+  pthread_mutex_unlock(&g_mu);
+  res->result_json = dbx_strdup("{\"finished\":true}");
+  return DBX_OK;
+}
+
+static const dbx_activity_type at_fail = {"t.fail", DBX_SAFE_TO_RETRY, act_fail, NULL};
+static const dbx_activity_type at_busy = {"t.busy", DBX_SAFE_TO_RETRY, act_busy, NULL};
 static const dbx_activity_type at_echo = {"t.echo", DBX_SAFE_TO_RETRY, act_echo, NULL};
 static const dbx_activity_type at_flaky = {"t.flaky", DBX_SAFE_TO_RETRY, act_flaky, NULL};
 static const dbx_activity_type at_hb = {"t.hb", DBX_SAFE_TO_RETRY, act_hb, NULL};
@@ -283,6 +338,8 @@ static int group_setup(void **st) {
   assert_int_equal(dbx_worker_register_activity(g_w, &at_flaky), DBX_OK);
   assert_int_equal(dbx_worker_register_activity(g_w, &at_hb), DBX_OK);
   assert_int_equal(dbx_worker_register_activity(g_w, &at_amo), DBX_OK);
+  assert_int_equal(dbx_worker_register_activity(g_w, &at_fail), DBX_OK);
+  assert_int_equal(dbx_worker_register_activity(g_w, &at_busy), DBX_OK);
   for (size_t i = 0; i < sizeof fakes / sizeof fakes[0]; i++)
     assert_int_equal(dbx_worker_register_activity(g_w, &fakes[i]), DBX_OK);
   assert_int_equal(dbx_worker_start(g_w), DBX_OK);
@@ -719,6 +776,87 @@ static void test_worker_at_most_once_redelivery(void **st) {
   pthread_mutex_unlock(&g_mu);
 }
 
+static void test_worker_non_retryable_failures(void **st) {
+  (void)st;
+  /* A failure is non-retryable by its flag, by its type in the policy's
+   * non_retryable_error_types, or both: one attempt, and the workflow sees it
+   * at once. With neither, the policy's 5 attempts are all used. */
+  static const struct {
+    const char *input;
+    int attempts, non_retryable;
+  } cases[] = {
+      {"{\"type\":\"t.fail\",\"arg\":{\"type\":\"Bad\",\"non_retryable\":true}}", 1, 1},
+      {"{\"type\":\"t.fail\",\"arg\":{\"type\":\"Bad\"},\"nr_types\":[\"Other\",\"Bad\"]}", 1, 0},
+      {"{\"type\":\"t.fail\",\"arg\":{\"type\":\"Bad\",\"non_retryable\":true},\"nr_types\":[\"Bad\"]}",
+       1, 1},
+      {"{\"type\":\"t.fail\",\"arg\":{\"type\":\"Bad\"},\"nr_types\":[\"Other\"]}", 5, 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char wid[32];
+    snprintf(wid, sizeof wid, "w-nonretry-%zu", i);
+    pthread_mutex_lock(&g_mu);
+    int before = g_fail_calls;
+    pthread_mutex_unlock(&g_mu);
+    char *rid = start(wid, "t.One", cases[i].input);
+    char *res = wait_close(wid, rid);
+    cJSON *j = parse(res);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "status")), "failed");
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "failure_type")), "Bad");
+    assert_int_equal((int)cJSON_GetObjectItem(j, "attempts")->valuedouble, cases[i].attempts);
+    /* the failure's own flag travels as it was sent */
+    assert_int_equal(cJSON_IsTrue(cJSON_GetObjectItem(j, "non_retryable")), cases[i].non_retryable);
+    pthread_mutex_lock(&g_mu);
+    assert_int_equal(g_fail_calls - before, cases[i].attempts);
+    pthread_mutex_unlock(&g_mu);
+    /* the service's verdict, as Temporal's: the retry state of the close */
+    dbx_client_history h = {0};
+    assert_int_equal(dbx_client_get_history(g_c, wid, rid, NULL, &h, NULL), DBX_OK);
+    const ActivityTaskFailedEventAttributes *fa = NULL;
+    for (size_t k = 0; k < h.n; k++)
+      if (h.events[k]->event_type == ET(ACTIVITY_TASK_FAILED))
+        fa = h.events[k]->activity_task_failed_event_attributes;
+    assert_non_null(fa);
+    assert_int_equal(fa->retry_state, cases[i].attempts == 1 ? RS(NON_RETRYABLE_FAILURE)
+                                                             : RS(MAXIMUM_ATTEMPTS_REACHED));
+    dbx_client_history_cleanup(&h);
+    cJSON_Delete(j);
+    free(res);
+    free(rid);
+  }
+}
+
+static void test_worker_heartbeats_do_not_extend_start_to_close(void **st) {
+  (void)st;
+  /* t.busy heartbeats every 50 ms (heartbeat timeout 500 ms) and would finish
+   * after 10 s; its start-to-close of 1 s still ends it: the attempt times
+   * out as StartToClose and the worker cancels the running code. */
+  char *rid = start("w-busy", "t.One",
+                    "{\"type\":\"t.busy\",\"hb_ms\":500,\"start_to_close_ms\":1000,"
+                    "\"maximum_attempts\":1}");
+  char *res = wait_close("w-busy", rid);
+  cJSON *j = parse(res);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "status")), "timed_out");
+  cJSON_Delete(j);
+  free(res);
+  dbx_client_history h = {0};
+  assert_int_equal(dbx_client_get_history(g_c, "w-busy", rid, NULL, &h, NULL), DBX_OK);
+  const ActivityTaskTimedOutEventAttributes *ta = NULL;
+  for (size_t k = 0; k < h.n; k++)
+    if (h.events[k]->event_type == ET(ACTIVITY_TASK_TIMED_OUT))
+      ta = h.events[k]->activity_task_timed_out_event_attributes;
+  assert_non_null(ta);
+  assert_non_null(ta->failure);
+  assert_int_equal(ta->failure->failure_info_case, FI(TIMEOUT_FAILURE_INFO));
+  assert_int_equal(ta->failure->timeout_failure_info->timeout_type, TT(START_TO_CLOSE));
+  dbx_client_history_cleanup(&h);
+  free(rid);
+  /* the code itself was cancelled, not left running to its end */
+  pthread_mutex_lock(&g_mu);
+  while (g_busy_end == 0) pthread_cond_wait(&g_cv, &g_mu);
+  assert_int_equal(g_busy_end, 2);
+  pthread_mutex_unlock(&g_mu);
+}
+
 static void test_worker_unknown_activity_type_is_retryable(void **st) {
   (void)st;
   /* t.nope is not registered: the failure is retryable, so the service retries
@@ -779,6 +917,8 @@ int main(void) {
       cmocka_unit_test(test_worker_script_with_fake_sandbox),
       cmocka_unit_test(test_worker_script_retry_policy),
       cmocka_unit_test(test_worker_at_most_once_redelivery),
+      cmocka_unit_test(test_worker_non_retryable_failures),
+      cmocka_unit_test(test_worker_heartbeats_do_not_extend_start_to_close),
       cmocka_unit_test(test_worker_unknown_activity_type_is_retryable),
       cmocka_unit_test(test_worker_survives_service_restart),
   };
