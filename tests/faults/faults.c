@@ -73,7 +73,7 @@ static struct {
   int rounds, inflight, round_s, drain_s, max_after;
   uint64_t seed;
   int verbose;
-} opt = {NULL, NULL, 10, 12, 15, 700, 6, 1, 0};
+} opt = {NULL, NULL, 10, 12, 15, 240, 6, 1, 0};
 
 /* SIGINT/SIGTERM: the first ends the rounds early (then drain and summary
  * as usual), the second ends the drain too. */
