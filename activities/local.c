@@ -394,19 +394,28 @@ void dbx_local_exec_result_cleanup(dbx_local_exec_result *r) {
 }
 
 /* Run a host tool (cp, git clone, rm) outside the sandbox with a fixed small
- * environment (no caller secrets, no git prompts); stderr goes to errmsg. */
-static dbx_err run_host(const dbx_local *d, char *const *argv, const char *what) {
+ * environment (no caller secrets, no git prompts); stderr goes to errmsg.
+ * src (may be NULL) lends its cancellation poll. */
+static dbx_err run_host_src(const dbx_local *d, char *const *argv, const char *what,
+                            const dbx_local_source *src) {
   static char *const envp[] = {"PATH=" SAFE_PATH, "LANG=C.UTF-8", "GIT_TERMINAL_PROMPT=0",
                                "GIT_CONFIG_NOSYSTEM=1", "HOME=/nonexistent", NULL};
   run_spec s = {.argv = argv, .envp = envp, .cwd_fd = -1, .cap = {4096, 4096}};
+  if (src) s.cancelled = src->cancelled, s.cancelled_ud = src->cancelled_ud;
   dbx_local_exec_result r;
   dbx_err rc = run_proc(d, &s, &r);
   if (rc != DBX_OK) return rc;
-  if (r.exit_code != 0)
+  if (r.cancelled)
+    rc = fail(d, DBX_ECANCELED, "%s: cancelled", what);
+  else if (r.exit_code != 0)
     rc = fail(d, DBX_EIO, "%s failed (exit %d): %.600s", what, r.exit_code,
               (const char *)r.stderr_buf);
   dbx_local_exec_result_cleanup(&r);
   return rc;
+}
+
+static dbx_err run_host(const dbx_local *d, char *const *argv, const char *what) {
+  return run_host_src(d, argv, what, NULL);
 }
 
 static dbx_err rmrf(const dbx_local *d, const char *path) {
@@ -623,17 +632,17 @@ dbx_err dbx_local_sandbox_create(dbx_local *d, const char *id, const dbx_local_s
     }
     {
       char *argv[] = {"cp", "-a", "--reflink=auto", "--", from, tmp, NULL};
-      rc = run_host(d, argv, "copying the source");
+      rc = run_host_src(d, argv, "copying the source", src);
     }
     break;
   case DBX_LOCAL_SOURCE_GIT: {
     /* workspace.tmp is fresh (the sandbox dir was cleared above). */
     char *argv[] = {"git", "clone", "-q", "--", (char *)src->location, tmp, NULL};
-    rc = run_host(d, argv, "git clone");
+    rc = run_host_src(d, argv, "git clone", src);
     if (rc == DBX_OK && src->ref && *src->ref) {
       char *co[] = {"git", "-C", tmp, "-c", "advice.detachedHead=false", "checkout", "-q",
                     (char *)src->ref, "--", NULL};
-      rc = run_host(d, co, "git checkout");
+      rc = run_host_src(d, co, "git checkout", src);
     }
     break;
   }

@@ -61,6 +61,12 @@ typedef struct {
   dbx_local_source_kind kind;
   const char *location; /* borrowed; unused for EMPTY */
   const char *ref;      /* GIT only: branch, tag or commit to check out; NULL: default */
+  /* Optional (NULL: none): polled about every 50 ms while a copy or clone
+   * runs, from the calling thread; nonzero kills that tool's process group
+   * and create answers DBX_ECANCELED (the partial sandbox is cleared by the
+   * next create of the id). sandbox.create heartbeats from here. */
+  int (*cancelled)(void *ud);
+  void *cancelled_ud;
 } dbx_local_source;
 
 /* Create sandbox id from src (running). Idempotent: if id exists with the
@@ -68,7 +74,8 @@ typedef struct {
  * sandbox left by an interrupted create is cleared and made again.
  * adopted may be NULL. Returns DBX_OK, DBX_EINVAL (bad id or source),
  * DBX_EEXIST (id exists with another source), DBX_ENOTFOUND (source dir or
- * snapshot missing), DBX_EIO (copy or clone failed; message has git's words). */
+ * snapshot missing), DBX_EIO (copy or clone failed; message has git's words),
+ * DBX_ECANCELED (src->cancelled said so). */
 dbx_err dbx_local_sandbox_create(dbx_local *d, const char *id, const dbx_local_source *src,
                                  int *adopted);
 /* Remove the sandbox and its workspace. A missing sandbox counts as done.

@@ -78,6 +78,10 @@ static dbx_err fail_driver(dbx_act_result *res, dbx_err rc, const char *what) {
               dbx_strerror(rc));
 }
 
+/* dbx_local_source.cancelled for sandbox.create: a heartbeat (the worker
+ * throttles what it sends) that reports cancellation. */
+static int create_heartbeat(void *a) { return dbx_act_heartbeat(a, NULL); }
+
 /* ---------------------------------------------------------------- input */
 
 /* Parse input as a JSON object; on failure records InvalidInput and returns NULL. */
@@ -406,7 +410,7 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
     rc = fail(res, 1, "InvalidInput", "field 'resource' is empty");
     goto out;
   }
-  dbx_local_source src = {DBX_LOCAL_SOURCE_EMPTY, NULL, NULL};
+  dbx_local_source src = {.kind = DBX_LOCAL_SOURCE_EMPTY};
   const cJSON *s = cJSON_GetObjectItemCaseSensitive(in, "source");
   if (s != NULL && !cJSON_IsNull(s)) {
     if (!cJSON_IsObject(s)) {
@@ -461,9 +465,17 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
   char id[21];
   snprintf(id, sizeof id, "dbx-%016llx", (unsigned long long)h);
   int adopted = 0;
+  /* a copy or clone may take minutes: heartbeat while it runs, so a dead
+   * worker is noticed after the heartbeat timeout, and stop on cancellation */
+  src.cancelled = create_heartbeat;
+  src.cancelled_ud = a;
   DBX_FAILPOINT("activity.sandbox_create.before");
   dbx_err drc = dbx_local_sandbox_create(g_local, id, &src, &adopted);
   DBX_FAILPOINT("activity.sandbox_create.after");
+  if (drc == DBX_ECANCELED) {
+    rc = DBX_ECANCELED;
+    goto out;
+  }
   if (drc == DBX_EEXIST) {
     rc = fail(res, 1, "SandboxConflict", "%s", dbx_local_errmsg(g_local));
     goto out;

@@ -633,9 +633,10 @@ static void test_worker_script_with_fake_sandbox(void **st) {
 static int64_t ms_of(const Duration *d) { return d ? d->seconds * 1000 + d->nanos / 1000000 : -1; }
 
 /* The ActivityTaskScheduled event of activity id `aid` asked for this retry
- * policy and schedule-to-close timeout (ms; -1 = absent). */
+ * policy, schedule-to-close and heartbeat timeout (ms; -1 = absent). */
 static void assert_scheduled_policy(const char *wid, const char *rid, const char *aid, int32_t max,
-                                    int64_t initial_ms, int64_t max_interval_ms, int64_t s2c_ms) {
+                                    int64_t initial_ms, int64_t max_interval_ms, int64_t s2c_ms,
+                                    int64_t hb_ms) {
   dbx_client_history h = {0};
   assert_int_equal(dbx_client_get_history(g_c, wid, rid, NULL, &h, NULL), DBX_OK);
   const ActivityTaskScheduledEventAttributes *a = NULL;
@@ -649,6 +650,7 @@ static void assert_scheduled_policy(const char *wid, const char *rid, const char
   assert_int_equal(ms_of(a->retry_policy->initial_interval), initial_ms);
   assert_int_equal(ms_of(a->retry_policy->maximum_interval), max_interval_ms);
   assert_int_equal(ms_of(a->schedule_to_close_timeout), s2c_ms);
+  assert_int_equal(ms_of(a->heartbeat_timeout), hb_ms);
   dbx_client_history_cleanup(&h);
 }
 
@@ -664,7 +666,7 @@ static void test_worker_script_retry_policy(void **st) {
    * by field and ends the run when its 2 attempts are used up. */
   const char *input =
       "{\"retry\":{\"maximum_attempts\":0,\"initial_interval_s\":0.05,\"maximum_interval_s\":0.1},"
-      "\"schedule_to_close_s\":60,\"steps\":["
+      "\"schedule_to_close_s\":60,\"sandbox\":{\"heartbeat_timeout_s\":5},\"steps\":["
       "{\"name\":\"eight\",\"kind\":\"exec\",\"command\":\"flaky-until-8\"},"
       "{\"name\":\"two\",\"kind\":\"exec\",\"command\":\"flaky-until-3\","
       "\"retry\":{\"maximum_attempts\":2},\"schedule_to_close_s\":30}]}";
@@ -678,11 +680,11 @@ static void test_worker_script_retry_policy(void **st) {
   cJSON_Delete(j);
   free(res);
   /* what the service was asked for, as a Temporal server would see it:
-   * 1 create, 2 eight, 3 two, 4 delete */
-  assert_scheduled_policy("w-script-retry", rid, "1", 0, 50, 100, 60000);
-  assert_scheduled_policy("w-script-retry", rid, "2", 0, 50, 100, 60000);
-  assert_scheduled_policy("w-script-retry", rid, "3", 2, 50, 100, 30000);
-  assert_scheduled_policy("w-script-retry", rid, "4", 0, 50, 100, 60000);
+   * 1 create (heartbeats while it copies or clones), 2 eight, 3 two, 4 delete */
+  assert_scheduled_policy("w-script-retry", rid, "1", 0, 50, 100, 60000, 5000);
+  assert_scheduled_policy("w-script-retry", rid, "2", 0, 50, 100, 60000, 30000);
+  assert_scheduled_policy("w-script-retry", rid, "3", 2, 50, 100, 30000, 30000);
+  assert_scheduled_policy("w-script-retry", rid, "4", 0, 50, 100, 60000, 0);
   free(rid);
 
   /* without a policy: 5 attempts, 1 s initial interval (the service fills in
@@ -690,7 +692,8 @@ static void test_worker_script_retry_policy(void **st) {
   rid = start("w-script-retry-def", "durabox.Script",
               "{\"steps\":[{\"name\":\"a\",\"kind\":\"exec\",\"command\":\"make\"}]}");
   free(wait_close("w-script-retry-def", rid));
-  assert_scheduled_policy("w-script-retry-def", rid, "2", 5, 1000, 100000, 0);
+  assert_scheduled_policy("w-script-retry-def", rid, "1", 5, 1000, 100000, 0, 30000);
+  assert_scheduled_policy("w-script-retry-def", rid, "2", 5, 1000, 100000, 0, 30000);
   free(rid);
 
   static const struct {
@@ -709,6 +712,10 @@ static void test_worker_script_retry_policy(void **st) {
        "FAILED:InvalidInput:input: retry.maximum_interval_s is below retry.initial_interval_s"},
       {"{\"schedule_to_close_s\":0,\"steps\":[]}",
        "FAILED:InvalidInput:input: schedule_to_close_s must be a positive number"},
+      {"{\"sandbox\":{\"heartbeat_timeout_s\":0.5},\"steps\":[]}",
+       "FAILED:InvalidInput:sandbox.heartbeat_timeout_s must be a number of seconds >= 1"},
+      {"{\"steps\":[{\"name\":\"x\",\"kind\":\"exec\",\"command\":\"c\",\"heartbeat_timeout_s\":\"9\"}]}",
+       "FAILED:InvalidInput:step 'x': heartbeat_timeout_s must be a number of seconds >= 1"},
       {"{\"steps\":[{\"name\":\"x\",\"kind\":\"exec\",\"command\":\"c\",\"retry\":7}]}",
        "FAILED:InvalidInput:step 'x': \"retry\" must be an object"},
       {"{\"steps\":[{\"name\":\"x\",\"kind\":\"exec\",\"command\":\"c\","

@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -209,6 +212,52 @@ static void test_sandbox_acts_create_adopts_derived_id(void **state) {
   cJSON_Delete(o2);
   cJSON_Delete(o3);
   cJSON_Delete(o4);
+}
+
+/* A clone that never gets an answer (a listening socket nobody serves):
+ * sandbox.create heartbeats while it waits, stops at the cancellation the
+ * third heartbeat reports, leaves no git process behind, and the next
+ * create of the same id starts clean. */
+static void test_sandbox_acts_create_heartbeats_and_stops_on_cancel(void **state) {
+  (void)state;
+  int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(ls >= 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(bind(ls, (struct sockaddr *)&sa, sizeof sa), 0);
+  assert_int_equal(listen(ls, 4), 0);
+  socklen_t sl = sizeof sa;
+  assert_int_equal(getsockname(ls, (struct sockaddr *)&sa, &sl), 0);
+  int port = ntohs(sa.sin_port);
+
+  struct dbx_act a = act_for("wf-hang");
+  a.cancel_at_heartbeat = 3;
+  char *in = dbx_asprintf("{\"resource\":\"workspace\",\"source\":{\"kind\":\"git\","
+                          "\"url\":\"http://127.0.0.1:%d/hang.git\"}}", port);
+  dbx_act_result r;
+  assert_int_equal(run(&dbx_sandbox_create_type, &a, in, &r, NULL), DBX_ECANCELED);
+  assert_int_equal(a.heartbeats, 3);
+  assert_null(r.result_json);
+  res_cleanup(&r);
+  dbx_fake_act_cleanup(&a);
+  free(in);
+  /* "han[g]" so the pattern does not match the shell running pgrep */
+  char *pg = dbx_asprintf("pgrep -f '127.0.0.1:%d/han[g].git' >/dev/null", port);
+  int st = system(pg);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 1); /* 1: no process matched */
+  free(pg);
+  close(ls);
+
+  struct dbx_act b = act_for("wf-hang");
+  cJSON *o = ok(&dbx_sandbox_create_type, &b,
+                "{\"resource\":\"workspace\",\"source\":{\"kind\":\"empty\"}}");
+  assert_false(boolean(o, "adopted"));
+  char *tmp = dbx_asprintf("%s/sandboxes/%s/workspace.tmp", g_home, str(o, "sandbox_id"));
+  assert_int_equal(access(tmp, F_OK), -1);
+  assert_int_equal(access(str(o, "path"), F_OK), 0);
+  free(tmp);
+  cJSON_Delete(o);
+  dbx_fake_act_cleanup(&b);
 }
 
 static void test_sandbox_acts_exec_env_and_secret_redacted(void **state) {
@@ -681,6 +730,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sandbox_acts_register_all),
       cmocka_unit_test(test_sandbox_acts_create_adopts_derived_id),
+      cmocka_unit_test(test_sandbox_acts_create_heartbeats_and_stops_on_cancel),
       cmocka_unit_test(test_sandbox_acts_exec_env_and_secret_redacted),
       cmocka_unit_test(test_sandbox_acts_exec_binary_output_base64),
       cmocka_unit_test(test_sandbox_acts_exec_timeout),

@@ -91,6 +91,12 @@ static int validate(const cJSON *in, char *err, size_t n) {
       return snprintf(err, n, "sandbox.source of kind %s needs \"%s\"%s", k, need[found],
                       found == 2 ? " or \"path\"" : ""), -1;
   }
+  static const char *const secs[] = {"timeout_s", "heartbeat_timeout_s"};
+  for (size_t k = 0; sb && k < 2; k++) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(sb, secs[k]);
+    if (v && (!cJSON_IsNumber(v) || v->valuedouble < 1))
+      return snprintf(err, n, "sandbox.%s must be a number of seconds >= 1", secs[k]), -1;
+  }
   const cJSON *steps = cJSON_GetObjectItemCaseSensitive(in, "steps");
   if (!cJSON_IsArray(steps)) return snprintf(err, n, "\"steps\" must be an array"), -1;
   int i = 0;
@@ -124,6 +130,10 @@ static int validate(const cJSON *in, char *err, size_t n) {
     const cJSON *to = cJSON_GetObjectItemCaseSensitive(s, "timeout_s");
     if (to && (!cJSON_IsNumber(to) || to->valuedouble <= 0))
       return snprintf(err, n, "step '%s': timeout_s must be a positive number", name), -1;
+    const cJSON *hbt = cJSON_GetObjectItemCaseSensitive(s, "heartbeat_timeout_s");
+    if (hbt && (!cJSON_IsNumber(hbt) || hbt->valuedouble < 1))
+      return snprintf(err, n, "step '%s': heartbeat_timeout_s must be a number of seconds >= 1",
+                      name), -1;
     char where[160];
     snprintf(where, sizeof where, "step '%s'", name);
     if (validate_retry(s, where, err, n) != 0) return -1;
@@ -292,11 +302,14 @@ static void *script_create(dbx_wf *wf, const char *input_json, size_t len) {
   if (env) cJSON_AddItemToObject(ci, "env", cJSON_Duplicate(env, 1));
   char *txt = cJSON_PrintUnformatted(ci);
   cJSON_Delete(ci);
-  /* a clone may take long: 600 s unless the input says (a dead worker is only
-   * noticed when this passes, create does not heartbeat) */
+  /* a clone may take long: 600 s unless the input says; it heartbeats while
+   * it copies or clones, so a dead worker is noticed after
+   * sandbox.heartbeat_timeout_s (default 30) */
   const cJSON *cto = sb ? cJSON_GetObjectItemCaseSensitive(sb, "timeout_s") : NULL;
   int64_t create_s = cJSON_IsNumber(cto) && cto->valuedouble >= 1 ? (int64_t)cto->valuedouble : 600;
-  dbx_activity_opts o = {.start_to_close_ms = create_s * 1000};
+  const cJSON *chb = sb ? cJSON_GetObjectItemCaseSensitive(sb, "heartbeat_timeout_s") : NULL;
+  double chb_s = cJSON_IsNumber(chb) && chb->valuedouble >= 1 ? chb->valuedouble : 30;
+  dbx_activity_opts o = {.start_to_close_ms = create_s * 1000, .heartbeat_ms = (int64_t)(chb_s * 1000)};
   safe_retry(s, NULL, &o);
   s->phase = CREATING;
   dbx_wf_schedule_activity(wf, "sandbox.create", txt ? txt : "{}", &o);
