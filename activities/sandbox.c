@@ -337,8 +337,10 @@ static void wipe_free(char *s) {
 
 /* Replace every occurrence of each secret value in *buf (len *n) by
  * "[redacted:NAME]". truncated: the stream was cut at the cap, so a tail
- * that is the start of a value is redacted too. Returns 0 or -1 (OOM). */
+ * that is the start of a value is redacted too. Returns the number of
+ * replacements, or -1 (OOM). */
 static int redact(uint8_t **buf, size_t *n, const secret_env *s, size_t ns, int truncated) {
+  int hits = 0;
   for (size_t k = 0; k < ns; k++) {
     size_t vl = strlen(s[k].value);
     if (vl == 0) continue;
@@ -368,6 +370,7 @@ static int redact(uint8_t **buf, size_t *n, const secret_env *s, size_t ns, int 
         memcpy(out + o, mark, (size_t)ml);
         o += (size_t)ml;
         i += rest < vl ? rest : vl;
+        hits++;
         continue;
       }
       if (o + 2 > cap) {
@@ -387,7 +390,7 @@ static int redact(uint8_t **buf, size_t *n, const secret_env *s, size_t ns, int 
     *buf = out;
     *n = o;
   }
-  return 0;
+  return hits;
 }
 
 /* ------------------------------------------------------------ create */
@@ -713,11 +716,17 @@ static dbx_err run_exec(dbx_act *a, const char *json, size_t len, dbx_act_result
     rc = fail_driver(res, drc, "sandbox.exec");
     goto out;
   }
-  if (redact(&er.stdout_buf, &er.stdout_len, sec, nsec, er.stdout_truncated) != 0 ||
-      redact(&er.stderr_buf, &er.stderr_len, sec, nsec, er.stderr_truncated) != 0) {
+  int out_hits = redact(&er.stdout_buf, &er.stdout_len, sec, nsec, er.stdout_truncated);
+  int err_hits = out_hits < 0 ? -1 : redact(&er.stderr_buf, &er.stderr_len, sec, nsec,
+                                            er.stderr_truncated);
+  if (err_hits < 0) {
     rc = DBX_ENOMEM;
     goto out;
   }
+  /* A stream with a redacted value counts the redacted text it kept: the
+   * raw count would tell the value's length (or, past the cap, its rest). */
+  if (out_hits > 0) er.stdout_total = er.stdout_len;
+  if (err_hits > 0) er.stderr_total = er.stderr_len;
   cJSON *o = cJSON_CreateObject();
   if (o == NULL || !cJSON_AddNumberToObject(o, "exit_code", er.exit_code) ||
       !cJSON_AddNumberToObject(o, "signal", er.signal) ||

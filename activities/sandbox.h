@@ -18,7 +18,10 @@
  *                           "stdout_bytes", "stderr_bytes", "duration_ms"}
  *                       A non-zero exit is a result. Output that is not valid
  *                       UTF-8 (or holds NUL) is sent as base64, never decoded
- *                       lossily. *_bytes count all bytes the command wrote.
+ *                       lossily. *_bytes count all bytes the command wrote;
+ *                       in a stream where a secret was redacted, the bytes
+ *                       of the redacted text kept instead (so no value's
+ *                       length shows).
  *   sandbox.write_file  {"sandbox_id", "path", "content" | "content_b64"} -> {"bytes"}
  *   sandbox.read_file   {"sandbox_id", "path"} -> {"content" | "content_b64", "bytes"}
  *   sandbox.checkpoint  {"sandbox_id", "name"?} -> {"ref"}; the default name is
