@@ -711,11 +711,22 @@ static void test_worker_script_retry_policy(void **st) {
       {"{\"retry\":{\"initial_interval_s\":5,\"maximum_interval_s\":1},\"steps\":[]}",
        "FAILED:InvalidInput:input: retry.maximum_interval_s is below retry.initial_interval_s"},
       {"{\"schedule_to_close_s\":0,\"steps\":[]}",
-       "FAILED:InvalidInput:input: schedule_to_close_s must be a positive number"},
+       "FAILED:InvalidInput:input: schedule_to_close_s must be a positive number of seconds "
+       "(at most 10 years)"},
+      {"{\"retry\":{\"maximum_attempts\":1e12},\"steps\":[]}",
+       "FAILED:InvalidInput:input: retry.maximum_attempts must be a whole number >= 0 (0 = unlimited)"},
+      {"{\"retry\":{\"maximum_interval_s\":1e300},\"steps\":[]}",
+       "FAILED:InvalidInput:input: retry.maximum_interval_s must be a positive number of seconds "
+       "(at most 10 years)"},
+      {"{\"steps\":[{\"name\":\"z\",\"kind\":\"sleep\",\"seconds\":1e300}]}",
+       "FAILED:InvalidInput:step 'z' (sleep): seconds must be >= 0 (at most 10 years)"},
+      {"{\"steps\":[{\"name\":\"x\",\"kind\":\"exec\",\"command\":\"c\",\"timeout_s\":1e300}]}",
+       "FAILED:InvalidInput:step 'x': timeout_s must be a positive number of seconds (at most 10 years)"},
       {"{\"sandbox\":{\"heartbeat_timeout_s\":0.5},\"steps\":[]}",
-       "FAILED:InvalidInput:sandbox.heartbeat_timeout_s must be a number of seconds >= 1"},
+       "FAILED:InvalidInput:sandbox.heartbeat_timeout_s must be a number of seconds >= 1 (at most 10 years)"},
       {"{\"steps\":[{\"name\":\"x\",\"kind\":\"exec\",\"command\":\"c\",\"heartbeat_timeout_s\":\"9\"}]}",
-       "FAILED:InvalidInput:step 'x': heartbeat_timeout_s must be a number of seconds >= 1"},
+       "FAILED:InvalidInput:step 'x': heartbeat_timeout_s must be a number of seconds >= 1 "
+       "(at most 10 years)"},
       {"{\"steps\":[{\"name\":\"x\",\"kind\":\"exec\",\"command\":\"c\",\"retry\":7}]}",
        "FAILED:InvalidInput:step 'x': \"retry\" must be an object"},
       {"{\"steps\":[{\"name\":\"x\",\"kind\":\"exec\",\"command\":\"c\","

@@ -8,6 +8,7 @@
  * before anything is scheduled. */
 #include "workflows/script.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,13 +34,23 @@ static const char *str_of(const cJSON *o, const char *k) {
   return cJSON_IsString(x) ? x->valuestring : NULL;
 }
 
+/* Durations in seconds are at most 10 years, so every conversion to
+ * milliseconds fits an int64. secs_ok: a number in [lo, MAX_SECONDS], or in
+ * (lo, MAX_SECONDS] when open. */
+#define MAX_SECONDS 315360000.0
+static int secs_ok(const cJSON *v, double lo, int open) {
+  return cJSON_IsNumber(v) && (open ? v->valuedouble > lo : v->valuedouble >= lo) &&
+         v->valuedouble <= MAX_SECONDS;
+}
+
 /* A "retry" object (Temporal: RetryPolicy, in seconds) and its sibling
  * "schedule_to_close_s", as the input's default or on one step. `where` names
  * the place for the error ("input", "step 'build'"). */
 static int validate_retry(const cJSON *holder, const char *where, char *err, size_t n) {
   const cJSON *s2c = cJSON_GetObjectItemCaseSensitive(holder, "schedule_to_close_s");
-  if (s2c && (!cJSON_IsNumber(s2c) || s2c->valuedouble <= 0))
-    return snprintf(err, n, "%s: schedule_to_close_s must be a positive number", where), -1;
+  if (s2c && !secs_ok(s2c, 0, 1))
+    return snprintf(err, n, "%s: schedule_to_close_s must be a positive number of seconds "
+                            "(at most 10 years)", where), -1;
   const cJSON *r = cJSON_GetObjectItemCaseSensitive(holder, "retry");
   if (!r) return 0;
   if (!cJSON_IsObject(r)) return snprintf(err, n, "%s: \"retry\" must be an object", where), -1;
@@ -48,12 +59,15 @@ static int validate_retry(const cJSON *holder, const char *where, char *err, siz
     const char *k = f->string;
     double v = f->valuedouble;
     if (strcmp(k, "maximum_attempts") == 0) {
-      if (!cJSON_IsNumber(f) || v < 0 || v != (double)(int32_t)v)
-        return snprintf(err, n, "%s: retry.maximum_attempts must be a whole number >= 0 (0 = unlimited)",
+      if (!cJSON_IsNumber(f) || v < 0 || v > INT32_MAX || v != (double)(int32_t)v)
+        return snprintf(err, n,
+                        "%s: retry.maximum_attempts must be a whole number >= 0 (0 = unlimited)",
                         where), -1;
     } else if (strcmp(k, "initial_interval_s") == 0 || strcmp(k, "maximum_interval_s") == 0) {
-      if (!cJSON_IsNumber(f) || v <= 0)
-        return snprintf(err, n, "%s: retry.%s must be a positive number", where, k), -1;
+      if (!secs_ok(f, 0, 1))
+        return snprintf(err, n,
+                        "%s: retry.%s must be a positive number of seconds (at most 10 years)",
+                        where, k), -1;
     } else if (strcmp(k, "backoff_coefficient") == 0) {
       if (!cJSON_IsNumber(f) || v < 1)
         return snprintf(err, n, "%s: retry.backoff_coefficient must be a number >= 1", where), -1;
@@ -94,8 +108,9 @@ static int validate(const cJSON *in, char *err, size_t n) {
   static const char *const secs[] = {"timeout_s", "heartbeat_timeout_s"};
   for (size_t k = 0; sb && k < 2; k++) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(sb, secs[k]);
-    if (v && (!cJSON_IsNumber(v) || v->valuedouble < 1))
-      return snprintf(err, n, "sandbox.%s must be a number of seconds >= 1", secs[k]), -1;
+    if (v && !secs_ok(v, 1, 0))
+      return snprintf(err, n, "sandbox.%s must be a number of seconds >= 1 (at most 10 years)",
+                      secs[k]), -1;
   }
   const cJSON *steps = cJSON_GetObjectItemCaseSensitive(in, "steps");
   if (!cJSON_IsArray(steps)) return snprintf(err, n, "\"steps\" must be an array"), -1;
@@ -116,7 +131,10 @@ static int validate(const cJSON *in, char *err, size_t n) {
       if (!str_of(s, "path")) missing = "path";
     } else if (strcmp(kind, "sleep") == 0) {
       const cJSON *sec = cJSON_GetObjectItemCaseSensitive(s, "seconds");
-      if (!cJSON_IsNumber(sec) || sec->valuedouble < 0) missing = "seconds";
+      if (!cJSON_IsNumber(sec)) missing = "seconds";
+      else if (!secs_ok(sec, 0, 0))
+        return snprintf(err, n, "step '%s' (sleep): seconds must be >= 0 (at most 10 years)", name),
+               -1;
     } else if (strcmp(kind, "git_commit") == 0) {
       if (!str_of(s, "message")) missing = "message";
     } else if (strcmp(kind, "checkpoint") != 0) {
@@ -128,12 +146,13 @@ static int validate(const cJSON *in, char *err, size_t n) {
         (!rc || (strcmp(rc, "safe_to_retry") != 0 && strcmp(rc, "at_most_once") != 0)))
       return snprintf(err, n, "step '%s': retry_class must be safe_to_retry or at_most_once", name), -1;
     const cJSON *to = cJSON_GetObjectItemCaseSensitive(s, "timeout_s");
-    if (to && (!cJSON_IsNumber(to) || to->valuedouble <= 0))
-      return snprintf(err, n, "step '%s': timeout_s must be a positive number", name), -1;
+    if (to && !secs_ok(to, 0, 1))
+      return snprintf(err, n, "step '%s': timeout_s must be a positive number of seconds "
+                              "(at most 10 years)", name), -1;
     const cJSON *hbt = cJSON_GetObjectItemCaseSensitive(s, "heartbeat_timeout_s");
-    if (hbt && (!cJSON_IsNumber(hbt) || hbt->valuedouble < 1))
-      return snprintf(err, n, "step '%s': heartbeat_timeout_s must be a number of seconds >= 1",
-                      name), -1;
+    if (hbt && !secs_ok(hbt, 1, 0))
+      return snprintf(err, n, "step '%s': heartbeat_timeout_s must be a number of seconds >= 1 "
+                              "(at most 10 years)", name), -1;
     char where[160];
     snprintf(where, sizeof where, "step '%s'", name);
     if (validate_retry(s, where, err, n) != 0) return -1;
@@ -309,7 +328,8 @@ static void *script_create(dbx_wf *wf, const char *input_json, size_t len) {
   int64_t create_s = cJSON_IsNumber(cto) && cto->valuedouble >= 1 ? (int64_t)cto->valuedouble : 600;
   const cJSON *chb = sb ? cJSON_GetObjectItemCaseSensitive(sb, "heartbeat_timeout_s") : NULL;
   double chb_s = cJSON_IsNumber(chb) && chb->valuedouble >= 1 ? chb->valuedouble : 30;
-  dbx_activity_opts o = {.start_to_close_ms = create_s * 1000, .heartbeat_ms = (int64_t)(chb_s * 1000)};
+  dbx_activity_opts o = {.start_to_close_ms = create_s * 1000,
+                         .heartbeat_ms = (int64_t)(chb_s * 1000)};
   safe_retry(s, NULL, &o);
   s->phase = CREATING;
   dbx_wf_schedule_activity(wf, "sandbox.create", txt ? txt : "{}", &o);
