@@ -629,6 +629,13 @@ static void test_worker_script_with_fake_sandbox(void **st) {
   free(rid);
 }
 
+/* The last event of this type in h, or NULL. */
+static const HistoryEvent *last_event(const dbx_client_history *h, int type) {
+  for (size_t k = h->n; k > 0; k--)
+    if ((int)h->events[k - 1]->event_type == type) return h->events[k - 1];
+  return NULL;
+}
+
 /* A duration in ms, -1 when absent. */
 static int64_t ms_of(const Duration *d) { return d ? d->seconds * 1000 + d->nanos / 1000000 : -1; }
 
@@ -829,12 +836,9 @@ static void test_worker_non_retryable_failures(void **st) {
     /* the service's verdict, as Temporal's: the retry state of the close */
     dbx_client_history h = {0};
     assert_int_equal(dbx_client_get_history(g_c, wid, rid, NULL, &h, NULL), DBX_OK);
-    const ActivityTaskFailedEventAttributes *fa = NULL;
-    for (size_t k = 0; k < h.n; k++)
-      if (h.events[k]->event_type == ET(ACTIVITY_TASK_FAILED))
-        fa = h.events[k]->activity_task_failed_event_attributes;
-    assert_non_null(fa);
-    assert_int_equal(fa->retry_state, cases[i].attempts == 1 ? RS(NON_RETRYABLE_FAILURE)
+    const HistoryEvent *fe = last_event(&h, ET(ACTIVITY_TASK_FAILED));
+    assert_non_null(fe);
+    assert_int_equal(fe->activity_task_failed_event_attributes->retry_state, cases[i].attempts == 1 ? RS(NON_RETRYABLE_FAILURE)
                                                              : RS(MAXIMUM_ATTEMPTS_REACHED));
     dbx_client_history_cleanup(&h);
     cJSON_Delete(j);
@@ -858,11 +862,9 @@ static void test_worker_heartbeats_do_not_extend_start_to_close(void **st) {
   free(res);
   dbx_client_history h = {0};
   assert_int_equal(dbx_client_get_history(g_c, "w-busy", rid, NULL, &h, NULL), DBX_OK);
-  const ActivityTaskTimedOutEventAttributes *ta = NULL;
-  for (size_t k = 0; k < h.n; k++)
-    if (h.events[k]->event_type == ET(ACTIVITY_TASK_TIMED_OUT))
-      ta = h.events[k]->activity_task_timed_out_event_attributes;
-  assert_non_null(ta);
+  const HistoryEvent *te = last_event(&h, ET(ACTIVITY_TASK_TIMED_OUT));
+  assert_non_null(te);
+  const ActivityTaskTimedOutEventAttributes *ta = te->activity_task_timed_out_event_attributes;
   assert_non_null(ta->failure);
   assert_int_equal(ta->failure->failure_info_case, FI(TIMEOUT_FAILURE_INFO));
   assert_int_equal(ta->failure->timeout_failure_info->timeout_type, TT(START_TO_CLOSE));
