@@ -13,6 +13,7 @@
  * Threading: on_call/on_cancel run on the rpc thread and touch only the
  * incoming queue under svc->mu; everything else is engine-thread only. */
 #define _XOPEN_SOURCE 700 /* nftw */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -23,6 +24,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "service/engine.h"
@@ -703,9 +705,40 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
   return 0;
 }
 
-/* Remove the temporary store directory (only ever one this process made). */
+/* Remove a temporary store directory: this service's own, or an orphan that
+ * sweep_orphan_stores found unlocked. */
 static void rmrf(const char *path) {
   if (path) nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* A temporary store whose service was killed (Temporal's SDK test
+ * environments end the dev server with SIGKILL) is never removed by its
+ * owner. A service that makes a temporary store first removes those in the
+ * same directory that belong to this user, whose service.lock nobody holds,
+ * and that have not changed for ORPHAN_AGE_S (one being set up right now is
+ * younger; a live one holds its lock). Best effort: errors are skipped. */
+#define ORPHAN_AGE_S 60
+static void sweep_orphan_stores(const char *tmpdir) {
+  DIR *d = opendir(tmpdir);
+  if (d == NULL) return;
+  time_t now = time(NULL);
+  for (const struct dirent *e = readdir(d); e != NULL; e = readdir(d)) {
+    if (strncmp(e->d_name, "durabox-dev.", 12) != 0) continue;
+    char *p = dbx_asprintf("%s/%s", tmpdir, e->d_name);
+    char *lk = p ? dbx_asprintf("%s/service.lock", p) : NULL;
+    struct stat st;
+    int old = lk && lstat(p, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
+              now - st.st_mtime >= ORPHAN_AGE_S;
+    int fd = old ? open(lk, O_RDWR | O_CLOEXEC | O_NOFOLLOW) : -1;
+    if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      rmrf(p);
+      DBX_INFO("service", "removed the temporary store %s left by a service that was killed", p);
+    }
+    if (fd >= 0) close(fd);
+    free(lk);
+    free(p);
+  }
+  closedir(d);
 }
 
 dbx_err dbx_service_start(const dbx_service_opts *o, dbx_service **out, char **errmsg) {
@@ -730,7 +763,9 @@ dbx_err dbx_service_start(const dbx_service_opts *o, dbx_service **out, char **e
     s->db_path = dbx_strdup(o->db_path);
   } else {
     const char *tmp = getenv("TMPDIR");
-    s->db_path = dbx_asprintf("%s/durabox-dev.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (tmp == NULL || *tmp == '\0') tmp = "/tmp";
+    sweep_orphan_stores(tmp);
+    s->db_path = dbx_asprintf("%s/durabox-dev.XXXXXX", tmp);
     if (s->db_path && mkdtemp(s->db_path) == NULL) {
       msg = dbx_asprintf("cannot create a temporary store directory: %s", strerror(errno));
       rc = DBX_ESTORE;

@@ -14,15 +14,22 @@
  * - calls that wait (a poll, a history long poll) run in one batch with the
  *   call that answers them, after it in the batch: they park only after the
  *   commit and must still be woken (a missed wake-up answers them empty at
- *   their deadline instead). */
+ *   their deadline instead);
+ * - temporary stores left by killed services are removed by the next one. */
 #include "tests/svc_client.h"
 
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <pthread.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/time.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "base/util.h"
 #include "service/service.h"
 
 typedef struct {
@@ -491,6 +498,80 @@ static void test_svc_one_service_per_store_and_port(void **state) {
   free(dir);
 }
 
+/* A directory under dir named like a temporary store, with a service.lock
+ * (when lock != 0) and its mtime age_s seconds ago. Returns its path. */
+static char *fake_store(const char *dir, const char *name, int lock, int age_s) {
+  char *p = dbx_asprintf("%s/%s", dir, name);
+  assert_int_equal(mkdir(p, 0700), 0);
+  if (lock) {
+    char *lk = dbx_asprintf("%s/service.lock", p);
+    int fd = open(lk, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+    free(lk);
+  }
+  struct timeval tv[2] = {{time(NULL) - age_s, 0}, {time(NULL) - age_s, 0}};
+  assert_int_equal(utimes(p, tv), 0);
+  return p;
+}
+
+static void test_svc_temporary_store_sweeps_orphans(void **state) {
+  (void)state;
+  /* Stores of killed services are removed by the next service that makes a
+   * temporary store; live, young and unknown ones are kept. */
+  char *dir = dbx_test_tmpdir("it-svc-sweep");
+  char *orphan = fake_store(dir, "durabox-dev.orphan", 1, 3600);
+  char *live = fake_store(dir, "durabox-dev.live", 1, 3600);
+  char *young = fake_store(dir, "durabox-dev.young", 1, 0);
+  char *nolock = fake_store(dir, "durabox-dev.nolock", 0, 3600);
+  char *other = fake_store(dir, "someone-else", 1, 3600);
+  char *lk = dbx_asprintf("%s/service.lock", live);
+  int held = open(lk, O_RDWR | O_CLOEXEC);
+  assert_true(held >= 0);
+  assert_int_equal(flock(held, LOCK_EX | LOCK_NB), 0); /* as a live service holds it */
+  const char *saved = getenv("TMPDIR");
+  char *saved_copy = saved ? dbx_strdup(saved) : NULL;
+  setenv("TMPDIR", dir, 1);
+  dbx_service_opts o;
+  dbx_service_opts_init(&o);
+  o.no_sync = 1;
+  dbx_service *svc = NULL;
+  char *err = NULL;
+  assert_int_equal(dbx_service_start(&o, &svc, &err), DBX_OK);
+  if (saved_copy) setenv("TMPDIR", saved_copy, 1);
+  else unsetenv("TMPDIR");
+  free(saved_copy);
+  assert_int_equal(access(orphan, F_OK), -1);
+  assert_int_equal(access(live, F_OK), 0);
+  assert_int_equal(access(young, F_OK), 0);
+  assert_int_equal(access(nolock, F_OK), 0);
+  assert_int_equal(access(other, F_OK), 0);
+  /* the service's own temporary store is there while it runs, gone after */
+  char *pat = dbx_asprintf("ls -d %s/durabox-dev.* | wc -l", dir);
+  FILE *ls = popen(pat, "r");
+  assert_non_null(ls);
+  int count = -1;
+  assert_int_equal(fscanf(ls, "%d", &count), 1);
+  pclose(ls);
+  assert_int_equal(count, 4); /* live, young, nolock and its own */
+  dbx_service_stop(svc);
+  ls = popen(pat, "r");
+  assert_non_null(ls);
+  assert_int_equal(fscanf(ls, "%d", &count), 1);
+  pclose(ls);
+  assert_int_equal(count, 3);
+  free(pat);
+  close(held);
+  free(lk);
+  free(orphan);
+  free(live);
+  free(young);
+  free(nolock);
+  free(other);
+  dbx_test_rmrf(dir);
+  free(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_svc_history_limits_suggest_then_terminate),
@@ -500,6 +581,7 @@ int main(void) {
       cmocka_unit_test(test_svc_large_history_in_pages),
       cmocka_unit_test(test_svc_terminated_run_has_nothing_pending),
       cmocka_unit_test(test_svc_one_service_per_store_and_port),
+      cmocka_unit_test(test_svc_temporary_store_sweeps_orphans),
       cmocka_unit_test(test_svc_waiters_in_the_answering_batch_are_woken),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
