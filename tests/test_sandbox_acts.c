@@ -231,10 +231,12 @@ static void test_sandbox_acts_create_heartbeats_and_stops_on_cancel(void **state
 
   struct dbx_act a = act_for("wf-hang");
   a.cancel_at_heartbeat = 3;
+  alarm(120); /* without the cancellation the clone would wait forever: fail instead */
   char *in = dbx_asprintf("{\"resource\":\"workspace\",\"source\":{\"kind\":\"git\","
                           "\"url\":\"http://127.0.0.1:%d/hang.git\"}}", port);
   dbx_act_result r;
   assert_int_equal(run(&dbx_sandbox_create_type, &a, in, &r, NULL), DBX_ECANCELED);
+  alarm(0);
   assert_int_equal(a.heartbeats, 3);
   assert_null(r.result_json);
   res_cleanup(&r);
