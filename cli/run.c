@@ -5,7 +5,9 @@
  * process, so it works on a fresh machine with nothing else running; with an
  * address it only starts and follows the workflow there (a worker must poll
  * the task queue). Exit status: 0 when the workflow completed and the script
- * says "completed", 1 otherwise, 130 after SIGINT/SIGTERM: a watcher thread
+ * says "completed", 1 otherwise, 2 when FILE is unreadable or (for a
+ * durabox.Script) not a valid Script input, before anything starts, 130
+ * after SIGINT/SIGTERM: a watcher thread
  * (the signals are blocked everywhere else) fires the cancel token of the
  * follow calls; run then asks the service to cancel the workflow, waits up
  * to 30 s for it to close (durabox.Script deletes its sandbox), and stops
@@ -26,6 +28,7 @@
 #include "cli/conn.h"
 #include "cli/embed.h"
 #include "rpc/rpc.h"
+#include "workflows/script.h"
 
 typedef struct {
   int64_t sched_id;
@@ -346,6 +349,13 @@ int dbx_cli_run(int argc, char **argv) {
     return 2;
   }
   cJSON_Delete(probe);
+  char bad[256];
+  if (strcmp(type, "durabox.Script") == 0 &&
+      dbx_script_validate(input, len, bad, sizeof bad) != 0) {
+    fprintf(stderr, "durabox run: %s: %s\n", file, bad);
+    free(input);
+    return 2;
+  }
   if (dbx_cli_conn_load(&conn) != 0) {
     free(input);
     return 2;

@@ -275,6 +275,21 @@ static void test_cli_run_bad_or_missing_file_exits_2(void **state) {
   if (strstr(err, "No such file or directory") == NULL) fail_msg("no reason in: %s", err);
   free(out);
   free(err);
+  /* valid JSON but not a valid Script: refused before any workflow starts,
+   * with the message the workflow would have failed with */
+  char *bad = input_file("badscript.json",
+                         "{\"steps\":[{\"name\":\"b\",\"kind\":\"exec\",\"command\":\"true\","
+                         "\"retry\":{\"maximum_attempts\":-2}}]}");
+  assert_int_equal(durabox(NULL, &out, &err, "run", bad, NULL), 2);
+  char want[600];
+  snprintf(want, sizeof want,
+           "durabox run: %s: step 'b': retry.maximum_attempts must be a whole number >= 0 "
+           "(0 = unlimited)\n", bad);
+  assert_string_equal(err, want);
+  assert_string_equal(out, ""); /* no "workflow ... started" line: nothing started */
+  free(out);
+  free(err);
+  free(bad);
   /* a directory: fopen succeeds on Linux, the reason must still be given */
   assert_int_equal(durabox(NULL, &out, &err, "run", g_dir, NULL), 2);
   if (strstr(err, g_dir) == NULL || strstr(err, "Is a directory") == NULL)

@@ -288,6 +288,14 @@ static void run_step(script *s, dbx_wf *wf) {
   schedule_delete_or_finish(s, wf);
 }
 
+int dbx_script_validate(const char *input_json, size_t len, char *err, size_t n) {
+  cJSON *in = cJSON_ParseWithLength(input_json, len);
+  if (!in) return snprintf(err, n, "input is not valid JSON"), -1;
+  int rc = validate(in, err, n);
+  cJSON_Delete(in);
+  return rc;
+}
+
 static void *script_create(dbx_wf *wf, const char *input_json, size_t len) {
   char err[256];
   cJSON *in = cJSON_ParseWithLength(input_json, len);

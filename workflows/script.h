@@ -5,13 +5,22 @@
  * "path"|"url"|"ref": ...}, "env": {...}, "keep": false}, "steps": [{"name",
  * "kind": "exec"|"write_file"|"read_file"|"checkpoint"|"sleep"|"git_commit",
  * ...kind fields..., "retry_class": "safe_to_retry"|"at_most_once",
- * "timeout_s": N, "continue_on_failure": false}]}.
+ * "timeout_s": N, "heartbeat_timeout_s": N, "continue_on_failure": false,
+ * "retry": {...}, "schedule_to_close_s": N}], "retry": {...},
+ * "schedule_to_close_s": N}; sandbox also takes "timeout_s" and
+ * "heartbeat_timeout_s". Durations are seconds, at most 10 years.
  * Activities: sandbox.create {"resource": "workspace", "source", "env"};
  * then per step sandbox.<kind> {"sandbox_id", ...step fields} (sleep is a
  * durable timer); then sandbox.delete {"sandbox_id"} unless keep.
- * Options: exec start-to-close = timeout_s (default 600) + 60 s, other steps
- * and delete 60 s, create sandbox.timeout_s (default 600 s); at_most_once -> maximum_attempts 1;
- * safe_to_retry -> maximum_attempts 5, initial interval 1 s.
+ * Options: exec start-to-close = timeout_s (default 600) + 60 s, heartbeat
+ * timeout heartbeat_timeout_s (default 30); other steps and delete 60 s;
+ * create start-to-close sandbox.timeout_s (default 600), heartbeat timeout
+ * sandbox.heartbeat_timeout_s (default 30). at_most_once -> maximum_attempts
+ * 1 (a "retry" there is InvalidInput). safe_to_retry -> Temporal's
+ * RetryPolicy from "retry" {maximum_attempts (0 = unlimited), initial_interval_s,
+ * backoff_coefficient, maximum_interval_s}: the step's fields over the
+ * input's over the default 5 attempts, 1 s, 2.0, 100 x initial; and
+ * schedule_to_close_s likewise (default none).
  * Output: {"sandbox_id", "status": "completed"|"failed", "failed_step",
  * "steps": [{"name", "kind", "ok", "attempts", "duration_ms"?, "exit_code"?,
  * "output_excerpt"?, "detail"? (git_commit sha, checkpoint ref)}]}; status is "failed" when a failed step stopped the
@@ -22,8 +31,16 @@
 #ifndef DBX_WORKFLOWS_SCRIPT_H
 #define DBX_WORKFLOWS_SCRIPT_H
 
+#include <stddef.h>
+
 #include "worker/api.h"
 
 extern const dbx_workflow_type dbx_script_workflow;
+
+/* Check a Script input as the workflow will, without running it (durabox run
+ * uses it to refuse a bad file before starting a workflow). Returns 0, or -1
+ * with a message naming the problem in err (n bytes, NUL-terminated), the
+ * same text the workflow would fail with. Pure; thread-safe. */
+int dbx_script_validate(const char *input_json, size_t len, char *err, size_t n);
 
 #endif
