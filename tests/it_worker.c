@@ -718,12 +718,15 @@ static void test_worker_script_retry_policy(void **st) {
       {"{\"retry\":{\"initial_interval_s\":5,\"maximum_interval_s\":1},\"steps\":[]}",
        "FAILED:InvalidInput:input: retry.maximum_interval_s is below retry.initial_interval_s"},
       {"{\"schedule_to_close_s\":0,\"steps\":[]}",
-       "FAILED:InvalidInput:input: schedule_to_close_s must be a positive number of seconds "
+       "FAILED:InvalidInput:input: schedule_to_close_s must be a number of seconds >= 0.001 "
+       "(at most 10 years)"},
+      {"{\"retry\":{\"initial_interval_s\":0.0004},\"steps\":[]}",
+       "FAILED:InvalidInput:input: retry.initial_interval_s must be a number of seconds >= 0.001 "
        "(at most 10 years)"},
       {"{\"retry\":{\"maximum_attempts\":1e12},\"steps\":[]}",
        "FAILED:InvalidInput:input: retry.maximum_attempts must be a whole number >= 0 (0 = unlimited)"},
       {"{\"retry\":{\"maximum_interval_s\":1e300},\"steps\":[]}",
-       "FAILED:InvalidInput:input: retry.maximum_interval_s must be a positive number of seconds "
+       "FAILED:InvalidInput:input: retry.maximum_interval_s must be a number of seconds >= 0.001 "
        "(at most 10 years)"},
       {"{\"steps\":[{\"name\":\"z\",\"kind\":\"sleep\",\"seconds\":1e300}]}",
        "FAILED:InvalidInput:step 'z' (sleep): seconds must be >= 0 (at most 10 years)"},

@@ -48,8 +48,9 @@ static int secs_ok(const cJSON *v, double lo, int open) {
  * the place for the error ("input", "step 'build'"). */
 static int validate_retry(const cJSON *holder, const char *where, char *err, size_t n) {
   const cJSON *s2c = cJSON_GetObjectItemCaseSensitive(holder, "schedule_to_close_s");
-  if (s2c && !secs_ok(s2c, 0, 1))
-    return snprintf(err, n, "%s: schedule_to_close_s must be a positive number of seconds "
+  /* from 1 ms: what becomes 0 ms would mean "none" */
+  if (s2c && !secs_ok(s2c, 0.001, 0))
+    return snprintf(err, n, "%s: schedule_to_close_s must be a number of seconds >= 0.001 "
                             "(at most 10 years)", where), -1;
   const cJSON *r = cJSON_GetObjectItemCaseSensitive(holder, "retry");
   if (!r) return 0;
@@ -64,9 +65,9 @@ static int validate_retry(const cJSON *holder, const char *where, char *err, siz
                         "%s: retry.maximum_attempts must be a whole number >= 0 (0 = unlimited)",
                         where), -1;
     } else if (strcmp(k, "initial_interval_s") == 0 || strcmp(k, "maximum_interval_s") == 0) {
-      if (!secs_ok(f, 0, 1))
+      if (!secs_ok(f, 0.001, 0))
         return snprintf(err, n,
-                        "%s: retry.%s must be a positive number of seconds (at most 10 years)",
+                        "%s: retry.%s must be a number of seconds >= 0.001 (at most 10 years)",
                         where, k), -1;
     } else if (strcmp(k, "backoff_coefficient") == 0) {
       if (!cJSON_IsNumber(f) || v < 1)
