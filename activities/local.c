@@ -567,7 +567,7 @@ static int is_dir(const char *p) {
 dbx_err dbx_local_sandbox_create(dbx_local *d, const char *id, const dbx_local_source *src,
                                  int *adopted) {
   dbx_err rc = DBX_OK;
-  int lockfd = -1;
+  int lockfd = -1, fresh = 0;
   char *dir = NULL, *meta = NULL, *srcfile = NULL, *want = NULL, *have = NULL, *tmp = NULL,
        *ws = NULL, *from = NULL;
   if (adopted) *adopted = 0;
@@ -602,7 +602,11 @@ dbx_err dbx_local_sandbox_create(dbx_local *d, const char *id, const dbx_local_s
     goto out;
   }
   /* Nothing, or a partial create: start over. */
-  if (access(dir, F_OK) == 0 && (rc = rmrf(d, dir)) != DBX_OK) goto out;
+  if (access(dir, F_OK) == 0) {
+    rc = rmrf(d, dir);
+    if (rc != DBX_OK) goto out;
+  }
+  fresh = 1; /* from here a failure removes what this call made */
   if (mkdir_p(meta) != 0) {
     rc = fail(d, DBX_EIO, "cannot create '%s': %s", meta, strerror(errno));
     goto out;
@@ -658,6 +662,9 @@ dbx_err dbx_local_sandbox_create(dbx_local *d, const char *id, const dbx_local_s
   }
   fsync_path(dir);
 out:
+  /* a failed or cancelled create leaves nothing (errmsg keeps the cause:
+   * rmrf only writes it when it fails itself) */
+  if (rc != DBX_OK && fresh) rmrf(d, dir);
   if (lockfd >= 0) close(lockfd);
   free(dir);
   free(meta);

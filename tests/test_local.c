@@ -149,6 +149,10 @@ static void test_local_create_from_git_and_commit(void **state) {
   dbx_local_source bad = {.kind = DBX_LOCAL_SOURCE_GIT, .location = "/nonexistent/repo"};
   assert_int_equal(dbx_local_sandbox_create(f->d, "g2", &bad, NULL), DBX_EIO);
   assert_non_null(strstr(dbx_local_errmsg(f->d), "git clone"));
+  /* a failed create leaves nothing behind, not even its meta folder */
+  char *g2 = dbx_asprintf("%s/sandboxes/g2", f->home);
+  assert_int_equal(access(g2, F_OK), -1);
+  free(g2);
   free(partial);
   dbx_test_rmrf(repo);
   free(repo);

@@ -214,6 +214,18 @@ static void test_sandbox_acts_create_adopts_derived_id(void **state) {
   cJSON_Delete(o4);
 }
 
+/* Entries under $DURABOX_HOME/sandboxes. */
+static int count_sandboxes(void) {
+  char *cmd = dbx_asprintf("ls -A %s/sandboxes | wc -l", g_home);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  int n = -1;
+  assert_int_equal(fscanf(p, "%d", &n), 1);
+  pclose(p);
+  free(cmd);
+  return n;
+}
+
 /* A clone that never gets an answer (a listening socket nobody serves):
  * sandbox.create heartbeats while it waits, stops at the cancellation the
  * third heartbeat reports, leaves no git process behind, and the next
@@ -234,8 +246,10 @@ static void test_sandbox_acts_create_heartbeats_and_stops_on_cancel(void **state
   alarm(120); /* without the cancellation the clone would wait forever: fail instead */
   char *in = dbx_asprintf("{\"resource\":\"workspace\",\"source\":{\"kind\":\"git\","
                           "\"url\":\"http://127.0.0.1:%d/hang.git\"}}", port);
+  int before = count_sandboxes();
   dbx_act_result r;
   assert_int_equal(run(&dbx_sandbox_create_type, &a, in, &r, NULL), DBX_ECANCELED);
+  assert_int_equal(count_sandboxes(), before); /* the cancelled create left nothing */
   alarm(0);
   assert_int_equal(a.heartbeats, 3);
   assert_null(r.result_json);
