@@ -35,6 +35,10 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
 static int g_echo_calls, g_flaky_calls, g_amo_calls, g_hb_running, g_fail_calls;
 static int g_busy_end; /* t.busy: 0 running or not started, 1 ran out, 2 cancelled */
+/* fake sandbox.create from a url with "hang": 1 while it runs, 2 when it
+ * stopped on cancellation; with "slow": runs until g_slow_release, ignoring
+ * cancellation, then succeeds */
+static int g_create_state, g_slow_release;
 static char g_calls[64][48];
 static char *g_call_inputs[64];
 static int g_ncalls;
@@ -270,6 +274,30 @@ static dbx_err fake_sandbox(dbx_act *a, const char *in, size_t len, dbx_act_resu
   pthread_mutex_unlock(&g_mu);
   cJSON *j = cJSON_ParseWithLength(in, len);
   const char *cmd = cJSON_GetStringValue(cJSON_GetObjectItem(j, "command"));
+  const char *url = cJSON_GetStringValue(
+      cJSON_GetObjectItem(cJSON_GetObjectItem(j, "source"), "url"));
+  if (strcmp(type, "sandbox.create") == 0 && url && (strstr(url, "hang") || strstr(url, "slow"))) {
+    int hang = strstr(url, "hang") != NULL, stop = 0;
+    pthread_mutex_lock(&g_mu);
+    g_create_state = 1;
+    pthread_cond_broadcast(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+    for (int i = 0; i < 3000 && !stop; i++) { /* at most 60 s */
+      int cancelled = dbx_act_heartbeat(a, NULL);
+      pthread_mutex_lock(&g_mu);
+      stop = hang ? cancelled : g_slow_release;
+      pthread_mutex_unlock(&g_mu);
+      if (!stop) nap_ms(20);
+    }
+    pthread_mutex_lock(&g_mu);
+    g_create_state = hang && stop ? 2 : 0;
+    pthread_cond_broadcast(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+    cJSON_Delete(j);
+    if (hang) return DBX_ECANCELED;
+    res->result_json = dbx_strdup("{\"sandbox_id\":\"sbx-slow\"}");
+    return DBX_OK;
+  }
   if (strcmp(type, "sandbox.create") == 0) {
     res->result_json = dbx_strdup("{\"sandbox_id\":\"sbx-42\"}");
   } else if (strcmp(type, "sandbox.exec") == 0 && cmd && strncmp(cmd, "flaky-until-", 12) == 0 &&
@@ -754,6 +782,84 @@ static void test_worker_script_retry_policy(void **st) {
   }
 }
 
+static void wait_create_running(void) {
+  pthread_mutex_lock(&g_mu);
+  while (g_create_state != 1) pthread_cond_wait(&g_cv, &g_mu);
+  pthread_mutex_unlock(&g_mu);
+}
+
+static int calls_of(const char *type, int from) {
+  int n = 0;
+  pthread_mutex_lock(&g_mu);
+  for (int i = from; i < g_ncalls; i++) n += strcmp(g_calls[i], type) == 0;
+  pthread_mutex_unlock(&g_mu);
+  return n;
+}
+
+static void test_worker_script_cancel_during_create(void **st) {
+  (void)st;
+  /* 1. A create that honours cancellation: the run asks it to stop, it
+   * stops, and the run ends as canceled with nothing to delete. The 1 s
+   * heartbeat timeout makes the worker ask the service every 0.8 s. */
+  pthread_mutex_lock(&g_mu);
+  int base = g_ncalls;
+  pthread_mutex_unlock(&g_mu);
+  char *rid = start("w-cancel-create", "durabox.Script",
+                    "{\"sandbox\":{\"source\":{\"kind\":\"git\",\"url\":\"https://hang.invalid/r\"},"
+                    "\"heartbeat_timeout_s\":1},\"steps\":[{\"name\":\"s\",\"kind\":\"exec\","
+                    "\"command\":\"make\"}]}");
+  wait_create_running();
+  assert_int_equal(dbx_client_cancel(g_c, "w-cancel-create", rid, "test", NULL), DBX_OK);
+  char *res = wait_close("w-cancel-create", rid);
+  char want[32];
+  snprintf(want, sizeof want, "CLOSED:%d", ET(WORKFLOW_EXECUTION_CANCELED));
+  assert_string_equal(res, want);
+  free(res);
+  pthread_mutex_lock(&g_mu);
+  assert_int_equal(g_create_state, 2); /* it stopped because it was asked to */
+  g_create_state = 0;
+  pthread_mutex_unlock(&g_mu);
+  dbx_client_history h = {0};
+  assert_int_equal(dbx_client_get_history(g_c, "w-cancel-create", rid, NULL, &h, NULL), DBX_OK);
+  assert_non_null(last_event(&h, ET(ACTIVITY_TASK_CANCEL_REQUESTED)));
+  assert_non_null(last_event(&h, ET(ACTIVITY_TASK_CANCELED)));
+  dbx_client_history_cleanup(&h);
+  assert_int_equal(calls_of("sandbox.exec", base), 0);
+  assert_int_equal(calls_of("sandbox.delete", base), 0);
+  free(rid);
+
+  /* 2. A create that finishes anyway after the cancel request: the sandbox it
+   * made is deleted before the run ends as canceled. */
+  pthread_mutex_lock(&g_mu);
+  base = g_ncalls;
+  g_slow_release = 0;
+  pthread_mutex_unlock(&g_mu);
+  rid = start("w-cancel-slow", "durabox.Script",
+              "{\"sandbox\":{\"source\":{\"kind\":\"git\",\"url\":\"https://slow.invalid/r\"},"
+              "\"heartbeat_timeout_s\":1},\"steps\":[{\"name\":\"s\",\"kind\":\"exec\","
+              "\"command\":\"make\"}]}");
+  wait_create_running();
+  assert_int_equal(dbx_client_cancel(g_c, "w-cancel-slow", rid, "test", NULL), DBX_OK);
+  wait_event("w-cancel-slow", rid, ET(ACTIVITY_TASK_CANCEL_REQUESTED), 0);
+  pthread_mutex_lock(&g_mu);
+  g_slow_release = 1;
+  pthread_mutex_unlock(&g_mu);
+  res = wait_close("w-cancel-slow", rid);
+  assert_string_equal(res, want);
+  free(res);
+  assert_int_equal(calls_of("sandbox.exec", base), 0);
+  assert_int_equal(calls_of("sandbox.delete", base), 1);
+  pthread_mutex_lock(&g_mu);
+  cJSON *di = NULL;
+  for (int i = base; i < g_ncalls; i++)
+    if (strcmp(g_calls[i], "sandbox.delete") == 0) di = parse(g_call_inputs[i]);
+  pthread_mutex_unlock(&g_mu);
+  assert_non_null(di);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(di, "sandbox_id")), "sbx-slow");
+  cJSON_Delete(di);
+  free(rid);
+}
+
 static void test_worker_at_most_once_redelivery(void **st) {
   (void)st;
   /* The run waits for "go"; meanwhile its activity 1 is journaled as started,
@@ -939,6 +1045,7 @@ int main(void) {
       cmocka_unit_test(test_worker_signal_and_query),
       cmocka_unit_test(test_worker_script_with_fake_sandbox),
       cmocka_unit_test(test_worker_script_retry_policy),
+      cmocka_unit_test(test_worker_script_cancel_during_create),
       cmocka_unit_test(test_worker_at_most_once_redelivery),
       cmocka_unit_test(test_worker_non_retryable_failures),
       cmocka_unit_test(test_worker_heartbeats_do_not_extend_start_to_close),

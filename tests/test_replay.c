@@ -357,6 +357,80 @@ static void test_replay_signal_before_first_task_and_failed_task_not_activated(v
   free_history(h, n);
 }
 
+/* ---- cancelling an activity: test.CancelAct schedules activity 1; on the
+ * workflow's cancellation it asks to cancel that activity (and records the
+ * answer); the activity's outcome completes the run. */
+
+static int g_cancel_rc = 99;
+
+static void *c_create(dbx_wf *wf, const char *in, size_t len) {
+  (void)in, (void)len;
+  dbx_wf_schedule_activity(wf, "sandbox.create", "{}", NULL);
+  return calloc(1, 1);
+}
+static void c_on_activity(void *st, dbx_wf *wf, int64_t seq, const dbx_act_outcome *o) {
+  (void)st, (void)seq, (void)o;
+  dbx_wf_complete(wf, "{}");
+}
+static void c_on_cancel(void *st, dbx_wf *wf) {
+  (void)st;
+  g_cancel_rc = dbx_wf_cancel_activity(wf, 1);
+}
+static const dbx_workflow_type cancel_wf = {"test.CancelAct", c_create, c_on_activity, NULL,
+                                            NULL, c_on_cancel, NULL, t_destroy};
+
+static void test_replay_cancel_activity_only_while_pending(void **st) {
+  (void)st;
+  /* The run's cancellation (event 7) and the activity's completion (event 8)
+   * reach the code in one activation, cancellation first: the activity has
+   * its outcome already, so no RequestCancelActivityTask is issued (the
+   * service would reject it and fail every retry of the task). */
+  HistoryEvent *h[16];
+  size_t n = 0;
+  h[n++] = ev_started(1);
+  h[n++] = ev_plain(2, ET(WORKFLOW_TASK_SCHEDULED));
+  h[n++] = ev_plain(3, ET(WORKFLOW_TASK_STARTED));
+  h[n++] = ev_plain(4, ET(WORKFLOW_TASK_COMPLETED));
+  h[n++] = ev_act_sched(5, "1", "sandbox.create");
+  h[n++] = ev_act_started(6, 5, 1);
+  h[n++] = ev_plain(7, ET(WORKFLOW_EXECUTION_CANCEL_REQUESTED));
+  h[n++] = ev_act_completed(8, 5, 6, "{\"sandbox_id\":\"s\"}");
+  h[n++] = ev_plain(9, ET(WORKFLOW_TASK_SCHEDULED));
+  h[n++] = ev_plain(10, ET(WORKFLOW_TASK_STARTED));
+  dbx_wf_run *r = NULL;
+  assert_int_equal(dbx_wf_run_create(&cancel_wf, "wf", "run", &r), DBX_OK);
+  g_cancel_rc = 99;
+  assert_int_equal(dbx_wf_run_apply(r, h, n, 10), DBX_OK);
+  assert_int_equal(g_cancel_rc, -1);
+  Command **c = NULL;
+  size_t nc = 0;
+  assert_int_equal(dbx_wf_run_commands(r, &c, &nc), DBX_OK);
+  assert_int_equal(nc, 1);
+  assert_int_equal(c[0]->command_type, CT(COMPLETE_WORKFLOW_EXECUTION));
+  dbx_wf_run_commands_free(c, nc);
+  dbx_wf_run_destroy(r);
+
+  /* Without the completion the activity is pending: the command names its
+   * scheduled event. */
+  protobuf_c_message_free_unpacked(&h[7]->base, NULL);
+  protobuf_c_message_free_unpacked(&h[8]->base, NULL);
+  protobuf_c_message_free_unpacked(&h[9]->base, NULL);
+  h[7] = ev_plain(8, ET(WORKFLOW_TASK_SCHEDULED));
+  h[8] = ev_plain(9, ET(WORKFLOW_TASK_STARTED));
+  n = 9;
+  assert_int_equal(dbx_wf_run_create(&cancel_wf, "wf", "run", &r), DBX_OK);
+  g_cancel_rc = 99;
+  assert_int_equal(dbx_wf_run_apply(r, h, n, 9), DBX_OK);
+  assert_int_equal(g_cancel_rc, 0);
+  assert_int_equal(dbx_wf_run_commands(r, &c, &nc), DBX_OK);
+  assert_int_equal(nc, 1);
+  assert_int_equal(c[0]->command_type, CT(REQUEST_CANCEL_ACTIVITY_TASK));
+  assert_int_equal(c[0]->request_cancel_activity_task_command_attributes->scheduled_event_id, 5);
+  dbx_wf_run_commands_free(c, nc);
+  dbx_wf_run_destroy(r);
+  free_history(h, n);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup(test_replay_clean, setup),
@@ -366,6 +440,7 @@ int main(void) {
       cmocka_unit_test_setup(test_replay_timer_and_outcome_routing, setup),
       cmocka_unit_test_setup(test_replay_cache_matches_full_replay, setup),
       cmocka_unit_test_setup(test_replay_signal_before_first_task_and_failed_task_not_activated, setup),
+      cmocka_unit_test_setup(test_replay_cancel_activity_only_while_pending, setup),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -94,9 +94,10 @@ int64_t dbx_wf_start_timer(dbx_wf *wf, int64_t duration_ms);
 /* Added (compatible): ask the service to cancel activity seq (Temporal:
  * RequestCancelActivityTask). Its heartbeats then report cancel_requested and
  * on_activity later sees DBX_ACT_CANCELED (or its result, if it finished
- * first). Returns 0, or -1 when seq is not an activity whose schedule history
- * has already recorded (e.g. scheduled in this same task), or after the
- * workflow completed. */
+ * first). Returns 0, or -1 (no command issued) when seq is not an activity
+ * whose schedule history has already recorded (e.g. scheduled in this same
+ * task), when its outcome is already in history (on_activity gets it in this
+ * activation or got it before), or after the workflow completed. */
 int dbx_wf_cancel_activity(dbx_wf *wf, int64_t seq);
 /* End the run: result JSON copied (NULL = null). */
 void dbx_wf_complete(dbx_wf *wf, const char *result_json);

@@ -46,6 +46,7 @@ typedef struct {
 typedef struct {
   int64_t event_id, seq;
   int32_t attempt;
+  int resolved; /* activities: an outcome event has been applied */
 } idmap;
 
 struct dbx_wf {
@@ -260,9 +261,12 @@ int64_t dbx_wf_start_timer(dbx_wf *wf, int64_t duration_ms) {
 int dbx_wf_cancel_activity(dbx_wf *wf, int64_t seq) {
   if (!wf || wf->closed || wf->bad) return -1;
   int64_t sched = 0;
+  int resolved = 0;
   for (size_t i = 0; i < wf->nacts; i++)
-    if (wf->acts[i].seq == seq) sched = wf->acts[i].event_id;
-  if (!sched) return -1;
+    if (wf->acts[i].seq == seq) sched = wf->acts[i].event_id, resolved = wf->acts[i].resolved;
+  /* an outcome already in history (delivered in this activation or before):
+   * the service has nothing left to cancel and would reject the command */
+  if (!sched || resolved) return -1;
   Command c = INIT(TEMPORAL__API__COMMAND__V1__COMMAND);
   RequestCancelActivityTaskCommandAttributes a =
       INIT(TEMPORAL__API__COMMAND__V1__REQUEST_CANCEL_ACTIVITY_TASK_COMMAND_ATTRIBUTES);
@@ -460,7 +464,7 @@ static void match_command_event(dbx_wf_run *r, const HistoryEvent *e) {
           set_bad(r, e->event_id, "out of memory");
           return;
         }
-        r->acts[r->nacts++] = (idmap){e->event_id, p->seq, 0};
+        r->acts[r->nacts++] = (idmap){e->event_id, p->seq, 0, 0};
       }
     }
     break;
@@ -472,7 +476,7 @@ static void match_command_event(dbx_wf_run *r, const HistoryEvent *e) {
         set_bad(r, e->event_id, "out of memory");
         return;
       }
-      r->timers[r->ntimers++] = (idmap){e->event_id, p->seq, 0};
+      r->timers[r->ntimers++] = (idmap){e->event_id, p->seq, 0, 0};
       ok = 1;
     }
     break;
@@ -564,6 +568,7 @@ static int activity_outcome(dbx_wf_run *r, const HistoryEvent *e) {
             (long long)e->event_id, (long long)sched);
     return 0;
   }
+  m->resolved = 1;
   job *j = new_job(r, J_ACT, m->seq);
   if (!j) return -1;
   j->o.status = o.status;

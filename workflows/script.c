@@ -17,12 +17,15 @@
 
 #include "base/util.h"
 
-enum { CREATING, STEPS, DELETING, CANCELLING, DONE };
+/* CANCEL_CREATE: cancellation asked for while sandbox.create ran; waiting
+ * for its outcome (a sandbox it made is deleted before the run ends). */
+enum { CREATING, STEPS, DELETING, CANCELLING, CANCEL_CREATE, DONE };
 
 typedef struct {
   cJSON *input;  /* owned */
   cJSON *steps;  /* borrowed from input */
   int nsteps, cur, phase, keep, failed;
+  int64_t create_seq; /* sandbox.create's sequence number */
   int64_t delete_seq; /* sandbox.delete's sequence number, 0 before */
   char *sandbox_id;
   const char *failed_step; /* borrowed from input */
@@ -341,7 +344,7 @@ static void *script_create(dbx_wf *wf, const char *input_json, size_t len) {
                          .heartbeat_ms = (int64_t)(chb_s * 1000)};
   safe_retry(s, NULL, &o);
   s->phase = CREATING;
-  dbx_wf_schedule_activity(wf, "sandbox.create", txt ? txt : "{}", &o);
+  s->create_seq = dbx_wf_schedule_activity(wf, "sandbox.create", txt ? txt : "{}", &o);
   free(txt);
   return s;
 }
@@ -439,6 +442,19 @@ static void one_line_message(char *m) {
   *w = '\0';
 }
 
+/* Cancellation with a sandbox to remove: delete it, then end as canceled. */
+static void cancel_delete(script *s, dbx_wf *wf) {
+  cJSON *in = cJSON_CreateObject();
+  cJSON_AddStringToObject(in, "sandbox_id", s->sandbox_id);
+  char *txt = cJSON_PrintUnformatted(in);
+  cJSON_Delete(in);
+  dbx_activity_opts o = {.start_to_close_ms = 60000};
+  safe_retry(s, NULL, &o);
+  s->phase = CANCELLING;
+  s->delete_seq = dbx_wf_schedule_activity(wf, "sandbox.delete", txt ? txt : "{}", &o);
+  free(txt);
+}
+
 static void script_on_activity(void *state, dbx_wf *wf, int64_t seq, const dbx_act_outcome *o) {
   script *s = state;
   /* while cancelling, only the delete's outcome matters (a step may still end) */
@@ -467,6 +483,21 @@ static void script_on_activity(void *state, dbx_wf *wf, int64_t seq, const dbx_a
   case STEPS: step_done(s, wf, o); return;
   case DELETING: finish(s, wf); return;
   case CANCELLING: s->phase = DONE; dbx_wf_cancel_done(wf); return;
+  case CANCEL_CREATE: {
+    if (seq != s->create_seq) return;
+    cJSON *res = o->status == DBX_ACT_COMPLETED ? cJSON_Parse(o->result_json) : NULL;
+    const char *id = res ? str_of(res, "sandbox_id") : NULL;
+    if (id && *id && !s->keep) {
+      s->sandbox_id = dbx_strdup(id);
+      cancel_delete(s, wf);
+    } else {
+      if (id && *id) s->sandbox_id = dbx_strdup(id);
+      s->phase = DONE;
+      dbx_wf_cancel_done(wf);
+    }
+    cJSON_Delete(res);
+    return;
+  }
   default: return;
   }
 }
@@ -479,17 +510,18 @@ static void script_on_timer(void *state, dbx_wf *wf, int64_t seq) {
 
 static void script_on_cancel(void *state, dbx_wf *wf) {
   script *s = state;
-  if (s->phase == DONE || s->phase == CANCELLING) return;
+  if (s->phase == DONE || s->phase == CANCELLING || s->phase == CANCEL_CREATE) return;
+  /* A create still running (a clone may take minutes) is asked to stop; its
+   * outcome, which always comes, decides whether there is a sandbox to
+   * delete. No cancel is sent when that outcome is already in history or the
+   * create was scheduled in this same task (it then runs to its end). */
+  if (s->phase == CREATING) {
+    (void)dbx_wf_cancel_activity(wf, s->create_seq);
+    s->phase = CANCEL_CREATE;
+    return;
+  }
   if (s->sandbox_id && !s->keep && s->phase != DELETING) {
-    cJSON *in = cJSON_CreateObject();
-    cJSON_AddStringToObject(in, "sandbox_id", s->sandbox_id);
-    char *txt = cJSON_PrintUnformatted(in);
-    cJSON_Delete(in);
-    dbx_activity_opts o = {.start_to_close_ms = 60000};
-    safe_retry(s, NULL, &o);
-    s->phase = CANCELLING;
-    s->delete_seq = dbx_wf_schedule_activity(wf, "sandbox.delete", txt ? txt : "{}", &o);
-    free(txt);
+    cancel_delete(s, wf);
     return;
   }
   if (s->phase == DELETING) {
