@@ -22,6 +22,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <ftw.h>
 #include <limits.h>
 #include <linux/openat2.h>
@@ -733,11 +734,14 @@ static dbx_err remove_tree(dbx_local *d, const char *path, const char *what) {
   return rc;
 }
 
+static void stop_commands(dbx_local *d, const char *sbdir);
+
 dbx_err dbx_local_sandbox_delete(dbx_local *d, const char *id) {
   if (!valid_name(id)) return fail(d, DBX_EINVAL, "invalid sandbox id '%s'", id ? id : "(null)");
   int lockfd = lock_id(d, id);
   if (lockfd < 0) return fail(d, DBX_EIO, "cannot lock sandbox '%s': %s", id, strerror(errno));
   char *dir = sb_dir(d, id);
+  if (dir) stop_commands(d, dir); /* nothing of a deleted sandbox runs on */
   dbx_err rc = dir ? remove_tree(d, dir, id) : DBX_ENOMEM;
   free(dir);
   close(lockfd);
@@ -1644,6 +1648,35 @@ static dbx_err poll_at(dbx_local *d, int dfd, const char *cmd_id, dbx_local_cmd_
     st->state = faccessat(dfd, "started", F_OK, 0) == 0 ? DBX_LOCAL_CMD_LOST
                                                         : DBX_LOCAL_CMD_PENDING;
   return DBX_OK;
+}
+
+/* Ask every running command of a sandbox to stop (its supervisor kills the
+ * process group at once) and wait up to STOP_WAIT_MS in all for their
+ * statuses, so that a deleted sandbox leaves no process behind. Best effort:
+ * a command still running after that is logged. */
+#define STOP_WAIT_MS 5000
+static void stop_commands(dbx_local *d, const char *sbdir) {
+  char *cmds = dbx_asprintf("%s/meta/cmds", sbdir);
+  DIR *dp = cmds ? opendir(cmds) : NULL;
+  int64_t until = dbx_mono_ns() + (int64_t)STOP_WAIT_MS * 1000000;
+  for (const struct dirent *e = dp ? readdir(dp) : NULL; e != NULL; e = readdir(dp)) {
+    if (e->d_name[0] == '.') continue;
+    int dfd = openat(dirfd(dp), e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) continue;
+    dbx_local_cmd_status st;
+    if (poll_at(d, dfd, e->d_name, &st) == DBX_OK && st.state == DBX_LOCAL_CMD_RUNNING &&
+        write_atomic(dfd, "kill", "kill\n", 5) == 0) {
+      while (dbx_mono_ns() < until && poll_at(d, dfd, e->d_name, &st) == DBX_OK &&
+             st.state == DBX_LOCAL_CMD_RUNNING)
+        nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+      if (st.state == DBX_LOCAL_CMD_RUNNING)
+        DBX_WARN("local", "command %s of %s did not stop within %d ms", e->d_name, sbdir,
+                 STOP_WAIT_MS);
+    }
+    close(dfd);
+  }
+  if (dp) closedir(dp);
+  free(cmds);
 }
 
 dbx_err dbx_local_exec_poll(dbx_local *d, const char *id, const char *cmd_id,

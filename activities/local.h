@@ -78,8 +78,9 @@ typedef struct {
  * DBX_ECANCELED (src->cancelled said so). */
 dbx_err dbx_local_sandbox_create(dbx_local *d, const char *id, const dbx_local_source *src,
                                  int *adopted);
-/* Remove the sandbox and its workspace. A missing sandbox counts as done.
- * Returns DBX_OK, DBX_EINVAL, DBX_EIO. */
+/* Remove the sandbox and its workspace. Commands still running in it are
+ * killed first (waiting up to 5 s for their supervisors). A missing sandbox
+ * counts as done. Returns DBX_OK, DBX_EINVAL, DBX_EIO. */
 dbx_err dbx_local_sandbox_delete(dbx_local *d, const char *id);
 /* Record the sandbox as stopped / running (exec and file calls on a stopped
  * sandbox answer DBX_ESTATE). Idempotent. Returns DBX_OK, DBX_ENOTFOUND,

@@ -201,7 +201,7 @@ static int dir_entries(const char *dir) {
 }
 
 /* Ctrl-C of `durabox run` while an exec step runs: the workflow is cancelled,
- * its sandbox deleted, and the command exits 130. */
+ * its step's command killed, its sandbox deleted, and the command exits 130. */
 static void test_cli_run_sigint_cancels_and_cleans_up(void **state) {
   (void)state;
   char *home = dbx_test_tmpdir("itcli-sig");
@@ -209,7 +209,8 @@ static void test_cli_run_sigint_cancels_and_cleans_up(void **state) {
   snprintf(env_home, sizeof env_home, "DURABOX_HOME=%s", home);
   snprintf(out_path, sizeof out_path, "%s/out.txt", g_dir);
   snprintf(err_path, sizeof err_path, "%s/err.txt", g_dir);
-  char *f = input_file("sig.json", "{\"steps\":[{\"name\":\"long\",\"kind\":\"exec\",\"command\":\"sleep 30\"}]}");
+  char *f = input_file("sig.json",
+                       "{\"steps\":[{\"name\":\"long\",\"kind\":\"exec\",\"command\":\"sleep 4243\"}]}");
   char *argv[] = {(char *)dbx_test_bin(), "run", f, "--workflow-id", "cli-sigint", NULL};
   char *env[] = {env_home, "TEMPORAL_ADDRESS", "DURABOX_WORKER_DB", NULL};
   pid_t pid = dbx_svct_proc_spawn(argv, env, out_path, err_path);
@@ -223,6 +224,14 @@ static void test_cli_run_sigint_cancels_and_cleans_up(void **state) {
   }
   if (out == NULL || strstr(out, "sandbox.exec ") == NULL) fail_msg("the exec step never showed: %s", out);
   free(out);
+  /* ...and its command runs */
+  int running = 0;
+  for (int i = 0; i < 3000 && !running; i++) {
+    int ps = system("pgrep -f 'sleep 424[3]' >/dev/null");
+    running = WIFEXITED(ps) && WEXITSTATUS(ps) == 0;
+    if (!running) nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+  }
+  if (!running) fail_msg("the step's command never started");
   kill(pid, SIGINT);
   int rc = dbx_svct_proc_wait(pid, 40000);
   char *err = dbx_svct_file_read(err_path);
@@ -231,6 +240,13 @@ static void test_cli_run_sigint_cancels_and_cleans_up(void **state) {
   char sb[700];
   snprintf(sb, sizeof sb, "%s/sandboxes", home);
   if (dir_entries(sb) != 0) fail_msg("%s is not empty (%d entries); stderr:\n%s", sb, dir_entries(sb), err);
+  /* nothing of the step runs on ("424[3]": the pattern must not match pgrep's shell) */
+  int st = system("pgrep -f 'sleep 424[3]' >/dev/null");
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 1) {
+    if (system("pkill -f 'sleep 424[3]'") != 0) { /* leave no stray process either way */
+    }
+    fail_msg("the step's command still runs after the cancellation; stderr:\n%s", err);
+  }
   free(err);
   free(f);
   dbx_test_rmrf(home);

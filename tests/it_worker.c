@@ -35,9 +35,10 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
 static int g_echo_calls, g_flaky_calls, g_amo_calls, g_hb_running, g_fail_calls;
 static int g_busy_end; /* t.busy: 0 running or not started, 1 ran out, 2 cancelled */
-/* fake sandbox.create from a url with "hang": 1 while it runs, 2 when it
- * stopped on cancellation; with "slow": runs until g_slow_release, ignoring
- * cancellation, then succeeds */
+/* fake sandbox.create from a url with "hang" (or sandbox.exec of the command
+ * "hang-step"): 1 while it runs, 2 when it stopped on cancellation; create
+ * from a url with "slow": runs until g_slow_release, ignoring cancellation,
+ * then succeeds */
 static int g_create_state, g_slow_release;
 static char g_calls[64][48];
 static char *g_call_inputs[64];
@@ -276,8 +277,10 @@ static dbx_err fake_sandbox(dbx_act *a, const char *in, size_t len, dbx_act_resu
   const char *cmd = cJSON_GetStringValue(cJSON_GetObjectItem(j, "command"));
   const char *url = cJSON_GetStringValue(
       cJSON_GetObjectItem(cJSON_GetObjectItem(j, "source"), "url"));
-  if (strcmp(type, "sandbox.create") == 0 && url && (strstr(url, "hang") || strstr(url, "slow"))) {
-    int hang = strstr(url, "hang") != NULL, stop = 0;
+  int hang_step = strcmp(type, "sandbox.exec") == 0 && cmd && strcmp(cmd, "hang-step") == 0;
+  if (hang_step ||
+      (strcmp(type, "sandbox.create") == 0 && url && (strstr(url, "hang") || strstr(url, "slow")))) {
+    int hang = hang_step || strstr(url, "hang") != NULL, stop = 0;
     pthread_mutex_lock(&g_mu);
     g_create_state = 1;
     pthread_cond_broadcast(&g_cv);
@@ -796,7 +799,7 @@ static int calls_of(const char *type, int from) {
   return n;
 }
 
-static void test_worker_script_cancel_during_create(void **st) {
+static void test_worker_script_cancel_during_create_or_step(void **st) {
   (void)st;
   /* 1. A create that honours cancellation: the run asks it to stop, it
    * stops, and the run ends as canceled with nothing to delete. The 1 s
@@ -857,6 +860,35 @@ static void test_worker_script_cancel_during_create(void **st) {
   assert_non_null(di);
   assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(di, "sandbox_id")), "sbx-slow");
   cJSON_Delete(di);
+  free(rid);
+
+  /* 3. During a step, with keep: the step's activity is asked to stop (an
+   * exec kills its command) and the run ends as canceled. */
+  rid = start("w-cancel-step", "durabox.Script",
+              "{\"sandbox\":{\"keep\":true},\"steps\":[{\"name\":\"s\",\"kind\":\"exec\","
+              "\"command\":\"hang-step\",\"heartbeat_timeout_s\":1}]}");
+  wait_create_running();
+  assert_int_equal(dbx_client_cancel(g_c, "w-cancel-step", rid, "test", NULL), DBX_OK);
+  res = wait_close("w-cancel-step", rid);
+  assert_string_equal(res, want);
+  free(res);
+  assert_int_equal(dbx_client_get_history(g_c, "w-cancel-step", rid, NULL, &h, NULL), DBX_OK);
+  const HistoryEvent *cr = last_event(&h, ET(ACTIVITY_TASK_CANCEL_REQUESTED));
+  assert_non_null(cr);
+  /* the cancelled activity is the exec step */
+  const HistoryEvent *sched = NULL;
+  for (size_t k = 0; k < h.n; k++)
+    if (h.events[k]->event_id == cr->activity_task_cancel_requested_event_attributes->scheduled_event_id)
+      sched = h.events[k];
+  assert_non_null(sched);
+  assert_string_equal(sched->activity_task_scheduled_event_attributes->activity_type->name,
+                      "sandbox.exec");
+  dbx_client_history_cleanup(&h);
+  pthread_mutex_lock(&g_mu);
+  while (g_create_state == 1) pthread_cond_wait(&g_cv, &g_mu);
+  assert_int_equal(g_create_state, 2); /* the step's code stopped on the cancellation */
+  g_create_state = 0;
+  pthread_mutex_unlock(&g_mu);
   free(rid);
 }
 
@@ -1045,7 +1077,7 @@ int main(void) {
       cmocka_unit_test(test_worker_signal_and_query),
       cmocka_unit_test(test_worker_script_with_fake_sandbox),
       cmocka_unit_test(test_worker_script_retry_policy),
-      cmocka_unit_test(test_worker_script_cancel_during_create),
+      cmocka_unit_test(test_worker_script_cancel_during_create_or_step),
       cmocka_unit_test(test_worker_at_most_once_redelivery),
       cmocka_unit_test(test_worker_non_retryable_failures),
       cmocka_unit_test(test_worker_heartbeats_do_not_extend_start_to_close),

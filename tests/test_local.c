@@ -687,6 +687,31 @@ static void test_local_detached_timeout_and_kill(void **state) {
   assert_int_equal(dbx_local_exec_kill(f->d, "dk", "missing"), DBX_OK);
 }
 
+/* Deleting a sandbox kills what still runs in it: nothing of a deleted
+ * sandbox runs on (a cancelled workflow deletes its sandbox). */
+static void test_local_delete_kills_running_commands(void **state) {
+  fixture *f = *state;
+  make_empty(f->d, "dr");
+  dbx_local_exec_opts o = {.command = "sleep 30 & echo $! > bg.pid; wait"};
+  assert_int_equal(dbx_local_exec_start(f->d, "dr", "c", &o, NULL), DBX_OK);
+  long pid = 0;
+  for (int i = 0; i < 1000 && pid == 0; i++) { /* until the shell wrote the pid */
+    uint8_t *data = NULL;
+    size_t len = 0;
+    if (dbx_local_file_read(f->d, "dr", "bg.pid", 0, &data, &len) == DBX_OK && len > 0 &&
+        data[len - 1] == '\n')
+      pid = strtol((char *)data, NULL, 10);
+    free(data);
+    if (pid == 0) nanosleep(&(struct timespec){0, 10 * 1000000}, NULL);
+  }
+  assert_true(pid > 1);
+  assert_int_equal(dbx_local_sandbox_delete(f->d, "dr"), DBX_OK);
+  assert_true(dead(pid));
+  char *p = dbx_asprintf("%s/sandboxes/dr", f->home);
+  assert_int_equal(access(p, F_OK), -1);
+  free(p);
+}
+
 /* A child process starts the command and dies (_exit, then SIGKILL); the
  * command goes on, waits for a file this test writes after the starter is
  * gone, and finishes once; re-attaching by id sees its output and status. */
@@ -790,6 +815,7 @@ int main(void) {
       T(test_local_exec_heredoc_and_cwd),        T(test_local_exec_long_command),
       T(test_local_file_escapes_refused),        T(test_local_file_symlink_inside_allowed),
       T(test_local_bytes_round_trip),            T(test_local_stop_start_delete),
+      T(test_local_delete_kills_running_commands),
       T(test_local_threads_distinct_sandboxes),
       T(test_local_detached_start_poll_read_collect),
       T(test_local_detached_timeout_and_kill),

@@ -26,6 +26,7 @@ typedef struct {
   cJSON *steps;  /* borrowed from input */
   int nsteps, cur, phase, keep, failed;
   int64_t create_seq; /* sandbox.create's sequence number */
+  int64_t step_seq;   /* the running step's activity, 0 for none (or a sleep) */
   int64_t delete_seq; /* sandbox.delete's sequence number, 0 before */
   char *sandbox_id;
   const char *failed_step; /* borrowed from input */
@@ -246,6 +247,7 @@ static void run_step(script *s, dbx_wf *wf) {
     const char *kind = str_of(st, "kind");
     if (strcmp(kind, "sleep") == 0) {
       double sec = cJSON_GetObjectItemCaseSensitive(st, "seconds")->valuedouble;
+      s->step_seq = 0;
       dbx_wf_start_timer(wf, (int64_t)(sec * 1000.0));
       return;
     }
@@ -285,7 +287,7 @@ static void run_step(script *s, dbx_wf *wf) {
     } else {
       safe_retry(s, st, &o);
     }
-    dbx_wf_schedule_activity(wf, type, txt ? txt : "{}", &o);
+    s->step_seq = dbx_wf_schedule_activity(wf, type, txt ? txt : "{}", &o);
     free(txt);
     return;
   }
@@ -520,6 +522,9 @@ static void script_on_cancel(void *state, dbx_wf *wf) {
     s->phase = CANCEL_CREATE;
     return;
   }
+  /* the running step is asked to stop too (an exec kills its command); its
+   * outcome no longer matters. Deleting the sandbox stops what still runs. */
+  if (s->phase == STEPS && s->step_seq > 0) (void)dbx_wf_cancel_activity(wf, s->step_seq);
   if (s->sandbox_id && !s->keep && s->phase != DELETING) {
     cancel_delete(s, wf);
     return;
