@@ -714,10 +714,13 @@ static void rmrf(const char *path) {
 /* A temporary store whose service was killed (Temporal's SDK test
  * environments end the dev server with SIGKILL) is never removed by its
  * owner. A service that makes a temporary store first removes those in the
- * same directory that belong to this user, whose service.lock nobody holds,
+ * same directory that belong to this user, carry the TMP_MARKER file only
+ * temporary stores get (a store given by path never does, and loses it when
+ * opened by path: it is kept from then on), whose service.lock nobody holds,
  * and that have not changed for ORPHAN_AGE_S (one being set up right now is
  * younger; a live one holds its lock). Best effort: errors are skipped. */
 #define ORPHAN_AGE_S 60
+#define TMP_MARKER "temporary-store"
 static void sweep_orphan_stores(const char *tmpdir) {
   DIR *d = opendir(tmpdir);
   if (d == NULL) return;
@@ -727,8 +730,11 @@ static void sweep_orphan_stores(const char *tmpdir) {
     char *p = dbx_asprintf("%s/%s", tmpdir, e->d_name);
     char *lk = p ? dbx_asprintf("%s/service.lock", p) : NULL;
     struct stat st;
-    int old = lk && lstat(p, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
-              now - st.st_mtime >= ORPHAN_AGE_S;
+    char *mk = p ? dbx_asprintf("%s/" TMP_MARKER, p) : NULL;
+    struct stat mst;
+    int old = lk && mk && lstat(p, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
+              now - st.st_mtime >= ORPHAN_AGE_S && lstat(mk, &mst) == 0 && S_ISREG(mst.st_mode);
+    free(mk);
     int fd = old ? open(lk, O_RDWR | O_CLOEXEC | O_NOFOLLOW) : -1;
     if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) {
       rmrf(p);
@@ -761,6 +767,10 @@ dbx_err dbx_service_start(const dbx_service_opts *o, dbx_service **out, char **e
 
   if (o->db_path) {
     s->db_path = dbx_strdup(o->db_path);
+    /* a store opened by path is kept, even one that began as temporary */
+    char *mk = s->db_path ? dbx_asprintf("%s/" TMP_MARKER, s->db_path) : NULL;
+    if (mk) unlink(mk);
+    free(mk);
   } else {
     const char *tmp = getenv("TMPDIR");
     if (tmp == NULL || *tmp == '\0') tmp = "/tmp";
@@ -772,6 +782,10 @@ dbx_err dbx_service_start(const dbx_service_opts *o, dbx_service **out, char **e
       goto fail;
     }
     s->tmp_db = 1;
+    char *mk = dbx_asprintf("%s/" TMP_MARKER, s->db_path);
+    int mfd = mk ? open(mk, O_WRONLY | O_CREAT | O_CLOEXEC, 0600) : -1;
+    if (mfd >= 0) close(mfd);
+    free(mk);
   }
   if (s->db_path == NULL) {
     rc = DBX_ENOMEM;

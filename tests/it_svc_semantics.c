@@ -498,18 +498,22 @@ static void test_svc_one_service_per_store_and_port(void **state) {
   free(dir);
 }
 
+static void touch(const char *dir, const char *name) {
+  char *p = dbx_asprintf("%s/%s", dir, name);
+  int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  assert_true(fd >= 0);
+  close(fd);
+  free(p);
+}
+
 /* A directory under dir named like a temporary store, with a service.lock
- * (when lock != 0) and its mtime age_s seconds ago. Returns its path. */
-static char *fake_store(const char *dir, const char *name, int lock, int age_s) {
+ * (when lock != 0), the temporary-store marker (when marker != 0) and its
+ * mtime age_s seconds ago. Returns its path. */
+static char *fake_store(const char *dir, const char *name, int lock, int marker, int age_s) {
   char *p = dbx_asprintf("%s/%s", dir, name);
   assert_int_equal(mkdir(p, 0700), 0);
-  if (lock) {
-    char *lk = dbx_asprintf("%s/service.lock", p);
-    int fd = open(lk, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    assert_true(fd >= 0);
-    close(fd);
-    free(lk);
-  }
+  if (lock) touch(p, "service.lock");
+  if (marker) touch(p, "temporary-store");
   struct timeval tv[2] = {{time(NULL) - age_s, 0}, {time(NULL) - age_s, 0}};
   assert_int_equal(utimes(p, tv), 0);
   return p;
@@ -518,13 +522,15 @@ static char *fake_store(const char *dir, const char *name, int lock, int age_s) 
 static void test_svc_temporary_store_sweeps_orphans(void **state) {
   (void)state;
   /* Stores of killed services are removed by the next service that makes a
-   * temporary store; live, young and unknown ones are kept. */
+   * temporary store; live, young, unknown and persistent ones (a store given
+   * by path, even one named like a temporary store) are kept. */
   char *dir = dbx_test_tmpdir("it-svc-sweep");
-  char *orphan = fake_store(dir, "durabox-dev.orphan", 1, 3600);
-  char *live = fake_store(dir, "durabox-dev.live", 1, 3600);
-  char *young = fake_store(dir, "durabox-dev.young", 1, 0);
-  char *nolock = fake_store(dir, "durabox-dev.nolock", 0, 3600);
-  char *other = fake_store(dir, "someone-else", 1, 3600);
+  char *orphan = fake_store(dir, "durabox-dev.orphan", 1, 1, 3600);
+  char *live = fake_store(dir, "durabox-dev.live", 1, 1, 3600);
+  char *young = fake_store(dir, "durabox-dev.young", 1, 1, 0);
+  char *nolock = fake_store(dir, "durabox-dev.nolock", 0, 1, 3600);
+  char *persist = fake_store(dir, "durabox-dev.persist", 1, 0, 3600);
+  char *other = fake_store(dir, "someone-else", 1, 1, 3600);
   char *lk = dbx_asprintf("%s/service.lock", live);
   int held = open(lk, O_RDWR | O_CLOEXEC);
   assert_true(held >= 0);
@@ -545,6 +551,7 @@ static void test_svc_temporary_store_sweeps_orphans(void **state) {
   assert_int_equal(access(live, F_OK), 0);
   assert_int_equal(access(young, F_OK), 0);
   assert_int_equal(access(nolock, F_OK), 0);
+  assert_int_equal(access(persist, F_OK), 0);
   assert_int_equal(access(other, F_OK), 0);
   /* the service's own temporary store is there while it runs, gone after */
   char *pat = dbx_asprintf("ls -d %s/durabox-dev.* | wc -l", dir);
@@ -553,20 +560,30 @@ static void test_svc_temporary_store_sweeps_orphans(void **state) {
   int count = -1;
   assert_int_equal(fscanf(ls, "%d", &count), 1);
   pclose(ls);
-  assert_int_equal(count, 4); /* live, young, nolock and its own */
+  assert_int_equal(count, 5); /* live, young, nolock, persist and its own */
   dbx_service_stop(svc);
   ls = popen(pat, "r");
   assert_non_null(ls);
   assert_int_equal(fscanf(ls, "%d", &count), 1);
   pclose(ls);
-  assert_int_equal(count, 3);
+  assert_int_equal(count, 4);
   free(pat);
+  /* a temporary store opened by path (to recover it) becomes persistent:
+   * the marker goes, so no later sweep removes it */
+  o.db_path = young;
+  assert_int_equal(dbx_service_start(&o, &svc, &err), DBX_OK);
+  char *mk = dbx_asprintf("%s/temporary-store", young);
+  assert_int_equal(access(mk, F_OK), -1);
+  free(mk);
+  dbx_service_stop(svc);
+  assert_int_equal(access(young, F_OK), 0);
   close(held);
   free(lk);
   free(orphan);
   free(live);
   free(young);
   free(nolock);
+  free(persist);
   free(other);
   dbx_test_rmrf(dir);
   free(dir);
