@@ -742,12 +742,35 @@ static void test_worker_script_retry_policy(void **st) {
       {"{\"retry\":{\"maximum_attempts\":2.5},\"steps\":[]}",
        "FAILED:InvalidInput:input: retry.maximum_attempts must be a whole number >= 0 (0 = unlimited)"},
       {"{\"retry\":{\"backoff_coefficient\":0.5},\"steps\":[]}",
-       "FAILED:InvalidInput:input: retry.backoff_coefficient must be a number >= 1"},
+       "FAILED:InvalidInput:input: retry.backoff_coefficient must be a finite number >= 1"},
+      {"{\"retry\":{\"backoff_coefficient\":1e999},\"steps\":[]}",
+       "FAILED:InvalidInput:input: retry.backoff_coefficient must be a finite number >= 1"},
       {"{\"retry\":{\"attempts\":3},\"steps\":[]}",
        "FAILED:InvalidInput:input: unknown field retry.attempts (maximum_attempts, initial_interval_s, "
        "backoff_coefficient, maximum_interval_s)"},
       {"{\"retry\":{\"initial_interval_s\":5,\"maximum_interval_s\":1},\"steps\":[]}",
-       "FAILED:InvalidInput:input: retry.maximum_interval_s is below retry.initial_interval_s"},
+       "FAILED:InvalidInput:input: retry.maximum_interval_s (1 s) is below the initial interval (5 s)"},
+      /* below the default initial interval, and across input and step */
+      {"{\"retry\":{\"maximum_interval_s\":0.5},\"steps\":[]}",
+       "FAILED:InvalidInput:input: retry.maximum_interval_s (0.5 s) is below the initial interval (1 s)"},
+      {"{\"retry\":{\"initial_interval_s\":10},\"steps\":[{\"name\":\"x\",\"kind\":\"exec\","
+       "\"command\":\"c\",\"retry\":{\"maximum_interval_s\":2}}]}",
+       "FAILED:InvalidInput:step 'x': retry.maximum_interval_s (2 s) is below the initial interval (10 s)"},
+      /* misspelt or misplaced fields are named, not ignored */
+      {"{\"retyr\":{},\"steps\":[]}",
+       "FAILED:InvalidInput:input: unknown field \"retyr\" (sandbox, steps, retry, schedule_to_close_s)"},
+      {"{\"sandbox\":{\"retry\":{\"maximum_attempts\":-4}},\"steps\":[]}",
+       "FAILED:InvalidInput:sandbox: unknown field \"retry\" (source, env, keep, timeout_s, "
+       "heartbeat_timeout_s)"},
+      {"{\"sandbox\":{\"source\":{\"kind\":\"git\",\"url\":\"u\",\"branch\":\"b\"}},\"steps\":[]}",
+       "FAILED:InvalidInput:sandbox.source: unknown field \"branch\" (kind, path, url, ref)"},
+      {"{\"steps\":[{\"name\":\"x\",\"kind\":\"exec\",\"command\":\"c\",\"timeout\":5}]}",
+       "FAILED:InvalidInput:step 'x' (exec): unknown field \"timeout\""},
+      {"{\"steps\":[{\"name\":\"w\",\"kind\":\"write_file\",\"path\":\"p\",\"content\":\"c\","
+       "\"heartbeat_timeout_s\":5}]}",
+       "FAILED:InvalidInput:step 'w' (write_file): unknown field \"heartbeat_timeout_s\""},
+      {"{\"steps\":[{\"name\":\"z\",\"kind\":\"sleep\",\"seconds\":1,\"retry\":{}}]}",
+       "FAILED:InvalidInput:step 'z' (sleep): unknown field \"retry\""},
       {"{\"schedule_to_close_s\":0,\"steps\":[]}",
        "FAILED:InvalidInput:input: schedule_to_close_s must be a number of seconds >= 0.001 "
        "(at most 10 years)"},

@@ -8,6 +8,7 @@
  * before anything is scheduled. */
 #include "workflows/script.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,27 +75,90 @@ static int validate_retry(const cJSON *holder, const char *where, char *err, siz
                         "%s: retry.%s must be a number of seconds >= 0.001 (at most 10 years)",
                         where, k), -1;
     } else if (strcmp(k, "backoff_coefficient") == 0) {
-      if (!cJSON_IsNumber(f) || v < 1)
-        return snprintf(err, n, "%s: retry.backoff_coefficient must be a number >= 1", where), -1;
+      if (!cJSON_IsNumber(f) || v < 1 || !isfinite(v))
+        return snprintf(err, n, "%s: retry.backoff_coefficient must be a finite number >= 1", where),
+               -1;
     } else {
       return snprintf(err, n, "%s: unknown field retry.%s (maximum_attempts, initial_interval_s, "
                               "backoff_coefficient, maximum_interval_s)", where, k), -1;
     }
   }
-  const cJSON *ii = cJSON_GetObjectItemCaseSensitive(r, "initial_interval_s");
-  const cJSON *mi = cJSON_GetObjectItemCaseSensitive(r, "maximum_interval_s");
-  if (ii && mi && mi->valuedouble < ii->valuedouble)
-    return snprintf(err, n, "%s: retry.maximum_interval_s is below retry.initial_interval_s",
-                    where), -1;
   return 0;
+}
+
+static double num_or(const cJSON *o, const char *k, double dflt) {
+  const cJSON *x = o ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
+  return cJSON_IsNumber(x) ? x->valuedouble : dflt;
+}
+
+/* The maximum interval a safe activity ends up with (step's "retry" over
+ * the input's, default 100 x initial) must not be below its initial
+ * interval (default 1 s): Temporal's servers refuse such a policy. */
+static int check_intervals(const cJSON *dr, const cJSON *sr, const char *where, char *err,
+                           size_t n) {
+  double init = num_or(sr, "initial_interval_s", num_or(dr, "initial_interval_s", 1));
+  double max = num_or(sr, "maximum_interval_s", num_or(dr, "maximum_interval_s", 0));
+  if (max > 0 && max < init)
+    return snprintf(err, n, "%s: retry.maximum_interval_s (%g s) is below the initial interval "
+                            "(%g s)", where, max, init), -1;
+  return 0;
+}
+
+/* Fields each part of the input may have; anything else is a mistake
+ * (a misspelt field would otherwise be ignored in silence). */
+static const char *const TOP_FIELDS[] = {"sandbox", "steps", "retry", "schedule_to_close_s", NULL};
+static const char *const SANDBOX_FIELDS[] = {"source", "env", "keep", "timeout_s",
+                                             "heartbeat_timeout_s", NULL};
+static const char *const SOURCE_FIELDS[] = {"kind", "path", "url", "ref", NULL};
+static const char *const STEP_COMMON[] = {"name", "kind", "retry_class", "continue_on_failure",
+                                          "retry", "schedule_to_close_s", NULL};
+static const struct {
+  const char *kind;
+  const char *const fields[8];
+} STEP_FIELDS[] = {
+    {"exec", {"command", "env", "cwd", "timeout_s", "max_output_bytes", "heartbeat_timeout_s"}},
+    {"write_file", {"path", "content", "content_b64"}},
+    {"read_file", {"path"}},
+    {"checkpoint", {NULL}},
+    {"git_commit", {"message", "author"}},
+    {"sleep", {"seconds"}},
+};
+
+static int listed(const char *const *l, const char *k) {
+  for (size_t i = 0; l && l[i]; i++)
+    if (strcmp(l[i], k) == 0) return 1;
+  return 0;
+}
+
+/* The first field of o listed in neither a nor b, or NULL. */
+static const char *unknown_field(const cJSON *o, const char *const *a, const char *const *b) {
+  const cJSON *f;
+  cJSON_ArrayForEach(f, o) if (!listed(a, f->string) && !listed(b, f->string)) return f->string;
+  return NULL;
 }
 
 static int validate(const cJSON *in, char *err, size_t n) {
   if (!cJSON_IsObject(in)) return snprintf(err, n, "input is not a JSON object"), -1;
+  const char *unk = unknown_field(in, TOP_FIELDS, NULL);
+  if (unk)
+    return snprintf(err, n, "input: unknown field \"%.80s\" (sandbox, steps, retry, "
+                            "schedule_to_close_s)", unk), -1;
   if (validate_retry(in, "input", err, n) != 0) return -1;
+  const cJSON *dr = cJSON_GetObjectItemCaseSensitive(in, "retry");
+  if (check_intervals(dr, NULL, "input", err, n) != 0) return -1;
   const cJSON *sb = cJSON_GetObjectItemCaseSensitive(in, "sandbox");
   if (sb && !cJSON_IsObject(sb)) return snprintf(err, n, "\"sandbox\" must be an object"), -1;
+  unk = sb ? unknown_field(sb, SANDBOX_FIELDS, NULL) : NULL;
+  if (unk)
+    return snprintf(err, n, "sandbox: unknown field \"%.80s\" (source, env, keep, timeout_s, "
+                            "heartbeat_timeout_s)", unk), -1;
   const cJSON *src = sb ? cJSON_GetObjectItemCaseSensitive(sb, "source") : NULL;
+  if (src && !cJSON_IsObject(src))
+    return snprintf(err, n, "sandbox.source must be an object"), -1;
+  unk = src ? unknown_field(src, SOURCE_FIELDS, NULL) : NULL;
+  if (unk)
+    return snprintf(err, n, "sandbox.source: unknown field \"%.80s\" (kind, path, url, ref)", unk),
+           -1;
   if (src) {
     const char *k = str_of(src, "kind");
     static const char *const kinds[] = {"empty", "dir", "git", "snapshot"};
@@ -146,6 +210,15 @@ static int validate(const cJSON *in, char *err, size_t n) {
       return snprintf(err, n, "step '%s': unknown kind '%s'", name, kind), -1;
     }
     if (missing) return snprintf(err, n, "step '%s' (%s): missing \"%s\"", name, kind, missing), -1;
+    for (size_t k = 0; k < sizeof STEP_FIELDS / sizeof *STEP_FIELDS; k++) {
+      if (strcmp(STEP_FIELDS[k].kind, kind) != 0) continue;
+      /* a sleep is a timer: no attempts, no retry class */
+      unk = unknown_field(s, strcmp(kind, "sleep") == 0 ? (const char *const[]){"name", "kind", NULL}
+                                                          : STEP_COMMON,
+                          STEP_FIELDS[k].fields);
+      if (unk)
+        return snprintf(err, n, "step '%s' (%s): unknown field \"%.80s\"", name, kind, unk), -1;
+    }
     const char *rc = str_of(s, "retry_class");
     if (cJSON_GetObjectItemCaseSensitive(s, "retry_class") &&
         (!rc || (strcmp(rc, "safe_to_retry") != 0 && strcmp(rc, "at_most_once") != 0)))
@@ -161,6 +234,8 @@ static int validate(const cJSON *in, char *err, size_t n) {
     char where[160];
     snprintf(where, sizeof where, "step '%s'", name);
     if (validate_retry(s, where, err, n) != 0) return -1;
+    if (check_intervals(dr, cJSON_GetObjectItemCaseSensitive(s, "retry"), where, err, n) != 0)
+      return -1;
     if (rc && strcmp(rc, "at_most_once") == 0 && cJSON_GetObjectItemCaseSensitive(s, "retry"))
       return snprintf(err, n,
                       "step '%s': an at_most_once step has exactly one attempt; it takes no \"retry\"",
@@ -200,11 +275,6 @@ static void finish(script *s, dbx_wf *wf) {
   if (out) dbx_wf_complete(wf, out);
   else dbx_wf_fail(wf, "OutOfMemory", "cannot build the script output");
   free(out);
-}
-
-static double num_or(const cJSON *o, const char *k, double dflt) {
-  const cJSON *x = o ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
-  return cJSON_IsNumber(x) ? x->valuedouble : dflt;
 }
 
 /* Retry policy of a safe_to_retry activity: 5 attempts, 1 s initial backoff,
