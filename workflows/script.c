@@ -295,20 +295,26 @@ static void safe_retry(const script *s, const cJSON *step, dbx_activity_opts *o)
   o->schedule_to_close_ms = (int64_t)(1000 * s2c);
 }
 
-static void schedule_delete_or_finish(script *s, dbx_wf *wf) {
-  if (s->keep || !s->sandbox_id) {
-    finish(s, wf);
-    return;
-  }
+/* Delete the sandbox; phase: DELETING (then finish) or CANCELLING (then end
+ * as canceled). */
+static void schedule_delete(script *s, dbx_wf *wf, int phase) {
   cJSON *in = cJSON_CreateObject();
   cJSON_AddStringToObject(in, "sandbox_id", s->sandbox_id);
   char *txt = cJSON_PrintUnformatted(in);
   cJSON_Delete(in);
   dbx_activity_opts o = {.start_to_close_ms = 60000};
   safe_retry(s, NULL, &o);
-  s->phase = DELETING;
+  s->phase = phase;
   s->delete_seq = dbx_wf_schedule_activity(wf, "sandbox.delete", txt ? txt : "{}", &o);
   free(txt);
+}
+
+static void schedule_delete_or_finish(script *s, dbx_wf *wf) {
+  if (s->keep || !s->sandbox_id) {
+    finish(s, wf);
+    return;
+  }
+  schedule_delete(s, wf, DELETING);
 }
 
 static void run_step(script *s, dbx_wf *wf) {
@@ -514,19 +520,6 @@ static void one_line_message(char *m) {
   *w = '\0';
 }
 
-/* Cancellation with a sandbox to remove: delete it, then end as canceled. */
-static void cancel_delete(script *s, dbx_wf *wf) {
-  cJSON *in = cJSON_CreateObject();
-  cJSON_AddStringToObject(in, "sandbox_id", s->sandbox_id);
-  char *txt = cJSON_PrintUnformatted(in);
-  cJSON_Delete(in);
-  dbx_activity_opts o = {.start_to_close_ms = 60000};
-  safe_retry(s, NULL, &o);
-  s->phase = CANCELLING;
-  s->delete_seq = dbx_wf_schedule_activity(wf, "sandbox.delete", txt ? txt : "{}", &o);
-  free(txt);
-}
-
 static void script_on_activity(void *state, dbx_wf *wf, int64_t seq, const dbx_act_outcome *o) {
   script *s = state;
   /* while cancelling, only the delete's outcome matters (a step may still end) */
@@ -561,7 +554,7 @@ static void script_on_activity(void *state, dbx_wf *wf, int64_t seq, const dbx_a
     const char *id = res ? str_of(res, "sandbox_id") : NULL;
     if (id && *id && !s->keep) {
       s->sandbox_id = dbx_strdup(id);
-      cancel_delete(s, wf);
+      schedule_delete(s, wf, CANCELLING);
     } else {
       if (id && *id) s->sandbox_id = dbx_strdup(id);
       s->phase = DONE;
@@ -596,7 +589,7 @@ static void script_on_cancel(void *state, dbx_wf *wf) {
    * outcome no longer matters. Deleting the sandbox stops what still runs. */
   if (s->phase == STEPS && s->step_seq > 0) (void)dbx_wf_cancel_activity(wf, s->step_seq);
   if (s->sandbox_id && !s->keep && s->phase != DELETING) {
-    cancel_delete(s, wf);
+    schedule_delete(s, wf, CANCELLING);
     return;
   }
   if (s->phase == DELETING) {
