@@ -25,7 +25,7 @@
 #include "worker/wstore.h"
 #include "workflows/script.h"
 
-static char *g_svc_dir, *g_wrk_dir;
+static char *g_svc_dir, *g_wrk_dir, *g_wrk_dir2;
 static dbx_service *g_svc;
 static int g_port;
 static dbx_worker *g_w;
@@ -35,6 +35,7 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
 static int g_echo_calls, g_flaky_calls, g_amo_calls, g_hb_running, g_fail_calls;
 static int g_busy_end; /* t.busy: 0 running or not started, 1 ran out, 2 cancelled */
+static int g_hb_end;   /* t.hb: 0 running or not started, 1 ran out, 2 cancelled */
 /* fake sandbox.create from a url with "hang" (or sandbox.exec of the command
  * "hang-step"): 1 while it runs, 2 when it stopped on cancellation; create
  * from a url with "slow": runs until g_slow_release, ignoring cancellation,
@@ -200,12 +201,20 @@ static dbx_err act_hb(dbx_act *a, const char *in, size_t len, dbx_act_result *re
   g_hb_running = 1;
   pthread_cond_broadcast(&g_cv);
   pthread_mutex_unlock(&g_mu);
-  for (int i = 0; i < 3000; i++) { /* the work: up to 30 s in 10 ms steps */
+  for (int i = 0; i < 1000; i++) { /* the work: up to 10 s in 10 ms steps */
     char d[32];
     snprintf(d, sizeof d, "{\"step\":%d}", i);
-    if (dbx_act_heartbeat(a, d)) return DBX_ECANCELED;
+    if (dbx_act_heartbeat(a, d)) {
+      pthread_mutex_lock(&g_mu);
+      g_hb_end = 2;
+      pthread_mutex_unlock(&g_mu);
+      return DBX_ECANCELED;
+    }
     nap_ms(10);
   }
+  pthread_mutex_lock(&g_mu);
+  g_hb_end = 1;
+  pthread_mutex_unlock(&g_mu);
   res->failure_type = dbx_strdup("NeverCancelled");
   res->failure_message = dbx_strdup("no cancellation arrived");
   return DBX_OK;
@@ -350,6 +359,7 @@ static int group_setup(void **st) {
   dbx_log_set_level(DBX_LOG_ERROR);
   g_svc_dir = dbx_test_tmpdir("itw-svc");
   g_wrk_dir = dbx_test_tmpdir("itw-wrk");
+  g_wrk_dir2 = dbx_test_tmpdir("itw-wrk2"); /* a second worker's store */
   start_service(0);
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", g_port);
@@ -390,8 +400,10 @@ static int group_teardown(void **st) {
   for (int i = 0; i < g_ncalls; i++) free(g_call_inputs[i]);
   dbx_test_rmrf(g_svc_dir);
   dbx_test_rmrf(g_wrk_dir);
+  dbx_test_rmrf(g_wrk_dir2);
   free(g_svc_dir);
   free(g_wrk_dir);
+  free(g_wrk_dir2);
   dbx_rpc_global_shutdown();
   return 0;
 }
@@ -1041,6 +1053,47 @@ static void test_worker_heartbeats_do_not_extend_start_to_close(void **st) {
   pthread_mutex_unlock(&g_mu);
 }
 
+static void test_worker_stop_reaches_throttled_heartbeats(void **st) {
+  (void)st;
+  /* An activity with a long heartbeat timeout (60 s asked, held to the 20 s
+   * start-to-close by the service) sends a heartbeat only every 16 s. When a
+   * stopping worker cancels it after its grace period, the activity must
+   * learn it at its next heartbeat call, not at the next send: t.hb returns
+   * on the cancellation instead of running out its 10 s. */
+  dbx_worker_opts o = {0};
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", g_port);
+  o.address = addr;
+  o.task_queue = "itq-stop";
+  o.db_dir = g_wrk_dir2;
+  o.no_sync = 1;
+  dbx_worker *w = NULL;
+  char *err = NULL;
+  assert_int_equal(dbx_worker_create(&o, &w, &err), DBX_OK);
+  assert_int_equal(dbx_worker_register_workflow(w, &wf_one), DBX_OK);
+  assert_int_equal(dbx_worker_register_activity(w, &at_hb), DBX_OK);
+  assert_int_equal(dbx_worker_start(w), DBX_OK);
+  pthread_mutex_lock(&g_mu);
+  g_hb_running = 0;
+  g_hb_end = 0;
+  pthread_mutex_unlock(&g_mu);
+  dbx_client_start_opts so = {.workflow_id = "w-stop", .workflow_type = "t.One",
+                              .task_queue = "itq-stop",
+                              .input_json = "{\"type\":\"t.hb\",\"hb_ms\":60000}"};
+  char *rid = NULL;
+  assert_int_equal(dbx_client_start_workflow(g_c, &so, &rid, &err), DBX_OK);
+  pthread_mutex_lock(&g_mu);
+  while (!g_hb_running) pthread_cond_wait(&g_cv, &g_mu);
+  pthread_mutex_unlock(&g_mu);
+  dbx_worker_stop(w, 200);
+  pthread_mutex_lock(&g_mu);
+  assert_int_equal(g_hb_end, 2); /* returned on the cancellation, not after 10 s */
+  pthread_mutex_unlock(&g_mu);
+  dbx_worker_destroy(w);
+  assert_int_equal(dbx_client_terminate(g_c, "w-stop", rid, "test over", NULL, NULL), DBX_OK);
+  free(rid);
+}
+
 static void test_worker_unknown_activity_type_is_retryable(void **st) {
   (void)st;
   /* t.nope is not registered: the failure is retryable, so the service retries
@@ -1104,6 +1157,7 @@ int main(void) {
       cmocka_unit_test(test_worker_at_most_once_redelivery),
       cmocka_unit_test(test_worker_non_retryable_failures),
       cmocka_unit_test(test_worker_heartbeats_do_not_extend_start_to_close),
+      cmocka_unit_test(test_worker_stop_reaches_throttled_heartbeats),
       cmocka_unit_test(test_worker_unknown_activity_type_is_retryable),
       cmocka_unit_test(test_worker_survives_service_restart),
   };

@@ -554,7 +554,9 @@ int dbx_act_heartbeat(dbx_act *a, const char *details_json) {
   atomic_store(&a->last_hb_ns, now);
   if (atomic_load(&a->abandoned)) return 1;
   int64_t every = a->hb_timeout_ns ? a->hb_timeout_ns * 8 / 10 : 30000000000LL;
-  if (a->last_sent_ns && now - a->last_sent_ns < every) return atomic_load(&a->cancel_requested);
+  /* between sends, what is already known: a cancel request, a local
+   * timeout, or the worker stopping after its grace period */
+  if (a->last_sent_ns && now - a->last_sent_ns < every) return atomic_load(&a->cancelled);
   a->last_sent_ns = now;
   dbx_worker *w = a->w;
   RecordActivityTaskHeartbeatRequest rq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RECORD_ACTIVITY_TASK_HEARTBEAT_REQUEST);
