@@ -130,35 +130,99 @@ static int listed(const char *const *l, const char *k) {
   return 0;
 }
 
-/* The first field of o listed in neither a nor b, or NULL. */
-static const char *unknown_field(const cJSON *o, const char *const *a, const char *const *b) {
-  const cJSON *f;
-  cJSON_ArrayForEach(f, o) if (!listed(a, f->string) && !listed(b, f->string)) return f->string;
+/* The first field of o listed in neither a nor b, or given twice (*dup = 1;
+ * JSON parsers disagree on which copy wins), or NULL. */
+static const char *bad_field(const cJSON *o, const char *const *a, const char *const *b, int *dup) {
+  *dup = 0;
+  for (const cJSON *f = o->child; f != NULL; f = f->next) {
+    if (!listed(a, f->string) && !listed(b, f->string)) return f->string;
+    for (const cJSON *g = o->child; g != f; g = g->next)
+      if (strcmp(g->string, f->string) == 0) return *dup = 1, f->string;
+  }
   return NULL;
+}
+
+/* "where: unknown field "x" (list)" or "where: field "x" given twice". */
+static int field_error(char *err, size_t n, const char *where, const char *field, int dup,
+                       const char *list) {
+  if (dup) return snprintf(err, n, "%s: field \"%.80s\" given twice", where, field), -1;
+  return snprintf(err, n, "%s: unknown field \"%.80s\"%s%s%s", where, field, list ? " (" : "",
+                  list ? list : "", list ? ")" : ""), -1;
+}
+
+static int is_bool(const cJSON *o, const char *k) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+  return v == NULL || cJSON_IsBool(v);
+}
+
+/* An "env" object: variable names to strings, or (secrets) to {"secret": NAME}. */
+static int env_ok(const cJSON *env, int secrets) {
+  if (env == NULL) return 1;
+  if (!cJSON_IsObject(env)) return 0;
+  for (const cJSON *e = env->child; e != NULL; e = e->next) {
+    if (!e->string[0] || strchr(e->string, '=')) return 0;
+    if (cJSON_IsString(e)) continue;
+    const cJSON *sn = secrets && cJSON_IsObject(e) && cJSON_GetArraySize(e) == 1
+                          ? cJSON_GetObjectItemCaseSensitive(e, "secret")
+                          : NULL;
+    if (!cJSON_IsString(sn) || !sn->valuestring[0]) return 0;
+  }
+  return 1;
+}
+
+/* The values of a step's kind fields, as far as they can be told before the
+ * run (paths and base64 are checked by the activity, in the sandbox). */
+static int check_step_values(const cJSON *s, const char *name, const char *kind, char *err,
+                             size_t n) {
+  if (!is_bool(s, "continue_on_failure"))
+    return snprintf(err, n, "step '%s': continue_on_failure must be true or false", name), -1;
+  if (strcmp(kind, "exec") == 0) {
+    if (!env_ok(cJSON_GetObjectItemCaseSensitive(s, "env"), 1))
+      return snprintf(err, n, "step '%s' (exec): env must map variable names to strings or "
+                              "{\"secret\": NAME}", name), -1;
+    const cJSON *cwd = cJSON_GetObjectItemCaseSensitive(s, "cwd");
+    if (cwd && !cJSON_IsString(cwd))
+      return snprintf(err, n, "step '%s' (exec): cwd must be a string", name), -1;
+    const cJSON *mo = cJSON_GetObjectItemCaseSensitive(s, "max_output_bytes");
+    if (mo && (!cJSON_IsNumber(mo) || mo->valuedouble < 1 || mo->valuedouble > 1e15 ||
+               mo->valuedouble != (double)(int64_t)mo->valuedouble))
+      return snprintf(err, n, "step '%s' (exec): max_output_bytes must be a whole number >= 1",
+                      name), -1;
+  } else if (strcmp(kind, "write_file") == 0) {
+    if (str_of(s, "content") && str_of(s, "content_b64"))
+      return snprintf(err, n, "step '%s' (write_file): give content or content_b64, not both",
+                      name), -1;
+  } else if (strcmp(kind, "git_commit") == 0) {
+    const cJSON *au = cJSON_GetObjectItemCaseSensitive(s, "author");
+    if (au && !cJSON_IsString(au))
+      return snprintf(err, n, "step '%s' (git_commit): author must be a string", name), -1;
+  }
+  return 0;
 }
 
 static int validate(const cJSON *in, char *err, size_t n) {
   if (!cJSON_IsObject(in)) return snprintf(err, n, "input is not a JSON object"), -1;
-  const char *unk = unknown_field(in, TOP_FIELDS, NULL);
+  int dup = 0;
+  const char *unk = bad_field(in, TOP_FIELDS, NULL, &dup);
   if (unk)
-    return snprintf(err, n, "input: unknown field \"%.80s\" (sandbox, steps, retry, "
-                            "schedule_to_close_s)", unk), -1;
+    return field_error(err, n, "input", unk, dup, "sandbox, steps, retry, schedule_to_close_s");
   if (validate_retry(in, "input", err, n) != 0) return -1;
   const cJSON *dr = cJSON_GetObjectItemCaseSensitive(in, "retry");
   if (check_intervals(dr, NULL, "input", err, n) != 0) return -1;
   const cJSON *sb = cJSON_GetObjectItemCaseSensitive(in, "sandbox");
   if (sb && !cJSON_IsObject(sb)) return snprintf(err, n, "\"sandbox\" must be an object"), -1;
-  unk = sb ? unknown_field(sb, SANDBOX_FIELDS, NULL) : NULL;
+  unk = sb ? bad_field(sb, SANDBOX_FIELDS, NULL, &dup) : NULL;
   if (unk)
-    return snprintf(err, n, "sandbox: unknown field \"%.80s\" (source, env, keep, timeout_s, "
-                            "heartbeat_timeout_s)", unk), -1;
+    return field_error(err, n, "sandbox", unk, dup,
+                       "source, env, keep, timeout_s, heartbeat_timeout_s");
+  if (sb && !is_bool(sb, "keep")) return snprintf(err, n, "sandbox.keep must be true or false"), -1;
+  if (sb && !env_ok(cJSON_GetObjectItemCaseSensitive(sb, "env"), 0))
+    return snprintf(err, n, "sandbox.env must map variable names to strings"), -1;
   const cJSON *src = sb ? cJSON_GetObjectItemCaseSensitive(sb, "source") : NULL;
   if (src && !cJSON_IsObject(src))
     return snprintf(err, n, "sandbox.source must be an object"), -1;
-  unk = src ? unknown_field(src, SOURCE_FIELDS, NULL) : NULL;
-  if (unk)
-    return snprintf(err, n, "sandbox.source: unknown field \"%.80s\" (kind, path, url, ref)", unk),
-           -1;
+  unk = src ? bad_field(src, SOURCE_FIELDS, NULL, &dup) : NULL;
+  if (unk) return field_error(err, n, "sandbox.source", unk, dup, "kind, path, url, ref");
   if (src) {
     const char *k = str_of(src, "kind");
     static const char *const kinds[] = {"empty", "dir", "git", "snapshot"};
@@ -173,6 +237,19 @@ static int validate(const cJSON *in, char *err, size_t n) {
     if (!has)
       return snprintf(err, n, "sandbox.source of kind %s needs \"%s\"%s", k, need[found],
                       found == 2 ? " or \"path\"" : ""), -1;
+    /* and nothing another kind takes */
+    static const char *const takes[][4] = {{"kind", NULL},
+                                          {"kind", "path", NULL},
+                                          {"kind", "url", "path", "ref"},
+                                          {"kind", "ref", NULL}};
+    unk = bad_field(src, takes[found], NULL, &dup);
+    if (unk)
+      return snprintf(err, n, "sandbox.source of kind %s takes no \"%.80s\"", k, unk), -1;
+    if (found == 2 && str_of(src, "url") && str_of(src, "path"))
+      return snprintf(err, n, "sandbox.source of kind git: give url or path, not both"), -1;
+    for (const cJSON *f = src->child; f != NULL; f = f->next)
+      if (!cJSON_IsString(f) || !f->valuestring[0])
+        return snprintf(err, n, "sandbox.source.%.80s must be a non-empty string", f->string), -1;
   }
   static const char *const secs[] = {"timeout_s", "heartbeat_timeout_s"};
   for (size_t k = 0; sb && k < 2; k++) {
@@ -190,6 +267,16 @@ static int validate(const cJSON *in, char *err, size_t n) {
     if (!cJSON_IsObject(s) || !name || !*name)
       return snprintf(err, n, "step %d: missing \"name\"", i), -1;
     if (!kind) return snprintf(err, n, "step '%s': missing \"kind\"", name), -1;
+    char kwhere[160];
+    snprintf(kwhere, sizeof kwhere, "step '%s' (%s)", name, kind);
+    for (size_t k = 0; k < sizeof STEP_FIELDS / sizeof *STEP_FIELDS; k++) {
+      if (strcmp(STEP_FIELDS[k].kind, kind) != 0) continue;
+      /* a sleep is a timer: no attempts, no retry class */
+      unk = bad_field(s, strcmp(kind, "sleep") == 0 ? (const char *const[]){"name", "kind", NULL}
+                                                      : STEP_COMMON,
+                      STEP_FIELDS[k].fields, &dup);
+      if (unk) return field_error(err, n, kwhere, unk, dup, NULL);
+    }
     const char *missing = NULL;
     if (strcmp(kind, "exec") == 0) {
       if (!str_of(s, "command")) missing = "command";
@@ -205,20 +292,12 @@ static int validate(const cJSON *in, char *err, size_t n) {
         return snprintf(err, n, "step '%s' (sleep): seconds must be >= 0 (at most 10 years)", name),
                -1;
     } else if (strcmp(kind, "git_commit") == 0) {
-      if (!str_of(s, "message")) missing = "message";
+      if (!str_of(s, "message") || !str_of(s, "message")[0]) missing = "message";
     } else if (strcmp(kind, "checkpoint") != 0) {
       return snprintf(err, n, "step '%s': unknown kind '%s'", name, kind), -1;
     }
     if (missing) return snprintf(err, n, "step '%s' (%s): missing \"%s\"", name, kind, missing), -1;
-    for (size_t k = 0; k < sizeof STEP_FIELDS / sizeof *STEP_FIELDS; k++) {
-      if (strcmp(STEP_FIELDS[k].kind, kind) != 0) continue;
-      /* a sleep is a timer: no attempts, no retry class */
-      unk = unknown_field(s, strcmp(kind, "sleep") == 0 ? (const char *const[]){"name", "kind", NULL}
-                                                          : STEP_COMMON,
-                          STEP_FIELDS[k].fields);
-      if (unk)
-        return snprintf(err, n, "step '%s' (%s): unknown field \"%.80s\"", name, kind, unk), -1;
-    }
+    if (check_step_values(s, name, kind, err, n) != 0) return -1;
     const char *rc = str_of(s, "retry_class");
     if (cJSON_GetObjectItemCaseSensitive(s, "retry_class") &&
         (!rc || (strcmp(rc, "safe_to_retry") != 0 && strcmp(rc, "at_most_once") != 0)))
