@@ -729,9 +729,8 @@ static void sweep_orphan_stores(const char *tmpdir) {
     if (strncmp(e->d_name, "durabox-dev.", 12) != 0) continue;
     char *p = dbx_asprintf("%s/%s", tmpdir, e->d_name);
     char *lk = p ? dbx_asprintf("%s/service.lock", p) : NULL;
-    struct stat st;
     char *mk = p ? dbx_asprintf("%s/" TMP_MARKER, p) : NULL;
-    struct stat mst;
+    struct stat st, mst;
     int old = lk && mk && lstat(p, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
               now - st.st_mtime >= ORPHAN_AGE_S && lstat(mk, &mst) == 0 && S_ISREG(mst.st_mode);
     free(mk);
