@@ -268,7 +268,14 @@ static int fsck(const char *dir, int is_worker) {
   int bad = run_quiet(cmd) != 0;
   free(cmd);
   if (bad) {
-    fprintf(stderr, "fsck %s: mdb_stat/mdb_dump failed\n", dir);
+    /* say why, and keep the store as it was for a look afterwards */
+    fprintf(stderr, "fsck %s: mdb_stat/mdb_dump failed; kept as %s.fsck-fail-%d\n", dir, dir,
+            st.fsck_fail + 1);
+    cmd = dbx_asprintf("for t in mdb_stat mdb_dump; do $t -a '%s' 2>&1 >/dev/null | tail -3 | "
+                       "sed \"s/^/  $t: /\"; done >&2; cp -a '%s' '%s.fsck-fail-%d'",
+                       dir, dir, dir, st.fsck_fail + 1);
+    run_quiet(cmd);
+    free(cmd);
     return -1;
   }
   char names[32][64];
