@@ -341,23 +341,45 @@ dbx_err events_flush_buffer(ectx *c, RunState *rs, int *flushed) {
   return DBX_OK;
 }
 
+/* A walk over the stored events of one run (key: run seq, event id), from
+ * event `from` on. hist_next gives each event's id and packed bytes (valid
+ * until the next call) and DBX_ENOTFOUND past the run's last event. */
+typedef struct {
+  dbx_cursor *cur;
+  uint8_t k[16];
+  int started;
+} hist_iter;
+
+static dbx_err hist_open(ectx *c, uint64_t run_seq, int64_t from, hist_iter *it) {
+  memset(it, 0, sizeof *it);
+  be64(it->k, run_seq);
+  be64(it->k + 8, (uint64_t)(from < 1 ? 1 : from));
+  return dbx_store_cursor_open(c->txn, c->svc->t_history, &it->cur);
+}
+
+static dbx_err hist_next(hist_iter *it, int64_t *id, dbx_val *ev) {
+  dbx_val kv;
+  dbx_err rc = it->started ? dbx_store_cursor_next(it->cur, &kv, ev)
+                           : dbx_store_cursor_seek(it->cur, it->k, sizeof it->k, &kv, ev);
+  it->started = 1;
+  if (rc != DBX_OK) return rc;
+  if (kv.size != 16 || memcmp(kv.data, it->k, 8) != 0) return DBX_ENOTFOUND;
+  *id = (int64_t)rd64((const uint8_t *)kv.data + 8);
+  return DBX_OK;
+}
+
 dbx_err events_load(ectx *c, uint64_t run_seq, int64_t from, int64_t to, HistoryEvent ***out,
                     size_t *n, size_t max_bytes) {
   *out = NULL;
   *n = 0;
-  uint8_t k[16];
-  be64(k, run_seq);
-  be64(k + 8, (uint64_t)(from < 1 ? 1 : from));
-  dbx_cursor *cur = NULL;
-  dbx_err rc = dbx_store_cursor_open(c->txn, c->svc->t_history, &cur);
+  hist_iter it;
+  dbx_err rc = hist_open(c, run_seq, from, &it);
   if (rc != DBX_OK) return rc;
-  dbx_val kv, vv;
+  dbx_val vv;
+  int64_t id;
   size_t cap = 0, bytes = 0;
   HistoryEvent **arr = NULL;
-  for (rc = dbx_store_cursor_seek(cur, k, sizeof k, &kv, &vv); rc == DBX_OK;
-       rc = dbx_store_cursor_next(cur, &kv, &vv)) {
-    if (kv.size != 16 || memcmp(kv.data, k, 8) != 0) break;
-    int64_t id = (int64_t)rd64((const uint8_t *)kv.data + 8);
+  for (rc = hist_next(&it, &id, &vv); rc == DBX_OK; rc = hist_next(&it, &id, &vv)) {
     if (to > 0 && id >= to) break;
     if (max_bytes && *n > 0 && bytes + vv.size > max_bytes) break;
     if (*n == cap) {
@@ -380,7 +402,7 @@ dbx_err events_load(ectx *c, uint64_t run_seq, int64_t from, int64_t to, History
   }
   rc = DBX_OK;
 out:
-  dbx_store_cursor_close(cur);
+  dbx_store_cursor_close(it.cur);
   if (rc != DBX_OK) {
     events_free(arr, *n);
     arr = NULL;
@@ -813,18 +835,14 @@ dbx_err history_encode(ectx *c, uint64_t run_seq, int64_t from, int64_t upto, si
   *out = NULL;
   *len = 0;
   *last_id = from - 1;
-  uint8_t k[16];
-  be64(k, run_seq);
-  be64(k + 8, (uint64_t)(from < 1 ? 1 : from));
-  dbx_cursor *cur = NULL;
-  dbx_err rc = dbx_store_cursor_open(c->txn, c->svc->t_history, &cur);
+  hist_iter it;
+  dbx_err rc = hist_open(c, run_seq, from, &it);
   if (rc != DBX_OK) return rc;
   size_t cap = 0, n = 0;
   uint8_t *buf = NULL;
-  dbx_val kv, vv;
-  for (rc = dbx_store_cursor_seek(cur, k, sizeof k, &kv, &vv); rc == DBX_OK; rc = dbx_store_cursor_next(cur, &kv, &vv)) {
-    if (kv.size != 16 || memcmp(kv.data, k, 8) != 0) break;
-    int64_t id = (int64_t)rd64((const uint8_t *)kv.data + 8);
+  dbx_val vv;
+  int64_t id;
+  for (rc = hist_next(&it, &id, &vv); rc == DBX_OK; rc = hist_next(&it, &id, &vv)) {
     if (upto > 0 && id > upto) break;
     size_t need = 1 + 10 + vv.size;
     if (max_bytes && n > 0 && n + need > max_bytes) break;
@@ -847,7 +865,7 @@ dbx_err history_encode(ectx *c, uint64_t run_seq, int64_t from, int64_t upto, si
   }
   rc = DBX_OK;
 out:
-  dbx_store_cursor_close(cur);
+  dbx_store_cursor_close(it.cur);
   if (rc != DBX_OK) {
     free(buf);
     *last_id = from - 1;
