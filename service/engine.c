@@ -27,17 +27,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "service/engine.h"
+#include "service/svc.h"
 
 #include "base/failpoint.h"
 
 #define MAX_BATCH 256
 
-dbx_err seq_save(ectx *c);
 
 /* ------------------------------------------------------------ notes */
 
-note *note_new(ectx *c, int kind) {
+note *svc_note_new(ectx *c, int kind) {
   note *n = calloc(1, sizeof *n);
   if (n == NULL) return NULL;
   n->kind = kind;
@@ -46,8 +45,8 @@ note *note_new(ectx *c, int kind) {
   return n;
 }
 
-void note_add(ectx *c, int kind, const char *key) {
-  note *n = note_new(c, kind);
+void svc_note_add(ectx *c, int kind, const char *key) {
+  note *n = svc_note_new(c, kind);
   if (n && key) n->key = dbx_strdup(key);
 }
 
@@ -72,7 +71,7 @@ static void notes_free(note *n) {
 
 /* ------------------------------------------------------------ job outputs */
 
-void job_reset(job *j) {
+void svc_job_reset(job *j) {
   free(j->message);
   free(j->details);
   free(j->reply);
@@ -93,7 +92,7 @@ static void job_vfail(job *j, int status, const ProtobufCMessage *detail, const 
                       const char *fmt, va_list ap) {
   char msg[1024];
   vsnprintf(msg, sizeof msg, fmt, ap);
-  job_reset(j);
+  svc_job_reset(j);
   j->status = status;
   j->message = dbx_strdup(msg);
   if (detail) {
@@ -120,14 +119,14 @@ static void job_vfail(job *j, int status, const ProtobufCMessage *detail, const 
   }
 }
 
-void job_fail(job *j, int status, const char *fmt, ...) {
+void svc_job_fail(job *j, int status, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   job_vfail(j, status, NULL, NULL, fmt, ap);
   va_end(ap);
 }
 
-void job_fail_detail(job *j, int status, const ProtobufCMessage *detail, const char *type_url,
+void svc_job_fail_detail(job *j, int status, const ProtobufCMessage *detail, const char *type_url,
                      const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -135,13 +134,13 @@ void job_fail_detail(job *j, int status, const ProtobufCMessage *detail, const c
   va_end(ap);
 }
 
-int job_reply(job *j, const ProtobufCMessage *m) {
+int svc_job_reply(job *j, const ProtobufCMessage *m) {
   size_t n = protobuf_c_message_get_packed_size(m);
   free(j->reply);
   j->reply = malloc(n ? n : 1);
   if (j->reply == NULL) {
     j->reply_len = 0;
-    job_fail(j, DBX_GRPC_RESOURCE_EXHAUSTED, "out of memory packing the reply");
+    svc_job_fail(j, DBX_GRPC_RESOURCE_EXHAUSTED, "out of memory packing the reply");
     return -1;
   }
   protobuf_c_message_pack(m, j->reply);
@@ -150,18 +149,18 @@ int job_reply(job *j, const ProtobufCMessage *m) {
   return 0;
 }
 
-int job_reply_field(job *j, const ProtobufCMessage *m, uint32_t field, const uint8_t *body, size_t body_len) {
+int svc_job_reply_field(job *j, const ProtobufCMessage *m, uint32_t field, const uint8_t *body, size_t body_len) {
   size_t n = protobuf_c_message_get_packed_size(m);
   free(j->reply);
   j->reply = malloc(n + 20 + body_len);
   if (j->reply == NULL) {
     j->reply_len = 0;
-    job_fail(j, DBX_GRPC_RESOURCE_EXHAUSTED, "out of memory packing the reply");
+    svc_job_fail(j, DBX_GRPC_RESOURCE_EXHAUSTED, "out of memory packing the reply");
     return -1;
   }
   protobuf_c_message_pack(m, j->reply);
-  n += pb_varint(j->reply + n, ((uint64_t)field << 3) | 2);
-  n += pb_varint(j->reply + n, body_len);
+  n += svc_pb_varint(j->reply + n, ((uint64_t)field << 3) | 2);
+  n += svc_pb_varint(j->reply + n, body_len);
   if (body_len) memcpy(j->reply + n, body, body_len);
   j->reply_len = n + body_len;
   j->status = DBX_GRPC_OK;
@@ -181,15 +180,15 @@ static void job_answer(job *j) {
 
 static void job_free(job *j) {
   if (j == NULL) return;
-  job_reset(j);
+  svc_job_reset(j);
   free(j);
 }
 
 /* ------------------------------------------------------------ namespaces */
 
-int ns_known(dbx_service *s, const char *ns) { return ns_id(s, ns) != NULL; }
+int svc_ns_known(dbx_service *s, const char *ns) { return svc_ns_id(s, ns) != NULL; }
 
-const char *ns_id(dbx_service *s, const char *ns) {
+const char *svc_ns_id(dbx_service *s, const char *ns) {
   for (size_t i = 0; ns && i < s->n_namespaces; i++)
     if (strcmp(s->namespaces[i].name, ns) == 0) return s->namespaces[i].id;
   return NULL;
@@ -209,7 +208,7 @@ static char *ns_make_id(const char *name) {
 }
 
 static int ns_add(dbx_service *s, const char *name) {
-  if (ns_known(s, name)) return 0;
+  if (svc_ns_known(s, name)) return 0;
   ns_entry *n = realloc(s->namespaces, (s->n_namespaces + 1) * sizeof *n);
   if (n == NULL) return -1;
   s->namespaces = n;
@@ -271,13 +270,13 @@ static int wake_parked(dbx_service *s, int kind, const char *key, size_t klen, i
 /* Run one job in its own child transaction. Returns a store error that must
  * abort the whole batch, else DBX_OK (a rejected job leaves nothing). */
 static dbx_err run_job(ectx *c, dbx_txn *txn, job *j) {
-  job_reset(j);
+  svc_job_reset(j);
   dbx_txn *child = NULL;
   dbx_err rc = dbx_store_txn_child_begin(txn, &child);
   if (rc != DBX_OK) return rc;
   note *mark = c->notes;
   c->txn = child;
-  rc = handle_rpc(c, j);
+  rc = svc_handle_rpc(c, j);
   c->txn = txn;
   if (rc != DBX_OK) {
     dbx_store_txn_abort(child);
@@ -336,7 +335,7 @@ static dbx_err batch_fn(dbx_txn *txn, void *arg) {
   }
   if (b->fire_timers) {
     dbx_err err = DBX_OK;
-    int n = fire_due_timers(c, 512, &err);
+    int n = svc_fire_due_timers(c, 512, &err);
     if (n < 0) return err;
     b->timers_fired = n;
   }
@@ -353,7 +352,7 @@ static dbx_err batch_fn(dbx_txn *txn, void *arg) {
       tail = j;
     }
   }
-  return seq_save(c);
+  return svc_seq_save(c);
 }
 
 /* Earliest durable timer (wall ns), INT64_MAX if none. */
@@ -458,7 +457,7 @@ static void apply_after_commit(dbx_service *s, batch *b, job **ready) {
         n->q->next = s->queries;
         s->queries = n->q;
         size_t kl;
-        char *k = queue_key(n->q->ns, n->q->task_queue, TASK_WORKFLOW, &kl);
+        char *k = svc_queue_key(n->q->ns, n->q->task_queue, TASK_WORKFLOW, &kl);
         n->q = NULL;
         if (k) wake_parked(s, PARK_POLL, k, kl, -1, ready);
         free(k);
@@ -479,7 +478,7 @@ static void apply_after_commit(dbx_service *s, batch *b, job **ready) {
             break;
           }
         }
-        job_reset(w);
+        svc_job_reset(w);
         w->status = n->status;
         if (n->status == DBX_GRPC_OK) {
           w->reply = n->bytes;
@@ -518,9 +517,9 @@ static int64_t expire_parked(dbx_service *s, int64_t now_mono, int all) {
       if (j->park == PARK_QUERY) {
         query *q = query_by_id(s, j->query_id);
         if (q) query_unlink_free(s, q);
-        job_fail(j, DBX_GRPC_DEADLINE_EXCEEDED, "query timed out: no worker answered it before the deadline");
+        svc_job_fail(j, DBX_GRPC_DEADLINE_EXCEEDED, "query timed out: no worker answered it before the deadline");
       } else if (j->status != DBX_GRPC_OK || all) {
-        if (all) job_fail(j, DBX_GRPC_UNAVAILABLE, "service is stopping");
+        if (all) svc_job_fail(j, DBX_GRPC_UNAVAILABLE, "service is stopping");
       }
       /* poll and history waits answer with the reply they prepared (empty) */
       job_answer(j);
@@ -565,9 +564,9 @@ static void run_batch(dbx_service *s, job *jobs, int fire_timers, job **ready) {
   for (job *j = jobs; j;) {
     job *next = j->next;
     if (rc == DBX_ESTOREFULL)
-      job_fail(j, DBX_GRPC_RESOURCE_EXHAUSTED, "storage full: %s", msg);
+      svc_job_fail(j, DBX_GRPC_RESOURCE_EXHAUSTED, "storage full: %s", msg);
     else
-      job_fail(j, DBX_GRPC_UNAVAILABLE, "storage error: %s: %s", dbx_strerror(rc), msg);
+      svc_job_fail(j, DBX_GRPC_UNAVAILABLE, "storage error: %s: %s", dbx_strerror(rc), msg);
     job_answer(j);
     job_free(j);
     j = next;
@@ -610,14 +609,14 @@ static void *engine_main(void *arg) {
       job *all = ready;
       while (all) {
         job *n = all->next;
-        job_fail(all, DBX_GRPC_UNAVAILABLE, "service is stopping");
+        svc_job_fail(all, DBX_GRPC_UNAVAILABLE, "service is stopping");
         job_answer(all);
         job_free(all);
         all = n;
       }
       while (in) {
         job *n = in->next;
-        job_fail(in, DBX_GRPC_UNAVAILABLE, "service is stopping");
+        svc_job_fail(in, DBX_GRPC_UNAVAILABLE, "service is stopping");
         job_answer(in);
         job_free(in);
         in = n;
@@ -933,8 +932,7 @@ void dbx_service_stop(dbx_service *s) {
 
 /* ------------------------------------------------------------ ids */
 
-char *new_uuid(void);
-char *new_uuid(void) {
+char *svc_new_uuid(void) {
   uint8_t b[16];
   if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b) {
     uint64_t x = (uint64_t)dbx_mono_ns() ^ (uint64_t)dbx_wall_ns() << 7;

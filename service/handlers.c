@@ -12,13 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "service/engine.h"
+#include "service/svc.h"
 #include "service/visquery.h"
 
-void *pb_new(const ProtobufCMessageDescriptor *d);
-char *new_uuid(void);
-int handler_terminate_run(ectx *c, RunState *rs, const char *reason, const char *identity);
-dbx_err child_request_cancel(ectx *c, const char *ns, const char *wfid);
 
 #define SERVER_VERSION "1.25.0"
 #define NS_NOT_FOUND_URL "type.googleapis.com/temporal.api.errordetails.v1.NamespaceNotFoundFailure"
@@ -116,13 +112,13 @@ static void *decode(job *j, const ProtobufCMessageDescriptor *d) {
   const uint8_t *b = dbx_rpc_call_request(j->call, &len);
   ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, len, b);
   if (m == NULL) {
-    job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "malformed %s: cannot decode %zu bytes as %s", j->method, len,
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "malformed %s: cannot decode %zu bytes as %s", j->method, len,
              d->name);
     return NULL;
   }
   char path[256] = "";
   if (!strings_valid(m, path, sizeof path, 0, 0)) {
-    job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: field %s is not valid UTF-8", j->method, path);
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: field %s is not valid UTF-8", j->method, path);
     protobuf_c_message_free_unpacked(m, NULL);
     return NULL;
   }
@@ -131,13 +127,13 @@ static void *decode(job *j, const ProtobufCMessageDescriptor *d) {
 
 static int check_ns(ectx *c, job *j, const char *ns) {
   if (ns == NULL || ns[0] == '\0') {
-    job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: namespace is required", j->method);
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: namespace is required", j->method);
     return 0;
   }
-  if (!ns_known(c->svc, ns)) {
+  if (!svc_ns_known(c->svc, ns)) {
     NamespaceNotFoundFailure d = INIT(TEMPORAL__API__ERRORDETAILS__V1__NAMESPACE_NOT_FOUND_FAILURE);
     d.namespace_ = (char *)ns;
-    job_fail_detail(j, DBX_GRPC_NOT_FOUND, &d.base, NS_NOT_FOUND_URL, "Namespace %s is not found.", ns);
+    svc_job_fail_detail(j, DBX_GRPC_NOT_FOUND, &d.base, NS_NOT_FOUND_URL, "Namespace %s is not found.", ns);
     return 0;
   }
   return 1;
@@ -145,11 +141,11 @@ static int check_ns(ectx *c, job *j, const char *ns) {
 
 static int check_id(job *j, const char *what, const char *v) {
   if (v == NULL || v[0] == '\0') {
-    job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: %s is required", j->method, what);
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: %s is required", j->method, what);
     return 0;
   }
   if (strlen(v) > MAX_ID_BYTES) {
-    job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: %s is longer than %d bytes", j->method, what, MAX_ID_BYTES);
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: %s is longer than %d bytes", j->method, what, MAX_ID_BYTES);
     return 0;
   }
   return 1;
@@ -157,7 +153,7 @@ static int check_id(job *j, const char *what, const char *v) {
 
 static void fail_not_found(job *j, const char *fmt, const char *a, const char *b) {
   NotFoundFailure d = INIT(TEMPORAL__API__ERRORDETAILS__V1__NOT_FOUND_FAILURE);
-  job_fail_detail(j, DBX_GRPC_NOT_FOUND, &d.base, NOT_FOUND_URL, fmt, a, b);
+  svc_job_fail_detail(j, DBX_GRPC_NOT_FOUND, &d.base, NOT_FOUND_URL, fmt, a, b);
 }
 
 /* Resolve (ns, execution) to a loaded run; run_id "" = current run. */
@@ -169,7 +165,7 @@ static dbx_err load_execution(ectx *c, job *j, const char *ns, const WorkflowExe
   if (we->run_id && we->run_id[0]) {
     rid = dbx_strdup(we->run_id);
   } else {
-    rc = current_run_id(c, ns, we->workflow_id, &rid);
+    rc = svc_current_run_id(c, ns, we->workflow_id, &rid);
     if (rc == DBX_ENOTFOUND) {
       fail_not_found(j, "workflow execution not found: workflow id %s%s", we->workflow_id, "");
       return DBX_OK;
@@ -177,7 +173,7 @@ static dbx_err load_execution(ectx *c, job *j, const char *ns, const WorkflowExe
     if (rc != DBX_OK) return rc;
   }
   if (rid == NULL) return DBX_ENOMEM;
-  rc = run_load(c, ns, we->workflow_id, rid, out);
+  rc = svc_run_load(c, ns, we->workflow_id, rid, out);
   if (rc == DBX_ENOTFOUND) {
     fail_not_found(j, "workflow execution not found: workflow id %s, run id %s", we->workflow_id, rid);
     rc = DBX_OK;
@@ -202,7 +198,7 @@ static TaskToken *token_decode(job *j, ProtobufCBinaryData tok, int kind) {
   if (t == NULL || t->kind != kind || t->namespace_[0] == '\0' || t->workflow_id[0] == '\0' ||
       t->run_id[0] == '\0' || t->scheduled_event_id <= 0) {
     if (t) protobuf_c_message_free_unpacked(&t->base, NULL);
-    job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: task_token is malformed (not a token this service issued)",
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: task_token is malformed (not a token this service issued)",
              j->method);
     return NULL;
   }
@@ -228,7 +224,7 @@ static dbx_err h_get_system_info(ectx *c, job *j) {
   cap.count_group_by_execution_status = 1;
   r.server_version = SERVER_VERSION;
   r.capabilities = &cap;
-  job_reply(j, &r.base);
+  svc_job_reply(j, &r.base);
   return DBX_OK;
 }
 
@@ -258,7 +254,7 @@ static dbx_err h_describe_namespace(ectx *c, job *j) {
     fill_ns_info(c->svc, idx, &info, &cfg, &ttl);
     r.namespace_info = &info;
     r.config = &cfg;
-    job_reply(j, &r.base);
+    svc_job_reply(j, &r.base);
   }
   protobuf_c_message_free_unpacked(&q->base, NULL);
   return DBX_OK;
@@ -291,9 +287,9 @@ static dbx_err h_list_namespaces(ectx *c, job *j) {
     ListNamespacesResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__LIST_NAMESPACES_RESPONSE);
     r.n_namespaces = n;
     r.namespaces = ptrs;
-    job_reply(j, &r.base);
+    svc_job_reply(j, &r.base);
   } else {
-    job_fail(j, DBX_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+    svc_job_fail(j, DBX_GRPC_RESOURCE_EXHAUSTED, "out of memory");
   }
   free(items);
   free(ptrs);
@@ -340,24 +336,24 @@ static dbx_err start_common(ectx *c, job *j, const start_args *a, char **run_id_
   if (!check_id(j, "workflow_type.name", a->type ? a->type->name : NULL)) return DBX_OK;
   if (!check_id(j, "task_queue.name", a->task_queue ? a->task_queue->name : NULL)) return DBX_OK;
   if (a->request_id && strlen(a->request_id) > MAX_ID_BYTES) {
-    job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: request_id is longer than %d bytes", j->method, MAX_ID_BYTES);
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: request_id is longer than %d bytes", j->method, MAX_ID_BYTES);
     return DBX_OK;
   }
   const Duration *ds[] = {a->exec_timeout, a->run_timeout, a->task_timeout, a->start_delay};
   const char *dn[] = {"workflow_execution_timeout", "workflow_run_timeout", "workflow_task_timeout",
                       "workflow_start_delay"};
   for (int i = 0; i < 4; i++) {
-    if (ds[i] && duration_ms(ds[i]) < 0) {
-      job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: %s is negative", j->method, dn[i]);
+    if (ds[i] && svc_duration_ms(ds[i]) < 0) {
+      svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: %s is negative", j->method, dn[i]);
       return DBX_OK;
     }
   }
   char *cur = NULL;
   RunState *old = NULL;
-  dbx_err rc = current_run_id(c, a->ns, a->workflow_id, &cur);
+  dbx_err rc = svc_current_run_id(c, a->ns, a->workflow_id, &cur);
   if (rc != DBX_OK && rc != DBX_ENOTFOUND) return rc;
   if (cur) {
-    rc = run_load(c, a->ns, a->workflow_id, cur, &old);
+    rc = svc_run_load(c, a->ns, a->workflow_id, cur, &old);
     free(cur);
     if (rc != DBX_OK && rc != DBX_ENOTFOUND) return rc;
   }
@@ -367,19 +363,19 @@ static dbx_err start_common(ectx *c, job *j, const start_args *a, char **run_id_
       /* a retried request with the same request id gets the same run */
       if (a->request_id && a->request_id[0] && strcmp(old->start_request_id, a->request_id) == 0) {
         *run_id_out = dbx_strdup(old->run_id);
-        dbx_runstate_free(old);
+        svc_runstate_free(old);
         return DBX_OK;
       }
       int conflict = a->conflict_policy;
       if (a->reuse_policy == 4 /* TERMINATE_IF_RUNNING */) conflict = 3;
       if (conflict == 2 /* USE_EXISTING */) {
         *run_id_out = dbx_strdup(old->run_id);
-        dbx_runstate_free(old);
+        svc_runstate_free(old);
         return DBX_OK;
       }
       if (conflict == 3 /* TERMINATE_EXISTING */) {
-        if (handler_terminate_run(c, old, "terminated by a new start (id conflict policy)", a->identity) != 0) {
-          dbx_runstate_free(old);
+        if (svc_run_terminate(c, old, "terminated by a new start (id conflict policy)", a->identity) != 0) {
+          svc_runstate_free(old);
           return DBX_ESTORE;
         }
       } else {
@@ -387,10 +383,10 @@ static dbx_err start_common(ectx *c, job *j, const start_args *a, char **run_id_
             INIT(TEMPORAL__API__ERRORDETAILS__V1__WORKFLOW_EXECUTION_ALREADY_STARTED_FAILURE);
         d.start_request_id = old->start_request_id;
         d.run_id = old->run_id;
-        job_fail_detail(j, DBX_GRPC_ALREADY_EXISTS, &d.base, ALREADY_STARTED_URL,
+        svc_job_fail_detail(j, DBX_GRPC_ALREADY_EXISTS, &d.base, ALREADY_STARTED_URL,
                         "Workflow execution is already running. WorkflowId: %s, RunId: %s.", old->workflow_id,
                         old->run_id);
-        dbx_runstate_free(old);
+        svc_runstate_free(old);
         return DBX_OK;
       }
     } else {
@@ -399,7 +395,7 @@ static dbx_err start_common(ectx *c, job *j, const start_args *a, char **run_id_
                    old->status == WS(TIMED_OUT);
       if (a->request_id && a->request_id[0] && strcmp(old->start_request_id, a->request_id) == 0) {
         *run_id_out = dbx_strdup(old->run_id);
-        dbx_runstate_free(old);
+        svc_runstate_free(old);
         return DBX_OK;
       }
       if (reuse == 3 || (reuse == 2 && !failed)) {
@@ -407,21 +403,21 @@ static dbx_err start_common(ectx *c, job *j, const start_args *a, char **run_id_
             INIT(TEMPORAL__API__ERRORDETAILS__V1__WORKFLOW_EXECUTION_ALREADY_STARTED_FAILURE);
         d.start_request_id = old->start_request_id;
         d.run_id = old->run_id;
-        job_fail_detail(j, DBX_GRPC_ALREADY_EXISTS, &d.base, ALREADY_STARTED_URL,
+        svc_job_fail_detail(j, DBX_GRPC_ALREADY_EXISTS, &d.base, ALREADY_STARTED_URL,
                         "Workflow execution already finished and its id reuse policy does not allow a new "
                         "run. WorkflowId: %s, RunId: %s.",
                         old->workflow_id, old->run_id);
-        dbx_runstate_free(old);
+        svc_runstate_free(old);
         return DBX_OK;
       }
     }
-    dbx_runstate_free(old);
+    svc_runstate_free(old);
   }
-  char *run_id = new_uuid();
-  HistoryEvent *ev = event_new(ET(WORKFLOW_EXECUTION_STARTED));
+  char *run_id = svc_new_uuid();
+  HistoryEvent *ev = svc_event_new(ET(WORKFLOW_EXECUTION_STARTED));
   if (run_id == NULL || ev == NULL) {
     free(run_id);
-    history_event_free(ev);
+    svc_history_event_free(ev);
     return DBX_ENOMEM;
   }
   WorkflowExecutionStartedEventAttributes *st = ev->workflow_execution_started_event_attributes;
@@ -450,11 +446,11 @@ static dbx_err start_common(ectx *c, job *j, const start_args *a, char **run_id_
                        .started = st,
                        .after_started = a->signal};
   RunState *rs = NULL;
-  rc = run_start(c, &ra, &rs);
+  rc = svc_run_start(c, &ra, &rs);
   memset(st, 0, sizeof *st); /* everything in it was borrowed */
   protobuf_c_message_init(&WorkflowExecutionStartedEventAttributes__D, st);
-  history_event_free(ev);
-  dbx_runstate_free(rs);
+  svc_history_event_free(ev);
+  svc_runstate_free(rs);
   if (rc != DBX_OK) {
     free(run_id);
     return rc;
@@ -493,7 +489,7 @@ static dbx_err h_start(ectx *c, job *j) {
     r.run_id = run_id;
     r.started = started;
     r.status = WS(RUNNING);
-    job_reply(j, &r.base);
+    svc_job_reply(j, &r.base);
   }
   free(run_id);
   protobuf_c_message_free_unpacked(&q->base, NULL);
@@ -503,9 +499,9 @@ static dbx_err h_start(ectx *c, job *j) {
 /* ------------------------------------------------------------ polls */
 
 static void park_poll(ectx *c, job *j, const char *ns, const char *tq, int kind) {
-  job_reset(j);
+  svc_job_reset(j);
   j->park = PARK_POLL;
-  j->park_key = queue_key(ns, tq, kind, &j->park_key_len);
+  j->park_key = svc_queue_key(ns, tq, kind, &j->park_key_len);
   int64_t now = dbx_mono_ns();
   int64_t until = now + c->svc->long_poll_ms * 1000000;
   int64_t dl = dbx_rpc_call_deadline_mono_ns(j->call);
@@ -519,7 +515,7 @@ static void park_poll(ectx *c, job *j, const char *ns, const char *tq, int kind)
 static dbx_err take_task(ectx *c, const char *ns, const char *tq, int kind, TaskRecord **out) {
   *out = NULL;
   size_t pl;
-  char *prefix = queue_key(ns, tq, kind, &pl);
+  char *prefix = svc_queue_key(ns, tq, kind, &pl);
   if (prefix == NULL) return DBX_ENOMEM;
   dbx_cursor *cur = NULL;
   dbx_err rc = dbx_store_cursor_open(c->txn, c->svc->t_tasks, &cur);
@@ -575,45 +571,45 @@ static dbx_err h_poll_workflow(ectx *c, job *j) {
       goto out;
     }
     RunState *rs = NULL;
-    rc = run_load(c, q->namespace_, tr->workflow_id, tr->run_id, &rs);
+    rc = svc_run_load(c, q->namespace_, tr->workflow_id, tr->run_id, &rs);
     int valid = rc == DBX_OK && rs->status == WS(RUNNING) && rs->wft_scheduled_event_id == tr->scheduled_event_id &&
                 rs->wft_started_event_id == 0;
     protobuf_c_message_free_unpacked(&tr->base, NULL);
     if (rc == DBX_ENOTFOUND || (rc == DBX_OK && !valid)) {
-      dbx_runstate_free(rs);
+      svc_runstate_free(rs);
       rc = DBX_OK;
       continue; /* stale task */
     }
     if (rc != DBX_OK) goto out;
     /* start the workflow task */
-    HistoryEvent *ev = event_new(ET(WORKFLOW_TASK_STARTED));
-    char *req_id = new_uuid();
+    HistoryEvent *ev = svc_event_new(ET(WORKFLOW_TASK_STARTED));
+    char *req_id = svc_new_uuid();
     if (ev == NULL || req_id == NULL) {
-      history_event_free(ev);
+      svc_history_event_free(ev);
       free(req_id);
-      dbx_runstate_free(rs);
+      svc_runstate_free(rs);
       rc = DBX_ENOMEM;
       goto out;
     }
     WorkflowTaskStartedEventAttributes *a = ev->workflow_task_started_event_attributes;
     a->scheduled_event_id = rs->wft_scheduled_event_id;
-    a->identity = pb_strdup(q->identity);
+    a->identity = svc_pb_strdup(q->identity);
     a->request_id = req_id;
     a->suggest_continue_as_new = (protobuf_c_boolean)history_suggest_can(c, rs);
     a->history_size_bytes = rs->history_size_bytes;
-    rc = event_append(c, rs, ev, 0);
+    rc = svc_event_append(c, rs, ev, 0);
     if (rc == DBX_OK) {
       rs->wft_started_event_id = ev->event_id;
       rs->wft_started_time_ns = c->now_ns;
-      pb_setstr(&rs->wft_request_id, req_id);
-      pb_setstr(&rs->wft_identity, q->identity);
-      rc = timer_add(c, c->now_ns + rs->task_timeout_ms * 1000000, TK_WFT_START_TO_CLOSE, rs,
+      svc_pb_setstr(&rs->wft_request_id, req_id);
+      svc_pb_setstr(&rs->wft_identity, q->identity);
+      rc = svc_timer_add(c, c->now_ns + rs->task_timeout_ms * 1000000, TK_WFT_START_TO_CLOSE, rs,
                      rs->wft_scheduled_event_id, rs->wft_attempt, NULL);
     }
-    history_event_free(ev);
-    if (rc == DBX_OK) rc = run_save(c, rs);
+    svc_history_event_free(ev);
+    if (rc == DBX_OK) rc = svc_run_save(c, rs);
     if (rc != DBX_OK) {
-      dbx_runstate_free(rs);
+      svc_runstate_free(rs);
       goto out;
     }
     /* the reply: the whole history (first page) */
@@ -637,10 +633,10 @@ static dbx_err h_poll_workflow(ectx *c, job *j) {
     uint8_t *hist = NULL;
     size_t hist_len = 0;
     int64_t last_id = 0;
-    Timestamp *ts_sched = timestamp_new_ns(rs->wft_scheduled_time_ns);
-    Timestamp *ts_start = timestamp_new_ns(c->now_ns);
+    Timestamp *ts_sched = svc_timestamp_new_ns(rs->wft_scheduled_time_ns);
+    Timestamp *ts_start = svc_timestamp_new_ns(c->now_ns);
     /* the history, first page, spliced in from the stored bytes */
-    rc = history_encode(c, rs->run_seq, 1, rs->wft_started_event_id, HISTORY_PAGE_BYTES, &hist, &hist_len, &last_id);
+    rc = svc_history_encode(c, rs->run_seq, 1, rs->wft_started_event_id, HISTORY_PAGE_BYTES, &hist, &hist_len, &last_id);
     uint8_t page_tok[16];
     if (rc == DBX_OK && token_pack(&tok, &r.task_token) == 0) {
       r.workflow_execution = &we;
@@ -657,7 +653,7 @@ static dbx_err h_poll_workflow(ectx *c, job *j) {
         r.next_page_token.data = page_tok;
         r.next_page_token.len = 16;
       }
-      job_reply_field(j, &r.base, 8 /* history */, hist, hist_len);
+      svc_job_reply_field(j, &r.base, 8 /* history */, hist, hist_len);
       free(r.task_token.data);
     } else if (rc == DBX_OK) {
       rc = DBX_ENOMEM;
@@ -665,7 +661,7 @@ static dbx_err h_poll_workflow(ectx *c, job *j) {
     free(hist);
     free(ts_sched);
     free(ts_start);
-    dbx_runstate_free(rs);
+    svc_runstate_free(rs);
     goto out;
   }
 out:
@@ -688,40 +684,40 @@ static dbx_err h_poll_activity(ectx *c, job *j) {
       goto out;
     }
     RunState *rs = NULL;
-    rc = run_load(c, q->namespace_, tr->workflow_id, tr->run_id, &rs);
-    ActivityInfo *ai = rc == DBX_OK ? activity_find(rs, tr->scheduled_event_id) : NULL;
+    rc = svc_run_load(c, q->namespace_, tr->workflow_id, tr->run_id, &rs);
+    ActivityInfo *ai = rc == DBX_OK ? svc_activity_find(rs, tr->scheduled_event_id) : NULL;
     int valid = ai && rs->status == WS(RUNNING) && ai->attempt == tr->attempt && ai->started_time_ns == 0;
     protobuf_c_message_free_unpacked(&tr->base, NULL);
     if (rc == DBX_ENOTFOUND || (rc == DBX_OK && !valid)) {
-      dbx_runstate_free(rs);
+      svc_runstate_free(rs);
       rc = DBX_OK;
       continue;
     }
     if (rc != DBX_OK) goto out;
     ai->started_time_ns = c->now_ns;
     ai->queued = 0;
-    pb_setstr(&ai->started_identity, q->identity);
-    char *req = new_uuid();
+    svc_pb_setstr(&ai->started_identity, q->identity);
+    char *req = svc_new_uuid();
     if (req) {
-      pb_setstr(&ai->started_request_id, req);
+      svc_pb_setstr(&ai->started_request_id, req);
       free(req);
     }
     if (ai->start_to_close_ms > 0)
-      rc = timer_add(c, c->now_ns + ai->start_to_close_ms * 1000000, TK_ACTIVITY_START_TO_CLOSE, rs,
+      rc = svc_timer_add(c, c->now_ns + ai->start_to_close_ms * 1000000, TK_ACTIVITY_START_TO_CLOSE, rs,
                      ai->scheduled_event_id, ai->attempt, NULL);
     if (rc == DBX_OK && ai->heartbeat_ms > 0)
-      rc = timer_add(c, c->now_ns + ai->heartbeat_ms * 1000000, TK_ACTIVITY_HEARTBEAT, rs, ai->scheduled_event_id,
+      rc = svc_timer_add(c, c->now_ns + ai->heartbeat_ms * 1000000, TK_ACTIVITY_HEARTBEAT, rs, ai->scheduled_event_id,
                      ai->attempt, NULL);
-    if (rc == DBX_OK) rc = run_save(c, rs);
+    if (rc == DBX_OK) rc = svc_run_save(c, rs);
     if (rc != DBX_OK) {
-      dbx_runstate_free(rs);
+      svc_runstate_free(rs);
       goto out;
     }
     /* the scheduled event holds input and header */
     HistoryEvent *sev = NULL;
-    rc = event_load_one(c, rs->run_seq, ai->scheduled_event_id, &sev);
+    rc = svc_event_load_one(c, rs->run_seq, ai->scheduled_event_id, &sev);
     if (rc != DBX_OK) {
-      dbx_runstate_free(rs);
+      svc_runstate_free(rs);
       goto out;
     }
     ActivityTaskScheduledEventAttributes *sa = sev->activity_task_scheduled_event_attributes;
@@ -756,8 +752,8 @@ static dbx_err h_poll_activity(ectx *c, job *j) {
     t3.seconds = c->now_ns / 1000000000;
     t3.nanos = (int32_t)(c->now_ns % 1000000000);
     if (token_pack(&tok, &r.task_token) != 0) {
-      history_event_free(sev);
-      dbx_runstate_free(rs);
+      svc_history_event_free(sev);
+      svc_runstate_free(rs);
       rc = DBX_ENOMEM;
       goto out;
     }
@@ -777,10 +773,10 @@ static dbx_err h_poll_activity(ectx *c, job *j) {
     r.start_to_close_timeout = &d2;
     r.heartbeat_timeout = &d3;
     r.retry_policy = ai->retry_policy;
-    job_reply(j, &r.base);
+    svc_job_reply(j, &r.base);
     free(r.task_token.data);
-    history_event_free(sev);
-    dbx_runstate_free(rs);
+    svc_history_event_free(sev);
+    svc_runstate_free(rs);
     goto out;
   }
 out:
@@ -796,10 +792,10 @@ static dbx_err load_wft(ectx *c, job *j, ProtobufCBinaryData token, RunState **o
   TaskToken *t = token_decode(j, token, TASK_WORKFLOW);
   if (t == NULL) return DBX_OK;
   RunState *rs = NULL;
-  dbx_err rc = run_load(c, t->namespace_, t->workflow_id, t->run_id, &rs);
+  dbx_err rc = svc_run_load(c, t->namespace_, t->workflow_id, t->run_id, &rs);
   if (rc == DBX_OK && (rs->status != WS(RUNNING) || rs->wft_scheduled_event_id != t->scheduled_event_id ||
                        rs->wft_started_event_id != t->started_event_id || rs->wft_attempt != t->attempt)) {
-    dbx_runstate_free(rs);
+    svc_runstate_free(rs);
     rs = NULL;
     rc = DBX_ENOTFOUND;
   }
@@ -814,22 +810,22 @@ static dbx_err load_wft(ectx *c, job *j, ProtobufCBinaryData token, RunState **o
 }
 
 static void fill_retry_policy(RetryPolicy *p) {
-  if (p->initial_interval == NULL || duration_ms(p->initial_interval) <= 0) {
+  if (p->initial_interval == NULL || svc_duration_ms(p->initial_interval) <= 0) {
     free(p->initial_interval);
-    p->initial_interval = duration_new_ms(1000);
+    p->initial_interval = svc_duration_new_ms(1000);
   }
   if (p->backoff_coefficient < 1.0) p->backoff_coefficient = 2.0;
-  if (p->maximum_interval == NULL || duration_ms(p->maximum_interval) <= 0) {
+  if (p->maximum_interval == NULL || svc_duration_ms(p->maximum_interval) <= 0) {
     free(p->maximum_interval);
-    p->maximum_interval = duration_new_ms(100 * duration_ms(p->initial_interval));
+    p->maximum_interval = svc_duration_new_ms(100 * svc_duration_ms(p->initial_interval));
   }
 }
 
 static WorkflowExecution *we_new(const char *wfid, const char *run_id) {
-  WorkflowExecution *we = pb_new(&WorkflowExecution__D);
+  WorkflowExecution *we = svc_pb_new(&WorkflowExecution__D);
   if (we) {
-    we->workflow_id = pb_strdup(wfid);
-    we->run_id = pb_strdup(run_id);
+    we->workflow_id = svc_pb_strdup(wfid);
+    we->run_id = svc_pb_strdup(run_id);
   }
   return we;
 }
@@ -837,69 +833,69 @@ static WorkflowExecution *we_new(const char *wfid, const char *run_id) {
 /* Deliver a signal to a loaded run (buffered if its task is started). */
 static dbx_err signal_run(ectx *c, RunState *rs, const char *name, const Payloads *input, const char *identity,
                           const Header *header, const char *request_id) {
-  HistoryEvent *ev = event_new(ET(WORKFLOW_EXECUTION_SIGNALED));
+  HistoryEvent *ev = svc_event_new(ET(WORKFLOW_EXECUTION_SIGNALED));
   if (ev == NULL) return DBX_ENOMEM;
   WorkflowExecutionSignaledEventAttributes *a = ev->workflow_execution_signaled_event_attributes;
-  a->signal_name = pb_strdup(name);
+  a->signal_name = svc_pb_strdup(name);
   a->input = PB_CLONE(Payloads, input);
-  a->identity = pb_strdup(identity);
+  a->identity = svc_pb_strdup(identity);
   a->header = PB_CLONE(Header, header);
-  a->request_id = pb_strdup(request_id);
-  dbx_err rc = event_append(c, rs, ev, 1);
-  history_event_free(ev);
-  if (rc == DBX_OK) rc = wft_schedule(c, rs);
+  a->request_id = svc_pb_strdup(request_id);
+  dbx_err rc = svc_event_append(c, rs, ev, 1);
+  svc_history_event_free(ev);
+  if (rc == DBX_OK) rc = svc_wft_schedule(c, rs);
   return rc;
 }
 
 static dbx_err request_cancel_run(ectx *c, RunState *rs, const char *identity) {
   if (rs->cancel_requested) return DBX_OK;
-  HistoryEvent *ev = event_new(ET(WORKFLOW_EXECUTION_CANCEL_REQUESTED));
+  HistoryEvent *ev = svc_event_new(ET(WORKFLOW_EXECUTION_CANCEL_REQUESTED));
   if (ev == NULL) return DBX_ENOMEM;
-  ev->workflow_execution_cancel_requested_event_attributes->identity = pb_strdup(identity);
-  dbx_err rc = event_append(c, rs, ev, 1);
-  history_event_free(ev);
+  ev->workflow_execution_cancel_requested_event_attributes->identity = svc_pb_strdup(identity);
+  dbx_err rc = svc_event_append(c, rs, ev, 1);
+  svc_history_event_free(ev);
   rs->cancel_requested = 1;
-  if (rc == DBX_OK) rc = wft_schedule(c, rs);
+  if (rc == DBX_OK) rc = svc_wft_schedule(c, rs);
   return rc;
 }
 
-dbx_err child_request_cancel(ectx *c, const char *ns, const char *wfid) {
+dbx_err svc_child_request_cancel(ectx *c, const char *ns, const char *wfid) {
   char *cur = NULL;
-  dbx_err rc = current_run_id(c, ns, wfid, &cur);
+  dbx_err rc = svc_current_run_id(c, ns, wfid, &cur);
   if (rc != DBX_OK) return rc == DBX_ENOTFOUND ? DBX_OK : rc;
   RunState *rs = NULL;
-  rc = run_load(c, ns, wfid, cur, &rs);
+  rc = svc_run_load(c, ns, wfid, cur, &rs);
   free(cur);
   if (rc != DBX_OK) return rc == DBX_ENOTFOUND ? DBX_OK : rc;
   if (rs->status == WS(RUNNING)) {
     rc = request_cancel_run(c, rs, "durabox");
-    if (rc == DBX_OK) rc = run_save(c, rs);
+    if (rc == DBX_OK) rc = svc_run_save(c, rs);
   }
-  dbx_runstate_free(rs);
+  svc_runstate_free(rs);
   return rc;
 }
 
 /* Terminate a loaded running run (saves it). Returns 0 or -1. */
-int handler_terminate_run(ectx *c, RunState *rs, const char *reason, const char *identity) {
+int svc_run_terminate(ectx *c, RunState *rs, const char *reason, const char *identity) {
   if (rs->status != WS(RUNNING)) return 0;
   dbx_err rc = DBX_OK;
   if (rs->wft_started_event_id > 0) {
-    HistoryEvent *f = event_new(ET(WORKFLOW_TASK_FAILED));
+    HistoryEvent *f = svc_event_new(ET(WORKFLOW_TASK_FAILED));
     if (f == NULL) return -1;
     f->workflow_task_failed_event_attributes->scheduled_event_id = rs->wft_scheduled_event_id;
     f->workflow_task_failed_event_attributes->started_event_id = rs->wft_started_event_id;
     f->workflow_task_failed_event_attributes->cause = WFC(FORCE_CLOSE_COMMAND);
-    f->workflow_task_failed_event_attributes->identity = pb_strdup(identity);
+    f->workflow_task_failed_event_attributes->identity = svc_pb_strdup(identity);
     rs->wft_started_event_id = 0;
-    rc = event_append(c, rs, f, 0);
-    history_event_free(f);
+    rc = svc_event_append(c, rs, f, 0);
+    svc_history_event_free(f);
   }
-  HistoryEvent *ev = event_new(ET(WORKFLOW_EXECUTION_TERMINATED));
+  HistoryEvent *ev = svc_event_new(ET(WORKFLOW_EXECUTION_TERMINATED));
   if (ev == NULL) return -1;
-  ev->workflow_execution_terminated_event_attributes->reason = pb_strdup(reason);
-  ev->workflow_execution_terminated_event_attributes->identity = pb_strdup(identity);
-  if (rc == DBX_OK) rc = run_close(c, rs, ev, WS(TERMINATED));
-  history_event_free(ev);
+  ev->workflow_execution_terminated_event_attributes->reason = svc_pb_strdup(reason);
+  ev->workflow_execution_terminated_event_attributes->identity = svc_pb_strdup(identity);
+  if (rc == DBX_OK) rc = svc_run_close(c, rs, ev, WS(TERMINATED));
+  svc_history_event_free(ev);
   return rc == DBX_OK ? 0 : -1;
 }
 
@@ -918,17 +914,17 @@ static dbx_err apply_command(ectx *c, job *j, RunState *rs, Command *cmd, int64_
       return DBX_OK;
     for (size_t i = 0; i < rs->n_activities; i++)
       if (strcmp(rs->activities[i]->activity_id, a->activity_id) == 0) {
-        job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "ScheduleActivityTask: activity id %s is already pending", a->activity_id);
+        svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "ScheduleActivityTask: activity id %s is already pending", a->activity_id);
         return DBX_OK;
       }
-    int64_t s2c = duration_ms(a->schedule_to_close_timeout), s2s = duration_ms(a->schedule_to_start_timeout),
-            st2c = duration_ms(a->start_to_close_timeout), hb = duration_ms(a->heartbeat_timeout);
+    int64_t s2c = svc_duration_ms(a->schedule_to_close_timeout), s2s = svc_duration_ms(a->schedule_to_start_timeout),
+            st2c = svc_duration_ms(a->start_to_close_timeout), hb = svc_duration_ms(a->heartbeat_timeout);
     if (s2c < 0 || s2s < 0 || st2c < 0 || hb < 0) {
-      job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "ScheduleActivityTask %s: a timeout is negative", a->activity_id);
+      svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "ScheduleActivityTask %s: a timeout is negative", a->activity_id);
       return DBX_OK;
     }
     if (s2c == 0 && st2c == 0) {
-      job_fail(j, DBX_GRPC_INVALID_ARGUMENT,
+      svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT,
                "ScheduleActivityTask %s: either schedule_to_close_timeout or start_to_close_timeout is required",
                a->activity_id);
       return DBX_OK;
@@ -937,32 +933,32 @@ static dbx_err apply_command(ectx *c, job *j, RunState *rs, Command *cmd, int64_
     if (s2c > 0 && st2c > s2c) st2c = s2c;
     if (s2s == 0 || (s2c > 0 && s2s > s2c)) s2s = s2c;
     if (hb > st2c) hb = st2c;
-    ev = event_new(ET(ACTIVITY_TASK_SCHEDULED));
+    ev = svc_event_new(ET(ACTIVITY_TASK_SCHEDULED));
     if (ev == NULL) return DBX_ENOMEM;
     ActivityTaskScheduledEventAttributes *e = ev->activity_task_scheduled_event_attributes;
-    e->activity_id = pb_strdup(a->activity_id);
+    e->activity_id = svc_pb_strdup(a->activity_id);
     e->activity_type = PB_CLONE(ActivityType, a->activity_type);
-    e->task_queue = pb_new(&TaskQueue__D);
+    e->task_queue = svc_pb_new(&TaskQueue__D);
     if (e->task_queue) {
-      e->task_queue->name = pb_strdup(a->task_queue && a->task_queue->name[0] ? a->task_queue->name : rs->task_queue);
+      e->task_queue->name = svc_pb_strdup(a->task_queue && a->task_queue->name[0] ? a->task_queue->name : rs->task_queue);
       e->task_queue->kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
     }
     e->header = PB_CLONE(Header, a->header);
     e->input = PB_CLONE(Payloads, a->input);
-    e->schedule_to_close_timeout = duration_new_ms(s2c);
-    e->schedule_to_start_timeout = duration_new_ms(s2s);
-    e->start_to_close_timeout = duration_new_ms(st2c);
-    e->heartbeat_timeout = duration_new_ms(hb);
+    e->schedule_to_close_timeout = svc_duration_new_ms(s2c);
+    e->schedule_to_start_timeout = svc_duration_new_ms(s2s);
+    e->start_to_close_timeout = svc_duration_new_ms(st2c);
+    e->heartbeat_timeout = svc_duration_new_ms(hb);
     e->workflow_task_completed_event_id = wft_completed_id;
-    e->retry_policy = a->retry_policy ? PB_CLONE(RetryPolicy, a->retry_policy) : pb_new(&RetryPolicy__D);
+    e->retry_policy = a->retry_policy ? PB_CLONE(RetryPolicy, a->retry_policy) : svc_pb_new(&RetryPolicy__D);
     if (e->retry_policy == NULL || e->task_queue == NULL) {
       rc = DBX_ENOMEM;
       break;
     }
     fill_retry_policy(e->retry_policy);
-    rc = event_append(c, rs, ev, 0);
+    rc = svc_event_append(c, rs, ev, 0);
     if (rc != DBX_OK) break;
-    ActivityInfo *ai = pb_new(&ActivityInfo__D);
+    ActivityInfo *ai = svc_pb_new(&ActivityInfo__D);
     ActivityInfo **arr = realloc(rs->activities, (rs->n_activities + 1) * sizeof *arr);
     if (ai == NULL || arr == NULL) {
       free(ai);
@@ -973,9 +969,9 @@ static dbx_err apply_command(ectx *c, job *j, RunState *rs, Command *cmd, int64_
     rs->activities = arr;
     arr[rs->n_activities++] = ai;
     ai->scheduled_event_id = ev->event_id;
-    ai->activity_id = pb_strdup(a->activity_id);
-    ai->activity_type = pb_strdup(a->activity_type->name);
-    ai->task_queue = pb_strdup(e->task_queue->name);
+    ai->activity_id = svc_pb_strdup(a->activity_id);
+    ai->activity_type = svc_pb_strdup(a->activity_type->name);
+    ai->task_queue = svc_pb_strdup(e->task_queue->name);
     ai->attempt = 1;
     ai->scheduled_time_ns = c->now_ns;
     ai->attempt_scheduled_time_ns = c->now_ns;
@@ -984,34 +980,34 @@ static dbx_err apply_command(ectx *c, job *j, RunState *rs, Command *cmd, int64_
     ai->start_to_close_ms = st2c;
     ai->heartbeat_ms = hb;
     ai->retry_policy = PB_CLONE(RetryPolicy, e->retry_policy);
-    rc = activity_queue_attempt(c, rs, ai);
+    rc = svc_activity_queue_attempt(c, rs, ai);
     if (rc == DBX_OK && s2c > 0)
-      rc = timer_add(c, c->now_ns + s2c * 1000000, TK_ACTIVITY_SCHEDULE_TO_CLOSE, rs, ai->scheduled_event_id, 0, NULL);
+      rc = svc_timer_add(c, c->now_ns + s2c * 1000000, TK_ACTIVITY_SCHEDULE_TO_CLOSE, rs, ai->scheduled_event_id, 0, NULL);
     break;
   }
   case CMD(REQUEST_CANCEL_ACTIVITY_TASK): {
     int64_t sid = cmd->request_cancel_activity_task_command_attributes->scheduled_event_id;
-    ActivityInfo *ai = activity_find(rs, sid);
+    ActivityInfo *ai = svc_activity_find(rs, sid);
     if (ai == NULL) {
-      job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "RequestCancelActivityTask: no pending activity scheduled by event %lld",
+      svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "RequestCancelActivityTask: no pending activity scheduled by event %lld",
                (long long)sid);
       return DBX_OK;
     }
-    ev = event_new(ET(ACTIVITY_TASK_CANCEL_REQUESTED));
+    ev = svc_event_new(ET(ACTIVITY_TASK_CANCEL_REQUESTED));
     if (ev == NULL) return DBX_ENOMEM;
     ev->activity_task_cancel_requested_event_attributes->scheduled_event_id = sid;
     ev->activity_task_cancel_requested_event_attributes->workflow_task_completed_event_id = wft_completed_id;
-    rc = event_append(c, rs, ev, 0);
+    rc = svc_event_append(c, rs, ev, 0);
     if (rc != DBX_OK) break;
     if (ai->started_time_ns == 0) {
-      HistoryEvent *cev = event_new(ET(ACTIVITY_TASK_CANCELED));
+      HistoryEvent *cev = svc_event_new(ET(ACTIVITY_TASK_CANCELED));
       if (cev == NULL) return DBX_ENOMEM;
       cev->activity_task_canceled_event_attributes->scheduled_event_id = sid;
       cev->activity_task_canceled_event_attributes->latest_cancel_requested_event_id = ev->event_id;
-      cev->activity_task_canceled_event_attributes->identity = pb_strdup(identity);
-      rc = event_append(c, rs, cev, 0);
-      history_event_free(cev);
-      activity_remove(rs, sid);
+      cev->activity_task_canceled_event_attributes->identity = svc_pb_strdup(identity);
+      rc = svc_event_append(c, rs, cev, 0);
+      svc_history_event_free(cev);
+      svc_activity_remove(rs, sid);
       *new_wft = 1;
     } else {
       ai->cancel_requested = 1;
@@ -1022,23 +1018,23 @@ static dbx_err apply_command(ectx *c, job *j, RunState *rs, Command *cmd, int64_
   case CMD(START_TIMER): {
     StartTimerCommandAttributes *a = cmd->start_timer_command_attributes;
     if (!check_id(j, "StartTimer.timer_id", a->timer_id)) return DBX_OK;
-    int64_t ms = duration_ms(a->start_to_fire_timeout);
+    int64_t ms = svc_duration_ms(a->start_to_fire_timeout);
     if (ms <= 0) {
-      job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "StartTimer %s: start_to_fire_timeout must be positive", a->timer_id);
+      svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "StartTimer %s: start_to_fire_timeout must be positive", a->timer_id);
       return DBX_OK;
     }
-    if (timer_find(rs, a->timer_id)) {
-      job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "StartTimer: timer id %s is already pending", a->timer_id);
+    if (svc_timer_find(rs, a->timer_id)) {
+      svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "StartTimer: timer id %s is already pending", a->timer_id);
       return DBX_OK;
     }
-    ev = event_new(ET(TIMER_STARTED));
+    ev = svc_event_new(ET(TIMER_STARTED));
     if (ev == NULL) return DBX_ENOMEM;
-    ev->timer_started_event_attributes->timer_id = pb_strdup(a->timer_id);
-    ev->timer_started_event_attributes->start_to_fire_timeout = duration_new_ms(ms);
+    ev->timer_started_event_attributes->timer_id = svc_pb_strdup(a->timer_id);
+    ev->timer_started_event_attributes->start_to_fire_timeout = svc_duration_new_ms(ms);
     ev->timer_started_event_attributes->workflow_task_completed_event_id = wft_completed_id;
-    rc = event_append(c, rs, ev, 0);
+    rc = svc_event_append(c, rs, ev, 0);
     if (rc != DBX_OK) break;
-    TimerInfo *ti = pb_new(&TimerInfo__D);
+    TimerInfo *ti = svc_pb_new(&TimerInfo__D);
     TimerInfo **arr = realloc(rs->timers, (rs->n_timers + 1) * sizeof *arr);
     if (ti == NULL || arr == NULL) {
       free(ti);
@@ -1048,33 +1044,33 @@ static dbx_err apply_command(ectx *c, job *j, RunState *rs, Command *cmd, int64_
     }
     rs->timers = arr;
     arr[rs->n_timers++] = ti;
-    ti->timer_id = pb_strdup(a->timer_id);
+    ti->timer_id = svc_pb_strdup(a->timer_id);
     ti->started_event_id = ev->event_id;
     ti->fire_time_ns = c->now_ns + ms * 1000000;
-    rc = timer_add(c, ti->fire_time_ns, TK_USER_TIMER, rs, ev->event_id, 0, a->timer_id);
+    rc = svc_timer_add(c, ti->fire_time_ns, TK_USER_TIMER, rs, ev->event_id, 0, a->timer_id);
     break;
   }
   case CMD(CANCEL_TIMER): {
     const char *tid = cmd->cancel_timer_command_attributes->timer_id;
-    TimerInfo *ti = timer_find(rs, tid);
+    TimerInfo *ti = svc_timer_find(rs, tid);
     if (ti == NULL) {
-      job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "CancelTimer: no pending timer with id %s", tid);
+      svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "CancelTimer: no pending timer with id %s", tid);
       return DBX_OK;
     }
-    ev = event_new(ET(TIMER_CANCELED));
+    ev = svc_event_new(ET(TIMER_CANCELED));
     if (ev == NULL) return DBX_ENOMEM;
-    ev->timer_canceled_event_attributes->timer_id = pb_strdup(tid);
+    ev->timer_canceled_event_attributes->timer_id = svc_pb_strdup(tid);
     ev->timer_canceled_event_attributes->started_event_id = ti->started_event_id;
     ev->timer_canceled_event_attributes->workflow_task_completed_event_id = wft_completed_id;
-    ev->timer_canceled_event_attributes->identity = pb_strdup(identity);
-    rc = event_append(c, rs, ev, 0);
-    timer_remove(rs, tid);
+    ev->timer_canceled_event_attributes->identity = svc_pb_strdup(identity);
+    rc = svc_event_append(c, rs, ev, 0);
+    svc_timer_remove(rs, tid);
     break;
   }
   case CMD(RECORD_MARKER): {
     RecordMarkerCommandAttributes *a = cmd->record_marker_command_attributes;
     if (!check_id(j, "RecordMarker.marker_name", a->marker_name)) return DBX_OK;
-    ev = event_new(ET(MARKER_RECORDED));
+    ev = svc_event_new(ET(MARKER_RECORDED));
     if (ev == NULL) return DBX_ENOMEM;
     MarkerRecordedEventAttributes *e = ev->marker_recorded_event_attributes;
     /* same field numbers for name/details in both messages: copy via bytes */
@@ -1093,78 +1089,78 @@ static dbx_err apply_command(ectx *c, job *j, RunState *rs, Command *cmd, int64_
     copy->workflow_task_completed_event_id = wft_completed_id;
     if (copy->header == NULL && a->header) copy->header = PB_CLONE(Header, a->header);
     if (copy->failure == NULL && a->failure) copy->failure = PB_CLONE(Failure, a->failure);
-    rc = event_append(c, rs, ev, 0);
+    rc = svc_event_append(c, rs, ev, 0);
     break;
   }
   case CMD(UPSERT_WORKFLOW_SEARCH_ATTRIBUTES): {
-    ev = event_new(ET(UPSERT_WORKFLOW_SEARCH_ATTRIBUTES));
+    ev = svc_event_new(ET(UPSERT_WORKFLOW_SEARCH_ATTRIBUTES));
     if (ev == NULL) return DBX_ENOMEM;
     ev->upsert_workflow_search_attributes_event_attributes->workflow_task_completed_event_id = wft_completed_id;
     ev->upsert_workflow_search_attributes_event_attributes->search_attributes =
         PB_CLONE(SearchAttributes, cmd->upsert_workflow_search_attributes_command_attributes->search_attributes);
-    rc = event_append(c, rs, ev, 0);
+    rc = svc_event_append(c, rs, ev, 0);
     break;
   }
   case CMD(MODIFY_WORKFLOW_PROPERTIES): {
-    ev = event_new(ET(WORKFLOW_PROPERTIES_MODIFIED));
+    ev = svc_event_new(ET(WORKFLOW_PROPERTIES_MODIFIED));
     if (ev == NULL) return DBX_ENOMEM;
     ev->workflow_properties_modified_event_attributes->workflow_task_completed_event_id = wft_completed_id;
     ev->workflow_properties_modified_event_attributes->upserted_memo =
         PB_CLONE(Memo, cmd->modify_workflow_properties_command_attributes->upserted_memo);
-    rc = event_append(c, rs, ev, 0);
+    rc = svc_event_append(c, rs, ev, 0);
     break;
   }
   case CMD(COMPLETE_WORKFLOW_EXECUTION):
-    ev = event_new(ET(WORKFLOW_EXECUTION_COMPLETED));
+    ev = svc_event_new(ET(WORKFLOW_EXECUTION_COMPLETED));
     if (ev == NULL) return DBX_ENOMEM;
     ev->workflow_execution_completed_event_attributes->result =
         PB_CLONE(Payloads, cmd->complete_workflow_execution_command_attributes->result);
     ev->workflow_execution_completed_event_attributes->workflow_task_completed_event_id = wft_completed_id;
-    rc = run_close(c, rs, ev, WS(COMPLETED));
+    rc = svc_run_close(c, rs, ev, WS(COMPLETED));
     *closed = 1;
     break;
   case CMD(FAIL_WORKFLOW_EXECUTION):
-    ev = event_new(ET(WORKFLOW_EXECUTION_FAILED));
+    ev = svc_event_new(ET(WORKFLOW_EXECUTION_FAILED));
     if (ev == NULL) return DBX_ENOMEM;
     ev->workflow_execution_failed_event_attributes->failure =
         PB_CLONE(Failure, cmd->fail_workflow_execution_command_attributes->failure);
     ev->workflow_execution_failed_event_attributes->retry_state = RS(RETRY_POLICY_NOT_SET);
     ev->workflow_execution_failed_event_attributes->workflow_task_completed_event_id = wft_completed_id;
-    rc = run_close(c, rs, ev, WS(FAILED));
+    rc = svc_run_close(c, rs, ev, WS(FAILED));
     *closed = 1;
     break;
   case CMD(CANCEL_WORKFLOW_EXECUTION):
-    ev = event_new(ET(WORKFLOW_EXECUTION_CANCELED));
+    ev = svc_event_new(ET(WORKFLOW_EXECUTION_CANCELED));
     if (ev == NULL) return DBX_ENOMEM;
     ev->workflow_execution_canceled_event_attributes->details =
         PB_CLONE(Payloads, cmd->cancel_workflow_execution_command_attributes->details);
     ev->workflow_execution_canceled_event_attributes->workflow_task_completed_event_id = wft_completed_id;
-    rc = run_close(c, rs, ev, WS(CANCELED));
+    rc = svc_run_close(c, rs, ev, WS(CANCELED));
     *closed = 1;
     break;
   case CMD(CONTINUE_AS_NEW_WORKFLOW_EXECUTION): {
     ContinueAsNewWorkflowExecutionCommandAttributes *a = cmd->continue_as_new_workflow_execution_command_attributes;
-    char *new_run = new_uuid();
-    ev = event_new(ET(WORKFLOW_EXECUTION_CONTINUED_AS_NEW));
-    HistoryEvent *sev = event_new(ET(WORKFLOW_EXECUTION_STARTED));
+    char *new_run = svc_new_uuid();
+    ev = svc_event_new(ET(WORKFLOW_EXECUTION_CONTINUED_AS_NEW));
+    HistoryEvent *sev = svc_event_new(ET(WORKFLOW_EXECUTION_STARTED));
     if (new_run == NULL || ev == NULL || sev == NULL) {
       free(new_run);
-      history_event_free(sev);
+      svc_history_event_free(sev);
       rc = DBX_ENOMEM;
       break;
     }
     WorkflowExecutionContinuedAsNewEventAttributes *e = ev->workflow_execution_continued_as_new_event_attributes;
-    e->new_execution_run_id = pb_strdup(new_run);
-    e->workflow_type = pb_new(&WorkflowType__D);
-    e->task_queue = pb_new(&TaskQueue__D);
-    if (e->workflow_type) e->workflow_type->name = pb_strdup(a->workflow_type && a->workflow_type->name[0] ? a->workflow_type->name : rs->workflow_type);
+    e->new_execution_run_id = svc_pb_strdup(new_run);
+    e->workflow_type = svc_pb_new(&WorkflowType__D);
+    e->task_queue = svc_pb_new(&TaskQueue__D);
+    if (e->workflow_type) e->workflow_type->name = svc_pb_strdup(a->workflow_type && a->workflow_type->name[0] ? a->workflow_type->name : rs->workflow_type);
     if (e->task_queue) {
-      e->task_queue->name = pb_strdup(a->task_queue && a->task_queue->name[0] ? a->task_queue->name : rs->task_queue);
+      e->task_queue->name = svc_pb_strdup(a->task_queue && a->task_queue->name[0] ? a->task_queue->name : rs->task_queue);
       e->task_queue->kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
     }
     e->input = PB_CLONE(Payloads, a->input);
-    e->workflow_run_timeout = a->workflow_run_timeout ? PB_CLONE(Duration, a->workflow_run_timeout) : duration_new_ms(rs->run_timeout_ms);
-    e->workflow_task_timeout = a->workflow_task_timeout ? PB_CLONE(Duration, a->workflow_task_timeout) : duration_new_ms(rs->task_timeout_ms);
+    e->workflow_run_timeout = a->workflow_run_timeout ? PB_CLONE(Duration, a->workflow_run_timeout) : svc_duration_new_ms(rs->run_timeout_ms);
+    e->workflow_task_timeout = a->workflow_task_timeout ? PB_CLONE(Duration, a->workflow_task_timeout) : svc_duration_new_ms(rs->task_timeout_ms);
     e->workflow_task_completed_event_id = wft_completed_id;
     e->backoff_start_interval = PB_CLONE(Duration, a->backoff_start_interval);
     e->initiator = a->initiator;
@@ -1173,8 +1169,8 @@ static dbx_err apply_command(ectx *c, job *j, RunState *rs, Command *cmd, int64_
     e->search_attributes = PB_CLONE(SearchAttributes, a->search_attributes);
     e->last_completion_result = PB_CLONE(Payloads, a->last_completion_result);
     e->failure = PB_CLONE(Failure, a->failure);
-    pb_setstr(&rs->new_execution_run_id, new_run);
-    rc = run_close(c, rs, ev, WS(CONTINUED_AS_NEW));
+    svc_pb_setstr(&rs->new_execution_run_id, new_run);
+    rc = svc_run_close(c, rs, ev, WS(CONTINUED_AS_NEW));
     if (rc == DBX_OK) {
       WorkflowExecutionStartedEventAttributes *st = sev->workflow_execution_started_event_attributes;
       st->workflow_type = PB_CLONE(WorkflowType, e->workflow_type);
@@ -1182,12 +1178,12 @@ static dbx_err apply_command(ectx *c, job *j, RunState *rs, Command *cmd, int64_
       st->input = PB_CLONE(Payloads, a->input);
       st->workflow_run_timeout = rs->run_timeout_ms > 0 || a->workflow_run_timeout ? PB_CLONE(Duration, e->workflow_run_timeout) : NULL;
       st->workflow_task_timeout = PB_CLONE(Duration, e->workflow_task_timeout);
-      st->workflow_execution_timeout = rs->execution_timeout_ms > 0 ? duration_new_ms(rs->execution_timeout_ms) : NULL;
-      st->continued_execution_run_id = pb_strdup(rs->run_id);
+      st->workflow_execution_timeout = rs->execution_timeout_ms > 0 ? svc_duration_new_ms(rs->execution_timeout_ms) : NULL;
+      st->continued_execution_run_id = svc_pb_strdup(rs->run_id);
       st->initiator = a->initiator;
       st->continued_failure = PB_CLONE(Failure, a->failure);
       st->last_completion_result = PB_CLONE(Payloads, a->last_completion_result);
-      st->identity = pb_strdup(identity);
+      st->identity = svc_pb_strdup(identity);
       st->retry_policy = PB_CLONE(RetryPolicy, a->retry_policy);
       st->attempt = 1;
       st->first_workflow_task_backoff = PB_CLONE(Duration, a->backoff_start_interval);
@@ -1195,7 +1191,7 @@ static dbx_err apply_command(ectx *c, job *j, RunState *rs, Command *cmd, int64_
       st->search_attributes = PB_CLONE(SearchAttributes, a->search_attributes);
       st->header = PB_CLONE(Header, a->header);
       if (rs->parent && rs->parent->workflow_id[0]) {
-        st->parent_workflow_namespace = pb_strdup(rs->parent->namespace_);
+        st->parent_workflow_namespace = svc_pb_strdup(rs->parent->namespace_);
         st->parent_workflow_execution = we_new(rs->parent->workflow_id, rs->parent->run_id);
         st->parent_initiated_event_id = rs->parent->initiated_event_id;
       }
@@ -1208,10 +1204,10 @@ static dbx_err apply_command(ectx *c, job *j, RunState *rs, Command *cmd, int64_
                            .execution_expiration_ns = rs->execution_expiration_ns,
                            .first_run_id = rs->first_run_id};
       RunState *nrs = NULL;
-      rc = run_start(c, &ra, &nrs);
-      dbx_runstate_free(nrs);
+      rc = svc_run_start(c, &ra, &nrs);
+      svc_runstate_free(nrs);
     }
-    history_event_free(sev);
+    svc_history_event_free(sev);
     free(new_run);
     *closed = 1;
     break;
@@ -1219,23 +1215,23 @@ static dbx_err apply_command(ectx *c, job *j, RunState *rs, Command *cmd, int64_
   case CMD(START_CHILD_WORKFLOW_EXECUTION): {
     StartChildWorkflowExecutionCommandAttributes *a = cmd->start_child_workflow_execution_command_attributes;
     const char *cns = a->namespace_[0] ? a->namespace_ : rs->namespace_;
-    if (!ns_known(c->svc, cns)) {
-      job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "StartChildWorkflowExecution: namespace %s is not registered", cns);
+    if (!svc_ns_known(c->svc, cns)) {
+      svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "StartChildWorkflowExecution: namespace %s is not registered", cns);
       return DBX_OK;
     }
     if (!check_id(j, "StartChildWorkflowExecution.workflow_id", a->workflow_id)) return DBX_OK;
     if (!check_id(j, "StartChildWorkflowExecution.workflow_type.name", a->workflow_type ? a->workflow_type->name : NULL))
       return DBX_OK;
     const char *ctq = a->task_queue && a->task_queue->name[0] ? a->task_queue->name : rs->task_queue;
-    ev = event_new(ET(START_CHILD_WORKFLOW_EXECUTION_INITIATED));
+    ev = svc_event_new(ET(START_CHILD_WORKFLOW_EXECUTION_INITIATED));
     if (ev == NULL) return DBX_ENOMEM;
     StartChildWorkflowExecutionInitiatedEventAttributes *e = ev->start_child_workflow_execution_initiated_event_attributes;
-    e->namespace_ = pb_strdup(cns);
-    e->workflow_id = pb_strdup(a->workflow_id);
+    e->namespace_ = svc_pb_strdup(cns);
+    e->workflow_id = svc_pb_strdup(a->workflow_id);
     e->workflow_type = PB_CLONE(WorkflowType, a->workflow_type);
-    e->task_queue = pb_new(&TaskQueue__D);
+    e->task_queue = svc_pb_new(&TaskQueue__D);
     if (e->task_queue) {
-      e->task_queue->name = pb_strdup(ctq);
+      e->task_queue->name = svc_pb_strdup(ctq);
       e->task_queue->kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
     }
     e->input = PB_CLONE(Payloads, a->input);
@@ -1243,24 +1239,24 @@ static dbx_err apply_command(ectx *c, job *j, RunState *rs, Command *cmd, int64_
     e->workflow_run_timeout = PB_CLONE(Duration, a->workflow_run_timeout);
     e->workflow_task_timeout = PB_CLONE(Duration, a->workflow_task_timeout);
     e->parent_close_policy = a->parent_close_policy;
-    e->control = pb_strdup(a->control);
+    e->control = svc_pb_strdup(a->control);
     e->workflow_task_completed_event_id = wft_completed_id;
     e->workflow_id_reuse_policy = a->workflow_id_reuse_policy;
     e->retry_policy = PB_CLONE(RetryPolicy, a->retry_policy);
-    e->cron_schedule = pb_strdup(a->cron_schedule);
+    e->cron_schedule = svc_pb_strdup(a->cron_schedule);
     e->header = PB_CLONE(Header, a->header);
     e->memo = PB_CLONE(Memo, a->memo);
     e->search_attributes = PB_CLONE(SearchAttributes, a->search_attributes);
-    rc = event_append(c, rs, ev, 0);
+    rc = svc_event_append(c, rs, ev, 0);
     if (rc != DBX_OK) break;
     int64_t initiated = ev->event_id;
     *new_wft = 1;
     /* start it now (Temporal does this right after the command) */
     char *cur = NULL;
     RunState *existing = NULL;
-    rc = current_run_id(c, cns, a->workflow_id, &cur);
+    rc = svc_current_run_id(c, cns, a->workflow_id, &cur);
     if (rc == DBX_OK) {
-      rc = run_load(c, cns, a->workflow_id, cur, &existing);
+      rc = svc_run_load(c, cns, a->workflow_id, cur, &existing);
       free(cur);
       if (rc == DBX_ENOTFOUND) rc = DBX_OK;
     } else if (rc == DBX_ENOTFOUND) {
@@ -1268,27 +1264,27 @@ static dbx_err apply_command(ectx *c, job *j, RunState *rs, Command *cmd, int64_
     }
     if (rc != DBX_OK) break;
     if (existing && (existing->status == WS(RUNNING) || strcmp(existing->workflow_id, rs->workflow_id) == 0)) {
-      dbx_runstate_free(existing);
-      HistoryEvent *fev = event_new(ET(START_CHILD_WORKFLOW_EXECUTION_FAILED));
+      svc_runstate_free(existing);
+      HistoryEvent *fev = svc_event_new(ET(START_CHILD_WORKFLOW_EXECUTION_FAILED));
       if (fev == NULL) return DBX_ENOMEM;
       StartChildWorkflowExecutionFailedEventAttributes *f = fev->start_child_workflow_execution_failed_event_attributes;
-      f->namespace_ = pb_strdup(cns);
-      f->workflow_id = pb_strdup(a->workflow_id);
+      f->namespace_ = svc_pb_strdup(cns);
+      f->workflow_id = svc_pb_strdup(a->workflow_id);
       f->workflow_type = PB_CLONE(WorkflowType, a->workflow_type);
       f->cause = TEMPORAL__API__ENUMS__V1__START_CHILD_WORKFLOW_EXECUTION_FAILED_CAUSE__START_CHILD_WORKFLOW_EXECUTION_FAILED_CAUSE_WORKFLOW_ALREADY_EXISTS;
-      f->control = pb_strdup(a->control);
+      f->control = svc_pb_strdup(a->control);
       f->initiated_event_id = initiated;
       f->workflow_task_completed_event_id = wft_completed_id;
-      rc = event_append(c, rs, fev, 0);
-      history_event_free(fev);
+      rc = svc_event_append(c, rs, fev, 0);
+      svc_history_event_free(fev);
       break;
     }
-    dbx_runstate_free(existing);
-    char *child_run = new_uuid();
-    HistoryEvent *sev = event_new(ET(WORKFLOW_EXECUTION_STARTED));
+    svc_runstate_free(existing);
+    char *child_run = svc_new_uuid();
+    HistoryEvent *sev = svc_event_new(ET(WORKFLOW_EXECUTION_STARTED));
     if (child_run == NULL || sev == NULL) {
       free(child_run);
-      history_event_free(sev);
+      svc_history_event_free(sev);
       rc = DBX_ENOMEM;
       break;
     }
@@ -1299,10 +1295,10 @@ static dbx_err apply_command(ectx *c, job *j, RunState *rs, Command *cmd, int64_
     st->workflow_execution_timeout = PB_CLONE(Duration, a->workflow_execution_timeout);
     st->workflow_run_timeout = PB_CLONE(Duration, a->workflow_run_timeout);
     st->workflow_task_timeout = PB_CLONE(Duration, a->workflow_task_timeout);
-    st->parent_workflow_namespace = pb_strdup(rs->namespace_);
+    st->parent_workflow_namespace = svc_pb_strdup(rs->namespace_);
     st->parent_workflow_execution = we_new(rs->workflow_id, rs->run_id);
     st->parent_initiated_event_id = initiated;
-    st->identity = pb_strdup(identity);
+    st->identity = svc_pb_strdup(identity);
     st->retry_policy = PB_CLONE(RetryPolicy, a->retry_policy);
     st->attempt = 1;
     st->memo = PB_CLONE(Memo, a->memo);
@@ -1316,18 +1312,18 @@ static dbx_err apply_command(ectx *c, job *j, RunState *rs, Command *cmd, int64_
     run_start_args ra = {.ns = cns, .workflow_id = a->workflow_id, .run_id = child_run, .request_id = "",
                          .started = st, .parent = &pi};
     RunState *crs = NULL;
-    rc = run_start(c, &ra, &crs);
-    dbx_runstate_free(crs);
-    history_event_free(sev);
+    rc = svc_run_start(c, &ra, &crs);
+    svc_runstate_free(crs);
+    svc_history_event_free(sev);
     if (rc != DBX_OK) {
       free(child_run);
       break;
     }
-    HistoryEvent *cev = event_new(ET(CHILD_WORKFLOW_EXECUTION_STARTED));
-    ChildInfo *ci = pb_new(&ChildInfo__D);
+    HistoryEvent *cev = svc_event_new(ET(CHILD_WORKFLOW_EXECUTION_STARTED));
+    ChildInfo *ci = svc_pb_new(&ChildInfo__D);
     ChildInfo **arr = realloc(rs->children, (rs->n_children + 1) * sizeof *arr);
     if (cev == NULL || ci == NULL || arr == NULL) {
-      history_event_free(cev);
+      svc_history_event_free(cev);
       free(ci);
       if (arr) rs->children = arr;
       free(child_run);
@@ -1336,21 +1332,21 @@ static dbx_err apply_command(ectx *c, job *j, RunState *rs, Command *cmd, int64_
     }
     rs->children = arr;
     ChildWorkflowExecutionStartedEventAttributes *ce = cev->child_workflow_execution_started_event_attributes;
-    ce->namespace_ = pb_strdup(cns);
+    ce->namespace_ = svc_pb_strdup(cns);
     ce->initiated_event_id = initiated;
     ce->workflow_execution = we_new(a->workflow_id, child_run);
     ce->workflow_type = PB_CLONE(WorkflowType, a->workflow_type);
     ce->header = PB_CLONE(Header, a->header);
-    rc = event_append(c, rs, cev, 0);
+    rc = svc_event_append(c, rs, cev, 0);
     ci->initiated_event_id = initiated;
     ci->started_event_id = cev->event_id;
-    ci->namespace_ = pb_strdup(cns);
-    ci->workflow_id = pb_strdup(a->workflow_id);
+    ci->namespace_ = svc_pb_strdup(cns);
+    ci->workflow_id = svc_pb_strdup(a->workflow_id);
     ci->run_id = child_run;
-    ci->workflow_type = pb_strdup(a->workflow_type->name);
+    ci->workflow_type = svc_pb_strdup(a->workflow_type->name);
     ci->parent_close_policy = a->parent_close_policy;
     arr[rs->n_children++] = ci;
-    history_event_free(cev);
+    svc_history_event_free(cev);
     break;
   }
   case CMD(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION):
@@ -1372,29 +1368,29 @@ static dbx_err apply_command(ectx *c, job *j, RunState *rs, Command *cmd, int64_
       control = a->control;
     }
     if (!check_id(j, "workflow_id of the external workflow", twf)) return DBX_OK;
-    ev = event_new(is_signal ? ET(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED)
+    ev = svc_event_new(is_signal ? ET(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED)
                              : ET(REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED));
     if (ev == NULL) return DBX_ENOMEM;
     if (is_signal) {
       SignalExternalWorkflowExecutionCommandAttributes *a = cmd->signal_external_workflow_execution_command_attributes;
       SignalExternalWorkflowExecutionInitiatedEventAttributes *e = ev->signal_external_workflow_execution_initiated_event_attributes;
       e->workflow_task_completed_event_id = wft_completed_id;
-      e->namespace_ = pb_strdup(tns);
+      e->namespace_ = svc_pb_strdup(tns);
       e->workflow_execution = we_new(twf, trun);
-      e->signal_name = pb_strdup(a->signal_name);
+      e->signal_name = svc_pb_strdup(a->signal_name);
       e->input = PB_CLONE(Payloads, a->input);
-      e->control = pb_strdup(control);
+      e->control = svc_pb_strdup(control);
       e->child_workflow_only = a->child_workflow_only;
       e->header = PB_CLONE(Header, a->header);
     } else {
       RequestCancelExternalWorkflowExecutionInitiatedEventAttributes *e =
           ev->request_cancel_external_workflow_execution_initiated_event_attributes;
       e->workflow_task_completed_event_id = wft_completed_id;
-      e->namespace_ = pb_strdup(tns);
+      e->namespace_ = svc_pb_strdup(tns);
       e->workflow_execution = we_new(twf, trun);
-      e->control = pb_strdup(control);
+      e->control = svc_pb_strdup(control);
     }
-    rc = event_append(c, rs, ev, 0);
+    rc = svc_event_append(c, rs, ev, 0);
     if (rc != DBX_OK) break;
     int64_t initiated = ev->event_id;
     *new_wft = 1;
@@ -1405,10 +1401,10 @@ static dbx_err apply_command(ectx *c, job *j, RunState *rs, Command *cmd, int64_
     char *cur = NULL;
     if (!self) {
       if (trun[0]) {
-        rc = run_load(c, tns, twf, trun, &target);
+        rc = svc_run_load(c, tns, twf, trun, &target);
       } else {
-        rc = current_run_id(c, tns, twf, &cur);
-        if (rc == DBX_OK) rc = run_load(c, tns, twf, cur, &target);
+        rc = svc_current_run_id(c, tns, twf, &cur);
+        if (rc == DBX_OK) rc = svc_run_load(c, tns, twf, cur, &target);
         free(cur);
       }
       if (rc == DBX_ENOTFOUND) rc = DBX_OK;
@@ -1423,61 +1419,61 @@ static dbx_err apply_command(ectx *c, job *j, RunState *rs, Command *cmd, int64_
       } else {
         rc = request_cancel_run(c, t, identity);
       }
-      if (rc == DBX_OK && !self) rc = run_save(c, t);
+      if (rc == DBX_OK && !self) rc = svc_run_save(c, t);
     }
-    dbx_runstate_free(target);
+    svc_runstate_free(target);
     if (rc != DBX_OK) break;
     HistoryEvent *r = NULL;
     if (ok && is_signal) {
-      r = event_new(ET(EXTERNAL_WORKFLOW_EXECUTION_SIGNALED));
+      r = svc_event_new(ET(EXTERNAL_WORKFLOW_EXECUTION_SIGNALED));
       if (r) {
         r->external_workflow_execution_signaled_event_attributes->initiated_event_id = initiated;
-        r->external_workflow_execution_signaled_event_attributes->namespace_ = pb_strdup(tns);
+        r->external_workflow_execution_signaled_event_attributes->namespace_ = svc_pb_strdup(tns);
         r->external_workflow_execution_signaled_event_attributes->workflow_execution = we_new(twf, trun);
-        r->external_workflow_execution_signaled_event_attributes->control = pb_strdup(control);
+        r->external_workflow_execution_signaled_event_attributes->control = svc_pb_strdup(control);
       }
     } else if (ok) {
-      r = event_new(ET(EXTERNAL_WORKFLOW_EXECUTION_CANCEL_REQUESTED));
+      r = svc_event_new(ET(EXTERNAL_WORKFLOW_EXECUTION_CANCEL_REQUESTED));
       if (r) {
         r->external_workflow_execution_cancel_requested_event_attributes->initiated_event_id = initiated;
-        r->external_workflow_execution_cancel_requested_event_attributes->namespace_ = pb_strdup(tns);
+        r->external_workflow_execution_cancel_requested_event_attributes->namespace_ = svc_pb_strdup(tns);
         r->external_workflow_execution_cancel_requested_event_attributes->workflow_execution = we_new(twf, trun);
       }
     } else if (is_signal) {
-      r = event_new(ET(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED));
+      r = svc_event_new(ET(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED));
       if (r) {
         SignalExternalWorkflowExecutionFailedEventAttributes *f = r->signal_external_workflow_execution_failed_event_attributes;
         f->cause = TEMPORAL__API__ENUMS__V1__SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED_CAUSE__SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED_CAUSE_EXTERNAL_WORKFLOW_EXECUTION_NOT_FOUND;
         f->workflow_task_completed_event_id = wft_completed_id;
-        f->namespace_ = pb_strdup(tns);
+        f->namespace_ = svc_pb_strdup(tns);
         f->workflow_execution = we_new(twf, trun);
         f->initiated_event_id = initiated;
-        f->control = pb_strdup(control);
+        f->control = svc_pb_strdup(control);
       }
     } else {
-      r = event_new(ET(REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_FAILED));
+      r = svc_event_new(ET(REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_FAILED));
       if (r) {
         RequestCancelExternalWorkflowExecutionFailedEventAttributes *f =
             r->request_cancel_external_workflow_execution_failed_event_attributes;
         f->cause = TEMPORAL__API__ENUMS__V1__CANCEL_EXTERNAL_WORKFLOW_EXECUTION_FAILED_CAUSE__CANCEL_EXTERNAL_WORKFLOW_EXECUTION_FAILED_CAUSE_EXTERNAL_WORKFLOW_EXECUTION_NOT_FOUND;
         f->workflow_task_completed_event_id = wft_completed_id;
-        f->namespace_ = pb_strdup(tns);
+        f->namespace_ = svc_pb_strdup(tns);
         f->workflow_execution = we_new(twf, trun);
         f->initiated_event_id = initiated;
-        f->control = pb_strdup(control);
+        f->control = svc_pb_strdup(control);
       }
     }
     if (r == NULL) return DBX_ENOMEM;
-    rc = event_append(c, rs, r, 0);
-    history_event_free(r);
+    rc = svc_event_append(c, rs, r, 0);
+    svc_history_event_free(r);
     break;
   }
   default:
-    job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "RespondWorkflowTaskCompleted: command type %d is not supported by this service",
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "RespondWorkflowTaskCompleted: command type %d is not supported by this service",
              (int)cmd->command_type);
     return DBX_OK;
   }
-  history_event_free(ev);
+  svc_history_event_free(ev);
   return rc;
 }
 
@@ -1492,8 +1488,8 @@ static int is_close_command(const Command *cmd) {
 static void wake_for_queries(ectx *c, RunState *rs) {
   for (query *qq = c->svc->queries; qq; qq = qq->next) {
     if (qq->dispatched || strcmp(qq->workflow_id, rs->workflow_id) != 0 || strcmp(qq->run_id, rs->run_id) != 0) continue;
-    note *n = note_new(c, NOTE_QUEUE);
-    if (n) n->key = queue_key(rs->namespace_, qq->task_queue, TASK_WORKFLOW, &n->len);
+    note *n = svc_note_new(c, NOTE_QUEUE);
+    if (n) n->key = svc_queue_key(rs->namespace_, qq->task_queue, TASK_WORKFLOW, &n->len);
     return;
   }
 }
@@ -1501,22 +1497,22 @@ static void wake_for_queries(ectx *c, RunState *rs) {
 /* End the started workflow task with a WorkflowTaskFailed event and schedule
  * the next attempt. */
 static dbx_err wft_fail(ectx *c, RunState *rs, int cause, Failure *failure, const char *identity) {
-  HistoryEvent *ev = event_new(ET(WORKFLOW_TASK_FAILED));
+  HistoryEvent *ev = svc_event_new(ET(WORKFLOW_TASK_FAILED));
   if (ev == NULL) return DBX_ENOMEM;
   WorkflowTaskFailedEventAttributes *a = ev->workflow_task_failed_event_attributes;
   a->scheduled_event_id = rs->wft_scheduled_event_id;
   a->started_event_id = rs->wft_started_event_id;
   a->cause = cause;
   a->failure = PB_CLONE(Failure, failure);
-  a->identity = pb_strdup(identity);
+  a->identity = svc_pb_strdup(identity);
   rs->wft_started_event_id = 0;
-  dbx_err rc = event_append(c, rs, ev, 0);
-  history_event_free(ev);
+  dbx_err rc = svc_event_append(c, rs, ev, 0);
+  svc_history_event_free(ev);
   rs->wft_scheduled_event_id = 0;
   rs->wft_attempt++;
   int flushed = 0;
-  if (rc == DBX_OK) rc = events_flush_buffer(c, rs, &flushed);
-  if (rc == DBX_OK) rc = wft_schedule(c, rs);
+  if (rc == DBX_OK) rc = svc_events_flush_buffer(c, rs, &flushed);
+  if (rc == DBX_OK) rc = svc_wft_schedule(c, rs);
   wake_for_queries(c, rs);
   return rc;
 }
@@ -1527,7 +1523,7 @@ static dbx_err check_history_limits(ectx *c, RunState *rs) {
   if (count >= c->svc->limits.count_error || rs->history_size_bytes >= c->svc->limits.size_error_bytes) {
     DBX_WARN("service", "workflow %s run %s: history of %lld events, %lld bytes exceeds the limit: terminating",
              rs->workflow_id, rs->run_id, (long long)count, (long long)rs->history_size_bytes);
-    return handler_terminate_run(c, rs, "Workflow history size / count exceeds limit.", "durabox") == 0 ? DBX_OK : DBX_ESTORE;
+    return svc_run_terminate(c, rs, "Workflow history size / count exceeds limit.", "durabox") == 0 ? DBX_OK : DBX_ESTORE;
   }
   if (count >= c->svc->limits.count_warn || rs->history_size_bytes >= c->svc->limits.size_warn_bytes)
     DBX_WARN("service", "workflow %s run %s: history of %lld events, %lld bytes passed the warning limit",
@@ -1548,11 +1544,11 @@ static dbx_err h_wft_completed(ectx *c, job *j) {
     Failure f = INIT(TEMPORAL__API__FAILURE__V1__FAILURE);
     f.message = "UnhandledCommand: new events arrived during the workflow task";
     rc = wft_fail(c, rs, WFC(UNHANDLED_COMMAND), &f, q->identity);
-    if (rc == DBX_OK) rc = run_save(c, rs);
+    if (rc == DBX_OK) rc = svc_run_save(c, rs);
     if (rc == DBX_OK) j->status = DBX_GRPC_OK;
     goto out;
   }
-  HistoryEvent *ev = event_new(ET(WORKFLOW_TASK_COMPLETED));
+  HistoryEvent *ev = svc_event_new(ET(WORKFLOW_TASK_COMPLETED));
   if (ev == NULL) {
     rc = DBX_ENOMEM;
     goto out;
@@ -1560,13 +1556,13 @@ static dbx_err h_wft_completed(ectx *c, job *j) {
   WorkflowTaskCompletedEventAttributes *a = ev->workflow_task_completed_event_attributes;
   a->scheduled_event_id = rs->wft_scheduled_event_id;
   a->started_event_id = rs->wft_started_event_id;
-  a->identity = pb_strdup(q->identity);
+  a->identity = svc_pb_strdup(q->identity);
   if (q->sdk_metadata) a->sdk_metadata = PB_CLONE(Temporal__Api__Sdk__V1__WorkflowTaskCompletedMetadata, q->sdk_metadata);
   int64_t started = rs->wft_started_event_id;
   rs->wft_started_event_id = 0; /* events from here on are written, not buffered */
-  rc = event_append(c, rs, ev, 0);
+  rc = svc_event_append(c, rs, ev, 0);
   int64_t completed_id = ev->event_id;
-  history_event_free(ev);
+  svc_history_event_free(ev);
   if (rc != DBX_OK) goto out;
   rs->last_wft_started_event_id = started;
   rs->wft_scheduled_event_id = 0;
@@ -1579,15 +1575,15 @@ static dbx_err h_wft_completed(ectx *c, job *j) {
   }
   if (!closed) {
     int flushed = 0;
-    rc = events_flush_buffer(c, rs, &flushed);
-    if (rc == DBX_OK && (flushed || new_wft || q->force_create_new_workflow_task)) rc = wft_schedule(c, rs);
+    rc = svc_events_flush_buffer(c, rs, &flushed);
+    if (rc == DBX_OK && (flushed || new_wft || q->force_create_new_workflow_task)) rc = svc_wft_schedule(c, rs);
     if (rc == DBX_OK) rc = check_history_limits(c, rs);
-    if (rc == DBX_OK && rs->status == WS(RUNNING)) rc = run_save(c, rs);
+    if (rc == DBX_OK && rs->status == WS(RUNNING)) rc = svc_run_save(c, rs);
   }
   if (rc == DBX_OK) wake_for_queries(c, rs);
   if (rc == DBX_OK) j->status = DBX_GRPC_OK; /* empty RespondWorkflowTaskCompletedResponse */
 out:
-  dbx_runstate_free(rs);
+  svc_runstate_free(rs);
   protobuf_c_message_free_unpacked(&q->base, NULL);
   return rc;
 }
@@ -1601,9 +1597,9 @@ static dbx_err h_wft_failed(ectx *c, job *j) {
     DBX_INFO("service", "workflow task failed: workflow %s run %s cause %d: %s", rs->workflow_id, rs->run_id,
              (int)q->cause, q->failure ? q->failure->message : "");
     rc = wft_fail(c, rs, q->cause, q->failure, q->identity);
-    if (rc == DBX_OK) rc = run_save(c, rs);
+    if (rc == DBX_OK) rc = svc_run_save(c, rs);
   }
-  dbx_runstate_free(rs);
+  svc_runstate_free(rs);
   protobuf_c_message_free_unpacked(&q->base, NULL);
   return rc;
 }
@@ -1616,8 +1612,8 @@ static dbx_err load_activity(ectx *c, job *j, ProtobufCBinaryData token, RunStat
   TaskToken *t = token_decode(j, token, TASK_ACTIVITY);
   if (t == NULL) return DBX_OK;
   RunState *rs = NULL;
-  dbx_err rc = run_load(c, t->namespace_, t->workflow_id, t->run_id, &rs);
-  ActivityInfo *ai = rc == DBX_OK ? activity_find(rs, t->scheduled_event_id) : NULL;
+  dbx_err rc = svc_run_load(c, t->namespace_, t->workflow_id, t->run_id, &rs);
+  ActivityInfo *ai = rc == DBX_OK ? svc_activity_find(rs, t->scheduled_event_id) : NULL;
   if (rc == DBX_OK && (rs->status != WS(RUNNING) || ai == NULL || ai->attempt != t->attempt || ai->started_time_ns == 0))
     rc = DBX_ENOTFOUND;
   if (rc == DBX_ENOTFOUND) {
@@ -1625,7 +1621,7 @@ static dbx_err load_activity(ectx *c, job *j, ProtobufCBinaryData token, RunStat
                    "activity task not found: the attempt timed out, was completed, or the run closed "
                    "(workflow id %s, activity id %s)",
                    t->workflow_id, t->activity_id);
-    dbx_runstate_free(rs);
+    svc_runstate_free(rs);
     rs = NULL;
     ai = NULL;
     rc = DBX_OK;
@@ -1640,20 +1636,20 @@ static dbx_err load_activity(ectx *c, job *j, ProtobufCBinaryData token, RunStat
 static dbx_err write_activity_started(ectx *c, RunState *rs, ActivityInfo *ai, int64_t *started_id) {
   *started_id = 0;
   if (ai->started_time_ns == 0) return DBX_OK;
-  HistoryEvent *ev = event_new(ET(ACTIVITY_TASK_STARTED));
+  HistoryEvent *ev = svc_event_new(ET(ACTIVITY_TASK_STARTED));
   if (ev == NULL) return DBX_ENOMEM;
   ActivityTaskStartedEventAttributes *a = ev->activity_task_started_event_attributes;
   a->scheduled_event_id = ai->scheduled_event_id;
-  a->identity = pb_strdup(ai->started_identity);
-  a->request_id = pb_strdup(ai->started_request_id);
+  a->identity = svc_pb_strdup(ai->started_identity);
+  a->request_id = svc_pb_strdup(ai->started_request_id);
   a->attempt = ai->attempt;
   a->last_failure = PB_CLONE(Failure, ai->last_failure);
-  ev->event_time = timestamp_new_ns(ai->started_time_ns);
-  dbx_err rc = event_append(c, rs, ev, 1);
+  ev->event_time = svc_timestamp_new_ns(ai->started_time_ns);
+  dbx_err rc = svc_event_append(c, rs, ev, 1);
   /* buffered events get their id when flushed; the close event refers to it
    * by position: the started event is always written just before */
   *started_id = rs->wft_started_event_id > 0 ? 0 : ev->event_id;
-  history_event_free(ev);
+  svc_history_event_free(ev);
   return rc;
 }
 
@@ -1666,32 +1662,32 @@ static dbx_err activity_close(ectx *c, RunState *rs, ActivityInfo *ai, HistoryEv
   if (rc != DBX_OK) return rc;
   /* buffered: the started event gets (this event's id - 1) when flushed */
   *started_field = sid ? sid : (ai->started_time_ns ? -1 : 0);
-  rc = event_append(c, rs, ev, 1);
+  rc = svc_event_append(c, rs, ev, 1);
   if (rc != DBX_OK) return rc;
-  activity_remove(rs, ai->scheduled_event_id);
-  return wft_schedule(c, rs);
+  svc_activity_remove(rs, ai->scheduled_event_id);
+  return svc_wft_schedule(c, rs);
 }
 
-dbx_err activity_queue_attempt(ectx *c, RunState *rs, ActivityInfo *ai) {
+dbx_err svc_activity_queue_attempt(ectx *c, RunState *rs, ActivityInfo *ai) {
   ai->queued = 1;
   ai->started_time_ns = 0;
-  dbx_err rc = task_enqueue(c, rs->namespace_, ai->task_queue, TASK_ACTIVITY, rs->workflow_id, rs->run_id,
+  dbx_err rc = svc_task_enqueue(c, rs->namespace_, ai->task_queue, TASK_ACTIVITY, rs->workflow_id, rs->run_id,
                             ai->scheduled_event_id, ai->attempt);
   if (rc == DBX_OK && ai->schedule_to_start_ms > 0 && ai->schedule_to_start_ms < ai->schedule_to_close_ms)
-    rc = timer_add(c, c->now_ns + ai->schedule_to_start_ms * 1000000, TK_ACTIVITY_SCHEDULE_TO_START, rs,
+    rc = svc_timer_add(c, c->now_ns + ai->schedule_to_start_ms * 1000000, TK_ACTIVITY_SCHEDULE_TO_START, rs,
                    ai->scheduled_event_id, ai->attempt, NULL);
   return rc;
 }
 
 static int64_t retry_backoff_ms(const RetryPolicy *p, int attempt, const Failure *f) {
   if (f && f->failure_info_case == FI(APPLICATION_FAILURE_INFO) && f->application_failure_info->next_retry_delay) {
-    int64_t d = duration_ms(f->application_failure_info->next_retry_delay);
+    int64_t d = svc_duration_ms(f->application_failure_info->next_retry_delay);
     if (d >= 0) return d;
   }
-  double ms = (double)duration_ms(p ? p->initial_interval : NULL);
+  double ms = (double)svc_duration_ms(p ? p->initial_interval : NULL);
   if (ms <= 0) ms = 1000;
   double coeff = p && p->backoff_coefficient >= 1.0 ? p->backoff_coefficient : 2.0;
-  double maxi = (double)duration_ms(p ? p->maximum_interval : NULL);
+  double maxi = (double)svc_duration_ms(p ? p->maximum_interval : NULL);
   if (maxi <= 0) maxi = ms * 100;
   for (int i = 1; i < attempt && ms < maxi; i++) ms *= coeff;
   return (int64_t)(ms > maxi ? maxi : ms);
@@ -1703,7 +1699,7 @@ static int type_listed(const RetryPolicy *p, const char *type) {
   return 0;
 }
 
-dbx_err activity_attempt_failed(ectx *c, RunState *rs, ActivityInfo *ai, Failure *failure, int timeout_type,
+dbx_err svc_activity_attempt_failed(ectx *c, RunState *rs, ActivityInfo *ai, Failure *failure, int timeout_type,
                                 Payloads *last_details) {
   int retry_state = RS(IN_PROGRESS);
   int retryable = 1;
@@ -1752,13 +1748,13 @@ dbx_err activity_attempt_failed(ectx *c, RunState *rs, ActivityInfo *ai, Failure
     ai->started_time_ns = 0;
     ai->queued = 0;
     ai->attempt_scheduled_time_ns = c->now_ns + backoff * 1000000;
-    if (backoff <= 0) return activity_queue_attempt(c, rs, ai);
-    return timer_add(c, ai->attempt_scheduled_time_ns, TK_ACTIVITY_RETRY, rs, ai->scheduled_event_id, ai->attempt, NULL);
+    if (backoff <= 0) return svc_activity_queue_attempt(c, rs, ai);
+    return svc_timer_add(c, ai->attempt_scheduled_time_ns, TK_ACTIVITY_RETRY, rs, ai->scheduled_event_id, ai->attempt, NULL);
   }
   HistoryEvent *ev;
   int64_t *started_field;
   if (timeout_type) {
-    ev = event_new(ET(ACTIVITY_TASK_TIMED_OUT));
+    ev = svc_event_new(ET(ACTIVITY_TASK_TIMED_OUT));
     if (ev == NULL) return DBX_ENOMEM;
     ActivityTaskTimedOutEventAttributes *a = ev->activity_task_timed_out_event_attributes;
     a->scheduled_event_id = ai->scheduled_event_id;
@@ -1766,17 +1762,17 @@ dbx_err activity_attempt_failed(ectx *c, RunState *rs, ActivityInfo *ai, Failure
     a->failure = failure ? PB_CLONE(Failure, failure) : NULL;
     started_field = &a->started_event_id;
   } else {
-    ev = event_new(ET(ACTIVITY_TASK_FAILED));
+    ev = svc_event_new(ET(ACTIVITY_TASK_FAILED));
     if (ev == NULL) return DBX_ENOMEM;
     ActivityTaskFailedEventAttributes *a = ev->activity_task_failed_event_attributes;
     a->scheduled_event_id = ai->scheduled_event_id;
-    a->identity = pb_strdup(ai->started_identity);
+    a->identity = svc_pb_strdup(ai->started_identity);
     a->retry_state = retry_state;
     a->failure = PB_CLONE(Failure, failure);
     started_field = &a->started_event_id;
   }
   dbx_err rc = activity_close(c, rs, ai, ev, started_field);
-  history_event_free(ev);
+  svc_history_event_free(ev);
   return rc;
 }
 
@@ -1787,21 +1783,21 @@ static dbx_err h_activity_completed(ectx *c, job *j) {
   ActivityInfo *ai = NULL;
   dbx_err rc = load_activity(c, j, q->task_token, &rs, &ai);
   if (rc == DBX_OK && rs) {
-    HistoryEvent *ev = event_new(ET(ACTIVITY_TASK_COMPLETED));
+    HistoryEvent *ev = svc_event_new(ET(ACTIVITY_TASK_COMPLETED));
     if (ev == NULL) {
       rc = DBX_ENOMEM;
     } else {
       ActivityTaskCompletedEventAttributes *a = ev->activity_task_completed_event_attributes;
       a->result = PB_CLONE(Payloads, q->result);
       a->scheduled_event_id = ai->scheduled_event_id;
-      a->identity = pb_strdup(q->identity);
+      a->identity = svc_pb_strdup(q->identity);
       rc = activity_close(c, rs, ai, ev, &a->started_event_id);
-      history_event_free(ev);
+      svc_history_event_free(ev);
     }
-    if (rc == DBX_OK) rc = run_save(c, rs);
+    if (rc == DBX_OK) rc = svc_run_save(c, rs);
     if (rc == DBX_OK) j->status = DBX_GRPC_OK;
   }
-  dbx_runstate_free(rs);
+  svc_runstate_free(rs);
   protobuf_c_message_free_unpacked(&q->base, NULL);
   return rc;
 }
@@ -1814,13 +1810,13 @@ static dbx_err h_activity_failed(ectx *c, job *j) {
   dbx_err rc = load_activity(c, j, q->task_token, &rs, &ai);
   if (rc == DBX_OK && rs) {
     if (q->failure == NULL) {
-      job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "RespondActivityTaskFailed: failure is required");
+      svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "RespondActivityTaskFailed: failure is required");
     } else {
-      rc = activity_attempt_failed(c, rs, ai, q->failure, 0, q->last_heartbeat_details);
-      if (rc == DBX_OK) rc = run_save(c, rs);
+      rc = svc_activity_attempt_failed(c, rs, ai, q->failure, 0, q->last_heartbeat_details);
+      if (rc == DBX_OK) rc = svc_run_save(c, rs);
     }
   }
-  dbx_runstate_free(rs);
+  svc_runstate_free(rs);
   protobuf_c_message_free_unpacked(&q->base, NULL);
   return rc;
 }
@@ -1832,7 +1828,7 @@ static dbx_err h_activity_canceled(ectx *c, job *j) {
   ActivityInfo *ai = NULL;
   dbx_err rc = load_activity(c, j, q->task_token, &rs, &ai);
   if (rc == DBX_OK && rs) {
-    HistoryEvent *ev = event_new(ET(ACTIVITY_TASK_CANCELED));
+    HistoryEvent *ev = svc_event_new(ET(ACTIVITY_TASK_CANCELED));
     if (ev == NULL) {
       rc = DBX_ENOMEM;
     } else {
@@ -1840,13 +1836,13 @@ static dbx_err h_activity_canceled(ectx *c, job *j) {
       a->details = PB_CLONE(Payloads, q->details);
       a->latest_cancel_requested_event_id = ai->cancel_requested_event_id;
       a->scheduled_event_id = ai->scheduled_event_id;
-      a->identity = pb_strdup(q->identity);
+      a->identity = svc_pb_strdup(q->identity);
       rc = activity_close(c, rs, ai, ev, &a->started_event_id);
-      history_event_free(ev);
+      svc_history_event_free(ev);
     }
-    if (rc == DBX_OK) rc = run_save(c, rs);
+    if (rc == DBX_OK) rc = svc_run_save(c, rs);
   }
-  dbx_runstate_free(rs);
+  svc_runstate_free(rs);
   protobuf_c_message_free_unpacked(&q->base, NULL);
   return rc;
 }
@@ -1868,14 +1864,14 @@ static dbx_err h_heartbeat(ectx *c, job *j) {
       }
     }
     ai->last_heartbeat_time_ns = c->now_ns;
-    if (rc == DBX_OK) rc = run_save(c, rs);
+    if (rc == DBX_OK) rc = svc_run_save(c, rs);
     if (rc == DBX_OK) {
       RecordActivityTaskHeartbeatResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RECORD_ACTIVITY_TASK_HEARTBEAT_RESPONSE);
       r.cancel_requested = ai->cancel_requested;
-      job_reply(j, &r.base);
+      svc_job_reply(j, &r.base);
     }
   }
-  dbx_runstate_free(rs);
+  svc_runstate_free(rs);
   protobuf_c_message_free_unpacked(&q->base, NULL);
   return rc;
 }
@@ -1902,9 +1898,9 @@ static void page_token_make(uint8_t out[16], int64_t from, int64_t upto) {
 }
 
 static void park_history(ectx *c, job *j, RunState *rs, const ProtobufCMessage *empty_reply) {
-  job_reply(j, empty_reply); /* what the caller gets if nothing happens before the deadline */
+  svc_job_reply(j, empty_reply); /* what the caller gets if nothing happens before the deadline */
   j->park = PARK_HISTORY;
-  j->park_key = run_key(rs->namespace_, rs->workflow_id, rs->run_id, &j->park_key_len);
+  j->park_key = svc_run_key(rs->namespace_, rs->workflow_id, rs->run_id, &j->park_key_len);
   int64_t now = dbx_mono_ns();
   int64_t until = now + c->svc->long_poll_ms * 1000000;
   int64_t dl = dbx_rpc_call_deadline_mono_ns(j->call);
@@ -1922,7 +1918,7 @@ static dbx_err h_get_history(ectx *c, job *j) {
   if (rc != DBX_OK || rs == NULL) goto out;
   int64_t from, upto;
   if (!page_token_parse(q->next_page_token, &from, &upto)) {
-    job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "GetWorkflowExecutionHistory: next_page_token is malformed");
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "GetWorkflowExecutionHistory: next_page_token is malformed");
     goto out;
   }
   int running = rs->status == WS(RUNNING);
@@ -1933,20 +1929,20 @@ static dbx_err h_get_history(ectx *c, job *j) {
   if (q->history_event_filter_type == TEMPORAL__API__ENUMS__V1__HISTORY_EVENT_FILTER_TYPE__HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT) {
     if (!running) {
       HistoryEvent *ev = NULL;
-      rc = event_load_one(c, rs->run_seq, rs->close_event_id, &ev);
+      rc = svc_event_load_one(c, rs->run_seq, rs->close_event_id, &ev);
       if (rc != DBX_OK) goto out;
       HistoryEvent *one[1] = {ev};
       h.events = one;
       h.n_events = 1;
-      job_reply(j, &r.base);
-      history_event_free(ev);
+      svc_job_reply(j, &r.base);
+      svc_history_event_free(ev);
     } else if (q->wait_new_event) {
       page_token_make(tok, rs->next_event_id, 0);
       r.next_page_token.data = tok;
       r.next_page_token.len = 16;
       park_history(c, j, rs, &r.base);
     } else {
-      job_reply(j, &r.base);
+      svc_job_reply(j, &r.base);
     }
     goto out;
   }
@@ -1963,7 +1959,7 @@ static dbx_err h_get_history(ectx *c, job *j) {
   uint8_t *hist = NULL;
   size_t hist_len = 0;
   int64_t last_id = 0;
-  rc = history_encode(c, rs->run_seq, from, last, HISTORY_PAGE_BYTES, &hist, &hist_len, &last_id);
+  rc = svc_history_encode(c, rs->run_seq, from, last, HISTORY_PAGE_BYTES, &hist, &hist_len, &last_id);
   if (rc != DBX_OK) goto out;
   int64_t end = upto > 0 ? upto : rs->next_event_id - 1;
   int64_t after = last_id + 1;
@@ -1973,10 +1969,10 @@ static dbx_err h_get_history(ectx *c, job *j) {
     r.next_page_token.len = 16;
   }
   r.history = NULL; /* spliced in from the stored bytes */
-  job_reply_field(j, &r.base, 1 /* history */, hist, hist_len);
+  svc_job_reply_field(j, &r.base, 1 /* history */, hist, hist_len);
   free(hist);
 out:
-  dbx_runstate_free(rs);
+  svc_runstate_free(rs);
   protobuf_c_message_free_unpacked(&q->base, NULL);
   return rc;
 }
@@ -1991,7 +1987,7 @@ static dbx_err h_get_history_reverse(ectx *c, job *j) {
   if (rc != DBX_OK || rs == NULL) goto out;
   int64_t top, unused;
   if (!page_token_parse(q->next_page_token, &top, &unused)) {
-    job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "GetWorkflowExecutionHistoryReverse: next_page_token is malformed");
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "GetWorkflowExecutionHistoryReverse: next_page_token is malformed");
     goto out;
   }
   if (q->next_page_token.len == 0) top = rs->next_event_id - 1;
@@ -1999,7 +1995,7 @@ static dbx_err h_get_history_reverse(ectx *c, job *j) {
   int64_t bottom = top - size + 1 < 1 ? 1 : top - size + 1;
   HistoryEvent **evs = NULL;
   size_t n = 0;
-  rc = events_load(c, rs->run_seq, bottom, top + 1, &evs, &n, 0);
+  rc = svc_events_load(c, rs->run_seq, bottom, top + 1, &evs, &n, 0);
   if (rc != DBX_OK) goto out;
   for (size_t i = 0; i < n / 2; i++) {
     HistoryEvent *t = evs[i];
@@ -2018,10 +2014,10 @@ static dbx_err h_get_history_reverse(ectx *c, job *j) {
     r.next_page_token.data = tok;
     r.next_page_token.len = 16;
   }
-  job_reply(j, &r.base);
-  events_free(evs, n);
+  svc_job_reply(j, &r.base);
+  svc_events_free(evs, n);
 out:
-  dbx_runstate_free(rs);
+  svc_runstate_free(rs);
   protobuf_c_message_free_unpacked(&q->base, NULL);
   return rc;
 }
@@ -2081,8 +2077,8 @@ static dbx_err h_describe_execution(ectx *c, job *j) {
   tq.name = rs->task_queue;
   tq.kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
   cfg.task_queue = &tq;
-  Duration *d_exec = duration_new_ms(rs->execution_timeout_ms), *d_run = duration_new_ms(rs->run_timeout_ms),
-           *d_task = duration_new_ms(rs->task_timeout_ms);
+  Duration *d_exec = svc_duration_new_ms(rs->execution_timeout_ms), *d_run = svc_duration_new_ms(rs->run_timeout_ms),
+           *d_task = svc_duration_new_ms(rs->task_timeout_ms);
   cfg.workflow_execution_timeout = d_exec;
   cfg.workflow_run_timeout = d_run;
   cfg.default_workflow_task_timeout = d_task;
@@ -2094,7 +2090,7 @@ static dbx_err h_describe_execution(ectx *c, job *j) {
     pwe.workflow_id = pi->workflow_id;
     pwe.run_id = pi->run_id;
     info.parent_execution = &pwe;
-    info.parent_namespace_id = (char *)(ns_id(c->svc, pi->namespace_) ? ns_id(c->svc, pi->namespace_) : "");
+    info.parent_namespace_id = (char *)(svc_ns_id(c->svc, pi->namespace_) ? svc_ns_id(c->svc, pi->namespace_) : "");
   }
   size_t na = rs->n_activities, nc = rs->n_children;
   PendingActivityInfo *pa = calloc(na + 1, sizeof *pa);
@@ -2166,7 +2162,7 @@ static dbx_err h_describe_execution(ectx *c, job *j) {
       pw.attempt = rs->wft_attempt;
       r.pending_workflow_task = &pw;
     }
-    job_reply(j, &r.base);
+    svc_job_reply(j, &r.base);
   }
   free(pa);
   free(pap);
@@ -2180,7 +2176,7 @@ static dbx_err h_describe_execution(ectx *c, job *j) {
   if (memo) protobuf_c_message_free_unpacked(&memo->base, NULL);
   if (sa) protobuf_c_message_free_unpacked(&sa->base, NULL);
 out:
-  dbx_runstate_free(rs);
+  svc_runstate_free(rs);
   protobuf_c_message_free_unpacked(&q->base, NULL);
   return rc;
 }
@@ -2200,7 +2196,7 @@ static int cmp_start(const void *a, const void *b, void *desc) {
 }
 
 static void run_list_free(run_list *l) {
-  for (size_t i = 0; i < l->n; i++) dbx_runstate_free(l->runs[i]);
+  for (size_t i = 0; i < l->n; i++) svc_runstate_free(l->runs[i]);
   free(l->runs);
 }
 
@@ -2213,7 +2209,7 @@ static dbx_err scan_runs(ectx *c, job *j, const char *ns, const char *qtext, run
   dbx_visq *vq = NULL;
   dbx_err vrc = dbx_visq_create(qtext, &vq, err, sizeof err);
   if (vrc == DBX_EINVAL) {
-    job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: %s", j->method, err);
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: %s", j->method, err);
     return DBX_OK;
   }
   if (vrc != DBX_OK) return vrc;
@@ -2232,14 +2228,14 @@ static dbx_err scan_runs(ectx *c, job *j, const char *ns, const char *qtext, run
                            .start_time_ns = rs->start_time_ns, .close_time_ns = rs->close_time_ns,
                            .execution_time_ns = rs->execution_time_ns};
     if (!dbx_visq_match(vq, &rec)) {
-      dbx_runstate_free(rs);
+      svc_runstate_free(rs);
       continue;
     }
     if (out->n == out->cap) {
       size_t nc = out->cap ? out->cap * 2 : 64;
       RunState **na = realloc(out->runs, nc * sizeof *na);
       if (na == NULL) {
-        dbx_runstate_free(rs);
+        svc_runstate_free(rs);
         rc = DBX_ENOMEM;
         break;
       }
@@ -2267,7 +2263,7 @@ static dbx_err h_list(ectx *c, job *j) {
   uint64_t offset = 0;
   if (q->next_page_token.len) {
     if (q->next_page_token.len != 8) {
-      job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "ListWorkflowExecutions: next_page_token is malformed");
+      svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "ListWorkflowExecutions: next_page_token is malformed");
       goto out;
     }
     for (int i = 0; i < 8; i++) offset = (offset << 8) | q->next_page_token.data[i];
@@ -2310,7 +2306,7 @@ static dbx_err h_list(ectx *c, job *j) {
       r.next_page_token.data = tok;
       r.next_page_token.len = 8;
     }
-    job_reply(j, &r.base);
+    svc_job_reply(j, &r.base);
   } else {
     rc = DBX_ENOMEM;
   }
@@ -2341,7 +2337,7 @@ static dbx_err h_count(ectx *c, job *j) {
     if (rc == DBX_OK && j->status == DBX_GRPC_OK) {
       CountWorkflowExecutionsResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__COUNT_WORKFLOW_EXECUTIONS_RESPONSE);
       r.count = (int64_t)l.n;
-      job_reply(j, &r.base);
+      svc_job_reply(j, &r.base);
     }
   }
   run_list_free(&l);
@@ -2388,11 +2384,11 @@ static dbx_err h_signal(ectx *c, job *j) {
   if (!seen_request(rs, q->request_id)) {
     rc = signal_run(c, rs, q->signal_name, q->input, q->identity, q->header, q->request_id);
     remember_request(rs, q->request_id);
-    if (rc == DBX_OK) rc = run_save(c, rs);
+    if (rc == DBX_OK) rc = svc_run_save(c, rs);
   }
   if (rc == DBX_OK) j->status = DBX_GRPC_OK;
 out:
-  dbx_runstate_free(rs);
+  svc_runstate_free(rs);
   protobuf_c_message_free_unpacked(&q->base, NULL);
   return rc;
 }
@@ -2406,30 +2402,30 @@ static dbx_err h_signal_with_start(ectx *c, job *j) {
   if (!check_ns(c, j, q->namespace_) || !check_id(j, "workflow_id", q->workflow_id) ||
       !check_id(j, "signal_name", q->signal_name))
     goto out;
-  rc = current_run_id(c, q->namespace_, q->workflow_id, &cur);
-  if (rc == DBX_OK) rc = run_load(c, q->namespace_, q->workflow_id, cur, &rs);
+  rc = svc_current_run_id(c, q->namespace_, q->workflow_id, &cur);
+  if (rc == DBX_OK) rc = svc_run_load(c, q->namespace_, q->workflow_id, cur, &rs);
   if (rc == DBX_ENOTFOUND) rc = DBX_OK;
   if (rc != DBX_OK) goto out;
   SignalWithStartWorkflowExecutionResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__SIGNAL_WITH_START_WORKFLOW_EXECUTION_RESPONSE);
   if (rs && rs->status == WS(RUNNING)) {
     rc = signal_run(c, rs, q->signal_name, q->signal_input, q->identity, q->header, q->request_id);
-    if (rc == DBX_OK) rc = run_save(c, rs);
+    if (rc == DBX_OK) rc = svc_run_save(c, rs);
     if (rc == DBX_OK) {
       r.run_id = rs->run_id;
       r.started = 0;
-      job_reply(j, &r.base);
+      svc_job_reply(j, &r.base);
     }
     goto out;
   }
-  HistoryEvent *sig = event_new(ET(WORKFLOW_EXECUTION_SIGNALED));
+  HistoryEvent *sig = svc_event_new(ET(WORKFLOW_EXECUTION_SIGNALED));
   if (sig == NULL) {
     rc = DBX_ENOMEM;
     goto out;
   }
   WorkflowExecutionSignaledEventAttributes *sa = sig->workflow_execution_signaled_event_attributes;
-  sa->signal_name = pb_strdup(q->signal_name);
+  sa->signal_name = svc_pb_strdup(q->signal_name);
   sa->input = PB_CLONE(Payloads, q->signal_input);
-  sa->identity = pb_strdup(q->identity);
+  sa->identity = svc_pb_strdup(q->identity);
   sa->header = PB_CLONE(Header, q->header);
   start_args a = {.ns = q->namespace_, .workflow_id = q->workflow_id, .request_id = q->request_id,
                   .identity = q->identity, .type = q->workflow_type, .task_queue = q->task_queue, .input = q->input,
@@ -2441,16 +2437,16 @@ static dbx_err h_signal_with_start(ectx *c, job *j) {
   char *run_id = NULL;
   int started = 0;
   rc = start_common(c, j, &a, &run_id, &started);
-  history_event_free(sig);
+  svc_history_event_free(sig);
   if (rc == DBX_OK && run_id) {
     r.run_id = run_id;
     r.started = started;
-    job_reply(j, &r.base);
+    svc_job_reply(j, &r.base);
   }
   free(run_id);
 out:
   free(cur);
-  dbx_runstate_free(rs);
+  svc_runstate_free(rs);
   protobuf_c_message_free_unpacked(&q->base, NULL);
   return rc;
 }
@@ -2464,10 +2460,10 @@ static dbx_err h_request_cancel(ectx *c, job *j) {
   rc = load_execution(c, j, q->namespace_, q->workflow_execution, &rs);
   if (rc != DBX_OK || rs == NULL || !running_or_fail(j, rs)) goto out;
   rc = request_cancel_run(c, rs, q->identity);
-  if (rc == DBX_OK) rc = run_save(c, rs);
+  if (rc == DBX_OK) rc = svc_run_save(c, rs);
   if (rc == DBX_OK) j->status = DBX_GRPC_OK;
 out:
-  dbx_runstate_free(rs);
+  svc_runstate_free(rs);
   protobuf_c_message_free_unpacked(&q->base, NULL);
   return rc;
 }
@@ -2480,10 +2476,10 @@ static dbx_err h_terminate(ectx *c, job *j) {
   if (!check_ns(c, j, q->namespace_)) goto out;
   rc = load_execution(c, j, q->namespace_, q->workflow_execution, &rs);
   if (rc != DBX_OK || rs == NULL || !running_or_fail(j, rs)) goto out;
-  if (handler_terminate_run(c, rs, q->reason, q->identity) != 0) rc = DBX_ESTORE;
+  if (svc_run_terminate(c, rs, q->reason, q->identity) != 0) rc = DBX_ESTORE;
   if (rc == DBX_OK) j->status = DBX_GRPC_OK;
 out:
-  dbx_runstate_free(rs);
+  svc_runstate_free(rs);
   protobuf_c_message_free_unpacked(&q->base, NULL);
   return rc;
 }
@@ -2498,7 +2494,7 @@ static dbx_err rebuild_pending(ectx *c, RunState *rs, HistoryEvent **evs, size_t
     switch (e->attributes_case) {
     case HEV(ACTIVITY_TASK_SCHEDULED): {
       ActivityTaskScheduledEventAttributes *a = e->activity_task_scheduled_event_attributes;
-      ActivityInfo *ai = pb_new(&ActivityInfo__D);
+      ActivityInfo *ai = svc_pb_new(&ActivityInfo__D);
       ActivityInfo **arr = realloc(rs->activities, (rs->n_activities + 1) * sizeof *arr);
       if (ai == NULL || arr == NULL) {
         free(ai);
@@ -2508,33 +2504,33 @@ static dbx_err rebuild_pending(ectx *c, RunState *rs, HistoryEvent **evs, size_t
       rs->activities = arr;
       arr[rs->n_activities++] = ai;
       ai->scheduled_event_id = e->event_id;
-      ai->activity_id = pb_strdup(a->activity_id);
-      ai->activity_type = pb_strdup(a->activity_type ? a->activity_type->name : "");
-      ai->task_queue = pb_strdup(a->task_queue ? a->task_queue->name : rs->task_queue);
+      ai->activity_id = svc_pb_strdup(a->activity_id);
+      ai->activity_type = svc_pb_strdup(a->activity_type ? a->activity_type->name : "");
+      ai->task_queue = svc_pb_strdup(a->task_queue ? a->task_queue->name : rs->task_queue);
       ai->attempt = 1;
       ai->scheduled_time_ns = c->now_ns;
       ai->attempt_scheduled_time_ns = c->now_ns;
-      ai->schedule_to_close_ms = duration_ms(a->schedule_to_close_timeout);
-      ai->schedule_to_start_ms = duration_ms(a->schedule_to_start_timeout);
-      ai->start_to_close_ms = duration_ms(a->start_to_close_timeout);
-      ai->heartbeat_ms = duration_ms(a->heartbeat_timeout);
+      ai->schedule_to_close_ms = svc_duration_ms(a->schedule_to_close_timeout);
+      ai->schedule_to_start_ms = svc_duration_ms(a->schedule_to_start_timeout);
+      ai->start_to_close_ms = svc_duration_ms(a->start_to_close_timeout);
+      ai->heartbeat_ms = svc_duration_ms(a->heartbeat_timeout);
       ai->retry_policy = PB_CLONE(RetryPolicy, a->retry_policy);
       break;
     }
     case HEV(ACTIVITY_TASK_COMPLETED):
-      activity_remove(rs, e->activity_task_completed_event_attributes->scheduled_event_id);
+      svc_activity_remove(rs, e->activity_task_completed_event_attributes->scheduled_event_id);
       break;
     case HEV(ACTIVITY_TASK_FAILED):
-      activity_remove(rs, e->activity_task_failed_event_attributes->scheduled_event_id);
+      svc_activity_remove(rs, e->activity_task_failed_event_attributes->scheduled_event_id);
       break;
     case HEV(ACTIVITY_TASK_TIMED_OUT):
-      activity_remove(rs, e->activity_task_timed_out_event_attributes->scheduled_event_id);
+      svc_activity_remove(rs, e->activity_task_timed_out_event_attributes->scheduled_event_id);
       break;
     case HEV(ACTIVITY_TASK_CANCELED):
-      activity_remove(rs, e->activity_task_canceled_event_attributes->scheduled_event_id);
+      svc_activity_remove(rs, e->activity_task_canceled_event_attributes->scheduled_event_id);
       break;
     case HEV(TIMER_STARTED): {
-      TimerInfo *ti = pb_new(&TimerInfo__D);
+      TimerInfo *ti = svc_pb_new(&TimerInfo__D);
       TimerInfo **arr = realloc(rs->timers, (rs->n_timers + 1) * sizeof *arr);
       if (ti == NULL || arr == NULL) {
         free(ti);
@@ -2543,16 +2539,16 @@ static dbx_err rebuild_pending(ectx *c, RunState *rs, HistoryEvent **evs, size_t
       }
       rs->timers = arr;
       arr[rs->n_timers++] = ti;
-      ti->timer_id = pb_strdup(e->timer_started_event_attributes->timer_id);
+      ti->timer_id = svc_pb_strdup(e->timer_started_event_attributes->timer_id);
       ti->started_event_id = e->event_id;
-      ti->fire_time_ns = t_ns + duration_ms(e->timer_started_event_attributes->start_to_fire_timeout) * 1000000;
+      ti->fire_time_ns = t_ns + svc_duration_ms(e->timer_started_event_attributes->start_to_fire_timeout) * 1000000;
       break;
     }
     case HEV(TIMER_FIRED):
-      timer_remove(rs, e->timer_fired_event_attributes->timer_id);
+      svc_timer_remove(rs, e->timer_fired_event_attributes->timer_id);
       break;
     case HEV(TIMER_CANCELED):
-      timer_remove(rs, e->timer_canceled_event_attributes->timer_id);
+      svc_timer_remove(rs, e->timer_canceled_event_attributes->timer_id);
       break;
     case HEV(WORKFLOW_EXECUTION_CANCEL_REQUESTED):
       rs->cancel_requested = 1;
@@ -2580,43 +2576,43 @@ static dbx_err h_reset(ectx *c, job *j) {
   if (rc != DBX_OK || base == NULL) goto out;
   int64_t e = q->workflow_task_finish_event_id;
   if (e <= 1 || e >= base->next_event_id) {
-    job_fail(j, DBX_GRPC_INVALID_ARGUMENT,
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT,
              "ResetWorkflowExecution: workflow_task_finish_event_id %lld is out of range (must be > 1 and < %lld)",
              (long long)e, (long long)base->next_event_id);
     goto out;
   }
   HistoryEvent *pe = NULL;
-  rc = event_load_one(c, base->run_seq, e, &pe);
+  rc = svc_event_load_one(c, base->run_seq, e, &pe);
   if (rc != DBX_OK) goto out;
   int et = pe->event_type;
-  history_event_free(pe);
+  svc_history_event_free(pe);
   if (et != ET(WORKFLOW_TASK_COMPLETED) && et != ET(WORKFLOW_TASK_TIMED_OUT) && et != ET(WORKFLOW_TASK_FAILED) &&
       et != ET(WORKFLOW_TASK_STARTED)) {
-    job_fail(j, DBX_GRPC_INVALID_ARGUMENT,
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT,
              "ResetWorkflowExecution: event %lld is not a workflow task completed, failed, timed out or started event",
              (long long)e);
     goto out;
   }
   /* the prefix [1, e) */
-  rc = events_load(c, base->run_seq, 1, e, &evs, &n, 0);
+  rc = svc_events_load(c, base->run_seq, 1, e, &evs, &n, 0);
   if (rc != DBX_OK) goto out;
-  rc = events_load(c, base->run_seq, e, 0, &later, &nl, 0);
+  rc = svc_events_load(c, base->run_seq, e, 0, &later, &nl, 0);
   if (rc != DBX_OK) goto out;
-  new_run = new_uuid();
-  nrs = runstate_new();
+  new_run = svc_new_uuid();
+  nrs = svc_runstate_new();
   if (new_run == NULL || nrs == NULL) {
     rc = DBX_ENOMEM;
     goto out;
   }
-  pb_setstr(&nrs->namespace_, base->namespace_);
-  pb_setstr(&nrs->workflow_id, base->workflow_id);
-  pb_setstr(&nrs->run_id, new_run);
-  pb_setstr(&nrs->first_run_id, base->first_run_id);
-  pb_setstr(&nrs->workflow_type, base->workflow_type);
-  pb_setstr(&nrs->task_queue, base->task_queue);
-  pb_setstr(&nrs->start_request_id, q->request_id);
-  pb_setstr(&nrs->reset_from_run_id, base->run_id);
-  nrs->run_seq = next_seq(c);
+  svc_pb_setstr(&nrs->namespace_, base->namespace_);
+  svc_pb_setstr(&nrs->workflow_id, base->workflow_id);
+  svc_pb_setstr(&nrs->run_id, new_run);
+  svc_pb_setstr(&nrs->first_run_id, base->first_run_id);
+  svc_pb_setstr(&nrs->workflow_type, base->workflow_type);
+  svc_pb_setstr(&nrs->task_queue, base->task_queue);
+  svc_pb_setstr(&nrs->start_request_id, q->request_id);
+  svc_pb_setstr(&nrs->reset_from_run_id, base->run_id);
+  nrs->run_seq = svc_next_seq(c);
   nrs->status = WS(RUNNING);
   nrs->next_event_id = 1;
   nrs->start_time_ns = c->now_ns;
@@ -2648,7 +2644,7 @@ static dbx_err h_reset(ectx *c, job *j) {
     (void)keep_time;
     Timestamp *t = ev->event_time;
     ev->event_time = NULL;
-    rc = event_append(c, nrs, ev, 0); /* same ids, 1.. */
+    rc = svc_event_append(c, nrs, ev, 0); /* same ids, 1.. */
     if (ev->event_time) free(ev->event_time);
     ev->event_time = t;
     if (rc != DBX_OK) goto out;
@@ -2656,39 +2652,39 @@ static dbx_err h_reset(ectx *c, job *j) {
   rc = rebuild_pending(c, nrs, evs, n);
   if (rc != DBX_OK) goto out;
   if (wft_sched && !wft_started) {
-    HistoryEvent *st = event_new(ET(WORKFLOW_TASK_STARTED));
+    HistoryEvent *st = svc_event_new(ET(WORKFLOW_TASK_STARTED));
     if (st == NULL) {
       rc = DBX_ENOMEM;
       goto out;
     }
     st->workflow_task_started_event_attributes->scheduled_event_id = wft_sched;
-    st->workflow_task_started_event_attributes->identity = pb_strdup(q->identity);
-    rc = event_append(c, nrs, st, 0);
+    st->workflow_task_started_event_attributes->identity = svc_pb_strdup(q->identity);
+    rc = svc_event_append(c, nrs, st, 0);
     wft_started = st->event_id;
-    history_event_free(st);
+    svc_history_event_free(st);
     if (rc != DBX_OK) goto out;
   }
-  HistoryEvent *f = event_new(ET(WORKFLOW_TASK_FAILED));
-  Failure *fl = pb_new(&Failure__D);
+  HistoryEvent *f = svc_event_new(ET(WORKFLOW_TASK_FAILED));
+  Failure *fl = svc_pb_new(&Failure__D);
   if (f == NULL || fl == NULL) {
-    history_event_free(f);
+    svc_history_event_free(f);
     free(fl);
     rc = DBX_ENOMEM;
     goto out;
   }
-  fl->message = pb_strdup(q->reason);
+  fl->message = svc_pb_strdup(q->reason);
   fl->failure_info_case = FI(RESET_WORKFLOW_FAILURE_INFO);
-  fl->reset_workflow_failure_info = pb_new(&ResetWorkflowFailureInfo__D);
+  fl->reset_workflow_failure_info = svc_pb_new(&ResetWorkflowFailureInfo__D);
   WorkflowTaskFailedEventAttributes *fa = f->workflow_task_failed_event_attributes;
   fa->scheduled_event_id = wft_sched;
   fa->started_event_id = wft_started;
   fa->cause = WFC(RESET_WORKFLOW);
   fa->failure = fl;
-  fa->identity = pb_strdup(q->identity);
-  fa->base_run_id = pb_strdup(base->run_id);
-  fa->new_run_id = pb_strdup(new_run);
-  rc = event_append(c, nrs, f, 0);
-  history_event_free(f);
+  fa->identity = svc_pb_strdup(q->identity);
+  fa->base_run_id = svc_pb_strdup(base->run_id);
+  fa->new_run_id = svc_pb_strdup(new_run);
+  rc = svc_event_append(c, nrs, f, 0);
+  svc_history_event_free(f);
   if (rc != DBX_OK) goto out;
   /* reapply signals recorded after the reset point */
   int skip_signals = q->reset_reapply_type == 2;
@@ -2698,24 +2694,24 @@ static dbx_err h_reset(ectx *c, job *j) {
     later[i]->event_id = 0;
     free(later[i]->event_time);
     later[i]->event_time = NULL;
-    rc = event_append(c, nrs, later[i], 0);
+    rc = svc_event_append(c, nrs, later[i], 0);
     if (rc != DBX_OK) goto out;
   }
   /* pending activities run again; pending timers keep their fire time */
   for (size_t i = 0; i < nrs->n_activities; i++) {
-    rc = activity_queue_attempt(c, nrs, nrs->activities[i]);
+    rc = svc_activity_queue_attempt(c, nrs, nrs->activities[i]);
     if (rc != DBX_OK) goto out;
   }
   for (size_t i = 0; i < nrs->n_timers; i++) {
-    rc = timer_add(c, nrs->timers[i]->fire_time_ns, TK_USER_TIMER, nrs, nrs->timers[i]->started_event_id, 0,
+    rc = svc_timer_add(c, nrs->timers[i]->fire_time_ns, TK_USER_TIMER, nrs, nrs->timers[i]->started_event_id, 0,
                    nrs->timers[i]->timer_id);
     if (rc != DBX_OK) goto out;
   }
-  rc = wft_schedule(c, nrs);
+  rc = svc_wft_schedule(c, nrs);
   if (rc != DBX_OK) goto out;
   if (base->status == WS(RUNNING)) {
     char *reason = dbx_asprintf("reset to a new run %s: %s", new_run, q->reason);
-    int tr = handler_terminate_run(c, base, reason ? reason : "reset", q->identity);
+    int tr = svc_run_terminate(c, base, reason ? reason : "reset", q->identity);
     free(reason);
     if (tr != 0) {
       rc = DBX_ESTORE;
@@ -2723,7 +2719,7 @@ static dbx_err h_reset(ectx *c, job *j) {
     }
   }
   size_t kl;
-  char *k = exec_key(nrs->namespace_, nrs->workflow_id, &kl);
+  char *k = svc_exec_key(nrs->namespace_, nrs->workflow_id, &kl);
   if (k == NULL) {
     rc = DBX_ENOMEM;
     goto out;
@@ -2739,18 +2735,18 @@ static dbx_err h_reset(ectx *c, job *j) {
     rc = DBX_EINVAL;
   }
   free(k);
-  if (rc == DBX_OK) rc = run_save(c, nrs);
+  if (rc == DBX_OK) rc = svc_run_save(c, nrs);
   if (rc == DBX_OK) {
     ResetWorkflowExecutionResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESET_WORKFLOW_EXECUTION_RESPONSE);
     r.run_id = new_run;
-    job_reply(j, &r.base);
+    svc_job_reply(j, &r.base);
   }
 out:
-  events_free(evs, n);
-  events_free(later, nl);
+  svc_events_free(evs, n);
+  svc_events_free(later, nl);
   free(new_run);
-  dbx_runstate_free(nrs);
-  dbx_runstate_free(base);
+  svc_runstate_free(nrs);
+  svc_runstate_free(base);
   protobuf_c_message_free_unpacked(&q->base, NULL);
   return rc;
 }
@@ -2766,7 +2762,7 @@ static dbx_err h_query(ectx *c, job *j) {
   if (!check_id(j, "query.query_type", q->query ? q->query->query_type : NULL)) goto out;
   rc = load_execution(c, j, q->namespace_, q->execution, &rs);
   if (rc != DBX_OK || rs == NULL) goto out;
-  note *n = note_new(c, NOTE_QUERY_NEW);
+  note *n = svc_note_new(c, NOTE_QUERY_NEW);
   query *qq = calloc(1, sizeof *qq);
   if (n == NULL || qq == NULL) {
     free(qq);
@@ -2789,7 +2785,7 @@ static dbx_err h_query(ectx *c, job *j) {
   int64_t dl = dbx_rpc_call_deadline_mono_ns(j->call);
   j->park_deadline_ns = dl == INT64_MAX ? now + 60000000000LL : dl - 100000000LL;
 out:
-  dbx_runstate_free(rs);
+  svc_runstate_free(rs);
   protobuf_c_message_free_unpacked(&q->base, NULL);
   return rc;
 }
@@ -2802,11 +2798,11 @@ static dbx_err try_dispatch_query(ectx *c, job *j, const char *ns, const char *t
     if (qq->dispatched || qq->claim_epoch == c->epoch || strcmp(qq->ns, ns) != 0 || strcmp(qq->task_queue, tq) != 0)
       continue;
     RunState *rs = NULL;
-    dbx_err rc = run_load(c, qq->ns, qq->workflow_id, qq->run_id, &rs);
+    dbx_err rc = svc_run_load(c, qq->ns, qq->workflow_id, qq->run_id, &rs);
     if (rc == DBX_ENOTFOUND) continue;
     if (rc != DBX_OK) return rc;
     if (rs->wft_started_event_id > 0) {
-      dbx_runstate_free(rs);
+      svc_runstate_free(rs);
       continue;
     }
     WorkflowQuery *wq = (WorkflowQuery *)protobuf_c_message_unpack(&WorkflowQuery__D, NULL, qq->query_len, qq->query);
@@ -2830,7 +2826,7 @@ static dbx_err try_dispatch_query(ectx *c, job *j, const char *ns, const char *t
     int64_t last_id = 0;
     /* history up to the last completed workflow task's events, spliced in from the stored bytes */
     int64_t upto = rs->wft_scheduled_event_id > 0 ? rs->wft_scheduled_event_id - 1 : rs->next_event_id - 1;
-    rc = history_encode(c, rs->run_seq, 1, upto, 0, &hist, &hist_len, &last_id);
+    rc = svc_history_encode(c, rs->run_seq, 1, upto, 0, &hist, &hist_len, &last_id);
     TaskQueue wtq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
     wtq.name = rs->task_queue;
     wtq.kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
@@ -2847,16 +2843,16 @@ static dbx_err try_dispatch_query(ectx *c, job *j, const char *ns, const char *t
       r.previous_started_event_id = rs->last_wft_started_event_id;
       r.started_event_id = rs->last_wft_started_event_id;
       r.query = wq;
-      job_reply_field(j, &r.base, 8 /* history */, hist, hist_len);
+      svc_job_reply_field(j, &r.base, 8 /* history */, hist, hist_len);
       free(r.task_token.data);
       qq->claim_epoch = c->epoch;
-      note *nn = note_new(c, NOTE_QUERY_DISPATCHED);
+      note *nn = svc_note_new(c, NOTE_QUERY_DISPATCHED);
       if (nn) nn->query_id = qq->id;
       *done = 1;
     }
     if (wq) protobuf_c_message_free_unpacked(&wq->base, NULL);
     free(hist);
-    dbx_runstate_free(rs);
+    svc_runstate_free(rs);
     if (rc != DBX_OK || *done) return rc;
   }
   return DBX_OK;
@@ -2867,7 +2863,7 @@ static dbx_err h_respond_query(ectx *c, job *j) {
   if (q == NULL) return DBX_OK;
   TaskToken *t = token_decode(j, q->task_token, TASK_QUERY);
   if (t) {
-    note *n = note_new(c, NOTE_QUERY_ANSWER);
+    note *n = svc_note_new(c, NOTE_QUERY_ANSWER);
     if (n == NULL) {
       protobuf_c_message_free_unpacked(&t->base, NULL);
       protobuf_c_message_free_unpacked(&q->base, NULL);
@@ -2886,7 +2882,7 @@ static dbx_err h_respond_query(ectx *c, job *j) {
       job tmp = {0};
       QueryFailedFailure d = INIT(TEMPORAL__API__ERRORDETAILS__V1__QUERY_FAILED_FAILURE);
       d.failure = q->failure;
-      job_fail_detail(&tmp, DBX_GRPC_INVALID_ARGUMENT, &d.base, QUERY_FAILED_URL, "%s",
+      svc_job_fail_detail(&tmp, DBX_GRPC_INVALID_ARGUMENT, &d.base, QUERY_FAILED_URL, "%s",
                       q->error_message[0] ? q->error_message : "query failed");
       n->status = DBX_GRPC_INVALID_ARGUMENT;
       n->message = tmp.message;
@@ -2933,7 +2929,7 @@ static const struct {
     {"RespondQueryTaskCompleted", h_respond_query},
 };
 
-dbx_err handle_rpc(ectx *c, job *j) {
+dbx_err svc_handle_rpc(ectx *c, job *j) {
   if (j->call == NULL) return DBX_OK;
   DBX_DEBUG("service", "rpc %s", j->method);
   if (dbx_rpc_call_is_workflow_service(j->call)) {
@@ -2942,6 +2938,6 @@ dbx_err handle_rpc(ectx *c, job *j) {
     if (strcmp(j->method, "ShutdownWorker") == 0) return h_empty(c, j, &ShutdownWorkerRequest__D);
     if (strcmp(j->method, "ResetStickyTaskQueue") == 0) return h_empty(c, j, &ResetStickyTaskQueueRequest__D);
   }
-  job_fail(j, DBX_GRPC_UNIMPLEMENTED, "unknown method %s", j->method);
+  svc_job_fail(j, DBX_GRPC_UNIMPLEMENTED, "unknown method %s", j->method);
   return DBX_OK;
 }

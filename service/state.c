@@ -16,28 +16,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "service/engine.h"
+#include "service/svc.h"
 
 /* ------------------------------------------------------------ protobuf helpers */
 
-void *pb_new(const ProtobufCMessageDescriptor *d);
-void *pb_new(const ProtobufCMessageDescriptor *d) {
+void *svc_pb_new(const ProtobufCMessageDescriptor *d) {
   void *m = calloc(1, d->sizeof_message);
   if (m) d->message_init((ProtobufCMessage *)m);
   return m;
 }
 
-char *pb_strdup(const char *s) { return dbx_strdup(s ? s : ""); }
+char *svc_pb_strdup(const char *s) { return dbx_strdup(s ? s : ""); }
 
-void pb_setstr(char **field, const char *v) {
-  char *n = pb_strdup(v);
+void svc_pb_setstr(char **field, const char *v) {
+  char *n = svc_pb_strdup(v);
   if (n == NULL) return; /* keep the old value on OOM */
   if (*field && *field != (char *)protobuf_c_empty_string) free(*field);
   *field = n;
 }
 
-Duration *duration_new_ms(int64_t ms) {
-  Duration *d = pb_new(&Duration__D);
+Duration *svc_duration_new_ms(int64_t ms) {
+  Duration *d = svc_pb_new(&Duration__D);
   if (d) {
     d->seconds = ms / 1000;
     d->nanos = (int32_t)((ms % 1000) * 1000000);
@@ -45,8 +44,8 @@ Duration *duration_new_ms(int64_t ms) {
   return d;
 }
 
-Timestamp *timestamp_new_ns(int64_t ns) {
-  Timestamp *t = pb_new(&Timestamp__D);
+Timestamp *svc_timestamp_new_ns(int64_t ns) {
+  Timestamp *t = svc_pb_new(&Timestamp__D);
   if (t) {
     t->seconds = ns / 1000000000;
     t->nanos = (int32_t)(ns % 1000000000);
@@ -54,14 +53,14 @@ Timestamp *timestamp_new_ns(int64_t ns) {
   return t;
 }
 
-int64_t duration_ms(const Duration *d) {
+int64_t svc_duration_ms(const Duration *d) {
   if (d == NULL) return 0;
   if (d->seconds < 0 || d->nanos < 0) return -1;
   if (d->seconds > INT64_MAX / 1000 - 1) return INT64_MAX / 2;
   return d->seconds * 1000 + d->nanos / 1000000;
 }
 
-ProtobufCMessage *pb_clone(const ProtobufCMessage *m) {
+ProtobufCMessage *svc_pb_clone(const ProtobufCMessage *m) {
   if (m == NULL) return NULL;
   size_t n = protobuf_c_message_get_packed_size(m);
   uint8_t *buf = malloc(n ? n : 1);
@@ -96,13 +95,13 @@ static const ProtobufCFieldDescriptor *attr_field_for(int type) {
   return cache[type];
 }
 
-HistoryEvent *event_new(int type) {
-  HistoryEvent *ev = pb_new(&HistoryEvent__D);
+HistoryEvent *svc_event_new(int type) {
+  HistoryEvent *ev = svc_pb_new(&HistoryEvent__D);
   if (ev == NULL) return NULL;
   ev->event_type = type;
   const ProtobufCFieldDescriptor *f = attr_field_for(type);
   if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
-    void *attrs = pb_new((const ProtobufCMessageDescriptor *)f->descriptor);
+    void *attrs = svc_pb_new((const ProtobufCMessageDescriptor *)f->descriptor);
     if (attrs == NULL) {
       free(ev);
       return NULL;
@@ -113,17 +112,17 @@ HistoryEvent *event_new(int type) {
   return ev;
 }
 
-void history_event_free(HistoryEvent *ev) {
+void svc_history_event_free(HistoryEvent *ev) {
   if (ev) protobuf_c_message_free_unpacked(&ev->base, NULL);
 }
 
-void dbx_runstate_free(RunState *rs) {
+void svc_runstate_free(RunState *rs) {
   if (rs) protobuf_c_message_free_unpacked(&rs->base, NULL);
 }
 
-RunState *runstate_new(void) { return pb_new(&RunState__D); }
+RunState *svc_runstate_new(void) { return svc_pb_new(&RunState__D); }
 
-size_t pb_varint(uint8_t *out, uint64_t v) {
+size_t svc_pb_varint(uint8_t *out, uint64_t v) {
   size_t n = 0;
   do {
     uint8_t b = (uint8_t)(v & 0x7f);
@@ -151,17 +150,17 @@ static char *join_key(size_t *len, int n, const char **parts) {
   return k;
 }
 
-char *run_key(const char *ns, const char *wfid, const char *run_id, size_t *len) {
+char *svc_run_key(const char *ns, const char *wfid, const char *run_id, size_t *len) {
   const char *p[3] = {ns, wfid, run_id};
   return join_key(len, 3, p);
 }
 
-char *exec_key(const char *ns, const char *wfid, size_t *len) {
+char *svc_exec_key(const char *ns, const char *wfid, size_t *len) {
   const char *p[2] = {ns, wfid};
   return join_key(len, 2, p);
 }
 
-char *queue_key(const char *ns, const char *tq, int kind, size_t *len) {
+char *svc_queue_key(const char *ns, const char *tq, int kind, size_t *len) {
   const char *kinds = kind == TASK_WORKFLOW ? "W" : "A";
   const char *p[3] = {ns, tq, kinds};
   return join_key(len, 3, p);
@@ -180,7 +179,7 @@ static uint64_t rd64(const uint8_t *p) {
   return v;
 }
 
-uint64_t next_seq(ectx *c) {
+uint64_t svc_next_seq(ectx *c) {
   if (!c->seq_loaded) {
     dbx_val v;
     c->seq_next = 1;
@@ -191,8 +190,7 @@ uint64_t next_seq(ectx *c) {
   return c->seq_next++;
 }
 
-dbx_err seq_save(ectx *c);
-dbx_err seq_save(ectx *c) {
+dbx_err svc_seq_save(ectx *c) {
   if (!c->seq_loaded) return DBX_OK;
   uint8_t b[8];
   be64(b, c->seq_next);
@@ -212,10 +210,10 @@ static dbx_err put_msg(ectx *c, dbx_table t, const void *k, size_t kl, const Pro
   return rc;
 }
 
-dbx_err run_load(ectx *c, const char *ns, const char *wfid, const char *run_id, RunState **out) {
+dbx_err svc_run_load(ectx *c, const char *ns, const char *wfid, const char *run_id, RunState **out) {
   *out = NULL;
   size_t kl;
-  char *k = run_key(ns, wfid, run_id, &kl);
+  char *k = svc_run_key(ns, wfid, run_id, &kl);
   if (k == NULL) return DBX_ENOMEM;
   dbx_val v;
   dbx_err rc = dbx_store_get(c->txn, c->svc->t_runs, k, kl, &v);
@@ -225,10 +223,10 @@ dbx_err run_load(ectx *c, const char *ns, const char *wfid, const char *run_id, 
   return *out ? DBX_OK : DBX_ESTORE;
 }
 
-dbx_err current_run_id(ectx *c, const char *ns, const char *wfid, char **out) {
+dbx_err svc_current_run_id(ectx *c, const char *ns, const char *wfid, char **out) {
   *out = NULL;
   size_t kl;
-  char *k = exec_key(ns, wfid, &kl);
+  char *k = svc_exec_key(ns, wfid, &kl);
   if (k == NULL) return DBX_ENOMEM;
   dbx_val v;
   dbx_err rc = dbx_store_get(c->txn, c->svc->t_execs, k, kl, &v);
@@ -241,9 +239,9 @@ dbx_err current_run_id(ectx *c, const char *ns, const char *wfid, char **out) {
   return *out ? DBX_OK : DBX_ENOMEM;
 }
 
-dbx_err run_save(ectx *c, RunState *rs) {
+dbx_err svc_run_save(ectx *c, RunState *rs) {
   size_t kl;
-  char *k = run_key(rs->namespace_, rs->workflow_id, rs->run_id, &kl);
+  char *k = svc_run_key(rs->namespace_, rs->workflow_id, rs->run_id, &kl);
   if (k == NULL) return DBX_ENOMEM;
   dbx_err rc = put_msg(c, c->svc->t_runs, k, kl, &rs->base);
   free(k);
@@ -254,7 +252,7 @@ static dbx_err exec_set_current(ectx *c, const char *ns, const char *wfid, const
   ExecutionRecord er = INIT(DURABOX__SERVICE__V1__EXECUTION_RECORD);
   er.current_run_id = (char *)run_id;
   size_t kl;
-  char *k = exec_key(ns, wfid, &kl);
+  char *k = svc_exec_key(ns, wfid, &kl);
   if (k == NULL) return DBX_ENOMEM;
   dbx_err rc = put_msg(c, c->svc->t_execs, k, kl, &er.base);
   free(k);
@@ -266,7 +264,7 @@ static dbx_err exec_set_current(ectx *c, const char *ns, const char *wfid, const
 static dbx_err event_write(ectx *c, RunState *rs, HistoryEvent *ev) {
   ev->event_id = rs->next_event_id++;
   if (ev->event_time == NULL) {
-    ev->event_time = timestamp_new_ns(c->now_ns);
+    ev->event_time = svc_timestamp_new_ns(c->now_ns);
     if (ev->event_time == NULL) return DBX_ENOMEM;
   }
   if (ev->task_id == 0) ev->task_id = ev->event_id;
@@ -279,7 +277,7 @@ static dbx_err event_write(ectx *c, RunState *rs, HistoryEvent *ev) {
   return rc;
 }
 
-dbx_err event_append(ectx *c, RunState *rs, HistoryEvent *ev, int buffer) {
+dbx_err svc_event_append(ectx *c, RunState *rs, HistoryEvent *ev, int buffer) {
   if (buffer && rs->wft_started_event_id > 0) {
     size_t n = protobuf_c_message_get_packed_size(&ev->base);
     uint8_t *buf = malloc(n ? n : 1);
@@ -299,8 +297,8 @@ dbx_err event_append(ectx *c, RunState *rs, HistoryEvent *ev, int buffer) {
   dbx_err rc = event_write(c, rs, ev);
   if (rc == DBX_OK) {
     size_t kl;
-    char *k = run_key(rs->namespace_, rs->workflow_id, rs->run_id, &kl);
-    note *n = note_new(c, NOTE_RUN);
+    char *k = svc_run_key(rs->namespace_, rs->workflow_id, rs->run_id, &kl);
+    note *n = svc_note_new(c, NOTE_RUN);
     if (n && k) {
       n->key = k;
       n->len = kl;
@@ -311,7 +309,7 @@ dbx_err event_append(ectx *c, RunState *rs, HistoryEvent *ev, int buffer) {
   return rc;
 }
 
-dbx_err events_flush_buffer(ectx *c, RunState *rs, int *flushed) {
+dbx_err svc_events_flush_buffer(ectx *c, RunState *rs, int *flushed) {
   *flushed = 0;
   size_t n = rs->n_buffered_events;
   for (size_t i = 0; i < n; i++) {
@@ -329,8 +327,8 @@ dbx_err events_flush_buffer(ectx *c, RunState *rs, int *flushed) {
     default: break;
     }
     if (sid && *sid == -1) *sid = rs->next_event_id - 1;
-    dbx_err rc = event_append(c, rs, ev, 0);
-    history_event_free(ev);
+    dbx_err rc = svc_event_append(c, rs, ev, 0);
+    svc_history_event_free(ev);
     if (rc != DBX_OK) return rc;
   }
   for (size_t i = 0; i < n; i++) free(rs->buffered_events[i].data);
@@ -368,7 +366,7 @@ static dbx_err hist_next(hist_iter *it, int64_t *id, dbx_val *ev) {
   return DBX_OK;
 }
 
-dbx_err events_load(ectx *c, uint64_t run_seq, int64_t from, int64_t to, HistoryEvent ***out,
+dbx_err svc_events_load(ectx *c, uint64_t run_seq, int64_t from, int64_t to, HistoryEvent ***out,
                     size_t *n, size_t max_bytes) {
   *out = NULL;
   *n = 0;
@@ -404,7 +402,7 @@ dbx_err events_load(ectx *c, uint64_t run_seq, int64_t from, int64_t to, History
 out:
   dbx_store_cursor_close(it.cur);
   if (rc != DBX_OK) {
-    events_free(arr, *n);
+    svc_events_free(arr, *n);
     arr = NULL;
     *n = 0;
   }
@@ -412,12 +410,12 @@ out:
   return rc;
 }
 
-void events_free(HistoryEvent **evs, size_t n) {
-  for (size_t i = 0; i < n; i++) history_event_free(evs[i]);
+void svc_events_free(HistoryEvent **evs, size_t n) {
+  for (size_t i = 0; i < n; i++) svc_history_event_free(evs[i]);
   free(evs);
 }
 
-dbx_err event_load_one(ectx *c, uint64_t run_seq, int64_t id, HistoryEvent **out) {
+dbx_err svc_event_load_one(ectx *c, uint64_t run_seq, int64_t id, HistoryEvent **out) {
   uint8_t k[16];
   be64(k, run_seq);
   be64(k + 8, (uint64_t)id);
@@ -431,10 +429,10 @@ dbx_err event_load_one(ectx *c, uint64_t run_seq, int64_t id, HistoryEvent **out
 
 /* ------------------------------------------------------------ tasks and timers */
 
-dbx_err task_enqueue(ectx *c, const char *ns, const char *tq, int kind, const char *wfid,
+dbx_err svc_task_enqueue(ectx *c, const char *ns, const char *tq, int kind, const char *wfid,
                      const char *run_id, int64_t scheduled_event_id, int32_t attempt) {
   size_t pl;
-  char *prefix = queue_key(ns, tq, kind, &pl);
+  char *prefix = svc_queue_key(ns, tq, kind, &pl);
   if (prefix == NULL) return DBX_ENOMEM;
   char *k = malloc(pl + 9);
   if (k == NULL) {
@@ -443,7 +441,7 @@ dbx_err task_enqueue(ectx *c, const char *ns, const char *tq, int kind, const ch
   }
   memcpy(k, prefix, pl);
   k[pl] = '\0';
-  be64((uint8_t *)k + pl + 1, next_seq(c));
+  be64((uint8_t *)k + pl + 1, svc_next_seq(c));
   TaskRecord tr = INIT(DURABOX__SERVICE__V1__TASK_RECORD);
   tr.kind = kind;
   tr.workflow_id = (char *)wfid;
@@ -453,7 +451,7 @@ dbx_err task_enqueue(ectx *c, const char *ns, const char *tq, int kind, const ch
   dbx_err rc = put_msg(c, c->svc->t_tasks, k, pl + 9, &tr.base);
   free(k);
   if (rc == DBX_OK) {
-    note *n = note_new(c, NOTE_TASK);
+    note *n = svc_note_new(c, NOTE_TASK);
     if (n) {
       n->key = prefix;
       n->len = pl;
@@ -464,11 +462,11 @@ dbx_err task_enqueue(ectx *c, const char *ns, const char *tq, int kind, const ch
   return rc;
 }
 
-dbx_err timer_add(ectx *c, int64_t fire_ns, int kind, RunState *rs, int64_t event_id, int32_t attempt,
+dbx_err svc_timer_add(ectx *c, int64_t fire_ns, int kind, RunState *rs, int64_t event_id, int32_t attempt,
                   const char *timer_id) {
   uint8_t k[16];
   be64(k, (uint64_t)(fire_ns < 0 ? 0 : fire_ns));
-  be64(k + 8, next_seq(c));
+  be64(k + 8, svc_next_seq(c));
   TimerRecord tr = INIT(DURABOX__SERVICE__V1__TIMER_RECORD);
   tr.kind = kind;
   tr.namespace_ = rs->namespace_;
@@ -483,13 +481,13 @@ dbx_err timer_add(ectx *c, int64_t fire_ns, int kind, RunState *rs, int64_t even
 
 /* ------------------------------------------------------------ lookups */
 
-ActivityInfo *activity_find(RunState *rs, int64_t id) {
+ActivityInfo *svc_activity_find(RunState *rs, int64_t id) {
   for (size_t i = 0; i < rs->n_activities; i++)
     if (rs->activities[i]->scheduled_event_id == id) return rs->activities[i];
   return NULL;
 }
 
-void activity_remove(RunState *rs, int64_t id) {
+void svc_activity_remove(RunState *rs, int64_t id) {
   for (size_t i = 0; i < rs->n_activities; i++) {
     if (rs->activities[i]->scheduled_event_id == id) {
       protobuf_c_message_free_unpacked(&rs->activities[i]->base, NULL);
@@ -500,13 +498,13 @@ void activity_remove(RunState *rs, int64_t id) {
   }
 }
 
-TimerInfo *timer_find(RunState *rs, const char *id) {
+TimerInfo *svc_timer_find(RunState *rs, const char *id) {
   for (size_t i = 0; i < rs->n_timers; i++)
     if (strcmp(rs->timers[i]->timer_id, id) == 0) return rs->timers[i];
   return NULL;
 }
 
-void timer_remove(RunState *rs, const char *id) {
+void svc_timer_remove(RunState *rs, const char *id) {
   for (size_t i = 0; i < rs->n_timers; i++) {
     if (strcmp(rs->timers[i]->timer_id, id) == 0) {
       protobuf_c_message_free_unpacked(&rs->timers[i]->base, NULL);
@@ -517,13 +515,13 @@ void timer_remove(RunState *rs, const char *id) {
   }
 }
 
-ChildInfo *child_find(RunState *rs, int64_t id) {
+ChildInfo *svc_child_find(RunState *rs, int64_t id) {
   for (size_t i = 0; i < rs->n_children; i++)
     if (rs->children[i]->initiated_event_id == id) return rs->children[i];
   return NULL;
 }
 
-void child_remove(RunState *rs, int64_t id) {
+void svc_child_remove(RunState *rs, int64_t id) {
   for (size_t i = 0; i < rs->n_children; i++) {
     if (rs->children[i]->initiated_event_id == id) {
       protobuf_c_message_free_unpacked(&rs->children[i]->base, NULL);
@@ -545,64 +543,64 @@ static int64_t wft_backoff_ms(int attempt) {
   return ms > 60000 ? 60000 : ms;
 }
 
-dbx_err wft_schedule(ectx *c, RunState *rs) {
+dbx_err svc_wft_schedule(ectx *c, RunState *rs) {
   if (rs->status != WS(RUNNING)) return DBX_OK;
   if (rs->wft_scheduled_event_id != 0) return DBX_OK; /* pending: it will see the new events */
   if (rs->wft_attempt < 1) rs->wft_attempt = 1;
   int64_t backoff = wft_backoff_ms(rs->wft_attempt);
   if (backoff > 0 && rs->wft_backoff_until_ns == 0) {
     rs->wft_backoff_until_ns = c->now_ns + backoff * 1000000;
-    return timer_add(c, rs->wft_backoff_until_ns, TK_WFT_RETRY, rs, 0, rs->wft_attempt, NULL);
+    return svc_timer_add(c, rs->wft_backoff_until_ns, TK_WFT_RETRY, rs, 0, rs->wft_attempt, NULL);
   }
   if (rs->wft_backoff_until_ns > c->now_ns) return DBX_OK; /* the retry timer will schedule it */
   rs->wft_backoff_until_ns = 0;
-  HistoryEvent *ev = event_new(ET(WORKFLOW_TASK_SCHEDULED));
+  HistoryEvent *ev = svc_event_new(ET(WORKFLOW_TASK_SCHEDULED));
   if (ev == NULL) return DBX_ENOMEM;
   WorkflowTaskScheduledEventAttributes *a = ev->workflow_task_scheduled_event_attributes;
-  a->task_queue = pb_new(&TaskQueue__D);
-  a->start_to_close_timeout = duration_new_ms(rs->task_timeout_ms);
+  a->task_queue = svc_pb_new(&TaskQueue__D);
+  a->start_to_close_timeout = svc_duration_new_ms(rs->task_timeout_ms);
   a->attempt = rs->wft_attempt;
   dbx_err rc = DBX_ENOMEM;
   if (a->task_queue && a->start_to_close_timeout) {
-    a->task_queue->name = pb_strdup(rs->task_queue);
+    a->task_queue->name = svc_pb_strdup(rs->task_queue);
     a->task_queue->kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
-    rc = event_append(c, rs, ev, 0);
+    rc = svc_event_append(c, rs, ev, 0);
   }
   if (rc == DBX_OK) {
     rs->wft_scheduled_event_id = ev->event_id;
     rs->wft_started_event_id = 0;
     rs->wft_scheduled_time_ns = c->now_ns;
-    rc = task_enqueue(c, rs->namespace_, rs->task_queue, TASK_WORKFLOW, rs->workflow_id, rs->run_id,
+    rc = svc_task_enqueue(c, rs->namespace_, rs->task_queue, TASK_WORKFLOW, rs->workflow_id, rs->run_id,
                       ev->event_id, rs->wft_attempt);
   }
-  history_event_free(ev);
+  svc_history_event_free(ev);
   return rc;
 }
 
 /* ------------------------------------------------------------ run start */
 
-dbx_err run_start(ectx *c, const run_start_args *a, RunState **out) {
+dbx_err svc_run_start(ectx *c, const run_start_args *a, RunState **out) {
   *out = NULL;
   WorkflowExecutionStartedEventAttributes *st = a->started;
-  RunState *rs = runstate_new();
+  RunState *rs = svc_runstate_new();
   if (rs == NULL) return DBX_ENOMEM;
   dbx_err rc = DBX_ENOMEM;
-  pb_setstr(&rs->namespace_, a->ns);
-  pb_setstr(&rs->workflow_id, a->workflow_id);
-  pb_setstr(&rs->run_id, a->run_id);
-  pb_setstr(&rs->first_run_id, a->first_run_id ? a->first_run_id : a->run_id);
-  pb_setstr(&rs->workflow_type, st->workflow_type ? st->workflow_type->name : "");
-  pb_setstr(&rs->task_queue, st->task_queue ? st->task_queue->name : "");
-  pb_setstr(&rs->start_request_id, a->request_id ? a->request_id : "");
-  rs->run_seq = next_seq(c);
+  svc_pb_setstr(&rs->namespace_, a->ns);
+  svc_pb_setstr(&rs->workflow_id, a->workflow_id);
+  svc_pb_setstr(&rs->run_id, a->run_id);
+  svc_pb_setstr(&rs->first_run_id, a->first_run_id ? a->first_run_id : a->run_id);
+  svc_pb_setstr(&rs->workflow_type, st->workflow_type ? st->workflow_type->name : "");
+  svc_pb_setstr(&rs->task_queue, st->task_queue ? st->task_queue->name : "");
+  svc_pb_setstr(&rs->start_request_id, a->request_id ? a->request_id : "");
+  rs->run_seq = svc_next_seq(c);
   rs->status = WS(RUNNING);
   rs->next_event_id = 1;
   rs->start_time_ns = c->now_ns;
-  int64_t backoff_ms = duration_ms(st->first_workflow_task_backoff);
+  int64_t backoff_ms = svc_duration_ms(st->first_workflow_task_backoff);
   rs->execution_time_ns = c->now_ns + (backoff_ms > 0 ? backoff_ms * 1000000 : 0);
-  rs->run_timeout_ms = duration_ms(st->workflow_run_timeout);
-  rs->execution_timeout_ms = duration_ms(st->workflow_execution_timeout);
-  rs->task_timeout_ms = duration_ms(st->workflow_task_timeout);
+  rs->run_timeout_ms = svc_duration_ms(st->workflow_run_timeout);
+  rs->execution_timeout_ms = svc_duration_ms(st->workflow_execution_timeout);
+  rs->task_timeout_ms = svc_duration_ms(st->workflow_task_timeout);
   if (rs->task_timeout_ms <= 0) rs->task_timeout_ms = 10000;
   rs->wft_attempt = 1;
   if (a->execution_expiration_ns > 0)
@@ -630,53 +628,53 @@ dbx_err run_start(ectx *c, const run_start_args *a, RunState **out) {
   if (rs->workflow_id[0] == '\0' || rs->run_id[0] == '\0' || rs->namespace_[0] == '\0') goto out;
 
   /* WorkflowExecutionStarted, from a copy of the caller's attributes */
-  HistoryEvent *ev = event_new(ET(WORKFLOW_EXECUTION_STARTED));
+  HistoryEvent *ev = svc_event_new(ET(WORKFLOW_EXECUTION_STARTED));
   if (ev == NULL) goto out;
   protobuf_c_message_free_unpacked(&ev->workflow_execution_started_event_attributes->base, NULL);
   ev->workflow_execution_started_event_attributes = PB_CLONE(WorkflowExecutionStartedEventAttributes, st);
   if (ev->workflow_execution_started_event_attributes == NULL) {
     ev->attributes_case = 0;
-    history_event_free(ev);
+    svc_history_event_free(ev);
     goto out;
   }
   WorkflowExecutionStartedEventAttributes *sa = ev->workflow_execution_started_event_attributes;
-  pb_setstr(&sa->original_execution_run_id, a->run_id);
-  pb_setstr(&sa->first_execution_run_id, rs->first_run_id);
-  pb_setstr(&sa->workflow_id, a->workflow_id);
+  svc_pb_setstr(&sa->original_execution_run_id, a->run_id);
+  svc_pb_setstr(&sa->first_execution_run_id, rs->first_run_id);
+  svc_pb_setstr(&sa->workflow_id, a->workflow_id);
   if (sa->attempt < 1) sa->attempt = 1;
-  if (sa->workflow_task_timeout == NULL) sa->workflow_task_timeout = duration_new_ms(rs->task_timeout_ms);
+  if (sa->workflow_task_timeout == NULL) sa->workflow_task_timeout = svc_duration_new_ms(rs->task_timeout_ms);
   if (rs->execution_expiration_ns > 0 && sa->workflow_execution_expiration_time == NULL)
-    sa->workflow_execution_expiration_time = timestamp_new_ns(rs->execution_expiration_ns);
-  rc = event_append(c, rs, ev, 0);
-  history_event_free(ev);
+    sa->workflow_execution_expiration_time = svc_timestamp_new_ns(rs->execution_expiration_ns);
+  rc = svc_event_append(c, rs, ev, 0);
+  svc_history_event_free(ev);
   if (rc != DBX_OK) goto out;
   if (a->after_started) {
-    rc = event_append(c, rs, a->after_started, 0);
+    rc = svc_event_append(c, rs, a->after_started, 0);
     if (rc != DBX_OK) goto out;
   }
   if (rs->run_timeout_ms > 0) {
-    rc = timer_add(c, c->now_ns + rs->run_timeout_ms * 1000000, TK_WORKFLOW_RUN_TIMEOUT, rs, 0, 0, NULL);
+    rc = svc_timer_add(c, c->now_ns + rs->run_timeout_ms * 1000000, TK_WORKFLOW_RUN_TIMEOUT, rs, 0, 0, NULL);
     if (rc != DBX_OK) goto out;
   }
   if (rs->execution_expiration_ns > 0) {
-    rc = timer_add(c, rs->execution_expiration_ns, TK_WORKFLOW_EXECUTION_TIMEOUT, rs, 0, 0, NULL);
+    rc = svc_timer_add(c, rs->execution_expiration_ns, TK_WORKFLOW_EXECUTION_TIMEOUT, rs, 0, 0, NULL);
     if (rc != DBX_OK) goto out;
   }
   if (!a->skip_first_wft) {
     if (backoff_ms > 0) {
       rs->wft_backoff_until_ns = rs->execution_time_ns;
-      rc = timer_add(c, rs->execution_time_ns, TK_WFT_RETRY, rs, 0, 1, NULL);
+      rc = svc_timer_add(c, rs->execution_time_ns, TK_WFT_RETRY, rs, 0, 1, NULL);
     } else {
-      rc = wft_schedule(c, rs);
+      rc = svc_wft_schedule(c, rs);
     }
     if (rc != DBX_OK) goto out;
   }
   rc = exec_set_current(c, a->ns, a->workflow_id, a->run_id);
   if (rc != DBX_OK) goto out;
-  rc = run_save(c, rs);
+  rc = svc_run_save(c, rs);
 out:
   if (rc != DBX_OK) {
-    dbx_runstate_free(rs);
+    svc_runstate_free(rs);
     return rc;
   }
   *out = rs;
@@ -685,18 +683,16 @@ out:
 
 /* ------------------------------------------------------------ run close */
 
-int handler_terminate_run(ectx *c, RunState *rs, const char *reason, const char *identity);
-dbx_err child_request_cancel(ectx *c, const char *ns, const char *wfid);
 
 static dbx_err notify_parent(ectx *c, RunState *rs, HistoryEvent *close_ev) {
   if (rs->parent == NULL || rs->parent->workflow_id[0] == '\0') return DBX_OK;
   RunState *p = NULL;
-  dbx_err rc = run_load(c, rs->parent->namespace_, rs->parent->workflow_id, rs->parent->run_id, &p);
+  dbx_err rc = svc_run_load(c, rs->parent->namespace_, rs->parent->workflow_id, rs->parent->run_id, &p);
   if (rc == DBX_ENOTFOUND) return DBX_OK;
   if (rc != DBX_OK) return rc;
-  ChildInfo *ci = child_find(p, rs->parent->initiated_event_id);
+  ChildInfo *ci = svc_child_find(p, rs->parent->initiated_event_id);
   if (p->status != WS(RUNNING) || ci == NULL) {
-    dbx_runstate_free(p);
+    svc_runstate_free(p);
     return DBX_OK;
   }
   int type = 0;
@@ -707,22 +703,22 @@ static dbx_err notify_parent(ectx *c, RunState *rs, HistoryEvent *close_ev) {
   case ET(WORKFLOW_EXECUTION_TIMED_OUT): type = ET(CHILD_WORKFLOW_EXECUTION_TIMED_OUT); break;
   default: type = ET(CHILD_WORKFLOW_EXECUTION_TERMINATED); break;
   }
-  HistoryEvent *ev = event_new(type);
+  HistoryEvent *ev = svc_event_new(type);
   rc = DBX_ENOMEM;
   if (ev == NULL) goto out;
-  WorkflowExecution *we = pb_new(&WorkflowExecution__D);
-  WorkflowType *wt = pb_new(&WorkflowType__D);
+  WorkflowExecution *we = svc_pb_new(&WorkflowExecution__D);
+  WorkflowType *wt = svc_pb_new(&WorkflowType__D);
   if (we == NULL || wt == NULL) {
     free(we);
     free(wt);
     goto out;
   }
-  we->workflow_id = pb_strdup(rs->workflow_id);
-  we->run_id = pb_strdup(rs->run_id);
-  wt->name = pb_strdup(rs->workflow_type);
+  we->workflow_id = svc_pb_strdup(rs->workflow_id);
+  we->run_id = svc_pb_strdup(rs->run_id);
+  wt->name = svc_pb_strdup(rs->workflow_type);
   switch (type) {
 #define FILL(field)                                                                                \
-  ev->field->namespace_ = pb_strdup(rs->namespace_);                                               \
+  ev->field->namespace_ = svc_pb_strdup(rs->namespace_);                                               \
   ev->field->workflow_execution = we;                                                              \
   ev->field->workflow_type = wt;                                                                   \
   ev->field->initiated_event_id = ci->initiated_event_id;                                          \
@@ -753,27 +749,27 @@ static dbx_err notify_parent(ectx *c, RunState *rs, HistoryEvent *close_ev) {
     break;
 #undef FILL
   }
-  child_remove(p, rs->parent->initiated_event_id);
-  rc = event_append(c, p, ev, 1);
-  if (rc == DBX_OK) rc = wft_schedule(c, p);
-  if (rc == DBX_OK) rc = run_save(c, p);
+  svc_child_remove(p, rs->parent->initiated_event_id);
+  rc = svc_event_append(c, p, ev, 1);
+  if (rc == DBX_OK) rc = svc_wft_schedule(c, p);
+  if (rc == DBX_OK) rc = svc_run_save(c, p);
 out:
-  history_event_free(ev);
-  dbx_runstate_free(p);
+  svc_history_event_free(ev);
+  svc_runstate_free(p);
   return rc;
 }
 
-dbx_err run_close(ectx *c, RunState *rs, HistoryEvent *ev, int status) {
+dbx_err svc_run_close(ectx *c, RunState *rs, HistoryEvent *ev, int status) {
   /* A started workflow task ends with the run; buffered events are dropped as
    * Temporal drops them for a closed run, except that they stay readable: we
    * write them before the close event so nothing acknowledged is lost. */
   int flushed = 0;
   dbx_err rc = DBX_OK;
   if (rs->wft_started_event_id == 0) {
-    rc = events_flush_buffer(c, rs, &flushed);
+    rc = svc_events_flush_buffer(c, rs, &flushed);
     if (rc != DBX_OK) return rc;
   }
-  rc = event_append(c, rs, ev, 0);
+  rc = svc_event_append(c, rs, ev, 0);
   if (rc != DBX_OK) return rc;
   rs->status = status;
   rs->close_time_ns = c->now_ns;
@@ -794,7 +790,7 @@ dbx_err run_close(ectx *c, RunState *rs, HistoryEvent *ev, int status) {
   free(rs->buffered_events);
   rs->buffered_events = NULL;
   rs->n_buffered_events = 0;
-  rc = run_save(c, rs);
+  rc = svc_run_save(c, rs);
   if (rc != DBX_OK) return rc;
   if (status != WS(CONTINUED_AS_NEW)) {
     rc = notify_parent(c, rs, ev);
@@ -806,19 +802,19 @@ dbx_err run_close(ectx *c, RunState *rs, HistoryEvent *ev, int status) {
     if (ci->started_event_id == 0) continue;
     if (ci->parent_close_policy == 2) continue; /* ABANDON */
     char *cur = NULL;
-    if (current_run_id(c, ci->namespace_, ci->workflow_id, &cur) != DBX_OK) continue;
+    if (svc_current_run_id(c, ci->namespace_, ci->workflow_id, &cur) != DBX_OK) continue;
     RunState *ch = NULL;
-    rc = run_load(c, ci->namespace_, ci->workflow_id, cur, &ch);
+    rc = svc_run_load(c, ci->namespace_, ci->workflow_id, cur, &ch);
     free(cur);
     if (rc == DBX_ENOTFOUND) continue;
     if (rc != DBX_OK) return rc;
     if (ch->status == WS(RUNNING)) {
       if (ci->parent_close_policy == 3)
-        rc = child_request_cancel(c, ci->namespace_, ci->workflow_id);
+        rc = svc_child_request_cancel(c, ci->namespace_, ci->workflow_id);
       else
-        rc = handler_terminate_run(c, ch, "by parent close policy", "durabox") == 0 ? DBX_OK : DBX_ESTORE;
+        rc = svc_run_terminate(c, ch, "by parent close policy", "durabox") == 0 ? DBX_OK : DBX_ESTORE;
     }
-    dbx_runstate_free(ch);
+    svc_runstate_free(ch);
     if (rc != DBX_OK) return rc;
   }
   return DBX_OK;
@@ -830,7 +826,7 @@ dbx_err run_close(ectx *c, RunState *rs, HistoryEvent *ev, int status) {
  * max_bytes (0 = no limit) but always includes at least one event. *last_id:
  * the last event included (from - 1 when none). *out: malloc'd (NULL when
  * empty); free(). */
-dbx_err history_encode(ectx *c, uint64_t run_seq, int64_t from, int64_t upto, size_t max_bytes, uint8_t **out,
+dbx_err svc_history_encode(ectx *c, uint64_t run_seq, int64_t from, int64_t upto, size_t max_bytes, uint8_t **out,
                        size_t *len, int64_t *last_id) {
   *out = NULL;
   *len = 0;
@@ -858,7 +854,7 @@ dbx_err history_encode(ectx *c, uint64_t run_seq, int64_t from, int64_t upto, si
       cap = nc;
     }
     buf[n++] = 0x0a; /* field 1, length-delimited */
-    n += pb_varint(buf + n, vv.size);
+    n += svc_pb_varint(buf + n, vv.size);
     memcpy(buf + n, vv.data, vv.size);
     n += vv.size;
     *last_id = id;

@@ -1,6 +1,6 @@
 /* Durable timers: user timers, activity timeouts and retries, workflow task
  * timeouts and retries, workflow run and execution timeouts. Each is a row
- * in the timers table keyed by fire time; fire_due_timers() takes the due
+ * in the timers table keyed by fire time; svc_fire_due_timers() takes the due
  * rows inside the batch transaction, deletes them, and applies each one if it
  * still matches the run's state (a timer whose activity attempt moved on, or
  * whose run closed, is stale and dropped). Because the rows are in the store,
@@ -8,19 +8,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "service/engine.h"
+#include "service/svc.h"
 
-void *pb_new(const ProtobufCMessageDescriptor *d);
-int handler_terminate_run(ectx *c, RunState *rs, const char *reason, const char *identity);
 
 static Failure *timeout_failure(int timeout_type, const Payloads *details) {
   static const char *names[] = {"", "StartToClose", "ScheduleToStart", "ScheduleToClose", "Heartbeat"};
-  Failure *f = pb_new(&Failure__D);
+  Failure *f = svc_pb_new(&Failure__D);
   if (f == NULL) return NULL;
   char *msg = dbx_asprintf("activity %s timeout", timeout_type <= 4 ? names[timeout_type] : "");
-  f->message = msg ? msg : pb_strdup("activity timeout");
-  f->source = pb_strdup("Server");
-  TimeoutFailureInfo *ti = pb_new(&TimeoutFailureInfo__D);
+  f->message = msg ? msg : svc_pb_strdup("activity timeout");
+  f->source = svc_pb_strdup("Server");
+  TimeoutFailureInfo *ti = svc_pb_new(&TimeoutFailureInfo__D);
   if (ti == NULL) {
     protobuf_c_message_free_unpacked(&f->base, NULL);
     return NULL;
@@ -33,14 +31,14 @@ static Failure *timeout_failure(int timeout_type, const Payloads *details) {
 }
 
 static dbx_err fire_activity(ectx *c, RunState *rs, TimerRecord *tr, int *changed) {
-  ActivityInfo *ai = activity_find(rs, tr->event_id);
+  ActivityInfo *ai = svc_activity_find(rs, tr->event_id);
   if (ai == NULL) return DBX_OK;
   int tt = 0;
   switch (tr->kind) {
   case TK_ACTIVITY_RETRY:
     if (ai->attempt != tr->attempt || ai->started_time_ns != 0 || ai->queued) return DBX_OK;
     *changed = 1;
-    return activity_queue_attempt(c, rs, ai);
+    return svc_activity_queue_attempt(c, rs, ai);
   case TK_ACTIVITY_SCHEDULE_TO_START:
     if (ai->attempt != tr->attempt || ai->started_time_ns != 0) return DBX_OK;
     tt = TT(SCHEDULE_TO_START);
@@ -55,7 +53,7 @@ static dbx_err fire_activity(ectx *c, RunState *rs, TimerRecord *tr, int *change
     int64_t due = last + ai->heartbeat_ms * 1000000;
     if (due > c->now_ns) { /* it heartbeat meanwhile: wait for the next deadline */
       *changed = 1;
-      return timer_add(c, due, TK_ACTIVITY_HEARTBEAT, rs, ai->scheduled_event_id, ai->attempt, NULL);
+      return svc_timer_add(c, due, TK_ACTIVITY_HEARTBEAT, rs, ai->scheduled_event_id, ai->attempt, NULL);
     }
     tt = TT(HEARTBEAT);
     break;
@@ -71,40 +69,40 @@ static dbx_err fire_activity(ectx *c, RunState *rs, TimerRecord *tr, int *change
   *changed = 1;
   DBX_INFO("service", "activity %s of workflow %s attempt %d: %s", ai->activity_id, rs->workflow_id, ai->attempt,
            f->message);
-  dbx_err rc = activity_attempt_failed(c, rs, ai, f, tt, NULL);
+  dbx_err rc = svc_activity_attempt_failed(c, rs, ai, f, tt, NULL);
   protobuf_c_message_free_unpacked(&f->base, NULL);
   return rc;
 }
 
 static dbx_err fire_one(ectx *c, TimerRecord *tr) {
   RunState *rs = NULL;
-  dbx_err rc = run_load(c, tr->namespace_, tr->workflow_id, tr->run_id, &rs);
+  dbx_err rc = svc_run_load(c, tr->namespace_, tr->workflow_id, tr->run_id, &rs);
   if (rc == DBX_ENOTFOUND) return DBX_OK;
   if (rc != DBX_OK) return rc;
   int changed = 0;
   if (rs->status != WS(RUNNING)) goto out;
   switch (tr->kind) {
   case TK_USER_TIMER: {
-    TimerInfo *ti = timer_find(rs, tr->timer_id);
+    TimerInfo *ti = svc_timer_find(rs, tr->timer_id);
     if (ti == NULL || ti->started_event_id != tr->event_id) break;
-    HistoryEvent *ev = event_new(ET(TIMER_FIRED));
+    HistoryEvent *ev = svc_event_new(ET(TIMER_FIRED));
     if (ev == NULL) {
       rc = DBX_ENOMEM;
       break;
     }
-    ev->timer_fired_event_attributes->timer_id = pb_strdup(tr->timer_id);
+    ev->timer_fired_event_attributes->timer_id = svc_pb_strdup(tr->timer_id);
     ev->timer_fired_event_attributes->started_event_id = tr->event_id;
-    timer_remove(rs, tr->timer_id);
-    rc = event_append(c, rs, ev, 1);
-    history_event_free(ev);
-    if (rc == DBX_OK) rc = wft_schedule(c, rs);
+    svc_timer_remove(rs, tr->timer_id);
+    rc = svc_event_append(c, rs, ev, 1);
+    svc_history_event_free(ev);
+    if (rc == DBX_OK) rc = svc_wft_schedule(c, rs);
     changed = 1;
     break;
   }
   case TK_WFT_START_TO_CLOSE: {
     if (rs->wft_scheduled_event_id != tr->event_id || rs->wft_started_event_id == 0 || rs->wft_attempt != tr->attempt)
       break;
-    HistoryEvent *ev = event_new(ET(WORKFLOW_TASK_TIMED_OUT));
+    HistoryEvent *ev = svc_event_new(ET(WORKFLOW_TASK_TIMED_OUT));
     if (ev == NULL) {
       rc = DBX_ENOMEM;
       break;
@@ -113,13 +111,13 @@ static dbx_err fire_one(ectx *c, TimerRecord *tr) {
     ev->workflow_task_timed_out_event_attributes->started_event_id = rs->wft_started_event_id;
     ev->workflow_task_timed_out_event_attributes->timeout_type = TT(START_TO_CLOSE);
     rs->wft_started_event_id = 0;
-    rc = event_append(c, rs, ev, 0);
-    history_event_free(ev);
+    rc = svc_event_append(c, rs, ev, 0);
+    svc_history_event_free(ev);
     rs->wft_scheduled_event_id = 0;
     rs->wft_attempt++;
     int flushed = 0;
-    if (rc == DBX_OK) rc = events_flush_buffer(c, rs, &flushed);
-    if (rc == DBX_OK) rc = wft_schedule(c, rs);
+    if (rc == DBX_OK) rc = svc_events_flush_buffer(c, rs, &flushed);
+    if (rc == DBX_OK) rc = svc_wft_schedule(c, rs);
     changed = 1;
     break;
   }
@@ -128,34 +126,34 @@ static dbx_err fire_one(ectx *c, TimerRecord *tr) {
     rs->wft_backoff_until_ns = 0;
     /* attempt stays; a zero backoff_until lets wft_schedule write the task now */
     rs->wft_backoff_until_ns = -1;
-    rc = wft_schedule(c, rs);
+    rc = svc_wft_schedule(c, rs);
     if (rs->wft_backoff_until_ns == -1) rs->wft_backoff_until_ns = 0;
     changed = 1;
     break;
   case TK_WORKFLOW_RUN_TIMEOUT:
   case TK_WORKFLOW_EXECUTION_TIMEOUT: {
-    HistoryEvent *ev = event_new(ET(WORKFLOW_EXECUTION_TIMED_OUT));
+    HistoryEvent *ev = svc_event_new(ET(WORKFLOW_EXECUTION_TIMED_OUT));
     if (ev == NULL) {
       rc = DBX_ENOMEM;
       break;
     }
     ev->workflow_execution_timed_out_event_attributes->retry_state = RS(TIMEOUT);
     if (rs->wft_started_event_id > 0) rs->wft_started_event_id = 0; /* the task dies with the run */
-    rc = run_close(c, rs, ev, WS(TIMED_OUT));
-    history_event_free(ev);
+    rc = svc_run_close(c, rs, ev, WS(TIMED_OUT));
+    svc_history_event_free(ev);
     goto out; /* run_close saved it */
   }
   default:
     rc = fire_activity(c, rs, tr, &changed);
     break;
   }
-  if (rc == DBX_OK && changed) rc = run_save(c, rs);
+  if (rc == DBX_OK && changed) rc = svc_run_save(c, rs);
 out:
-  dbx_runstate_free(rs);
+  svc_runstate_free(rs);
   return rc;
 }
 
-int fire_due_timers(ectx *c, int max, dbx_err *err) {
+int svc_fire_due_timers(ectx *c, int max, dbx_err *err) {
   int fired = 0;
   *err = DBX_OK;
   for (; fired < max; fired++) {

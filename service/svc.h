@@ -1,5 +1,9 @@
-/* Internal to service/: the engine's jobs, the batch context handlers run in,
- * and the history/state helpers they share. Not a public contract.
+/* The one internal header of service/: the engine's jobs, the batch context
+ * handlers run in, and the history/state helpers they share. Every name that
+ * crosses files inside service/ is declared here and carries the svc_ prefix
+ * (STYLE.md "Internal names"). Not a public contract: nothing outside
+ * service/ includes it (tests/check_rooms.sh), except the white-box unit test
+ * tests/test_svc_state.c.
  *
  * Every handler runs on the engine thread inside one write transaction shared
  * by a batch of jobs (group commit), each job in its own nested transaction so
@@ -7,8 +11,8 @@
  * reruns a batch after growing its map), so handlers keep every effect in the
  * transaction or in their job's outputs, which are reset before each run, and
  * in-memory effects happen after commit (engine.c: apply_after_commit). */
-#ifndef DBX_SERVICE_ENGINE_H
-#define DBX_SERVICE_ENGINE_H
+#ifndef DBX_SERVICE_SVC_H
+#define DBX_SERVICE_SVC_H
 
 #include <pthread.h>
 #include <stdint.h>
@@ -133,75 +137,81 @@ typedef struct {
 } ectx;
 
 /* ---- job outputs (handlers.c) ---- */
-void job_fail(job *j, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-void job_fail_detail(job *j, int status, const ProtobufCMessage *detail, const char *type_url,
+void svc_job_fail(job *j, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void svc_job_fail_detail(job *j, int status, const ProtobufCMessage *detail, const char *type_url,
                      const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-int job_reply(job *j, const ProtobufCMessage *m); /* packs; 0 or -1 (OOM) */
+int svc_job_reply(job *j, const ProtobufCMessage *m); /* packs; 0 or -1 (OOM) */
 /* Like job_reply, then appends field `field` (length-delimited) holding body:
  * a submessage encoded elsewhere (protobuf accepts fields in any order). */
-int job_reply_field(job *j, const ProtobufCMessage *m, uint32_t field, const uint8_t *body, size_t body_len);
-void job_reset(job *j);
+int svc_job_reply_field(job *j, const ProtobufCMessage *m, uint32_t field, const uint8_t *body, size_t body_len);
+void svc_job_reset(job *j);
 /* Run one RPC job in ctx (handlers.c). Returns DBX_OK, or a store error that
  * aborts the whole batch (DBX_ESTOREFULL, DBX_ESTORE). */
-dbx_err handle_rpc(ectx *c, job *j);
+dbx_err svc_handle_rpc(ectx *c, job *j);
 /* Fire due durable timers (timers.c): up to max, returns count fired or <0 error. */
-int fire_due_timers(ectx *c, int max, dbx_err *err);
-/* Dispatch a query task to a poller of queue key (handlers.c); used for parked polls. */
+int svc_fire_due_timers(ectx *c, int max, dbx_err *err);
 
 /* ---- notes (engine.c) ---- */
-void note_add(ectx *c, int kind, const char *key);
-note *note_new(ectx *c, int kind);
+void svc_note_add(ectx *c, int kind, const char *key);
+note *svc_note_new(ectx *c, int kind);
 
 /* ---- state helpers (state.c) ---- */
 /* Run key: namespace \0 workflow id \0 run id. Returns malloc'd key and length. */
-char *run_key(const char *ns, const char *wfid, const char *run_id, size_t *len);
-char *exec_key(const char *ns, const char *wfid, size_t *len);
+char *svc_run_key(const char *ns, const char *wfid, const char *run_id, size_t *len);
+char *svc_exec_key(const char *ns, const char *wfid, size_t *len);
 /* Task queue key prefix: namespace \0 queue \0 kind. */
-char *queue_key(const char *ns, const char *tq, int kind, size_t *len);
+char *svc_queue_key(const char *ns, const char *tq, int kind, size_t *len);
 
-uint64_t next_seq(ectx *c);
+uint64_t svc_next_seq(ectx *c);
+/* Store the sequence counter if this batch run used it (engine.c, at commit). */
+dbx_err svc_seq_save(ectx *c);
 
-/* Load a run's state: DBX_OK, DBX_ENOTFOUND. *out: free with dbx_runstate_free. */
-dbx_err run_load(ectx *c, const char *ns, const char *wfid, const char *run_id, RunState **out);
+/* Load a run's state: DBX_OK, DBX_ENOTFOUND. *out: free with svc_runstate_free. */
+dbx_err svc_run_load(ectx *c, const char *ns, const char *wfid, const char *run_id, RunState **out);
 /* Current run id of a workflow id: DBX_OK (malloc'd *out) or DBX_ENOTFOUND. */
-dbx_err current_run_id(ectx *c, const char *ns, const char *wfid, char **out);
-dbx_err run_save(ectx *c, RunState *rs);
-void dbx_runstate_free(RunState *rs);
-RunState *runstate_new(void);
+dbx_err svc_current_run_id(ectx *c, const char *ns, const char *wfid, char **out);
+dbx_err svc_run_save(ectx *c, RunState *rs);
+void svc_runstate_free(RunState *rs);
+RunState *svc_runstate_new(void);
 
 /* Append an event to the run's history (assigns event id and time; packs and
  * stores it; counts size). ev's event_id/event_time are set here. If the run
  * has a started workflow task and buffer != 0, the event is held in
  * rs->buffered_events instead (ids assigned when flushed). */
-dbx_err event_append(ectx *c, RunState *rs, HistoryEvent *ev, int buffer);
+dbx_err svc_event_append(ectx *c, RunState *rs, HistoryEvent *ev, int buffer);
 /* Write buffered events (after a workflow task ended). Returns count or error. */
-dbx_err events_flush_buffer(ectx *c, RunState *rs, int *flushed);
+dbx_err svc_events_flush_buffer(ectx *c, RunState *rs, int *flushed);
 /* Load events [from, to) (to 0 = all) of a run; *out array of unpacked events. */
-dbx_err events_load(ectx *c, uint64_t run_seq, int64_t from, int64_t to, HistoryEvent ***out,
+dbx_err svc_events_load(ectx *c, uint64_t run_seq, int64_t from, int64_t to, HistoryEvent ***out,
                     size_t *n, size_t max_bytes);
-void events_free(HistoryEvent **evs, size_t n);
-dbx_err event_load_one(ectx *c, uint64_t run_seq, int64_t id, HistoryEvent **out);
+void svc_events_free(HistoryEvent **evs, size_t n);
+dbx_err svc_event_load_one(ectx *c, uint64_t run_seq, int64_t id, HistoryEvent **out);
 
 /* Protobuf varint of v into out (at most 10 bytes); returns its length. */
-size_t pb_varint(uint8_t *out, uint64_t v);
+size_t svc_pb_varint(uint8_t *out, uint64_t v);
 /* The body of a History message for events [from, upto] (0 = to the end) from
  * the stored packed events, without decoding them; see state.c. */
-dbx_err history_encode(ectx *c, uint64_t run_seq, int64_t from, int64_t upto, size_t max_bytes, uint8_t **out,
+dbx_err svc_history_encode(ectx *c, uint64_t run_seq, int64_t from, int64_t upto, size_t max_bytes, uint8_t **out,
                        size_t *len, int64_t *last_id);
 
 /* Queue a task; notes the queue for waiting pollers. */
-dbx_err task_enqueue(ectx *c, const char *ns, const char *tq, int kind, const char *wfid,
+dbx_err svc_task_enqueue(ectx *c, const char *ns, const char *tq, int kind, const char *wfid,
                      const char *run_id, int64_t scheduled_event_id, int32_t attempt);
 /* Add a durable timer at wall time fire_ns. */
-dbx_err timer_add(ectx *c, int64_t fire_ns, int kind, RunState *rs, int64_t event_id, int32_t attempt,
+dbx_err svc_timer_add(ectx *c, int64_t fire_ns, int kind, RunState *rs, int64_t event_id, int32_t attempt,
                   const char *timer_id);
 
 /* Schedule a workflow task if none is pending (or mark that one is needed
  * after the started one). */
-dbx_err wft_schedule(ectx *c, RunState *rs);
+dbx_err svc_wft_schedule(ectx *c, RunState *rs);
 /* Close the run with event ev (completed/failed/...); status is the new
  * WorkflowExecutionStatus. Notifies the parent, applies parent close policy. */
-dbx_err run_close(ectx *c, RunState *rs, HistoryEvent *ev, int status);
+dbx_err svc_run_close(ectx *c, RunState *rs, HistoryEvent *ev, int status);
+/* Terminate a loaded running run (saves it; a closed run is left alone).
+ * Returns 0 or -1 (store error). */
+int svc_run_terminate(ectx *c, RunState *rs, const char *reason, const char *identity);
+/* Request cancellation of the current run of (ns, wfid), if it runs. */
+dbx_err svc_child_request_cancel(ectx *c, const char *ns, const char *wfid);
 
 /* Start a new run (StartWorkflowExecution, child, continue-as-new, reset).
  * started: the WorkflowExecutionStarted attributes (borrowed; task queue,
@@ -217,36 +227,38 @@ typedef struct {
   HistoryEvent *after_started;       /* optional event written after Started (signal-with-start) */
   int skip_first_wft;                /* reset: the caller writes its own events */
 } run_start_args;
-dbx_err run_start(ectx *c, const run_start_args *a, RunState **out);
+dbx_err svc_run_start(ectx *c, const run_start_args *a, RunState **out);
 
-ActivityInfo *activity_find(RunState *rs, int64_t scheduled_event_id);
-void activity_remove(RunState *rs, int64_t scheduled_event_id);
-TimerInfo *timer_find(RunState *rs, const char *timer_id);
-void timer_remove(RunState *rs, const char *timer_id);
-ChildInfo *child_find(RunState *rs, int64_t initiated_event_id);
-void child_remove(RunState *rs, int64_t initiated_event_id);
+ActivityInfo *svc_activity_find(RunState *rs, int64_t scheduled_event_id);
+void svc_activity_remove(RunState *rs, int64_t scheduled_event_id);
+TimerInfo *svc_timer_find(RunState *rs, const char *timer_id);
+void svc_timer_remove(RunState *rs, const char *timer_id);
+ChildInfo *svc_child_find(RunState *rs, int64_t initiated_event_id);
+void svc_child_remove(RunState *rs, int64_t initiated_event_id);
 
 /* Activity attempt outcome (timers.c / handlers.c): retry if the policy
  * allows, else close with events. failure is borrowed. timeout_type 0 for a
  * worker failure. Returns DBX_OK. */
-dbx_err activity_attempt_failed(ectx *c, RunState *rs, ActivityInfo *ai, Failure *failure,
+dbx_err svc_activity_attempt_failed(ectx *c, RunState *rs, ActivityInfo *ai, Failure *failure,
                                 int timeout_type, Payloads *last_details);
-dbx_err activity_queue_attempt(ectx *c, RunState *rs, ActivityInfo *ai);
+dbx_err svc_activity_queue_attempt(ectx *c, RunState *rs, ActivityInfo *ai);
 
 /* Namespace lookup: 1 if known. */
-int ns_known(dbx_service *s, const char *ns);
-const char *ns_id(dbx_service *s, const char *ns);
+int svc_ns_known(dbx_service *s, const char *ns);
+const char *svc_ns_id(dbx_service *s, const char *ns);
 
 /* Helpers for building protobuf values. */
-char *pb_strdup(const char *s);      /* malloc'd copy; "" for NULL */
-void pb_setstr(char **field, const char *v);
-Duration *duration_new_ms(int64_t ms);
-Timestamp *timestamp_new_ns(int64_t ns);
-int64_t duration_ms(const Duration *d);
-HistoryEvent *event_new(int type);   /* malloc'd, free with history_event_free */
-void history_event_free(HistoryEvent *ev);
+void *svc_pb_new(const ProtobufCMessageDescriptor *d); /* malloc'd, initialised; NULL on OOM */
+char *svc_new_uuid(void);            /* malloc'd random UUID text (engine.c); NULL on OOM */
+char *svc_pb_strdup(const char *s);      /* malloc'd copy; "" for NULL */
+void svc_pb_setstr(char **field, const char *v);
+Duration *svc_duration_new_ms(int64_t ms);
+Timestamp *svc_timestamp_new_ns(int64_t ns);
+int64_t svc_duration_ms(const Duration *d);
+HistoryEvent *svc_event_new(int type);   /* malloc'd, free with history_event_free */
+void svc_history_event_free(HistoryEvent *ev);
 /* Deep copy by pack+unpack (NULL on OOM). */
-ProtobufCMessage *pb_clone(const ProtobufCMessage *m);
-#define PB_CLONE(T, m) ((T *)pb_clone((const ProtobufCMessage *)(m)))
+ProtobufCMessage *svc_pb_clone(const ProtobufCMessage *m);
+#define PB_CLONE(T, m) ((T *)svc_pb_clone((const ProtobufCMessage *)(m)))
 
 #endif
