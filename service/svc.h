@@ -151,6 +151,56 @@ dbx_err svc_handle_rpc(ectx *c, job *j);
 /* Fire due durable timers (timers.c): up to max, returns count fired or <0 error. */
 int svc_fire_due_timers(ectx *c, int max, dbx_err *err);
 
+/* ---- RPC handlers, one file per family (see handlers.c). Each runs one
+ * job in ctx: sets the job's reply or gRPC status; returns DBX_OK, or a store
+ * error that aborts the batch. */
+dbx_err svc_h_activity_canceled(ectx *c, job *j);
+dbx_err svc_h_activity_completed(ectx *c, job *j);
+dbx_err svc_h_activity_failed(ectx *c, job *j);
+dbx_err svc_h_count(ectx *c, job *j);
+dbx_err svc_h_describe_execution(ectx *c, job *j);
+dbx_err svc_h_get_history(ectx *c, job *j);
+dbx_err svc_h_get_history_reverse(ectx *c, job *j);
+dbx_err svc_h_heartbeat(ectx *c, job *j);
+dbx_err svc_h_list(ectx *c, job *j);
+dbx_err svc_h_poll_activity(ectx *c, job *j);
+dbx_err svc_h_poll_workflow(ectx *c, job *j);
+dbx_err svc_h_query(ectx *c, job *j);
+dbx_err svc_h_request_cancel(ectx *c, job *j);
+dbx_err svc_h_reset(ectx *c, job *j);
+dbx_err svc_h_respond_query(ectx *c, job *j);
+dbx_err svc_h_signal(ectx *c, job *j);
+dbx_err svc_h_signal_with_start(ectx *c, job *j);
+dbx_err svc_h_start(ectx *c, job *j);
+dbx_err svc_h_terminate(ectx *c, job *j);
+dbx_err svc_h_wft_completed(ectx *c, job *j);
+dbx_err svc_h_wft_failed(ectx *c, job *j);
+
+#define NS_NOT_FOUND_URL "type.googleapis.com/temporal.api.errordetails.v1.NamespaceNotFoundFailure"
+#define NOT_FOUND_URL "type.googleapis.com/temporal.api.errordetails.v1.NotFoundFailure"
+#define ALREADY_STARTED_URL \
+  "type.googleapis.com/temporal.api.errordetails.v1.WorkflowExecutionAlreadyStartedFailure"
+#define QUERY_FAILED_URL "type.googleapis.com/temporal.api.errordetails.v1.QueryFailedFailure"
+#define MAX_ID_BYTES 1000
+#define HISTORY_PAGE_BYTES (4u << 20)
+
+/* ---- request checks (check.c); each sets the job's status on refusal */
+/* Decode the job's request as d, checking every string is UTF-8. NULL = refused. */
+void *svc_decode(job *j, const ProtobufCMessageDescriptor *d);
+int svc_check_ns(ectx *c, job *j, const char *ns);         /* 1 = known namespace */
+int svc_check_id(job *j, const char *what, const char *v); /* 1 = present, not too long */
+/* NOT_FOUND with NotFoundFailure; fmt takes two strings. */
+void svc_fail_not_found(job *j, const char *fmt, const char *a, const char *b);
+/* Resolve (ns, execution) to a loaded run; run_id "" = current run. *out NULL
+ * when refused (status set). */
+dbx_err svc_load_execution(ectx *c, job *j, const char *ns, const WorkflowExecution *we, RunState **out);
+int svc_token_pack(const TaskToken *t, ProtobufCBinaryData *out); /* 0 or -1 (OOM); out->data malloc'd */
+/* The token of kind, or NULL (INVALID_ARGUMENT set). Free with protobuf_c_message_free_unpacked. */
+TaskToken *svc_token_decode(job *j, ProtobufCBinaryData tok, int kind);
+
+/* ---- history page tokens (history_read.c): 16 bytes, next event id + last id */
+void svc_page_token_make(uint8_t out[16], int64_t from, int64_t upto);
+
 /* ---- notes (engine.c) ---- */
 void svc_note_add(ectx *c, int kind, const char *key);
 note *svc_note_new(ectx *c, int kind);
@@ -236,7 +286,21 @@ void svc_timer_remove(RunState *rs, const char *timer_id);
 ChildInfo *svc_child_find(RunState *rs, int64_t initiated_event_id);
 void svc_child_remove(RunState *rs, int64_t initiated_event_id);
 
-/* Activity attempt outcome (timers.c / handlers.c): retry if the policy
+/* ---- run state machine (run.c) ---- */
+/* Deliver a signal to a loaded run (buffered if its task is started) and
+ * schedule a workflow task. Strings and messages are borrowed. */
+dbx_err svc_run_signal(ectx *c, RunState *rs, const char *name, const Payloads *input, const char *identity,
+                       const Header *header, const char *request_id);
+/* WorkflowExecutionCancelRequested once, then a workflow task. */
+dbx_err svc_run_request_cancel(ectx *c, RunState *rs, const char *identity);
+WorkflowExecution *svc_we_new(const char *wfid, const char *run_id); /* malloc'd; NULL on OOM */
+
+/* ---- activity state machine (activity.c) ---- */
+/* Close an activity: ActivityTaskStarted (if it started), then ev, whose
+ * started_event_id field (*started_field) is filled here; the activity leaves
+ * the run and a workflow task is scheduled. ev stays the caller's. */
+dbx_err svc_activity_close(ectx *c, RunState *rs, ActivityInfo *ai, HistoryEvent *ev, int64_t *started_field);
+/* Activity attempt outcome (timers.c / activity_rpc.c): retry if the policy
  * allows, else close with events. failure is borrowed. timeout_type 0 for a
  * worker failure. Returns DBX_OK. */
 dbx_err svc_activity_attempt_failed(ectx *c, RunState *rs, ActivityInfo *ai, Failure *failure,

@@ -1,0 +1,183 @@
+/* Request checks shared by the RPC handlers: decoding with UTF-8 checks of
+ * every string field, namespace and id checks, task tokens, and resolving a
+ * WorkflowExecution to a loaded run. Each sets the job's gRPC status when the
+ * request is refused. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "service/svc.h"
+
+static int utf8_valid(const uint8_t *s, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    uint8_t c = s[i];
+    if (c < 0x80) {
+      i++;
+      continue;
+    }
+    size_t len;
+    uint32_t cp;
+    if ((c & 0xe0) == 0xc0) {
+      len = 2;
+      cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      len = 3;
+      cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return 0;
+    }
+    if (i + len > n) return 0;
+    for (size_t k = 1; k < len; k++) {
+      if ((s[i + k] & 0xc0) != 0x80) return 0;
+      cp = (cp << 6) | (s[i + k] & 0x3f);
+    }
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+        cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+      return 0;
+    i += len;
+  }
+  return 1;
+}
+
+/* Walk every string field of m (recursively); on invalid UTF-8 write the
+ * field's path into path and return 0. */
+static int strings_valid(const ProtobufCMessage *m, char *path, size_t cap, size_t used, int depth) {
+  if (m == NULL || depth > 40) return 1;
+  const ProtobufCMessageDescriptor *d = m->descriptor;
+  for (unsigned i = 0; i < d->n_fields; i++) {
+    const ProtobufCFieldDescriptor *f = &d->fields[i];
+    const char *base = (const char *)m;
+    if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
+      uint32_t cs = *(const uint32_t *)(base + f->quantifier_offset);
+      if (cs != f->id) continue;
+    }
+    size_t count = 1;
+    const void *ptr = base + f->offset;
+    if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+      count = *(const size_t *)(base + f->quantifier_offset);
+      ptr = *(void *const *)(base + f->offset);
+      if (ptr == NULL) continue;
+    }
+    for (size_t k = 0; k < count; k++) {
+      int bad = 0;
+      if (f->type == PROTOBUF_C_TYPE_STRING) {
+        const char *s = ((const char *const *)ptr)[k];
+        if (s && !utf8_valid((const uint8_t *)s, strlen(s))) bad = 1;
+      } else if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
+        const ProtobufCMessage *sub = ((const ProtobufCMessage *const *)ptr)[k];
+        size_t n = used;
+        if (sub) {
+          n += (size_t)snprintf(path + used, used < cap ? cap - used : 0, "%s%s", used ? "." : "", f->name);
+          if (!strings_valid(sub, path, cap, n < cap ? n : cap - 1, depth + 1)) return 0;
+          if (used < cap) path[used] = '\0';
+        }
+      }
+      if (bad) {
+        snprintf(path + used, used < cap ? cap - used : 0, "%s%s", used ? "." : "", f->name);
+        return 0;
+      }
+    }
+  }
+  return 1;
+}
+
+/* Decode the request of method into *out; on failure set the job's status. */
+void *svc_decode(job *j, const ProtobufCMessageDescriptor *d) {
+  size_t len = 0;
+  const uint8_t *b = dbx_rpc_call_request(j->call, &len);
+  ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, len, b);
+  if (m == NULL) {
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "malformed %s: cannot decode %zu bytes as %s", j->method, len,
+             d->name);
+    return NULL;
+  }
+  char path[256] = "";
+  if (!strings_valid(m, path, sizeof path, 0, 0)) {
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: field %s is not valid UTF-8", j->method, path);
+    protobuf_c_message_free_unpacked(m, NULL);
+    return NULL;
+  }
+  return m;
+}
+
+int svc_check_ns(ectx *c, job *j, const char *ns) {
+  if (ns == NULL || ns[0] == '\0') {
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: namespace is required", j->method);
+    return 0;
+  }
+  if (!svc_ns_known(c->svc, ns)) {
+    NamespaceNotFoundFailure d = INIT(TEMPORAL__API__ERRORDETAILS__V1__NAMESPACE_NOT_FOUND_FAILURE);
+    d.namespace_ = (char *)ns;
+    svc_job_fail_detail(j, DBX_GRPC_NOT_FOUND, &d.base, NS_NOT_FOUND_URL, "Namespace %s is not found.", ns);
+    return 0;
+  }
+  return 1;
+}
+
+int svc_check_id(job *j, const char *what, const char *v) {
+  if (v == NULL || v[0] == '\0') {
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: %s is required", j->method, what);
+    return 0;
+  }
+  if (strlen(v) > MAX_ID_BYTES) {
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: %s is longer than %d bytes", j->method, what, MAX_ID_BYTES);
+    return 0;
+  }
+  return 1;
+}
+
+void svc_fail_not_found(job *j, const char *fmt, const char *a, const char *b) {
+  NotFoundFailure d = INIT(TEMPORAL__API__ERRORDETAILS__V1__NOT_FOUND_FAILURE);
+  svc_job_fail_detail(j, DBX_GRPC_NOT_FOUND, &d.base, NOT_FOUND_URL, fmt, a, b);
+}
+
+/* Resolve (ns, execution) to a loaded run; run_id "" = current run. */
+dbx_err svc_load_execution(ectx *c, job *j, const char *ns, const WorkflowExecution *we, RunState **out) {
+  *out = NULL;
+  if (!svc_check_id(j, "workflow_execution.workflow_id", we ? we->workflow_id : NULL)) return DBX_OK;
+  char *rid = NULL;
+  dbx_err rc;
+  if (we->run_id && we->run_id[0]) {
+    rid = dbx_strdup(we->run_id);
+  } else {
+    rc = svc_current_run_id(c, ns, we->workflow_id, &rid);
+    if (rc == DBX_ENOTFOUND) {
+      svc_fail_not_found(j, "workflow execution not found: workflow id %s%s", we->workflow_id, "");
+      return DBX_OK;
+    }
+    if (rc != DBX_OK) return rc;
+  }
+  if (rid == NULL) return DBX_ENOMEM;
+  rc = svc_run_load(c, ns, we->workflow_id, rid, out);
+  if (rc == DBX_ENOTFOUND) {
+    svc_fail_not_found(j, "workflow execution not found: workflow id %s, run id %s", we->workflow_id, rid);
+    rc = DBX_OK;
+  }
+  free(rid);
+  return rc;
+}
+
+int svc_token_pack(const TaskToken *t, ProtobufCBinaryData *out) {
+  size_t n = protobuf_c_message_get_packed_size(&t->base);
+  out->data = malloc(n ? n : 1);
+  if (out->data == NULL) return -1;
+  protobuf_c_message_pack(&t->base, out->data);
+  out->len = n;
+  return 0;
+}
+
+TaskToken *svc_token_decode(job *j, ProtobufCBinaryData tok, int kind) {
+  TaskToken *t = tok.len ? (TaskToken *)protobuf_c_message_unpack(&TaskToken__D, NULL, tok.len, tok.data) : NULL;
+  if (t == NULL || t->kind != kind || t->namespace_[0] == '\0' || t->workflow_id[0] == '\0' ||
+      t->run_id[0] == '\0' || t->scheduled_event_id <= 0) {
+    if (t) protobuf_c_message_free_unpacked(&t->base, NULL);
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: task_token is malformed (not a token this service issued)",
+             j->method);
+    return NULL;
+  }
+  return t;
+}

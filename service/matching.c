@@ -1,0 +1,437 @@
+/* Matching: task queue polls (PollWorkflowTaskQueue, PollActivityTaskQueue),
+ * parked polls, and legacy query tasks (QueryWorkflow, their dispatch to a
+ * polling worker, RespondQueryTaskCompleted). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "service/svc.h"
+
+static void park_poll(ectx *c, job *j, const char *ns, const char *tq, int kind) {
+  svc_job_reset(j);
+  j->park = PARK_POLL;
+  j->park_key = svc_queue_key(ns, tq, kind, &j->park_key_len);
+  int64_t now = dbx_mono_ns();
+  int64_t until = now + c->svc->long_poll_ms * 1000000;
+  int64_t dl = dbx_rpc_call_deadline_mono_ns(j->call);
+  if (dl != INT64_MAX && dl - 500000000LL < until) until = dl - 500000000LL; /* answer before the client gives up */
+  if (until < now) until = now;
+  j->park_deadline_ns = until;
+  /* the reply at the deadline is an empty message (no task) */
+}
+
+/* Take the first queued task of (ns, tq, kind), deleting it. *out NULL if none. */
+static dbx_err take_task(ectx *c, const char *ns, const char *tq, int kind, TaskRecord **out) {
+  *out = NULL;
+  size_t pl;
+  char *prefix = svc_queue_key(ns, tq, kind, &pl);
+  if (prefix == NULL) return DBX_ENOMEM;
+  dbx_cursor *cur = NULL;
+  dbx_err rc = dbx_store_cursor_open(c->txn, c->svc->t_tasks, &cur);
+  if (rc != DBX_OK) {
+    free(prefix);
+    return rc;
+  }
+  dbx_val k, v;
+  rc = dbx_store_cursor_seek(cur, prefix, pl, &k, &v);
+  if (rc == DBX_OK && k.size == pl + 9 && memcmp(k.data, prefix, pl) == 0 && ((const char *)k.data)[pl] == 0) {
+    *out = (TaskRecord *)protobuf_c_message_unpack(&TaskRecord__D, NULL, v.size, v.data);
+    rc = dbx_store_cursor_del(cur);
+    if (rc == DBX_OK && *out == NULL) rc = DBX_ESTORE;
+  } else if (rc == DBX_OK || rc == DBX_ENOTFOUND) {
+    rc = DBX_OK;
+  }
+  dbx_store_cursor_close(cur);
+  free(prefix);
+  if (rc != DBX_OK && *out) {
+    protobuf_c_message_free_unpacked(&(*out)->base, NULL);
+    *out = NULL;
+  }
+  return rc;
+}
+
+static int64_t history_suggest_can(ectx *c, RunState *rs) {
+  return (rs->next_event_id - 1 >= c->svc->limits.count_suggest_can) ||
+         (rs->history_size_bytes >= c->svc->limits.size_suggest_can_bytes);
+}
+
+static dbx_err try_dispatch_query(ectx *c, job *j, const char *ns, const char *tq, int *done);
+
+dbx_err svc_h_poll_workflow(ectx *c, job *j) {
+  PollWorkflowTaskQueueRequest *q = svc_decode(j, &PollWorkflowTaskQueueRequest__D);
+  if (q == NULL) return DBX_OK;
+  dbx_err rc = DBX_OK;
+  if (!svc_check_ns(c, j, q->namespace_)) goto out;
+  if (!svc_check_id(j, "task_queue.name", q->task_queue ? q->task_queue->name : NULL)) goto out;
+  if (q->task_queue->kind == TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_STICKY) {
+    /* stickiness is not used: the normal queue carries every task with full history */
+    park_poll(c, j, q->namespace_, "\x01sticky", TASK_WORKFLOW);
+    goto out;
+  }
+  int done = 0;
+  rc = try_dispatch_query(c, j, q->namespace_, q->task_queue->name, &done);
+  if (rc != DBX_OK || done) goto out;
+  for (;;) {
+    TaskRecord *tr = NULL;
+    rc = take_task(c, q->namespace_, q->task_queue->name, TASK_WORKFLOW, &tr);
+    if (rc != DBX_OK) goto out;
+    if (tr == NULL) {
+      park_poll(c, j, q->namespace_, q->task_queue->name, TASK_WORKFLOW);
+      goto out;
+    }
+    RunState *rs = NULL;
+    rc = svc_run_load(c, q->namespace_, tr->workflow_id, tr->run_id, &rs);
+    int valid = rc == DBX_OK && rs->status == WS(RUNNING) && rs->wft_scheduled_event_id == tr->scheduled_event_id &&
+                rs->wft_started_event_id == 0;
+    protobuf_c_message_free_unpacked(&tr->base, NULL);
+    if (rc == DBX_ENOTFOUND || (rc == DBX_OK && !valid)) {
+      svc_runstate_free(rs);
+      rc = DBX_OK;
+      continue; /* stale task */
+    }
+    if (rc != DBX_OK) goto out;
+    /* start the workflow task */
+    HistoryEvent *ev = svc_event_new(ET(WORKFLOW_TASK_STARTED));
+    char *req_id = svc_new_uuid();
+    if (ev == NULL || req_id == NULL) {
+      svc_history_event_free(ev);
+      free(req_id);
+      svc_runstate_free(rs);
+      rc = DBX_ENOMEM;
+      goto out;
+    }
+    WorkflowTaskStartedEventAttributes *a = ev->workflow_task_started_event_attributes;
+    a->scheduled_event_id = rs->wft_scheduled_event_id;
+    a->identity = svc_pb_strdup(q->identity);
+    a->request_id = req_id;
+    a->suggest_continue_as_new = (protobuf_c_boolean)history_suggest_can(c, rs);
+    a->history_size_bytes = rs->history_size_bytes;
+    rc = svc_event_append(c, rs, ev, 0);
+    if (rc == DBX_OK) {
+      rs->wft_started_event_id = ev->event_id;
+      rs->wft_started_time_ns = c->now_ns;
+      svc_pb_setstr(&rs->wft_request_id, req_id);
+      svc_pb_setstr(&rs->wft_identity, q->identity);
+      rc = svc_timer_add(c, c->now_ns + rs->task_timeout_ms * 1000000, TK_WFT_START_TO_CLOSE, rs,
+                     rs->wft_scheduled_event_id, rs->wft_attempt, NULL);
+    }
+    svc_history_event_free(ev);
+    if (rc == DBX_OK) rc = svc_run_save(c, rs);
+    if (rc != DBX_OK) {
+      svc_runstate_free(rs);
+      goto out;
+    }
+    /* the reply: the whole history (first page) */
+    PollWorkflowTaskQueueResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__POLL_WORKFLOW_TASK_QUEUE_RESPONSE);
+    TaskToken tok = INIT(DURABOX__SERVICE__V1__TASK_TOKEN);
+    tok.kind = TASK_WORKFLOW;
+    tok.namespace_ = rs->namespace_;
+    tok.workflow_id = rs->workflow_id;
+    tok.run_id = rs->run_id;
+    tok.scheduled_event_id = rs->wft_scheduled_event_id;
+    tok.started_event_id = rs->wft_started_event_id;
+    tok.attempt = rs->wft_attempt;
+    WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+    we.workflow_id = rs->workflow_id;
+    we.run_id = rs->run_id;
+    WorkflowType wt = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_TYPE);
+    wt.name = rs->workflow_type;
+    TaskQueue wtq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
+    wtq.name = rs->task_queue;
+    wtq.kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
+    uint8_t *hist = NULL;
+    size_t hist_len = 0;
+    int64_t last_id = 0;
+    Timestamp *ts_sched = svc_timestamp_new_ns(rs->wft_scheduled_time_ns);
+    Timestamp *ts_start = svc_timestamp_new_ns(c->now_ns);
+    /* the history, first page, spliced in from the stored bytes */
+    rc = svc_history_encode(c, rs->run_seq, 1, rs->wft_started_event_id, HISTORY_PAGE_BYTES, &hist, &hist_len, &last_id);
+    uint8_t page_tok[16];
+    if (rc == DBX_OK && svc_token_pack(&tok, &r.task_token) == 0) {
+      r.workflow_execution = &we;
+      r.workflow_type = &wt;
+      r.previous_started_event_id = rs->last_wft_started_event_id;
+      r.started_event_id = rs->wft_started_event_id;
+      r.attempt = rs->wft_attempt;
+      r.workflow_execution_task_queue = &wtq;
+      r.scheduled_time = ts_sched;
+      r.started_time = ts_start;
+      if (last_id < rs->wft_started_event_id) {
+        /* page token: next event id + the last id of this task's history, for GetWorkflowExecutionHistory */
+        svc_page_token_make(page_tok, last_id + 1, rs->wft_started_event_id);
+        r.next_page_token.data = page_tok;
+        r.next_page_token.len = 16;
+      }
+      svc_job_reply_field(j, &r.base, 8 /* history */, hist, hist_len);
+      free(r.task_token.data);
+    } else if (rc == DBX_OK) {
+      rc = DBX_ENOMEM;
+    }
+    free(hist);
+    free(ts_sched);
+    free(ts_start);
+    svc_runstate_free(rs);
+    goto out;
+  }
+out:
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return rc;
+}
+
+dbx_err svc_h_poll_activity(ectx *c, job *j) {
+  PollActivityTaskQueueRequest *q = svc_decode(j, &PollActivityTaskQueueRequest__D);
+  if (q == NULL) return DBX_OK;
+  dbx_err rc = DBX_OK;
+  if (!svc_check_ns(c, j, q->namespace_)) goto out;
+  if (!svc_check_id(j, "task_queue.name", q->task_queue ? q->task_queue->name : NULL)) goto out;
+  for (;;) {
+    TaskRecord *tr = NULL;
+    rc = take_task(c, q->namespace_, q->task_queue->name, TASK_ACTIVITY, &tr);
+    if (rc != DBX_OK) goto out;
+    if (tr == NULL) {
+      park_poll(c, j, q->namespace_, q->task_queue->name, TASK_ACTIVITY);
+      goto out;
+    }
+    RunState *rs = NULL;
+    rc = svc_run_load(c, q->namespace_, tr->workflow_id, tr->run_id, &rs);
+    ActivityInfo *ai = rc == DBX_OK ? svc_activity_find(rs, tr->scheduled_event_id) : NULL;
+    int valid = ai && rs->status == WS(RUNNING) && ai->attempt == tr->attempt && ai->started_time_ns == 0;
+    protobuf_c_message_free_unpacked(&tr->base, NULL);
+    if (rc == DBX_ENOTFOUND || (rc == DBX_OK && !valid)) {
+      svc_runstate_free(rs);
+      rc = DBX_OK;
+      continue;
+    }
+    if (rc != DBX_OK) goto out;
+    ai->started_time_ns = c->now_ns;
+    ai->queued = 0;
+    svc_pb_setstr(&ai->started_identity, q->identity);
+    char *req = svc_new_uuid();
+    if (req) {
+      svc_pb_setstr(&ai->started_request_id, req);
+      free(req);
+    }
+    if (ai->start_to_close_ms > 0)
+      rc = svc_timer_add(c, c->now_ns + ai->start_to_close_ms * 1000000, TK_ACTIVITY_START_TO_CLOSE, rs,
+                     ai->scheduled_event_id, ai->attempt, NULL);
+    if (rc == DBX_OK && ai->heartbeat_ms > 0)
+      rc = svc_timer_add(c, c->now_ns + ai->heartbeat_ms * 1000000, TK_ACTIVITY_HEARTBEAT, rs, ai->scheduled_event_id,
+                     ai->attempt, NULL);
+    if (rc == DBX_OK) rc = svc_run_save(c, rs);
+    if (rc != DBX_OK) {
+      svc_runstate_free(rs);
+      goto out;
+    }
+    /* the scheduled event holds input and header */
+    HistoryEvent *sev = NULL;
+    rc = svc_event_load_one(c, rs->run_seq, ai->scheduled_event_id, &sev);
+    if (rc != DBX_OK) {
+      svc_runstate_free(rs);
+      goto out;
+    }
+    ActivityTaskScheduledEventAttributes *sa = sev->activity_task_scheduled_event_attributes;
+    PollActivityTaskQueueResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__POLL_ACTIVITY_TASK_QUEUE_RESPONSE);
+    TaskToken tok = INIT(DURABOX__SERVICE__V1__TASK_TOKEN);
+    tok.kind = TASK_ACTIVITY;
+    tok.namespace_ = rs->namespace_;
+    tok.workflow_id = rs->workflow_id;
+    tok.run_id = rs->run_id;
+    tok.scheduled_event_id = ai->scheduled_event_id;
+    tok.attempt = ai->attempt;
+    tok.activity_id = ai->activity_id;
+    WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+    we.workflow_id = rs->workflow_id;
+    we.run_id = rs->run_id;
+    WorkflowType wt = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_TYPE);
+    wt.name = rs->workflow_type;
+    ActivityType at = INIT(TEMPORAL__API__COMMON__V1__ACTIVITY_TYPE);
+    at.name = ai->activity_type;
+    Duration d1 = INIT(GOOGLE__PROTOBUF__DURATION), d2 = d1, d3 = d1;
+    d1.seconds = ai->schedule_to_close_ms / 1000;
+    d1.nanos = (int32_t)(ai->schedule_to_close_ms % 1000) * 1000000;
+    d2.seconds = ai->start_to_close_ms / 1000;
+    d2.nanos = (int32_t)(ai->start_to_close_ms % 1000) * 1000000;
+    d3.seconds = ai->heartbeat_ms / 1000;
+    d3.nanos = (int32_t)(ai->heartbeat_ms % 1000) * 1000000;
+    Timestamp t1 = INIT(GOOGLE__PROTOBUF__TIMESTAMP), t2 = t1, t3 = t1;
+    t1.seconds = ai->scheduled_time_ns / 1000000000;
+    t1.nanos = (int32_t)(ai->scheduled_time_ns % 1000000000);
+    t2.seconds = ai->attempt_scheduled_time_ns / 1000000000;
+    t2.nanos = (int32_t)(ai->attempt_scheduled_time_ns % 1000000000);
+    t3.seconds = c->now_ns / 1000000000;
+    t3.nanos = (int32_t)(c->now_ns % 1000000000);
+    if (svc_token_pack(&tok, &r.task_token) != 0) {
+      svc_history_event_free(sev);
+      svc_runstate_free(rs);
+      rc = DBX_ENOMEM;
+      goto out;
+    }
+    r.workflow_namespace = rs->namespace_;
+    r.workflow_type = &wt;
+    r.workflow_execution = &we;
+    r.activity_type = &at;
+    r.activity_id = ai->activity_id;
+    r.header = sa->header;
+    r.input = sa->input;
+    r.heartbeat_details = ai->heartbeat_details;
+    r.scheduled_time = &t1;
+    r.current_attempt_scheduled_time = &t2;
+    r.started_time = &t3;
+    r.attempt = ai->attempt;
+    r.schedule_to_close_timeout = &d1;
+    r.start_to_close_timeout = &d2;
+    r.heartbeat_timeout = &d3;
+    r.retry_policy = ai->retry_policy;
+    svc_job_reply(j, &r.base);
+    free(r.task_token.data);
+    svc_history_event_free(sev);
+    svc_runstate_free(rs);
+    goto out;
+  }
+out:
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return rc;
+}
+
+dbx_err svc_h_query(ectx *c, job *j) {
+  QueryWorkflowRequest *q = svc_decode(j, &QueryWorkflowRequest__D);
+  if (q == NULL) return DBX_OK;
+  RunState *rs = NULL;
+  dbx_err rc = DBX_OK;
+  if (!svc_check_ns(c, j, q->namespace_)) goto out;
+  if (!svc_check_id(j, "query.query_type", q->query ? q->query->query_type : NULL)) goto out;
+  rc = svc_load_execution(c, j, q->namespace_, q->execution, &rs);
+  if (rc != DBX_OK || rs == NULL) goto out;
+  note *n = svc_note_new(c, NOTE_QUERY_NEW);
+  query *qq = calloc(1, sizeof *qq);
+  if (n == NULL || qq == NULL) {
+    free(qq);
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  qq->id = ++c->svc->next_query_id;
+  qq->ns = dbx_strdup(rs->namespace_);
+  qq->workflow_id = dbx_strdup(rs->workflow_id);
+  qq->run_id = dbx_strdup(rs->run_id);
+  qq->task_queue = dbx_strdup(rs->task_queue);
+  qq->query_len = protobuf_c_message_get_packed_size(&q->query->base);
+  qq->query = malloc(qq->query_len ? qq->query_len : 1);
+  if (qq->query) protobuf_c_message_pack(&q->query->base, qq->query);
+  qq->waiter = j;
+  n->q = qq;
+  j->park = PARK_QUERY;
+  j->query_id = qq->id;
+  int64_t now = dbx_mono_ns();
+  int64_t dl = dbx_rpc_call_deadline_mono_ns(j->call);
+  j->park_deadline_ns = dl == INT64_MAX ? now + 60000000000LL : dl - 100000000LL;
+out:
+  svc_runstate_free(rs);
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return rc;
+}
+
+/* A waiting query for this queue whose run has no started workflow task goes
+ * out as a legacy query task (the poll reply's `query` field). */
+static dbx_err try_dispatch_query(ectx *c, job *j, const char *ns, const char *tq, int *done) {
+  *done = 0;
+  for (query *qq = c->svc->queries; qq; qq = qq->next) {
+    if (qq->dispatched || qq->claim_epoch == c->epoch || strcmp(qq->ns, ns) != 0 || strcmp(qq->task_queue, tq) != 0)
+      continue;
+    RunState *rs = NULL;
+    dbx_err rc = svc_run_load(c, qq->ns, qq->workflow_id, qq->run_id, &rs);
+    if (rc == DBX_ENOTFOUND) continue;
+    if (rc != DBX_OK) return rc;
+    if (rs->wft_started_event_id > 0) {
+      svc_runstate_free(rs);
+      continue;
+    }
+    WorkflowQuery *wq = (WorkflowQuery *)protobuf_c_message_unpack(&WorkflowQuery__D, NULL, qq->query_len, qq->query);
+    PollWorkflowTaskQueueResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__POLL_WORKFLOW_TASK_QUEUE_RESPONSE);
+    TaskToken tok = INIT(DURABOX__SERVICE__V1__TASK_TOKEN);
+    tok.kind = TASK_QUERY;
+    tok.namespace_ = rs->namespace_;
+    tok.workflow_id = rs->workflow_id;
+    tok.run_id = rs->run_id;
+    tok.scheduled_event_id = (int64_t)qq->id;
+    char qid[32];
+    snprintf(qid, sizeof qid, "%llu", (unsigned long long)qq->id);
+    tok.query_id = qid;
+    WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+    we.workflow_id = rs->workflow_id;
+    we.run_id = rs->run_id;
+    WorkflowType wt = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_TYPE);
+    wt.name = rs->workflow_type;
+    uint8_t *hist = NULL;
+    size_t hist_len = 0;
+    int64_t last_id = 0;
+    /* history up to the last completed workflow task's events, spliced in from the stored bytes */
+    int64_t upto = rs->wft_scheduled_event_id > 0 ? rs->wft_scheduled_event_id - 1 : rs->next_event_id - 1;
+    rc = svc_history_encode(c, rs->run_seq, 1, upto, 0, &hist, &hist_len, &last_id);
+    TaskQueue wtq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
+    wtq.name = rs->task_queue;
+    wtq.kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
+    Timestamp now_ts = INIT(GOOGLE__PROTOBUF__TIMESTAMP);
+    now_ts.seconds = c->now_ns / 1000000000;
+    now_ts.nanos = (int32_t)(c->now_ns % 1000000000);
+    if (rc == DBX_OK && wq && svc_token_pack(&tok, &r.task_token) == 0) {
+      r.workflow_execution = &we;
+      r.workflow_type = &wt;
+      r.workflow_execution_task_queue = &wtq;
+      r.scheduled_time = &now_ts;
+      r.started_time = &now_ts;
+      r.attempt = 1;
+      r.previous_started_event_id = rs->last_wft_started_event_id;
+      r.started_event_id = rs->last_wft_started_event_id;
+      r.query = wq;
+      svc_job_reply_field(j, &r.base, 8 /* history */, hist, hist_len);
+      free(r.task_token.data);
+      qq->claim_epoch = c->epoch;
+      note *nn = svc_note_new(c, NOTE_QUERY_DISPATCHED);
+      if (nn) nn->query_id = qq->id;
+      *done = 1;
+    }
+    if (wq) protobuf_c_message_free_unpacked(&wq->base, NULL);
+    free(hist);
+    svc_runstate_free(rs);
+    if (rc != DBX_OK || *done) return rc;
+  }
+  return DBX_OK;
+}
+
+dbx_err svc_h_respond_query(ectx *c, job *j) {
+  RespondQueryTaskCompletedRequest *q = svc_decode(j, &RespondQueryTaskCompletedRequest__D);
+  if (q == NULL) return DBX_OK;
+  TaskToken *t = svc_token_decode(j, q->task_token, TASK_QUERY);
+  if (t) {
+    note *n = svc_note_new(c, NOTE_QUERY_ANSWER);
+    if (n == NULL) {
+      protobuf_c_message_free_unpacked(&t->base, NULL);
+      protobuf_c_message_free_unpacked(&q->base, NULL);
+      return DBX_ENOMEM;
+    }
+    n->query_id = (uint64_t)t->scheduled_event_id;
+    if (q->completed_type == TEMPORAL__API__ENUMS__V1__QUERY_RESULT_TYPE__QUERY_RESULT_TYPE_ANSWERED) {
+      QueryWorkflowResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__QUERY_WORKFLOW_RESPONSE);
+      r.query_result = q->query_result;
+      n->status = DBX_GRPC_OK;
+      n->len = protobuf_c_message_get_packed_size(&r.base);
+      n->bytes = malloc(n->len ? n->len : 1);
+      if (n->bytes) protobuf_c_message_pack(&r.base, n->bytes);
+    } else {
+      /* Temporal answers a failed query with INVALID_ARGUMENT + QueryFailedFailure */
+      job tmp = {0};
+      QueryFailedFailure d = INIT(TEMPORAL__API__ERRORDETAILS__V1__QUERY_FAILED_FAILURE);
+      d.failure = q->failure;
+      svc_job_fail_detail(&tmp, DBX_GRPC_INVALID_ARGUMENT, &d.base, QUERY_FAILED_URL, "%s",
+                      q->error_message[0] ? q->error_message : "query failed");
+      n->status = DBX_GRPC_INVALID_ARGUMENT;
+      n->message = tmp.message;
+      n->bytes = tmp.details;
+      n->len = tmp.details_len;
+    }
+    j->status = DBX_GRPC_OK;
+    protobuf_c_message_free_unpacked(&t->base, NULL);
+  }
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return DBX_OK;
+}
