@@ -42,582 +42,675 @@ static void fill_retry_policy(RetryPolicy *p) {
   }
 }
 
-/* One command. *closed set when the run closed; *new_wft when the command led
- * to a non-command event (a new workflow task is needed). Sets the job status
- * on a bad command. */
-static dbx_err apply_command(ectx *c, job *j, RunState *rs, Command *cmd, int64_t wft_completed_id,
-                             const char *identity, int *closed, int *new_wft) {
+/* What the commands of one completion share. */
+typedef struct {
+  int64_t completed_id; /* the WorkflowTaskCompleted event the commands refer to */
+  const char *identity; /* the worker's, borrowed */
+  int closed;           /* a command closed the run */
+  int new_wft;          /* a command led to a non-command event: a new workflow task */
+} wft_cmd;
+
+static dbx_err cmd_schedule_activity(ectx *c, job *j, RunState *rs, Command *cmd, wft_cmd *w) {
   dbx_err rc = DBX_OK;
   HistoryEvent *ev = NULL;
-  switch (cmd->attributes_case) {
-  case CMD(SCHEDULE_ACTIVITY_TASK): {
-    ScheduleActivityTaskCommandAttributes *a = cmd->schedule_activity_task_command_attributes;
-    if (!svc_check_id(j, "ScheduleActivityTask.activity_id", a->activity_id)) return DBX_OK;
-    if (!svc_check_id(j, "ScheduleActivityTask.activity_type.name", a->activity_type ? a->activity_type->name : NULL))
-      return DBX_OK;
-    for (size_t i = 0; i < rs->n_activities; i++)
-      if (strcmp(rs->activities[i]->activity_id, a->activity_id) == 0) {
-        svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "ScheduleActivityTask: activity id %s is already pending", a->activity_id);
-        return DBX_OK;
-      }
-    int64_t s2c = svc_duration_ms(a->schedule_to_close_timeout), s2s = svc_duration_ms(a->schedule_to_start_timeout),
-            st2c = svc_duration_ms(a->start_to_close_timeout), hb = svc_duration_ms(a->heartbeat_timeout);
-    if (s2c < 0 || s2s < 0 || st2c < 0 || hb < 0) {
-      svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "ScheduleActivityTask %s: a timeout is negative", a->activity_id);
+  ScheduleActivityTaskCommandAttributes *a = cmd->schedule_activity_task_command_attributes;
+  if (!svc_check_id(j, "ScheduleActivityTask.activity_id", a->activity_id)) return DBX_OK;
+  if (!svc_check_id(j, "ScheduleActivityTask.activity_type.name", a->activity_type ? a->activity_type->name : NULL))
+    return DBX_OK;
+  for (size_t i = 0; i < rs->n_activities; i++)
+    if (strcmp(rs->activities[i]->activity_id, a->activity_id) == 0) {
+      svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "ScheduleActivityTask: activity id %s is already pending", a->activity_id);
       return DBX_OK;
     }
-    if (s2c == 0 && st2c == 0) {
-      svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT,
-               "ScheduleActivityTask %s: either schedule_to_close_timeout or start_to_close_timeout is required",
-               a->activity_id);
-      return DBX_OK;
-    }
-    if (st2c == 0) st2c = s2c;
-    if (s2c > 0 && st2c > s2c) st2c = s2c;
-    if (s2s == 0 || (s2c > 0 && s2s > s2c)) s2s = s2c;
-    if (hb > st2c) hb = st2c;
-    ev = svc_event_new(ET(ACTIVITY_TASK_SCHEDULED));
-    if (ev == NULL) return DBX_ENOMEM;
-    ActivityTaskScheduledEventAttributes *e = ev->activity_task_scheduled_event_attributes;
-    e->activity_id = svc_pb_strdup(a->activity_id);
-    e->activity_type = PB_CLONE(ActivityType, a->activity_type);
-    e->task_queue = svc_pb_new(&TaskQueue__D);
-    if (e->task_queue) {
-      e->task_queue->name = svc_pb_strdup(a->task_queue && a->task_queue->name[0] ? a->task_queue->name : rs->task_queue);
-      e->task_queue->kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
-    }
-    e->header = PB_CLONE(Header, a->header);
-    e->input = PB_CLONE(Payloads, a->input);
-    e->schedule_to_close_timeout = svc_duration_new_ms(s2c);
-    e->schedule_to_start_timeout = svc_duration_new_ms(s2s);
-    e->start_to_close_timeout = svc_duration_new_ms(st2c);
-    e->heartbeat_timeout = svc_duration_new_ms(hb);
-    e->workflow_task_completed_event_id = wft_completed_id;
-    e->retry_policy = a->retry_policy ? PB_CLONE(RetryPolicy, a->retry_policy) : svc_pb_new(&RetryPolicy__D);
-    if (e->retry_policy == NULL || e->task_queue == NULL) {
+  int64_t s2c = svc_duration_ms(a->schedule_to_close_timeout), s2s = svc_duration_ms(a->schedule_to_start_timeout),
+          st2c = svc_duration_ms(a->start_to_close_timeout), hb = svc_duration_ms(a->heartbeat_timeout);
+  if (s2c < 0 || s2s < 0 || st2c < 0 || hb < 0) {
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "ScheduleActivityTask %s: a timeout is negative", a->activity_id);
+    return DBX_OK;
+  }
+  if (s2c == 0 && st2c == 0) {
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT,
+             "ScheduleActivityTask %s: either schedule_to_close_timeout or start_to_close_timeout is required",
+             a->activity_id);
+    return DBX_OK;
+  }
+  if (st2c == 0) st2c = s2c;
+  if (s2c > 0 && st2c > s2c) st2c = s2c;
+  if (s2s == 0 || (s2c > 0 && s2s > s2c)) s2s = s2c;
+  if (hb > st2c) hb = st2c;
+  ev = svc_event_new(ET(ACTIVITY_TASK_SCHEDULED));
+  if (ev == NULL) return DBX_ENOMEM;
+  ActivityTaskScheduledEventAttributes *e = ev->activity_task_scheduled_event_attributes;
+  e->activity_id = svc_pb_strdup(a->activity_id);
+  e->activity_type = PB_CLONE(ActivityType, a->activity_type);
+  e->task_queue = svc_pb_new(&TaskQueue__D);
+  if (e->task_queue) {
+    e->task_queue->name = svc_pb_strdup(a->task_queue && a->task_queue->name[0] ? a->task_queue->name : rs->task_queue);
+    e->task_queue->kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
+  }
+  e->header = PB_CLONE(Header, a->header);
+  e->input = PB_CLONE(Payloads, a->input);
+  e->schedule_to_close_timeout = svc_duration_new_ms(s2c);
+  e->schedule_to_start_timeout = svc_duration_new_ms(s2s);
+  e->start_to_close_timeout = svc_duration_new_ms(st2c);
+  e->heartbeat_timeout = svc_duration_new_ms(hb);
+  e->workflow_task_completed_event_id = w->completed_id;
+  e->retry_policy = a->retry_policy ? PB_CLONE(RetryPolicy, a->retry_policy) : svc_pb_new(&RetryPolicy__D);
+  if (e->retry_policy == NULL || e->task_queue == NULL) {
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  fill_retry_policy(e->retry_policy);
+  rc = svc_event_append(c, rs, ev, 0);
+  if (rc != DBX_OK) goto out;
+  ActivityInfo *ai = svc_pb_new(&ActivityInfo__D);
+  ActivityInfo **arr = realloc(rs->activities, (rs->n_activities + 1) * sizeof *arr);
+  if (ai == NULL || arr == NULL) {
+    free(ai);
+    if (arr) rs->activities = arr;
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  rs->activities = arr;
+  arr[rs->n_activities++] = ai;
+  ai->scheduled_event_id = ev->event_id;
+  ai->activity_id = svc_pb_strdup(a->activity_id);
+  ai->activity_type = svc_pb_strdup(a->activity_type->name);
+  ai->task_queue = svc_pb_strdup(e->task_queue->name);
+  ai->attempt = 1;
+  ai->scheduled_time_ns = c->now_ns;
+  ai->attempt_scheduled_time_ns = c->now_ns;
+  ai->schedule_to_close_ms = s2c;
+  ai->schedule_to_start_ms = s2s;
+  ai->start_to_close_ms = st2c;
+  ai->heartbeat_ms = hb;
+  ai->retry_policy = PB_CLONE(RetryPolicy, e->retry_policy);
+  rc = svc_activity_queue_attempt(c, rs, ai);
+  if (rc == DBX_OK && s2c > 0)
+    rc = svc_timer_add(c, c->now_ns + s2c * 1000000, TK_ACTIVITY_SCHEDULE_TO_CLOSE, rs, ai->scheduled_event_id, 0, NULL);
+out:
+  svc_history_event_free(ev);
+  return rc;
+}
+
+static dbx_err cmd_request_cancel_activity(ectx *c, job *j, RunState *rs, Command *cmd, wft_cmd *w) {
+  dbx_err rc = DBX_OK;
+  HistoryEvent *ev = NULL;
+  int64_t sid = cmd->request_cancel_activity_task_command_attributes->scheduled_event_id;
+  ActivityInfo *ai = svc_activity_find(rs, sid);
+  if (ai == NULL) {
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "RequestCancelActivityTask: no pending activity scheduled by event %lld",
+             (long long)sid);
+    return DBX_OK;
+  }
+  ev = svc_event_new(ET(ACTIVITY_TASK_CANCEL_REQUESTED));
+  if (ev == NULL) return DBX_ENOMEM;
+  ev->activity_task_cancel_requested_event_attributes->scheduled_event_id = sid;
+  ev->activity_task_cancel_requested_event_attributes->workflow_task_completed_event_id = w->completed_id;
+  rc = svc_event_append(c, rs, ev, 0);
+  if (rc != DBX_OK) goto out;
+  if (ai->started_time_ns == 0) {
+    HistoryEvent *cev = svc_event_new(ET(ACTIVITY_TASK_CANCELED));
+    if (cev == NULL) {
       rc = DBX_ENOMEM;
-      break;
+      goto out;
     }
-    fill_retry_policy(e->retry_policy);
-    rc = svc_event_append(c, rs, ev, 0);
-    if (rc != DBX_OK) break;
-    ActivityInfo *ai = svc_pb_new(&ActivityInfo__D);
-    ActivityInfo **arr = realloc(rs->activities, (rs->n_activities + 1) * sizeof *arr);
-    if (ai == NULL || arr == NULL) {
-      free(ai);
-      if (arr) rs->activities = arr;
-      rc = DBX_ENOMEM;
-      break;
-    }
-    rs->activities = arr;
-    arr[rs->n_activities++] = ai;
-    ai->scheduled_event_id = ev->event_id;
-    ai->activity_id = svc_pb_strdup(a->activity_id);
-    ai->activity_type = svc_pb_strdup(a->activity_type->name);
-    ai->task_queue = svc_pb_strdup(e->task_queue->name);
-    ai->attempt = 1;
-    ai->scheduled_time_ns = c->now_ns;
-    ai->attempt_scheduled_time_ns = c->now_ns;
-    ai->schedule_to_close_ms = s2c;
-    ai->schedule_to_start_ms = s2s;
-    ai->start_to_close_ms = st2c;
-    ai->heartbeat_ms = hb;
-    ai->retry_policy = PB_CLONE(RetryPolicy, e->retry_policy);
-    rc = svc_activity_queue_attempt(c, rs, ai);
-    if (rc == DBX_OK && s2c > 0)
-      rc = svc_timer_add(c, c->now_ns + s2c * 1000000, TK_ACTIVITY_SCHEDULE_TO_CLOSE, rs, ai->scheduled_event_id, 0, NULL);
-    break;
+    cev->activity_task_canceled_event_attributes->scheduled_event_id = sid;
+    cev->activity_task_canceled_event_attributes->latest_cancel_requested_event_id = ev->event_id;
+    cev->activity_task_canceled_event_attributes->identity = svc_pb_strdup(w->identity);
+    rc = svc_event_append(c, rs, cev, 0);
+    svc_history_event_free(cev);
+    svc_activity_remove(rs, sid);
+    w->new_wft = 1;
+  } else {
+    ai->cancel_requested = 1;
+    ai->cancel_requested_event_id = ev->event_id;
   }
-  case CMD(REQUEST_CANCEL_ACTIVITY_TASK): {
-    int64_t sid = cmd->request_cancel_activity_task_command_attributes->scheduled_event_id;
-    ActivityInfo *ai = svc_activity_find(rs, sid);
-    if (ai == NULL) {
-      svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "RequestCancelActivityTask: no pending activity scheduled by event %lld",
-               (long long)sid);
-      return DBX_OK;
-    }
-    ev = svc_event_new(ET(ACTIVITY_TASK_CANCEL_REQUESTED));
-    if (ev == NULL) return DBX_ENOMEM;
-    ev->activity_task_cancel_requested_event_attributes->scheduled_event_id = sid;
-    ev->activity_task_cancel_requested_event_attributes->workflow_task_completed_event_id = wft_completed_id;
-    rc = svc_event_append(c, rs, ev, 0);
-    if (rc != DBX_OK) break;
-    if (ai->started_time_ns == 0) {
-      HistoryEvent *cev = svc_event_new(ET(ACTIVITY_TASK_CANCELED));
-      if (cev == NULL) return DBX_ENOMEM;
-      cev->activity_task_canceled_event_attributes->scheduled_event_id = sid;
-      cev->activity_task_canceled_event_attributes->latest_cancel_requested_event_id = ev->event_id;
-      cev->activity_task_canceled_event_attributes->identity = svc_pb_strdup(identity);
-      rc = svc_event_append(c, rs, cev, 0);
-      svc_history_event_free(cev);
-      svc_activity_remove(rs, sid);
-      *new_wft = 1;
-    } else {
-      ai->cancel_requested = 1;
-      ai->cancel_requested_event_id = ev->event_id;
-    }
-    break;
+out:
+  svc_history_event_free(ev);
+  return rc;
+}
+
+static dbx_err cmd_start_timer(ectx *c, job *j, RunState *rs, Command *cmd, wft_cmd *w) {
+  dbx_err rc = DBX_OK;
+  HistoryEvent *ev = NULL;
+  StartTimerCommandAttributes *a = cmd->start_timer_command_attributes;
+  if (!svc_check_id(j, "StartTimer.timer_id", a->timer_id)) return DBX_OK;
+  int64_t ms = svc_duration_ms(a->start_to_fire_timeout);
+  if (ms <= 0) {
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "StartTimer %s: start_to_fire_timeout must be positive", a->timer_id);
+    return DBX_OK;
   }
-  case CMD(START_TIMER): {
-    StartTimerCommandAttributes *a = cmd->start_timer_command_attributes;
-    if (!svc_check_id(j, "StartTimer.timer_id", a->timer_id)) return DBX_OK;
-    int64_t ms = svc_duration_ms(a->start_to_fire_timeout);
-    if (ms <= 0) {
-      svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "StartTimer %s: start_to_fire_timeout must be positive", a->timer_id);
-      return DBX_OK;
-    }
-    if (svc_timer_find(rs, a->timer_id)) {
-      svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "StartTimer: timer id %s is already pending", a->timer_id);
-      return DBX_OK;
-    }
-    ev = svc_event_new(ET(TIMER_STARTED));
-    if (ev == NULL) return DBX_ENOMEM;
-    ev->timer_started_event_attributes->timer_id = svc_pb_strdup(a->timer_id);
-    ev->timer_started_event_attributes->start_to_fire_timeout = svc_duration_new_ms(ms);
-    ev->timer_started_event_attributes->workflow_task_completed_event_id = wft_completed_id;
-    rc = svc_event_append(c, rs, ev, 0);
-    if (rc != DBX_OK) break;
-    TimerInfo *ti = svc_pb_new(&TimerInfo__D);
-    TimerInfo **arr = realloc(rs->timers, (rs->n_timers + 1) * sizeof *arr);
-    if (ti == NULL || arr == NULL) {
-      free(ti);
-      if (arr) rs->timers = arr;
-      rc = DBX_ENOMEM;
-      break;
-    }
-    rs->timers = arr;
-    arr[rs->n_timers++] = ti;
-    ti->timer_id = svc_pb_strdup(a->timer_id);
-    ti->started_event_id = ev->event_id;
-    ti->fire_time_ns = c->now_ns + ms * 1000000;
-    rc = svc_timer_add(c, ti->fire_time_ns, TK_USER_TIMER, rs, ev->event_id, 0, a->timer_id);
-    break;
+  if (svc_timer_find(rs, a->timer_id)) {
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "StartTimer: timer id %s is already pending", a->timer_id);
+    return DBX_OK;
   }
-  case CMD(CANCEL_TIMER): {
-    const char *tid = cmd->cancel_timer_command_attributes->timer_id;
-    TimerInfo *ti = svc_timer_find(rs, tid);
-    if (ti == NULL) {
-      svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "CancelTimer: no pending timer with id %s", tid);
-      return DBX_OK;
-    }
-    ev = svc_event_new(ET(TIMER_CANCELED));
-    if (ev == NULL) return DBX_ENOMEM;
-    ev->timer_canceled_event_attributes->timer_id = svc_pb_strdup(tid);
-    ev->timer_canceled_event_attributes->started_event_id = ti->started_event_id;
-    ev->timer_canceled_event_attributes->workflow_task_completed_event_id = wft_completed_id;
-    ev->timer_canceled_event_attributes->identity = svc_pb_strdup(identity);
-    rc = svc_event_append(c, rs, ev, 0);
-    svc_timer_remove(rs, tid);
-    break;
+  ev = svc_event_new(ET(TIMER_STARTED));
+  if (ev == NULL) return DBX_ENOMEM;
+  ev->timer_started_event_attributes->timer_id = svc_pb_strdup(a->timer_id);
+  ev->timer_started_event_attributes->start_to_fire_timeout = svc_duration_new_ms(ms);
+  ev->timer_started_event_attributes->workflow_task_completed_event_id = w->completed_id;
+  rc = svc_event_append(c, rs, ev, 0);
+  if (rc != DBX_OK) goto out;
+  TimerInfo *ti = svc_pb_new(&TimerInfo__D);
+  TimerInfo **arr = realloc(rs->timers, (rs->n_timers + 1) * sizeof *arr);
+  if (ti == NULL || arr == NULL) {
+    free(ti);
+    if (arr) rs->timers = arr;
+    rc = DBX_ENOMEM;
+    goto out;
   }
-  case CMD(RECORD_MARKER): {
-    RecordMarkerCommandAttributes *a = cmd->record_marker_command_attributes;
-    if (!svc_check_id(j, "RecordMarker.marker_name", a->marker_name)) return DBX_OK;
-    ev = svc_event_new(ET(MARKER_RECORDED));
-    if (ev == NULL) return DBX_ENOMEM;
-    MarkerRecordedEventAttributes *e = ev->marker_recorded_event_attributes;
-    /* same field numbers for name/details in both messages: copy via bytes */
-    RecordMarkerCommandAttributes tmp = *a;
-    size_t n = protobuf_c_message_get_packed_size(&tmp.base);
-    uint8_t *buf = malloc(n ? n : 1);
-    if (buf == NULL) return DBX_ENOMEM;
-    protobuf_c_message_pack(&tmp.base, buf);
-    MarkerRecordedEventAttributes *copy =
-        (MarkerRecordedEventAttributes *)protobuf_c_message_unpack(&MarkerRecordedEventAttributes__D, NULL, n, buf);
-    free(buf);
-    if (copy == NULL) return DBX_ENOMEM;
-    /* field 3 of the command is header, of the event workflow_task_completed_event_id: fix up */
-    protobuf_c_message_free_unpacked(&e->base, NULL);
-    ev->marker_recorded_event_attributes = copy;
-    copy->workflow_task_completed_event_id = wft_completed_id;
-    if (copy->header == NULL && a->header) copy->header = PB_CLONE(Header, a->header);
-    if (copy->failure == NULL && a->failure) copy->failure = PB_CLONE(Failure, a->failure);
-    rc = svc_event_append(c, rs, ev, 0);
-    break;
+  rs->timers = arr;
+  arr[rs->n_timers++] = ti;
+  ti->timer_id = svc_pb_strdup(a->timer_id);
+  ti->started_event_id = ev->event_id;
+  ti->fire_time_ns = c->now_ns + ms * 1000000;
+  rc = svc_timer_add(c, ti->fire_time_ns, TK_USER_TIMER, rs, ev->event_id, 0, a->timer_id);
+out:
+  svc_history_event_free(ev);
+  return rc;
+}
+
+static dbx_err cmd_cancel_timer(ectx *c, job *j, RunState *rs, Command *cmd, wft_cmd *w) {
+  dbx_err rc = DBX_OK;
+  HistoryEvent *ev = NULL;
+  const char *tid = cmd->cancel_timer_command_attributes->timer_id;
+  TimerInfo *ti = svc_timer_find(rs, tid);
+  if (ti == NULL) {
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "CancelTimer: no pending timer with id %s", tid);
+    return DBX_OK;
   }
-  case CMD(UPSERT_WORKFLOW_SEARCH_ATTRIBUTES): {
-    ev = svc_event_new(ET(UPSERT_WORKFLOW_SEARCH_ATTRIBUTES));
-    if (ev == NULL) return DBX_ENOMEM;
-    ev->upsert_workflow_search_attributes_event_attributes->workflow_task_completed_event_id = wft_completed_id;
-    ev->upsert_workflow_search_attributes_event_attributes->search_attributes =
-        PB_CLONE(SearchAttributes, cmd->upsert_workflow_search_attributes_command_attributes->search_attributes);
-    rc = svc_event_append(c, rs, ev, 0);
-    break;
+  ev = svc_event_new(ET(TIMER_CANCELED));
+  if (ev == NULL) return DBX_ENOMEM;
+  ev->timer_canceled_event_attributes->timer_id = svc_pb_strdup(tid);
+  ev->timer_canceled_event_attributes->started_event_id = ti->started_event_id;
+  ev->timer_canceled_event_attributes->workflow_task_completed_event_id = w->completed_id;
+  ev->timer_canceled_event_attributes->identity = svc_pb_strdup(w->identity);
+  rc = svc_event_append(c, rs, ev, 0);
+  svc_timer_remove(rs, tid);
+  svc_history_event_free(ev);
+  return rc;
+}
+
+static dbx_err cmd_record_marker(ectx *c, job *j, RunState *rs, Command *cmd, wft_cmd *w) {
+  dbx_err rc = DBX_OK;
+  HistoryEvent *ev = NULL;
+  RecordMarkerCommandAttributes *a = cmd->record_marker_command_attributes;
+  if (!svc_check_id(j, "RecordMarker.marker_name", a->marker_name)) return DBX_OK;
+  ev = svc_event_new(ET(MARKER_RECORDED));
+  if (ev == NULL) return DBX_ENOMEM;
+  MarkerRecordedEventAttributes *e = ev->marker_recorded_event_attributes;
+  /* same field numbers for name/details in both messages: copy via bytes */
+  RecordMarkerCommandAttributes tmp = *a;
+  size_t n = protobuf_c_message_get_packed_size(&tmp.base);
+  uint8_t *buf = malloc(n ? n : 1);
+  if (buf == NULL) {
+    rc = DBX_ENOMEM;
+    goto out;
   }
-  case CMD(MODIFY_WORKFLOW_PROPERTIES): {
-    ev = svc_event_new(ET(WORKFLOW_PROPERTIES_MODIFIED));
-    if (ev == NULL) return DBX_ENOMEM;
-    ev->workflow_properties_modified_event_attributes->workflow_task_completed_event_id = wft_completed_id;
-    ev->workflow_properties_modified_event_attributes->upserted_memo =
-        PB_CLONE(Memo, cmd->modify_workflow_properties_command_attributes->upserted_memo);
-    rc = svc_event_append(c, rs, ev, 0);
-    break;
+  protobuf_c_message_pack(&tmp.base, buf);
+  MarkerRecordedEventAttributes *copy =
+      (MarkerRecordedEventAttributes *)protobuf_c_message_unpack(&MarkerRecordedEventAttributes__D, NULL, n, buf);
+  free(buf);
+  if (copy == NULL) {
+    rc = DBX_ENOMEM;
+    goto out;
   }
-  case CMD(COMPLETE_WORKFLOW_EXECUTION):
-    ev = svc_event_new(ET(WORKFLOW_EXECUTION_COMPLETED));
-    if (ev == NULL) return DBX_ENOMEM;
-    ev->workflow_execution_completed_event_attributes->result =
-        PB_CLONE(Payloads, cmd->complete_workflow_execution_command_attributes->result);
-    ev->workflow_execution_completed_event_attributes->workflow_task_completed_event_id = wft_completed_id;
-    rc = svc_run_close(c, rs, ev, WS(COMPLETED));
-    *closed = 1;
-    break;
-  case CMD(FAIL_WORKFLOW_EXECUTION):
-    ev = svc_event_new(ET(WORKFLOW_EXECUTION_FAILED));
-    if (ev == NULL) return DBX_ENOMEM;
-    ev->workflow_execution_failed_event_attributes->failure =
-        PB_CLONE(Failure, cmd->fail_workflow_execution_command_attributes->failure);
-    ev->workflow_execution_failed_event_attributes->retry_state = RS(RETRY_POLICY_NOT_SET);
-    ev->workflow_execution_failed_event_attributes->workflow_task_completed_event_id = wft_completed_id;
-    rc = svc_run_close(c, rs, ev, WS(FAILED));
-    *closed = 1;
-    break;
-  case CMD(CANCEL_WORKFLOW_EXECUTION):
-    ev = svc_event_new(ET(WORKFLOW_EXECUTION_CANCELED));
-    if (ev == NULL) return DBX_ENOMEM;
-    ev->workflow_execution_canceled_event_attributes->details =
-        PB_CLONE(Payloads, cmd->cancel_workflow_execution_command_attributes->details);
-    ev->workflow_execution_canceled_event_attributes->workflow_task_completed_event_id = wft_completed_id;
-    rc = svc_run_close(c, rs, ev, WS(CANCELED));
-    *closed = 1;
-    break;
-  case CMD(CONTINUE_AS_NEW_WORKFLOW_EXECUTION): {
-    ContinueAsNewWorkflowExecutionCommandAttributes *a = cmd->continue_as_new_workflow_execution_command_attributes;
-    char *new_run = svc_new_uuid();
-    ev = svc_event_new(ET(WORKFLOW_EXECUTION_CONTINUED_AS_NEW));
-    HistoryEvent *sev = svc_event_new(ET(WORKFLOW_EXECUTION_STARTED));
-    if (new_run == NULL || ev == NULL || sev == NULL) {
-      free(new_run);
-      svc_history_event_free(sev);
-      rc = DBX_ENOMEM;
-      break;
-    }
-    WorkflowExecutionContinuedAsNewEventAttributes *e = ev->workflow_execution_continued_as_new_event_attributes;
-    e->new_execution_run_id = svc_pb_strdup(new_run);
-    e->workflow_type = svc_pb_new(&WorkflowType__D);
-    e->task_queue = svc_pb_new(&TaskQueue__D);
-    if (e->workflow_type) e->workflow_type->name = svc_pb_strdup(a->workflow_type && a->workflow_type->name[0] ? a->workflow_type->name : rs->workflow_type);
-    if (e->task_queue) {
-      e->task_queue->name = svc_pb_strdup(a->task_queue && a->task_queue->name[0] ? a->task_queue->name : rs->task_queue);
-      e->task_queue->kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
-    }
-    e->input = PB_CLONE(Payloads, a->input);
-    e->workflow_run_timeout = a->workflow_run_timeout ? PB_CLONE(Duration, a->workflow_run_timeout) : svc_duration_new_ms(rs->run_timeout_ms);
-    e->workflow_task_timeout = a->workflow_task_timeout ? PB_CLONE(Duration, a->workflow_task_timeout) : svc_duration_new_ms(rs->task_timeout_ms);
-    e->workflow_task_completed_event_id = wft_completed_id;
-    e->backoff_start_interval = PB_CLONE(Duration, a->backoff_start_interval);
-    e->initiator = a->initiator;
-    e->header = PB_CLONE(Header, a->header);
-    e->memo = PB_CLONE(Memo, a->memo);
-    e->search_attributes = PB_CLONE(SearchAttributes, a->search_attributes);
-    e->last_completion_result = PB_CLONE(Payloads, a->last_completion_result);
-    e->failure = PB_CLONE(Failure, a->failure);
-    svc_pb_setstr(&rs->new_execution_run_id, new_run);
-    rc = svc_run_close(c, rs, ev, WS(CONTINUED_AS_NEW));
-    if (rc == DBX_OK) {
-      WorkflowExecutionStartedEventAttributes *st = sev->workflow_execution_started_event_attributes;
-      st->workflow_type = PB_CLONE(WorkflowType, e->workflow_type);
-      st->task_queue = PB_CLONE(TaskQueue, e->task_queue);
-      st->input = PB_CLONE(Payloads, a->input);
-      st->workflow_run_timeout = rs->run_timeout_ms > 0 || a->workflow_run_timeout ? PB_CLONE(Duration, e->workflow_run_timeout) : NULL;
-      st->workflow_task_timeout = PB_CLONE(Duration, e->workflow_task_timeout);
-      st->workflow_execution_timeout = rs->execution_timeout_ms > 0 ? svc_duration_new_ms(rs->execution_timeout_ms) : NULL;
-      st->continued_execution_run_id = svc_pb_strdup(rs->run_id);
-      st->initiator = a->initiator;
-      st->continued_failure = PB_CLONE(Failure, a->failure);
-      st->last_completion_result = PB_CLONE(Payloads, a->last_completion_result);
-      st->identity = svc_pb_strdup(identity);
-      st->retry_policy = PB_CLONE(RetryPolicy, a->retry_policy);
-      st->attempt = 1;
-      st->first_workflow_task_backoff = PB_CLONE(Duration, a->backoff_start_interval);
-      st->memo = PB_CLONE(Memo, a->memo);
-      st->search_attributes = PB_CLONE(SearchAttributes, a->search_attributes);
-      st->header = PB_CLONE(Header, a->header);
-      if (rs->parent && rs->parent->workflow_id[0]) {
-        st->parent_workflow_namespace = svc_pb_strdup(rs->parent->namespace_);
-        st->parent_workflow_execution = svc_we_new(rs->parent->workflow_id, rs->parent->run_id);
-        st->parent_initiated_event_id = rs->parent->initiated_event_id;
-      }
-      run_start_args ra = {.ns = rs->namespace_,
-                           .workflow_id = rs->workflow_id,
-                           .run_id = new_run,
-                           .request_id = "",
-                           .started = st,
-                           .parent = rs->parent,
-                           .execution_expiration_ns = rs->execution_expiration_ns,
-                           .first_run_id = rs->first_run_id};
-      RunState *nrs = NULL;
-      rc = svc_run_start(c, &ra, &nrs);
-      svc_runstate_free(nrs);
-    }
-    svc_history_event_free(sev);
+  /* field 3 of the command is header, of the event workflow_task_completed_event_id: fix up */
+  protobuf_c_message_free_unpacked(&e->base, NULL);
+  ev->marker_recorded_event_attributes = copy;
+  copy->workflow_task_completed_event_id = w->completed_id;
+  if (copy->header == NULL && a->header) copy->header = PB_CLONE(Header, a->header);
+  if (copy->failure == NULL && a->failure) copy->failure = PB_CLONE(Failure, a->failure);
+  rc = svc_event_append(c, rs, ev, 0);
+out:
+  svc_history_event_free(ev);
+  return rc;
+}
+
+static dbx_err cmd_upsert_search_attributes(ectx *c, job *j, RunState *rs, Command *cmd, wft_cmd *w) {
+  dbx_err rc = DBX_OK;
+  HistoryEvent *ev = NULL;
+  ev = svc_event_new(ET(UPSERT_WORKFLOW_SEARCH_ATTRIBUTES));
+  if (ev == NULL) return DBX_ENOMEM;
+  ev->upsert_workflow_search_attributes_event_attributes->workflow_task_completed_event_id = w->completed_id;
+  ev->upsert_workflow_search_attributes_event_attributes->search_attributes =
+      PB_CLONE(SearchAttributes, cmd->upsert_workflow_search_attributes_command_attributes->search_attributes);
+  rc = svc_event_append(c, rs, ev, 0);
+  svc_history_event_free(ev);
+  return rc;
+}
+
+static dbx_err cmd_modify_properties(ectx *c, job *j, RunState *rs, Command *cmd, wft_cmd *w) {
+  dbx_err rc = DBX_OK;
+  HistoryEvent *ev = NULL;
+  ev = svc_event_new(ET(WORKFLOW_PROPERTIES_MODIFIED));
+  if (ev == NULL) return DBX_ENOMEM;
+  ev->workflow_properties_modified_event_attributes->workflow_task_completed_event_id = w->completed_id;
+  ev->workflow_properties_modified_event_attributes->upserted_memo =
+      PB_CLONE(Memo, cmd->modify_workflow_properties_command_attributes->upserted_memo);
+  rc = svc_event_append(c, rs, ev, 0);
+  svc_history_event_free(ev);
+  return rc;
+}
+
+static dbx_err cmd_complete(ectx *c, job *j, RunState *rs, Command *cmd, wft_cmd *w) {
+  dbx_err rc = DBX_OK;
+  HistoryEvent *ev = NULL;
+  ev = svc_event_new(ET(WORKFLOW_EXECUTION_COMPLETED));
+  if (ev == NULL) return DBX_ENOMEM;
+  ev->workflow_execution_completed_event_attributes->result =
+      PB_CLONE(Payloads, cmd->complete_workflow_execution_command_attributes->result);
+  ev->workflow_execution_completed_event_attributes->workflow_task_completed_event_id = w->completed_id;
+  rc = svc_run_close(c, rs, ev, WS(COMPLETED));
+  w->closed = 1;
+  svc_history_event_free(ev);
+  return rc;
+}
+
+static dbx_err cmd_fail(ectx *c, job *j, RunState *rs, Command *cmd, wft_cmd *w) {
+  dbx_err rc = DBX_OK;
+  HistoryEvent *ev = NULL;
+  ev = svc_event_new(ET(WORKFLOW_EXECUTION_FAILED));
+  if (ev == NULL) return DBX_ENOMEM;
+  ev->workflow_execution_failed_event_attributes->failure =
+      PB_CLONE(Failure, cmd->fail_workflow_execution_command_attributes->failure);
+  ev->workflow_execution_failed_event_attributes->retry_state = RS(RETRY_POLICY_NOT_SET);
+  ev->workflow_execution_failed_event_attributes->workflow_task_completed_event_id = w->completed_id;
+  rc = svc_run_close(c, rs, ev, WS(FAILED));
+  w->closed = 1;
+  svc_history_event_free(ev);
+  return rc;
+}
+
+static dbx_err cmd_cancel(ectx *c, job *j, RunState *rs, Command *cmd, wft_cmd *w) {
+  dbx_err rc = DBX_OK;
+  HistoryEvent *ev = NULL;
+  ev = svc_event_new(ET(WORKFLOW_EXECUTION_CANCELED));
+  if (ev == NULL) return DBX_ENOMEM;
+  ev->workflow_execution_canceled_event_attributes->details =
+      PB_CLONE(Payloads, cmd->cancel_workflow_execution_command_attributes->details);
+  ev->workflow_execution_canceled_event_attributes->workflow_task_completed_event_id = w->completed_id;
+  rc = svc_run_close(c, rs, ev, WS(CANCELED));
+  w->closed = 1;
+  svc_history_event_free(ev);
+  return rc;
+}
+
+static dbx_err cmd_continue_as_new(ectx *c, job *j, RunState *rs, Command *cmd, wft_cmd *w) {
+  dbx_err rc = DBX_OK;
+  HistoryEvent *ev = NULL;
+  ContinueAsNewWorkflowExecutionCommandAttributes *a = cmd->continue_as_new_workflow_execution_command_attributes;
+  char *new_run = svc_new_uuid();
+  ev = svc_event_new(ET(WORKFLOW_EXECUTION_CONTINUED_AS_NEW));
+  HistoryEvent *sev = svc_event_new(ET(WORKFLOW_EXECUTION_STARTED));
+  if (new_run == NULL || ev == NULL || sev == NULL) {
     free(new_run);
-    *closed = 1;
-    break;
+    svc_history_event_free(sev);
+    rc = DBX_ENOMEM;
+    goto out;
   }
-  case CMD(START_CHILD_WORKFLOW_EXECUTION): {
-    StartChildWorkflowExecutionCommandAttributes *a = cmd->start_child_workflow_execution_command_attributes;
-    const char *cns = a->namespace_[0] ? a->namespace_ : rs->namespace_;
-    if (!svc_ns_known(c->svc, cns)) {
-      svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "StartChildWorkflowExecution: namespace %s is not registered", cns);
-      return DBX_OK;
-    }
-    if (!svc_check_id(j, "StartChildWorkflowExecution.workflow_id", a->workflow_id)) return DBX_OK;
-    if (!svc_check_id(j, "StartChildWorkflowExecution.workflow_type.name", a->workflow_type ? a->workflow_type->name : NULL))
-      return DBX_OK;
-    const char *ctq = a->task_queue && a->task_queue->name[0] ? a->task_queue->name : rs->task_queue;
-    ev = svc_event_new(ET(START_CHILD_WORKFLOW_EXECUTION_INITIATED));
-    if (ev == NULL) return DBX_ENOMEM;
-    StartChildWorkflowExecutionInitiatedEventAttributes *e = ev->start_child_workflow_execution_initiated_event_attributes;
-    e->namespace_ = svc_pb_strdup(cns);
-    e->workflow_id = svc_pb_strdup(a->workflow_id);
-    e->workflow_type = PB_CLONE(WorkflowType, a->workflow_type);
-    e->task_queue = svc_pb_new(&TaskQueue__D);
-    if (e->task_queue) {
-      e->task_queue->name = svc_pb_strdup(ctq);
-      e->task_queue->kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
-    }
-    e->input = PB_CLONE(Payloads, a->input);
-    e->workflow_execution_timeout = PB_CLONE(Duration, a->workflow_execution_timeout);
-    e->workflow_run_timeout = PB_CLONE(Duration, a->workflow_run_timeout);
-    e->workflow_task_timeout = PB_CLONE(Duration, a->workflow_task_timeout);
-    e->parent_close_policy = a->parent_close_policy;
-    e->control = svc_pb_strdup(a->control);
-    e->workflow_task_completed_event_id = wft_completed_id;
-    e->workflow_id_reuse_policy = a->workflow_id_reuse_policy;
-    e->retry_policy = PB_CLONE(RetryPolicy, a->retry_policy);
-    e->cron_schedule = svc_pb_strdup(a->cron_schedule);
-    e->header = PB_CLONE(Header, a->header);
-    e->memo = PB_CLONE(Memo, a->memo);
-    e->search_attributes = PB_CLONE(SearchAttributes, a->search_attributes);
-    rc = svc_event_append(c, rs, ev, 0);
-    if (rc != DBX_OK) break;
-    int64_t initiated = ev->event_id;
-    *new_wft = 1;
-    /* start it now (Temporal does this right after the command) */
-    char *cur = NULL;
-    RunState *existing = NULL;
-    rc = svc_current_run_id(c, cns, a->workflow_id, &cur);
-    if (rc == DBX_OK) {
-      rc = svc_run_load(c, cns, a->workflow_id, cur, &existing);
-      free(cur);
-      if (rc == DBX_ENOTFOUND) rc = DBX_OK;
-    } else if (rc == DBX_ENOTFOUND) {
-      rc = DBX_OK;
-    }
-    if (rc != DBX_OK) break;
-    if (existing && (existing->status == WS(RUNNING) || strcmp(existing->workflow_id, rs->workflow_id) == 0)) {
-      svc_runstate_free(existing);
-      HistoryEvent *fev = svc_event_new(ET(START_CHILD_WORKFLOW_EXECUTION_FAILED));
-      if (fev == NULL) return DBX_ENOMEM;
-      StartChildWorkflowExecutionFailedEventAttributes *f = fev->start_child_workflow_execution_failed_event_attributes;
-      f->namespace_ = svc_pb_strdup(cns);
-      f->workflow_id = svc_pb_strdup(a->workflow_id);
-      f->workflow_type = PB_CLONE(WorkflowType, a->workflow_type);
-      f->cause = TEMPORAL__API__ENUMS__V1__START_CHILD_WORKFLOW_EXECUTION_FAILED_CAUSE__START_CHILD_WORKFLOW_EXECUTION_FAILED_CAUSE_WORKFLOW_ALREADY_EXISTS;
-      f->control = svc_pb_strdup(a->control);
-      f->initiated_event_id = initiated;
-      f->workflow_task_completed_event_id = wft_completed_id;
-      rc = svc_event_append(c, rs, fev, 0);
-      svc_history_event_free(fev);
-      break;
-    }
-    svc_runstate_free(existing);
-    char *child_run = svc_new_uuid();
-    HistoryEvent *sev = svc_event_new(ET(WORKFLOW_EXECUTION_STARTED));
-    if (child_run == NULL || sev == NULL) {
-      free(child_run);
-      svc_history_event_free(sev);
-      rc = DBX_ENOMEM;
-      break;
-    }
+  WorkflowExecutionContinuedAsNewEventAttributes *e = ev->workflow_execution_continued_as_new_event_attributes;
+  e->new_execution_run_id = svc_pb_strdup(new_run);
+  e->workflow_type = svc_pb_new(&WorkflowType__D);
+  e->task_queue = svc_pb_new(&TaskQueue__D);
+  if (e->workflow_type) e->workflow_type->name = svc_pb_strdup(a->workflow_type && a->workflow_type->name[0] ? a->workflow_type->name : rs->workflow_type);
+  if (e->task_queue) {
+    e->task_queue->name = svc_pb_strdup(a->task_queue && a->task_queue->name[0] ? a->task_queue->name : rs->task_queue);
+    e->task_queue->kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
+  }
+  e->input = PB_CLONE(Payloads, a->input);
+  e->workflow_run_timeout = a->workflow_run_timeout ? PB_CLONE(Duration, a->workflow_run_timeout) : svc_duration_new_ms(rs->run_timeout_ms);
+  e->workflow_task_timeout = a->workflow_task_timeout ? PB_CLONE(Duration, a->workflow_task_timeout) : svc_duration_new_ms(rs->task_timeout_ms);
+  e->workflow_task_completed_event_id = w->completed_id;
+  e->backoff_start_interval = PB_CLONE(Duration, a->backoff_start_interval);
+  e->initiator = a->initiator;
+  e->header = PB_CLONE(Header, a->header);
+  e->memo = PB_CLONE(Memo, a->memo);
+  e->search_attributes = PB_CLONE(SearchAttributes, a->search_attributes);
+  e->last_completion_result = PB_CLONE(Payloads, a->last_completion_result);
+  e->failure = PB_CLONE(Failure, a->failure);
+  svc_pb_setstr(&rs->new_execution_run_id, new_run);
+  rc = svc_run_close(c, rs, ev, WS(CONTINUED_AS_NEW));
+  if (rc == DBX_OK) {
     WorkflowExecutionStartedEventAttributes *st = sev->workflow_execution_started_event_attributes;
-    st->workflow_type = PB_CLONE(WorkflowType, a->workflow_type);
+    st->workflow_type = PB_CLONE(WorkflowType, e->workflow_type);
     st->task_queue = PB_CLONE(TaskQueue, e->task_queue);
     st->input = PB_CLONE(Payloads, a->input);
-    st->workflow_execution_timeout = PB_CLONE(Duration, a->workflow_execution_timeout);
-    st->workflow_run_timeout = PB_CLONE(Duration, a->workflow_run_timeout);
-    st->workflow_task_timeout = PB_CLONE(Duration, a->workflow_task_timeout);
-    st->parent_workflow_namespace = svc_pb_strdup(rs->namespace_);
-    st->parent_workflow_execution = svc_we_new(rs->workflow_id, rs->run_id);
-    st->parent_initiated_event_id = initiated;
-    st->identity = svc_pb_strdup(identity);
+    st->workflow_run_timeout = rs->run_timeout_ms > 0 || a->workflow_run_timeout ? PB_CLONE(Duration, e->workflow_run_timeout) : NULL;
+    st->workflow_task_timeout = PB_CLONE(Duration, e->workflow_task_timeout);
+    st->workflow_execution_timeout = rs->execution_timeout_ms > 0 ? svc_duration_new_ms(rs->execution_timeout_ms) : NULL;
+    st->continued_execution_run_id = svc_pb_strdup(rs->run_id);
+    st->initiator = a->initiator;
+    st->continued_failure = PB_CLONE(Failure, a->failure);
+    st->last_completion_result = PB_CLONE(Payloads, a->last_completion_result);
+    st->identity = svc_pb_strdup(w->identity);
     st->retry_policy = PB_CLONE(RetryPolicy, a->retry_policy);
     st->attempt = 1;
+    st->first_workflow_task_backoff = PB_CLONE(Duration, a->backoff_start_interval);
     st->memo = PB_CLONE(Memo, a->memo);
     st->search_attributes = PB_CLONE(SearchAttributes, a->search_attributes);
     st->header = PB_CLONE(Header, a->header);
-    ParentInfo pi = INIT(DURABOX__SERVICE__V1__PARENT_INFO);
-    pi.namespace_ = rs->namespace_;
-    pi.workflow_id = rs->workflow_id;
-    pi.run_id = rs->run_id;
-    pi.initiated_event_id = initiated;
-    run_start_args ra = {.ns = cns, .workflow_id = a->workflow_id, .run_id = child_run, .request_id = "",
-                         .started = st, .parent = &pi};
-    RunState *crs = NULL;
-    rc = svc_run_start(c, &ra, &crs);
-    svc_runstate_free(crs);
-    svc_history_event_free(sev);
-    if (rc != DBX_OK) {
-      free(child_run);
-      break;
+    if (rs->parent && rs->parent->workflow_id[0]) {
+      st->parent_workflow_namespace = svc_pb_strdup(rs->parent->namespace_);
+      st->parent_workflow_execution = svc_we_new(rs->parent->workflow_id, rs->parent->run_id);
+      st->parent_initiated_event_id = rs->parent->initiated_event_id;
     }
-    HistoryEvent *cev = svc_event_new(ET(CHILD_WORKFLOW_EXECUTION_STARTED));
-    ChildInfo *ci = svc_pb_new(&ChildInfo__D);
-    ChildInfo **arr = realloc(rs->children, (rs->n_children + 1) * sizeof *arr);
-    if (cev == NULL || ci == NULL || arr == NULL) {
-      svc_history_event_free(cev);
-      free(ci);
-      if (arr) rs->children = arr;
-      free(child_run);
+    run_start_args ra = {.ns = rs->namespace_,
+                         .workflow_id = rs->workflow_id,
+                         .run_id = new_run,
+                         .request_id = "",
+                         .started = st,
+                         .parent = rs->parent,
+                         .execution_expiration_ns = rs->execution_expiration_ns,
+                         .first_run_id = rs->first_run_id};
+    RunState *nrs = NULL;
+    rc = svc_run_start(c, &ra, &nrs);
+    svc_runstate_free(nrs);
+  }
+  svc_history_event_free(sev);
+  free(new_run);
+  w->closed = 1;
+out:
+  svc_history_event_free(ev);
+  return rc;
+}
+
+static dbx_err cmd_start_child(ectx *c, job *j, RunState *rs, Command *cmd, wft_cmd *w) {
+  dbx_err rc = DBX_OK;
+  HistoryEvent *ev = NULL;
+  StartChildWorkflowExecutionCommandAttributes *a = cmd->start_child_workflow_execution_command_attributes;
+  const char *cns = a->namespace_[0] ? a->namespace_ : rs->namespace_;
+  if (!svc_ns_known(c->svc, cns)) {
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "StartChildWorkflowExecution: namespace %s is not registered", cns);
+    return DBX_OK;
+  }
+  if (!svc_check_id(j, "StartChildWorkflowExecution.workflow_id", a->workflow_id)) return DBX_OK;
+  if (!svc_check_id(j, "StartChildWorkflowExecution.workflow_type.name", a->workflow_type ? a->workflow_type->name : NULL))
+    return DBX_OK;
+  const char *ctq = a->task_queue && a->task_queue->name[0] ? a->task_queue->name : rs->task_queue;
+  ev = svc_event_new(ET(START_CHILD_WORKFLOW_EXECUTION_INITIATED));
+  if (ev == NULL) return DBX_ENOMEM;
+  StartChildWorkflowExecutionInitiatedEventAttributes *e = ev->start_child_workflow_execution_initiated_event_attributes;
+  e->namespace_ = svc_pb_strdup(cns);
+  e->workflow_id = svc_pb_strdup(a->workflow_id);
+  e->workflow_type = PB_CLONE(WorkflowType, a->workflow_type);
+  e->task_queue = svc_pb_new(&TaskQueue__D);
+  if (e->task_queue) {
+    e->task_queue->name = svc_pb_strdup(ctq);
+    e->task_queue->kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
+  }
+  e->input = PB_CLONE(Payloads, a->input);
+  e->workflow_execution_timeout = PB_CLONE(Duration, a->workflow_execution_timeout);
+  e->workflow_run_timeout = PB_CLONE(Duration, a->workflow_run_timeout);
+  e->workflow_task_timeout = PB_CLONE(Duration, a->workflow_task_timeout);
+  e->parent_close_policy = a->parent_close_policy;
+  e->control = svc_pb_strdup(a->control);
+  e->workflow_task_completed_event_id = w->completed_id;
+  e->workflow_id_reuse_policy = a->workflow_id_reuse_policy;
+  e->retry_policy = PB_CLONE(RetryPolicy, a->retry_policy);
+  e->cron_schedule = svc_pb_strdup(a->cron_schedule);
+  e->header = PB_CLONE(Header, a->header);
+  e->memo = PB_CLONE(Memo, a->memo);
+  e->search_attributes = PB_CLONE(SearchAttributes, a->search_attributes);
+  rc = svc_event_append(c, rs, ev, 0);
+  if (rc != DBX_OK) goto out;
+  int64_t initiated = ev->event_id;
+  w->new_wft = 1;
+  /* start it now (Temporal does this right after the command) */
+  char *cur = NULL;
+  RunState *existing = NULL;
+  rc = svc_current_run_id(c, cns, a->workflow_id, &cur);
+  if (rc == DBX_OK) {
+    rc = svc_run_load(c, cns, a->workflow_id, cur, &existing);
+    free(cur);
+    if (rc == DBX_ENOTFOUND) rc = DBX_OK;
+  } else if (rc == DBX_ENOTFOUND) {
+    rc = DBX_OK;
+  }
+  if (rc != DBX_OK) goto out;
+  if (existing && (existing->status == WS(RUNNING) || strcmp(existing->workflow_id, rs->workflow_id) == 0)) {
+    svc_runstate_free(existing);
+    HistoryEvent *fev = svc_event_new(ET(START_CHILD_WORKFLOW_EXECUTION_FAILED));
+    if (fev == NULL) {
       rc = DBX_ENOMEM;
-      break;
+      goto out;
     }
-    rs->children = arr;
-    ChildWorkflowExecutionStartedEventAttributes *ce = cev->child_workflow_execution_started_event_attributes;
-    ce->namespace_ = svc_pb_strdup(cns);
-    ce->initiated_event_id = initiated;
-    ce->workflow_execution = svc_we_new(a->workflow_id, child_run);
-    ce->workflow_type = PB_CLONE(WorkflowType, a->workflow_type);
-    ce->header = PB_CLONE(Header, a->header);
-    rc = svc_event_append(c, rs, cev, 0);
-    ci->initiated_event_id = initiated;
-    ci->started_event_id = cev->event_id;
-    ci->namespace_ = svc_pb_strdup(cns);
-    ci->workflow_id = svc_pb_strdup(a->workflow_id);
-    ci->run_id = child_run;
-    ci->workflow_type = svc_pb_strdup(a->workflow_type->name);
-    ci->parent_close_policy = a->parent_close_policy;
-    arr[rs->n_children++] = ci;
+    StartChildWorkflowExecutionFailedEventAttributes *f = fev->start_child_workflow_execution_failed_event_attributes;
+    f->namespace_ = svc_pb_strdup(cns);
+    f->workflow_id = svc_pb_strdup(a->workflow_id);
+    f->workflow_type = PB_CLONE(WorkflowType, a->workflow_type);
+    f->cause = TEMPORAL__API__ENUMS__V1__START_CHILD_WORKFLOW_EXECUTION_FAILED_CAUSE__START_CHILD_WORKFLOW_EXECUTION_FAILED_CAUSE_WORKFLOW_ALREADY_EXISTS;
+    f->control = svc_pb_strdup(a->control);
+    f->initiated_event_id = initiated;
+    f->workflow_task_completed_event_id = w->completed_id;
+    rc = svc_event_append(c, rs, fev, 0);
+    svc_history_event_free(fev);
+    goto out;
+  }
+  svc_runstate_free(existing);
+  char *child_run = svc_new_uuid();
+  HistoryEvent *sev = svc_event_new(ET(WORKFLOW_EXECUTION_STARTED));
+  if (child_run == NULL || sev == NULL) {
+    free(child_run);
+    svc_history_event_free(sev);
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  WorkflowExecutionStartedEventAttributes *st = sev->workflow_execution_started_event_attributes;
+  st->workflow_type = PB_CLONE(WorkflowType, a->workflow_type);
+  st->task_queue = PB_CLONE(TaskQueue, e->task_queue);
+  st->input = PB_CLONE(Payloads, a->input);
+  st->workflow_execution_timeout = PB_CLONE(Duration, a->workflow_execution_timeout);
+  st->workflow_run_timeout = PB_CLONE(Duration, a->workflow_run_timeout);
+  st->workflow_task_timeout = PB_CLONE(Duration, a->workflow_task_timeout);
+  st->parent_workflow_namespace = svc_pb_strdup(rs->namespace_);
+  st->parent_workflow_execution = svc_we_new(rs->workflow_id, rs->run_id);
+  st->parent_initiated_event_id = initiated;
+  st->identity = svc_pb_strdup(w->identity);
+  st->retry_policy = PB_CLONE(RetryPolicy, a->retry_policy);
+  st->attempt = 1;
+  st->memo = PB_CLONE(Memo, a->memo);
+  st->search_attributes = PB_CLONE(SearchAttributes, a->search_attributes);
+  st->header = PB_CLONE(Header, a->header);
+  ParentInfo pi = INIT(DURABOX__SERVICE__V1__PARENT_INFO);
+  pi.namespace_ = rs->namespace_;
+  pi.workflow_id = rs->workflow_id;
+  pi.run_id = rs->run_id;
+  pi.initiated_event_id = initiated;
+  run_start_args ra = {.ns = cns, .workflow_id = a->workflow_id, .run_id = child_run, .request_id = "",
+                       .started = st, .parent = &pi};
+  RunState *crs = NULL;
+  rc = svc_run_start(c, &ra, &crs);
+  svc_runstate_free(crs);
+  svc_history_event_free(sev);
+  if (rc != DBX_OK) {
+    free(child_run);
+    goto out;
+  }
+  HistoryEvent *cev = svc_event_new(ET(CHILD_WORKFLOW_EXECUTION_STARTED));
+  ChildInfo *ci = svc_pb_new(&ChildInfo__D);
+  ChildInfo **arr = realloc(rs->children, (rs->n_children + 1) * sizeof *arr);
+  if (cev == NULL || ci == NULL || arr == NULL) {
     svc_history_event_free(cev);
-    break;
+    free(ci);
+    if (arr) rs->children = arr;
+    free(child_run);
+    rc = DBX_ENOMEM;
+    goto out;
   }
-  case CMD(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION):
-  case CMD(REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION): {
-    int is_signal = cmd->attributes_case == CMD(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION);
-    const char *tns, *twf, *trun, *control;
+  rs->children = arr;
+  ChildWorkflowExecutionStartedEventAttributes *ce = cev->child_workflow_execution_started_event_attributes;
+  ce->namespace_ = svc_pb_strdup(cns);
+  ce->initiated_event_id = initiated;
+  ce->workflow_execution = svc_we_new(a->workflow_id, child_run);
+  ce->workflow_type = PB_CLONE(WorkflowType, a->workflow_type);
+  ce->header = PB_CLONE(Header, a->header);
+  rc = svc_event_append(c, rs, cev, 0);
+  ci->initiated_event_id = initiated;
+  ci->started_event_id = cev->event_id;
+  ci->namespace_ = svc_pb_strdup(cns);
+  ci->workflow_id = svc_pb_strdup(a->workflow_id);
+  ci->run_id = child_run;
+  ci->workflow_type = svc_pb_strdup(a->workflow_type->name);
+  ci->parent_close_policy = a->parent_close_policy;
+  arr[rs->n_children++] = ci;
+  svc_history_event_free(cev);
+out:
+  svc_history_event_free(ev);
+  return rc;
+}
+
+static dbx_err cmd_external(ectx *c, job *j, RunState *rs, Command *cmd, wft_cmd *w) {
+  dbx_err rc = DBX_OK;
+  HistoryEvent *ev = NULL;
+  int is_signal = cmd->attributes_case == CMD(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION);
+  const char *tns, *twf, *trun, *control;
+  if (is_signal) {
+    SignalExternalWorkflowExecutionCommandAttributes *a = cmd->signal_external_workflow_execution_command_attributes;
+    tns = a->namespace_[0] ? a->namespace_ : rs->namespace_;
+    twf = a->execution ? a->execution->workflow_id : "";
+    trun = a->execution ? a->execution->run_id : "";
+    control = a->control;
+  } else {
+    RequestCancelExternalWorkflowExecutionCommandAttributes *a =
+        cmd->request_cancel_external_workflow_execution_command_attributes;
+    tns = a->namespace_[0] ? a->namespace_ : rs->namespace_;
+    twf = a->workflow_id;
+    trun = a->run_id;
+    control = a->control;
+  }
+  if (!svc_check_id(j, "workflow_id of the external workflow", twf)) return DBX_OK;
+  ev = svc_event_new(is_signal ? ET(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED)
+                           : ET(REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED));
+  if (ev == NULL) return DBX_ENOMEM;
+  if (is_signal) {
+    SignalExternalWorkflowExecutionCommandAttributes *a = cmd->signal_external_workflow_execution_command_attributes;
+    SignalExternalWorkflowExecutionInitiatedEventAttributes *e = ev->signal_external_workflow_execution_initiated_event_attributes;
+    e->workflow_task_completed_event_id = w->completed_id;
+    e->namespace_ = svc_pb_strdup(tns);
+    e->workflow_execution = svc_we_new(twf, trun);
+    e->signal_name = svc_pb_strdup(a->signal_name);
+    e->input = PB_CLONE(Payloads, a->input);
+    e->control = svc_pb_strdup(control);
+    e->child_workflow_only = a->child_workflow_only;
+    e->header = PB_CLONE(Header, a->header);
+  } else {
+    RequestCancelExternalWorkflowExecutionInitiatedEventAttributes *e =
+        ev->request_cancel_external_workflow_execution_initiated_event_attributes;
+    e->workflow_task_completed_event_id = w->completed_id;
+    e->namespace_ = svc_pb_strdup(tns);
+    e->workflow_execution = svc_we_new(twf, trun);
+    e->control = svc_pb_strdup(control);
+  }
+  rc = svc_event_append(c, rs, ev, 0);
+  if (rc != DBX_OK) goto out;
+  int64_t initiated = ev->event_id;
+  w->new_wft = 1;
+  /* deliver */
+  RunState *target = NULL;
+  int self = strcmp(tns, rs->namespace_) == 0 && strcmp(twf, rs->workflow_id) == 0 &&
+             (trun[0] == '\0' || strcmp(trun, rs->run_id) == 0);
+  char *cur = NULL;
+  if (!self) {
+    if (trun[0]) {
+      rc = svc_run_load(c, tns, twf, trun, &target);
+    } else {
+      rc = svc_current_run_id(c, tns, twf, &cur);
+      if (rc == DBX_OK) rc = svc_run_load(c, tns, twf, cur, &target);
+      free(cur);
+    }
+    if (rc == DBX_ENOTFOUND) rc = DBX_OK;
+    if (rc != DBX_OK) goto out;
+  }
+  RunState *t = self ? rs : target;
+  int ok = t && t->status == WS(RUNNING);
+  if (ok) {
     if (is_signal) {
       SignalExternalWorkflowExecutionCommandAttributes *a = cmd->signal_external_workflow_execution_command_attributes;
-      tns = a->namespace_[0] ? a->namespace_ : rs->namespace_;
-      twf = a->execution ? a->execution->workflow_id : "";
-      trun = a->execution ? a->execution->run_id : "";
-      control = a->control;
+      rc = svc_run_signal(c, t, a->signal_name, a->input, w->identity, a->header, "");
     } else {
-      RequestCancelExternalWorkflowExecutionCommandAttributes *a =
-          cmd->request_cancel_external_workflow_execution_command_attributes;
-      tns = a->namespace_[0] ? a->namespace_ : rs->namespace_;
-      twf = a->workflow_id;
-      trun = a->run_id;
-      control = a->control;
+      rc = svc_run_request_cancel(c, t, w->identity);
     }
-    if (!svc_check_id(j, "workflow_id of the external workflow", twf)) return DBX_OK;
-    ev = svc_event_new(is_signal ? ET(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED)
-                             : ET(REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED));
-    if (ev == NULL) return DBX_ENOMEM;
-    if (is_signal) {
-      SignalExternalWorkflowExecutionCommandAttributes *a = cmd->signal_external_workflow_execution_command_attributes;
-      SignalExternalWorkflowExecutionInitiatedEventAttributes *e = ev->signal_external_workflow_execution_initiated_event_attributes;
-      e->workflow_task_completed_event_id = wft_completed_id;
-      e->namespace_ = svc_pb_strdup(tns);
-      e->workflow_execution = svc_we_new(twf, trun);
-      e->signal_name = svc_pb_strdup(a->signal_name);
-      e->input = PB_CLONE(Payloads, a->input);
-      e->control = svc_pb_strdup(control);
-      e->child_workflow_only = a->child_workflow_only;
-      e->header = PB_CLONE(Header, a->header);
-    } else {
-      RequestCancelExternalWorkflowExecutionInitiatedEventAttributes *e =
-          ev->request_cancel_external_workflow_execution_initiated_event_attributes;
-      e->workflow_task_completed_event_id = wft_completed_id;
-      e->namespace_ = svc_pb_strdup(tns);
-      e->workflow_execution = svc_we_new(twf, trun);
-      e->control = svc_pb_strdup(control);
-    }
-    rc = svc_event_append(c, rs, ev, 0);
-    if (rc != DBX_OK) break;
-    int64_t initiated = ev->event_id;
-    *new_wft = 1;
-    /* deliver */
-    RunState *target = NULL;
-    int self = strcmp(tns, rs->namespace_) == 0 && strcmp(twf, rs->workflow_id) == 0 &&
-               (trun[0] == '\0' || strcmp(trun, rs->run_id) == 0);
-    char *cur = NULL;
-    if (!self) {
-      if (trun[0]) {
-        rc = svc_run_load(c, tns, twf, trun, &target);
-      } else {
-        rc = svc_current_run_id(c, tns, twf, &cur);
-        if (rc == DBX_OK) rc = svc_run_load(c, tns, twf, cur, &target);
-        free(cur);
-      }
-      if (rc == DBX_ENOTFOUND) rc = DBX_OK;
-      if (rc != DBX_OK) break;
-    }
-    RunState *t = self ? rs : target;
-    int ok = t && t->status == WS(RUNNING);
-    if (ok) {
-      if (is_signal) {
-        SignalExternalWorkflowExecutionCommandAttributes *a = cmd->signal_external_workflow_execution_command_attributes;
-        rc = svc_run_signal(c, t, a->signal_name, a->input, identity, a->header, "");
-      } else {
-        rc = svc_run_request_cancel(c, t, identity);
-      }
-      if (rc == DBX_OK && !self) rc = svc_run_save(c, t);
-    }
-    svc_runstate_free(target);
-    if (rc != DBX_OK) break;
-    HistoryEvent *r = NULL;
-    if (ok && is_signal) {
-      r = svc_event_new(ET(EXTERNAL_WORKFLOW_EXECUTION_SIGNALED));
-      if (r) {
-        r->external_workflow_execution_signaled_event_attributes->initiated_event_id = initiated;
-        r->external_workflow_execution_signaled_event_attributes->namespace_ = svc_pb_strdup(tns);
-        r->external_workflow_execution_signaled_event_attributes->workflow_execution = svc_we_new(twf, trun);
-        r->external_workflow_execution_signaled_event_attributes->control = svc_pb_strdup(control);
-      }
-    } else if (ok) {
-      r = svc_event_new(ET(EXTERNAL_WORKFLOW_EXECUTION_CANCEL_REQUESTED));
-      if (r) {
-        r->external_workflow_execution_cancel_requested_event_attributes->initiated_event_id = initiated;
-        r->external_workflow_execution_cancel_requested_event_attributes->namespace_ = svc_pb_strdup(tns);
-        r->external_workflow_execution_cancel_requested_event_attributes->workflow_execution = svc_we_new(twf, trun);
-      }
-    } else if (is_signal) {
-      r = svc_event_new(ET(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED));
-      if (r) {
-        SignalExternalWorkflowExecutionFailedEventAttributes *f = r->signal_external_workflow_execution_failed_event_attributes;
-        f->cause = TEMPORAL__API__ENUMS__V1__SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED_CAUSE__SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED_CAUSE_EXTERNAL_WORKFLOW_EXECUTION_NOT_FOUND;
-        f->workflow_task_completed_event_id = wft_completed_id;
-        f->namespace_ = svc_pb_strdup(tns);
-        f->workflow_execution = svc_we_new(twf, trun);
-        f->initiated_event_id = initiated;
-        f->control = svc_pb_strdup(control);
-      }
-    } else {
-      r = svc_event_new(ET(REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_FAILED));
-      if (r) {
-        RequestCancelExternalWorkflowExecutionFailedEventAttributes *f =
-            r->request_cancel_external_workflow_execution_failed_event_attributes;
-        f->cause = TEMPORAL__API__ENUMS__V1__CANCEL_EXTERNAL_WORKFLOW_EXECUTION_FAILED_CAUSE__CANCEL_EXTERNAL_WORKFLOW_EXECUTION_FAILED_CAUSE_EXTERNAL_WORKFLOW_EXECUTION_NOT_FOUND;
-        f->workflow_task_completed_event_id = wft_completed_id;
-        f->namespace_ = svc_pb_strdup(tns);
-        f->workflow_execution = svc_we_new(twf, trun);
-        f->initiated_event_id = initiated;
-        f->control = svc_pb_strdup(control);
-      }
-    }
-    if (r == NULL) return DBX_ENOMEM;
-    rc = svc_event_append(c, rs, r, 0);
-    svc_history_event_free(r);
-    break;
+    if (rc == DBX_OK && !self) rc = svc_run_save(c, t);
   }
+  svc_runstate_free(target);
+  if (rc != DBX_OK) goto out;
+  HistoryEvent *r = NULL;
+  if (ok && is_signal) {
+    r = svc_event_new(ET(EXTERNAL_WORKFLOW_EXECUTION_SIGNALED));
+    if (r) {
+      r->external_workflow_execution_signaled_event_attributes->initiated_event_id = initiated;
+      r->external_workflow_execution_signaled_event_attributes->namespace_ = svc_pb_strdup(tns);
+      r->external_workflow_execution_signaled_event_attributes->workflow_execution = svc_we_new(twf, trun);
+      r->external_workflow_execution_signaled_event_attributes->control = svc_pb_strdup(control);
+    }
+  } else if (ok) {
+    r = svc_event_new(ET(EXTERNAL_WORKFLOW_EXECUTION_CANCEL_REQUESTED));
+    if (r) {
+      r->external_workflow_execution_cancel_requested_event_attributes->initiated_event_id = initiated;
+      r->external_workflow_execution_cancel_requested_event_attributes->namespace_ = svc_pb_strdup(tns);
+      r->external_workflow_execution_cancel_requested_event_attributes->workflow_execution = svc_we_new(twf, trun);
+    }
+  } else if (is_signal) {
+    r = svc_event_new(ET(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED));
+    if (r) {
+      SignalExternalWorkflowExecutionFailedEventAttributes *f = r->signal_external_workflow_execution_failed_event_attributes;
+      f->cause = TEMPORAL__API__ENUMS__V1__SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED_CAUSE__SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED_CAUSE_EXTERNAL_WORKFLOW_EXECUTION_NOT_FOUND;
+      f->workflow_task_completed_event_id = w->completed_id;
+      f->namespace_ = svc_pb_strdup(tns);
+      f->workflow_execution = svc_we_new(twf, trun);
+      f->initiated_event_id = initiated;
+      f->control = svc_pb_strdup(control);
+    }
+  } else {
+    r = svc_event_new(ET(REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_FAILED));
+    if (r) {
+      RequestCancelExternalWorkflowExecutionFailedEventAttributes *f =
+          r->request_cancel_external_workflow_execution_failed_event_attributes;
+      f->cause = TEMPORAL__API__ENUMS__V1__CANCEL_EXTERNAL_WORKFLOW_EXECUTION_FAILED_CAUSE__CANCEL_EXTERNAL_WORKFLOW_EXECUTION_FAILED_CAUSE_EXTERNAL_WORKFLOW_EXECUTION_NOT_FOUND;
+      f->workflow_task_completed_event_id = w->completed_id;
+      f->namespace_ = svc_pb_strdup(tns);
+      f->workflow_execution = svc_we_new(twf, trun);
+      f->initiated_event_id = initiated;
+      f->control = svc_pb_strdup(control);
+    }
+  }
+  if (r == NULL) {
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  rc = svc_event_append(c, rs, r, 0);
+  svc_history_event_free(r);
+out:
+  svc_history_event_free(ev);
+  return rc;
+}
+
+/* One command: the function for its kind. w->closed is set when the run
+ * closed, w->new_wft when the command led to a non-command event (a new
+ * workflow task is needed). Sets the job status on a bad command. */
+static dbx_err apply_command(ectx *c, job *j, RunState *rs, Command *cmd, wft_cmd *w) {
+  switch (cmd->attributes_case) {
+  case CMD(SCHEDULE_ACTIVITY_TASK): return cmd_schedule_activity(c, j, rs, cmd, w);
+  case CMD(REQUEST_CANCEL_ACTIVITY_TASK): return cmd_request_cancel_activity(c, j, rs, cmd, w);
+  case CMD(START_TIMER): return cmd_start_timer(c, j, rs, cmd, w);
+  case CMD(CANCEL_TIMER): return cmd_cancel_timer(c, j, rs, cmd, w);
+  case CMD(RECORD_MARKER): return cmd_record_marker(c, j, rs, cmd, w);
+  case CMD(UPSERT_WORKFLOW_SEARCH_ATTRIBUTES): return cmd_upsert_search_attributes(c, j, rs, cmd, w);
+  case CMD(MODIFY_WORKFLOW_PROPERTIES): return cmd_modify_properties(c, j, rs, cmd, w);
+  case CMD(COMPLETE_WORKFLOW_EXECUTION): return cmd_complete(c, j, rs, cmd, w);
+  case CMD(FAIL_WORKFLOW_EXECUTION): return cmd_fail(c, j, rs, cmd, w);
+  case CMD(CANCEL_WORKFLOW_EXECUTION): return cmd_cancel(c, j, rs, cmd, w);
+  case CMD(CONTINUE_AS_NEW_WORKFLOW_EXECUTION): return cmd_continue_as_new(c, j, rs, cmd, w);
+  case CMD(START_CHILD_WORKFLOW_EXECUTION): return cmd_start_child(c, j, rs, cmd, w);
+  case CMD(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION): return cmd_external(c, j, rs, cmd, w);
+  case CMD(REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION): return cmd_external(c, j, rs, cmd, w);
   default:
     svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "RespondWorkflowTaskCompleted: command type %d is not supported by this service",
              (int)cmd->command_type);
     return DBX_OK;
   }
-  svc_history_event_free(ev);
-  return rc;
 }
 
 static int is_close_command(const Command *cmd) {
@@ -711,15 +804,15 @@ dbx_err svc_h_wft_completed(ectx *c, job *j) {
   rs->wft_scheduled_event_id = 0;
   rs->wft_attempt = 1;
   rs->wft_backoff_until_ns = 0;
-  int closed = 0, new_wft = 0;
-  for (size_t i = 0; i < q->n_commands && !closed; i++) {
-    rc = apply_command(c, j, rs, q->commands[i], completed_id, q->identity, &closed, &new_wft);
+  wft_cmd w = {.completed_id = completed_id, .identity = q->identity};
+  for (size_t i = 0; i < q->n_commands && !w.closed; i++) {
+    rc = apply_command(c, j, rs, q->commands[i], &w);
     if (rc != DBX_OK || j->status != DBX_GRPC_OK) goto out;
   }
-  if (!closed) {
+  if (!w.closed) {
     int flushed = 0;
     rc = svc_events_flush_buffer(c, rs, &flushed);
-    if (rc == DBX_OK && (flushed || new_wft || q->force_create_new_workflow_task)) rc = svc_wft_schedule(c, rs);
+    if (rc == DBX_OK && (flushed || w.new_wft || q->force_create_new_workflow_task)) rc = svc_wft_schedule(c, rs);
     if (rc == DBX_OK) rc = check_history_limits(c, rs);
     if (rc == DBX_OK && rs->status == WS(RUNNING)) rc = svc_run_save(c, rs);
   }
