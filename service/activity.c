@@ -38,9 +38,8 @@ dbx_err svc_activity_close(ectx *c, RunState *rs, ActivityInfo *ai, HistoryEvent
   if (rc != DBX_OK) return rc;
   /* buffered: the started event gets (this event's id - 1) when flushed */
   *started_field = sid ? sid : (ai->started_time_ns ? -1 : 0);
-  rc = svc_event_append(c, rs, ev, 1);
+  rc = svc_event_append(c, rs, ev, 1); /* removes (frees) ai: mutable.c */
   if (rc != DBX_OK) return rc;
-  svc_activity_remove(rs, ai->scheduled_event_id);
   return svc_wft_schedule(c, rs);
 }
 

@@ -107,9 +107,7 @@ dbx_err svc_h_poll_workflow(ectx *c, job *j) {
     a->suggest_continue_as_new = (protobuf_c_boolean)history_suggest_can(c, rs);
     a->history_size_bytes = rs->history_size_bytes;
     rc = svc_event_append(c, rs, ev, 0);
-    if (rc == DBX_OK) {
-      rs->wft_started_event_id = ev->event_id;
-      rs->wft_started_time_ns = c->now_ns;
+    if (rc == DBX_OK) { /* the event started the task (mutable.c) */
       svc_pb_setstr(&rs->wft_request_id, req_id);
       svc_pb_setstr(&rs->wft_identity, q->identity);
       rc = svc_timer_add(c, c->now_ns + rs->task_timeout_ms * 1000000, TK_WFT_START_TO_CLOSE, rs,

@@ -1,135 +1,53 @@
-/* ResetWorkflowExecution: a new run from a prefix of the base run's history. */
+/* ResetWorkflowExecution: a new run from a prefix of the base run's history.
+ *
+ * The new run gets events [1, e) of the base run (same ids, new times) and
+ * its mutable state is the fold of those events (mutable.c, the function the
+ * live path applies to every event): pending activities, timers and child
+ * workflows, the workflow task in progress, cancel request. Then it gets
+ * WorkflowTaskFailed (RESET_WORKFLOW), the signals recorded after the reset
+ * point, its pending activities queued again from now, its timers at their
+ * original fire time, its children handed over from the base run, and a new
+ * workflow task; the base run is terminated if it still runs. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "service/svc.h"
 
-/* Rebuild pending activities and timers of rs from events (the copied prefix). */
-static dbx_err rebuild_pending(ectx *c, RunState *rs, HistoryEvent **evs, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    HistoryEvent *e = evs[i];
-    int64_t t_ns = e->event_time ? e->event_time->seconds * 1000000000 + e->event_time->nanos : c->now_ns;
-    switch (e->attributes_case) {
-    case HEV(ACTIVITY_TASK_SCHEDULED): {
-      ActivityTaskScheduledEventAttributes *a = e->activity_task_scheduled_event_attributes;
-      ActivityInfo *ai = svc_pb_new(&ActivityInfo__D);
-      ActivityInfo **arr = realloc(rs->activities, (rs->n_activities + 1) * sizeof *arr);
-      if (ai == NULL || arr == NULL) {
-        free(ai);
-        if (arr) rs->activities = arr;
-        return DBX_ENOMEM;
-      }
-      rs->activities = arr;
-      arr[rs->n_activities++] = ai;
-      ai->scheduled_event_id = e->event_id;
-      ai->activity_id = svc_pb_strdup(a->activity_id);
-      ai->activity_type = svc_pb_strdup(a->activity_type ? a->activity_type->name : "");
-      ai->task_queue = svc_pb_strdup(a->task_queue ? a->task_queue->name : rs->task_queue);
-      ai->attempt = 1;
-      ai->scheduled_time_ns = c->now_ns;
-      ai->attempt_scheduled_time_ns = c->now_ns;
-      ai->schedule_to_close_ms = svc_duration_ms(a->schedule_to_close_timeout);
-      ai->schedule_to_start_ms = svc_duration_ms(a->schedule_to_start_timeout);
-      ai->start_to_close_ms = svc_duration_ms(a->start_to_close_timeout);
-      ai->heartbeat_ms = svc_duration_ms(a->heartbeat_timeout);
-      ai->retry_policy = PB_CLONE(RetryPolicy, a->retry_policy);
-      break;
-    }
-    case HEV(ACTIVITY_TASK_COMPLETED):
-      svc_activity_remove(rs, e->activity_task_completed_event_attributes->scheduled_event_id);
-      break;
-    case HEV(ACTIVITY_TASK_FAILED):
-      svc_activity_remove(rs, e->activity_task_failed_event_attributes->scheduled_event_id);
-      break;
-    case HEV(ACTIVITY_TASK_TIMED_OUT):
-      svc_activity_remove(rs, e->activity_task_timed_out_event_attributes->scheduled_event_id);
-      break;
-    case HEV(ACTIVITY_TASK_CANCELED):
-      svc_activity_remove(rs, e->activity_task_canceled_event_attributes->scheduled_event_id);
-      break;
-    case HEV(TIMER_STARTED): {
-      TimerInfo *ti = svc_pb_new(&TimerInfo__D);
-      TimerInfo **arr = realloc(rs->timers, (rs->n_timers + 1) * sizeof *arr);
-      if (ti == NULL || arr == NULL) {
-        free(ti);
-        if (arr) rs->timers = arr;
-        return DBX_ENOMEM;
-      }
-      rs->timers = arr;
-      arr[rs->n_timers++] = ti;
-      ti->timer_id = svc_pb_strdup(e->timer_started_event_attributes->timer_id);
-      ti->started_event_id = e->event_id;
-      ti->fire_time_ns = t_ns + svc_duration_ms(e->timer_started_event_attributes->start_to_fire_timeout) * 1000000;
-      break;
-    }
-    case HEV(TIMER_FIRED):
-      svc_timer_remove(rs, e->timer_fired_event_attributes->timer_id);
-      break;
-    case HEV(TIMER_CANCELED):
-      svc_timer_remove(rs, e->timer_canceled_event_attributes->timer_id);
-      break;
-    case HEV(WORKFLOW_EXECUTION_CANCEL_REQUESTED):
-      rs->cancel_requested = 1;
-      break;
-    case HEV(WORKFLOW_TASK_COMPLETED):
-      rs->last_wft_started_event_id = e->workflow_task_completed_event_attributes->started_event_id;
-      break;
-    default:
-      break;
-    }
-  }
-  return DBX_OK;
-}
-
-dbx_err svc_h_reset(ectx *c, job *j) {
-  ResetWorkflowExecutionRequest *q = svc_decode(j, &ResetWorkflowExecutionRequest__D);
-  if (q == NULL) return DBX_OK;
-  RunState *base = NULL, *nrs = NULL;
-  HistoryEvent **evs = NULL, **later = NULL;
-  size_t n = 0, nl = 0;
-  char *new_run = NULL;
-  dbx_err rc = DBX_OK;
-  if (!svc_check_ns(c, j, q->namespace_)) goto out;
-  rc = svc_load_execution(c, j, q->namespace_, q->workflow_execution, &base);
-  if (rc != DBX_OK || base == NULL) goto out;
-  int64_t e = q->workflow_task_finish_event_id;
+/* The reset point must be a workflow task event inside the base run. */
+static dbx_err check_reset_point(ectx *c, job *j, RunState *base, int64_t e) {
   if (e <= 1 || e >= base->next_event_id) {
     svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT,
-             "ResetWorkflowExecution: workflow_task_finish_event_id %lld is out of range (must be > 1 and < %lld)",
-             (long long)e, (long long)base->next_event_id);
-    goto out;
+                 "ResetWorkflowExecution: workflow_task_finish_event_id %lld is out of range (must be > 1 and < %lld)",
+                 (long long)e, (long long)base->next_event_id);
+    return DBX_OK;
   }
   HistoryEvent *pe = NULL;
-  rc = svc_event_load_one(c, base->run_seq, e, &pe);
-  if (rc != DBX_OK) goto out;
+  dbx_err rc = svc_event_load_one(c, base->run_seq, e, &pe);
+  if (rc != DBX_OK) return rc;
   int et = pe->event_type;
   svc_history_event_free(pe);
   if (et != ET(WORKFLOW_TASK_COMPLETED) && et != ET(WORKFLOW_TASK_TIMED_OUT) && et != ET(WORKFLOW_TASK_FAILED) &&
       et != ET(WORKFLOW_TASK_STARTED)) {
     svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT,
-             "ResetWorkflowExecution: event %lld is not a workflow task completed, failed, timed out or started event",
-             (long long)e);
-    goto out;
+                 "ResetWorkflowExecution: event %lld is not a workflow task completed, failed, timed out or started "
+                 "event",
+                 (long long)e);
   }
-  /* the prefix [1, e) */
-  rc = svc_events_load(c, base->run_seq, 1, e, &evs, &n, 0);
-  if (rc != DBX_OK) goto out;
-  rc = svc_events_load(c, base->run_seq, e, 0, &later, &nl, 0);
-  if (rc != DBX_OK) goto out;
-  new_run = svc_new_uuid();
-  nrs = svc_runstate_new();
-  if (new_run == NULL || nrs == NULL) {
-    rc = DBX_ENOMEM;
-    goto out;
-  }
+  return DBX_OK;
+}
+
+/* The new run's state before any event: identity and settings of the base. */
+static RunState *new_run_state(ectx *c, const RunState *base, const char *new_run, const char *request_id) {
+  RunState *nrs = svc_runstate_new();
+  if (nrs == NULL) return NULL;
   svc_pb_setstr(&nrs->namespace_, base->namespace_);
   svc_pb_setstr(&nrs->workflow_id, base->workflow_id);
   svc_pb_setstr(&nrs->run_id, new_run);
   svc_pb_setstr(&nrs->first_run_id, base->first_run_id);
   svc_pb_setstr(&nrs->workflow_type, base->workflow_type);
   svc_pb_setstr(&nrs->task_queue, base->task_queue);
-  svc_pb_setstr(&nrs->start_request_id, q->request_id);
+  svc_pb_setstr(&nrs->start_request_id, request_id);
   svc_pb_setstr(&nrs->reset_from_run_id, base->run_id);
   nrs->run_seq = svc_next_seq(c);
   nrs->status = WS(RUNNING);
@@ -147,65 +65,64 @@ dbx_err svc_h_reset(ectx *c, job *j) {
     memcpy(nrs->memo.data, base->memo.data, base->memo.len);
     nrs->memo.len = base->memo.len;
   }
-  int64_t wft_sched = 0, wft_started = 0;
+  return nrs;
+}
+
+/* Copy the prefix into the new run (same ids, written at the reset's time),
+ * then fold it, with its original times, into the new run's state. */
+static dbx_err copy_prefix(ectx *c, RunState *nrs, HistoryEvent **evs, size_t n) {
   for (size_t i = 0; i < n; i++) {
     HistoryEvent *ev = evs[i];
-    if (ev->event_type == ET(WORKFLOW_TASK_SCHEDULED)) {
-      wft_sched = ev->event_id;
-      wft_started = 0;
-    } else if (ev->event_type == ET(WORKFLOW_TASK_STARTED)) {
-      wft_started = ev->event_id;
-    } else if (ev->event_type == ET(WORKFLOW_TASK_COMPLETED) || ev->event_type == ET(WORKFLOW_TASK_FAILED) ||
-               ev->event_type == ET(WORKFLOW_TASK_TIMED_OUT)) {
-      wft_sched = wft_started = 0;
-    }
-    int64_t keep_time = 1;
-    (void)keep_time;
     Timestamp *t = ev->event_time;
     ev->event_time = NULL;
-    rc = svc_event_append(c, nrs, ev, 0); /* same ids, 1.. */
-    if (ev->event_time) free(ev->event_time);
+    dbx_err rc = svc_event_copy(c, nrs, ev);
+    free(ev->event_time);
     ev->event_time = t;
-    if (rc != DBX_OK) goto out;
+    if (rc != DBX_OK) return rc;
   }
-  rc = rebuild_pending(c, nrs, evs, n);
-  if (rc != DBX_OK) goto out;
-  if (wft_sched && !wft_started) {
+  return svc_state_fold(nrs, evs, n);
+}
+
+/* End the workflow task of the prefix with WorkflowTaskFailed RESET_WORKFLOW
+ * (a synthetic WorkflowTaskStarted first if it was only scheduled). */
+static dbx_err fail_reset_task(ectx *c, RunState *nrs, const ResetWorkflowExecutionRequest *q, const char *base_run,
+                               const char *new_run) {
+  dbx_err rc;
+  if (nrs->wft_scheduled_event_id && !nrs->wft_started_event_id) {
     HistoryEvent *st = svc_event_new(ET(WORKFLOW_TASK_STARTED));
-    if (st == NULL) {
-      rc = DBX_ENOMEM;
-      goto out;
-    }
-    st->workflow_task_started_event_attributes->scheduled_event_id = wft_sched;
+    if (st == NULL) return DBX_ENOMEM;
+    st->workflow_task_started_event_attributes->scheduled_event_id = nrs->wft_scheduled_event_id;
     st->workflow_task_started_event_attributes->identity = svc_pb_strdup(q->identity);
     rc = svc_event_append(c, nrs, st, 0);
-    wft_started = st->event_id;
     svc_history_event_free(st);
-    if (rc != DBX_OK) goto out;
+    if (rc != DBX_OK) return rc;
   }
   HistoryEvent *f = svc_event_new(ET(WORKFLOW_TASK_FAILED));
   Failure *fl = svc_pb_new(&Failure__D);
   if (f == NULL || fl == NULL) {
     svc_history_event_free(f);
     free(fl);
-    rc = DBX_ENOMEM;
-    goto out;
+    return DBX_ENOMEM;
   }
   fl->message = svc_pb_strdup(q->reason);
   fl->failure_info_case = FI(RESET_WORKFLOW_FAILURE_INFO);
   fl->reset_workflow_failure_info = svc_pb_new(&ResetWorkflowFailureInfo__D);
   WorkflowTaskFailedEventAttributes *fa = f->workflow_task_failed_event_attributes;
-  fa->scheduled_event_id = wft_sched;
-  fa->started_event_id = wft_started;
+  fa->scheduled_event_id = nrs->wft_scheduled_event_id;
+  fa->started_event_id = nrs->wft_started_event_id;
   fa->cause = WFC(RESET_WORKFLOW);
   fa->failure = fl;
   fa->identity = svc_pb_strdup(q->identity);
-  fa->base_run_id = svc_pb_strdup(base->run_id);
+  fa->base_run_id = svc_pb_strdup(base_run);
   fa->new_run_id = svc_pb_strdup(new_run);
   rc = svc_event_append(c, nrs, f, 0);
   svc_history_event_free(f);
-  if (rc != DBX_OK) goto out;
-  /* reapply signals recorded after the reset point */
+  return rc;
+}
+
+/* Signals recorded after the reset point, unless the request excludes them. */
+static dbx_err reapply_signals(ectx *c, RunState *nrs, const ResetWorkflowExecutionRequest *q, HistoryEvent **later,
+                               size_t nl) {
   int skip_signals = q->reset_reapply_type == 2;
   for (size_t i = 0; i < q->n_reset_reapply_exclude_types; i++) skip_signals |= q->reset_reapply_exclude_types[i] == 1;
   for (size_t i = 0; i < nl && !skip_signals; i++) {
@@ -213,48 +130,130 @@ dbx_err svc_h_reset(ectx *c, job *j) {
     later[i]->event_id = 0;
     free(later[i]->event_time);
     later[i]->event_time = NULL;
-    rc = svc_event_append(c, nrs, later[i], 0);
-    if (rc != DBX_OK) goto out;
+    dbx_err rc = svc_event_append(c, nrs, later[i], 0);
+    if (rc != DBX_OK) return rc;
   }
-  /* pending activities run again; pending timers keep their fire time */
+  return DBX_OK;
+}
+
+/* Pending activities run again from now (first attempt); pending timers keep
+ * their fire time. */
+static dbx_err resume_pending(ectx *c, RunState *nrs) {
   for (size_t i = 0; i < nrs->n_activities; i++) {
-    rc = svc_activity_queue_attempt(c, nrs, nrs->activities[i]);
-    if (rc != DBX_OK) goto out;
+    ActivityInfo *ai = nrs->activities[i];
+    ai->scheduled_time_ns = c->now_ns;
+    ai->attempt_scheduled_time_ns = c->now_ns;
+    dbx_err rc = svc_activity_queue_attempt(c, nrs, ai);
+    if (rc != DBX_OK) return rc;
   }
   for (size_t i = 0; i < nrs->n_timers; i++) {
-    rc = svc_timer_add(c, nrs->timers[i]->fire_time_ns, TK_USER_TIMER, nrs, nrs->timers[i]->started_event_id, 0,
-                   nrs->timers[i]->timer_id);
-    if (rc != DBX_OK) goto out;
+    dbx_err rc = svc_timer_add(c, nrs->timers[i]->fire_time_ns, TK_USER_TIMER, nrs, nrs->timers[i]->started_event_id,
+                               0, nrs->timers[i]->timer_id);
+    if (rc != DBX_OK) return rc;
   }
-  rc = svc_wft_schedule(c, nrs);
-  if (rc != DBX_OK) goto out;
-  if (base->status == WS(RUNNING)) {
-    char *reason = dbx_asprintf("reset to a new run %s: %s", new_run, q->reason);
-    int tr = svc_run_terminate(c, base, reason ? reason : "reset", q->identity);
-    free(reason);
-    if (tr != 0) {
-      rc = DBX_ESTORE;
-      goto out;
+  return DBX_OK;
+}
+
+/* 1 if the child run ch still runs as a child of base. */
+static int child_of(const RunState *ch, const RunState *base) {
+  const ParentInfo *p = ch->parent;
+  return ch->status == WS(RUNNING) && p && strcmp(p->namespace_, base->namespace_) == 0 &&
+         strcmp(p->workflow_id, base->workflow_id) == 0 && strcmp(p->run_id, base->run_id) == 0;
+}
+
+/* The new run's pending children (from the fold) that still run as children
+ * of the base run now report to the new run, and leave the base run (whose
+ * parent close policy no longer applies to them). Children that closed after
+ * the reset point, never started, or belong to another run now leave the new
+ * run's state. */
+static dbx_err hand_over_children(ectx *c, RunState *base, RunState *nrs) {
+  size_t i = 0;
+  while (i < nrs->n_children) {
+    ChildInfo *ci = nrs->children[i];
+    RunState *ch = NULL;
+    dbx_err rc = ci->started_event_id ? svc_run_load(c, ci->namespace_, ci->workflow_id, ci->run_id, &ch) : DBX_ENOTFOUND;
+    if (rc != DBX_OK && rc != DBX_ENOTFOUND) return rc;
+    if (rc == DBX_ENOTFOUND || !child_of(ch, base)) {
+      svc_runstate_free(ch);
+      svc_child_remove(nrs, ci->initiated_event_id);
+      continue;
     }
+    svc_pb_setstr(&ch->parent->run_id, nrs->run_id);
+    rc = ch->parent->run_id ? svc_run_save(c, ch) : DBX_ENOMEM;
+    svc_runstate_free(ch);
+    if (rc != DBX_OK) return rc;
+    svc_child_remove(base, ci->initiated_event_id);
+    i++;
   }
+  return DBX_OK;
+}
+
+/* Point the workflow id at the new run. */
+static dbx_err set_current(ectx *c, const RunState *nrs) {
   size_t kl;
   char *k = svc_exec_key(nrs->namespace_, nrs->workflow_id, &kl);
-  if (k == NULL) {
-    rc = DBX_ENOMEM;
-    goto out;
-  }
+  if (k == NULL) return DBX_ENOMEM;
   ExecutionRecord er = INIT(DURABOX__SERVICE__V1__EXECUTION_RECORD);
-  er.current_run_id = new_run;
+  er.current_run_id = nrs->run_id;
   uint8_t buf[256];
+  dbx_err rc = DBX_EINVAL;
   size_t bl = protobuf_c_message_get_packed_size(&er.base);
   if (bl <= sizeof buf) {
     protobuf_c_message_pack(&er.base, buf);
     rc = dbx_store_put(c->txn, c->svc->t_execs, k, kl, buf, bl);
-  } else {
-    rc = DBX_EINVAL;
   }
   free(k);
+  return rc;
+}
+
+/* Build the new run from the base run's events [1, e) and later ones. */
+static dbx_err reset_run(ectx *c, const ResetWorkflowExecutionRequest *q, RunState *base, RunState *nrs,
+                         HistoryEvent **evs, size_t n, HistoryEvent **later, size_t nl) {
+  dbx_err rc = copy_prefix(c, nrs, evs, n);
+  if (rc == DBX_OK) rc = fail_reset_task(c, nrs, q, base->run_id, nrs->run_id);
+  if (rc == DBX_OK) rc = reapply_signals(c, nrs, q, later, nl);
+  if (rc == DBX_OK) rc = resume_pending(c, nrs);
+  if (rc == DBX_OK) rc = hand_over_children(c, base, nrs);
+  if (rc == DBX_OK) rc = svc_wft_schedule(c, nrs);
+  if (rc != DBX_OK) return rc;
+  if (base->status == WS(RUNNING)) {
+    char *reason = dbx_asprintf("reset to a new run %s: %s", nrs->run_id, q->reason);
+    int tr = svc_run_terminate(c, base, reason ? reason : "reset", q->identity);
+    free(reason);
+    if (tr != 0) return DBX_ESTORE;
+  } else {
+    rc = svc_run_save(c, base); /* it may have handed over children */
+    if (rc != DBX_OK) return rc;
+  }
+  rc = set_current(c, nrs);
   if (rc == DBX_OK) rc = svc_run_save(c, nrs);
+  return rc;
+}
+
+dbx_err svc_h_reset(ectx *c, job *j) {
+  ResetWorkflowExecutionRequest *q = svc_decode(j, &ResetWorkflowExecutionRequest__D);
+  if (q == NULL) return DBX_OK;
+  RunState *base = NULL, *nrs = NULL;
+  HistoryEvent **evs = NULL, **later = NULL;
+  size_t n = 0, nl = 0;
+  char *new_run = NULL;
+  dbx_err rc = DBX_OK;
+  if (!svc_check_ns(c, j, q->namespace_)) goto out;
+  rc = svc_load_execution(c, j, q->namespace_, q->workflow_execution, &base);
+  if (rc != DBX_OK || base == NULL) goto out;
+  int64_t e = q->workflow_task_finish_event_id;
+  rc = check_reset_point(c, j, base, e);
+  if (rc != DBX_OK || j->status != DBX_GRPC_OK) goto out;
+  rc = svc_events_load(c, base->run_seq, 1, e, &evs, &n, 0); /* the prefix [1, e) */
+  if (rc == DBX_OK) rc = svc_events_load(c, base->run_seq, e, 0, &later, &nl, 0);
+  if (rc != DBX_OK) goto out;
+  new_run = svc_new_uuid();
+  nrs = new_run ? new_run_state(c, base, new_run, q->request_id) : NULL;
+  if (nrs == NULL) {
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  rc = reset_run(c, q, base, nrs, evs, n, later, nl);
   if (rc == DBX_OK) {
     ResetWorkflowExecutionResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESET_WORKFLOW_EXECUTION_RESPONSE);
     r.run_id = new_run;

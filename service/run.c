@@ -40,8 +40,7 @@ dbx_err svc_run_request_cancel(ectx *c, RunState *rs, const char *identity) {
   if (ev == NULL) return DBX_ENOMEM;
   ev->workflow_execution_cancel_requested_event_attributes->identity = svc_pb_strdup(identity);
   dbx_err rc = svc_event_append(c, rs, ev, 1);
-  svc_history_event_free(ev);
-  rs->cancel_requested = 1;
+  svc_history_event_free(ev); /* the event set rs->cancel_requested */
   if (rc == DBX_OK) rc = svc_wft_schedule(c, rs);
   return rc;
 }

@@ -277,8 +277,31 @@ static dbx_err event_write(ectx *c, RunState *rs, HistoryEvent *ev) {
   return rc;
 }
 
+/* Write ev (assigning id and time) and note the run for its waiters; the
+ * state is not touched beyond the event counters. */
+static dbx_err event_store(ectx *c, RunState *rs, HistoryEvent *ev) {
+  dbx_err rc = event_write(c, rs, ev);
+  if (rc == DBX_OK) {
+    size_t kl;
+    char *k = svc_run_key(rs->namespace_, rs->workflow_id, rs->run_id, &kl);
+    note *n = svc_note_new(c, NOTE_RUN);
+    if (n && k) {
+      n->key = k;
+      n->len = kl;
+      k = NULL;
+    }
+    free(k);
+  }
+  return rc;
+}
+
+dbx_err svc_event_copy(ectx *c, RunState *rs, HistoryEvent *ev) { return event_store(c, rs, ev); }
+
 dbx_err svc_event_append(ectx *c, RunState *rs, HistoryEvent *ev, int buffer) {
   if (buffer && rs->wft_started_event_id > 0) {
+    /* the state changes now; the event is written when the task ends */
+    dbx_err arc = svc_state_apply_event(rs, ev);
+    if (arc != DBX_OK) return arc;
     size_t n = protobuf_c_message_get_packed_size(&ev->base);
     uint8_t *buf = malloc(n ? n : 1);
     ProtobufCBinaryData *arr = realloc(rs->buffered_events, (rs->n_buffered_events + 1) * sizeof *arr);
@@ -294,18 +317,8 @@ dbx_err svc_event_append(ectx *c, RunState *rs, HistoryEvent *ev, int buffer) {
     rs->n_buffered_events++;
     return DBX_OK;
   }
-  dbx_err rc = event_write(c, rs, ev);
-  if (rc == DBX_OK) {
-    size_t kl;
-    char *k = svc_run_key(rs->namespace_, rs->workflow_id, rs->run_id, &kl);
-    note *n = svc_note_new(c, NOTE_RUN);
-    if (n && k) {
-      n->key = k;
-      n->len = kl;
-      k = NULL;
-    }
-    free(k);
-  }
+  dbx_err rc = event_store(c, rs, ev);
+  if (rc == DBX_OK) rc = svc_state_apply_event(rs, ev);
   return rc;
 }
 
@@ -327,7 +340,7 @@ dbx_err svc_events_flush_buffer(ectx *c, RunState *rs, int *flushed) {
     default: break;
     }
     if (sid && *sid == -1) *sid = rs->next_event_id - 1;
-    dbx_err rc = svc_event_append(c, rs, ev, 0);
+    dbx_err rc = event_store(c, rs, ev); /* applied to the state when it was buffered */
     svc_history_event_free(ev);
     if (rc != DBX_OK) return rc;
   }
@@ -567,9 +580,6 @@ dbx_err svc_wft_schedule(ectx *c, RunState *rs) {
     rc = svc_event_append(c, rs, ev, 0);
   }
   if (rc == DBX_OK) {
-    rs->wft_scheduled_event_id = ev->event_id;
-    rs->wft_started_event_id = 0;
-    rs->wft_scheduled_time_ns = c->now_ns;
     rc = svc_task_enqueue(c, rs->namespace_, rs->task_queue, TASK_WORKFLOW, rs->workflow_id, rs->run_id,
                       ev->event_id, rs->wft_attempt);
   }
@@ -749,8 +759,7 @@ static dbx_err notify_parent(ectx *c, RunState *rs, HistoryEvent *close_ev) {
     break;
 #undef FILL
   }
-  svc_child_remove(p, rs->parent->initiated_event_id);
-  rc = svc_event_append(c, p, ev, 1);
+  rc = svc_event_append(c, p, ev, 1); /* the child leaves p's pending children */
   if (rc == DBX_OK) rc = svc_wft_schedule(c, p);
   if (rc == DBX_OK) rc = svc_run_save(c, p);
 out:
@@ -769,23 +778,10 @@ dbx_err svc_run_close(ectx *c, RunState *rs, HistoryEvent *ev, int status) {
     rc = svc_events_flush_buffer(c, rs, &flushed);
     if (rc != DBX_OK) return rc;
   }
+  /* the close event ends everything pending but children (mutable.c) */
   rc = svc_event_append(c, rs, ev, 0);
   if (rc != DBX_OK) return rc;
   rs->status = status;
-  rs->close_time_ns = c->now_ns;
-  rs->close_event_id = ev->event_id;
-  /* a closed run has nothing pending: its activities and timers are gone
-   * (their queued tasks and durable timers go stale and are dropped) */
-  for (size_t i = 0; i < rs->n_activities; i++) protobuf_c_message_free_unpacked(&rs->activities[i]->base, NULL);
-  free(rs->activities);
-  rs->activities = NULL;
-  rs->n_activities = 0;
-  for (size_t i = 0; i < rs->n_timers; i++) protobuf_c_message_free_unpacked(&rs->timers[i]->base, NULL);
-  free(rs->timers);
-  rs->timers = NULL;
-  rs->n_timers = 0;
-  rs->wft_scheduled_event_id = 0;
-  rs->wft_started_event_id = 0;
   for (size_t i = 0; i < rs->n_buffered_events; i++) free(rs->buffered_events[i].data);
   free(rs->buffered_events);
   rs->buffered_events = NULL;

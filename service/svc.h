@@ -225,10 +225,14 @@ void svc_runstate_free(RunState *rs);
 RunState *svc_runstate_new(void);
 
 /* Append an event to the run's history (assigns event id and time; packs and
- * stores it; counts size). ev's event_id/event_time are set here. If the run
- * has a started workflow task and buffer != 0, the event is held in
- * rs->buffered_events instead (ids assigned when flushed). */
+ * stores it; counts size) and apply it to rs (svc_state_apply_event). ev's
+ * event_id/event_time are set here. If the run has a started workflow task
+ * and buffer != 0, the event is held in rs->buffered_events instead (ids
+ * assigned when flushed) and applied to rs at once. */
 dbx_err svc_event_append(ectx *c, RunState *rs, HistoryEvent *ev, int buffer);
+/* Write ev like svc_event_append without buffering and without applying it
+ * to rs (reset copies a prefix, then folds it: svc_state_fold). */
+dbx_err svc_event_copy(ectx *c, RunState *rs, HistoryEvent *ev);
 /* Write buffered events (after a workflow task ended). Returns count or error. */
 dbx_err svc_events_flush_buffer(ectx *c, RunState *rs, int *flushed);
 /* Load events [from, to) (to 0 = all) of a run; *out array of unpacked events. */
@@ -285,6 +289,19 @@ TimerInfo *svc_timer_find(RunState *rs, const char *timer_id);
 void svc_timer_remove(RunState *rs, const char *timer_id);
 ChildInfo *svc_child_find(RunState *rs, int64_t initiated_event_id);
 void svc_child_remove(RunState *rs, int64_t initiated_event_id);
+
+/* ---- events to mutable state (mutable.c) ---- */
+/* Apply one history event to the event-derived part of rs: pending
+ * activities (scheduled, cancel requested, closed), timers (started, fired,
+ * canceled), child workflows (initiated, started, failed to start, closed),
+ * the workflow task's event ids and times, last_wft_started_event_id,
+ * cancel_requested, and the close (status, close time and id; nothing
+ * pending but children). The live path calls it for every appended event;
+ * reset folds a prefix with it. ev is borrowed. DBX_OK, DBX_ENOMEM (rs may
+ * then hold a partly filled entry), DBX_EINVAL for NULL arguments. No I/O. */
+dbx_err svc_state_apply_event(RunState *rs, const HistoryEvent *ev);
+/* svc_state_apply_event for evs[0..n) in order. */
+dbx_err svc_state_fold(RunState *rs, HistoryEvent *const *evs, size_t n);
 
 /* ---- run state machine (run.c) ---- */
 /* Deliver a signal to a loaded run (buffered if its task is started) and

@@ -92,8 +92,7 @@ static dbx_err fire_one(ectx *c, TimerRecord *tr) {
     }
     ev->timer_fired_event_attributes->timer_id = svc_pb_strdup(tr->timer_id);
     ev->timer_fired_event_attributes->started_event_id = tr->event_id;
-    svc_timer_remove(rs, tr->timer_id);
-    rc = svc_event_append(c, rs, ev, 1);
+    rc = svc_event_append(c, rs, ev, 1); /* ends the timer */
     svc_history_event_free(ev);
     if (rc == DBX_OK) rc = svc_wft_schedule(c, rs);
     changed = 1;
@@ -112,8 +111,7 @@ static dbx_err fire_one(ectx *c, TimerRecord *tr) {
     ev->workflow_task_timed_out_event_attributes->timeout_type = TT(START_TO_CLOSE);
     rs->wft_started_event_id = 0;
     rc = svc_event_append(c, rs, ev, 0);
-    svc_history_event_free(ev);
-    rs->wft_scheduled_event_id = 0;
+    svc_history_event_free(ev); /* the event ended the task */
     rs->wft_attempt++;
     int flushed = 0;
     if (rc == DBX_OK) rc = svc_events_flush_buffer(c, rs, &flushed);

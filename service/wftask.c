@@ -101,30 +101,13 @@ static dbx_err cmd_schedule_activity(ectx *c, job *j, RunState *rs, Command *cmd
     goto out;
   }
   fill_retry_policy(e->retry_policy);
-  rc = svc_event_append(c, rs, ev, 0);
+  rc = svc_event_append(c, rs, ev, 0); /* the activity is pending from here (mutable.c) */
   if (rc != DBX_OK) goto out;
-  ActivityInfo *ai = svc_pb_new(&ActivityInfo__D);
-  ActivityInfo **arr = realloc(rs->activities, (rs->n_activities + 1) * sizeof *arr);
-  if (ai == NULL || arr == NULL) {
-    free(ai);
-    if (arr) rs->activities = arr;
-    rc = DBX_ENOMEM;
+  ActivityInfo *ai = svc_activity_find(rs, ev->event_id);
+  if (ai == NULL) {
+    rc = DBX_ESTORE;
     goto out;
   }
-  rs->activities = arr;
-  arr[rs->n_activities++] = ai;
-  ai->scheduled_event_id = ev->event_id;
-  ai->activity_id = svc_pb_strdup(a->activity_id);
-  ai->activity_type = svc_pb_strdup(a->activity_type->name);
-  ai->task_queue = svc_pb_strdup(e->task_queue->name);
-  ai->attempt = 1;
-  ai->scheduled_time_ns = c->now_ns;
-  ai->attempt_scheduled_time_ns = c->now_ns;
-  ai->schedule_to_close_ms = s2c;
-  ai->schedule_to_start_ms = s2s;
-  ai->start_to_close_ms = st2c;
-  ai->heartbeat_ms = hb;
-  ai->retry_policy = PB_CLONE(RetryPolicy, e->retry_policy);
   rc = svc_activity_queue_attempt(c, rs, ai);
   if (rc == DBX_OK && s2c > 0)
     rc = svc_timer_add(c, c->now_ns + s2c * 1000000, TK_ACTIVITY_SCHEDULE_TO_CLOSE, rs, ai->scheduled_event_id, 0, NULL);
@@ -158,13 +141,9 @@ static dbx_err cmd_request_cancel_activity(ectx *c, job *j, RunState *rs, Comman
     cev->activity_task_canceled_event_attributes->scheduled_event_id = sid;
     cev->activity_task_canceled_event_attributes->latest_cancel_requested_event_id = ev->event_id;
     cev->activity_task_canceled_event_attributes->identity = svc_pb_strdup(w->identity);
-    rc = svc_event_append(c, rs, cev, 0);
+    rc = svc_event_append(c, rs, cev, 0); /* ends the activity */
     svc_history_event_free(cev);
-    svc_activity_remove(rs, sid);
     w->new_wft = 1;
-  } else {
-    ai->cancel_requested = 1;
-    ai->cancel_requested_event_id = ev->event_id;
   }
 out:
   svc_history_event_free(ev);
@@ -190,21 +169,13 @@ static dbx_err cmd_start_timer(ectx *c, job *j, RunState *rs, Command *cmd, wft_
   ev->timer_started_event_attributes->timer_id = svc_pb_strdup(a->timer_id);
   ev->timer_started_event_attributes->start_to_fire_timeout = svc_duration_new_ms(ms);
   ev->timer_started_event_attributes->workflow_task_completed_event_id = w->completed_id;
-  rc = svc_event_append(c, rs, ev, 0);
+  rc = svc_event_append(c, rs, ev, 0); /* the timer is pending from here (mutable.c) */
   if (rc != DBX_OK) goto out;
-  TimerInfo *ti = svc_pb_new(&TimerInfo__D);
-  TimerInfo **arr = realloc(rs->timers, (rs->n_timers + 1) * sizeof *arr);
-  if (ti == NULL || arr == NULL) {
-    free(ti);
-    if (arr) rs->timers = arr;
-    rc = DBX_ENOMEM;
+  TimerInfo *ti = svc_timer_find(rs, a->timer_id);
+  if (ti == NULL) {
+    rc = DBX_ESTORE;
     goto out;
   }
-  rs->timers = arr;
-  arr[rs->n_timers++] = ti;
-  ti->timer_id = svc_pb_strdup(a->timer_id);
-  ti->started_event_id = ev->event_id;
-  ti->fire_time_ns = c->now_ns + ms * 1000000;
   rc = svc_timer_add(c, ti->fire_time_ns, TK_USER_TIMER, rs, ev->event_id, 0, a->timer_id);
 out:
   svc_history_event_free(ev);
@@ -226,8 +197,7 @@ static dbx_err cmd_cancel_timer(ectx *c, job *j, RunState *rs, Command *cmd, wft
   ev->timer_canceled_event_attributes->started_event_id = ti->started_event_id;
   ev->timer_canceled_event_attributes->workflow_task_completed_event_id = w->completed_id;
   ev->timer_canceled_event_attributes->identity = svc_pb_strdup(w->identity);
-  rc = svc_event_append(c, rs, ev, 0);
-  svc_timer_remove(rs, tid);
+  rc = svc_event_append(c, rs, ev, 0); /* ends the timer */
   svc_history_event_free(ev);
   return rc;
 }
@@ -416,6 +386,66 @@ out:
   return rc;
 }
 
+/* Start the child run a StartChildWorkflowExecution command initiated (event
+ * initiated) and write ChildWorkflowExecutionStarted. a and tq are borrowed. */
+static dbx_err child_start(ectx *c, RunState *rs, const StartChildWorkflowExecutionCommandAttributes *a,
+                           const char *cns, const TaskQueue *tq, int64_t initiated, const char *identity) {
+  dbx_err rc;
+  char *child_run = svc_new_uuid();
+  HistoryEvent *sev = svc_event_new(ET(WORKFLOW_EXECUTION_STARTED));
+  if (child_run == NULL || sev == NULL) {
+    free(child_run);
+    svc_history_event_free(sev);
+    return DBX_ENOMEM;
+  }
+  WorkflowExecutionStartedEventAttributes *st = sev->workflow_execution_started_event_attributes;
+  st->workflow_type = PB_CLONE(WorkflowType, a->workflow_type);
+  st->task_queue = PB_CLONE(TaskQueue, tq);
+  st->input = PB_CLONE(Payloads, a->input);
+  st->workflow_execution_timeout = PB_CLONE(Duration, a->workflow_execution_timeout);
+  st->workflow_run_timeout = PB_CLONE(Duration, a->workflow_run_timeout);
+  st->workflow_task_timeout = PB_CLONE(Duration, a->workflow_task_timeout);
+  st->parent_workflow_namespace = svc_pb_strdup(rs->namespace_);
+  st->parent_workflow_execution = svc_we_new(rs->workflow_id, rs->run_id);
+  st->parent_initiated_event_id = initiated;
+  st->identity = svc_pb_strdup(identity);
+  st->retry_policy = PB_CLONE(RetryPolicy, a->retry_policy);
+  st->attempt = 1;
+  st->memo = PB_CLONE(Memo, a->memo);
+  st->search_attributes = PB_CLONE(SearchAttributes, a->search_attributes);
+  st->header = PB_CLONE(Header, a->header);
+  ParentInfo pi = INIT(DURABOX__SERVICE__V1__PARENT_INFO);
+  pi.namespace_ = rs->namespace_;
+  pi.workflow_id = rs->workflow_id;
+  pi.run_id = rs->run_id;
+  pi.initiated_event_id = initiated;
+  run_start_args ra = {.ns = cns, .workflow_id = a->workflow_id, .run_id = child_run, .request_id = "",
+                       .started = st, .parent = &pi};
+  RunState *crs = NULL;
+  rc = svc_run_start(c, &ra, &crs);
+  svc_runstate_free(crs);
+  svc_history_event_free(sev);
+  if (rc != DBX_OK) {
+    free(child_run);
+    return rc;
+  }
+  HistoryEvent *cev = svc_event_new(ET(CHILD_WORKFLOW_EXECUTION_STARTED));
+  if (cev == NULL) {
+    free(child_run);
+    return DBX_ENOMEM;
+  }
+  ChildWorkflowExecutionStartedEventAttributes *ce = cev->child_workflow_execution_started_event_attributes;
+  ce->namespace_ = svc_pb_strdup(cns);
+  ce->initiated_event_id = initiated;
+  ce->workflow_execution = svc_we_new(a->workflow_id, child_run);
+  ce->workflow_type = PB_CLONE(WorkflowType, a->workflow_type);
+  ce->header = PB_CLONE(Header, a->header);
+  rc = svc_event_append(c, rs, cev, 0); /* the pending child gets its run id (mutable.c) */
+  svc_history_event_free(cev);
+  free(child_run);
+  return rc;
+}
+
 static dbx_err cmd_start_child(ectx *c, job *j, RunState *rs, Command *cmd, wft_cmd *w) {
   dbx_err rc = DBX_OK;
   HistoryEvent *ev = NULL;
@@ -489,73 +519,7 @@ static dbx_err cmd_start_child(ectx *c, job *j, RunState *rs, Command *cmd, wft_
     goto out;
   }
   svc_runstate_free(existing);
-  char *child_run = svc_new_uuid();
-  HistoryEvent *sev = svc_event_new(ET(WORKFLOW_EXECUTION_STARTED));
-  if (child_run == NULL || sev == NULL) {
-    free(child_run);
-    svc_history_event_free(sev);
-    rc = DBX_ENOMEM;
-    goto out;
-  }
-  WorkflowExecutionStartedEventAttributes *st = sev->workflow_execution_started_event_attributes;
-  st->workflow_type = PB_CLONE(WorkflowType, a->workflow_type);
-  st->task_queue = PB_CLONE(TaskQueue, e->task_queue);
-  st->input = PB_CLONE(Payloads, a->input);
-  st->workflow_execution_timeout = PB_CLONE(Duration, a->workflow_execution_timeout);
-  st->workflow_run_timeout = PB_CLONE(Duration, a->workflow_run_timeout);
-  st->workflow_task_timeout = PB_CLONE(Duration, a->workflow_task_timeout);
-  st->parent_workflow_namespace = svc_pb_strdup(rs->namespace_);
-  st->parent_workflow_execution = svc_we_new(rs->workflow_id, rs->run_id);
-  st->parent_initiated_event_id = initiated;
-  st->identity = svc_pb_strdup(w->identity);
-  st->retry_policy = PB_CLONE(RetryPolicy, a->retry_policy);
-  st->attempt = 1;
-  st->memo = PB_CLONE(Memo, a->memo);
-  st->search_attributes = PB_CLONE(SearchAttributes, a->search_attributes);
-  st->header = PB_CLONE(Header, a->header);
-  ParentInfo pi = INIT(DURABOX__SERVICE__V1__PARENT_INFO);
-  pi.namespace_ = rs->namespace_;
-  pi.workflow_id = rs->workflow_id;
-  pi.run_id = rs->run_id;
-  pi.initiated_event_id = initiated;
-  run_start_args ra = {.ns = cns, .workflow_id = a->workflow_id, .run_id = child_run, .request_id = "",
-                       .started = st, .parent = &pi};
-  RunState *crs = NULL;
-  rc = svc_run_start(c, &ra, &crs);
-  svc_runstate_free(crs);
-  svc_history_event_free(sev);
-  if (rc != DBX_OK) {
-    free(child_run);
-    goto out;
-  }
-  HistoryEvent *cev = svc_event_new(ET(CHILD_WORKFLOW_EXECUTION_STARTED));
-  ChildInfo *ci = svc_pb_new(&ChildInfo__D);
-  ChildInfo **arr = realloc(rs->children, (rs->n_children + 1) * sizeof *arr);
-  if (cev == NULL || ci == NULL || arr == NULL) {
-    svc_history_event_free(cev);
-    free(ci);
-    if (arr) rs->children = arr;
-    free(child_run);
-    rc = DBX_ENOMEM;
-    goto out;
-  }
-  rs->children = arr;
-  ChildWorkflowExecutionStartedEventAttributes *ce = cev->child_workflow_execution_started_event_attributes;
-  ce->namespace_ = svc_pb_strdup(cns);
-  ce->initiated_event_id = initiated;
-  ce->workflow_execution = svc_we_new(a->workflow_id, child_run);
-  ce->workflow_type = PB_CLONE(WorkflowType, a->workflow_type);
-  ce->header = PB_CLONE(Header, a->header);
-  rc = svc_event_append(c, rs, cev, 0);
-  ci->initiated_event_id = initiated;
-  ci->started_event_id = cev->event_id;
-  ci->namespace_ = svc_pb_strdup(cns);
-  ci->workflow_id = svc_pb_strdup(a->workflow_id);
-  ci->run_id = child_run;
-  ci->workflow_type = svc_pb_strdup(a->workflow_type->name);
-  ci->parent_close_policy = a->parent_close_policy;
-  arr[rs->n_children++] = ci;
-  svc_history_event_free(cev);
+  rc = child_start(c, rs, a, cns, e->task_queue, initiated, w->identity);
 out:
   svc_history_event_free(ev);
   return rc;
@@ -743,8 +707,7 @@ static dbx_err wft_fail(ectx *c, RunState *rs, int cause, Failure *failure, cons
   a->identity = svc_pb_strdup(identity);
   rs->wft_started_event_id = 0;
   dbx_err rc = svc_event_append(c, rs, ev, 0);
-  svc_history_event_free(ev);
-  rs->wft_scheduled_event_id = 0;
+  svc_history_event_free(ev); /* the event ended the task */
   rs->wft_attempt++;
   int flushed = 0;
   if (rc == DBX_OK) rc = svc_events_flush_buffer(c, rs, &flushed);
@@ -794,14 +757,11 @@ dbx_err svc_h_wft_completed(ectx *c, job *j) {
   a->started_event_id = rs->wft_started_event_id;
   a->identity = svc_pb_strdup(q->identity);
   if (q->sdk_metadata) a->sdk_metadata = PB_CLONE(Temporal__Api__Sdk__V1__WorkflowTaskCompletedMetadata, q->sdk_metadata);
-  int64_t started = rs->wft_started_event_id;
-  rs->wft_started_event_id = 0; /* events from here on are written, not buffered */
-  rc = svc_event_append(c, rs, ev, 0);
+  rc = svc_event_append(c, rs, ev, 0); /* from here on events are written, not buffered */
   int64_t completed_id = ev->event_id;
   svc_history_event_free(ev);
   if (rc != DBX_OK) goto out;
-  rs->last_wft_started_event_id = started;
-  rs->wft_scheduled_event_id = 0;
+  /* the event ended the task and set last_wft_started_event_id (mutable.c) */
   rs->wft_attempt = 1;
   rs->wft_backoff_until_ns = 0;
   wft_cmd w = {.completed_id = completed_id, .identity = q->identity};
