@@ -29,6 +29,23 @@ while IFS= read -r l; do [ -n "$l" ] && bad "$l"; done < <(
       }' "$f"
   done)
 
+# Rule 2: the engine files of service/ never call up into the RPC handlers:
+# no function defined (non-static) in a handler file, and no job output
+# (svc_job_*: gRPC statuses are the handlers'), is called from them.
+handlers="handlers check lifecycle matching wftask activity_rpc history_read visibility reset"
+engine="state timers mutable run activity"
+up=$(for h in $handlers; do
+       [ -f "service/$h.c" ] && sed -nE 's/^[A-Za-z][A-Za-z_ *0-9]* \**(svc_[a-z0-9_]+)\(.*/\1/p' "service/$h.c"
+     done | sort -u)
+for e in $engine; do
+  [ -f "service/$e.c" ] || continue
+  for name in $up svc_job_fail svc_job_fail_detail svc_job_reply svc_job_reply_field svc_job_reset; do
+    while IFS= read -r l; do
+      [ -n "$l" ] && bad "service/$e.c:${l%%:*}: engine file calls $name (a handler's)"
+    done < <(grep -nE "\b$name\(" "service/$e.c")
+  done
+done
+
 # Include rules, per room (a file's first path component). A project header
 # is one under a room's folder; system and third-party headers are free except
 # the three libraries that belong to one room.
