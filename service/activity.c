@@ -47,10 +47,10 @@ dbx_err svc_activity_queue_attempt(ectx *c, RunState *rs, ActivityInfo *ai) {
   ai->queued = 1;
   ai->started_time_ns = 0;
   dbx_err rc = svc_task_enqueue(c, rs->namespace_, ai->task_queue, TASK_ACTIVITY, rs->workflow_id, rs->run_id,
-                            ai->scheduled_event_id, ai->attempt);
+                                ai->scheduled_event_id, ai->attempt);
   if (rc == DBX_OK && ai->schedule_to_start_ms > 0 && ai->schedule_to_start_ms < ai->schedule_to_close_ms)
     rc = svc_timer_add(c, c->now_ns + ai->schedule_to_start_ms * 1000000, TK_ACTIVITY_SCHEDULE_TO_START, rs,
-                   ai->scheduled_event_id, ai->attempt, NULL);
+                       ai->scheduled_event_id, ai->attempt, NULL);
   return rc;
 }
 
@@ -75,7 +75,7 @@ static int type_listed(const RetryPolicy *p, const char *type) {
 }
 
 dbx_err svc_activity_attempt_failed(ectx *c, RunState *rs, ActivityInfo *ai, Failure *failure, int timeout_type,
-                                Payloads *last_details) {
+                                    Payloads *last_details) {
   int retry_state = RS(IN_PROGRESS);
   int retryable = 1;
   const char *timeout_names[] = {"", "StartToClose", "ScheduleToStart", "ScheduleToClose", "Heartbeat"};

@@ -18,9 +18,9 @@ static dbx_err load_activity(ectx *c, job *j, ProtobufCBinaryData token, RunStat
     rc = DBX_ENOTFOUND;
   if (rc == DBX_ENOTFOUND) {
     svc_fail_not_found(j,
-                   "activity task not found: the attempt timed out, was completed, or the run closed "
-                   "(workflow id %s, activity id %s)",
-                   t->workflow_id, t->activity_id);
+                       "activity task not found: the attempt timed out, was completed, or the run closed "
+                       "(workflow id %s, activity id %s)",
+                       t->workflow_id, t->activity_id);
     svc_runstate_free(rs);
     rs = NULL;
     ai = NULL;

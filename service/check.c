@@ -92,7 +92,7 @@ void *svc_decode(job *j, const ProtobufCMessageDescriptor *d) {
   ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, len, b);
   if (m == NULL) {
     svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "malformed %s: cannot decode %zu bytes as %s", j->method, len,
-             d->name);
+                 d->name);
     return NULL;
   }
   char path[256] = "";
@@ -176,7 +176,7 @@ TaskToken *svc_token_decode(job *j, ProtobufCBinaryData tok, int kind) {
       t->run_id[0] == '\0' || t->scheduled_event_id <= 0) {
     if (t) protobuf_c_message_free_unpacked(&t->base, NULL);
     svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: task_token is malformed (not a token this service issued)",
-             j->method);
+                 j->method);
     return NULL;
   }
   return t;

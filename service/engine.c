@@ -127,7 +127,7 @@ void svc_job_fail(job *j, int status, const char *fmt, ...) {
 }
 
 void svc_job_fail_detail(job *j, int status, const ProtobufCMessage *detail, const char *type_url,
-                     const char *fmt, ...) {
+                         const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   job_vfail(j, status, detail, type_url, fmt, ap);

@@ -80,8 +80,8 @@ static dbx_err start_common(ectx *c, job *j, const start_args *a, char **run_id_
         d.start_request_id = old->start_request_id;
         d.run_id = old->run_id;
         svc_job_fail_detail(j, DBX_GRPC_ALREADY_EXISTS, &d.base, ALREADY_STARTED_URL,
-                        "Workflow execution is already running. WorkflowId: %s, RunId: %s.", old->workflow_id,
-                        old->run_id);
+                            "Workflow execution is already running. WorkflowId: %s, RunId: %s.", old->workflow_id,
+                            old->run_id);
         svc_runstate_free(old);
         return DBX_OK;
       }
@@ -100,9 +100,9 @@ static dbx_err start_common(ectx *c, job *j, const start_args *a, char **run_id_
         d.start_request_id = old->start_request_id;
         d.run_id = old->run_id;
         svc_job_fail_detail(j, DBX_GRPC_ALREADY_EXISTS, &d.base, ALREADY_STARTED_URL,
-                        "Workflow execution already finished and its id reuse policy does not allow a new "
-                        "run. WorkflowId: %s, RunId: %s.",
-                        old->workflow_id, old->run_id);
+                            "Workflow execution already finished and its id reuse policy does not allow a new "
+                            "run. WorkflowId: %s, RunId: %s.",
+                            old->workflow_id, old->run_id);
         svc_runstate_free(old);
         return DBX_OK;
       }

@@ -111,7 +111,7 @@ dbx_err svc_h_poll_workflow(ectx *c, job *j) {
       svc_pb_setstr(&rs->wft_request_id, req_id);
       svc_pb_setstr(&rs->wft_identity, q->identity);
       rc = svc_timer_add(c, c->now_ns + rs->task_timeout_ms * 1000000, TK_WFT_START_TO_CLOSE, rs,
-                     rs->wft_scheduled_event_id, rs->wft_attempt, NULL);
+                         rs->wft_scheduled_event_id, rs->wft_attempt, NULL);
     }
     svc_history_event_free(ev);
     if (rc == DBX_OK) rc = svc_run_save(c, rs);
@@ -211,10 +211,10 @@ dbx_err svc_h_poll_activity(ectx *c, job *j) {
     }
     if (ai->start_to_close_ms > 0)
       rc = svc_timer_add(c, c->now_ns + ai->start_to_close_ms * 1000000, TK_ACTIVITY_START_TO_CLOSE, rs,
-                     ai->scheduled_event_id, ai->attempt, NULL);
+                         ai->scheduled_event_id, ai->attempt, NULL);
     if (rc == DBX_OK && ai->heartbeat_ms > 0)
       rc = svc_timer_add(c, c->now_ns + ai->heartbeat_ms * 1000000, TK_ACTIVITY_HEARTBEAT, rs, ai->scheduled_event_id,
-                     ai->attempt, NULL);
+                         ai->attempt, NULL);
     if (rc == DBX_OK) rc = svc_run_save(c, rs);
     if (rc != DBX_OK) {
       svc_runstate_free(rs);
@@ -421,7 +421,7 @@ dbx_err svc_h_respond_query(ectx *c, job *j) {
       QueryFailedFailure d = INIT(TEMPORAL__API__ERRORDETAILS__V1__QUERY_FAILED_FAILURE);
       d.failure = q->failure;
       svc_job_fail_detail(&tmp, DBX_GRPC_INVALID_ARGUMENT, &d.base, QUERY_FAILED_URL, "%s",
-                      q->error_message[0] ? q->error_message : "query failed");
+                          q->error_message[0] ? q->error_message : "query failed");
       n->status = DBX_GRPC_INVALID_ARGUMENT;
       n->message = tmp.message;
       n->bytes = tmp.details;

@@ -380,7 +380,7 @@ static dbx_err hist_next(hist_iter *it, int64_t *id, dbx_val *ev) {
 }
 
 dbx_err svc_events_load(ectx *c, uint64_t run_seq, int64_t from, int64_t to, HistoryEvent ***out,
-                    size_t *n, size_t max_bytes) {
+                        size_t *n, size_t max_bytes) {
   *out = NULL;
   *n = 0;
   hist_iter it;
@@ -443,7 +443,7 @@ dbx_err svc_event_load_one(ectx *c, uint64_t run_seq, int64_t id, HistoryEvent *
 /* ------------------------------------------------------------ tasks and timers */
 
 dbx_err svc_task_enqueue(ectx *c, const char *ns, const char *tq, int kind, const char *wfid,
-                     const char *run_id, int64_t scheduled_event_id, int32_t attempt) {
+                         const char *run_id, int64_t scheduled_event_id, int32_t attempt) {
   size_t pl;
   char *prefix = svc_queue_key(ns, tq, kind, &pl);
   if (prefix == NULL) return DBX_ENOMEM;
@@ -476,7 +476,7 @@ dbx_err svc_task_enqueue(ectx *c, const char *ns, const char *tq, int kind, cons
 }
 
 dbx_err svc_timer_add(ectx *c, int64_t fire_ns, int kind, RunState *rs, int64_t event_id, int32_t attempt,
-                  const char *timer_id) {
+                      const char *timer_id) {
   uint8_t k[16];
   be64(k, (uint64_t)(fire_ns < 0 ? 0 : fire_ns));
   be64(k + 8, svc_next_seq(c));
@@ -581,7 +581,7 @@ dbx_err svc_wft_schedule(ectx *c, RunState *rs) {
   }
   if (rc == DBX_OK) {
     rc = svc_task_enqueue(c, rs->namespace_, rs->task_queue, TASK_WORKFLOW, rs->workflow_id, rs->run_id,
-                      ev->event_id, rs->wft_attempt);
+                          ev->event_id, rs->wft_attempt);
   }
   svc_history_event_free(ev);
   return rc;
@@ -823,7 +823,7 @@ dbx_err svc_run_close(ectx *c, RunState *rs, HistoryEvent *ev, int status) {
  * the last event included (from - 1 when none). *out: malloc'd (NULL when
  * empty); free(). */
 dbx_err svc_history_encode(ectx *c, uint64_t run_seq, int64_t from, int64_t upto, size_t max_bytes, uint8_t **out,
-                       size_t *len, int64_t *last_id) {
+                           size_t *len, int64_t *last_id) {
   *out = NULL;
   *len = 0;
   *last_id = from - 1;

@@ -22,7 +22,7 @@ static dbx_err load_wft(ectx *c, job *j, ProtobufCBinaryData token, RunState **o
   }
   if (rc == DBX_ENOTFOUND) {
     svc_fail_not_found(j, "workflow task not found: it timed out, was completed, or the run closed (workflow id %s, run id %s)",
-                   t->workflow_id, t->run_id);
+                       t->workflow_id, t->run_id);
     rc = DBX_OK;
   }
   protobuf_c_message_free_unpacked(&t->base, NULL);
@@ -70,8 +70,8 @@ static dbx_err cmd_schedule_activity(ectx *c, job *j, RunState *rs, Command *cmd
   }
   if (s2c == 0 && st2c == 0) {
     svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT,
-             "ScheduleActivityTask %s: either schedule_to_close_timeout or start_to_close_timeout is required",
-             a->activity_id);
+                 "ScheduleActivityTask %s: either schedule_to_close_timeout or start_to_close_timeout is required",
+                 a->activity_id);
     return DBX_OK;
   }
   if (st2c == 0) st2c = s2c;
@@ -123,7 +123,7 @@ static dbx_err cmd_request_cancel_activity(ectx *c, job *j, RunState *rs, Comman
   ActivityInfo *ai = svc_activity_find(rs, sid);
   if (ai == NULL) {
     svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "RequestCancelActivityTask: no pending activity scheduled by event %lld",
-             (long long)sid);
+                 (long long)sid);
     return DBX_OK;
   }
   ev = svc_event_new(ET(ACTIVITY_TASK_CANCEL_REQUESTED));
@@ -672,7 +672,7 @@ static dbx_err apply_command(ectx *c, job *j, RunState *rs, Command *cmd, wft_cm
   case CMD(REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION): return cmd_external(c, j, rs, cmd, w);
   default:
     svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "RespondWorkflowTaskCompleted: command type %d is not supported by this service",
-             (int)cmd->command_type);
+                 (int)cmd->command_type);
     return DBX_OK;
   }
 }
