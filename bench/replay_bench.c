@@ -74,11 +74,10 @@ static const dbx_workflow_type wf_replay = {"bench.Replay", rp_create, rp_on_act
 /* ------------------------------------------------------------ history builder */
 
 static HistoryEvent *finish(HistoryEvent *e) {
-  size_t len = protobuf_c_message_get_packed_size(&e->base);
-  uint8_t *buf = malloc(len ? len : 1);
+  size_t len = 0;
+  uint8_t *buf = dbx_pb_pack(&e->base, &len);
   if (!buf) return NULL;
-  protobuf_c_message_pack(&e->base, buf);
-  HistoryEvent *out = (HistoryEvent *)protobuf_c_message_unpack(&HistoryEvent__D, NULL, len, buf);
+  HistoryEvent *out = (HistoryEvent *)dbx_pb_unpack(&HistoryEvent__D, buf, len);
   free(buf);
   return out;
 }

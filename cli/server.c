@@ -16,6 +16,7 @@
 
 #include "base/util.h"
 #include "cli/cli.h"
+#include "cli/conn.h"
 #include "rpc/rpc.h"
 #include "service/service.h"
 
@@ -39,31 +40,6 @@ static void usage(FILE *f) {
           "  --tls-cert FILE --tls-key FILE serve TLS\n"
           "  --no-sync                     do not sync commits (benchmarks only: loses data on a crash)\n"
           "  --headless, --ui-port, --http-port, --metrics-port, --search-attribute: accepted, unused\n");
-}
-
-static char *read_file(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (f == NULL) return NULL;
-  size_t cap = 4096, n = 0;
-  char *buf = malloc(cap);
-  while (buf) {
-    size_t r = fread(buf + n, 1, cap - n - 1, f);
-    n += r;
-    if (r == 0) break;
-    if (n + 1 == cap) {
-      char *nb = realloc(buf, cap * 2);
-      if (nb == NULL) {
-        free(buf);
-        buf = NULL;
-        break;
-      }
-      buf = nb;
-      cap *= 2;
-    }
-  }
-  fclose(f);
-  if (buf) buf[n] = '\0';
-  return buf;
 }
 
 int dbx_cli_server(int argc, char **argv) {
@@ -186,8 +162,8 @@ int dbx_cli_server(int argc, char **argv) {
     goto out;
   }
   if (tls_cert) {
-    cert_pem = read_file(tls_cert);
-    key_pem = read_file(tls_key);
+    cert_pem = dbx_cli_read_file(tls_cert, NULL);
+    key_pem = dbx_cli_read_file(tls_key, NULL);
     if (cert_pem == NULL || key_pem == NULL) {
       fprintf(stderr, "durabox server start-dev: cannot read %s: %s\n", cert_pem ? tls_key : tls_cert, strerror(errno));
       rc = 1;
