@@ -180,16 +180,13 @@ int dbx_cli_server(int argc, char **argv) {
   sa.sa_handler = on_signal;
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
-  signal(SIGPIPE, SIG_IGN);
 
-  dbx_rpc_global_init();
   dbx_service *svc = NULL;
   char *err = NULL;
   dbx_err e = dbx_service_start(&o, &svc, &err);
   if (e != DBX_OK) {
     fprintf(stderr, "durabox server start-dev: %s\n", err ? err : dbx_strerror(e));
     free(err);
-    dbx_rpc_global_shutdown();
     rc = 1;
     goto out;
   }
@@ -198,7 +195,6 @@ int dbx_cli_server(int argc, char **argv) {
   while (!stop_requested) pause();
   DBX_INFO("server", "stopping");
   dbx_service_stop(svc);
-  dbx_rpc_global_shutdown();
   rc = 0;
 out:
   free(namespaces);

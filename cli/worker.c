@@ -109,7 +109,7 @@ int dbx_cli_worker(int argc, char **argv) {
   int rc = 1;
   char *ca_pem = NULL, *cert_pem = NULL, *key_pem = NULL, *dbdef = NULL, *err = NULL;
   dbx_worker *w = NULL;
-  int sandbox_open = 0, rpc_init = 0;
+  int sandbox_open = 0;
   if ((ca && !(ca_pem = dbx_cli_read_file(ca, NULL))) || (cert && !(cert_pem = dbx_cli_read_file(cert, NULL))) ||
       (key && !(key_pem = dbx_cli_read_file(key, NULL)))) {
     fprintf(stderr, "durabox worker: cannot read a TLS file (%s)\n", strerror(errno));
@@ -126,9 +126,6 @@ int dbx_cli_worker(int argc, char **argv) {
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, NULL);
-  signal(SIGPIPE, SIG_IGN);
-  dbx_rpc_global_init();
-  rpc_init = 1;
   dbx_worker_opts o = {0};
   o.address = address;
   o.namespace_ = ns;
@@ -167,7 +164,6 @@ int dbx_cli_worker(int argc, char **argv) {
 out:
   dbx_worker_destroy(w);
   if (sandbox_open) dbx_sandbox_shutdown();
-  if (rpc_init) dbx_rpc_global_shutdown();
   free(ca_pem);
   free(cert_pem);
   free(key_pem);

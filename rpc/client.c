@@ -13,6 +13,7 @@
 #include "rpc/rpc.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -36,7 +37,21 @@
 #define WFS_PREFIX "/temporal.api.workflowservice.v1.WorkflowService/"
 #define DETAILS_KEY "grpc-status-details-bin"
 
-void dbx_rpc_global_init(void) { grpc_init(); }
+/* grpc_init() starts gRPC core's own threads, which inherit the caller's
+ * signal mask: with every asynchronous signal blocked around it they never
+ * take SIGINT/SIGTERM/SIGUSR1 meant for the program's own handling (a
+ * process-directed signal goes to a thread that does not block it). */
+void dbx_rpc_global_init(void) {
+  sigset_t all, old;
+  sigfillset(&all);
+  sigdelset(&all, SIGSEGV);
+  sigdelset(&all, SIGBUS);
+  sigdelset(&all, SIGFPE);
+  sigdelset(&all, SIGILL);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  grpc_init();
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
 void dbx_rpc_global_shutdown(void) { grpc_shutdown(); }
 
 /* ------------------------------------------------------------ channel */

@@ -15,7 +15,9 @@
  *
  * Messages are opaque bytes here (protobuf-c packs and unpacks in the rooms
  * above). grpc_init()/grpc_shutdown() are called by dbx_rpc_global_init/
- * _shutdown, once per process, in main() and test setup. */
+ * _shutdown, once per process, in main() and test setup, before the
+ * program's own threads start; the threads gRPC starts there block every
+ * asynchronous signal, so signals reach the program's threads only. */
 #ifndef DBX_RPC_RPC_H
 #define DBX_RPC_RPC_H
 

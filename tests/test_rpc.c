@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/alloc.h"
 #include "base/util.h"
 #include "rpc/rpc.h"
 #include "worker/client.h"
@@ -598,6 +599,62 @@ static void test_rpc_client_call_status_carries_the_code(void **state) {
   dbx_client_destroy(c);
 }
 
+/* Each allocation of ours on a call's path (the client's, and the server's
+ * in this same process) failing in turn: the call fails cleanly, as
+ * DBX_ENOMEM on the client side or as a status the server sent, nothing
+ * leaks (ASan, valgrind) and the server releases every call. */
+static void test_rpc_each_allocation_failure_is_clean(void **state) {
+  fixture *f = *state;
+  start_server(f, 0, NULL);
+  f->ch = open_channel(dbx_rpc_server_port(f->srv), NULL);
+  int clean_run = 0;
+  long n = 1;
+  for (; n < 200 && !clean_run; n++) {
+    dbx_rpc_result r = {0};
+    dbx_alloc_fail_at(n);
+    dbx_err rc = dbx_rpc_unary(f->ch, "Echo", "hello", 5, 10000, 0, NULL, &r);
+    int failed = dbx_alloc_failed();
+    dbx_alloc_fail_at(0);
+    if (!failed) {
+      assert_int_equal(rc, DBX_OK);
+      assert_int_equal(r.status, DBX_GRPC_OK);
+      assert_memory_equal(r.response, "olleh", 5);
+      clean_run = 1;
+    } else if (rc == DBX_OK) {
+      assert_int_not_equal(r.status, DBX_GRPC_OK); /* the server answered its own OOM */
+    } else {
+      assert_int_equal(rc, DBX_ENOMEM);
+      assert_null(r.response);
+    }
+    dbx_rpc_result_cleanup(&r);
+    wait_no_live_calls(f->srv);
+  }
+  assert_true(clean_run);
+  /* client: path, reply copy; server: call, method, metadata keys and
+   * values, request copy: well over ten allocations reached the hook */
+  assert_true(n > 10);
+  dbx_rpc_channel *ch = NULL;
+  char target[64];
+  snprintf(target, sizeof target, "127.0.0.1:%d", dbx_rpc_server_port(f->srv));
+  dbx_rpc_channel_opts o = {0};
+  o.target = target;
+  o.api_key = "k";
+  o.namespace_ = "ns";
+  for (long k = 1;; k++) {
+    dbx_alloc_fail_at(k);
+    dbx_err rc = dbx_rpc_channel_create(&o, &ch);
+    int failed = dbx_alloc_failed();
+    dbx_alloc_fail_at(0);
+    if (!failed) {
+      assert_int_equal(rc, DBX_OK);
+      break;
+    }
+    assert_int_equal(rc, DBX_ENOMEM);
+    assert_null(ch);
+  }
+  dbx_rpc_channel_destroy(ch);
+}
+
 static void test_rpc_bad_options_rejected(void **state) {
   (void)state;
   dbx_rpc_server_opts o = {0}; /* no handler */
@@ -645,6 +702,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_rpc_size_limit_reported_as_a_number, setup, teardown),
       cmocka_unit_test_setup_teardown(test_rpc_client_call_status_carries_the_code, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_rpc_each_allocation_failure_is_clean, setup, teardown),
       cmocka_unit_test(test_rpc_bad_options_rejected),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
