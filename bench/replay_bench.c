@@ -74,12 +74,7 @@ static const dbx_workflow_type wf_replay = {"bench.Replay", rp_create, rp_on_act
 /* ------------------------------------------------------------ history builder */
 
 static HistoryEvent *finish(HistoryEvent *e) {
-  size_t len = 0;
-  uint8_t *buf = dbx_pb_pack(&e->base, &len);
-  if (!buf) return NULL;
-  HistoryEvent *out = (HistoryEvent *)dbx_pb_unpack(&HistoryEvent__D, buf, len);
-  free(buf);
-  return out;
+  return (HistoryEvent *)dbx_pb_clone(&e->base);
 }
 
 typedef struct {

@@ -33,6 +33,16 @@ ProtobufCMessage *dbx_pb_unpack(const ProtobufCMessageDescriptor *d, const uint8
   return protobuf_c_message_unpack(d, &allocator, n, p);
 }
 
+ProtobufCMessage *dbx_pb_clone(const ProtobufCMessage *m) {
+  if (m == NULL) return NULL;
+  size_t n = 0;
+  uint8_t *buf = dbx_pb_pack(m, &n);
+  if (buf == NULL) return NULL;
+  ProtobufCMessage *c = dbx_pb_unpack(m->descriptor, buf, n);
+  dbx_free(buf);
+  return c;
+}
+
 void dbx_pb_duration_init_ms(Duration *d, int64_t ms) {
   google__protobuf__duration__init(d);
   d->seconds = ms / 1000;

@@ -373,6 +373,10 @@ uint8_t *dbx_pb_pack(const ProtobufCMessage *m, size_t *len_out);
  * protobuf_c_message_free_unpacked(msg, dbx_pb_allocator()) (or NULL). */
 ProtobufCMessage *dbx_pb_unpack(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n);
 
+/* A deep copy of m (pack, then unpack with dbx_pb_allocator()); NULL for a
+ * NULL m or on OOM. Free as dbx_pb_unpack's result. */
+ProtobufCMessage *dbx_pb_clone(const ProtobufCMessage *m);
+
 /* google.protobuf.Duration / Timestamp in caller-owned structs: init sets
  * the message header and both fields (ms, ns may be negative: seconds and
  * nanos then carry the same sign, as the well-known types require). */

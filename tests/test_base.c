@@ -526,6 +526,13 @@ static void test_base_pb_allocator_counts_protobuf_allocations(void **state) {
   assert_true(sweep_allocations(unpack_op, &c) >= 3);
   assert_int_equal(sweep_allocations(pack_op, &c), 1);
   assert_null(dbx_pb_unpack(&WorkflowExecution__D, (const uint8_t *)"\x0a\x09wf", 4));
+  WorkflowExecution *copy = (WorkflowExecution *)dbx_pb_clone(&m.base);
+  assert_non_null(copy);
+  assert_ptr_not_equal(copy->workflow_id, m.workflow_id);
+  assert_string_equal(copy->workflow_id, "wf-1");
+  assert_string_equal(copy->run_id, "r-2");
+  protobuf_c_message_free_unpacked(&copy->base, NULL); /* plain free works too */
+  assert_null(dbx_pb_clone(NULL));
   free(c.bytes);
 }
 
