@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "base/util.h"
 
 volatile int dbx_failpoints_on = 0;
@@ -143,7 +144,7 @@ dbx_err dbx_failpoint_configure(const char *spec, uint64_t seed, const char *log
   if (!spec || !*spec) return DBX_OK;
   size_t cap = 1;
   for (const char *p = spec; *p; p++) cap += *p == ',';
-  fp_entry *es = calloc(cap, sizeof *es);
+  fp_entry *es = dbx_calloc(cap, sizeof *es);
   if (!es) return DBX_ENOMEM;
   size_t n = 0;
   char *err = NULL;

@@ -3,6 +3,9 @@
  * main() before any thread starts, as util.h requires. */
 #include "base/util.h"
 
+#include <errno.h>
+#include <sys/random.h>
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +13,8 @@
 #include <strings.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "base/alloc.h"
 
 static int log_level = DBX_LOG_INFO;
 static int log_json = 0;
@@ -31,7 +36,7 @@ char *dbx_strdup(const char *s) {
 }
 
 char *dbx_strndup(const char *s, size_t n) {
-  char *p = malloc(n + 1);
+  char *p = n < SIZE_MAX ? dbx_malloc(n + 1) : NULL;
   if (p == NULL) return NULL;
   if (n) memcpy(p, s, n);
   p[n] = '\0';
@@ -44,12 +49,37 @@ char *dbx_asprintf(const char *fmt, ...) {
   int n = vsnprintf(NULL, 0, fmt, ap);
   va_end(ap);
   if (n < 0) return NULL;
-  char *p = malloc((size_t)n + 1);
+  char *p = dbx_malloc((size_t)n + 1);
   if (p == NULL) return NULL;
   va_start(ap, fmt);
   vsnprintf(p, (size_t)n + 1, fmt, ap);
   va_end(ap);
   return p;
+}
+
+dbx_err dbx_uuid_v4(char out[DBX_UUID_LEN + 1]) {
+  static const char hex[] = "0123456789abcdef";
+  uint8_t b[16];
+  size_t got = 0;
+  while (got < sizeof b) {
+    ssize_t r = getrandom(b + got, sizeof b - got, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      out[0] = '\0';
+      return DBX_EIO;
+    }
+    got += (size_t)r;
+  }
+  b[6] = (uint8_t)((b[6] & 0x0f) | 0x40); /* version 4 */
+  b[8] = (uint8_t)((b[8] & 0x3f) | 0x80); /* variant 10 */
+  size_t o = 0;
+  for (int i = 0; i < 16; i++) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out[o++] = '-';
+    out[o++] = hex[b[i] >> 4];
+    out[o++] = hex[b[i] & 15];
+  }
+  out[o] = '\0';
+  return DBX_OK;
 }
 
 int dbx_log_level_parse(const char *s, dbx_log_level *out) {

@@ -1,4 +1,4 @@
-/* Small helpers shared by every room: clocks, allocation, logging.
+/* Small helpers shared by every room: clocks, string copies, uuids, logging.
  *
  * Clocks: dbx_mono_ns() for deadlines and durations (never jumps),
  * dbx_wall_ns() for timestamps that leave the process (history event_time).
@@ -12,15 +12,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/err.h"
+
 int64_t dbx_mono_ns(void); /* CLOCK_MONOTONIC, nanoseconds */
 int64_t dbx_wall_ns(void); /* CLOCK_REALTIME, nanoseconds since the epoch */
 
+/* String copies, allocated through dbx_malloc (base/alloc.h: the failure
+ * hook sees them). */
 /* strdup that accepts NULL (returns NULL) and returns NULL on OOM. Free with free(). */
 char *dbx_strdup(const char *s);
 /* Copy of n bytes plus a NUL; NULL on OOM. Free with free(). */
 char *dbx_strndup(const char *s, size_t n);
 /* malloc'd printf; NULL on OOM or format error. Free with free(). */
 char *dbx_asprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#define DBX_UUID_LEN 36
+/* A random (version 4, RFC 9562) UUID from getrandom(2), as 36 lowercase
+ * characters and a NUL in out ("1b4e28ba-2fa1-4d2b-883f-0016d3cca427").
+ * Returns DBX_OK, DBX_EIO (the kernel gave no randomness; out is ""). */
+dbx_err dbx_uuid_v4(char out[DBX_UUID_LEN + 1]);
 
 typedef enum { DBX_LOG_DEBUG = 0, DBX_LOG_INFO, DBX_LOG_WARN, DBX_LOG_ERROR, DBX_LOG_OFF } dbx_log_level;
 

@@ -115,10 +115,9 @@ static double pct_ms(const samples *s, double q) {
 
 static int call(bench *b, tstats *ts, int kind, const char *method, const ProtobufCMessage *req,
                 int64_t timeout_ms, dbx_rpc_result *res) {
-  size_t n = protobuf_c_message_get_packed_size(req);
-  uint8_t *buf = malloc(n ? n : 1);
+  size_t n = 0;
+  uint8_t *buf = dbx_pb_pack(req, &n);
   if (buf == NULL) return -1;
-  protobuf_c_message_pack(req, buf);
   memset(res, 0, sizeof *res);
   int64_t t = dbx_mono_ns();
   dbx_err rc = dbx_rpc_unary(b->ch, method, buf, n, timeout_ms, 1, b->stop, res);

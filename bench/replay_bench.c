@@ -74,13 +74,7 @@ static const dbx_workflow_type wf_replay = {"bench.Replay", rp_create, rp_on_act
 /* ------------------------------------------------------------ history builder */
 
 static HistoryEvent *finish(HistoryEvent *e) {
-  size_t len = protobuf_c_message_get_packed_size(&e->base);
-  uint8_t *buf = malloc(len ? len : 1);
-  if (!buf) return NULL;
-  protobuf_c_message_pack(&e->base, buf);
-  HistoryEvent *out = (HistoryEvent *)protobuf_c_message_unpack(&HistoryEvent__D, NULL, len, buf);
-  free(buf);
-  return out;
+  return (HistoryEvent *)dbx_pb_clone(&e->base);
 }
 
 typedef struct {
@@ -103,10 +97,8 @@ static void add(hist *h, HistoryEvent *e) {
 /* A plain event of type t with id n+1, a time 50 ms after the previous. */
 static HistoryEvent base(const hist *h, int t, Timestamp *ts) {
   HistoryEvent e = INIT(TEMPORAL__API__HISTORY__V1__HISTORY_EVENT);
-  *ts = (Timestamp)INIT(GOOGLE__PROTOBUF__TIMESTAMP);
   int64_t ms = 1700000000000LL + 50LL * (int64_t)h->n;
-  ts->seconds = ms / 1000;
-  ts->nanos = (int32_t)(ms % 1000) * 1000000;
+  dbx_pb_timestamp_init_ns(ts, ms * 1000000);
   e.event_id = (int64_t)h->n + 1;
   e.event_type = t;
   e.event_time = ts;

@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/fs.h"
 
 void dbx_cli_conn_init(dbx_cli_conn *c) {
   memset(c, 0, sizeof *c);
@@ -54,42 +56,12 @@ int dbx_cli_conn_flag(dbx_cli_conn *c, int argc, char **argv, int *i) {
 }
 
 char *dbx_cli_read_file(const char *path, size_t *len_out) {
-  FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-  if (f == NULL) return NULL;
-  struct stat sb;
-  if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) { /* fopen opens a directory */
-    if (f != stdin) fclose(f);
-    errno = EISDIR;
-    return NULL;
-  }
-  size_t cap = 8192, n = 0;
-  char *buf = malloc(cap);
-  while (buf) {
-    size_t r = fread(buf + n, 1, cap - n - 1, f);
-    n += r;
-    if (r == 0) break;
-    if (n + 1 == cap) {
-      char *nb = realloc(buf, cap * 2);
-      if (nb == NULL) {
-        free(buf);
-        buf = NULL;
-        errno = ENOMEM;
-        break;
-      }
-      buf = nb;
-      cap *= 2;
-    }
-  }
-  int err = ferror(f);
-  if (f != stdin) fclose(f);
-  if (buf && err) {
-    free(buf);
-    errno = EIO;
-    return NULL;
-  }
-  if (buf) buf[n] = '\0';
-  if (len_out) *len_out = n;
-  return buf;
+  char *buf = NULL;
+  if (strcmp(path, "-") == 0)
+    dbx_fs_read_fd(STDIN_FILENO, &buf, len_out);
+  else
+    dbx_fs_read_all(path, &buf, len_out);
+  return buf; /* NULL with errno set by base/fs */
 }
 
 int dbx_cli_conn_load(dbx_cli_conn *c) {
@@ -128,17 +100,12 @@ void dbx_cli_conn_cleanup(dbx_cli_conn *c) {
   c->ca_pem = c->cert_pem = c->key_pem = NULL;
 }
 
-/* Nothing listens at the address: gRPC says UNAVAILABLE with "failed to
- * connect" / "Connection refused" in its message. */
-static int is_connect_failure(dbx_err e, const char *errmsg) {
-  if (errmsg && (strstr(errmsg, "Connection refused") || strstr(errmsg, "failed to connect") ||
-                 strstr(errmsg, "Failed to connect")))
-    return 1;
-  return e == DBX_EUNAVAILABLE && (errmsg == NULL || strstr(errmsg, "connect") != NULL);
-}
+/* The service could not be reached (gRPC UNAVAILABLE: nothing listens, or
+ * it is going away): told by the code, not by gRPC's words. */
+static int is_connect_failure(dbx_err e) { return e == DBX_EUNAVAILABLE; }
 
 void dbx_cli_report(const char *what, const char *address, dbx_err e, const char *errmsg) {
   fprintf(stderr, "durabox: %s: %s\n", what, errmsg ? errmsg : dbx_strerror(e));
-  if (address && is_connect_failure(e, errmsg))
+  if (address && is_connect_failure(e))
     fprintf(stderr, "durabox: is a workflow service running at %s? `durabox dev` starts one\n", address);
 }

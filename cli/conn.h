@@ -27,13 +27,14 @@ int dbx_cli_conn_flag(dbx_cli_conn *c, int argc, char **argv, int *i);
 int dbx_cli_conn_load(dbx_cli_conn *c);
 void dbx_cli_conn_client_opts(const dbx_cli_conn *c, dbx_client_opts *o);
 void dbx_cli_conn_cleanup(dbx_cli_conn *c);
-/* Read a whole file into a malloc'd NUL-terminated buffer ("-" = stdin). NULL on error
- * with errno set (ENOENT, EISDIR for a directory, EIO, ENOMEM...). */
+/* Read a whole file into a malloc'd NUL-terminated buffer ("-" = stdin), via
+ * dbx_fs_read_all/dbx_fs_read_fd. NULL on error with errno set (ENOENT,
+ * EISDIR for a directory, EIO, ENOMEM...). */
 char *dbx_cli_read_file(const char *path, size_t *len_out);
 /* Print one line to stderr for a failed call: "durabox: what: message"; when
- * the call failed because nothing listens (UNAVAILABLE at connect, "Connection
- * refused") and address is not NULL, a second line asks whether a workflow
- * service runs at address and names `durabox dev`. Strings borrowed. */
+ * the service could not be reached (e == DBX_EUNAVAILABLE, gRPC UNAVAILABLE)
+ * and address is not NULL, a second line asks whether a workflow service
+ * runs at address and names `durabox dev`. Strings borrowed. */
 void dbx_cli_report(const char *what, const char *address, dbx_err e, const char *errmsg);
 
 #endif

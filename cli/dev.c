@@ -71,17 +71,13 @@ int dbx_cli_dev(int argc, char **argv) {
   sa.sa_handler = on_signal;
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
-  signal(SIGPIPE, SIG_IGN);
-  dbx_rpc_global_init();
   dbx_embed e;
   if (dbx_embed_start(&o, &e) != 0) {
-    dbx_rpc_global_shutdown();
     return 1;
   }
   fprintf(stderr, "durabox dev: service on %s, worker on task queue %s (Ctrl-C stops)\n", e.address, o.task_queue);
   while (!stop_requested) pause();
   fprintf(stderr, "durabox dev: stopping\n");
   dbx_embed_stop(&e, 10000);
-  dbx_rpc_global_shutdown();
   return 0;
 }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "activities/sandbox.h"
+#include "base/fs.h"
 #include "base/util.h"
 #include "cli/cli.h"
 #include "rpc/rpc.h"
@@ -20,24 +21,10 @@ char *dbx_cli_home(void) {
   return dbx_asprintf("%s/.local/share/durabox", home && *home ? home : "/tmp");
 }
 
-static int mkdirs(const char *path) {
-  char *p = dbx_strdup(path);
-  if (p == NULL) return -1;
-  for (char *s = p + 1; *s; s++) {
-    if (*s != '/') continue;
-    *s = '\0';
-    mkdir(p, 0700);
-    *s = '/';
-  }
-  int r = mkdir(p, 0700) == 0 || access(p, F_OK) == 0 ? 0 : -1;
-  free(p);
-  return r;
-}
-
 int dbx_embed_start(const dbx_embed_opts *o, dbx_embed *e) {
   memset(e, 0, sizeof *e);
   char *home = dbx_cli_home();
-  if (home == NULL || mkdirs(home) != 0) {
+  if (home == NULL || dbx_fs_mkdirs(home, 0700) != DBX_OK) {
     fprintf(stderr, "durabox: cannot create %s\n", home ? home : "the durabox home");
     free(home);
     return 1;
@@ -71,7 +58,7 @@ int dbx_embed_start(const dbx_embed_opts *o, dbx_embed *e) {
       goto fail;
     }
     e->worker_db = o->worker_db ? dbx_strdup(o->worker_db) : dbx_cli_worker_db_default();
-    if (e->worker_db == NULL || mkdirs(e->worker_db) != 0) {
+    if (e->worker_db == NULL || dbx_fs_mkdirs(e->worker_db, 0700) != DBX_OK) {
       fprintf(stderr, "durabox: cannot create the worker store directory\n");
       goto fail;
     }

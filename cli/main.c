@@ -1,10 +1,16 @@
-/* durabox: dispatch the first word to its command group. */
+/* durabox: process-wide setup, then dispatch the first word to its command
+ * group. Process-wide state is set up here and only here, before any thread
+ * starts: SIGPIPE ignored (a peer closing a socket or pipe is an error
+ * return, never a signal), failpoints from the environment, gRPC core. The
+ * subcommands assume all three. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/failpoint.h"
 #include "cli/cli.h"
+#include "rpc/rpc.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -21,7 +27,22 @@ static void usage(FILE *f) {
           "  version            print the version\n");
 }
 
+static int dispatch(int argc, char **argv) {
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "server") == 0) return dbx_cli_server(argc - 1, argv + 1);
+  if (strcmp(cmd, "worker") == 0) return dbx_cli_worker(argc - 1, argv + 1);
+  if (strcmp(cmd, "replay") == 0) return dbx_cli_replay(argc - 1, argv + 1);
+  if (strcmp(cmd, "workflow") == 0) return dbx_cli_workflow(argc - 1, argv + 1);
+  if (strcmp(cmd, "dev") == 0) return dbx_cli_dev(argc - 1, argv + 1);
+  if (strcmp(cmd, "approval") == 0) return dbx_cli_approval(argc - 1, argv + 1);
+  if (strcmp(cmd, "run") == 0) return dbx_cli_run(argc - 1, argv + 1);
+  fprintf(stderr, "durabox: unknown command '%s'\n", cmd);
+  usage(stderr);
+  return 2;
+}
+
 int main(int argc, char **argv) {
+  signal(SIGPIPE, SIG_IGN);
   if (argc < 2) {
     usage(stderr);
     return 2;
@@ -41,14 +62,8 @@ int main(int argc, char **argv) {
     usage(stdout);
     return 0;
   }
-  if (strcmp(cmd, "server") == 0) return dbx_cli_server(argc - 1, argv + 1);
-  if (strcmp(cmd, "worker") == 0) return dbx_cli_worker(argc - 1, argv + 1);
-  if (strcmp(cmd, "replay") == 0) return dbx_cli_replay(argc - 1, argv + 1);
-  if (strcmp(cmd, "workflow") == 0) return dbx_cli_workflow(argc - 1, argv + 1);
-  if (strcmp(cmd, "dev") == 0) return dbx_cli_dev(argc - 1, argv + 1);
-  if (strcmp(cmd, "approval") == 0) return dbx_cli_approval(argc - 1, argv + 1);
-  if (strcmp(cmd, "run") == 0) return dbx_cli_run(argc - 1, argv + 1);
-  fprintf(stderr, "durabox: unknown command '%s'\n", cmd);
-  usage(stderr);
-  return 2;
+  dbx_rpc_global_init();
+  int rc = dispatch(argc, argv);
+  dbx_rpc_global_shutdown();
+  return rc;
 }

@@ -7,21 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-static char *b64(const uint8_t *d, size_t n) {
-  static const char t[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  char *o = malloc(4 * ((n + 2) / 3) + 1);
-  if (o == NULL) return NULL;
-  size_t k = 0;
-  for (size_t i = 0; i < n; i += 3) {
-    uint32_t v = (uint32_t)d[i] << 16 | (i + 1 < n ? (uint32_t)d[i + 1] << 8 : 0) | (i + 2 < n ? d[i + 2] : 0);
-    o[k++] = t[v >> 18 & 63];
-    o[k++] = t[v >> 12 & 63];
-    o[k++] = i + 1 < n ? t[v >> 6 & 63] : '=';
-    o[k++] = i + 2 < n ? t[v & 63] : '=';
-  }
-  o[k] = '\0';
-  return o;
-}
+#include "base/codec.h"
 
 static void camel(const char *name, char *out, size_t cap) {
   size_t k = 0;
@@ -72,7 +58,7 @@ static cJSON *scalar(const ProtobufCFieldDescriptor *f, const void *p) {
     return cJSON_CreateString(*(char *const *)p ? *(char *const *)p : "");
   case PROTOBUF_C_TYPE_BYTES: {
     const ProtobufCBinaryData *b = p;
-    char *s = b64(b->data, b->len);
+    char *s = dbx_base64_encode(b->data, b->len);
     cJSON *j = cJSON_CreateString(s ? s : "");
     free(s);
     return j;

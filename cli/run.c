@@ -360,7 +360,6 @@ int dbx_cli_run(int argc, char **argv) {
     free(input);
     return 2;
   }
-  signal(SIGPIPE, SIG_IGN);
   /* Block the stop signals before any thread exists, so every thread
    * (gRPC's, the worker's) inherits the mask and only the watcher takes them. */
   sig_watch sw;
@@ -386,7 +385,6 @@ int dbx_cli_run(int argc, char **argv) {
   watching = 1;
   int embedded = conn.address == NULL;
   if (embedded && getenv("DURABOX_LOG_LEVEL") == NULL) dbx_log_set_level(DBX_LOG_WARN); /* the live view speaks */
-  dbx_rpc_global_init();
   dbx_embed e;
   dbx_embed_opts eo = {.task_queue = tq, .namespace_ = conn.namespace_, .db_path = db, .worker_db = wdb,
                        .address = conn.address, .api_key = conn.api_key, .start_service = embedded,
@@ -396,7 +394,6 @@ int dbx_cli_run(int argc, char **argv) {
     snprintf(e.address, sizeof e.address, "%s", conn.address);
   } else if (dbx_embed_start(&eo, &e) != 0) {
     free(input);
-    dbx_rpc_global_shutdown();
     embedded = 0; /* nothing to stop */
     c = NULL;
     goto out_signals;
@@ -481,7 +478,6 @@ out:
   free(run_id);
   dbx_client_destroy(c);
   if (embedded) dbx_embed_stop(&e, 10000);
-  dbx_rpc_global_shutdown();
   free(gen_id);
   free(input);
 out_signals:

@@ -16,6 +16,7 @@
 
 #include "base/util.h"
 #include "cli/cli.h"
+#include "cli/conn.h"
 #include "rpc/rpc.h"
 #include "service/service.h"
 
@@ -39,31 +40,6 @@ static void usage(FILE *f) {
           "  --tls-cert FILE --tls-key FILE serve TLS\n"
           "  --no-sync                     do not sync commits (benchmarks only: loses data on a crash)\n"
           "  --headless, --ui-port, --http-port, --metrics-port, --search-attribute: accepted, unused\n");
-}
-
-static char *read_file(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (f == NULL) return NULL;
-  size_t cap = 4096, n = 0;
-  char *buf = malloc(cap);
-  while (buf) {
-    size_t r = fread(buf + n, 1, cap - n - 1, f);
-    n += r;
-    if (r == 0) break;
-    if (n + 1 == cap) {
-      char *nb = realloc(buf, cap * 2);
-      if (nb == NULL) {
-        free(buf);
-        buf = NULL;
-        break;
-      }
-      buf = nb;
-      cap *= 2;
-    }
-  }
-  fclose(f);
-  if (buf) buf[n] = '\0';
-  return buf;
 }
 
 int dbx_cli_server(int argc, char **argv) {
@@ -186,8 +162,8 @@ int dbx_cli_server(int argc, char **argv) {
     goto out;
   }
   if (tls_cert) {
-    cert_pem = read_file(tls_cert);
-    key_pem = read_file(tls_key);
+    cert_pem = dbx_cli_read_file(tls_cert, NULL);
+    key_pem = dbx_cli_read_file(tls_key, NULL);
     if (cert_pem == NULL || key_pem == NULL) {
       fprintf(stderr, "durabox server start-dev: cannot read %s: %s\n", cert_pem ? tls_key : tls_cert, strerror(errno));
       rc = 1;
@@ -204,16 +180,13 @@ int dbx_cli_server(int argc, char **argv) {
   sa.sa_handler = on_signal;
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
-  signal(SIGPIPE, SIG_IGN);
 
-  dbx_rpc_global_init();
   dbx_service *svc = NULL;
   char *err = NULL;
   dbx_err e = dbx_service_start(&o, &svc, &err);
   if (e != DBX_OK) {
     fprintf(stderr, "durabox server start-dev: %s\n", err ? err : dbx_strerror(e));
     free(err);
-    dbx_rpc_global_shutdown();
     rc = 1;
     goto out;
   }
@@ -222,7 +195,6 @@ int dbx_cli_server(int argc, char **argv) {
   while (!stop_requested) pause();
   DBX_INFO("server", "stopping");
   dbx_service_stop(svc);
-  dbx_rpc_global_shutdown();
   rc = 0;
 out:
   free(namespaces);

@@ -17,8 +17,10 @@
 #include <sys/stat.h>
 
 #include "activities/sandbox.h"
+#include "base/fs.h"
 #include "base/util.h"
 #include "cli/cli.h"
+#include "cli/conn.h"
 #include "cli/embed.h"
 #include "rpc/rpc.h"
 #include "worker/replay.h"
@@ -27,48 +29,6 @@
 #include "workflows/script.h"
 
 static const dbx_workflow_type *const builtin_workflows[] = {&dbx_script_workflow};
-
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  size_t cap = 4096, n = 0;
-  char *buf = malloc(cap);
-  while (buf) {
-    size_t r = fread(buf + n, 1, cap - n - 1, f);
-    n += r;
-    if (r == 0) break;
-    if (n + 1 == cap) {
-      char *nb = realloc(buf, cap * 2);
-      if (!nb) {
-        free(buf);
-        buf = NULL;
-        break;
-      }
-      buf = nb;
-      cap *= 2;
-    }
-  }
-  if (buf) buf[n] = 0;
-  fclose(f);
-  return buf;
-}
-
-static int mkdirs(const char *path) {
-  char *p = dbx_strdup(path);
-  if (!p) return -1;
-  for (char *s = p + 1; *s; s++) {
-    if (*s != '/') continue;
-    *s = 0;
-    if (mkdir(p, 0700) != 0 && errno != EEXIST) {
-      free(p);
-      return -1;
-    }
-    *s = '/';
-  }
-  int rc = (mkdir(p, 0700) != 0 && errno != EEXIST) ? -1 : 0;
-  free(p);
-  return rc;
-}
 
 char *dbx_cli_worker_db_default(void) {
   const char *e = getenv("DURABOX_WORKER_DB");
@@ -149,14 +109,14 @@ int dbx_cli_worker(int argc, char **argv) {
   int rc = 1;
   char *ca_pem = NULL, *cert_pem = NULL, *key_pem = NULL, *dbdef = NULL, *err = NULL;
   dbx_worker *w = NULL;
-  int sandbox_open = 0, rpc_init = 0;
-  if ((ca && !(ca_pem = slurp(ca))) || (cert && !(cert_pem = slurp(cert))) ||
-      (key && !(key_pem = slurp(key)))) {
+  int sandbox_open = 0;
+  if ((ca && !(ca_pem = dbx_cli_read_file(ca, NULL))) || (cert && !(cert_pem = dbx_cli_read_file(cert, NULL))) ||
+      (key && !(key_pem = dbx_cli_read_file(key, NULL)))) {
     fprintf(stderr, "durabox worker: cannot read a TLS file (%s)\n", strerror(errno));
     goto out;
   }
   if (!db) db = dbdef = dbx_cli_worker_db_default();
-  if (!db || mkdirs(db) != 0) {
+  if (!db || dbx_fs_mkdirs(db, 0700) != DBX_OK) {
     fprintf(stderr, "durabox worker: cannot create %s: %s\n", db ? db : "?", strerror(errno));
     goto out;
   }
@@ -166,9 +126,6 @@ int dbx_cli_worker(int argc, char **argv) {
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, NULL);
-  signal(SIGPIPE, SIG_IGN);
-  dbx_rpc_global_init();
-  rpc_init = 1;
   dbx_worker_opts o = {0};
   o.address = address;
   o.namespace_ = ns;
@@ -207,7 +164,6 @@ int dbx_cli_worker(int argc, char **argv) {
 out:
   dbx_worker_destroy(w);
   if (sandbox_open) dbx_sandbox_shutdown();
-  if (rpc_init) dbx_rpc_global_shutdown();
   free(ca_pem);
   free(cert_pem);
   free(key_pem);

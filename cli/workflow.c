@@ -432,12 +432,10 @@ int dbx_cli_workflow(int argc, char **argv) {
   dbx_client_opts co;
   dbx_cli_conn_client_opts(&conn, &co);
   dbx_client *c = NULL;
-  dbx_rpc_global_init(); /* gRPC must be set up before the first channel */
   if (dbx_client_create(&co, &c) != DBX_OK) {
     fprintf(stderr, "durabox: cannot create a client for %s\n", conn.address);
     free(input);
     dbx_cli_conn_cleanup(&conn);
-    dbx_rpc_global_shutdown();
     return 1;
   }
   int rc = 2;
@@ -496,7 +494,6 @@ out:
   free(err);
   free(input);
   dbx_client_destroy(c);
-  dbx_rpc_global_shutdown();
   dbx_cli_conn_cleanup(&conn);
   return rc;
 }

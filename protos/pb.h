@@ -1,9 +1,11 @@
 /* Short names for the protobuf-c types generated from protos/: Temporal's
  * API subset (temporal/...) and the service's own records
- * (durabox/service/v1/state.proto). Aliases and macros only; the generated
- * headers are the contract (ownership: protobuf-c's, free unpacked messages
- * with protobuf_c_message_free_unpacked). Shared by every room that speaks
- * the wire format. */
+ * (durabox/service/v1/state.proto), and the few helpers every room that
+ * speaks the wire format needs (pb.c, at the end of this file: the
+ * allocator, packing, durations and timestamps). The generated headers are
+ * the contract for the types (ownership: protobuf-c's, free unpacked
+ * messages with protobuf_c_message_free_unpacked and the allocator they
+ * were unpacked with). */
 #ifndef DBX_PROTOS_PB_H
 #define DBX_PROTOS_PB_H
 
@@ -348,5 +350,45 @@ typedef Temporal__Api__Workflowservice__V1__ResetStickyTaskQueueResponse ResetSt
 #define CMD(x) TEMPORAL__API__COMMAND__V1__COMMAND__ATTRIBUTES_##x##_COMMAND_ATTRIBUTES
 #define HEV(x) TEMPORAL__API__HISTORY__V1__HISTORY_EVENT__ATTRIBUTES_##x##_EVENT_ATTRIBUTES
 #define INIT(T) T##__INIT
+
+/* ------------------------------------------------------------ helpers (pb.c) */
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* protobuf-c's allocator routed through dbx_malloc/dbx_free (base/alloc.h),
+ * so the allocation-failure hook sees unpacked messages too. Pass it to
+ * protobuf_c_message_unpack and to protobuf_c_message_free_unpacked of the
+ * same message; memory from it may also be freed with free(), so passing
+ * NULL (protobuf-c's default, malloc/free) to free_unpacked is equally
+ * correct. Static, never NULL; any thread. */
+ProtobufCAllocator *dbx_pb_allocator(void);
+
+/* Pack m into a new buffer from dbx_malloc (free with free()); *len_out its
+ * length (0 for an empty message; the buffer is then 1 byte, never NULL on
+ * success). NULL on OOM. Any thread (m read-only). */
+uint8_t *dbx_pb_pack(const ProtobufCMessage *m, size_t *len_out);
+
+/* Unpack with dbx_pb_allocator(); NULL on malformed bytes or OOM. Free with
+ * protobuf_c_message_free_unpacked(msg, dbx_pb_allocator()) (or NULL). */
+ProtobufCMessage *dbx_pb_unpack(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n);
+
+/* A deep copy of m (pack, then unpack with dbx_pb_allocator()); NULL for a
+ * NULL m or on OOM. Free as dbx_pb_unpack's result. */
+ProtobufCMessage *dbx_pb_clone(const ProtobufCMessage *m);
+
+/* google.protobuf.Duration / Timestamp in caller-owned structs: init sets
+ * the message header and both fields (ms, ns may be negative: seconds and
+ * nanos then carry the same sign, as the well-known types require). */
+void dbx_pb_duration_init_ms(Duration *d, int64_t ms);
+void dbx_pb_timestamp_init_ns(Timestamp *t, int64_t ns_since_epoch);
+
+/* d in milliseconds (nanos truncated) / nanoseconds: 0 for NULL, -1 for a
+ * negative duration, and values too large for the unit saturate at
+ * INT64_MAX / 2 so adding one to a clock reading cannot overflow. */
+int64_t dbx_pb_duration_ms(const Duration *d);
+int64_t dbx_pb_duration_ns(const Duration *d);
+/* t in nanoseconds since the epoch; 0 for NULL; saturates at +-INT64_MAX / 2. */
+int64_t dbx_pb_timestamp_ns(const Timestamp *t);
 
 #endif

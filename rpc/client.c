@@ -13,7 +13,10 @@
 #include "rpc/rpc.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +26,7 @@
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 
+#include "base/alloc.h"
 #include "base/util.h"
 
 #ifndef DBX_VERSION
@@ -33,7 +37,21 @@
 #define WFS_PREFIX "/temporal.api.workflowservice.v1.WorkflowService/"
 #define DETAILS_KEY "grpc-status-details-bin"
 
-void dbx_rpc_global_init(void) { grpc_init(); }
+/* grpc_init() starts gRPC core's own threads, which inherit the caller's
+ * signal mask: with every asynchronous signal blocked around it they never
+ * take SIGINT/SIGTERM/SIGUSR1 meant for the program's own handling (a
+ * process-directed signal goes to a thread that does not block it). */
+void dbx_rpc_global_init(void) {
+  sigset_t all, old;
+  sigfillset(&all);
+  sigdelset(&all, SIGSEGV);
+  sigdelset(&all, SIGBUS);
+  sigdelset(&all, SIGFPE);
+  sigdelset(&all, SIGILL);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  grpc_init();
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
 void dbx_rpc_global_shutdown(void) { grpc_shutdown(); }
 
 /* ------------------------------------------------------------ channel */
@@ -79,7 +97,7 @@ dbx_err dbx_rpc_channel_create(const dbx_rpc_channel_opts *o, dbx_rpc_channel **
       (o->tls_cert_pem == NULL) != (o->tls_key_pem == NULL) || o->keepalive_ms < 0)
     return DBX_EINVAL;
   *out = NULL;
-  dbx_rpc_channel *ch = calloc(1, sizeof *ch);
+  dbx_rpc_channel *ch = dbx_calloc(1, sizeof *ch);
   if (ch == NULL) return DBX_ENOMEM;
   ch->client_name = dbx_strdup(o->client_name ? o->client_name : "durabox");
   ch->client_version = dbx_strdup(o->client_version ? o->client_version : DBX_VERSION);
@@ -142,7 +160,7 @@ struct dbx_rpc_cancel {
 
 dbx_err dbx_rpc_cancel_create(dbx_rpc_cancel **out) {
   if (out == NULL) return DBX_EINVAL;
-  dbx_rpc_cancel *k = calloc(1, sizeof *k);
+  dbx_rpc_cancel *k = dbx_calloc(1, sizeof *k);
   if (k == NULL) return DBX_ENOMEM;
   pthread_mutex_init(&k->mu, NULL);
   atomic_init(&k->fired, 0);
@@ -194,6 +212,37 @@ static void cancel_remove(dbx_rpc_cancel *k, inflight *f) {
 
 /* ------------------------------------------------------------ unary calls */
 
+const char *dbx_rpc_status_name(int s) {
+  static const char *names[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT",
+                                "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
+                                "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+                                "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL",
+                                "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+  return (s >= 0 && s <= 16) ? names[s] : "UNKNOWN";
+}
+
+/* gRPC core's own size check fails a call RESOURCE_EXHAUSTED with
+ * "Sent message larger than max (SIZE vs. LIMIT)" or "Received message
+ * larger than max (SIZE vs. LIMIT)", written by the sender's or the
+ * receiver's gRPC core. This room owns gRPC, so it alone reads that text and
+ * hands the rooms above a number. Returns LIMIT, or 0 when msg is not it. */
+static size_t grpc_size_limit(int status, const grpc_slice *msg) {
+  static const char mark[] = "message larger than max (";
+  if (status != GRPC_STATUS_RESOURCE_EXHAUSTED) return 0;
+  char buf[160];
+  size_t n = GRPC_SLICE_LENGTH(*msg);
+  if (n == 0 || n >= sizeof buf) return 0;
+  memcpy(buf, GRPC_SLICE_START_PTR(*msg), n);
+  buf[n] = '\0';
+  const char *p = strstr(buf, mark);
+  if (p == NULL) return 0;
+  unsigned long long size = 0, limit = 0;
+  char close = 0;
+  if (sscanf(p + sizeof mark - 1, "%llu vs. %llu%c", &size, &limit, &close) != 3 || close != ')')
+    return 0;
+  return limit > 0 && limit <= SIZE_MAX ? (size_t)limit : 0;
+}
+
 void dbx_rpc_result_cleanup(dbx_rpc_result *r) {
   if (r == NULL) return;
   free(r->message);
@@ -204,7 +253,7 @@ void dbx_rpc_result_cleanup(dbx_rpc_result *r) {
 
 static uint8_t *slice_dup(grpc_slice s, size_t *len_out) {
   size_t n = GRPC_SLICE_LENGTH(s);
-  uint8_t *p = malloc(n ? n : 1);
+  uint8_t *p = dbx_malloc(n ? n : 1);
   if (p != NULL) memcpy(p, GRPC_SLICE_START_PTR(s), n);
   *len_out = n;
   return p;
@@ -302,6 +351,7 @@ dbx_err dbx_rpc_unary(dbx_rpc_channel *ch, const char *method, const void *req, 
     goto out;
   }
   out->status = (int)status;
+  out->message_limit_bytes = grpc_size_limit((int)status, &status_msg);
   if (GRPC_SLICE_LENGTH(status_msg) > 0) {
     out->message = dbx_strndup((const char *)GRPC_SLICE_START_PTR(status_msg),
                                GRPC_SLICE_LENGTH(status_msg));

@@ -15,7 +15,9 @@
  *
  * Messages are opaque bytes here (protobuf-c packs and unpacks in the rooms
  * above). grpc_init()/grpc_shutdown() are called by dbx_rpc_global_init/
- * _shutdown, once per process, in main() and test setup. */
+ * _shutdown, once per process, in main() and test setup, before the
+ * program's own threads start; the threads gRPC starts there block every
+ * asynchronous signal, so signals reach the program's threads only. */
 #ifndef DBX_RPC_RPC_H
 #define DBX_RPC_RPC_H
 
@@ -159,12 +161,21 @@ void dbx_rpc_cancel_destroy(dbx_rpc_cancel *k);
 
 typedef struct {
   int status;            /* gRPC status code; DBX_GRPC_OK on success */
-  char *message;         /* status message (malloc'd, may be NULL) */
+  char *message;         /* status message (malloc'd, may be NULL): for people, not for code */
   uint8_t *response;     /* reply message bytes (malloc'd; NULL when none) */
   size_t response_len;
   uint8_t *details;      /* grpc-status-details-bin (serialized google.rpc.Status) or NULL */
   size_t details_len;
+  /* With status RESOURCE_EXHAUSTED raised by gRPC's own message size check
+   * (this side's send limit or the peer's receive limit): that limit in
+   * bytes. 0 for every other outcome, including a RESOURCE_EXHAUSTED that
+   * the peer's handler sent (e.g. the service's "storage full"). */
+  size_t message_limit_bytes;
 } dbx_rpc_result;
+
+/* "RESOURCE_EXHAUSTED" for DBX_GRPC_RESOURCE_EXHAUSTED etc.: gRPC's names of
+ * its status codes; "UNKNOWN" for numbers outside 0..16. Static, any thread. */
+const char *dbx_rpc_status_name(int status);
 
 void dbx_rpc_result_cleanup(dbx_rpc_result *r); /* frees the members, leaves zeros */
 

@@ -34,6 +34,7 @@
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 
+#include "base/alloc.h"
 #include "base/util.h"
 
 #define SLOTS 16
@@ -215,8 +216,8 @@ static int call_copy_request_info(dbx_rpc_call *c) {
   c->deadline_mono_ns = deadline_to_mono_ns(c->details.deadline);
   size_t n = c->md.count;
   if (n > 0) {
-    c->md_keys = calloc(n, sizeof *c->md_keys);
-    c->md_vals = calloc(n, sizeof *c->md_vals);
+    c->md_keys = dbx_calloc(n, sizeof *c->md_keys);
+    c->md_vals = dbx_calloc(n, sizeof *c->md_vals);
     if (c->md_keys == NULL || c->md_vals == NULL) return -1;
   }
   for (size_t i = 0; i < n; i++) {
@@ -259,7 +260,7 @@ static void on_new(dbx_rpc_server *s, slot *sl, int success) {
     grpc_metadata_array_destroy(&sl->md);
     return; /* shutdown: not re-armed */
   }
-  dbx_rpc_call *c = calloc(1, sizeof *c);
+  dbx_rpc_call *c = dbx_calloc(1, sizeof *c);
   if (c == NULL) {
     grpc_call_cancel_with_status(sl->call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory", NULL);
     grpc_call_unref(sl->call);
@@ -325,7 +326,7 @@ static void on_recv(dbx_rpc_call *c, int success) {
       grpc_slice all = grpc_byte_buffer_reader_readall(&r);
       grpc_byte_buffer_reader_destroy(&r);
       c->req_len = GRPC_SLICE_LENGTH(all);
-      c->req = malloc(c->req_len ? c->req_len : 1);
+      c->req = dbx_malloc(c->req_len ? c->req_len : 1);
       if (c->req != NULL) memcpy(c->req, GRPC_SLICE_START_PTR(all), c->req_len);
       grpc_slice_unref(all);
       if (c->req == NULL) ok = 0;
@@ -435,7 +436,7 @@ dbx_err dbx_rpc_server_start(const dbx_rpc_server_opts *o, dbx_rpc_server **out,
   *out = NULL;
   size_t max = o->max_message_bytes ? o->max_message_bytes : DEFAULT_MAX_MESSAGE;
   if (max > INT32_MAX) max = INT32_MAX;
-  dbx_rpc_server *s = calloc(1, sizeof *s);
+  dbx_rpc_server *s = dbx_calloc(1, sizeof *s);
   if (s == NULL) return DBX_ENOMEM;
   s->on_call = o->on_call;
   s->on_cancel = o->on_cancel;

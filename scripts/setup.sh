@@ -10,7 +10,7 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
 pkgs=(build-essential cmake ninja-build pkg-config git
       libgrpc-dev protobuf-c-compiler libprotobuf-c-dev protobuf-compiler libprotobuf-dev
-      liblmdb-dev lmdb-utils libcurl4-openssl-dev libcjson-dev libyaml-dev libcmocka-dev
+      liblmdb-dev lmdb-utils libssl-dev libcurl4-openssl-dev libcjson-dev libyaml-dev libcmocka-dev
       valgrind bubblewrap nodejs npm ca-certificates)
 missing=()
 for p in "${pkgs[@]}"; do

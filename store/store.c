@@ -30,6 +30,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "base/util.h"
 
 #define MOD "store"
@@ -163,7 +164,7 @@ static void store_free(dbx_store *s) {
 
 /* Create and open the environment for rp (a realpath); reg_mu held. */
 static dbx_err store_create(const dbx_store_opts *o, const char *rp, dbx_store **out) {
-  dbx_store *s = calloc(1, sizeof *s);
+  dbx_store *s = dbx_calloc(1, sizeof *s);
   if (s == NULL) {
     set_open_msg("out of memory opening %s", rp);
     return DBX_ENOMEM;
@@ -349,7 +350,7 @@ static void cursors_release(dbx_txn *t, int lmdb_closes) {
 dbx_err dbx_store_read_begin(dbx_store *s, dbx_txn **out) {
   if (out != NULL) *out = NULL;
   if (s == NULL || out == NULL) return DBX_EINVAL;
-  dbx_txn *t = calloc(1, sizeof *t);
+  dbx_txn *t = dbx_calloc(1, sizeof *t);
   if (t == NULL) {
     set_msg(s, "out of memory beginning a read transaction");
     return DBX_ENOMEM;
@@ -633,7 +634,7 @@ dbx_err dbx_store_cursor_open(dbx_txn *t, dbx_table tb, dbx_cursor **out) {
     set_msg(t->s, "cursor_open: transaction already aborted");
     return DBX_ESTATE;
   }
-  dbx_cursor *c = calloc(1, sizeof *c);
+  dbx_cursor *c = dbx_calloc(1, sizeof *c);
   if (c == NULL) {
     set_msg(t->s, "out of memory opening a cursor");
     return DBX_ENOMEM;
@@ -744,7 +745,7 @@ dbx_err dbx_store_cursor_del(dbx_cursor *c) {
 dbx_err dbx_store_txn_child_begin(dbx_txn *parent, dbx_txn **out) {
   if (parent == NULL || out == NULL || !parent->write) return DBX_EINVAL;
   *out = NULL;
-  dbx_txn *t = calloc(1, sizeof *t);
+  dbx_txn *t = dbx_calloc(1, sizeof *t);
   if (t == NULL) return DBX_ENOMEM;
   t->s = parent->s;
   t->write = 1;

@@ -252,12 +252,8 @@ static HistoryEvent *wait_events(const char *wid, const char *rid, int type, int
       if ((int)h.events[i]->event_type != type) continue;
       seen++;
       if (last) protobuf_c_message_free_unpacked(&last->base, NULL);
-      size_t n = protobuf_c_message_get_packed_size(&h.events[i]->base);
-      uint8_t *b = malloc(n + 1);
-      assert_non_null(b);
-      protobuf_c_message_pack(&h.events[i]->base, b);
-      last = (HistoryEvent *)protobuf_c_message_unpack(&HistoryEvent__D, NULL, n, b);
-      free(b);
+      last = (HistoryEvent *)dbx_pb_clone(&h.events[i]->base);
+      assert_non_null(last);
     }
     free(tok);
     tok = h.next_page_token;

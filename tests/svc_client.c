@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include "tests/svc_client.h"
 
+#include "base/fs.h"
 #include "worker/client.h"
 
 #include <arpa/inet.h>
@@ -39,10 +40,9 @@ int dbx_svct_call(dbx_rpc_channel *ch, const char *method, const ProtobufCMessag
                   const ProtobufCMessageDescriptor *resp_d, int64_t timeout_ms, void **resp,
                   dbx_rpc_result *raw) {
   if (resp) *resp = NULL;
-  size_t n = protobuf_c_message_get_packed_size(req);
-  uint8_t *buf = malloc(n ? n : 1);
+  size_t n = 0;
+  uint8_t *buf = dbx_pb_pack(req, &n);
   assert_non_null(buf);
-  protobuf_c_message_pack(req, buf);
   dbx_rpc_result local;
   memset(&local, 0, sizeof local);
   dbx_rpc_result *r = raw ? raw : &local;
@@ -527,21 +527,8 @@ void dbx_svct_proc_kill_all(void) {
 }
 
 char *dbx_svct_file_read(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (f == NULL) return NULL;
-  size_t cap = 4096, n = 0;
-  char *buf = malloc(cap);
-  size_t r;
-  while (buf && (r = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-    n += r;
-    if (n + 1 == cap) {
-      char *nb = realloc(buf, cap *= 2);
-      if (nb == NULL) free(buf);
-      buf = nb;
-    }
-  }
-  fclose(f);
-  if (buf) buf[n] = '\0';
+  char *buf = NULL;
+  dbx_fs_read_all(path, &buf, NULL);
   return buf;
 }
 

@@ -1,7 +1,8 @@
 /* Unit tests of rpc/: a real server and client in one process over
  * 127.0.0.1 (port 0). The handler dispatches on the short method name:
  * "Echo" replies with the request reversed, "Park" parks the call for the
- * test to answer, "Details" fails with status details, anything else is
+ * test to answer, "Details" fails with status details, "Full" fails
+ * RESOURCE_EXHAUSTED as a handler would ("storage full"), anything else is
  * answered UNIMPLEMENTED "unknown method". */
 #include "tests/testutil.h"
 
@@ -11,8 +12,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/alloc.h"
 #include "base/util.h"
 #include "rpc/rpc.h"
+#include "worker/client.h"
 
 #define MAX_PARKED 64
 
@@ -84,6 +87,8 @@ static void on_call(dbx_rpc_call *c, void *ud) {
     f->parked[f->n_parked++] = c;
     pthread_cond_broadcast(&f->cv);
     pthread_mutex_unlock(&f->mu);
+  } else if (strcmp(m, "Full") == 0) {
+    dbx_rpc_call_fail(c, DBX_GRPC_RESOURCE_EXHAUSTED, "storage full: 4096 vs. 1024", NULL, 0);
   } else if (strcmp(m, "Details") == 0) {
     dbx_rpc_call_fail(c, DBX_GRPC_FAILED_PRECONDITION, "with details", k_details,
                       sizeof k_details);
@@ -499,6 +504,157 @@ static void test_rpc_tls_round_trip(void **state) {
   assert_int_equal(f->n_calls, 1);
 }
 
+/* gRPC's own size check is told apart by code and number, with no text
+ * parsing above rpc/: the server's receive limit, the client's send limit,
+ * and a handler's RESOURCE_EXHAUSTED that is not about size. */
+static void test_rpc_size_limit_reported_as_a_number(void **state) {
+  fixture *f = *state;
+  start_server(f, 1024, NULL);
+  int port = dbx_rpc_server_port(f->srv);
+  f->ch = open_channel(port, NULL);
+  uint8_t big[4096];
+  memset(big, 'a', sizeof big);
+  dbx_rpc_result r = {0};
+  unary_ok(f->ch, "Echo", big, sizeof big, &r); /* over the server's limit */
+  assert_int_equal(r.status, DBX_GRPC_RESOURCE_EXHAUSTED);
+  assert_int_equal(r.message_limit_bytes, 1024);
+  dbx_rpc_result_cleanup(&r);
+  assert_int_equal(r.message_limit_bytes, 0);
+
+  unary_ok(f->ch, "Full", "x", 1, &r); /* the handler's own RESOURCE_EXHAUSTED */
+  assert_int_equal(r.status, DBX_GRPC_RESOURCE_EXHAUSTED);
+  assert_string_equal(r.message, "storage full: 4096 vs. 1024");
+  assert_int_equal(r.message_limit_bytes, 0);
+  dbx_rpc_result_cleanup(&r);
+
+  unary_ok(f->ch, "Echo", big, 100, &r); /* served: no limit reported */
+  assert_int_equal(r.status, DBX_GRPC_OK);
+  assert_int_equal(r.message_limit_bytes, 0);
+  dbx_rpc_result_cleanup(&r);
+
+  /* this side's send limit: refused before it leaves the process */
+  char target[64];
+  snprintf(target, sizeof target, "127.0.0.1:%d", port);
+  dbx_rpc_channel_opts o = {0};
+  o.target = target;
+  o.max_message_bytes = 2000;
+  dbx_rpc_channel *small = NULL;
+  assert_int_equal(dbx_rpc_channel_create(&o, &small), DBX_OK);
+  int calls = f->n_calls;
+  unary_ok(small, "Echo", big, 3000, &r);
+  assert_int_equal(r.status, DBX_GRPC_RESOURCE_EXHAUSTED);
+  assert_int_equal(r.message_limit_bytes, 2000);
+  dbx_rpc_result_cleanup(&r);
+  assert_int_equal(f->n_calls, calls);
+  dbx_rpc_channel_destroy(small);
+
+  assert_string_equal(dbx_rpc_status_name(DBX_GRPC_RESOURCE_EXHAUSTED), "RESOURCE_EXHAUSTED");
+  assert_string_equal(dbx_rpc_status_name(DBX_GRPC_OK), "OK");
+  assert_string_equal(dbx_rpc_status_name(DBX_GRPC_UNAUTHENTICATED), "UNAUTHENTICATED");
+  assert_string_equal(dbx_rpc_status_name(17), "UNKNOWN");
+  assert_string_equal(dbx_rpc_status_name(-1), "UNKNOWN");
+}
+
+/* worker/client passes the status code and the size limit up (what the
+ * worker uses to fail an oversized workflow task without reading text). */
+static void test_rpc_client_call_status_carries_the_code(void **state) {
+  fixture *f = *state;
+  start_server(f, 1024, NULL);
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", dbx_rpc_server_port(f->srv));
+  dbx_client_opts co = {0};
+  co.address = addr;
+  dbx_client *c = NULL;
+  assert_int_equal(dbx_client_create(&co, &c), DBX_OK);
+
+  WorkflowType small = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_TYPE);
+  small.name = "t";
+  dbx_client_status st = {99, 99};
+  char *err = NULL;
+  assert_int_equal(dbx_client_call_status(c, "Full", &small.base, NULL, 10000, NULL, NULL, &st, &err),
+                   DBX_ERPC);
+  assert_int_equal(st.grpc_status, DBX_GRPC_RESOURCE_EXHAUSTED);
+  assert_int_equal(st.message_limit_bytes, 0);
+  assert_string_equal(err, "RESOURCE_EXHAUSTED: storage full: 4096 vs. 1024");
+  free(err);
+
+  char name[3000];
+  memset(name, 'n', sizeof name - 1);
+  name[sizeof name - 1] = '\0';
+  WorkflowType big = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_TYPE);
+  big.name = name;
+  assert_int_equal(dbx_client_call_status(c, "Echo", &big.base, NULL, 10000, NULL, NULL, &st, NULL),
+                   DBX_ERPC);
+  assert_int_equal(st.grpc_status, DBX_GRPC_RESOURCE_EXHAUSTED);
+  assert_int_equal(st.message_limit_bytes, 1024);
+
+  assert_int_equal(dbx_client_call_status(c, "Echo", &small.base, NULL, 10000, NULL, NULL, &st, NULL),
+                   DBX_OK);
+  assert_int_equal(st.grpc_status, DBX_GRPC_OK);
+  assert_int_equal(st.message_limit_bytes, 0);
+
+  assert_int_equal(dbx_client_call_status(c, "Nope", &small.base, NULL, 10000, NULL, NULL, &st, NULL),
+                   DBX_ERPC);
+  assert_int_equal(st.grpc_status, DBX_GRPC_UNIMPLEMENTED);
+  dbx_client_destroy(c);
+}
+
+/* Each allocation of ours on a call's path (the client's, and the server's
+ * in this same process) failing in turn: the call fails cleanly, as
+ * DBX_ENOMEM on the client side or as a status the server sent, nothing
+ * leaks (ASan, valgrind) and the server releases every call. */
+static void test_rpc_each_allocation_failure_is_clean(void **state) {
+  fixture *f = *state;
+  start_server(f, 0, NULL);
+  f->ch = open_channel(dbx_rpc_server_port(f->srv), NULL);
+  int clean_run = 0;
+  long n = 1;
+  for (; n < 200 && !clean_run; n++) {
+    dbx_rpc_result r = {0};
+    dbx_alloc_fail_at(n);
+    dbx_err rc = dbx_rpc_unary(f->ch, "Echo", "hello", 5, 10000, 0, NULL, &r);
+    int failed = dbx_alloc_failed();
+    dbx_alloc_fail_at(0);
+    if (!failed) {
+      assert_int_equal(rc, DBX_OK);
+      assert_int_equal(r.status, DBX_GRPC_OK);
+      assert_memory_equal(r.response, "olleh", 5);
+      clean_run = 1;
+    } else if (rc == DBX_OK) {
+      assert_int_not_equal(r.status, DBX_GRPC_OK); /* the server answered its own OOM */
+    } else {
+      assert_int_equal(rc, DBX_ENOMEM);
+      assert_null(r.response);
+    }
+    dbx_rpc_result_cleanup(&r);
+    wait_no_live_calls(f->srv);
+  }
+  assert_true(clean_run);
+  /* client: path, reply copy; server: call, method, metadata keys and
+   * values, request copy: well over ten allocations reached the hook */
+  assert_true(n > 10);
+  dbx_rpc_channel *ch = NULL;
+  char target[64];
+  snprintf(target, sizeof target, "127.0.0.1:%d", dbx_rpc_server_port(f->srv));
+  dbx_rpc_channel_opts o = {0};
+  o.target = target;
+  o.api_key = "k";
+  o.namespace_ = "ns";
+  for (long k = 1;; k++) {
+    dbx_alloc_fail_at(k);
+    dbx_err rc = dbx_rpc_channel_create(&o, &ch);
+    int failed = dbx_alloc_failed();
+    dbx_alloc_fail_at(0);
+    if (!failed) {
+      assert_int_equal(rc, DBX_OK);
+      break;
+    }
+    assert_int_equal(rc, DBX_ENOMEM);
+    assert_null(ch);
+  }
+  dbx_rpc_channel_destroy(ch);
+}
+
 static void test_rpc_bad_options_rejected(void **state) {
   (void)state;
   dbx_rpc_server_opts o = {0}; /* no handler */
@@ -543,6 +699,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_rpc_concurrent_calls, setup, teardown),
       cmocka_unit_test_setup_teardown(test_rpc_destroy_with_parked_calls, setup, teardown),
       cmocka_unit_test_setup_teardown(test_rpc_tls_round_trip, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_rpc_size_limit_reported_as_a_number, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_rpc_client_call_status_carries_the_code, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_rpc_each_allocation_failure_is_clean, setup, teardown),
       cmocka_unit_test(test_rpc_bad_options_rejected),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -1,12 +1,12 @@
 /* Test helpers (see testutil.h). */
-#define _XOPEN_SOURCE 700
 #include "tests/testutil.h"
 
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "base/fs.h"
 
 char *dbx_test_tmpdir(const char *prefix) {
   const char *base = getenv("TMPDIR");
@@ -19,13 +19,8 @@ char *dbx_test_tmpdir(const char *prefix) {
   return p;
 }
 
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb; (void)flag; (void)ftw;
-  return remove(path) == 0 ? 0 : 0;
-}
-
 void dbx_test_rmrf(const char *path) {
-  if (path) nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+  if (path) dbx_fs_remove_tree(path);
 }
 
 const char *dbx_test_bin(void) {

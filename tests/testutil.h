@@ -13,7 +13,7 @@
 /* mkdtemp under $TMPDIR (or /tmp) with the given prefix; abort on failure.
  * Returns a malloc'd path; remove with dbx_test_rmrf() then free(). */
 char *dbx_test_tmpdir(const char *prefix);
-/* rm -rf path (nftw); silent on missing paths. */
+/* rm -rf path (dbx_fs_remove_tree); silent on missing paths and failures. */
 void dbx_test_rmrf(const char *path);
 /* Path of the durabox binary from $DBX_BIN; fails the test when unset. */
 const char *dbx_test_bin(void);

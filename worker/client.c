@@ -14,21 +14,13 @@
 #include <unistd.h>
 
 #include "base/util.h"
+#include "protos/pb.h"
 
 struct dbx_client {
   dbx_rpc_channel *ch;
   char *ns;
   char *identity;
 };
-
-static const char *grpc_code_name(int s) {
-  static const char *names[] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT",
-                                "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
-                                "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
-                                "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL",
-                                "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
-  return (s >= 0 && s <= 16) ? names[s] : "UNKNOWN";
-}
 
 static dbx_err status_to_err(int s) {
   switch (s) {
@@ -99,15 +91,16 @@ void dbx_client_msg_free(void *msg) {
   if (msg) protobuf_c_message_free_unpacked((ProtobufCMessage *)msg, NULL);
 }
 
-dbx_err dbx_client_call(dbx_client *c, const char *method, const ProtobufCMessage *req,
-                        const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
-                        dbx_rpc_cancel *cancel, ProtobufCMessage **resp, char **errmsg) {
+dbx_err dbx_client_call_status(dbx_client *c, const char *method, const ProtobufCMessage *req,
+                               const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                               dbx_rpc_cancel *cancel, ProtobufCMessage **resp,
+                               dbx_client_status *st, char **errmsg) {
   if (errmsg) *errmsg = NULL;
   if (resp) *resp = NULL;
-  size_t len = protobuf_c_message_get_packed_size(req);
-  uint8_t *buf = malloc(len ? len : 1);
+  if (st) memset(st, 0, sizeof *st);
+  size_t len = 0;
+  uint8_t *buf = dbx_pb_pack(req, &len);
   if (!buf) return DBX_ENOMEM;
-  protobuf_c_message_pack(req, buf);
   dbx_rpc_result r = {0};
   dbx_err rc = dbx_rpc_unary(c->ch, method, buf, len, timeout_ms, 0, cancel, &r);
   free(buf);
@@ -116,14 +109,18 @@ dbx_err dbx_client_call(dbx_client *c, const char *method, const ProtobufCMessag
     dbx_rpc_result_cleanup(&r);
     return rc;
   }
+  if (st) {
+    st->grpc_status = r.status;
+    st->message_limit_bytes = r.message_limit_bytes;
+  }
   if (r.status != DBX_GRPC_OK) {
     rc = status_to_err(r.status);
-    set_msg(errmsg, dbx_asprintf("%s: %s", grpc_code_name(r.status), r.message ? r.message : ""));
+    set_msg(errmsg, dbx_asprintf("%s: %s", dbx_rpc_status_name(r.status), r.message ? r.message : ""));
     dbx_rpc_result_cleanup(&r);
     return rc;
   }
   if (resp && resp_desc) {
-    *resp = protobuf_c_message_unpack(resp_desc, NULL, r.response_len, r.response);
+    *resp = dbx_pb_unpack(resp_desc, r.response, r.response_len);
     if (!*resp) {
       set_msg(errmsg, dbx_asprintf("%s: cannot decode the reply", method));
       rc = DBX_ERPC;
@@ -131,6 +128,12 @@ dbx_err dbx_client_call(dbx_client *c, const char *method, const ProtobufCMessag
   }
   dbx_rpc_result_cleanup(&r);
   return rc;
+}
+
+dbx_err dbx_client_call(dbx_client *c, const char *method, const ProtobufCMessage *req,
+                        const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                        dbx_rpc_cancel *cancel, ProtobufCMessage **resp, char **errmsg) {
+  return dbx_client_call_status(c, method, req, resp_desc, timeout_ms, cancel, resp, NULL, errmsg);
 }
 
 /* ------------------------------------------------------------ payloads */
@@ -183,30 +186,6 @@ static Payloads *payloads_opt(const char *json) {
   return json ? dbx_payloads_from_json(json, strlen(json)) : NULL;
 }
 
-static char *uuid4(void) {
-  unsigned char b[16];
-  FILE *f = fopen("/dev/urandom", "rb");
-  size_t got = f ? fread(b, 1, 16, f) : 0;
-  if (f) fclose(f);
-  if (got != 16) {
-    uint64_t x = (uint64_t)dbx_wall_ns() ^ ((uint64_t)getpid() << 32);
-    for (int i = 0; i < 16; i++) {
-      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-      b[i] = (unsigned char)x;
-    }
-  }
-  b[6] = (b[6] & 0x0f) | 0x40;
-  b[8] = (b[8] & 0x3f) | 0x80;
-  return dbx_asprintf("%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-                      b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11],
-                      b[12], b[13], b[14], b[15]);
-}
-
-static void set_duration(Duration *d, int64_t ms) {
-  d->seconds = ms / 1000;
-  d->nanos = (int32_t)((ms % 1000) * 1000000);
-}
-
 #define EXEC(wid, rid)                                                                             \
   WorkflowExecution ex = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);                      \
   ex.workflow_id = (char *)(wid);                                                                  \
@@ -224,7 +203,8 @@ dbx_err dbx_client_start_workflow(dbx_client *c, const dbx_client_start_opts *o,
   TaskQueue tq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
   Duration d1 = INIT(GOOGLE__PROTOBUF__DURATION), d2 = INIT(GOOGLE__PROTOBUF__DURATION),
            d3 = INIT(GOOGLE__PROTOBUF__DURATION);
-  char *rid = o->request_id ? NULL : uuid4();
+  char rid[DBX_UUID_LEN + 1] = "";
+  if (!o->request_id) dbx_uuid_v4(rid); /* "" when the kernel has no randomness */
   rq.namespace_ = c->ns;
   rq.workflow_id = (char *)o->workflow_id;
   wt.name = (char *)o->workflow_type;
@@ -233,11 +213,11 @@ dbx_err dbx_client_start_workflow(dbx_client *c, const dbx_client_start_opts *o,
   tq.kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
   rq.task_queue = &tq;
   rq.input = payloads_opt(o->input_json);
-  if (o->execution_timeout_ms > 0) set_duration(&d1, o->execution_timeout_ms), rq.workflow_execution_timeout = &d1;
-  if (o->run_timeout_ms > 0) set_duration(&d2, o->run_timeout_ms), rq.workflow_run_timeout = &d2;
-  if (o->task_timeout_ms > 0) set_duration(&d3, o->task_timeout_ms), rq.workflow_task_timeout = &d3;
+  if (o->execution_timeout_ms > 0) dbx_pb_duration_init_ms(&d1, o->execution_timeout_ms), rq.workflow_execution_timeout = &d1;
+  if (o->run_timeout_ms > 0) dbx_pb_duration_init_ms(&d2, o->run_timeout_ms), rq.workflow_run_timeout = &d2;
+  if (o->task_timeout_ms > 0) dbx_pb_duration_init_ms(&d3, o->task_timeout_ms), rq.workflow_task_timeout = &d3;
   rq.identity = c->identity;
-  rq.request_id = (char *)(o->request_id ? o->request_id : (rid ? rid : ""));
+  rq.request_id = (char *)(o->request_id ? o->request_id : rid);
   rq.workflow_id_reuse_policy = o->id_reuse_policy;
   StartWorkflowExecutionResponse *rs = NULL;
   dbx_err rc = dbx_client_call(c, "StartWorkflowExecution", &rq.base,
@@ -249,7 +229,6 @@ dbx_err dbx_client_start_workflow(dbx_client *c, const dbx_client_start_opts *o,
   }
   dbx_client_msg_free(rs);
   dbx_payloads_free(rq.input);
-  free(rid);
   return rc;
 }
 
@@ -380,19 +359,19 @@ dbx_err dbx_client_signal(dbx_client *c, const char *workflow_id, const char *ru
   if (!c || !workflow_id || !signal_name) return DBX_EINVAL;
   EXEC(workflow_id, run_id);
   SignalWorkflowExecutionRequest rq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__SIGNAL_WORKFLOW_EXECUTION_REQUEST);
-  char *rid = uuid4();
+  char rid[DBX_UUID_LEN + 1];
+  dbx_uuid_v4(rid); /* "" when the kernel has no randomness */
   rq.namespace_ = c->ns;
   rq.workflow_execution = &ex;
   rq.signal_name = (char *)signal_name;
   rq.input = payloads_opt(input_json);
   rq.identity = c->identity;
-  rq.request_id = rid ? rid : "";
+  rq.request_id = rid;
   ProtobufCMessage *rs = NULL;
   dbx_err rc = dbx_client_call(c, "SignalWorkflowExecution", &rq.base,
                                &SignalWorkflowExecutionResponse__D, 30000, NULL, &rs, errmsg);
   dbx_client_msg_free(rs);
   dbx_payloads_free(rq.input);
-  free(rid);
   return rc;
 }
 
@@ -401,17 +380,17 @@ dbx_err dbx_client_cancel(dbx_client *c, const char *workflow_id, const char *ru
   if (!c || !workflow_id) return DBX_EINVAL;
   EXEC(workflow_id, run_id);
   RequestCancelWorkflowExecutionRequest rq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__REQUEST_CANCEL_WORKFLOW_EXECUTION_REQUEST);
-  char *rid = uuid4();
+  char rid[DBX_UUID_LEN + 1];
+  dbx_uuid_v4(rid); /* "" when the kernel has no randomness */
   rq.namespace_ = c->ns;
   rq.workflow_execution = &ex;
   rq.identity = c->identity;
-  rq.request_id = rid ? rid : "";
+  rq.request_id = rid;
   rq.reason = (char *)(reason ? reason : "");
   ProtobufCMessage *rs = NULL;
   dbx_err rc = dbx_client_call(c, "RequestCancelWorkflowExecution", &rq.base,
                                &RequestCancelWorkflowExecutionResponse__D, 30000, NULL, &rs, errmsg);
   dbx_client_msg_free(rs);
-  free(rid);
   return rc;
 }
 

@@ -57,6 +57,23 @@ dbx_err dbx_client_call(dbx_client *c, const char *method, const ProtobufCMessag
                         const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
                         dbx_rpc_cancel *cancel, ProtobufCMessage **resp, char **errmsg);
 
+/* What a caller may need to tell apart about a failed call, as codes: the
+ * errmsg text is for people and is never parsed. */
+typedef struct {
+  int grpc_status;            /* the call's gRPC status (DBX_GRPC_*); DBX_GRPC_OK when
+                                 the call failed before a status arrived (DBX_ECANCELED,
+                                 DBX_ENOMEM, ...) or succeeded */
+  size_t message_limit_bytes; /* with DBX_GRPC_RESOURCE_EXHAUSTED from gRPC's own
+                                 message size check: the limit it enforced (ours
+                                 or the service's); else 0 (see dbx_rpc_result) */
+} dbx_client_status;
+
+/* dbx_client_call that also fills *st (may be NULL; zeroed first). */
+dbx_err dbx_client_call_status(dbx_client *c, const char *method, const ProtobufCMessage *req,
+                               const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                               dbx_rpc_cancel *cancel, ProtobufCMessage **resp,
+                               dbx_client_status *st, char **errmsg);
+
 /* ------------------------------------------------------------ payloads */
 
 /* JSON text of the first payload (malloc'd, NUL-terminated; "null" when p is

@@ -286,20 +286,6 @@ static const char *size_text(char *buf, size_t cap, size_t n) {
   return buf;
 }
 
-/* Is err (from dbx_client_call) the service refusing a message over its
- * size limit? Then *limit is the limit it named, if it named one. gRPC
- * answers RESOURCE_EXHAUSTED "... larger than max (SIZE vs. LIMIT)"; the
- * service's other RESOURCE_EXHAUSTED ("storage full") is transient. */
-static int message_too_large(const char *err, size_t *limit) {
-  if (!err || strncmp(err, "RESOURCE_EXHAUSTED", 18) != 0 || strstr(err, "storage full")) return 0;
-  const char *vs = strstr(err, " vs. ");
-  if (vs) {
-    unsigned long long v = strtoull(vs + 5, NULL, 10);
-    if (v > 0) *limit = (size_t)v;
-  }
-  return 1;
-}
-
 /* A completion of size bytes cannot reach the service (limit bytes): fail
  * the task with a clear cause instead of resending it. The service retries
  * the task with backoff; each attempt replays and ends here again, so the
@@ -452,13 +438,16 @@ static void process_wft(dbx_worker *w, PollWorkflowTaskQueueResponse *t) {
   ProtobufCMessage *rs = NULL;
   w->st_completions++;
   DBX_FAILPOINT("worker.wft.report.before");
-  rc = dbx_client_call(w->client, "RespondWorkflowTaskCompleted", &rq.base,
-                       &RespondWorkflowTaskCompletedResponse__D, CALL_TIMEOUT_MS, NULL, &rs, &err);
+  dbx_client_status cs;
+  rc = dbx_client_call_status(w->client, "RespondWorkflowTaskCompleted", &rq.base,
+                              &RespondWorkflowTaskCompletedResponse__D, CALL_TIMEOUT_MS, NULL, &rs,
+                              &cs, &err);
   dbx_client_msg_free(rs);
-  size_t limit = w->max_msg;
-  if (rc != DBX_OK && message_too_large(err, &limit)) {
+  /* gRPC's size check (the service's limit, below ours), told by code; the
+   * service's own RESOURCE_EXHAUSTED ("storage full") is transient. */
+  if (rc != DBX_OK && cs.grpc_status == DBX_GRPC_RESOURCE_EXHAUSTED && cs.message_limit_bytes > 0) {
     free(err);
-    wft_fail_oversized(w, t, wid, rid, size, limit);
+    wft_fail_oversized(w, t, wid, rid, size, cs.message_limit_bytes);
     goto out;
   }
   w->st_wft++;

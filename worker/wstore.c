@@ -16,6 +16,7 @@
 #include <cjson/cJSON.h>
 
 #include "base/failpoint.h"
+#include "base/hash.h"
 #include "base/util.h"
 #include "store/store.h"
 
@@ -117,10 +118,9 @@ static dbx_err hist_put_fn(dbx_txn *t, void *arg) {
     rc = dbx_store_get(t, h->s->history, key, kl, &have);
     if (rc == DBX_OK) continue;
     if (rc != DBX_ENOTFOUND) return rc;
-    size_t len = protobuf_c_message_get_packed_size(&h->events[i]->base);
-    uint8_t *buf = malloc(len ? len : 1);
+    size_t len = 0;
+    uint8_t *buf = dbx_pb_pack(&h->events[i]->base, &len);
     if (!buf) return DBX_ENOMEM;
-    protobuf_c_message_pack(&h->events[i]->base, buf);
     rc = dbx_store_put(t, h->s->history, key, kl, buf, len);
     free(buf);
     if (rc != DBX_OK) return rc;
@@ -358,81 +358,15 @@ dbx_journal_decision dbx_journal_decide(const dbx_journal_entry *e, dbx_retry_cl
 
 /* ---- at_most_once identities */
 
-/* SHA-256 (FIPS 180-4), for input hashes. */
-typedef struct {
-  uint32_t h[8];
-  uint8_t buf[64];
-  size_t n;
-  uint64_t bits;
-} sha256_ctx;
-
-static const uint32_t K256[64] = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
-    0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
-    0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
-    0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
-    0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
-    0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
-    0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
-    0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
-    0xc67178f2};
-
-#define ROR(x, n) (((x) >> (n)) | ((x) << (32 - (n))))
-
-static void sha256_block(sha256_ctx *c, const uint8_t *p) {
-  uint32_t w[64], a[8];
-  for (int i = 0; i < 16; i++)
-    w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 |
-           p[4 * i + 3];
-  for (int i = 16; i < 64; i++) {
-    uint32_t s0 = ROR(w[i - 15], 7) ^ ROR(w[i - 15], 18) ^ (w[i - 15] >> 3);
-    uint32_t s1 = ROR(w[i - 2], 17) ^ ROR(w[i - 2], 19) ^ (w[i - 2] >> 10);
-    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-  }
-  memcpy(a, c->h, sizeof a);
-  for (int i = 0; i < 64; i++) {
-    uint32_t S1 = ROR(a[4], 6) ^ ROR(a[4], 11) ^ ROR(a[4], 25);
-    uint32_t ch = (a[4] & a[5]) ^ (~a[4] & a[6]);
-    uint32_t t1 = a[7] + S1 + ch + K256[i] + w[i];
-    uint32_t S0 = ROR(a[0], 2) ^ ROR(a[0], 13) ^ ROR(a[0], 22);
-    uint32_t mj = (a[0] & a[1]) ^ (a[0] & a[2]) ^ (a[1] & a[2]);
-    uint32_t t2 = S0 + mj;
-    memmove(a + 1, a, 7 * sizeof a[0]);
-    a[4] += t1;
-    a[0] = t1 + t2;
-  }
-  for (int i = 0; i < 8; i++) c->h[i] += a[i];
-}
-
-static void sha256_hex(const uint8_t *p, size_t len, char out[65]) {
-  sha256_ctx c = {{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c,
-                   0x1f83d9ab, 0x5be0cd19},
-                  {0},
-                  0,
-                  (uint64_t)len * 8};
-  for (; len >= 64; p += 64, len -= 64) sha256_block(&c, p);
-  uint8_t tail[128] = {0};
-  memcpy(tail, p, len);
-  tail[len] = 0x80;
-  size_t tl = len + 1 + 8 <= 64 ? 64 : 128;
-  for (int i = 0; i < 8; i++) tail[tl - 1 - i] = (uint8_t)(c.bits >> (8 * i));
-  sha256_block(&c, tail);
-  if (tl == 128) sha256_block(&c, tail + 64);
-  for (int i = 0; i < 8; i++) snprintf(out + 8 * i, 9, "%08x", c.h[i]);
-}
-
 dbx_err dbx_wstore_input_hash(const char *input, size_t len, char out[DBX_INPUT_HASH_LEN + 1]) {
   cJSON *j = input ? cJSON_ParseWithLength(input, len) : NULL;
   char *canon = j ? cJSON_PrintUnformatted(j) : NULL;
   cJSON_Delete(j);
   if (j && !canon) return DBX_ENOMEM;
-  if (canon)
-    sha256_hex((const uint8_t *)canon, strlen(canon), out);
-  else
-    sha256_hex((const uint8_t *)(input ? input : ""), input ? len : 0, out);
+  dbx_err rc = canon ? dbx_sha256_hex(canon, strlen(canon), out)
+                     : dbx_sha256_hex(input, input ? len : 0, out);
   free(canon);
-  return DBX_OK;
+  return rc;
 }
 
 static size_t amo_key(uint8_t *key, const char *ns, const char *wid, const char *rid,

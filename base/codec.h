@@ -1,0 +1,29 @@
+/* base/codec: byte-level encodings shared by every room: a strict UTF-8
+ * check and standard base64 (RFC 4648 section 4, with padding).
+ * Thread safety: pure functions, any thread. */
+#ifndef DBX_BASE_CODEC_H
+#define DBX_BASE_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+
+/* 1 when s[0..n) is well-formed UTF-8 (RFC 3629): no overlong forms, no
+ * surrogates (U+D800..U+DFFF), nothing past U+10FFFF, no truncated sequence.
+ * NUL bytes are valid UTF-8; callers that need C strings check for them.
+ * s may be NULL when n is 0. */
+int dbx_utf8_valid(const uint8_t *s, size_t n);
+
+/* Base64 text of p[0..n) with '=' padding, NUL-terminated. malloc'd (free
+ * with free()); NULL on OOM only. p may be NULL when n is 0 (gives ""). */
+char *dbx_base64_encode(const uint8_t *p, size_t n);
+
+/* Decode s[0..n) (strict: standard alphabet, length a multiple of 4, padding
+ * only at the end, no whitespace). *out: malloc'd (free with free(); one
+ * spare byte so it may be NUL-terminated by the caller at [*len_out]),
+ * *len_out the decoded length. Returns DBX_OK, DBX_EINVAL (malformed text;
+ * *out NULL), DBX_ENOMEM. */
+dbx_err dbx_base64_decode(const char *s, size_t n, uint8_t **out, size_t *len_out);
+
+#endif
