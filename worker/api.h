@@ -67,6 +67,75 @@ typedef struct {
   const char *const *non_retryable_error_types; /* NULL-terminated, or NULL */
 } dbx_activity_opts;
 
+/* How a child workflow stands, as recorded in the parent's history
+ * (Temporal: ChildWorkflowExecution*EventAttributes). */
+typedef enum {
+  DBX_CHILD_STARTED = 1,   /* ChildWorkflowExecutionStarted: run_id set; more outcomes follow */
+  DBX_CHILD_START_FAILED,  /* StartChildWorkflowExecutionFailed: cause set (1 = WORKFLOW_ALREADY_EXISTS) */
+  DBX_CHILD_COMPLETED,     /* ChildWorkflowExecutionCompleted: result_json set */
+  DBX_CHILD_FAILED,        /* ChildWorkflowExecutionFailed: failure_type/message set */
+  DBX_CHILD_CANCELED,      /* ChildWorkflowExecutionCanceled */
+  DBX_CHILD_TIMED_OUT,     /* ChildWorkflowExecutionTimedOut */
+  DBX_CHILD_TERMINATED     /* ChildWorkflowExecutionTerminated */
+} dbx_child_status;
+
+typedef struct {
+  dbx_child_status status;
+  const char *workflow_id;     /* borrowed for the call */
+  const char *run_id;          /* "" before STARTED / on START_FAILED */
+  const char *result_json;     /* COMPLETED: JSON text, else "null" */
+  size_t result_len;
+  const char *failure_type;    /* FAILED: ApplicationFailureInfo.type ("" if none) */
+  const char *failure_message; /* FAILED: the failure's message ("" if none) */
+  int cause;                   /* START_FAILED: Temporal's StartChildWorkflowExecutionFailedCause */
+} dbx_child_outcome;
+
+/* Temporal's ParentClosePolicy values. */
+typedef enum {
+  DBX_PARENT_CLOSE_DEFAULT = 0,   /* the service's default (TERMINATE) */
+  DBX_PARENT_CLOSE_TERMINATE = 1,
+  DBX_PARENT_CLOSE_ABANDON = 2,
+  DBX_PARENT_CLOSE_REQUEST_CANCEL = 3
+} dbx_parent_close_policy;
+
+typedef struct {
+  const char *workflow_id;             /* NULL = "<parent workflow id>-child-<seq>" */
+  const char *task_queue;              /* NULL = the parent's */
+  int64_t execution_timeout_ms;        /* 0 = unlimited */
+  int64_t run_timeout_ms;              /* 0 = unlimited */
+  int64_t task_timeout_ms;             /* 0 = the service's default (10 s) */
+  dbx_parent_close_policy parent_close_policy;
+  /* retry policy; maximum_attempts 0 and no other field = no retry policy sent */
+  int32_t maximum_attempts;            /* 0 = unlimited (when a policy is sent) */
+  int64_t initial_interval_ms;         /* 0 = 1000 */
+  double backoff_coefficient;          /* 0 = 2.0 */
+  int64_t maximum_interval_ms;         /* 0 = 100 x initial_interval_ms */
+} dbx_child_opts;
+
+typedef struct {
+  const char *workflow_type;           /* NULL = this run's type */
+  const char *task_queue;              /* NULL = this run's */
+  int64_t run_timeout_ms;              /* 0 = this run's */
+  int64_t task_timeout_ms;             /* 0 = this run's */
+} dbx_continue_opts;
+
+/* A signal handler by name (see dbx_workflow_type.signals). name and json are
+ * borrowed for the call. description: shown by __temporal_workflow_metadata. */
+typedef struct {
+  const char *name;
+  void (*fn)(void *state, dbx_wf *wf, const char *json, size_t len);
+  const char *description;
+} dbx_wf_signal_def;
+
+/* A query handler by name: args_json (borrowed; "null" when none) is the
+ * query's first argument. Return malloc'd JSON, or NULL to fail the query.
+ * Must not issue commands or change state (it gets no dbx_wf). */
+typedef struct {
+  const char *name;
+  char *(*fn)(void *state, const char *args_json, size_t len);
+  const char *description;
+} dbx_wf_query_def;
+
 typedef struct {
   const char *name;                /* workflow type name, e.g. "durabox.Script" */
   /* Create the state from the input JSON (borrowed). May issue commands.
@@ -83,6 +152,22 @@ typedef struct {
   /* Answer a query: return malloc'd JSON, or NULL (unknown query). May be NULL. */
   char *(*on_query)(void *state, const char *name);
   void (*destroy)(void *state);
+  /* ---- added (compatible: an initializer that stops above leaves these NULL) */
+  /* A child this code started (dbx_wf_start_child) has news; borrowed for the call. */
+  void (*on_child)(void *state, dbx_wf *wf, int64_t seq, const dbx_child_outcome *o);
+  /* A dbx_wf_signal_external / dbx_wf_cancel_child request was delivered
+   * (failed = 0: ExternalWorkflowExecutionSignaled / ...CancelRequested) or
+   * refused (failed = 1: ...Failed, e.g. no such workflow). */
+  void (*on_external)(void *state, dbx_wf *wf, int64_t seq, int failed);
+  /* A dbx_wf_await_signal wait ended: with the signal's input (borrowed) or,
+   * timed_out = 1, by its timer (json "null"). */
+  void (*on_signal_wait)(void *state, dbx_wf *wf, int64_t seq, const char *json, size_t len,
+                         int timed_out);
+  /* Per-name handlers, ended by an entry with name NULL; NULL = none. A signal
+   * goes to its named handler if any, else to on_signal. */
+  const dbx_wf_signal_def *signals;
+  /* Per-name query handlers, ended by name NULL; tried before on_query. */
+  const dbx_wf_query_def *queries;
 } dbx_workflow_type;
 
 /* Commands (each returns a sequence number used as the activity/timer id:
@@ -99,6 +184,89 @@ int64_t dbx_wf_start_timer(dbx_wf *wf, int64_t duration_ms);
  * task), when its outcome is already in history (on_activity gets it in this
  * activation or got it before), or after the workflow completed. */
 int dbx_wf_cancel_activity(dbx_wf *wf, int64_t seq);
+/* Added: cancel timer seq (Temporal: CancelTimerCommandAttributes, event
+ * TimerCanceled). A timer started in this same activation is not sent at
+ * all; on_timer never runs for a cancelled timer. Returns 0, or -1 when seq is
+ * not a pending timer of this code (unknown, fired, already cancelled, or a
+ * dbx_wf_await_signal timer) or after the workflow completed. */
+int dbx_wf_cancel_timer(dbx_wf *wf, int64_t seq);
+
+/* Added: start a child workflow (Temporal: StartChildWorkflowExecution
+ * CommandAttributes; matched on replay by StartChildWorkflowExecutionInitiated
+ * with the same workflow id and type). type and input_json copied; o may be
+ * NULL (all defaults). Outcomes arrive through on_child (STARTED, then one
+ * final status; or START_FAILED). Returns the seq (shared with activities and
+ * timers), or -1 (bad arguments, completed, OOM). */
+int64_t dbx_wf_start_child(dbx_wf *wf, const char *type, const char *input_json,
+                           const dbx_child_opts *o);
+/* Added: ask the service to cancel child seq (Temporal: RequestCancelExternal
+ * WorkflowExecutionCommandAttributes with child_workflow_only). The child's
+ * final outcome still comes through on_child (CANCELED if it honours it); the
+ * request's delivery comes through on_external with the returned seq.
+ * Returns a new seq, or -1 when seq is not a child whose start history has
+ * recorded and that has not ended, or after the workflow completed. */
+int64_t dbx_wf_cancel_child(dbx_wf *wf, int64_t seq);
+/* Added: signal another workflow (Temporal: SignalExternalWorkflowExecution
+ * CommandAttributes). run_id NULL or "" = its current run. All strings copied.
+ * Delivery through on_external. Returns the seq, or -1. */
+int64_t dbx_wf_signal_external(dbx_wf *wf, const char *workflow_id, const char *run_id,
+                               const char *signal_name, const char *input_json);
+
+/* Added: markers (Temporal: RecordMarkerCommandAttributes, event
+ * MarkerRecorded, matched on replay by marker name). The value is stored as
+ * details["data"] (json/plain). When this task's history already holds the
+ * marker (replay), the recorded value is returned and value_json ignored;
+ * otherwise value_json is recorded and returned. name and value_json copied;
+ * the result is owned by the run, valid until the callback returns. NULL on
+ * bad arguments, after completion or OOM. Markers of one name are matched in
+ * issue order within a workflow task. */
+const char *dbx_wf_marker_record(dbx_wf *wf, const char *name, const char *value_json);
+/* Added: a side effect: fn(ud) runs only when history does not hold its
+ * result yet; its malloc'd JSON (NULL = "null") is recorded as a marker named
+ * "SideEffect" (the Go SDK's name) and returned as dbx_wf_marker_record does. */
+const char *dbx_wf_side_effect(dbx_wf *wf, char *(*fn)(void *ud), void *ud);
+/* Added: versioning, the Go SDK's workflow.GetVersion: marker "Version" with
+ * details "change-id" (JSON string) and "version" (JSON number), compatible
+ * with how the Go SDK records it (its TemporalChangeVersion search attribute
+ * is not upserted). First execution: records max_version and returns it.
+ * Replay: returns the recorded version; when history has no marker for
+ * change_id, returns DBX_WF_DEFAULT_VERSION (-1) and records nothing (code
+ * that ran before the change). Later calls with the same change_id return the
+ * same version without a new marker. A version outside [min, max] fails the
+ * workflow (UnsupportedVersion) and returns it. */
+#define DBX_WF_DEFAULT_VERSION (-1)
+int64_t dbx_wf_get_version(dbx_wf *wf, const char *change_id, int64_t min_version,
+                           int64_t max_version);
+
+/* Added: wait for a signal named name (copied) for up to timeout_ms (0 = no
+ * limit). A timer is started (StartTimer) unless timeout_ms is 0; the first
+ * signal of that name that arrives after this call ends the wait (it is also
+ * given to its handler / on_signal first) and cancels the timer (CancelTimer,
+ * or the StartTimer is not sent when both happen in one activation); if the
+ * timer fires first the wait ends timed out. Either way on_signal_wait gets the
+ * returned seq. Deterministic on replay. Returns the seq, or -1. */
+int64_t dbx_wf_await_signal(dbx_wf *wf, const char *name, int64_t timeout_ms);
+
+/* Added: upsert search attributes (Temporal: UpsertWorkflowSearchAttributes
+ * CommandAttributes) / memo (ModifyWorkflowPropertiesCommandAttributes.
+ * upserted_memo): n keys with JSON values (each json/plain), all copied.
+ * Matched on replay by kind. Returns 0, or -1 (bad arguments, completed, OOM). */
+int dbx_wf_upsert_search_attributes(dbx_wf *wf, const char *const *keys,
+                                    const char *const *values_json, size_t n);
+int dbx_wf_upsert_memo(dbx_wf *wf, const char *const *keys, const char *const *values_json,
+                       size_t n);
+
+/* Added: end this run and start a new one of the same workflow id with
+ * input_json (copied; NULL = null) (Temporal: ContinueAsNewWorkflowExecution
+ * CommandAttributes, event WorkflowExecutionContinuedAsNew). o may be NULL. */
+void dbx_wf_continue_as_new(dbx_wf *wf, const char *input_json, const dbx_continue_opts *o);
+/* Added: of the workflow task being processed (its WorkflowTaskStarted event):
+ * the history length in events (= that event's id, as Temporal SDKs report it),
+ * the service's history size in bytes, and its suggest_continue_as_new. */
+int64_t dbx_wf_history_length(const dbx_wf *wf);
+int64_t dbx_wf_history_size_bytes(const dbx_wf *wf);
+int dbx_wf_continue_as_new_suggested(const dbx_wf *wf);
+
 /* End the run: result JSON copied (NULL = null). */
 void dbx_wf_complete(dbx_wf *wf, const char *result_json);
 void dbx_wf_fail(dbx_wf *wf, const char *type, const char *message);

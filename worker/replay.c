@@ -21,23 +21,29 @@
 #include "base/util.h"
 #include "worker/client.h"
 
-typedef enum { K_ACT = 1, K_TIMER, K_COMPLETE, K_FAIL, K_CANCEL, K_ACT_CANCEL } cmd_kind;
+typedef enum {
+  K_ACT = 1, K_TIMER, K_COMPLETE, K_FAIL, K_CANCEL, K_ACT_CANCEL,
+  K_TIMER_CANCEL, K_MARKER, K_CHILD, K_CANCEL_EXT, K_SIGNAL_EXT, K_UPSERT_SA, K_MEMO, K_CAN
+} cmd_kind;
 
 typedef struct {
   cmd_kind kind;
   int64_t seq;
-  char *type; /* activity type */
+  char *type;  /* activity / child workflow type, marker name, signal name */
+  char *ident; /* child / external workflow id */
   uint8_t *packed;
   size_t len;
   int64_t activation;
 } pcmd;
 
-typedef enum { J_ACT = 1, J_TIMER, J_SIGNAL, J_CANCEL } job_kind;
+typedef enum { J_ACT = 1, J_TIMER, J_SIGNAL, J_CANCEL, J_CHILD, J_EXT } job_kind;
 
 typedef struct {
   job_kind kind;
   int64_t seq;
-  dbx_act_outcome o; /* strings owned (cast away const on free) */
+  dbx_act_outcome o;   /* strings owned (cast away const on free) */
+  dbx_child_outcome co; /* J_CHILD: strings owned */
+  int failed;          /* J_EXT */
   char *name;
   char *json;
   size_t len;
@@ -46,8 +52,42 @@ typedef struct {
 typedef struct {
   int64_t event_id, seq;
   int32_t attempt;
-  int resolved; /* activities: an outcome event has been applied */
+  int resolved; /* an outcome event has been applied (timers: fired or cancelled) */
 } idmap;
+
+/* A child workflow this code started: event_id is its Initiated event (0
+ * until history records it). */
+typedef struct {
+  int64_t seq, event_id;
+  char *wid, *run_id, *type;
+  int done;
+} kid;
+
+/* A dbx_wf_await_signal wait; timer_seq 0 = no timeout. */
+typedef struct {
+  int64_t seq, timer_seq;
+  char *name;
+  int done;
+} waiter;
+
+/* A marker this workflow task recorded, read ahead from history when the
+ * task is replayed; key: the change id of a "Version" marker. */
+typedef struct {
+  char *name, *key, *value;
+  int used;
+} lookahead;
+
+typedef struct {
+  char *change_id;
+  int64_t version;
+} version;
+
+/* What the code waits on, for __stack_trace: 'a' activity, 't' timer, 'c' child. */
+typedef struct {
+  char kind;
+  int64_t seq;
+  char *label;
+} pending;
 
 struct dbx_wf {
   const dbx_workflow_type *t;
@@ -58,12 +98,26 @@ struct dbx_wf {
   size_t input_len;
   int64_t last_event, seq, now_ms;
   int64_t activation, last_completed_activation;
+  int64_t hist_len, hist_bytes;
+  int suggest_can;
   pcmd *cmds;
   size_t ncmds, head, cap_cmds, matched;
   job *jobs;
   size_t njobs, cap_jobs;
-  idmap *acts, *timers;
-  size_t nacts, cap_acts, ntimers, cap_timers;
+  idmap *acts, *timers, *exts;
+  size_t nacts, cap_acts, ntimers, cap_timers, nexts, cap_exts;
+  kid *kids;
+  size_t nkids, cap_kids;
+  waiter *waits;
+  size_t nwaits, cap_waits;
+  lookahead *look;
+  size_t nlook, cap_look;
+  version *vers;
+  size_t nvers, cap_vers;
+  pending *pend;
+  size_t npend, cap_pend;
+  char **scratch; /* values returned to the code, freed at the next activation */
+  size_t nscratch, cap_scratch;
   int64_t err_event;
   char err[512];
 };
@@ -99,8 +153,24 @@ static void job_free(job *j) {
   free((char *)j->o.result_json);
   free((char *)j->o.failure_type);
   free((char *)j->o.failure_message);
+  free((char *)j->co.workflow_id);
+  free((char *)j->co.run_id);
+  free((char *)j->co.result_json);
+  free((char *)j->co.failure_type);
+  free((char *)j->co.failure_message);
   free(j->name);
   free(j->json);
+}
+
+static void look_clear(dbx_wf_run *r) {
+  for (size_t i = 0; i < r->nlook; i++) {
+    free(r->look[i].name);
+    free(r->look[i].key);
+    free(r->look[i].value);
+  }
+  r->nlook = 0;
+  for (size_t i = 0; i < r->nscratch; i++) free(r->scratch[i]);
+  r->nscratch = 0;
 }
 
 void dbx_wf_run_destroy(dbx_wf_run *r) {
@@ -111,6 +181,23 @@ void dbx_wf_run_destroy(dbx_wf_run *r) {
     free(r->cmds[i].packed);
   }
   for (size_t i = 0; i < r->njobs; i++) job_free(&r->jobs[i]);
+  for (size_t i = 0; i < r->ncmds; i++) free(r->cmds[i].ident);
+  for (size_t i = 0; i < r->nkids; i++) {
+    free(r->kids[i].wid);
+    free(r->kids[i].run_id);
+    free(r->kids[i].type);
+  }
+  for (size_t i = 0; i < r->nwaits; i++) free(r->waits[i].name);
+  for (size_t i = 0; i < r->nvers; i++) free(r->vers[i].change_id);
+  for (size_t i = 0; i < r->npend; i++) free(r->pend[i].label);
+  look_clear(r);
+  free(r->look);
+  free(r->scratch);
+  free(r->kids);
+  free(r->waits);
+  free(r->vers);
+  free(r->pend);
+  free(r->exts);
   free(r->cmds);
   free(r->jobs);
   free(r->acts);
@@ -142,16 +229,19 @@ static void set_bad(dbx_wf_run *r, int64_t event_id, const char *fmt, ...) {
 
 /* ------------------------------------------------------------ commands */
 
-static int64_t push_cmd(dbx_wf *wf, cmd_kind kind, int64_t seq, const char *type, Command *c) {
+static int64_t push_cmd_id(dbx_wf *wf, cmd_kind kind, int64_t seq, const char *type,
+                           const char *ident, Command *c) {
   if (grow((void **)&wf->cmds, &wf->cap_cmds, wf->ncmds + 1, sizeof *wf->cmds)) return -1;
   pcmd *p = &wf->cmds[wf->ncmds];
   memset(p, 0, sizeof *p);
   p->len = protobuf_c_message_get_packed_size(&c->base);
   p->packed = malloc(p->len ? p->len : 1);
   p->type = type ? dbx_strdup(type) : NULL;
-  if (!p->packed || (type && !p->type)) {
+  p->ident = ident ? dbx_strdup(ident) : NULL;
+  if (!p->packed || (type && !p->type) || (ident && !p->ident)) {
     free(p->packed);
     free(p->type);
+    free(p->ident);
     return -1;
   }
   protobuf_c_message_pack(&c->base, p->packed);
@@ -160,6 +250,27 @@ static int64_t push_cmd(dbx_wf *wf, cmd_kind kind, int64_t seq, const char *type
   p->activation = wf->activation;
   wf->ncmds++;
   return seq;
+}
+
+static int64_t push_cmd(dbx_wf *wf, cmd_kind kind, int64_t seq, const char *type, Command *c) {
+  return push_cmd_id(wf, kind, seq, type, NULL, c);
+}
+
+static int pending_add(dbx_wf *wf, char kind, int64_t seq, const char *label) {
+  if (grow((void **)&wf->pend, &wf->cap_pend, wf->npend + 1, sizeof *wf->pend)) return -1;
+  char *l = dbx_strdup(label ? label : "");
+  if (!l) return -1;
+  wf->pend[wf->npend++] = (pending){kind, seq, l};
+  return 0;
+}
+
+static void pending_del(dbx_wf *wf, int64_t seq) {
+  for (size_t i = 0; i < wf->npend; i++)
+    if (wf->pend[i].seq == seq) {
+      free(wf->pend[i].label);
+      wf->pend[i] = wf->pend[--wf->npend];
+      return;
+    }
 }
 
 static void set_dur(Duration *d, int64_t ms) {
@@ -235,7 +346,10 @@ int64_t dbx_wf_schedule_activity(dbx_wf *wf, const char *type, const char *input
   int64_t rc = push_cmd(wf, K_ACT, seq, type, &c);
   dbx_payloads_free(cls);
   dbx_payloads_free(a.input);
-  if (rc > 0) wf->seq = seq;
+  if (rc > 0) {
+    wf->seq = seq;
+    if (pending_add(wf, 'a', seq, type)) return -1;
+  }
   return rc;
 }
 
@@ -254,7 +368,10 @@ int64_t dbx_wf_start_timer(dbx_wf *wf, int64_t duration_ms) {
   c.attributes_case = CMD(START_TIMER);
   c.start_timer_command_attributes = &a;
   int64_t rc = push_cmd(wf, K_TIMER, seq, NULL, &c);
-  if (rc > 0) wf->seq = seq;
+  if (rc > 0) {
+    wf->seq = seq;
+    if (pending_add(wf, 't', seq, NULL)) return -1;
+  }
   return rc;
 }
 
@@ -276,6 +393,414 @@ int dbx_wf_cancel_activity(dbx_wf *wf, int64_t seq) {
   c.request_cancel_activity_task_command_attributes = &a;
   return push_cmd(wf, K_ACT_CANCEL, seq, NULL, &c) == seq ? 0 : -1;
 }
+
+static int usable(const dbx_wf *wf) { return wf && !wf->closed && !wf->bad; }
+
+int dbx_wf_cancel_timer(dbx_wf *wf, int64_t seq) {
+  if (!usable(wf)) return -1;
+  for (size_t i = 0; i < wf->nwaits; i++)
+    if (wf->waits[i].timer_seq == seq && !wf->waits[i].done) return -1; /* a wait's own timer */
+  idmap *m = NULL;
+  for (size_t i = 0; i < wf->ntimers; i++)
+    if (wf->timers[i].seq == seq) m = &wf->timers[i];
+  if (m && m->resolved) return -1;
+  if (!m) {
+    /* not recorded yet: a StartTimer of this activation that was never sent
+     * is dropped (the replay of this activation drops it the same way) */
+    for (size_t i = wf->head; i < wf->ncmds; i++) {
+      pcmd *p = &wf->cmds[i];
+      if (p->kind != K_TIMER || p->seq != seq || p->activation != wf->activation) continue;
+      free(p->packed);
+      free(p->type);
+      free(p->ident);
+      memmove(p, p + 1, (wf->ncmds - i - 1) * sizeof *p);
+      wf->ncmds--;
+      pending_del(wf, seq);
+      return 0;
+    }
+    return -1;
+  }
+  char id[24];
+  snprintf(id, sizeof id, "%lld", (long long)seq);
+  Command c = INIT(TEMPORAL__API__COMMAND__V1__COMMAND);
+  CancelTimerCommandAttributes a = INIT(TEMPORAL__API__COMMAND__V1__CANCEL_TIMER_COMMAND_ATTRIBUTES);
+  a.timer_id = id;
+  c.command_type = CT(CANCEL_TIMER);
+  c.attributes_case = CMD(CANCEL_TIMER);
+  c.cancel_timer_command_attributes = &a;
+  if (push_cmd(wf, K_TIMER_CANCEL, seq, NULL, &c) != seq) return -1;
+  m->resolved = 1;
+  pending_del(wf, seq);
+  return 0;
+}
+
+static RetryPolicy *child_retry(const dbx_child_opts *o, RetryPolicy *rp, Duration *ii,
+                                Duration *mi) {
+  if (!o->maximum_attempts && !o->initial_interval_ms && o->backoff_coefficient == 0 &&
+      !o->maximum_interval_ms)
+    return NULL;
+  set_dur(ii, o->initial_interval_ms > 0 ? o->initial_interval_ms : 1000);
+  rp->initial_interval = ii;
+  rp->backoff_coefficient = o->backoff_coefficient >= 1.0 ? o->backoff_coefficient : 2.0;
+  if (o->maximum_interval_ms > 0) set_dur(mi, o->maximum_interval_ms), rp->maximum_interval = mi;
+  rp->maximum_attempts = o->maximum_attempts > 0 ? o->maximum_attempts : 0;
+  return rp;
+}
+
+int64_t dbx_wf_start_child(dbx_wf *wf, const char *type, const char *input_json,
+                           const dbx_child_opts *o) {
+  if (!usable(wf) || !type || !*type) return -1;
+  dbx_child_opts def = {0};
+  if (!o) o = &def;
+  int64_t seq = wf->seq + 1;
+  char *wid = o->workflow_id && *o->workflow_id
+                  ? dbx_strdup(o->workflow_id)
+                  : dbx_asprintf("%s-child-%lld", wf->wid, (long long)seq);
+  if (!wid) return -1;
+  Command c = INIT(TEMPORAL__API__COMMAND__V1__COMMAND);
+  StartChildWorkflowExecutionCommandAttributes a =
+      INIT(TEMPORAL__API__COMMAND__V1__START_CHILD_WORKFLOW_EXECUTION_COMMAND_ATTRIBUTES);
+  WorkflowType wt = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_TYPE);
+  TaskQueue tq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
+  Duration ex = INIT(GOOGLE__PROTOBUF__DURATION), run = INIT(GOOGLE__PROTOBUF__DURATION),
+           task = INIT(GOOGLE__PROTOBUF__DURATION), ii = INIT(GOOGLE__PROTOBUF__DURATION),
+           mi = INIT(GOOGLE__PROTOBUF__DURATION);
+  RetryPolicy rp = INIT(TEMPORAL__API__COMMON__V1__RETRY_POLICY);
+  a.namespace_ = "";
+  a.workflow_id = wid;
+  wt.name = (char *)type;
+  a.workflow_type = &wt;
+  tq.name = (char *)(o->task_queue ? o->task_queue : (wf->task_queue ? wf->task_queue : ""));
+  tq.kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
+  a.task_queue = &tq;
+  if (o->execution_timeout_ms > 0) set_dur(&ex, o->execution_timeout_ms), a.workflow_execution_timeout = &ex;
+  if (o->run_timeout_ms > 0) set_dur(&run, o->run_timeout_ms), a.workflow_run_timeout = &run;
+  if (o->task_timeout_ms > 0) set_dur(&task, o->task_timeout_ms), a.workflow_task_timeout = &task;
+  a.parent_close_policy = (Temporal__Api__Enums__V1__ParentClosePolicy)o->parent_close_policy;
+  a.retry_policy = child_retry(o, &rp, &ii, &mi);
+  a.input = dbx_payloads_from_json(input_json, input_json ? strlen(input_json) : 0);
+  int64_t rc = -1;
+  if (!a.input) goto out;
+  c.command_type = CT(START_CHILD_WORKFLOW_EXECUTION);
+  c.attributes_case = CMD(START_CHILD_WORKFLOW_EXECUTION);
+  c.start_child_workflow_execution_command_attributes = &a;
+  if (grow((void **)&wf->kids, &wf->cap_kids, wf->nkids + 1, sizeof *wf->kids)) goto out;
+  kid k = {seq, 0, wid, dbx_strdup(""), dbx_strdup(type), 0};
+  if (!k.run_id || !k.type) {
+    free(k.run_id);
+    free(k.type);
+    goto out;
+  }
+  rc = push_cmd_id(wf, K_CHILD, seq, type, wid, &c);
+  if (rc != seq || pending_add(wf, 'c', seq, type)) {
+    free(k.run_id);
+    free(k.type);
+    rc = -1;
+    goto out;
+  }
+  wf->kids[wf->nkids++] = k;
+  wid = NULL; /* owned by the kid */
+  wf->seq = seq;
+out:
+  dbx_payloads_free(a.input);
+  free(wid);
+  return rc;
+}
+
+static kid *find_kid_seq(dbx_wf *wf, int64_t seq) {
+  for (size_t i = 0; i < wf->nkids; i++)
+    if (wf->kids[i].seq == seq) return &wf->kids[i];
+  return NULL;
+}
+
+int64_t dbx_wf_cancel_child(dbx_wf *wf, int64_t seq) {
+  if (!usable(wf)) return -1;
+  kid *k = find_kid_seq(wf, seq);
+  if (!k || !k->event_id || k->done) return -1;
+  int64_t nseq = wf->seq + 1;
+  Command c = INIT(TEMPORAL__API__COMMAND__V1__COMMAND);
+  RequestCancelExternalWorkflowExecutionCommandAttributes a =
+      INIT(TEMPORAL__API__COMMAND__V1__REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_COMMAND_ATTRIBUTES);
+  a.namespace_ = "";
+  a.workflow_id = k->wid;
+  a.run_id = k->run_id;
+  a.child_workflow_only = 1;
+  c.command_type = CT(REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION);
+  c.attributes_case = CMD(REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION);
+  c.request_cancel_external_workflow_execution_command_attributes = &a;
+  if (push_cmd_id(wf, K_CANCEL_EXT, nseq, NULL, k->wid, &c) != nseq) return -1;
+  wf->seq = nseq;
+  return nseq;
+}
+
+int64_t dbx_wf_signal_external(dbx_wf *wf, const char *workflow_id, const char *run_id,
+                               const char *signal_name, const char *input_json) {
+  if (!usable(wf) || !workflow_id || !*workflow_id || !signal_name) return -1;
+  int64_t seq = wf->seq + 1;
+  Command c = INIT(TEMPORAL__API__COMMAND__V1__COMMAND);
+  SignalExternalWorkflowExecutionCommandAttributes a =
+      INIT(TEMPORAL__API__COMMAND__V1__SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_COMMAND_ATTRIBUTES);
+  WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  we.workflow_id = (char *)workflow_id;
+  we.run_id = (char *)(run_id ? run_id : "");
+  a.namespace_ = "";
+  a.execution = &we;
+  a.signal_name = (char *)signal_name;
+  a.input = dbx_payloads_from_json(input_json, input_json ? strlen(input_json) : 0);
+  if (!a.input) return -1;
+  c.command_type = CT(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION);
+  c.attributes_case = CMD(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION);
+  c.signal_external_workflow_execution_command_attributes = &a;
+  int64_t rc = push_cmd_id(wf, K_SIGNAL_EXT, seq, signal_name, workflow_id, &c);
+  dbx_payloads_free(a.input);
+  if (rc == seq) wf->seq = seq;
+  return rc == seq ? seq : -1;
+}
+
+/* ---- markers */
+
+static const char *keep(dbx_wf *wf, char *v) {
+  if (!v) return NULL;
+  if (grow((void **)&wf->scratch, &wf->cap_scratch, wf->nscratch + 1, sizeof *wf->scratch)) {
+    free(v);
+    return NULL;
+  }
+  wf->scratch[wf->nscratch++] = v;
+  return v;
+}
+
+/* JSON string literal of s (malloc'd). */
+static char *json_quote(const char *s) {
+  size_t n = strlen(s);
+  char *o = malloc(n * 6 + 3), *q = o;
+  if (!o) return NULL;
+  *q++ = '"';
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\') *q++ = '\\', *q++ = (char)*p;
+    else if (*p == '\n') *q++ = '\\', *q++ = 'n';
+    else if (*p < 0x20) q += sprintf(q, "\\u%04x", *p);
+    else *q++ = (char)*p;
+  }
+  *q++ = '"';
+  *q = 0;
+  return o;
+}
+
+typedef Temporal__Api__Command__V1__RecordMarkerCommandAttributes__DetailsEntry marker_entry;
+
+/* Push a RecordMarker with details keys[i] = values[i] (JSON). */
+static int push_marker(dbx_wf *wf, const char *name, const char *const *keys,
+                       const char *const *values, size_t n) {
+  Command c = INIT(TEMPORAL__API__COMMAND__V1__COMMAND);
+  RecordMarkerCommandAttributes a = INIT(TEMPORAL__API__COMMAND__V1__RECORD_MARKER_COMMAND_ATTRIBUTES);
+  marker_entry ents[2], *ep[2];
+  int rc = -1;
+  size_t made = 0;
+  if (n > 2) return -1;
+  for (; made < n; made++) {
+    ents[made] = (marker_entry)INIT(TEMPORAL__API__COMMAND__V1__RECORD_MARKER_COMMAND_ATTRIBUTES__DETAILS_ENTRY);
+    ents[made].key = (char *)keys[made];
+    ents[made].value = dbx_payloads_from_json(values[made], strlen(values[made]));
+    ep[made] = &ents[made];
+    if (!ents[made].value) goto out;
+  }
+  a.marker_name = (char *)name;
+  a.n_details = n;
+  a.details = ep;
+  c.command_type = CT(RECORD_MARKER);
+  c.attributes_case = CMD(RECORD_MARKER);
+  c.record_marker_command_attributes = &a;
+  rc = push_cmd(wf, K_MARKER, 0, name, &c) == 0 ? 0 : -1;
+out:
+  for (size_t i = 0; i < made; i++) dbx_payloads_free(ents[i].value);
+  return rc;
+}
+
+/* The next unused read-ahead marker of this name (and key), or NULL. */
+static lookahead *look_take(dbx_wf *wf, const char *name, const char *key) {
+  for (size_t i = 0; i < wf->nlook; i++) {
+    lookahead *l = &wf->look[i];
+    if (l->used || strcmp(l->name, name) != 0) continue;
+    if (key && (!l->key || strcmp(l->key, key) != 0)) continue;
+    l->used = 1;
+    return l;
+  }
+  return NULL;
+}
+
+const char *dbx_wf_marker_record(dbx_wf *wf, const char *name, const char *value_json) {
+  if (!usable(wf) || !name || !*name) return NULL;
+  if (!value_json) value_json = "null";
+  lookahead *l = wf->replaying ? look_take(wf, name, NULL) : NULL;
+  const char *v = l ? l->value : value_json;
+  const char *key = "data";
+  if (push_marker(wf, name, &key, &v, 1)) return NULL;
+  return keep(wf, dbx_strdup(v));
+}
+
+const char *dbx_wf_side_effect(dbx_wf *wf, char *(*fn)(void *ud), void *ud) {
+  if (!usable(wf) || !fn) return NULL;
+  lookahead *l = wf->replaying ? look_take(wf, "SideEffect", NULL) : NULL;
+  if (l) l->used = 0; /* dbx_wf_marker_record takes it again */
+  char *v = l ? NULL : fn(ud);
+  const char *r = dbx_wf_marker_record(wf, "SideEffect", l ? l->value : (v ? v : "null"));
+  free(v);
+  return r;
+}
+
+int64_t dbx_wf_get_version(dbx_wf *wf, const char *change_id, int64_t min_version,
+                           int64_t max_version) {
+  if (!usable(wf) || !change_id) return DBX_WF_DEFAULT_VERSION;
+  for (size_t i = 0; i < wf->nvers; i++)
+    if (strcmp(wf->vers[i].change_id, change_id) == 0) return wf->vers[i].version;
+  char *q = json_quote(change_id);
+  if (!q) return DBX_WF_DEFAULT_VERSION;
+  int64_t v = max_version;
+  int record = 1;
+  if (wf->replaying) {
+    lookahead *l = look_take(wf, "Version", q);
+    if (l) v = strtoll(l->value, NULL, 10);
+    else v = DBX_WF_DEFAULT_VERSION, record = 0;
+  }
+  char num[24];
+  snprintf(num, sizeof num, "%lld", (long long)v);
+  const char *keys[2] = {"change-id", "version"}, *vals[2] = {q, num};
+  if (grow((void **)&wf->vers, &wf->cap_vers, wf->nvers + 1, sizeof *wf->vers)) {
+    free(q);
+    return DBX_WF_DEFAULT_VERSION;
+  }
+  char *cid = dbx_strdup(change_id);
+  if (cid) wf->vers[wf->nvers++] = (version){cid, v};
+  if (record) push_marker(wf, "Version", keys, vals, 2);
+  free(q);
+  if (v < min_version || v > max_version) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "version %lld of change '%.64s' is outside [%lld, %lld]",
+             (long long)v, change_id, (long long)min_version, (long long)max_version);
+    dbx_wf_fail(wf, "UnsupportedVersion", msg);
+  }
+  return v;
+}
+
+int64_t dbx_wf_await_signal(dbx_wf *wf, const char *name, int64_t timeout_ms) {
+  if (!usable(wf) || !name) return -1;
+  if (grow((void **)&wf->waits, &wf->cap_waits, wf->nwaits + 1, sizeof *wf->waits)) return -1;
+  char *n = dbx_strdup(name);
+  if (!n) return -1;
+  int64_t seq = ++wf->seq, tseq = 0;
+  if (timeout_ms > 0) {
+    tseq = dbx_wf_start_timer(wf, timeout_ms);
+    if (tseq < 0) {
+      free(n);
+      return -1;
+    }
+  }
+  wf->waits[wf->nwaits++] = (waiter){seq, tseq, n, 0};
+  return seq;
+}
+
+typedef Temporal__Api__Common__V1__SearchAttributes__IndexedFieldsEntry sa_entry;
+typedef Temporal__Api__Common__V1__Memo__FieldsEntry memo_entry;
+
+/* keys/values as map entries of Payload (json/plain); *pl: the Payloads to free. */
+static int kv_payloads(const char *const *keys, const char *const *values, size_t n,
+                       Payloads ***pl, sa_entry **ents, sa_entry ***ep) {
+  *pl = calloc(n ? n : 1, sizeof **pl);
+  *ents = calloc(n ? n : 1, sizeof **ents);
+  *ep = calloc(n ? n : 1, sizeof **ep);
+  if (!*pl || !*ents || !*ep) return -1;
+  for (size_t i = 0; i < n; i++) {
+    if (!keys[i] || !*keys[i] || !values[i]) return -1;
+    (*pl)[i] = dbx_payloads_from_json(values[i], strlen(values[i]));
+    if (!(*pl)[i] || (*pl)[i]->n_payloads != 1) return -1;
+    (*ents)[i] = (sa_entry)INIT(TEMPORAL__API__COMMON__V1__SEARCH_ATTRIBUTES__INDEXED_FIELDS_ENTRY);
+    (*ents)[i].key = (char *)keys[i];
+    (*ents)[i].value = (*pl)[i]->payloads[0];
+    (*ep)[i] = &(*ents)[i];
+  }
+  return 0;
+}
+
+static int upsert(dbx_wf *wf, int memo, const char *const *keys, const char *const *values,
+                  size_t n) {
+  if (!usable(wf) || !n || !keys || !values) return -1;
+  Payloads **pl = NULL;
+  sa_entry *ents = NULL, **ep = NULL;
+  int rc = -1;
+  if (kv_payloads(keys, values, n, &pl, &ents, &ep)) goto out;
+  Command c = INIT(TEMPORAL__API__COMMAND__V1__COMMAND);
+  UpsertWorkflowSearchAttributesCommandAttributes ua =
+      INIT(TEMPORAL__API__COMMAND__V1__UPSERT_WORKFLOW_SEARCH_ATTRIBUTES_COMMAND_ATTRIBUTES);
+  ModifyWorkflowPropertiesCommandAttributes ma =
+      INIT(TEMPORAL__API__COMMAND__V1__MODIFY_WORKFLOW_PROPERTIES_COMMAND_ATTRIBUTES);
+  SearchAttributes sa = INIT(TEMPORAL__API__COMMON__V1__SEARCH_ATTRIBUTES);
+  Memo mm = INIT(TEMPORAL__API__COMMON__V1__MEMO);
+  if (memo) {
+    /* Memo.fields and SearchAttributes.indexed_fields: the same map<string, Payload> entry layout */
+    mm.n_fields = n;
+    mm.fields = (memo_entry **)ep;
+    for (size_t i = 0; i < n; i++) ents[i].base.descriptor = &temporal__api__common__v1__memo__fields_entry__descriptor;
+    ma.upserted_memo = &mm;
+    c.command_type = CT(MODIFY_WORKFLOW_PROPERTIES);
+    c.attributes_case = CMD(MODIFY_WORKFLOW_PROPERTIES);
+    c.modify_workflow_properties_command_attributes = &ma;
+  } else {
+    sa.n_indexed_fields = n;
+    sa.indexed_fields = ep;
+    ua.search_attributes = &sa;
+    c.command_type = CT(UPSERT_WORKFLOW_SEARCH_ATTRIBUTES);
+    c.attributes_case = CMD(UPSERT_WORKFLOW_SEARCH_ATTRIBUTES);
+    c.upsert_workflow_search_attributes_command_attributes = &ua;
+  }
+  rc = push_cmd(wf, memo ? K_MEMO : K_UPSERT_SA, 0, NULL, &c) == 0 ? 0 : -1;
+out:
+  if (pl)
+    for (size_t i = 0; i < n; i++) dbx_payloads_free(pl[i]);
+  free(pl);
+  free(ents);
+  free(ep);
+  return rc;
+}
+
+int dbx_wf_upsert_search_attributes(dbx_wf *wf, const char *const *keys,
+                                    const char *const *values_json, size_t n) {
+  return upsert(wf, 0, keys, values_json, n);
+}
+
+int dbx_wf_upsert_memo(dbx_wf *wf, const char *const *keys, const char *const *values_json,
+                       size_t n) {
+  return upsert(wf, 1, keys, values_json, n);
+}
+
+void dbx_wf_continue_as_new(dbx_wf *wf, const char *input_json, const dbx_continue_opts *o) {
+  if (!usable(wf)) return;
+  dbx_continue_opts def = {0};
+  if (!o) o = &def;
+  Command c = INIT(TEMPORAL__API__COMMAND__V1__COMMAND);
+  ContinueAsNewWorkflowExecutionCommandAttributes a =
+      INIT(TEMPORAL__API__COMMAND__V1__CONTINUE_AS_NEW_WORKFLOW_EXECUTION_COMMAND_ATTRIBUTES);
+  WorkflowType wt = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_TYPE);
+  TaskQueue tq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
+  Duration run = INIT(GOOGLE__PROTOBUF__DURATION), task = INIT(GOOGLE__PROTOBUF__DURATION);
+  wt.name = (char *)(o->workflow_type ? o->workflow_type : wf->t->name);
+  a.workflow_type = &wt;
+  tq.name = (char *)(o->task_queue ? o->task_queue : (wf->task_queue ? wf->task_queue : ""));
+  tq.kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
+  a.task_queue = &tq;
+  if (o->run_timeout_ms > 0) set_dur(&run, o->run_timeout_ms), a.workflow_run_timeout = &run;
+  if (o->task_timeout_ms > 0) set_dur(&task, o->task_timeout_ms), a.workflow_task_timeout = &task;
+  a.initiator = TEMPORAL__API__ENUMS__V1__CONTINUE_AS_NEW_INITIATOR__CONTINUE_AS_NEW_INITIATOR_WORKFLOW;
+  a.input = dbx_payloads_from_json(input_json, input_json ? strlen(input_json) : 0);
+  c.command_type = CT(CONTINUE_AS_NEW_WORKFLOW_EXECUTION);
+  c.attributes_case = CMD(CONTINUE_AS_NEW_WORKFLOW_EXECUTION);
+  c.continue_as_new_workflow_execution_command_attributes = &a;
+  if (a.input && push_cmd(wf, K_CAN, 0, wt.name, &c) == 0) wf->closed = 1;
+  dbx_payloads_free(a.input);
+}
+
+int64_t dbx_wf_history_length(const dbx_wf *wf) { return wf->hist_len; }
+int64_t dbx_wf_history_size_bytes(const dbx_wf *wf) { return wf->hist_bytes; }
+int dbx_wf_continue_as_new_suggested(const dbx_wf *wf) { return wf->suggest_can; }
 
 void dbx_wf_complete(dbx_wf *wf, const char *result_json) {
   if (!wf || wf->closed || wf->bad) return;
@@ -362,12 +887,141 @@ void dbx_wf_run_commands_free(Command **cmds, size_t n) {
   free(cmds);
 }
 
-dbx_err dbx_wf_run_query(dbx_wf_run *r, const char *name, char **json) {
+/* ---- queries */
+
+typedef struct {
+  char *p;
+  size_t len, cap;
+  int oom;
+} sbuf;
+
+static void sb_add(sbuf *b, const char *s, size_t n) {
+  if (b->oom) return;
+  if (grow((void **)&b->p, &b->cap, b->len + n + 1, 1)) {
+    b->oom = 1;
+    return;
+  }
+  memcpy(b->p + b->len, s, n);
+  b->len += n;
+  b->p[b->len] = 0;
+}
+
+#define SB_LIT(b, lit) sb_add((b), (lit), sizeof(lit) - 1)
+
+static void sb_fmt(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_fmt(sbuf *b, const char *fmt, ...) {
+  char tmp[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  if (n > 0) sb_add(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+static void sb_str(sbuf *b, const char *s) {
+  char *q = json_quote(s ? s : "");
+  if (!q) b->oom = 1;
+  else sb_add(b, q, strlen(q));
+  free(q);
+}
+
+static char *sb_done(sbuf *b) {
+  if (b->oom) {
+    free(b->p);
+    return NULL;
+  }
+  return b->p;
+}
+
+/* __stack_trace: what the code is blocked on, one line each, as a JSON string. */
+static char *stack_trace(const dbx_wf_run *r) {
+  sbuf t = {0};
+  sb_fmt(&t, "workflow %s (%s/%s)%s\n", r->t->name, r->wid, r->rid,
+         r->closed ? ": closed" : ", blocked on:");
+  for (size_t i = 0; i < r->npend; i++) {
+    const pending *p = &r->pend[i];
+    int wait_timer = 0;
+    for (size_t w = 0; w < r->nwaits; w++)
+      if (r->waits[w].timer_seq == p->seq) wait_timer = 1;
+    if (wait_timer) continue;
+    if (p->kind == 'a') sb_fmt(&t, "  activity %lld '%.200s'\n", (long long)p->seq, p->label);
+    else if (p->kind == 't') sb_fmt(&t, "  timer %lld\n", (long long)p->seq);
+    else sb_fmt(&t, "  child workflow %lld '%.200s'\n", (long long)p->seq, p->label);
+  }
+  for (size_t w = 0; w < r->nwaits; w++)
+    if (!r->waits[w].done)
+      sb_fmt(&t, "  signal '%.200s' (wait %lld%s)\n", r->waits[w].name, (long long)r->waits[w].seq,
+             r->waits[w].timer_seq ? ", with timeout" : "");
+  char *text = sb_done(&t);
+  char *json = text ? json_quote(text) : NULL;
+  free(text);
+  return json;
+}
+
+/* __temporal_workflow_metadata: Temporal's WorkflowMetadata in its JSON form
+ * (proto3 JSON names), sent as json/plain. */
+static char *metadata(const dbx_wf_run *r) {
+  static const char *const builtin[][2] = {
+      {"__stack_trace", "what the workflow is blocked on"},
+      {"__temporal_workflow_metadata", "the workflow's type, queries and signals"}};
+  sbuf b = {0};
+  SB_LIT(&b, "{\"definition\":{\"type\":");
+  sb_str(&b, r->t->name);
+  SB_LIT(&b, ",\"queryDefinitions\":[");
+  for (size_t i = 0; i < 2; i++) {
+    if (i) SB_LIT(&b, ",");
+    SB_LIT(&b, "{\"name\":");
+    sb_str(&b, builtin[i][0]);
+    SB_LIT(&b, ",\"description\":");
+    sb_str(&b, builtin[i][1]);
+    SB_LIT(&b, "}");
+  }
+  for (const dbx_wf_query_def *q = r->t->queries; q && q->name; q++) {
+    SB_LIT(&b, ",{\"name\":");
+    sb_str(&b, q->name);
+    SB_LIT(&b, ",\"description\":");
+    sb_str(&b, q->description);
+    SB_LIT(&b, "}");
+  }
+  SB_LIT(&b, "],\"signalDefinitions\":[");
+  for (const dbx_wf_signal_def *d = r->t->signals; d && d->name; d++) {
+    if (d != r->t->signals) SB_LIT(&b, ",");
+    SB_LIT(&b, "{\"name\":");
+    sb_str(&b, d->name);
+    SB_LIT(&b, ",\"description\":");
+    sb_str(&b, d->description);
+    SB_LIT(&b, "}");
+  }
+  SB_LIT(&b, "],\"updateDefinitions\":[]},\"currentDetails\":\"\"}");
+  return sb_done(&b);
+}
+
+dbx_err dbx_wf_run_query_args(dbx_wf_run *r, const char *name, const char *args_json,
+                              size_t args_len, char **json) {
   *json = NULL;
+  if (!r || !name) return DBX_EINVAL;
   if (!r->state) return DBX_ESTATE;
+  if (!args_json) args_json = "null", args_len = 4;
+  if (strcmp(name, "__stack_trace") == 0) {
+    *json = stack_trace(r);
+    return *json ? DBX_OK : DBX_ENOMEM;
+  }
+  if (strcmp(name, "__temporal_workflow_metadata") == 0) {
+    *json = metadata(r);
+    return *json ? DBX_OK : DBX_ENOMEM;
+  }
+  for (const dbx_wf_query_def *q = r->t->queries; q && q->name; q++)
+    if (strcmp(q->name, name) == 0) {
+      *json = q->fn ? q->fn(r->state, args_json, args_len) : NULL;
+      return *json ? DBX_OK : DBX_ENOTFOUND;
+    }
   if (!r->t->on_query) return DBX_ENOTFOUND;
   *json = r->t->on_query(r->state, name);
   return *json ? DBX_OK : DBX_ENOTFOUND;
+}
+
+dbx_err dbx_wf_run_query(dbx_wf_run *r, const char *name, char **json) {
+  return dbx_wf_run_query_args(r, name, NULL, 0, json);
 }
 
 /* ------------------------------------------------------------ matching */
@@ -385,6 +1039,16 @@ static void describe_cmd(const pcmd *p, char *buf, size_t n, int with_id) {
   case K_FAIL: snprintf(buf, n, "failed the workflow"); break;
   case K_CANCEL: snprintf(buf, n, "canceled the workflow"); break;
   case K_ACT_CANCEL: snprintf(buf, n, "requested cancellation of activity %lld", (long long)p->seq); break;
+  case K_TIMER_CANCEL: snprintf(buf, n, "cancelled timer %lld", (long long)p->seq); break;
+  case K_MARKER: snprintf(buf, n, "recorded marker '%s'", p->type); break;
+  case K_CHILD:
+    snprintf(buf, n, "started child workflow '%s' (workflow id %s)", p->type, p->ident);
+    break;
+  case K_CANCEL_EXT: snprintf(buf, n, "requested cancellation of workflow %s", p->ident); break;
+  case K_SIGNAL_EXT: snprintf(buf, n, "signalled '%s' to workflow %s", p->type, p->ident); break;
+  case K_UPSERT_SA: snprintf(buf, n, "upserted search attributes"); break;
+  case K_MEMO: snprintf(buf, n, "modified the memo"); break;
+  case K_CAN: snprintf(buf, n, "continued as new"); break;
   }
 }
 
@@ -403,6 +1067,7 @@ static const char *event_name(int t) {
   case ET(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED): return "SignalExternalWorkflowExecutionInitiated";
   case ET(REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED): return "RequestCancelExternalWorkflowExecutionInitiated";
   case ET(UPSERT_WORKFLOW_SEARCH_ATTRIBUTES): return "UpsertWorkflowSearchAttributes";
+  case ET(WORKFLOW_PROPERTIES_MODIFIED): return "WorkflowPropertiesModified";
   default: return "a command event";
   }
 }
@@ -421,7 +1086,8 @@ static int is_command_event(int t) {
   case ET(START_CHILD_WORKFLOW_EXECUTION_INITIATED):
   case ET(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED):
   case ET(REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED):
-  case ET(UPSERT_WORKFLOW_SEARCH_ATTRIBUTES): return 1;
+  case ET(UPSERT_WORKFLOW_SEARCH_ATTRIBUTES):
+  case ET(WORKFLOW_PROPERTIES_MODIFIED): return 1;
   default: return 0;
   }
 }
@@ -443,6 +1109,28 @@ static void match_command_event(dbx_wf_run *r, const HistoryEvent *e) {
              a->activity_type ? a->activity_type->name : "", a->activity_id);
   } else if (t == ET(TIMER_STARTED) && e->timer_started_event_attributes) {
     snprintf(hist, sizeof hist, "%s (timer id %s)", hname, e->timer_started_event_attributes->timer_id);
+  } else if (t == ET(TIMER_CANCELED) && e->timer_canceled_event_attributes) {
+    snprintf(hist, sizeof hist, "%s (timer id %s)", hname, e->timer_canceled_event_attributes->timer_id);
+  } else if (t == ET(MARKER_RECORDED) && e->marker_recorded_event_attributes) {
+    snprintf(hist, sizeof hist, "%s '%s'", hname, e->marker_recorded_event_attributes->marker_name);
+  } else if (t == ET(START_CHILD_WORKFLOW_EXECUTION_INITIATED) &&
+             e->start_child_workflow_execution_initiated_event_attributes) {
+    const StartChildWorkflowExecutionInitiatedEventAttributes *a =
+        e->start_child_workflow_execution_initiated_event_attributes;
+    snprintf(hist, sizeof hist, "%s '%s' (workflow id %s)", hname,
+             a->workflow_type ? a->workflow_type->name : "", a->workflow_id);
+  } else if (t == ET(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED) &&
+             e->signal_external_workflow_execution_initiated_event_attributes) {
+    const SignalExternalWorkflowExecutionInitiatedEventAttributes *a =
+        e->signal_external_workflow_execution_initiated_event_attributes;
+    snprintf(hist, sizeof hist, "%s '%s' (workflow id %s)", hname, a->signal_name,
+             a->workflow_execution ? a->workflow_execution->workflow_id : "");
+  } else if (t == ET(REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED) &&
+             e->request_cancel_external_workflow_execution_initiated_event_attributes) {
+    const RequestCancelExternalWorkflowExecutionInitiatedEventAttributes *a =
+        e->request_cancel_external_workflow_execution_initiated_event_attributes;
+    snprintf(hist, sizeof hist, "%s (workflow id %s)", hname,
+             a->workflow_execution ? a->workflow_execution->workflow_id : "");
   }
   if (r->head >= r->ncmds) {
     set_bad(r, e->event_id, "nondeterminism at event %lld: history has %s, workflow code issued no command",
@@ -488,6 +1176,52 @@ static void match_command_event(dbx_wf_run *r, const HistoryEvent *e) {
     ok = p->kind == K_ACT_CANCEL && m && m->seq == p->seq;
     break;
   }
+  case ET(TIMER_CANCELED): {
+    const TimerCanceledEventAttributes *a = e->timer_canceled_event_attributes;
+    ok = p->kind == K_TIMER_CANCEL && a && strcmp(a->timer_id, seq) == 0;
+    break;
+  }
+  case ET(MARKER_RECORDED): {
+    const MarkerRecordedEventAttributes *a = e->marker_recorded_event_attributes;
+    ok = p->kind == K_MARKER && a && strcmp(a->marker_name, p->type) == 0;
+    break;
+  }
+  case ET(START_CHILD_WORKFLOW_EXECUTION_INITIATED): {
+    const StartChildWorkflowExecutionInitiatedEventAttributes *a =
+        e->start_child_workflow_execution_initiated_event_attributes;
+    ok = p->kind == K_CHILD && a && strcmp(a->workflow_id, p->ident) == 0 && a->workflow_type &&
+         strcmp(a->workflow_type->name, p->type) == 0;
+    kid *k = ok ? find_kid_seq(r, p->seq) : NULL;
+    if (k) k->event_id = e->event_id;
+    break;
+  }
+  case ET(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED):
+  case ET(REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED): {
+    const WorkflowExecution *we = NULL;
+    if (t == ET(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED)) {
+      const SignalExternalWorkflowExecutionInitiatedEventAttributes *a =
+          e->signal_external_workflow_execution_initiated_event_attributes;
+      we = a ? a->workflow_execution : NULL;
+      ok = p->kind == K_SIGNAL_EXT && a && strcmp(a->signal_name, p->type) == 0;
+    } else {
+      const RequestCancelExternalWorkflowExecutionInitiatedEventAttributes *a =
+          e->request_cancel_external_workflow_execution_initiated_event_attributes;
+      we = a ? a->workflow_execution : NULL;
+      ok = p->kind == K_CANCEL_EXT && a;
+    }
+    ok = ok && we && strcmp(we->workflow_id, p->ident) == 0;
+    if (ok) {
+      if (grow((void **)&r->exts, &r->cap_exts, r->nexts + 1, sizeof *r->exts)) {
+        set_bad(r, e->event_id, "out of memory");
+        return;
+      }
+      r->exts[r->nexts++] = (idmap){e->event_id, p->seq, 0, 0};
+    }
+    break;
+  }
+  case ET(UPSERT_WORKFLOW_SEARCH_ATTRIBUTES): ok = p->kind == K_UPSERT_SA; break;
+  case ET(WORKFLOW_PROPERTIES_MODIFIED): ok = p->kind == K_MEMO; break;
+  case ET(WORKFLOW_EXECUTION_CONTINUED_AS_NEW): ok = p->kind == K_CAN; break;
   case ET(WORKFLOW_EXECUTION_COMPLETED): ok = p->kind == K_COMPLETE; break;
   case ET(WORKFLOW_EXECUTION_FAILED): ok = p->kind == K_FAIL; break;
   case ET(WORKFLOW_EXECUTION_CANCELED): ok = p->kind == K_CANCEL; break;
@@ -569,6 +1303,7 @@ static int activity_outcome(dbx_wf_run *r, const HistoryEvent *e) {
     return 0;
   }
   m->resolved = 1;
+  pending_del(r, m->seq);
   job *j = new_job(r, J_ACT, m->seq);
   if (!j) return -1;
   j->o.status = o.status;
@@ -591,37 +1326,233 @@ static int activity_outcome(dbx_wf_run *r, const HistoryEvent *e) {
   return 0;
 }
 
-static void activate(dbx_wf_run *r, const HistoryEvent *e, int replaying) {
+static kid *find_kid_event(dbx_wf_run *r, int64_t initiated) {
+  for (size_t i = 0; i < r->nkids; i++)
+    if (r->kids[i].event_id == initiated && initiated) return &r->kids[i];
+  return NULL;
+}
+
+/* Child workflow events: 1 handled, 0 not a child event, -1 OOM. */
+static int child_outcome(dbx_wf_run *r, const HistoryEvent *e) {
+  int64_t init = 0;
+  dbx_child_status st;
+  const Payloads *res = NULL;
+  const Failure *f = NULL;
+  const WorkflowExecution *we = NULL;
+  int cause = 0;
+  switch (e->event_type) {
+#define CASE(ev, field, status)                                                                    \
+  case ET(ev):                                                                                     \
+    if (!e->field) return 1;                                                                       \
+    init = e->field->initiated_event_id;                                                           \
+    st = status;
+    CASE(CHILD_WORKFLOW_EXECUTION_STARTED, child_workflow_execution_started_event_attributes, DBX_CHILD_STARTED)
+    we = e->child_workflow_execution_started_event_attributes->workflow_execution;
+    break;
+    CASE(START_CHILD_WORKFLOW_EXECUTION_FAILED, start_child_workflow_execution_failed_event_attributes,
+         DBX_CHILD_START_FAILED)
+    cause = e->start_child_workflow_execution_failed_event_attributes->cause;
+    break;
+    CASE(CHILD_WORKFLOW_EXECUTION_COMPLETED, child_workflow_execution_completed_event_attributes,
+         DBX_CHILD_COMPLETED)
+    res = e->child_workflow_execution_completed_event_attributes->result;
+    break;
+    CASE(CHILD_WORKFLOW_EXECUTION_FAILED, child_workflow_execution_failed_event_attributes, DBX_CHILD_FAILED)
+    f = e->child_workflow_execution_failed_event_attributes->failure;
+    break;
+    CASE(CHILD_WORKFLOW_EXECUTION_CANCELED, child_workflow_execution_canceled_event_attributes, DBX_CHILD_CANCELED)
+    break;
+    CASE(CHILD_WORKFLOW_EXECUTION_TIMED_OUT, child_workflow_execution_timed_out_event_attributes,
+         DBX_CHILD_TIMED_OUT)
+    break;
+    CASE(CHILD_WORKFLOW_EXECUTION_TERMINATED, child_workflow_execution_terminated_event_attributes,
+         DBX_CHILD_TERMINATED)
+    break;
+#undef CASE
+  default: return 0;
+  }
+  kid *k = find_kid_event(r, init);
+  if (!k || k->done) {
+    set_bad(r, e->event_id,
+            "nondeterminism at event %lld: %s for initiated event %lld, a child workflow code never started",
+            (long long)e->event_id, st == DBX_CHILD_START_FAILED ? "StartChildWorkflowExecutionFailed" : "a child workflow event",
+            (long long)init);
+    return 1;
+  }
+  if (st == DBX_CHILD_STARTED && we) {
+    char *rid = dbx_strdup(we->run_id);
+    if (!rid) return -1;
+    free(k->run_id);
+    k->run_id = rid;
+  }
+  if (st != DBX_CHILD_STARTED) {
+    k->done = 1;
+    pending_del(r, k->seq);
+  }
+  job *j = new_job(r, J_CHILD, k->seq);
+  if (!j) return -1;
+  const Failure *af = app_failure(f);
+  int app = af && af->failure_info_case == FI(APPLICATION_FAILURE_INFO) && af->application_failure_info;
+  j->co.status = st;
+  j->co.cause = cause;
+  j->co.workflow_id = dbx_strdup(k->wid);
+  j->co.run_id = dbx_strdup(k->run_id);
+  j->co.result_json = st == DBX_CHILD_COMPLETED ? dbx_payloads_to_json(res) : dbx_strdup("null");
+  j->co.result_len = j->co.result_json ? strlen(j->co.result_json) : 0;
+  j->co.failure_type = dbx_strdup(app ? af->application_failure_info->type : "");
+  j->co.failure_message = dbx_strdup(af ? af->message : "");
+  if (!j->co.workflow_id || !j->co.run_id || !j->co.result_json || !j->co.failure_type ||
+      !j->co.failure_message)
+    return -1;
+  return 1;
+}
+
+/* Outcomes of SignalExternal / RequestCancelExternal: 1 handled, 0 not one, -1 OOM. */
+static int external_outcome(dbx_wf_run *r, const HistoryEvent *e) {
+  int64_t init;
+  int failed = 0;
+  switch (e->event_type) {
+  case ET(EXTERNAL_WORKFLOW_EXECUTION_SIGNALED):
+    if (!e->external_workflow_execution_signaled_event_attributes) return 1;
+    init = e->external_workflow_execution_signaled_event_attributes->initiated_event_id;
+    break;
+  case ET(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED):
+    if (!e->signal_external_workflow_execution_failed_event_attributes) return 1;
+    init = e->signal_external_workflow_execution_failed_event_attributes->initiated_event_id;
+    failed = 1;
+    break;
+  case ET(EXTERNAL_WORKFLOW_EXECUTION_CANCEL_REQUESTED):
+    if (!e->external_workflow_execution_cancel_requested_event_attributes) return 1;
+    init = e->external_workflow_execution_cancel_requested_event_attributes->initiated_event_id;
+    break;
+  case ET(REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_FAILED):
+    if (!e->request_cancel_external_workflow_execution_failed_event_attributes) return 1;
+    init = e->request_cancel_external_workflow_execution_failed_event_attributes->initiated_event_id;
+    failed = 1;
+    break;
+  default: return 0;
+  }
+  idmap *m = find_map(r->exts, r->nexts, init);
+  if (!m || m->resolved) {
+    set_bad(r, e->event_id,
+            "nondeterminism at event %lld: outcome for initiated event %lld that workflow code never issued",
+            (long long)e->event_id, (long long)init);
+    return 1;
+  }
+  m->resolved = 1;
+  job *j = new_job(r, J_EXT, m->seq);
+  if (!j) return -1;
+  j->failed = failed;
+  return 1;
+}
+
+/* JSON of details[key] of a marker event, or NULL (malloc'd). */
+static char *marker_detail(const MarkerRecordedEventAttributes *a, const char *key) {
+  for (size_t i = 0; i < a->n_details; i++)
+    if (a->details[i] && strcmp(a->details[i]->key, key) == 0) return dbx_payloads_to_json(a->details[i]->value);
+  return NULL;
+}
+
+/* Read ahead the markers that the task started at events[i] recorded (the
+ * code asks for their values before the events are applied, as Temporal
+ * SDKs do): those after its WorkflowTaskCompleted, up to the next task. */
+static int read_markers(dbx_wf_run *r, HistoryEvent *const *events, size_t i, size_t n) {
+  if (i + 1 >= n || events[i + 1]->event_type != ET(WORKFLOW_TASK_COMPLETED)) return 0;
+  int64_t done_id = events[i + 1]->event_id;
+  for (size_t k = i + 2; k < n && events[k]->event_type != ET(WORKFLOW_TASK_STARTED); k++) {
+    const MarkerRecordedEventAttributes *a = events[k]->marker_recorded_event_attributes;
+    if (events[k]->event_type != ET(MARKER_RECORDED) || !a) continue;
+    if (a->workflow_task_completed_event_id && a->workflow_task_completed_event_id != done_id) continue;
+    if (grow((void **)&r->look, &r->cap_look, r->nlook + 1, sizeof *r->look)) return -1;
+    int ver = strcmp(a->marker_name, "Version") == 0;
+    lookahead l = {dbx_strdup(a->marker_name), ver ? marker_detail(a, "change-id") : NULL,
+                   marker_detail(a, ver ? "version" : "data"), 0};
+    if (!l.value) l.value = dbx_strdup("null");
+    if (!l.name || !l.value) {
+      free(l.name);
+      free(l.key);
+      free(l.value);
+      return -1;
+    }
+    r->look[r->nlook++] = l;
+  }
+  return 0;
+}
+
+static void end_wait(dbx_wf_run *r, size_t w, const char *json, size_t len, int timed_out) {
+  r->waits[w].done = 1;
+  int64_t seq = r->waits[w].seq, tseq = r->waits[w].timer_seq;
+  if (!timed_out && tseq > 0) dbx_wf_cancel_timer(r, tseq); /* -1 when it already fired: ignored */
+  if (r->t->on_signal_wait) r->t->on_signal_wait(r->state, r, seq, json, len, timed_out);
+}
+
+static void run_signal(dbx_wf_run *r, const job *j) {
+  const dbx_wf_signal_def *d = r->t->signals;
+  while (d && d->name && strcmp(d->name, j->name) != 0) d++;
+  if (d && d->name) {
+    if (d->fn) d->fn(r->state, r, j->json, j->len);
+  } else if (r->t->on_signal) {
+    r->t->on_signal(r->state, r, j->name, j->json, j->len);
+  }
+  for (size_t w = 0; w < r->nwaits && !r->closed && !r->bad; w++)
+    if (!r->waits[w].done && strcmp(r->waits[w].name, j->name) == 0) {
+      end_wait(r, w, j->json, j->len, 0);
+      break;
+    }
+}
+
+static void run_timer(dbx_wf_run *r, int64_t seq) {
+  for (size_t w = 0; w < r->nwaits; w++)
+    if (r->waits[w].timer_seq == seq) { /* a wait's timer: never on_timer */
+      if (!r->waits[w].done) end_wait(r, w, "null", 4, 1);
+      return;
+    }
+  if (r->t->on_timer) r->t->on_timer(r->state, r, seq);
+}
+
+static void activate(dbx_wf_run *r, const HistoryEvent *e, int replaying, HistoryEvent *const *events,
+                     size_t i, size_t n) {
   check_unmatched(r, e->event_id);
   if (r->bad) return;
   r->activation++;
   r->replaying = replaying;
   if (e->event_time) r->now_ms = e->event_time->seconds * 1000 + e->event_time->nanos / 1000000;
+  r->hist_len = e->event_id;
+  const WorkflowTaskStartedEventAttributes *ws = e->workflow_task_started_event_attributes;
+  r->hist_bytes = ws ? ws->history_size_bytes : 0;
+  r->suggest_can = ws ? ws->suggest_continue_as_new : 0;
+  look_clear(r);
+  if (replaying && read_markers(r, events, i, n)) {
+    set_bad(r, e->event_id, "out of memory");
+    return;
+  }
   if (!r->created && r->have_start) {
     r->created = 1;
     r->state = r->t->create(r, r->input ? r->input : "null", r->input ? r->input_len : 4);
     if (!r->state && !r->closed) dbx_wf_fail(r, "WorkflowError", "workflow code could not start");
   }
-  for (size_t i = 0; i < r->njobs; i++) {
-    job *j = &r->jobs[i];
+  for (size_t k = 0; k < r->njobs; k++) {
+    job *j = &r->jobs[k];
     if (r->closed || r->bad || !r->state) break;
     switch (j->kind) {
     case J_ACT:
       if (r->t->on_activity) r->t->on_activity(r->state, r, j->seq, &j->o);
       break;
-    case J_TIMER:
-      if (r->t->on_timer) r->t->on_timer(r->state, r, j->seq);
-      break;
-    case J_SIGNAL:
-      if (r->t->on_signal) r->t->on_signal(r->state, r, j->name, j->json, j->len);
-      break;
+    case J_TIMER: run_timer(r, j->seq); break;
+    case J_SIGNAL: run_signal(r, j); break;
     case J_CANCEL:
       if (r->t->on_cancel) r->t->on_cancel(r->state, r);
       else dbx_wf_cancel_done(r);
       break;
+    case J_CHILD:
+      if (r->t->on_child) r->t->on_child(r->state, r, j->seq, &j->co);
+      break;
+    case J_EXT:
+      if (r->t->on_external) r->t->on_external(r->state, r, j->seq, j->failed);
+      break;
     }
   }
-  for (size_t i = 0; i < r->njobs; i++) job_free(&r->jobs[i]);
+  for (size_t k = 0; k < r->njobs; k++) job_free(&r->jobs[k]);
   r->njobs = 0;
 }
 
@@ -648,11 +1579,11 @@ dbx_err dbx_wf_run_apply(dbx_wf_run *r, HistoryEvent *const *events, size_t n,
     } else if (t == ET(WORKFLOW_TASK_STARTED)) {
       int next_completed = i + 1 < n && events[i + 1]->event_type == ET(WORKFLOW_TASK_COMPLETED);
       if (started_event_id > 0 && e->event_id == started_event_id)
-        activate(r, e, 0);
+        activate(r, e, 0, events, i, n);
       else if (next_completed)
-        activate(r, e, 1);
+        activate(r, e, 1, events, i, n);
       else if (started_event_id <= 0 && i + 1 == n)
-        activate(r, e, 0);
+        activate(r, e, 0, events, i, n);
     } else if (t == ET(WORKFLOW_TASK_COMPLETED)) {
       r->last_completed_activation = r->activation;
     } else if (t == ET(ACTIVITY_TASK_STARTED)) {
@@ -665,11 +1596,13 @@ dbx_err dbx_wf_run_apply(dbx_wf_run *r, HistoryEvent *const *events, size_t n,
     } else if (t == ET(TIMER_FIRED)) {
       const TimerFiredEventAttributes *a = e->timer_fired_event_attributes;
       idmap *m = a ? find_map(r->timers, r->ntimers, a->started_event_id) : NULL;
-      if (!m) {
-        set_bad(r, e->event_id, "nondeterminism at event %lld: TimerFired for a timer workflow code never started",
+      if (!m || m->resolved) {
+        set_bad(r, e->event_id, "nondeterminism at event %lld: TimerFired for a timer workflow code never started or cancelled",
                 (long long)e->event_id);
-      } else if (!new_job(r, J_TIMER, m->seq)) {
-        return DBX_ENOMEM;
+      } else {
+        m->resolved = 1;
+        pending_del(r, m->seq);
+        if (!new_job(r, J_TIMER, m->seq)) return DBX_ENOMEM;
       }
     } else if (t == ET(WORKFLOW_EXECUTION_SIGNALED)) {
       const WorkflowExecutionSignaledEventAttributes *a = e->workflow_execution_signaled_event_attributes;
@@ -681,6 +1614,8 @@ dbx_err dbx_wf_run_apply(dbx_wf_run *r, HistoryEvent *const *events, size_t n,
       j->len = strlen(j->json);
     } else if (t == ET(WORKFLOW_EXECUTION_CANCEL_REQUESTED)) {
       if (!new_job(r, J_CANCEL, 0)) return DBX_ENOMEM;
+    } else if (child_outcome(r, e) < 0 || external_outcome(r, e) < 0) {
+      return DBX_ENOMEM;
     }
     if (r->bad) return DBX_ESTATE;
   }

@@ -63,6 +63,14 @@ int dbx_wf_run_closed(const dbx_wf_run *r);
 /* Answer a query through on_query: DBX_OK with *json malloc'd, DBX_ENOTFOUND
  * (unknown query or no on_query), DBX_ESTATE (no state: create failed). */
 dbx_err dbx_wf_run_query(dbx_wf_run *r, const char *name, char **json);
+/* Added: the same with the query's argument (args_json borrowed, NULL =
+ * "null"), tried in order: Temporal's built-ins "__stack_trace" (a JSON
+ * string: the pending activities, timers, children and awaited signals) and
+ * "__temporal_workflow_metadata" (WorkflowMetadata as JSON: definition.type,
+ * queryDefinitions, signalDefinitions, updateDefinitions, currentDetails),
+ * then the type's queries table, then on_query. Also DBX_EINVAL, DBX_ENOMEM. */
+dbx_err dbx_wf_run_query_args(dbx_wf_run *r, const char *name, const char *args_json,
+                              size_t args_len, char **json);
 
 /* Offline replay of a recorded history (pure: no I/O). */
 typedef struct {
