@@ -305,6 +305,78 @@ static void wft_fail_oversized(dbx_worker *w, const PollWorkflowTaskQueueRespons
   free(m);
 }
 
+/* Answer one query against r: DBX_OK with *json, else *msg (both malloc'd). */
+static dbx_err run_query(dbx_wf_run *r, const WorkflowQuery *q, char **json, char **msg) {
+  *json = NULL;
+  *msg = NULL;
+  char *args = q->query_args && q->query_args->n_payloads ? dbx_payloads_to_json(q->query_args) : NULL;
+  if (q->query_args && q->query_args->n_payloads && !args) return DBX_ENOMEM;
+  dbx_err rc = dbx_wf_run_query_args(r, q->query_type, args, args ? strlen(args) : 0, json);
+  free(args);
+  if (rc == DBX_ENOTFOUND)
+    *msg = dbx_asprintf("unknown query type '%s'", q->query_type);
+  else if (rc == DBX_ESTATE && *dbx_wf_run_error(r))
+    *msg = dbx_strdup(dbx_wf_run_error(r));
+  else if (rc != DBX_OK)
+    *msg = dbx_asprintf("query failed: %s", dbx_strerror(rc));
+  return rc;
+}
+
+typedef Temporal__Api__Query__V1__WorkflowQueryResult WorkflowQueryResult;
+typedef Temporal__Api__Workflowservice__V1__RespondWorkflowTaskCompletedRequest__QueryResultsEntry
+    query_result_entry;
+
+/* Answers to the queries a workflow task carries (Temporal: PollWorkflowTask
+ * QueueResponse.queries, answered in RespondWorkflowTaskCompletedRequest.
+ * query_results). *out: n entries, free with query_results_free. */
+static void query_results_free(query_result_entry **e, size_t n) {
+  if (!e) return;
+  for (size_t i = 0; i < n; i++) {
+    if (!e[i]) continue;
+    if (e[i]->value) {
+      dbx_payloads_free(e[i]->value->answer);
+      if (e[i]->value->error_message != protobuf_c_empty_string) free(e[i]->value->error_message);
+      free(e[i]->value);
+    }
+    free(e[i]);
+  }
+  free(e);
+}
+
+static query_result_entry **query_results(dbx_wf_run *r, const PollWorkflowTaskQueueResponse *t) {
+  query_result_entry **e = calloc(t->n_queries, sizeof *e);
+  if (!e) return NULL;
+  for (size_t i = 0; i < t->n_queries; i++) {
+    const WorkflowQuery *q = t->queries[i]->value;
+    e[i] = calloc(1, sizeof **e);
+    WorkflowQueryResult *res = calloc(1, sizeof *res);
+    if (!e[i] || !res) {
+      free(res);
+      query_results_free(e, t->n_queries);
+      return NULL;
+    }
+    *e[i] = (query_result_entry)INIT(
+        TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_WORKFLOW_TASK_COMPLETED_REQUEST__QUERY_RESULTS_ENTRY);
+    *res = (WorkflowQueryResult)INIT(TEMPORAL__API__QUERY__V1__WORKFLOW_QUERY_RESULT);
+    e[i]->key = t->queries[i]->key;
+    e[i]->value = res;
+    char *json = NULL, *msg = NULL;
+    dbx_err rc = q ? run_query(r, q, &json, &msg) : DBX_EINVAL;
+    if (rc == DBX_OK) {
+      res->result_type = TEMPORAL__API__ENUMS__V1__QUERY_RESULT_TYPE__QUERY_RESULT_TYPE_ANSWERED;
+      res->answer = dbx_payloads_from_json(json, strlen(json));
+    } else {
+      res->result_type = TEMPORAL__API__ENUMS__V1__QUERY_RESULT_TYPE__QUERY_RESULT_TYPE_FAILED;
+      res->error_message = msg ? msg : dbx_strdup("query failed");
+      if (!res->error_message) res->error_message = (char *)protobuf_c_empty_string;
+      msg = NULL;
+    }
+    free(json);
+    free(msg);
+  }
+  return e;
+}
+
 static void answer_query(dbx_worker *w, const PollWorkflowTaskQueueResponse *t,
                          const dbx_workflow_type *type, HistoryEvent **evs, size_t n) {
   RespondQueryTaskCompletedRequest rq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_QUERY_TASK_COMPLETED_REQUEST);
@@ -316,20 +388,20 @@ static void answer_query(dbx_worker *w, const PollWorkflowTaskQueueResponse *t,
                                         t->workflow_execution->run_id, &r)
                     : DBX_ENOTFOUND;
   if (rc == DBX_OK) rc = dbx_wf_run_apply(r, evs, n, 0);
-  if (rc == DBX_OK) rc = dbx_wf_run_query(r, t->query->query_type, &json);
+  if (rc == DBX_OK) rc = run_query(r, t->query, &json, &msg);
   if (rc == DBX_OK) {
     rq.completed_type = TEMPORAL__API__ENUMS__V1__QUERY_RESULT_TYPE__QUERY_RESULT_TYPE_ANSWERED;
     rq.query_result = dbx_payloads_from_json(json, strlen(json));
   } else {
     rq.completed_type = TEMPORAL__API__ENUMS__V1__QUERY_RESULT_TYPE__QUERY_RESULT_TYPE_FAILED;
-    if (!type)
-      msg = dbx_asprintf("workflow type not registered on this worker");
-    else if (rc == DBX_ENOTFOUND)
-      msg = dbx_asprintf("unknown query type '%s'", t->query->query_type);
-    else if (rc == DBX_ESTATE && r && *dbx_wf_run_error(r))
-      msg = dbx_strdup(dbx_wf_run_error(r));
-    else
-      msg = dbx_asprintf("query failed: %s", dbx_strerror(rc));
+    if (!msg) {
+      if (!type)
+        msg = dbx_asprintf("workflow type not registered on this worker");
+      else if (rc == DBX_ESTATE && r && *dbx_wf_run_error(r))
+        msg = dbx_strdup(dbx_wf_run_error(r));
+      else
+        msg = dbx_asprintf("query failed: %s", dbx_strerror(rc));
+    }
     rq.error_message = msg ? msg : "query failed";
   }
   char *err = NULL;
@@ -362,6 +434,7 @@ static void process_wft(dbx_worker *w, PollWorkflowTaskQueueResponse *t) {
   dbx_wf_run *r = NULL;
   Command **cmds = NULL;
   size_t ncmds = 0;
+  query_result_entry **qres = NULL;
   const char *wid = t->workflow_execution ? t->workflow_execution->workflow_id : "";
   const char *rid = t->workflow_execution ? t->workflow_execution->run_id : "";
   const dbx_workflow_type *type = t->workflow_type ? find_wf(w, t->workflow_type->name) : NULL;
@@ -429,6 +502,12 @@ static void process_wft(dbx_worker *w, PollWorkflowTaskQueueResponse *t) {
   rq.n_commands = ncmds;
   rq.identity = w->identity;
   rq.namespace_ = w->ns;
+  if (t->n_queries) {
+    qres = query_results(r, t);
+    if (!qres) goto out;
+    rq.query_results = qres;
+    rq.n_query_results = t->n_queries;
+  }
   size_t size = protobuf_c_message_get_packed_size(&rq.base);
   if (size > w->max_msg) {
     wft_fail_oversized(w, t, wid, rid, size, w->max_msg);
@@ -462,6 +541,7 @@ static void process_wft(dbx_worker *w, PollWorkflowTaskQueueResponse *t) {
     r = NULL;
   }
 out:
+  query_results_free(qres, t->n_queries);
   dbx_wf_run_commands_free(cmds, ncmds);
   dbx_wf_run_destroy(r);
   free(key);
