@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/util.h"
 #include "tests/testutil.h"
 #include "worker/client.h"
 #include "worker/replay.h"
@@ -431,6 +432,757 @@ static void test_replay_cancel_activity_only_while_pending(void **st) {
   free_history(h, n);
 }
 
+/* ---- one test per command kind: test.Kinds issues the command of scenario
+ * g_kind in its first task; g_variant = 1 issues a changed command instead,
+ * which replay must report with the event id and both kinds. */
+
+enum {
+  KIND_MARKER = 1, KIND_SIDE_EFFECT, KIND_VERSION, KIND_UPSERT_SA, KIND_MEMO, KIND_CAN,
+  KIND_CHILD, KIND_CANCEL_CHILD, KIND_SIGNAL_EXT, KIND_CANCEL_TIMER, KIND_WAIT
+};
+
+static int g_kind, g_variant, g_side_calls;
+static char g_got[256];
+static int64_t g_version;
+
+static char *side_fn(void *ud) {
+  (void)ud;
+  g_side_calls++;
+  return dbx_strdup("\"fresh\"");
+}
+
+static void k_wait_done(void *st, dbx_wf *wf, int64_t seq, const char *json, size_t len, int timed_out) {
+  (void)st;
+  snprintf(g_got, sizeof g_got, "wait %lld %s %.*s", (long long)seq, timed_out ? "timeout" : "signal",
+           (int)len, json);
+  dbx_wf_complete(wf, json);
+}
+
+static void *k_create(dbx_wf *wf, const char *in, size_t len) {
+  (void)in, (void)len;
+  const char *k1[] = {"CustomKeywordField"}, *v1[] = {"\"blue\""};
+  const char *k2[] = {"note"}, *v2[] = {"{\"n\":1}"};
+  dbx_child_opts co = {.workflow_id = g_variant ? "kid-2" : "kid-1", .run_timeout_ms = 60000,
+                       .parent_close_policy = DBX_PARENT_CLOSE_ABANDON, .maximum_attempts = 2};
+  const char *v;
+  switch (g_kind) {
+  case KIND_MARKER:
+    v = dbx_wf_marker_record(wf, g_variant ? "other" : "decision", "\"new\"");
+    snprintf(g_got, sizeof g_got, "%s", v ? v : "(null)");
+    dbx_wf_complete(wf, v);
+    break;
+  case KIND_SIDE_EFFECT:
+    v = dbx_wf_side_effect(wf, side_fn, NULL);
+    snprintf(g_got, sizeof g_got, "%s", v ? v : "(null)");
+    dbx_wf_complete(wf, v);
+    break;
+  case KIND_VERSION:
+    g_version = dbx_wf_get_version(wf, g_variant ? "other-change" : "my-change", DBX_WF_DEFAULT_VERSION, 2);
+    assert_int_equal(dbx_wf_get_version(wf, g_variant ? "other-change" : "my-change", DBX_WF_DEFAULT_VERSION, 2),
+                     g_version);
+    dbx_wf_complete(wf, NULL);
+    break;
+  case KIND_UPSERT_SA:
+    if (g_variant) dbx_wf_upsert_memo(wf, k2, v2, 1);
+    else dbx_wf_upsert_search_attributes(wf, k1, v1, 1);
+    dbx_wf_complete(wf, NULL);
+    break;
+  case KIND_MEMO:
+    if (g_variant) dbx_wf_upsert_search_attributes(wf, k1, v1, 1);
+    else dbx_wf_upsert_memo(wf, k2, v2, 1);
+    dbx_wf_complete(wf, NULL);
+    break;
+  case KIND_CAN:
+    if (g_variant) dbx_wf_complete(wf, NULL);
+    else dbx_wf_continue_as_new(wf, "{\"round\":2}", NULL);
+    break;
+  case KIND_CHILD:
+  case KIND_CANCEL_CHILD: assert_int_equal(dbx_wf_start_child(wf, "test.Kid", "{\"x\":1}", &co), 1); break;
+  case KIND_SIGNAL_EXT:
+    assert_int_equal(dbx_wf_signal_external(wf, g_variant ? "elsewhere" : "other", NULL, "hello", "{}"), 1);
+    break;
+  case KIND_CANCEL_TIMER: assert_int_equal(dbx_wf_start_timer(wf, 60000), 1); break;
+  case KIND_WAIT: assert_int_equal(dbx_wf_await_signal(wf, "go", 5000), 1); break;
+  }
+  return calloc(1, 1);
+}
+
+static void k_on_child(void *st, dbx_wf *wf, int64_t seq, const dbx_child_outcome *o) {
+  (void)st;
+  assert_int_equal(seq, 1);
+  if (o->status == DBX_CHILD_STARTED) {
+    assert_string_equal(o->run_id, "kid-run");
+    if (g_kind == KIND_CANCEL_CHILD) assert_int_equal(dbx_wf_cancel_child(wf, 1), g_variant ? -1 : 2);
+    return;
+  }
+  size_t used = strlen(g_got);
+  snprintf(g_got + used, sizeof g_got - used, "child %d %s %s", (int)o->status, o->workflow_id,
+           o->result_json);
+  dbx_wf_complete(wf, o->result_json);
+}
+
+static void k_on_external(void *st, dbx_wf *wf, int64_t seq, int failed) {
+  (void)st, (void)wf;
+  snprintf(g_got + strlen(g_got), sizeof g_got - strlen(g_got), "ext %lld %d;", (long long)seq, failed);
+  if (g_kind == KIND_SIGNAL_EXT) dbx_wf_complete(wf, NULL);
+}
+
+static void k_on_signal(void *st, dbx_wf *wf, const char *name, const char *json, size_t len) {
+  (void)st, (void)json, (void)len;
+  if (g_kind == KIND_CANCEL_TIMER && strcmp(name, "stop") == 0) {
+    assert_int_equal(dbx_wf_cancel_timer(wf, g_variant ? 7 : 1), g_variant ? -1 : 0);
+    assert_int_equal(dbx_wf_cancel_timer(wf, 1), g_variant ? 0 : -1); /* only once */
+    if (g_variant) dbx_wf_start_timer(wf, 10); /* variant: a different command after */
+    dbx_wf_complete(wf, NULL);
+  }
+}
+
+static void k_on_timer(void *st, dbx_wf *wf, int64_t seq) {
+  (void)st, (void)wf;
+  snprintf(g_got, sizeof g_got, "on_timer %lld", (long long)seq); /* must not happen for waits */
+}
+
+static const dbx_workflow_type kinds_wf = {
+    "test.Kinds", k_create, NULL, k_on_timer, k_on_signal, NULL, NULL, t_destroy,
+    k_on_child, k_on_external, k_wait_done, NULL, NULL};
+
+/* ---- builders for the command events and outcomes */
+
+typedef Temporal__Api__History__V1__MarkerRecordedEventAttributes__DetailsEntry hist_detail;
+
+static HistoryEvent *ev_marker(int64_t id, const char *name, const char *k1, const char *v1,
+                               const char *k2, const char *v2) {
+  HistoryEvent *e = ev_base(id, ET(MARKER_RECORDED));
+  MarkerRecordedEventAttributes a = INIT(TEMPORAL__API__HISTORY__V1__MARKER_RECORDED_EVENT_ATTRIBUTES);
+  hist_detail d[2] = {INIT(TEMPORAL__API__HISTORY__V1__MARKER_RECORDED_EVENT_ATTRIBUTES__DETAILS_ENTRY),
+                      INIT(TEMPORAL__API__HISTORY__V1__MARKER_RECORDED_EVENT_ATTRIBUTES__DETAILS_ENTRY)};
+  hist_detail *dp[2] = {&d[0], &d[1]};
+  d[0].key = (char *)k1;
+  d[0].value = dbx_payloads_from_json(v1, strlen(v1));
+  if (k2) {
+    d[1].key = (char *)k2;
+    d[1].value = dbx_payloads_from_json(v2, strlen(v2));
+  }
+  a.marker_name = (char *)name;
+  a.n_details = k2 ? 2 : 1;
+  a.details = dp;
+  a.workflow_task_completed_event_id = 4;
+  e->attributes_case = HEV(MARKER_RECORDED);
+  e->marker_recorded_event_attributes = &a;
+  HistoryEvent *r = finish(e);
+  dbx_payloads_free(d[0].value);
+  dbx_payloads_free(d[1].value);
+  return r;
+}
+
+static HistoryEvent *ev_child_initiated(int64_t id, const char *wid, const char *type) {
+  HistoryEvent *e = ev_base(id, ET(START_CHILD_WORKFLOW_EXECUTION_INITIATED));
+  StartChildWorkflowExecutionInitiatedEventAttributes a =
+      INIT(TEMPORAL__API__HISTORY__V1__START_CHILD_WORKFLOW_EXECUTION_INITIATED_EVENT_ATTRIBUTES);
+  WorkflowType wt = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_TYPE);
+  wt.name = (char *)type;
+  a.workflow_id = (char *)wid;
+  a.workflow_type = &wt;
+  e->attributes_case = HEV(START_CHILD_WORKFLOW_EXECUTION_INITIATED);
+  e->start_child_workflow_execution_initiated_event_attributes = &a;
+  return finish(e);
+}
+
+static HistoryEvent *ev_child_started(int64_t id, int64_t init) {
+  HistoryEvent *e = ev_base(id, ET(CHILD_WORKFLOW_EXECUTION_STARTED));
+  ChildWorkflowExecutionStartedEventAttributes a =
+      INIT(TEMPORAL__API__HISTORY__V1__CHILD_WORKFLOW_EXECUTION_STARTED_EVENT_ATTRIBUTES);
+  WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  we.workflow_id = "kid-1";
+  we.run_id = "kid-run";
+  a.initiated_event_id = init;
+  a.workflow_execution = &we;
+  e->attributes_case = HEV(CHILD_WORKFLOW_EXECUTION_STARTED);
+  e->child_workflow_execution_started_event_attributes = &a;
+  return finish(e);
+}
+
+static HistoryEvent *ev_child_completed(int64_t id, int64_t init, const char *json) {
+  HistoryEvent *e = ev_base(id, ET(CHILD_WORKFLOW_EXECUTION_COMPLETED));
+  ChildWorkflowExecutionCompletedEventAttributes a =
+      INIT(TEMPORAL__API__HISTORY__V1__CHILD_WORKFLOW_EXECUTION_COMPLETED_EVENT_ATTRIBUTES);
+  a.initiated_event_id = init;
+  a.result = dbx_payloads_from_json(json, strlen(json));
+  e->attributes_case = HEV(CHILD_WORKFLOW_EXECUTION_COMPLETED);
+  e->child_workflow_execution_completed_event_attributes = &a;
+  HistoryEvent *r = finish(e);
+  dbx_payloads_free(a.result);
+  return r;
+}
+
+static HistoryEvent *ev_child_canceled(int64_t id, int64_t init) {
+  HistoryEvent *e = ev_base(id, ET(CHILD_WORKFLOW_EXECUTION_CANCELED));
+  ChildWorkflowExecutionCanceledEventAttributes a =
+      INIT(TEMPORAL__API__HISTORY__V1__CHILD_WORKFLOW_EXECUTION_CANCELED_EVENT_ATTRIBUTES);
+  a.initiated_event_id = init;
+  e->attributes_case = HEV(CHILD_WORKFLOW_EXECUTION_CANCELED);
+  e->child_workflow_execution_canceled_event_attributes = &a;
+  return finish(e);
+}
+
+static HistoryEvent *ev_child_start_failed(int64_t id, int64_t init) {
+  HistoryEvent *e = ev_base(id, ET(START_CHILD_WORKFLOW_EXECUTION_FAILED));
+  StartChildWorkflowExecutionFailedEventAttributes a =
+      INIT(TEMPORAL__API__HISTORY__V1__START_CHILD_WORKFLOW_EXECUTION_FAILED_EVENT_ATTRIBUTES);
+  a.initiated_event_id = init;
+  a.workflow_id = "kid-1";
+  a.cause = TEMPORAL__API__ENUMS__V1__START_CHILD_WORKFLOW_EXECUTION_FAILED_CAUSE__START_CHILD_WORKFLOW_EXECUTION_FAILED_CAUSE_WORKFLOW_ALREADY_EXISTS;
+  e->attributes_case = HEV(START_CHILD_WORKFLOW_EXECUTION_FAILED);
+  e->start_child_workflow_execution_failed_event_attributes = &a;
+  return finish(e);
+}
+
+static HistoryEvent *ev_ext_initiated(int64_t id, int signal, const char *wid) {
+  HistoryEvent *e = ev_base(id, signal ? ET(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED)
+                                       : ET(REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED));
+  SignalExternalWorkflowExecutionInitiatedEventAttributes s =
+      INIT(TEMPORAL__API__HISTORY__V1__SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED_EVENT_ATTRIBUTES);
+  RequestCancelExternalWorkflowExecutionInitiatedEventAttributes c =
+      INIT(TEMPORAL__API__HISTORY__V1__REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED_EVENT_ATTRIBUTES);
+  WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  we.workflow_id = (char *)wid;
+  if (signal) {
+    s.workflow_execution = &we;
+    s.signal_name = "hello";
+    e->attributes_case = HEV(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED);
+    e->signal_external_workflow_execution_initiated_event_attributes = &s;
+  } else {
+    c.workflow_execution = &we;
+    c.child_workflow_only = 1;
+    e->attributes_case = HEV(REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED);
+    e->request_cancel_external_workflow_execution_initiated_event_attributes = &c;
+  }
+  return finish(e);
+}
+
+static HistoryEvent *ev_ext_done(int64_t id, int signal, int64_t init) {
+  HistoryEvent *e = ev_base(id, signal ? ET(EXTERNAL_WORKFLOW_EXECUTION_SIGNALED)
+                                       : ET(EXTERNAL_WORKFLOW_EXECUTION_CANCEL_REQUESTED));
+  ExternalWorkflowExecutionSignaledEventAttributes s =
+      INIT(TEMPORAL__API__HISTORY__V1__EXTERNAL_WORKFLOW_EXECUTION_SIGNALED_EVENT_ATTRIBUTES);
+  ExternalWorkflowExecutionCancelRequestedEventAttributes c =
+      INIT(TEMPORAL__API__HISTORY__V1__EXTERNAL_WORKFLOW_EXECUTION_CANCEL_REQUESTED_EVENT_ATTRIBUTES);
+  if (signal) {
+    s.initiated_event_id = init;
+    e->attributes_case = HEV(EXTERNAL_WORKFLOW_EXECUTION_SIGNALED);
+    e->external_workflow_execution_signaled_event_attributes = &s;
+  } else {
+    c.initiated_event_id = init;
+    e->attributes_case = HEV(EXTERNAL_WORKFLOW_EXECUTION_CANCEL_REQUESTED);
+    e->external_workflow_execution_cancel_requested_event_attributes = &c;
+  }
+  return finish(e);
+}
+
+static HistoryEvent *ev_timer_canceled(int64_t id, const char *tid, int64_t started) {
+  HistoryEvent *e = ev_base(id, ET(TIMER_CANCELED));
+  TimerCanceledEventAttributes a = INIT(TEMPORAL__API__HISTORY__V1__TIMER_CANCELED_EVENT_ATTRIBUTES);
+  a.timer_id = (char *)tid;
+  a.started_event_id = started;
+  e->attributes_case = HEV(TIMER_CANCELED);
+  e->timer_canceled_event_attributes = &a;
+  return finish(e);
+}
+
+static HistoryEvent *ev_signal_input(int64_t id, const char *name, const char *json) {
+  HistoryEvent *e = ev_base(id, ET(WORKFLOW_EXECUTION_SIGNALED));
+  WorkflowExecutionSignaledEventAttributes a = INIT(TEMPORAL__API__HISTORY__V1__WORKFLOW_EXECUTION_SIGNALED_EVENT_ATTRIBUTES);
+  a.signal_name = (char *)name;
+  a.input = dbx_payloads_from_json(json, strlen(json));
+  e->attributes_case = HEV(WORKFLOW_EXECUTION_SIGNALED);
+  e->workflow_execution_signaled_event_attributes = &a;
+  HistoryEvent *r = finish(e);
+  dbx_payloads_free(a.input);
+  return r;
+}
+
+/* Events 1..4: started, the first task, completed. */
+static size_t first_task(HistoryEvent **h) {
+  h[0] = ev_started(1);
+  h[1] = ev_plain(2, ET(WORKFLOW_TASK_SCHEDULED));
+  h[2] = ev_plain(3, ET(WORKFLOW_TASK_STARTED));
+  h[3] = ev_plain(4, ET(WORKFLOW_TASK_COMPLETED));
+  return 4;
+}
+
+/* Another task at events id..id+2. */
+static size_t next_task(HistoryEvent **h, size_t n, int64_t id) {
+  h[n++] = ev_plain(id, ET(WORKFLOW_TASK_SCHEDULED));
+  h[n++] = ev_plain(id + 1, ET(WORKFLOW_TASK_STARTED));
+  h[n++] = ev_plain(id + 2, ET(WORKFLOW_TASK_COMPLETED));
+  return n;
+}
+
+static void kinds_setup(int kind, int variant) {
+  g_kind = kind;
+  g_variant = variant;
+  g_side_calls = 0;
+  g_got[0] = 0;
+  g_version = 99;
+}
+
+/* Replay h with scenario kind: variant 0 must match; variant 1 must be
+ * reported at event bad_event with the message containing want. */
+static void replay_both(int kind, HistoryEvent **h, size_t n, int64_t matched, int64_t bad_event,
+                        const char *want) {
+  dbx_replay_report rep;
+  kinds_setup(kind, 0);
+  assert_int_equal(dbx_replay_run(&kinds_wf, h, n, &rep), DBX_OK);
+  if (!rep.deterministic) fail_msg("kind %d: %s", kind, rep.message);
+  assert_int_equal(rep.commands_matched, matched);
+  char got[256];
+  snprintf(got, sizeof got, "%s", g_got);
+  kinds_setup(kind, 1);
+  assert_int_equal(dbx_replay_run(&kinds_wf, h, n, &rep), DBX_OK);
+  assert_int_equal(rep.deterministic, 0);
+  assert_int_equal(rep.event_id, bad_event);
+  if (!strstr(rep.message, want)) fail_msg("kind %d: message '%s' lacks '%s'", kind, rep.message, want);
+  snprintf(g_got, sizeof g_got, "%s", got);
+}
+
+static void test_replay_kind_marker_read_back(void **st) {
+  (void)st;
+  HistoryEvent *h[16];
+  size_t n = first_task(h);
+  h[n++] = ev_marker(5, "decision", "data", "\"recorded\"", NULL, NULL);
+  h[n++] = ev_plain(6, ET(WORKFLOW_EXECUTION_COMPLETED));
+  replay_both(KIND_MARKER, h, n, 2, 5,
+              "nondeterminism at event 5: history has MarkerRecorded 'decision', workflow code recorded marker 'other'");
+  assert_string_equal(g_got, "\"recorded\""); /* the recorded value, not the new one */
+  /* the first execution records the given value */
+  dbx_wf_run *r = NULL;
+  kinds_setup(KIND_MARKER, 0);
+  assert_int_equal(dbx_wf_run_create(&kinds_wf, "wf", "run", &r), DBX_OK);
+  assert_int_equal(dbx_wf_run_apply(r, h, 3, 3), DBX_OK);
+  assert_string_equal(g_got, "\"new\"");
+  Command **c = NULL;
+  size_t nc = 0;
+  assert_int_equal(dbx_wf_run_commands(r, &c, &nc), DBX_OK);
+  assert_int_equal(nc, 2);
+  assert_int_equal(c[0]->command_type, CT(RECORD_MARKER));
+  assert_string_equal(c[0]->record_marker_command_attributes->marker_name, "decision");
+  assert_int_equal(c[0]->record_marker_command_attributes->n_details, 1);
+  assert_string_equal(c[0]->record_marker_command_attributes->details[0]->key, "data");
+  char *j = dbx_payloads_to_json(c[0]->record_marker_command_attributes->details[0]->value);
+  assert_string_equal(j, "\"new\"");
+  free(j);
+  dbx_wf_run_commands_free(c, nc);
+  dbx_wf_run_destroy(r);
+  free_history(h, n);
+}
+
+static void test_replay_kind_side_effect_runs_once(void **st) {
+  (void)st;
+  HistoryEvent *h[16];
+  size_t n = first_task(h);
+  h[n++] = ev_marker(5, "SideEffect", "data", "\"first\"", NULL, NULL);
+  h[n++] = ev_plain(6, ET(WORKFLOW_EXECUTION_COMPLETED));
+  dbx_replay_report rep;
+  kinds_setup(KIND_SIDE_EFFECT, 0);
+  assert_int_equal(dbx_replay_run(&kinds_wf, h, n, &rep), DBX_OK);
+  assert_int_equal(rep.deterministic, 1);
+  assert_int_equal(g_side_calls, 0);
+  assert_string_equal(g_got, "\"first\"");
+  /* first execution: fn runs once and its value is recorded */
+  dbx_wf_run *r = NULL;
+  kinds_setup(KIND_SIDE_EFFECT, 0);
+  assert_int_equal(dbx_wf_run_create(&kinds_wf, "wf", "run", &r), DBX_OK);
+  assert_int_equal(dbx_wf_run_apply(r, h, 3, 3), DBX_OK);
+  assert_int_equal(g_side_calls, 1);
+  assert_string_equal(g_got, "\"fresh\"");
+  dbx_wf_run_destroy(r);
+  free_history(h, n);
+}
+
+static void test_replay_kind_version_marker(void **st) {
+  (void)st;
+  HistoryEvent *h[16];
+  size_t n = first_task(h);
+  h[n++] = ev_marker(5, "Version", "change-id", "\"my-change\"", "version", "1");
+  h[n++] = ev_plain(6, ET(WORKFLOW_EXECUTION_COMPLETED));
+  /* variant asks for another change id: no marker for it, so DEFAULT and no
+   * command; the recorded Version marker then has no command */
+  replay_both(KIND_VERSION, h, n, 2, 5,
+              "nondeterminism at event 5: history has MarkerRecorded 'Version', workflow code completed the workflow");
+  kinds_setup(KIND_VERSION, 0);
+  dbx_replay_report rep;
+  assert_int_equal(dbx_replay_run(&kinds_wf, h, n, &rep), DBX_OK);
+  assert_int_equal(g_version, 1); /* the recorded version, not max (2) */
+  /* a history from before the change (no marker): DEFAULT, nothing recorded */
+  HistoryEvent *old[8];
+  size_t no = first_task(old);
+  old[no++] = ev_plain(5, ET(WORKFLOW_EXECUTION_COMPLETED));
+  assert_int_equal(dbx_replay_run(&kinds_wf, old, no, &rep), DBX_OK);
+  assert_int_equal(rep.deterministic, 1);
+  assert_int_equal(g_version, DBX_WF_DEFAULT_VERSION);
+  /* first execution: max, recorded as the Go SDK does */
+  dbx_wf_run *r = NULL;
+  assert_int_equal(dbx_wf_run_create(&kinds_wf, "wf", "run", &r), DBX_OK);
+  assert_int_equal(dbx_wf_run_apply(r, h, 3, 3), DBX_OK);
+  assert_int_equal(g_version, 2);
+  Command **c = NULL;
+  size_t nc = 0;
+  assert_int_equal(dbx_wf_run_commands(r, &c, &nc), DBX_OK);
+  assert_int_equal(nc, 2);
+  const RecordMarkerCommandAttributes *m = c[0]->record_marker_command_attributes;
+  assert_string_equal(m->marker_name, "Version");
+  assert_int_equal(m->n_details, 2);
+  assert_string_equal(m->details[0]->key, "change-id");
+  assert_string_equal(m->details[1]->key, "version");
+  char *j0 = dbx_payloads_to_json(m->details[0]->value), *j1 = dbx_payloads_to_json(m->details[1]->value);
+  assert_string_equal(j0, "\"my-change\"");
+  assert_string_equal(j1, "2");
+  free(j0), free(j1);
+  dbx_wf_run_commands_free(c, nc);
+  dbx_wf_run_destroy(r);
+  free_history(old, no);
+  free_history(h, n);
+}
+
+static void test_replay_kind_upsert_search_attributes(void **st) {
+  (void)st;
+  HistoryEvent *h[16];
+  size_t n = first_task(h);
+  h[n++] = ev_plain(5, ET(UPSERT_WORKFLOW_SEARCH_ATTRIBUTES));
+  h[n++] = ev_plain(6, ET(WORKFLOW_EXECUTION_COMPLETED));
+  replay_both(KIND_UPSERT_SA, h, n, 2, 5,
+              "nondeterminism at event 5: history has UpsertWorkflowSearchAttributes, workflow code modified the memo");
+  dbx_wf_run *r = NULL;
+  kinds_setup(KIND_UPSERT_SA, 0);
+  assert_int_equal(dbx_wf_run_create(&kinds_wf, "wf", "run", &r), DBX_OK);
+  assert_int_equal(dbx_wf_run_apply(r, h, 3, 3), DBX_OK);
+  Command **c = NULL;
+  size_t nc = 0;
+  assert_int_equal(dbx_wf_run_commands(r, &c, &nc), DBX_OK);
+  assert_int_equal(c[0]->command_type, CT(UPSERT_WORKFLOW_SEARCH_ATTRIBUTES));
+  const SearchAttributes *sa = c[0]->upsert_workflow_search_attributes_command_attributes->search_attributes;
+  assert_int_equal(sa->n_indexed_fields, 1);
+  assert_string_equal(sa->indexed_fields[0]->key, "CustomKeywordField");
+  assert_memory_equal(sa->indexed_fields[0]->value->data.data, "\"blue\"", 6);
+  dbx_wf_run_commands_free(c, nc);
+  dbx_wf_run_destroy(r);
+  free_history(h, n);
+}
+
+static void test_replay_kind_modify_memo(void **st) {
+  (void)st;
+  HistoryEvent *h[16];
+  size_t n = first_task(h);
+  h[n++] = ev_plain(5, ET(WORKFLOW_PROPERTIES_MODIFIED));
+  h[n++] = ev_plain(6, ET(WORKFLOW_EXECUTION_COMPLETED));
+  replay_both(KIND_MEMO, h, n, 2, 5,
+              "nondeterminism at event 5: history has WorkflowPropertiesModified, workflow code upserted search attributes");
+  dbx_wf_run *r = NULL;
+  kinds_setup(KIND_MEMO, 0);
+  assert_int_equal(dbx_wf_run_create(&kinds_wf, "wf", "run", &r), DBX_OK);
+  assert_int_equal(dbx_wf_run_apply(r, h, 3, 3), DBX_OK);
+  Command **c = NULL;
+  size_t nc = 0;
+  assert_int_equal(dbx_wf_run_commands(r, &c, &nc), DBX_OK);
+  assert_int_equal(c[0]->command_type, CT(MODIFY_WORKFLOW_PROPERTIES));
+  const Memo *m = c[0]->modify_workflow_properties_command_attributes->upserted_memo;
+  assert_int_equal(m->n_fields, 1);
+  assert_string_equal(m->fields[0]->key, "note");
+  assert_memory_equal(m->fields[0]->value->data.data, "{\"n\":1}", 7);
+  dbx_wf_run_commands_free(c, nc);
+  dbx_wf_run_destroy(r);
+  free_history(h, n);
+}
+
+static void test_replay_kind_continue_as_new(void **st) {
+  (void)st;
+  HistoryEvent *h[16];
+  size_t n = first_task(h);
+  h[n++] = ev_plain(5, ET(WORKFLOW_EXECUTION_CONTINUED_AS_NEW));
+  replay_both(KIND_CAN, h, n, 1, 5,
+              "nondeterminism at event 5: history has WorkflowExecutionContinuedAsNew, workflow code completed the workflow");
+  dbx_wf_run *r = NULL;
+  kinds_setup(KIND_CAN, 0);
+  assert_int_equal(dbx_wf_run_create(&kinds_wf, "wf", "run", &r), DBX_OK);
+  assert_int_equal(dbx_wf_run_apply(r, h, 3, 3), DBX_OK);
+  assert_int_equal(dbx_wf_run_closed(r), 1);
+  Command **c = NULL;
+  size_t nc = 0;
+  assert_int_equal(dbx_wf_run_commands(r, &c, &nc), DBX_OK);
+  assert_int_equal(nc, 1);
+  const ContinueAsNewWorkflowExecutionCommandAttributes *a =
+      c[0]->continue_as_new_workflow_execution_command_attributes;
+  assert_string_equal(a->workflow_type->name, "test.Kinds");
+  assert_string_equal(a->task_queue->name, "tq");
+  char *j = dbx_payloads_to_json(a->input);
+  assert_string_equal(j, "{\"round\":2}");
+  free(j);
+  dbx_wf_run_commands_free(c, nc);
+  dbx_wf_run_destroy(r);
+  free_history(h, n);
+}
+
+static void test_replay_kind_child_workflow(void **st) {
+  (void)st;
+  HistoryEvent *h[24];
+  size_t n = first_task(h);
+  h[n++] = ev_child_initiated(5, "kid-1", "test.Kid");
+  h[n++] = ev_child_started(6, 5);
+  n = next_task(h, n, 7);
+  h[n++] = ev_child_completed(10, 5, "{\"kid\":\"done\"}");
+  n = next_task(h, n, 11);
+  h[n++] = ev_plain(14, ET(WORKFLOW_EXECUTION_COMPLETED));
+  replay_both(KIND_CHILD, h, n, 2, 5,
+              "nondeterminism at event 5: history has StartChildWorkflowExecutionInitiated 'test.Kid' (workflow id kid-1), "
+              "workflow code started child workflow 'test.Kid' (workflow id kid-2)");
+  assert_string_equal(g_got, "child 3 kid-1 {\"kid\":\"done\"}");
+  /* the command the first execution sends */
+  dbx_wf_run *r = NULL;
+  kinds_setup(KIND_CHILD, 0);
+  assert_int_equal(dbx_wf_run_create(&kinds_wf, "wf", "run", &r), DBX_OK);
+  assert_int_equal(dbx_wf_run_apply(r, h, 3, 3), DBX_OK);
+  Command **c = NULL;
+  size_t nc = 0;
+  assert_int_equal(dbx_wf_run_commands(r, &c, &nc), DBX_OK);
+  assert_int_equal(nc, 1);
+  const StartChildWorkflowExecutionCommandAttributes *a = c[0]->start_child_workflow_execution_command_attributes;
+  assert_string_equal(a->workflow_id, "kid-1");
+  assert_string_equal(a->workflow_type->name, "test.Kid");
+  assert_string_equal(a->task_queue->name, "tq");
+  assert_int_equal(a->workflow_run_timeout->seconds, 60);
+  assert_int_equal(a->parent_close_policy, DBX_PARENT_CLOSE_ABANDON);
+  assert_int_equal(a->retry_policy->maximum_attempts, 2);
+  char *j = dbx_payloads_to_json(a->input);
+  assert_string_equal(j, "{\"x\":1}");
+  free(j);
+  char *q = NULL;
+  assert_int_equal(dbx_wf_run_query(r, "__stack_trace", &q), DBX_OK);
+  assert_non_null(strstr(q, "child workflow 1 'test.Kid'"));
+  free(q);
+  dbx_wf_run_commands_free(c, nc);
+  dbx_wf_run_destroy(r);
+  free_history(h, n);
+
+  /* WORKFLOW_ALREADY_EXISTS reaches on_child as START_FAILED */
+  n = first_task(h);
+  h[n++] = ev_child_initiated(5, "kid-1", "test.Kid");
+  h[n++] = ev_child_start_failed(6, 5);
+  n = next_task(h, n, 7);
+  h[n++] = ev_plain(10, ET(WORKFLOW_EXECUTION_COMPLETED));
+  kinds_setup(KIND_CHILD, 0);
+  dbx_replay_report rep;
+  assert_int_equal(dbx_replay_run(&kinds_wf, h, n, &rep), DBX_OK);
+  assert_int_equal(rep.deterministic, 1);
+  assert_string_equal(g_got, "child 2 kid-1 null");
+  free_history(h, n);
+}
+
+static void test_replay_kind_cancel_child(void **st) {
+  (void)st;
+  HistoryEvent *h[24];
+  size_t n = first_task(h);
+  h[n++] = ev_child_initiated(5, "kid-1", "test.Kid");
+  h[n++] = ev_child_started(6, 5);
+  n = next_task(h, n, 7);
+  h[n++] = ev_ext_initiated(10, 0, "kid-1");
+  h[n++] = ev_ext_done(11, 0, 10);
+  h[n++] = ev_child_canceled(12, 5);
+  n = next_task(h, n, 13);
+  h[n++] = ev_plain(16, ET(WORKFLOW_EXECUTION_COMPLETED));
+  dbx_replay_report rep;
+  kinds_setup(KIND_CANCEL_CHILD, 0);
+  assert_int_equal(dbx_replay_run(&kinds_wf, h, n, &rep), DBX_OK);
+  if (!rep.deterministic) fail_msg("%s", rep.message);
+  assert_int_equal(rep.commands_matched, 3);
+  assert_string_equal(g_got, "ext 2 0;child 5 kid-1 null");
+  /* variant: the code does not ask to cancel (cancel_child refused) */
+  kinds_setup(KIND_CANCEL_CHILD, 1);
+  assert_int_equal(dbx_replay_run(&kinds_wf, h, n, &rep), DBX_OK);
+  assert_int_equal(rep.deterministic, 0);
+  assert_int_equal(rep.event_id, 5);
+  assert_non_null(strstr(rep.message, "StartChildWorkflowExecutionInitiated"));
+  free_history(h, n);
+  /* a changed cancel target: the history asks to cancel another workflow */
+  n = first_task(h);
+  h[n++] = ev_child_initiated(5, "kid-1", "test.Kid");
+  h[n++] = ev_child_started(6, 5);
+  n = next_task(h, n, 7);
+  h[n++] = ev_ext_initiated(10, 0, "someone-else");
+  kinds_setup(KIND_CANCEL_CHILD, 0);
+  assert_int_equal(dbx_replay_run(&kinds_wf, h, n, &rep), DBX_OK);
+  assert_int_equal(rep.deterministic, 0);
+  assert_int_equal(rep.event_id, 10);
+  assert_string_equal(rep.message,
+                      "nondeterminism at event 10: history has RequestCancelExternalWorkflowExecutionInitiated "
+                      "(workflow id someone-else), workflow code requested cancellation of workflow kid-1");
+  free_history(h, n);
+}
+
+static void test_replay_kind_signal_external(void **st) {
+  (void)st;
+  HistoryEvent *h[16];
+  size_t n = first_task(h);
+  h[n++] = ev_ext_initiated(5, 1, "other");
+  h[n++] = ev_ext_done(6, 1, 5);
+  n = next_task(h, n, 7);
+  h[n++] = ev_plain(10, ET(WORKFLOW_EXECUTION_COMPLETED));
+  replay_both(KIND_SIGNAL_EXT, h, n, 2, 5,
+              "nondeterminism at event 5: history has SignalExternalWorkflowExecutionInitiated 'hello' (workflow id other), "
+              "workflow code signalled 'hello' to workflow elsewhere");
+  assert_string_equal(g_got, "ext 1 0;");
+  free_history(h, n);
+}
+
+static void test_replay_kind_cancel_timer(void **st) {
+  (void)st;
+  HistoryEvent *h[16];
+  size_t n = first_task(h);
+  h[n++] = ev_timer_started(5, "1");
+  h[n++] = ev_signal(6, "stop");
+  n = next_task(h, n, 7);
+  h[n++] = ev_timer_canceled(10, "1", 5);
+  h[n++] = ev_plain(11, ET(WORKFLOW_EXECUTION_COMPLETED));
+  /* variant cancels a wrong id (refused), then timer 1, then starts timer 2 */
+  replay_both(KIND_CANCEL_TIMER, h, n, 3, 11,
+              "nondeterminism at event 11: history has WorkflowExecutionCompleted, workflow code started timer 2");
+  /* a TimerCanceled for another timer id */
+  protobuf_c_message_free_unpacked(&h[9]->base, NULL);
+  h[9] = ev_timer_canceled(10, "9", 5);
+  kinds_setup(KIND_CANCEL_TIMER, 0);
+  dbx_replay_report rep;
+  assert_int_equal(dbx_replay_run(&kinds_wf, h, n, &rep), DBX_OK);
+  assert_int_equal(rep.deterministic, 0);
+  assert_int_equal(rep.event_id, 10);
+  assert_string_equal(rep.message,
+                      "nondeterminism at event 10: history has TimerCanceled (timer id 9), workflow code cancelled timer 1");
+  free_history(h, n);
+}
+
+static void test_replay_kind_await_signal_both_ways(void **st) {
+  (void)st;
+  /* the signal first: the wait's timer (seq 2) is cancelled */
+  HistoryEvent *h[16];
+  size_t n = first_task(h);
+  h[n++] = ev_timer_started(5, "2");
+  h[n++] = ev_signal_input(6, "go", "{\"v\":7}");
+  n = next_task(h, n, 7);
+  h[n++] = ev_timer_canceled(10, "2", 5);
+  h[n++] = ev_plain(11, ET(WORKFLOW_EXECUTION_COMPLETED));
+  dbx_replay_report rep;
+  kinds_setup(KIND_WAIT, 0);
+  assert_int_equal(dbx_replay_run(&kinds_wf, h, n, &rep), DBX_OK);
+  if (!rep.deterministic) fail_msg("%s", rep.message);
+  assert_int_equal(rep.commands_matched, 3);
+  assert_string_equal(g_got, "wait 1 signal {\"v\":7}");
+  free_history(h, n);
+  /* the timer first: the wait times out, on_timer is not called */
+  n = first_task(h);
+  h[n++] = ev_timer_started(5, "2");
+  h[n++] = ev_timer_fired(6, "2", 5);
+  n = next_task(h, n, 7);
+  h[n++] = ev_plain(10, ET(WORKFLOW_EXECUTION_COMPLETED));
+  kinds_setup(KIND_WAIT, 0);
+  assert_int_equal(dbx_replay_run(&kinds_wf, h, n, &rep), DBX_OK);
+  if (!rep.deterministic) fail_msg("%s", rep.message);
+  assert_string_equal(g_got, "wait 1 timeout null");
+  free_history(h, n);
+  /* both in one activation, signal first: the StartTimer is never sent */
+  n = 0;
+  h[n++] = ev_started(1);
+  h[n++] = ev_signal_input(2, "go", "1");
+  h[n++] = ev_plain(3, ET(WORKFLOW_TASK_SCHEDULED));
+  h[n++] = ev_plain(4, ET(WORKFLOW_TASK_STARTED));
+  dbx_wf_run *r = NULL;
+  kinds_setup(KIND_WAIT, 0);
+  assert_int_equal(dbx_wf_run_create(&kinds_wf, "wf", "run", &r), DBX_OK);
+  assert_int_equal(dbx_wf_run_apply(r, h, n, 4), DBX_OK);
+  assert_string_equal(g_got, "wait 1 signal 1"); /* signal-with-start reaches a wait begun in create */
+  Command **c = NULL;
+  size_t nc = 0;
+  assert_int_equal(dbx_wf_run_commands(r, &c, &nc), DBX_OK);
+  assert_int_equal(nc, 1);
+  assert_int_equal(c[0]->command_type, CT(COMPLETE_WORKFLOW_EXECUTION));
+  dbx_wf_run_commands_free(c, nc);
+  dbx_wf_run_destroy(r);
+  free_history(h, n);
+}
+
+/* ---- queries, signal handlers by name, history length */
+
+static int g_named_signals;
+static void q_sig(void *st, dbx_wf *wf, const char *json, size_t len) {
+  (void)st, (void)wf, (void)json, (void)len;
+  g_named_signals++;
+}
+static char *q_echo(void *st, const char *args, size_t len) {
+  (void)st;
+  char *r = malloc(len + 16);
+  snprintf(r, len + 16, "{\"echo\":%.*s}", (int)len, args);
+  return r;
+}
+static const dbx_wf_signal_def q_signals[] = {{"poke", q_sig, "count a poke"}, {NULL, NULL, NULL}};
+static const dbx_wf_query_def q_queries[] = {{"echo", q_echo, "echo the argument"}, {NULL, NULL, NULL}};
+static int64_t g_hist_len, g_hist_bytes;
+static int g_suggest;
+static void *q_create(dbx_wf *wf, const char *in, size_t len) {
+  (void)in, (void)len;
+  g_hist_len = dbx_wf_history_length(wf);
+  g_hist_bytes = dbx_wf_history_size_bytes(wf);
+  g_suggest = dbx_wf_continue_as_new_suggested(wf);
+  dbx_wf_schedule_activity(wf, "sandbox.exec", "{}", NULL);
+  dbx_wf_start_timer(wf, 5000);
+  dbx_wf_await_signal(wf, "go", 0);
+  return calloc(1, sizeof(wstate));
+}
+static const dbx_workflow_type query_wf = {"test.Queries", q_create, NULL, NULL, t_on_signal, NULL,
+                                           t_on_query, t_destroy, NULL, NULL, NULL, q_signals, q_queries};
+
+static void test_replay_queries_builtins_and_handlers(void **st) {
+  (void)st;
+  HistoryEvent *h[8];
+  size_t n = 0;
+  h[n++] = ev_started(1);
+  h[n++] = ev_signal(2, "poke"); /* signal-with-start: before the first task */
+  h[n++] = ev_plain(3, ET(WORKFLOW_TASK_SCHEDULED));
+  HistoryEvent *e = ev_base(4, ET(WORKFLOW_TASK_STARTED));
+  WorkflowTaskStartedEventAttributes a = INIT(TEMPORAL__API__HISTORY__V1__WORKFLOW_TASK_STARTED_EVENT_ATTRIBUTES);
+  a.history_size_bytes = 4242;
+  a.suggest_continue_as_new = 1;
+  e->attributes_case = HEV(WORKFLOW_TASK_STARTED);
+  e->workflow_task_started_event_attributes = &a;
+  h[n++] = finish(e);
+  dbx_wf_run *r = NULL;
+  g_named_signals = 0;
+  assert_int_equal(dbx_wf_run_create(&query_wf, "wf", "run", &r), DBX_OK);
+  assert_int_equal(dbx_wf_run_apply(r, h, n, 4), DBX_OK);
+  assert_int_equal(g_hist_len, 4);
+  assert_int_equal(g_hist_bytes, 4242);
+  assert_int_equal(g_suggest, 1);
+  assert_int_equal(g_named_signals, 1); /* the named handler, not on_signal */
+  char *q = NULL;
+  assert_int_equal(dbx_wf_run_query(r, "state", &q), DBX_OK);
+  assert_string_equal(q, "{\"signals\":0,\"attempts\":0}");
+  free(q);
+  assert_int_equal(dbx_wf_run_query_args(r, "echo", "[1,2]", 5, &q), DBX_OK);
+  assert_string_equal(q, "{\"echo\":[1,2]}");
+  free(q);
+  assert_int_equal(dbx_wf_run_query(r, "__stack_trace", &q), DBX_OK);
+  assert_string_equal(q, "\"workflow test.Queries (wf/run), blocked on:\\n  activity 1 'sandbox.exec'\\n"
+                         "  timer 2\\n  signal 'go' (wait 3)\\n\"");
+  free(q);
+  assert_int_equal(dbx_wf_run_query(r, "__temporal_workflow_metadata", &q), DBX_OK);
+  assert_string_equal(q, "{\"definition\":{\"type\":\"test.Queries\",\"queryDefinitions\":["
+                         "{\"name\":\"__stack_trace\",\"description\":\"what the workflow is blocked on\"},"
+                         "{\"name\":\"__temporal_workflow_metadata\",\"description\":\"the workflow's type, queries and signals\"},"
+                         "{\"name\":\"echo\",\"description\":\"echo the argument\"}],"
+                         "\"signalDefinitions\":[{\"name\":\"poke\",\"description\":\"count a poke\"}],"
+                         "\"updateDefinitions\":[]},\"currentDetails\":\"\"}");
+  free(q);
+  assert_int_equal(dbx_wf_run_query(r, "nope", &q), DBX_ENOTFOUND);
+  dbx_wf_run_destroy(r);
+  free_history(h, n);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup(test_replay_clean, setup),
@@ -441,6 +1193,18 @@ int main(void) {
       cmocka_unit_test_setup(test_replay_cache_matches_full_replay, setup),
       cmocka_unit_test_setup(test_replay_signal_before_first_task_and_failed_task_not_activated, setup),
       cmocka_unit_test_setup(test_replay_cancel_activity_only_while_pending, setup),
+      cmocka_unit_test_setup(test_replay_kind_marker_read_back, setup),
+      cmocka_unit_test_setup(test_replay_kind_side_effect_runs_once, setup),
+      cmocka_unit_test_setup(test_replay_kind_version_marker, setup),
+      cmocka_unit_test_setup(test_replay_kind_upsert_search_attributes, setup),
+      cmocka_unit_test_setup(test_replay_kind_modify_memo, setup),
+      cmocka_unit_test_setup(test_replay_kind_continue_as_new, setup),
+      cmocka_unit_test_setup(test_replay_kind_child_workflow, setup),
+      cmocka_unit_test_setup(test_replay_kind_cancel_child, setup),
+      cmocka_unit_test_setup(test_replay_kind_signal_external, setup),
+      cmocka_unit_test_setup(test_replay_kind_cancel_timer, setup),
+      cmocka_unit_test_setup(test_replay_kind_await_signal_both_ways, setup),
+      cmocka_unit_test_setup(test_replay_queries_builtins_and_handlers, setup),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
