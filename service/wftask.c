@@ -238,6 +238,42 @@ out:
   return rc;
 }
 
+/* Upsert into a run's packed Memo / SearchAttributes (both one map<string,
+ * Payload>, entries laid out alike): the keys named replace their values,
+ * the others stay (Temporal: UpsertWorkflowSearchAttributes and
+ * ModifyWorkflowProperties, as DescribeWorkflowExecution then shows them). */
+typedef Temporal__Api__Common__V1__Memo__FieldsEntry map_entry;
+static dbx_err upsert_packed_map(ProtobufCBinaryData *dst, const ProtobufCMessageDescriptor *d,
+                                 map_entry **upd, size_t n_upd) {
+  Memo *cur = dst->len ? (Memo *)protobuf_c_message_unpack(d, NULL, dst->len, dst->data) : NULL;
+  size_t n_cur = cur ? cur->n_fields : 0, n = 0;
+  map_entry **all = calloc(n_cur + n_upd + 1, sizeof *all);
+  dbx_err rc = DBX_ENOMEM;
+  if (all == NULL || (dst->len && cur == NULL)) goto out;
+  for (size_t i = 0; i < n_cur; i++) {
+    int replaced = 0;
+    for (size_t k = 0; k < n_upd; k++) replaced |= strcmp(cur->fields[i]->key, upd[k]->key) == 0;
+    if (!replaced) all[n++] = cur->fields[i];
+  }
+  for (size_t k = 0; k < n_upd; k++) all[n++] = upd[k];
+  Memo m = INIT(TEMPORAL__API__COMMON__V1__MEMO);
+  m.base.descriptor = d; /* SearchAttributes: indexed_fields is the same one field */
+  m.n_fields = n;
+  m.fields = all;
+  size_t len = protobuf_c_message_get_packed_size(&m.base);
+  uint8_t *buf = malloc(len ? len : 1);
+  if (buf == NULL) goto out;
+  protobuf_c_message_pack(&m.base, buf);
+  free(dst->data);
+  dst->data = buf;
+  dst->len = len;
+  rc = DBX_OK;
+out:
+  free(all);
+  if (cur) protobuf_c_message_free_unpacked(&cur->base, NULL);
+  return rc;
+}
+
 static dbx_err cmd_upsert_search_attributes(ectx *c, job *j, RunState *rs, Command *cmd, wft_cmd *w) {
   dbx_err rc = DBX_OK;
   HistoryEvent *ev = NULL;
@@ -248,6 +284,10 @@ static dbx_err cmd_upsert_search_attributes(ectx *c, job *j, RunState *rs, Comma
       PB_CLONE(SearchAttributes, cmd->upsert_workflow_search_attributes_command_attributes->search_attributes);
   rc = svc_event_append(c, rs, ev, 0);
   svc_history_event_free(ev);
+  const SearchAttributes *usa = cmd->upsert_workflow_search_attributes_command_attributes->search_attributes;
+  if (rc == DBX_OK && usa)
+    rc = upsert_packed_map(&rs->search_attributes, &SearchAttributes__D, (map_entry **)usa->indexed_fields,
+                           usa->n_indexed_fields);
   return rc;
 }
 
@@ -261,6 +301,8 @@ static dbx_err cmd_modify_properties(ectx *c, job *j, RunState *rs, Command *cmd
       PB_CLONE(Memo, cmd->modify_workflow_properties_command_attributes->upserted_memo);
   rc = svc_event_append(c, rs, ev, 0);
   svc_history_event_free(ev);
+  const Memo *um = cmd->modify_workflow_properties_command_attributes->upserted_memo;
+  if (rc == DBX_OK && um) rc = upsert_packed_map(&rs->memo, &Memo__D, um->fields, um->n_fields);
   return rc;
 }
 
