@@ -192,6 +192,48 @@ static void *up_create(dbx_wf *wf, const char *in, size_t len) {
 }
 static const dbx_workflow_type wf_upsert = {"t.Upsert", up_create, NULL, NULL, NULL, NULL, NULL, st_free};
 
+/* t.Remote {"op":"signal"|"cancel"}: starts t.Wait ("<wid>-kid", 60 s
+ * timeout); once it started, signals it "go" [1] or cancels it; completes
+ * with what it saw: the external request's delivery and the child's end. */
+typedef struct {
+  int cancel;
+  char seen[256];
+} remote;
+static void *remote_create(dbx_wf *wf, const char *in, size_t len) {
+  remote *r = calloc(1, sizeof *r);
+  (void)len;
+  r->cancel = strstr(in, "cancel") != NULL; /* input is NUL-terminated JSON */
+  char *kid = dbx_asprintf("%s-kid", dbx_wf_workflow_id(wf));
+  dbx_child_opts o = {.workflow_id = kid};
+  dbx_wf_start_child(wf, "t.Wait", "{\"timeout_ms\":60000}", &o);
+  free(kid);
+  return r;
+}
+static void remote_on_child(void *st, dbx_wf *wf, int64_t seq, const dbx_child_outcome *o) {
+  remote *r = st;
+  size_t u = strlen(r->seen);
+  if (o->status == DBX_CHILD_STARTED) {
+    int64_t x = r->cancel ? dbx_wf_cancel_child(wf, seq)
+                          : dbx_wf_signal_external(wf, o->workflow_id, o->run_id, "go", "[1]");
+    snprintf(r->seen + u, sizeof r->seen - u, "request %lld;", (long long)x);
+    return;
+  }
+  snprintf(r->seen + u, sizeof r->seen - u, "child %d %s", (int)o->status, o->result_json);
+  cJSON *j = cJSON_CreateString(r->seen);
+  char *res = cJSON_PrintUnformatted(j);
+  cJSON_Delete(j);
+  dbx_wf_complete(wf, res);
+  free(res);
+}
+static void remote_on_external(void *st, dbx_wf *wf, int64_t seq, int failed) {
+  (void)wf;
+  remote *r = st;
+  size_t u = strlen(r->seen);
+  snprintf(r->seen + u, sizeof r->seen - u, "delivered %lld %d;", (long long)seq, failed);
+}
+static const dbx_workflow_type wf_remote = {"t.Remote", remote_create, NULL, NULL, NULL, NULL,
+                                            NULL, st_free, remote_on_child, remote_on_external};
+
 /* ------------------------------------------------------------ helpers */
 
 static void worker_start(void) {
@@ -202,8 +244,8 @@ static void worker_start(void) {
   o.no_sync = 1;
   char *err = NULL;
   assert_int_equal(dbx_worker_create(&o, &g_w, &err), DBX_OK);
-  const dbx_workflow_type *types[] = {&wf_child, &wf_parent, &wf_can, &wf_marker,
-                                      &wf_tc,    &wf_wait,   &wf_upsert};
+  const dbx_workflow_type *types[] = {&wf_child, &wf_parent, &wf_can,    &wf_marker,
+                                      &wf_tc,    &wf_wait,   &wf_upsert, &wf_remote};
   for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
     assert_int_equal(dbx_worker_register_workflow(g_w, types[i]), DBX_OK);
   assert_int_equal(dbx_worker_start(g_w), DBX_OK);
@@ -533,6 +575,33 @@ static void test_api_upsert_visible_in_describe(void **st) {
   free(rid);
 }
 
+static void test_api_signal_external_and_cancel_child(void **st) {
+  (void)st;
+  char *rid = start("api-remote-sig", "t.Remote", "{\"op\":\"signal\"}");
+  char *res = wait_close("api-remote-sig", rid);
+  /* seq 1 the child, 2 the signal; the child got [1] from its parent */
+  assert_string_equal(res, "\"request 2;delivered 2 0;child 3 {\\\"timed_out\\\":false,\\\"input\\\":[1]}\"");
+  dbx_client_history h;
+  history("api-remote-sig", rid, &h);
+  assert_int_equal(count(&h, ET(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED)), 1);
+  assert_int_equal(count(&h, ET(EXTERNAL_WORKFLOW_EXECUTION_SIGNALED)), 1);
+  dbx_client_history_cleanup(&h);
+  free(res);
+  free(rid);
+
+  rid = start("api-remote-cancel", "t.Remote", "{\"op\":\"cancel\"}");
+  res = wait_close("api-remote-cancel", rid);
+  /* the child (no on_cancel) completes as canceled */
+  assert_string_equal(res, "\"request 2;delivered 2 0;child 5 null\"");
+  history("api-remote-cancel", rid, &h);
+  assert_int_equal(count(&h, ET(REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED)), 1);
+  assert_int_equal(count(&h, ET(EXTERNAL_WORKFLOW_EXECUTION_CANCEL_REQUESTED)), 1);
+  assert_int_equal(count(&h, ET(CHILD_WORKFLOW_EXECUTION_CANCELED)), 1);
+  dbx_client_history_cleanup(&h);
+  free(res);
+  free(rid);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_api_child_workflow_result),
@@ -543,6 +612,7 @@ int main(void) {
       cmocka_unit_test(test_api_await_signal_times_out),
       cmocka_unit_test(test_api_await_signal_queries_then_signal),
       cmocka_unit_test(test_api_upsert_visible_in_describe),
+      cmocka_unit_test(test_api_signal_external_and_cancel_child),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -438,7 +438,8 @@ static void test_replay_cancel_activity_only_while_pending(void **st) {
 
 enum {
   KIND_MARKER = 1, KIND_SIDE_EFFECT, KIND_VERSION, KIND_UPSERT_SA, KIND_MEMO, KIND_CAN,
-  KIND_CHILD, KIND_CANCEL_CHILD, KIND_SIGNAL_EXT, KIND_CANCEL_TIMER, KIND_WAIT
+  KIND_CHILD, KIND_CANCEL_CHILD, KIND_SIGNAL_EXT, KIND_CANCEL_TIMER, KIND_WAIT, KIND_FAIL,
+  KIND_CANCEL_WF
 };
 
 static int g_kind, g_variant, g_side_calls;
@@ -503,6 +504,14 @@ static void *k_create(dbx_wf *wf, const char *in, size_t len) {
     break;
   case KIND_CANCEL_TIMER: assert_int_equal(dbx_wf_start_timer(wf, 60000), 1); break;
   case KIND_WAIT: assert_int_equal(dbx_wf_await_signal(wf, "go", 5000), 1); break;
+  case KIND_FAIL:
+    if (g_variant) dbx_wf_cancel_done(wf);
+    else dbx_wf_fail(wf, "Broken", "it broke");
+    break;
+  case KIND_CANCEL_WF:
+    if (g_variant) dbx_wf_fail(wf, "Broken", "it broke");
+    else dbx_wf_cancel_done(wf);
+    break;
   }
   return calloc(1, 1);
 }
@@ -1107,6 +1116,21 @@ static void test_replay_kind_await_signal_both_ways(void **st) {
   free_history(h, n);
 }
 
+static void test_replay_kind_fail_and_cancel_workflow(void **st) {
+  (void)st;
+  HistoryEvent *h[8];
+  size_t n = first_task(h);
+  h[n++] = ev_plain(5, ET(WORKFLOW_EXECUTION_FAILED));
+  replay_both(KIND_FAIL, h, n, 1, 5,
+              "nondeterminism at event 5: history has WorkflowExecutionFailed, workflow code canceled the workflow");
+  free_history(h, n);
+  n = first_task(h);
+  h[n++] = ev_plain(5, ET(WORKFLOW_EXECUTION_CANCELED));
+  replay_both(KIND_CANCEL_WF, h, n, 1, 5,
+              "nondeterminism at event 5: history has WorkflowExecutionCanceled, workflow code failed the workflow");
+  free_history(h, n);
+}
+
 /* ---- queries, signal handlers by name, history length */
 
 static int g_named_signals;
@@ -1204,6 +1228,7 @@ int main(void) {
       cmocka_unit_test_setup(test_replay_kind_signal_external, setup),
       cmocka_unit_test_setup(test_replay_kind_cancel_timer, setup),
       cmocka_unit_test_setup(test_replay_kind_await_signal_both_ways, setup),
+      cmocka_unit_test_setup(test_replay_kind_fail_and_cancel_workflow, setup),
       cmocka_unit_test_setup(test_replay_queries_builtins_and_handlers, setup),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

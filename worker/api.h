@@ -6,12 +6,20 @@
  * signals, cancellation) in history order; the code answers by issuing
  * commands through its dbx_wf context. On a cache miss the worker replays the
  * whole history through a fresh state object and checks that every command
- * the code issues matches the recorded command event (activity id and type,
- * timer id); a mismatch fails the workflow task with NON_DETERMINISTIC_ERROR
+ * the code issues matches the recorded command event (activity id and type;
+ * timer id; marker name; child workflow id and type; external workflow id
+ * and signal name; the kind alone for upserts and the run's end); a mismatch
+ * fails the workflow task with NON_DETERMINISTIC_ERROR
  * (Temporal: RespondWorkflowTaskFailedRequest, cause 24) naming the event id,
  * the recorded type and the new type.
  * Rules for workflow code: no clocks (use dbx_wf_now_ms), no randomness, no
  * I/O, no globals; its only inputs are the workflow input and the callbacks.
+ * A value from outside (a random id, a decision read from elsewhere) goes
+ * through dbx_wf_side_effect or dbx_wf_marker_record; a change of code for
+ * running workflows through dbx_wf_get_version.
+ * Sequence numbers (seq) are shared by activities, timers, children, signal
+ * waits and external requests, in issue order. Every callback may issue
+ * commands; a string or outcome given to a callback is borrowed for it.
  *
  * Activity types (activities/) do the side effects. Each execution gets its
  * own dbx_act context on a worker thread; they may block. Payloads are

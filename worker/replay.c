@@ -1,15 +1,23 @@
 /* worker/replay: history -> workflow code -> commands (see replay.h).
  *
  * Events are applied in id order. Outcome events (activity results, timer
- * fired, signals, cancel requests) become jobs that wait for the next
+ * fired, signals, cancel requests, child workflow and external-request
+ * outcomes) become jobs that wait for the next
  * activation; an activation happens at a WorkflowTaskStarted event that
  * history shows as completed (the next event is WorkflowTaskCompleted) or
  * that is the task being processed; tasks that failed or timed out are not
  * activated, exactly as the service discarded their commands. Commands the
  * code issues are packed protobufs in a FIFO; each recorded command event
  * pops the head and compares kind and identity. Sequence numbers are shared
- * by activities and timers ("1", "2", ... in issue order). After a
- * non-determinism error the run refuses further work (bad != 0).
+ * by activities, timers, children, signal waits and external requests ("1",
+ * "2", ... in issue order). A StartTimer cancelled in the activation that
+ * issued it is taken out of the FIFO (it was never sent). A signal wait is a
+ * waiter plus an optional timer: whichever of signal and TimerFired history
+ * delivers first ends it, and a signal cancels the timer. A replayed
+ * activation first reads ahead the markers its task recorded (lookahead[]),
+ * which marker, side-effect and version calls consume. pending[] lists what
+ * the code waits on, for __stack_trace. After a non-determinism error the
+ * run refuses further work (bad != 0).
  * No I/O and no clocks here: time comes from WorkflowTaskStarted events. */
 #include "worker/replay.h"
 
@@ -702,21 +710,12 @@ int64_t dbx_wf_await_signal(dbx_wf *wf, const char *name, int64_t timeout_ms) {
 typedef Temporal__Api__Common__V1__SearchAttributes__IndexedFieldsEntry sa_entry;
 typedef Temporal__Api__Common__V1__Memo__FieldsEntry memo_entry;
 
-/* keys/values as map entries of Payload (json/plain); *pl: the Payloads to free. */
-static int kv_payloads(const char *const *keys, const char *const *values, size_t n,
-                       Payloads ***pl, sa_entry **ents, sa_entry ***ep) {
-  *pl = calloc(n ? n : 1, sizeof **pl);
-  *ents = calloc(n ? n : 1, sizeof **ents);
-  *ep = calloc(n ? n : 1, sizeof **ep);
-  if (!*pl || !*ents || !*ep) return -1;
+/* The n values as json/plain Payloads (pl[i], free each) for map entries. */
+static int kv_payloads(const char *const *keys, const char *const *values, size_t n, Payloads **pl) {
   for (size_t i = 0; i < n; i++) {
     if (!keys[i] || !*keys[i] || !values[i]) return -1;
-    (*pl)[i] = dbx_payloads_from_json(values[i], strlen(values[i]));
-    if (!(*pl)[i] || (*pl)[i]->n_payloads != 1) return -1;
-    (*ents)[i] = (sa_entry)INIT(TEMPORAL__API__COMMON__V1__SEARCH_ATTRIBUTES__INDEXED_FIELDS_ENTRY);
-    (*ents)[i].key = (char *)keys[i];
-    (*ents)[i].value = (*pl)[i]->payloads[0];
-    (*ep)[i] = &(*ents)[i];
+    pl[i] = dbx_payloads_from_json(values[i], strlen(values[i]));
+    if (!pl[i] || pl[i]->n_payloads != 1) return -1;
   }
   return 0;
 }
@@ -724,10 +723,11 @@ static int kv_payloads(const char *const *keys, const char *const *values, size_
 static int upsert(dbx_wf *wf, int memo, const char *const *keys, const char *const *values,
                   size_t n) {
   if (!usable(wf) || !n || !keys || !values) return -1;
-  Payloads **pl = NULL;
-  sa_entry *ents = NULL, **ep = NULL;
+  Payloads **pl = calloc(n, sizeof *pl);
+  sa_entry *se = calloc(n, sizeof *se), **sp = calloc(n, sizeof *sp);
+  memo_entry *me = calloc(n, sizeof *me), **mp = calloc(n, sizeof *mp);
   int rc = -1;
-  if (kv_payloads(keys, values, n, &pl, &ents, &ep)) goto out;
+  if (!pl || !se || !sp || !me || !mp || kv_payloads(keys, values, n, pl)) goto out;
   Command c = INIT(TEMPORAL__API__COMMAND__V1__COMMAND);
   UpsertWorkflowSearchAttributesCommandAttributes ua =
       INIT(TEMPORAL__API__COMMAND__V1__UPSERT_WORKFLOW_SEARCH_ATTRIBUTES_COMMAND_ATTRIBUTES);
@@ -735,18 +735,24 @@ static int upsert(dbx_wf *wf, int memo, const char *const *keys, const char *con
       INIT(TEMPORAL__API__COMMAND__V1__MODIFY_WORKFLOW_PROPERTIES_COMMAND_ATTRIBUTES);
   SearchAttributes sa = INIT(TEMPORAL__API__COMMON__V1__SEARCH_ATTRIBUTES);
   Memo mm = INIT(TEMPORAL__API__COMMON__V1__MEMO);
+  for (size_t i = 0; i < n; i++) {
+    se[i] = (sa_entry)INIT(TEMPORAL__API__COMMON__V1__SEARCH_ATTRIBUTES__INDEXED_FIELDS_ENTRY);
+    me[i] = (memo_entry)INIT(TEMPORAL__API__COMMON__V1__MEMO__FIELDS_ENTRY);
+    se[i].key = me[i].key = (char *)keys[i];
+    se[i].value = me[i].value = pl[i]->payloads[0];
+    sp[i] = &se[i];
+    mp[i] = &me[i];
+  }
   if (memo) {
-    /* Memo.fields and SearchAttributes.indexed_fields: the same map<string, Payload> entry layout */
     mm.n_fields = n;
-    mm.fields = (memo_entry **)ep;
-    for (size_t i = 0; i < n; i++) ents[i].base.descriptor = &temporal__api__common__v1__memo__fields_entry__descriptor;
+    mm.fields = mp;
     ma.upserted_memo = &mm;
     c.command_type = CT(MODIFY_WORKFLOW_PROPERTIES);
     c.attributes_case = CMD(MODIFY_WORKFLOW_PROPERTIES);
     c.modify_workflow_properties_command_attributes = &ma;
   } else {
     sa.n_indexed_fields = n;
-    sa.indexed_fields = ep;
+    sa.indexed_fields = sp;
     ua.search_attributes = &sa;
     c.command_type = CT(UPSERT_WORKFLOW_SEARCH_ATTRIBUTES);
     c.attributes_case = CMD(UPSERT_WORKFLOW_SEARCH_ATTRIBUTES);
@@ -757,8 +763,10 @@ out:
   if (pl)
     for (size_t i = 0; i < n; i++) dbx_payloads_free(pl[i]);
   free(pl);
-  free(ents);
-  free(ep);
+  free(se);
+  free(sp);
+  free(me);
+  free(mp);
   return rc;
 }
 

@@ -10,9 +10,16 @@
  * that history shows as completed, and at the task being processed.
  *
  * Matching (Temporal sdk-core's rule): every command event in history
- * (ActivityTaskScheduled, TimerStarted, WorkflowExecutionCompleted/Failed/
- * Canceled, ...) pops the oldest unmatched command, which must be of the same
- * kind and identity (activity id AND type; timer id). A mismatch, a command
+ * (ActivityTaskScheduled, TimerStarted, TimerCanceled, ActivityTaskCancel
+ * Requested, MarkerRecorded, StartChildWorkflowExecutionInitiated,
+ * SignalExternal/RequestCancelExternalWorkflowExecutionInitiated,
+ * UpsertWorkflowSearchAttributes, WorkflowPropertiesModified,
+ * WorkflowExecutionCompleted/Failed/Canceled/ContinuedAsNew) pops the oldest
+ * unmatched command, which must be of the same kind and identity (activity
+ * id AND type; timer id; marker name; child workflow id AND type; target
+ * workflow id, and signal name). Markers a replayed task recorded are read
+ * ahead (before its command events are applied) so dbx_wf_marker_record and
+ * dbx_wf_get_version return the recorded values. A mismatch, a command
  * event with no command, or a command left unmatched after its task was
  * recorded as completed is non-determinism: the run is then unusable and
  * dbx_wf_run_error() names the event id, the recorded command and the new one.

@@ -12,7 +12,9 @@
  * WorkflowTaskCompleted of the task it answered (our answer was accepted),
  * otherwise the run is replayed from scratch. An entry is taken out of the
  * cache while a task uses it, so two threads never share a run. Legacy query
- * tasks are answered from a fresh replay and never touch the cache.
+ * tasks are answered from a fresh replay and never touch the cache; queries
+ * a workflow task carries (its `queries` map) are answered from the run's
+ * state after the task's activation, in query_results.
  *
  * Activities: an activity poller first takes a slot (a counting semaphore
  * on the worker mutex), then polls. The journal in the worker store decides
