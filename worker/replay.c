@@ -94,7 +94,7 @@ typedef struct {
 typedef struct {
   char kind;
   int64_t seq;
-  char *label;
+  const char *label; /* borrowed: the pcmd's or kid's type */
 } pending;
 
 struct dbx_wf {
@@ -124,6 +124,11 @@ struct dbx_wf {
   size_t nvers, cap_vers;
   pending *pend;
   size_t npend, cap_pend;
+  /* the replayed activation's events (borrowed during dbx_wf_run_apply),
+   * read ahead for markers on the first marker call (look_ready) */
+  HistoryEvent *const *act_events;
+  size_t act_i, act_n;
+  int look_ready;
   char **scratch; /* values returned to the code, freed at the next activation */
   size_t nscratch, cap_scratch;
   int64_t err_event;
@@ -197,7 +202,6 @@ void dbx_wf_run_destroy(dbx_wf_run *r) {
   }
   for (size_t i = 0; i < r->nwaits; i++) free(r->waits[i].name);
   for (size_t i = 0; i < r->nvers; i++) free(r->vers[i].change_id);
-  for (size_t i = 0; i < r->npend; i++) free(r->pend[i].label);
   look_clear(r);
   free(r->look);
   free(r->scratch);
@@ -264,18 +268,16 @@ static int64_t push_cmd(dbx_wf *wf, cmd_kind kind, int64_t seq, const char *type
   return push_cmd_id(wf, kind, seq, type, NULL, c);
 }
 
+/* label: borrowed for the run's life (a pcmd's or kid's type string). */
 static int pending_add(dbx_wf *wf, char kind, int64_t seq, const char *label) {
   if (grow((void **)&wf->pend, &wf->cap_pend, wf->npend + 1, sizeof *wf->pend)) return -1;
-  char *l = dbx_strdup(label ? label : "");
-  if (!l) return -1;
-  wf->pend[wf->npend++] = (pending){kind, seq, l};
+  wf->pend[wf->npend++] = (pending){kind, seq, label ? label : ""};
   return 0;
 }
 
 static void pending_del(dbx_wf *wf, int64_t seq) {
-  for (size_t i = 0; i < wf->npend; i++)
+  for (size_t i = wf->npend; i-- > 0;)
     if (wf->pend[i].seq == seq) {
-      free(wf->pend[i].label);
       wf->pend[i] = wf->pend[--wf->npend];
       return;
     }
@@ -356,7 +358,7 @@ int64_t dbx_wf_schedule_activity(dbx_wf *wf, const char *type, const char *input
   dbx_payloads_free(a.input);
   if (rc > 0) {
     wf->seq = seq;
-    if (pending_add(wf, 'a', seq, type)) return -1;
+    if (pending_add(wf, 'a', seq, wf->cmds[wf->ncmds - 1].type)) return -1;
   }
   return rc;
 }
@@ -500,7 +502,7 @@ int64_t dbx_wf_start_child(dbx_wf *wf, const char *type, const char *input_json,
     goto out;
   }
   rc = push_cmd_id(wf, K_CHILD, seq, type, wid, &c);
-  if (rc != seq || pending_add(wf, 'c', seq, type)) {
+  if (rc != seq || pending_add(wf, 'c', seq, k.type)) {
     free(k.run_id);
     free(k.type);
     rc = -1;
@@ -624,8 +626,17 @@ out:
   return rc;
 }
 
+static int read_markers(dbx_wf_run *r, HistoryEvent *const *events, size_t i, size_t n);
+
 /* The next unused read-ahead marker of this name (and key), or NULL. */
 static lookahead *look_take(dbx_wf *wf, const char *name, const char *key) {
+  if (!wf->look_ready) {
+    wf->look_ready = 1;
+    if (wf->act_events && read_markers(wf, wf->act_events, wf->act_i, wf->act_n)) {
+      set_bad(wf, wf->hist_len, "out of memory");
+      return NULL;
+    }
+  }
   for (size_t i = 0; i < wf->nlook; i++) {
     lookahead *l = &wf->look[i];
     if (l->used || strcmp(l->name, name) != 0) continue;
@@ -1530,10 +1541,10 @@ static void activate(dbx_wf_run *r, const HistoryEvent *e, int replaying, Histor
   r->hist_bytes = ws ? ws->history_size_bytes : 0;
   r->suggest_can = ws ? ws->suggest_continue_as_new : 0;
   look_clear(r);
-  if (replaying && read_markers(r, events, i, n)) {
-    set_bad(r, e->event_id, "out of memory");
-    return;
-  }
+  r->look_ready = 0;
+  r->act_events = replaying ? events : NULL;
+  r->act_i = i;
+  r->act_n = n;
   if (!r->created && r->have_start) {
     r->created = 1;
     r->state = r->t->create(r, r->input ? r->input : "null", r->input ? r->input_len : 4);
@@ -1562,6 +1573,7 @@ static void activate(dbx_wf_run *r, const HistoryEvent *e, int replaying, Histor
   }
   for (size_t k = 0; k < r->njobs; k++) job_free(&r->jobs[k]);
   r->njobs = 0;
+  r->act_events = NULL; /* borrowed for this call only */
 }
 
 dbx_err dbx_wf_run_apply(dbx_wf_run *r, HistoryEvent *const *events, size_t n,
