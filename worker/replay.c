@@ -1506,6 +1506,7 @@ static void end_wait(dbx_wf_run *r, size_t w, const char *json, size_t len, int 
 }
 
 static void run_signal(dbx_wf_run *r, const job *j) {
+  size_t nwaits = r->nwaits; /* a wait begun by the handler itself awaits a later signal */
   const dbx_wf_signal_def *d = r->t->signals;
   while (d && d->name && strcmp(d->name, j->name) != 0) d++;
   if (d && d->name) {
@@ -1513,7 +1514,7 @@ static void run_signal(dbx_wf_run *r, const job *j) {
   } else if (r->t->on_signal) {
     r->t->on_signal(r->state, r, j->name, j->json, j->len);
   }
-  for (size_t w = 0; w < r->nwaits && !r->closed && !r->bad; w++)
+  for (size_t w = 0; w < nwaits && !r->closed && !r->bad; w++)
     if (!r->waits[w].done && strcmp(r->waits[w].name, j->name) == 0) {
       end_wait(r, w, j->json, j->len, 0);
       break;
