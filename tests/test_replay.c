@@ -804,6 +804,19 @@ static void test_replay_kind_side_effect_runs_once(void **st) {
   assert_int_equal(dbx_wf_run_apply(r, h, 3, 3), DBX_OK);
   assert_int_equal(g_side_calls, 1);
   assert_string_equal(g_got, "\"fresh\"");
+  Command **c = NULL;
+  size_t nc = 0;
+  assert_int_equal(dbx_wf_run_commands(r, &c, &nc), DBX_OK);
+  const RecordMarkerCommandAttributes *m = c[0]->record_marker_command_attributes;
+  assert_string_equal(m->marker_name, "SideEffect");
+  assert_int_equal(m->n_details, 2);
+  assert_string_equal(m->details[0]->key, "side-effect-id");
+  assert_string_equal(m->details[1]->key, "data");
+  char *j0 = dbx_payloads_to_json(m->details[0]->value), *j1 = dbx_payloads_to_json(m->details[1]->value);
+  assert_string_equal(j0, "1");
+  assert_string_equal(j1, "\"fresh\"");
+  free(j0), free(j1);
+  dbx_wf_run_commands_free(c, nc);
   dbx_wf_run_destroy(r);
   free_history(h, n);
 }

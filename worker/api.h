@@ -231,7 +231,8 @@ int64_t dbx_wf_signal_external(dbx_wf *wf, const char *workflow_id, const char *
 const char *dbx_wf_marker_record(dbx_wf *wf, const char *name, const char *value_json);
 /* Added: a side effect: fn(ud) runs only when history does not hold its
  * result yet; its malloc'd JSON (NULL = "null") is recorded as a marker named
- * "SideEffect" (the Go SDK's name) and returned as dbx_wf_marker_record does. */
+ * "SideEffect" with details "side-effect-id" (1, 2, ... per run) and "data",
+ * as the Go SDK records it, and returned as dbx_wf_marker_record does. */
 const char *dbx_wf_side_effect(dbx_wf *wf, char *(*fn)(void *ud), void *ud);
 /* Added: versioning, the Go SDK's workflow.GetVersion: marker "Version" with
  * details "change-id" (JSON string) and "version" (JSON number), compatible

@@ -107,6 +107,7 @@ struct dbx_wf {
   int64_t last_event, seq, now_ms;
   int64_t activation, last_completed_activation;
   int64_t hist_len, hist_bytes;
+  int64_t side_effects; /* dbx_wf_side_effect calls: the Go SDK's side-effect-id */
   int suggest_can;
   pcmd *cmds;
   size_t ncmds, head, cap_cmds, matched;
@@ -660,10 +661,13 @@ const char *dbx_wf_marker_record(dbx_wf *wf, const char *name, const char *value
 const char *dbx_wf_side_effect(dbx_wf *wf, char *(*fn)(void *ud), void *ud) {
   if (!usable(wf) || !fn) return NULL;
   lookahead *l = wf->replaying ? look_take(wf, "SideEffect", NULL) : NULL;
-  if (l) l->used = 0; /* dbx_wf_marker_record takes it again */
-  char *v = l ? NULL : fn(ud);
-  const char *r = dbx_wf_marker_record(wf, "SideEffect", l ? l->value : (v ? v : "null"));
-  free(v);
+  char *fresh = l ? NULL : fn(ud);
+  const char *v = l ? l->value : (fresh ? fresh : "null");
+  char id[24];
+  snprintf(id, sizeof id, "%lld", (long long)++wf->side_effects);
+  const char *keys[2] = {"side-effect-id", "data"}, *vals[2] = {id, v};
+  const char *r = push_marker(wf, "SideEffect", keys, vals, 2) ? NULL : keep(wf, dbx_strdup(v));
+  free(fresh);
   return r;
 }
 
