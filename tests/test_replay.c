@@ -1144,6 +1144,45 @@ static void test_replay_kind_fail_and_cancel_workflow(void **st) {
   free_history(h, n);
 }
 
+/* Events of the new kinds without their attributes (bad input) never crash:
+ * a command event is a mismatch at its id, an outcome event is ignored. */
+static void test_replay_events_without_attributes(void **st) {
+  (void)st;
+  static const int command_events[] = {
+      ET(MARKER_RECORDED), ET(START_CHILD_WORKFLOW_EXECUTION_INITIATED), ET(TIMER_CANCELED),
+      ET(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED), ET(REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED)};
+  static const int kinds[] = {KIND_MARKER, KIND_CHILD, KIND_CANCEL_TIMER, KIND_SIGNAL_EXT, KIND_CANCEL_CHILD};
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+    HistoryEvent *h[8];
+    size_t n = first_task(h);
+    h[n++] = ev_plain(5, command_events[k]);
+    dbx_replay_report rep;
+    kinds_setup(kinds[k], 0);
+    assert_int_equal(dbx_replay_run(&kinds_wf, h, n, &rep), DBX_OK);
+    assert_int_equal(rep.deterministic, 0);
+    assert_int_equal(rep.event_id, 5);
+    free_history(h, n);
+  }
+  static const int outcomes[] = {
+      ET(CHILD_WORKFLOW_EXECUTION_STARTED), ET(CHILD_WORKFLOW_EXECUTION_COMPLETED),
+      ET(CHILD_WORKFLOW_EXECUTION_FAILED), ET(START_CHILD_WORKFLOW_EXECUTION_FAILED),
+      ET(EXTERNAL_WORKFLOW_EXECUTION_SIGNALED), ET(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_FAILED),
+      ET(EXTERNAL_WORKFLOW_EXECUTION_CANCEL_REQUESTED), ET(REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_FAILED)};
+  for (size_t k = 0; k < sizeof outcomes / sizeof outcomes[0]; k++) {
+    HistoryEvent *h[12];
+    size_t n = first_task(h);
+    h[n++] = ev_child_initiated(5, "kid-1", "test.Kid");
+    h[n++] = ev_plain(6, outcomes[k]);
+    n = next_task(h, n, 7);
+    dbx_replay_report rep;
+    kinds_setup(KIND_CHILD, 0);
+    assert_int_equal(dbx_replay_run(&kinds_wf, h, n, &rep), DBX_OK);
+    assert_int_equal(rep.deterministic, 1);
+    assert_string_equal(g_got, ""); /* no outcome reached the code */
+    free_history(h, n);
+  }
+}
+
 /* ---- queries, signal handlers by name, history length */
 
 static int g_named_signals;
@@ -1242,6 +1281,7 @@ int main(void) {
       cmocka_unit_test_setup(test_replay_kind_cancel_timer, setup),
       cmocka_unit_test_setup(test_replay_kind_await_signal_both_ways, setup),
       cmocka_unit_test_setup(test_replay_kind_fail_and_cancel_workflow, setup),
+      cmocka_unit_test_setup(test_replay_events_without_attributes, setup),
       cmocka_unit_test_setup(test_replay_queries_builtins_and_handlers, setup),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
