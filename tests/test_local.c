@@ -806,7 +806,8 @@ static void test_local_detached_lost_supervisor(void **state) {
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
-int main(void) {
+int main(int argc, char **argv) {
+  dbx_local_supervisor_main(argc, argv); /* this binary is re-executed as the supervisor */
   const struct CMUnitTest tests[] = {
       T(test_local_create_from_dir_and_adopt),   T(test_local_create_from_git_and_commit),
       T(test_local_checkpoint_and_restore),      T(test_local_exec_exit_codes_and_streams),
