@@ -37,7 +37,9 @@
 #include "base/err.h"
 
 /* The typed errors. The activity layer maps each to a Temporal failure type
- * (sandbox.h "Failures") by a table; the column says which. */
+ * (sandbox.h "Failures") by a table; the column says which. The texts of
+ * STATE and FAILED are those of DBX_ESTATE and DBX_EIO (base/err.h): failure
+ * messages read "<what>: <detail> (i/o error)" as before the interface. */
 #define DBX_DRV_ERR_MAP(XX)                                                                  \
   XX(DBX_DRV_OK, "success")                                                                  \
   XX(DBX_DRV_NO_SANDBOX, "no such sandbox")                  /* SandboxNotFound */           \
@@ -49,11 +51,11 @@
   XX(DBX_DRV_OUTCOME_UNKNOWN, "outcome unknown")             /* OutcomeUnknown */            \
   XX(DBX_DRV_TRANSIENT, "transient, retry")                  /* SandboxError (retryable) */  \
   XX(DBX_DRV_INVALID, "invalid argument")                    /* InvalidInput */              \
-  XX(DBX_DRV_STATE, "sandbox not running")                   /* SandboxError (retryable) */  \
+  XX(DBX_DRV_STATE, "invalid state")                         /* SandboxError (retryable) */  \
   XX(DBX_DRV_CANCELED, "canceled")                           /* the activity is cancelled */ \
   XX(DBX_DRV_UNSUPPORTED, "not supported by this driver")    /* Unsupported */               \
   XX(DBX_DRV_NOMEM, "out of memory")                         /* DBX_ENOMEM */                \
-  XX(DBX_DRV_FAILED, "driver failure")                       /* SandboxError (retryable) */
+  XX(DBX_DRV_FAILED, "i/o error")                            /* SandboxError (retryable) */
 
 typedef enum {
 #define XX(name, msg) name,
@@ -195,7 +197,8 @@ typedef struct dbx_driver_ops {
   /* -- long commands (Daytona: session exec runAsync + command/logs) -- */
 
   /* Start o->command as command cmd_id of the sandbox, detached from the
-   * caller (it survives the caller's process), unless cmd_id exists: then
+   * caller (it survives the caller's process; Daytona: a session named by
+   * cmd_id with one runAsync command), unless cmd_id exists: then
    * nothing starts and *adopted = 1 (poll to see its state). adopted may be
    * NULL. Also NOT_FOUND (cwd), PATH_REFUSED (cwd), STATE (stopped),
    * OUTCOME_UNKNOWN (the driver cannot tell whether it started). */
@@ -270,7 +273,9 @@ typedef struct dbx_driver_ops {
   dbx_drv_err (*checkpoint)(void *self, const char *name, const char *snap, char **ref);
   /* Replace the sandbox's workspace with the snapshot ref, atomically (a
    * failure leaves the old workspace). SOURCE_NOT_FOUND (no such snapshot),
-   * STATE (commands are running). */
+   * STATE (commands are running), UNSUPPORTED where the backend restores
+   * only by creating a new sandbox from the snapshot (Daytona: create with
+   * source SNAPSHOT instead). */
   dbx_drv_err (*restore)(void *self, const char *name, const char *ref);
   /* Remove a snapshot; a missing one counts as done. */
   dbx_drv_err (*snapshot_delete)(void *self, const char *ref);
