@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <pthread.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -1500,6 +1501,68 @@ static void test_driver_two_homes_one_process(void **state) {
   free(h2);
 }
 
+/* Ops from several threads at once on one driver, each on its own sandbox,
+ * plus all on one shared sandbox's files. */
+typedef struct {
+  int n;
+  int bad; /* ops that did not answer as expected */
+} par_arg;
+
+static void *par_worker(void *p) {
+  par_arg *a = p;
+  char name[32], path[32], want[32];
+  snprintf(name, sizeof name, "par-%d", a->n);
+  dbx_drv_create_opts o = {0};
+  if (OPS(create, name, &o, NULL) != DBX_DRV_OK) a->bad++;
+  for (int k = 0; k < 20; k++) {
+    snprintf(path, sizeof path, "f%d", k);
+    snprintf(want, sizeof want, "%d/%d", a->n, k);
+    if (OPS(file_write, name, path, want, strlen(want)) != DBX_DRV_OK) a->bad++;
+    if (OPS(file_write, "par-shared", path, want, strlen(want)) != DBX_DRV_OK) a->bad++;
+    uint8_t *data = NULL;
+    size_t len = 0;
+    if (OPS(file_read, name, path, 0, &data, &len) != DBX_DRV_OK || len != strlen(want) ||
+        memcmp(data, want, len) != 0)
+      a->bad++;
+    free(data);
+  }
+  dbx_drv_exec_opts eo = {.command = "echo ok"};
+  if (OPS(exec_start, name, "c", &eo, NULL) != DBX_DRV_OK) a->bad++;
+  if (OPS(del, name) != DBX_DRV_OK) a->bad++; /* kills what still runs */
+  return NULL;
+}
+
+static void test_driver_threads(void **state) {
+  (void)state;
+  dbx_drv_create_opts o = {0};
+  assert_int_equal(OPS(create, "par-shared", &o, NULL), DBX_DRV_OK);
+  pthread_t t[4];
+  par_arg a[4];
+  for (int i = 0; i < 4; i++) {
+    a[i] = (par_arg){.n = i};
+    assert_int_equal(pthread_create(&t[i], NULL, par_worker, &a[i]), 0);
+  }
+  for (int i = 0; i < 4; i++) {
+    pthread_join(t[i], NULL);
+    assert_int_equal(a[i].bad, 0);
+  }
+  /* the shared file holds one whole write of some thread */
+  uint8_t *data = NULL;
+  size_t len = 0;
+  assert_int_equal(OPS(file_read, "par-shared", "f19", 0, &data, &len), DBX_DRV_OK);
+  assert_true(len == 4 && data[0] >= '0' && data[0] <= '3' && memcmp(data + 1, "/19", 3) == 0);
+  free(data);
+  char **names = NULL;
+  size_t n = 0;
+  assert_int_equal(OPS(list, NULL, 0, &names, &n), DBX_DRV_OK);
+  int left = 0; /* every thread deleted its own sandbox */
+  for (size_t i = 0; i < n; i++)
+    left += strncmp(names[i], "par-", 4) == 0 && strcmp(names[i], "par-shared") != 0;
+  assert_int_equal(left, 0);
+  dbx_drv_names_free(names, n);
+  assert_int_equal(OPS(del, "par-shared"), DBX_DRV_OK);
+}
+
 static void test_driver_strerror_and_names(void **state) {
   (void)state;
   assert_string_equal(dbx_drv_strerror(DBX_DRV_NO_SANDBOX), "no such sandbox");
@@ -1542,6 +1605,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_driver_exec_ops),
       cmocka_unit_test(test_driver_checkpoint_restore),
       cmocka_unit_test(test_driver_git_clone_commit_push),
+      cmocka_unit_test(test_driver_threads),
   };
   /* the same cases on the memory driver, except those that need real
    * processes, a real shell or host git (fork, symlinks, base64(1), git log) */
@@ -1566,6 +1630,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_driver_git_clone_commit_push),
       cmocka_unit_test(test_sandbox_acts_failure_types_by_table),
       cmocka_unit_test(test_sandbox_acts_exec_lost_restarts_once),
+      cmocka_unit_test(test_driver_threads),
   };
   const struct CMUnitTest process_tests[] = {
       cmocka_unit_test(test_driver_two_homes_one_process),
