@@ -13,8 +13,9 @@
  * kernel refuses escapes at open time (no check-then-use gap); where openat2
  * is missing, a component walk with O_NOFOLLOW refuses every symlink.
  * Detached commands (dbx_local_exec_start) run under a supervisor: this same
- * executable re-executed with a marker argument that a constructor catches
- * before main; its state lives in files (see "detached commands" below).
+ * executable re-executed with a marker argument that main() hands to
+ * dbx_local_supervisor_main() first thing; its state lives in files (see
+ * "detached commands" below). No library constructor runs anything.
  * Threading: the handle is immutable after setup; error text is kept per
  * thread (see dbx_local_errmsg). */
 #define _GNU_SOURCE
@@ -55,25 +56,52 @@ struct dbx_local {
   char *bwrap; /* path of a usable bwrap, or NULL */
   char *self_exe; /* this executable's path (re-executed as the supervisor), or NULL */
   int use_bwrap;
+  dbx_driver drv; /* dbx_local_driver(): {dbx_local_driver_ops, this, "local"} */
 };
+
+/* localdrv.c: the driver interface over this module's public functions. */
+extern const dbx_driver_ops dbx_local_driver_ops;
+
+dbx_driver *dbx_local_driver(dbx_local *d) { return d ? &d->drv : NULL; }
 
 static _Thread_local struct {
   const dbx_local *owner;
+  dbx_drv_err kind; /* the typed kind when the dbx_err alone does not tell */
   char msg[1024];
 } tl_err;
+
+static void vfail(const dbx_local *d, dbx_drv_err kind, const char *fmt, va_list ap) {
+  vsnprintf(tl_err.msg, sizeof tl_err.msg, fmt, ap);
+  tl_err.owner = d;
+  tl_err.kind = kind;
+}
 
 __attribute__((format(printf, 3, 4))) static dbx_err fail(const dbx_local *d, dbx_err e,
                                                           const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(tl_err.msg, sizeof tl_err.msg, fmt, ap);
+  vfail(d, DBX_DRV_OK, fmt, ap);
   va_end(ap);
-  tl_err.owner = d;
+  return e;
+}
+
+/* fail() with a typed kind for dbx_local_errkind(). */
+__attribute__((format(printf, 4, 5))) static dbx_err failk(const dbx_local *d, dbx_err e,
+                                                           dbx_drv_err kind, const char *fmt,
+                                                           ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vfail(d, kind, fmt, ap);
+  va_end(ap);
   return e;
 }
 
 const char *dbx_local_errmsg(const dbx_local *d) {
   return (d != NULL && tl_err.owner == d) ? tl_err.msg : "";
+}
+
+dbx_drv_err dbx_local_errkind(const dbx_local *d) {
+  return (d != NULL && tl_err.owner == d) ? tl_err.kind : DBX_DRV_OK;
 }
 
 /* ---- small helpers ---- */
@@ -500,6 +528,7 @@ dbx_err dbx_local_open(const char *home, dbx_local **out) {
     }
     dbx_local_exec_result_cleanup(&r);
   }
+  d->drv = (dbx_driver){.ops = &dbx_local_driver_ops, .self = d, .name = "local"};
   tl_err.owner = NULL;
 out:
   if (rc != DBX_OK) {
@@ -560,6 +589,20 @@ static char *source_text(const dbx_local_source *src) {
                       src->kind == DBX_LOCAL_SOURCE_GIT && src->ref ? src->ref : "");
 }
 
+/* meta/labels: one "key=value" line per label (keys hold no '=', values no
+ * control characters: dbx_drv_label_valid). */
+static char *labels_text(const dbx_local_source *src) {
+  size_t len = 1;
+  for (size_t i = 0; i < src->nlabels; i++)
+    len += strlen(src->labels[i].key) + strlen(src->labels[i].value) + 2;
+  char *t = malloc(len), *p = t;
+  if (t == NULL) return NULL;
+  for (size_t i = 0; i < src->nlabels; i++)
+    p += sprintf(p, "%s=%s\n", src->labels[i].key, src->labels[i].value);
+  *p = '\0';
+  return t;
+}
+
 static int is_dir(const char *p) {
   struct stat st;
   return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
@@ -570,7 +613,7 @@ dbx_err dbx_local_sandbox_create(dbx_local *d, const char *id, const dbx_local_s
   dbx_err rc = DBX_OK;
   int lockfd = -1, fresh = 0;
   char *dir = NULL, *meta = NULL, *srcfile = NULL, *want = NULL, *have = NULL, *tmp = NULL,
-       *ws = NULL, *from = NULL;
+       *ws = NULL, *from = NULL, *labels = NULL;
   if (adopted) *adopted = 0;
   if (!valid_name(id)) return fail(d, DBX_EINVAL, "invalid sandbox id '%s'", id ? id : "(null)");
   if (src == NULL || src->kind > DBX_LOCAL_SOURCE_SNAPSHOT ||
@@ -578,6 +621,9 @@ dbx_err dbx_local_sandbox_create(dbx_local *d, const char *id, const dbx_local_s
     return fail(d, DBX_EINVAL, "sandbox '%s': source needs a location", id);
   if (src->kind == DBX_LOCAL_SOURCE_SNAPSHOT && !valid_name(src->location))
     return fail(d, DBX_EINVAL, "invalid snapshot ref '%s'", src->location);
+  for (size_t i = 0; i < src->nlabels; i++)
+    if (!dbx_drv_label_valid(&src->labels[i]))
+      return fail(d, DBX_EINVAL, "sandbox '%s': label %zu is not a valid key and value", id, i);
   dir = sb_dir(d, id);
   meta = dbx_asprintf("%s/sandboxes/%s/meta", d->home, id);
   srcfile = dbx_asprintf("%s/sandboxes/%s/meta/source", d->home, id);
@@ -626,7 +672,7 @@ dbx_err dbx_local_sandbox_create(dbx_local *d, const char *id, const dbx_local_s
       break;
     }
     if (!is_dir(from)) {
-      rc = fail(d, DBX_ENOTFOUND, "%s '%s' not found",
+      rc = failk(d, DBX_ENOTFOUND, DBX_DRV_SOURCE_NOT_FOUND, "%s '%s' not found",
                 src->kind == DBX_LOCAL_SOURCE_DIR ? "source directory" : "snapshot",
                 src->location);
       break;
@@ -657,7 +703,15 @@ dbx_err dbx_local_sandbox_create(dbx_local *d, const char *id, const dbx_local_s
     rc = fail(d, DBX_EIO, "rename '%s': %s", tmp, strerror(errno));
     goto out;
   }
-  if (write_small(meta, "state", "running\n") != 0 || write_small(meta, "source", want) != 0) {
+  labels = labels_text(src);
+  if (labels == NULL) {
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  /* meta/labels only when there are labels (its absence means none) */
+  if ((src->nlabels > 0 && write_small(meta, "labels", labels) != 0) ||
+      write_small(meta, "state", "running\n") != 0 ||
+      write_small(meta, "source", want) != 0) {
     rc = fail(d, DBX_EIO, "cannot write metadata of '%s': %s", id, strerror(errno));
     goto out;
   }
@@ -675,6 +729,7 @@ out:
   free(tmp);
   free(ws);
   free(from);
+  free(labels);
   return rc;
 }
 
@@ -688,7 +743,7 @@ static dbx_err sb_check(const dbx_local *d, const char *id, int need_running) {
   if (p == NULL || st == NULL) {
     rc = DBX_ENOMEM;
   } else if (access(p, F_OK) != 0) {
-    rc = fail(d, DBX_ENOTFOUND, "sandbox '%s' not found", id);
+    rc = failk(d, DBX_ENOTFOUND, DBX_DRV_NO_SANDBOX, "sandbox '%s' not found", id);
   } else if (need_running) {
     state = slurp(st);
     if (state == NULL || strcmp(state, "running\n") != 0)
@@ -820,11 +875,13 @@ dbx_err dbx_local_sandbox_checkpoint(dbx_local *d, const char *id, const char *n
     }
     char *argv[] = {"cp", "-a", "--reflink=auto", "--", from, tmp, NULL};
     rc = run_host(d, argv, "copying the workspace");
+    if (rc == DBX_EIO) tl_err.kind = DBX_DRV_SNAPSHOT_FAILED;
     if (rc != DBX_OK) goto out;
     uint64_t a[5], b[5];
     if (tree_shape(ws, a) != 0 || tree_shape(tmp, b) != 0 || memcmp(a, b, sizeof a) != 0) {
-      rc = fail(d, DBX_EIO, "checkpoint '%s' of sandbox '%s' does not match the workspace "
-                "(changed during the copy?)", name, id);
+      rc = failk(d, DBX_EIO, DBX_DRV_SNAPSHOT_FAILED,
+                 "checkpoint '%s' of sandbox '%s' does not match the workspace "
+                 "(changed during the copy?)", name, id);
       goto out;
     }
     if (rename(tmp, snap) != 0) {
@@ -855,12 +912,15 @@ out:
 static dbx_err path_check(const dbx_local *d, const char *path, int allow_empty) {
   if (path == NULL || (*path == '\0' && !allow_empty))
     return fail(d, DBX_EINVAL, "empty path");
-  if (path[0] == '/') return fail(d, DBX_EINVAL, "path '%s' is absolute: paths are relative to the workspace", path);
+  if (path[0] == '/')
+    return failk(d, DBX_EINVAL, DBX_DRV_PATH_REFUSED,
+                 "path '%s' is absolute: paths are relative to the workspace", path);
   for (const char *p = path; *p;) {
     const char *e = strchr(p, '/');
     size_t n = e ? (size_t)(e - p) : strlen(p);
     if (n == 2 && p[0] == '.' && p[1] == '.')
-      return fail(d, DBX_EINVAL, "path '%s' contains '..': it would leave the workspace", path);
+      return failk(d, DBX_EINVAL, DBX_DRV_PATH_REFUSED,
+                   "path '%s' contains '..': it would leave the workspace", path);
     p += n;
     if (*p == '/') p++;
   }
@@ -929,7 +989,8 @@ static int openat2_beneath(int dirfd, const char *path, int flags, mode_t mode) 
 
 static dbx_err open_err(const dbx_local *d, const char *path, int err) {
   if (err == EXDEV || err == ELOOP)
-    return fail(d, DBX_EINVAL, "path '%s' leads outside the workspace (symlink)", path);
+    return failk(d, DBX_EINVAL, DBX_DRV_PATH_REFUSED,
+                 "path '%s' leads outside the workspace (symlink)", path);
   if (err == ENOENT) return fail(d, DBX_ENOTFOUND, "path '%s' not found", path);
   if (err == ENOTDIR) return fail(d, DBX_EINVAL, "path '%s': a component is not a directory", path);
   return fail(d, DBX_EIO, "path '%s': %s", path, strerror(err));
@@ -1155,9 +1216,9 @@ static dbx_err build_env(const dbx_local *d, const char *ws, const char *const *
  * enabled), env, and an fd of the cwd (checked beneath the workspace).
  * On DBX_OK the caller owns argv, env (sv_free) and *cwdfd_out (close). */
 static dbx_err sandbox_prepare(dbx_local *d, const char *id, char *const *cmd,
-                               const char *script, const char *cwd,
-                               const char *const *decl_env, strvec *argv_out, strvec *env_out,
-                               int *cwdfd_out) {
+                               const char *script, const char *bind, int bind_rw,
+                               const char *cwd, const char *const *decl_env, strvec *argv_out,
+                               strvec *env_out, int *cwdfd_out) {
   dbx_err rc;
   int root = -1, cwdfd = -1;
   char *ws = NULL, *abscwd = NULL;
@@ -1195,6 +1256,9 @@ static dbx_err sandbox_prepare(dbx_local *d, const char *id, char *const *cmd,
     if (script && (sv_pushs(&argv, "--ro-bind") || sv_pushs(&argv, script) ||
                    sv_pushs(&argv, script)))
       goto oom;
+    if (bind && (sv_pushs(&argv, bind_rw ? "--bind" : "--ro-bind") || sv_pushs(&argv, bind) ||
+                 sv_pushs(&argv, bind)))
+      goto oom;
     if (sv_pushs(&argv, "--chdir") || sv_pushs(&argv, abscwd) || sv_pushs(&argv, "--"))
       goto oom;
   }
@@ -1220,15 +1284,18 @@ out:
   return rc;
 }
 
-/* Run argv in sandbox id (bwrap or plain), cwd relative (checked), env built. */
-static dbx_err sandbox_run(dbx_local *d, const char *id, char *const *cmd, const char *script,
-                           const char *cwd, const char *const *decl_env, int64_t timeout_ms,
-                           size_t cap_out, size_t cap_err, int (*cancelled)(void *),
-                           void *cancelled_ud, dbx_local_exec_result *res) {
+/* sandbox_run with one more host path bound into bubblewrap (bind_rw: writable). */
+static dbx_err sandbox_run_bind(dbx_local *d, const char *id, char *const *cmd,
+                                const char *script, const char *bind, int bind_rw,
+                                const char *cwd, const char *const *decl_env,
+                                int64_t timeout_ms, size_t cap_out, size_t cap_err,
+                                int (*cancelled)(void *), void *cancelled_ud,
+                                dbx_local_exec_result *res) {
   strvec env = {0}, argv = {0};
   int cwdfd = -1;
   memset(res, 0, sizeof *res);
-  dbx_err rc = sandbox_prepare(d, id, cmd, script, cwd, decl_env, &argv, &env, &cwdfd);
+  dbx_err rc = sandbox_prepare(d, id, cmd, script, bind, bind_rw, cwd, decl_env, &argv, &env,
+                               &cwdfd);
   if (rc != DBX_OK) return rc;
   run_spec s = {.argv = argv.v, .envp = env.v, .cwd_fd = cwdfd, .timeout_ms = timeout_ms,
                 .cap = {cap_out ? cap_out : DEFAULT_CAP_BYTES, cap_err ? cap_err : DEFAULT_CAP_BYTES},
@@ -1238,6 +1305,15 @@ static dbx_err sandbox_run(dbx_local *d, const char *id, char *const *cmd, const
   sv_free(&argv);
   close(cwdfd);
   return rc;
+}
+
+/* Run argv in sandbox id (bwrap or plain), cwd relative (checked), env built. */
+static dbx_err sandbox_run(dbx_local *d, const char *id, char *const *cmd, const char *script,
+                           const char *cwd, const char *const *decl_env, int64_t timeout_ms,
+                           size_t cap_out, size_t cap_err, int (*cancelled)(void *),
+                           void *cancelled_ud, dbx_local_exec_result *res) {
+  return sandbox_run_bind(d, id, cmd, script, NULL, 0, cwd, decl_env, timeout_ms, cap_out,
+                          cap_err, cancelled, cancelled_ud, res);
 }
 
 dbx_err dbx_local_exec(dbx_local *d, const char *id, const dbx_local_exec_opts *opts,
@@ -1575,11 +1651,13 @@ static int supervise_main(const char *dir) {
   return rc;
 }
 
-/* glibc passes argc/argv to constructors; a supervisor never reaches main. */
-__attribute__((constructor)) static void supervise_hook(int argc, char **argv, char **envp) {
-  (void)envp;
-  if (argc == 3 && argv != NULL && argv[1] != NULL && strcmp(argv[1], SUPERVISE_ARG) == 0)
-    _exit(supervise_main(argv[2]));
+int dbx_local_supervisor_main(int argc, char **argv) {
+  if (argc != 3 || argv == NULL || argv[1] == NULL || argv[2] == NULL ||
+      strcmp(argv[1], SUPERVISE_ARG) != 0)
+    return -1;
+  /* _exit: no atexit handler, stdio flush or leak check of the caller's
+   * program runs in a supervisor (S1 returns while S2 holds its buffers) */
+  _exit(supervise_main(argv[2]));
 }
 
 static int read_status(int dfd, dbx_local_cmd_status *st) { /* 1 read, 0 absent, -1 bad */
@@ -1734,7 +1812,7 @@ dbx_err dbx_local_exec_start(dbx_local *d, const char *id, const char *cmd_id,
     cmd[1] = script;
     cmd[2] = NULL;
   }
-  rc = sandbox_prepare(d, id, cmd, script, opts->cwd, opts->env, &argv, &env, &cwdfd);
+  rc = sandbox_prepare(d, id, cmd, script, NULL, 0, opts->cwd, opts->env, &argv, &env, &cwdfd);
   if (rc != DBX_OK) goto out;
   if (sb_add(&spec, SPEC_MAGIC) || sb_addnum(&spec, opts->timeout_ms) ||
       sb_addnum(&spec, (long long)opts->stdout_cap_bytes) ||
@@ -1918,6 +1996,12 @@ dbx_err dbx_local_exec_forget(dbx_local *d, const char *id, const char *cmd_id) 
 
 dbx_err dbx_local_git_commit(dbx_local *d, const char *id, const char *message,
                              const char *author, char **sha_out, int *nothing_to_commit) {
+  return dbx_local_git_commit_at(d, id, NULL, message, author, sha_out, nothing_to_commit);
+}
+
+dbx_err dbx_local_git_commit_at(dbx_local *d, const char *id, const char *repo_path,
+                                const char *message, const char *author, char **sha_out,
+                                int *nothing_to_commit) {
   dbx_err rc;
   char *name = NULL, *email = NULL, *e_an = NULL, *e_ae = NULL, *e_cn = NULL, *e_ce = NULL;
   dbx_local_exec_result r = {0};
@@ -1954,7 +2038,8 @@ dbx_err dbx_local_git_commit(dbx_local *d, const char *id, const char *message,
 #undef GITC
   char *const *steps[] = {add, diff, commit, head};
   for (int i = 0; i < 4; i++) {
-    rc = sandbox_run(d, id, steps[i], NULL, NULL, env, 0, 4096, 4096, NULL, NULL, &r);
+    rc = sandbox_run(d, id, steps[i], NULL, repo_path && *repo_path ? repo_path : NULL, env, 0,
+                     4096, 4096, NULL, NULL, &r);
     if (rc != DBX_OK) goto out;
     if (i == 1 && r.exit_code == 0) {
       *nothing_to_commit = 1;
@@ -1981,5 +2066,371 @@ out:
   free(e_ae);
   free(e_cn);
   free(e_ce);
+  return rc;
+}
+
+/* The environment of git inside a sandbox: no system or global config, no
+ * prompts (a missing credential fails instead of hanging). */
+static const char *const git_env[] = {"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
+                                      "GIT_TERMINAL_PROMPT=0", NULL};
+#define GIT_SAFE "git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"
+
+/* Run one git step in the sandbox; a non-zero exit is DBX_EIO with git's words. */
+static dbx_err git_step(dbx_local *d, const char *id, char *const *argv, const char *what,
+                        const char *bind, int bind_rw, const char *cwd) {
+  dbx_local_exec_result r = {0};
+  dbx_err rc = sandbox_run_bind(d, id, argv, NULL, bind, bind_rw, cwd, git_env, 0, 4096, 8192,
+                                NULL, NULL, &r);
+  if (rc == DBX_OK && r.exit_code != 0)
+    rc = fail(d, DBX_EIO, "%s in sandbox '%s' failed (exit %d): %.600s", what, id, r.exit_code,
+              (const char *)r.stderr_buf);
+  dbx_local_exec_result_cleanup(&r);
+  return rc;
+}
+
+/* A host path to bind for git: an existing absolute folder, else NULL. */
+static const char *git_host_path(const dbx_local *d, const char *loc) {
+  return d->use_bwrap && loc && loc[0] == '/' && is_dir(loc) ? loc : NULL;
+}
+
+dbx_err dbx_local_git_clone(dbx_local *d, const char *id, const char *url, const char *path,
+                            const char *ref) {
+  dbx_err rc;
+  char *copy = NULL;
+  if (url == NULL || *url == '\0' || url[0] == '-')
+    return fail(d, DBX_EINVAL, "git clone needs a repository path or URL");
+  if ((rc = path_check(d, path, 0)) != DBX_OK) return rc;
+  if ((rc = sb_check(d, id, 1)) != DBX_OK) return rc;
+  copy = dbx_strdup(path);
+  if (copy == NULL) return DBX_ENOMEM;
+  size_t n = strlen(copy);
+  while (n > 0 && copy[n - 1] == '/') copy[--n] = '\0';
+  char *slash = strrchr(copy, '/');
+  const char *base = slash ? slash + 1 : copy;
+  if (*base == '\0' || strcmp(base, ".") == 0) {
+    rc = fail(d, DBX_EINVAL, "git clone: path '%s' names no folder", path);
+    goto out;
+  }
+  const char *parent = NULL;
+  if (slash) {
+    *slash = '\0';
+    parent = copy;
+    char *mk[] = {"mkdir", "-p", "--", copy, NULL}; /* inside the sandbox */
+    if ((rc = git_step(d, id, mk, "mkdir", NULL, 0, NULL)) != DBX_OK) goto out;
+  }
+  /* cwd = the parent, checked beneath the workspace; base has no '/' */
+  char *rm[] = {"rm", "-rf", "--", (char *)base, NULL};
+  if ((rc = git_step(d, id, rm, "clearing the clone target", NULL, 0, parent)) != DBX_OK)
+    goto out;
+  char *clone[] = {GIT_SAFE, "clone", "-q", "--no-hardlinks", "--", (char *)url, (char *)base,
+                   NULL};
+  rc = git_step(d, id, clone, "git clone", git_host_path(d, url), 0, parent);
+  if (rc == DBX_OK && ref && *ref) {
+    char *co[] = {GIT_SAFE, "-C", (char *)base, "-c", "advice.detachedHead=false", "checkout",
+                  "-q", (char *)ref, "--", NULL};
+    rc = git_step(d, id, co, "git checkout", NULL, 0, parent);
+  }
+out:
+  free(copy);
+  return rc;
+}
+
+dbx_err dbx_local_git_push(dbx_local *d, const char *id, const char *repo_path,
+                           const char *remote, const char *branch) {
+  dbx_err rc;
+  if (remote == NULL || *remote == '\0') remote = "origin";
+  if (remote[0] == '-' || (branch && branch[0] == '-'))
+    return fail(d, DBX_EINVAL, "git push: remote and branch may not start with '-'");
+  if (repo_path && *repo_path && (rc = path_check(d, repo_path, 0)) != DBX_OK) return rc;
+  if ((rc = sb_check(d, id, 1)) != DBX_OK) return rc;
+  char *push[] = {GIT_SAFE, "push", "-q", "--no-verify", "--", (char *)remote,
+                  (char *)(branch && *branch ? branch : "HEAD"), NULL};
+  return git_step(d, id, push, "git push", git_host_path(d, remote), 1,
+                  repo_path && *repo_path ? repo_path : NULL);
+}
+
+/* ---- existence, labels, list ---- */
+
+dbx_err dbx_local_sandbox_exists(dbx_local *d, const char *id, int *running) {
+  dbx_err rc = sb_check(d, id, 0);
+  if (rc != DBX_OK) return rc;
+  if (running) {
+    char *st = dbx_asprintf("%s/sandboxes/%s/meta/state", d->home, id);
+    char *state = st ? slurp(st) : NULL;
+    *running = state != NULL && strcmp(state, "running\n") == 0;
+    free(st);
+    free(state);
+  }
+  return DBX_OK;
+}
+
+/* Parse meta/labels text into a malloc'd array. */
+static dbx_err labels_parse(const char *text, dbx_drv_label **out, size_t *n) {
+  size_t cap = 0, cnt = 0;
+  dbx_drv_label *v = NULL;
+  for (const char *p = text; p && *p;) {
+    const char *nl = strchr(p, '\n'), *eq = strchr(p, '=');
+    if (nl == NULL || eq == NULL || eq > nl) break; /* a torn line: ignore the rest */
+    if (cnt == cap) {
+      cap = cap ? cap * 2 : 8;
+      dbx_drv_label *nv = realloc(v, cap * sizeof *nv);
+      if (nv == NULL) goto oom;
+      v = nv;
+    }
+    v[cnt].key = dbx_strndup(p, (size_t)(eq - p));
+    v[cnt].value = dbx_strndup(eq + 1, (size_t)(nl - eq - 1));
+    cnt++;
+    if (v[cnt - 1].key == NULL || v[cnt - 1].value == NULL) goto oom;
+    p = nl + 1;
+  }
+  *out = v;
+  *n = cnt;
+  return DBX_OK;
+oom:
+  dbx_drv_labels_free(v, cnt);
+  return DBX_ENOMEM;
+}
+
+dbx_err dbx_local_sandbox_labels(dbx_local *d, const char *id, dbx_drv_label **labels,
+                                 size_t *n) {
+  *labels = NULL;
+  *n = 0;
+  dbx_err rc = sb_check(d, id, 0);
+  if (rc != DBX_OK) return rc;
+  char *p = dbx_asprintf("%s/sandboxes/%s/meta/labels", d->home, id);
+  if (p == NULL) return DBX_ENOMEM;
+  char *text = slurp(p); /* absent: a sandbox made before labels existed, none */
+  free(p);
+  rc = labels_parse(text ? text : "", labels, n);
+  free(text);
+  return rc;
+}
+
+static int labels_match(const dbx_drv_label *have, size_t nh, const dbx_drv_label *want,
+                        size_t nw) {
+  for (size_t i = 0; i < nw; i++) {
+    int found = 0;
+    for (size_t j = 0; j < nh && !found; j++)
+      found = strcmp(have[j].key, want[i].key) == 0 && strcmp(have[j].value, want[i].value) == 0;
+    if (!found) return 0;
+  }
+  return 1;
+}
+
+dbx_err dbx_local_sandbox_list(dbx_local *d, const dbx_drv_label *match, size_t nmatch,
+                               char ***ids, size_t *n) {
+  dbx_err rc = DBX_OK;
+  char **v = NULL;
+  size_t cnt = 0, cap = 0;
+  *ids = NULL;
+  *n = 0;
+  char *dir = dbx_asprintf("%s/sandboxes", d->home);
+  DIR *dp = dir ? opendir(dir) : NULL;
+  if (dp == NULL) {
+    rc = dir ? fail(d, DBX_EIO, "cannot list '%s': %s", dir, strerror(errno)) : DBX_ENOMEM;
+    goto out;
+  }
+  for (const struct dirent *e = readdir(dp); e != NULL; e = readdir(dp)) {
+    if (!valid_name(e->d_name) || sb_check(d, e->d_name, 0) != DBX_OK) continue;
+    dbx_drv_label *l = NULL;
+    size_t nl = 0;
+    if (dbx_local_sandbox_labels(d, e->d_name, &l, &nl) != DBX_OK) continue; /* deleted meanwhile */
+    int keep = labels_match(l, nl, match, nmatch);
+    dbx_drv_labels_free(l, nl);
+    if (!keep) continue;
+    if (cnt == cap) {
+      cap = cap ? cap * 2 : 16;
+      char **nv = realloc(v, cap * sizeof *nv);
+      if (nv == NULL) {
+        rc = DBX_ENOMEM;
+        goto out;
+      }
+      v = nv;
+    }
+    if ((v[cnt] = dbx_strdup(e->d_name)) == NULL) {
+      rc = DBX_ENOMEM;
+      goto out;
+    }
+    cnt++;
+  }
+out:
+  if (dp) closedir(dp);
+  free(dir);
+  if (rc != DBX_OK) {
+    dbx_drv_names_free(v, cnt);
+    return rc;
+  }
+  *ids = v;
+  *n = cnt;
+  return DBX_OK;
+}
+
+/* ---- restore ---- */
+
+/* 1 if a detached command of the sandbox is running. */
+static int any_command_running(dbx_local *d, const char *sbdir) {
+  char *cmds = dbx_asprintf("%s/meta/cmds", sbdir);
+  DIR *dp = cmds ? opendir(cmds) : NULL;
+  int running = 0;
+  for (const struct dirent *e = dp ? readdir(dp) : NULL; e && !running; e = readdir(dp)) {
+    if (e->d_name[0] == '.') continue;
+    int dfd = openat(dirfd(dp), e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) continue;
+    dbx_local_cmd_status st;
+    running = poll_at(d, dfd, e->d_name, &st) == DBX_OK && st.state == DBX_LOCAL_CMD_RUNNING;
+    close(dfd);
+  }
+  if (dp) closedir(dp);
+  free(cmds);
+  return running;
+}
+
+dbx_err dbx_local_sandbox_restore(dbx_local *d, const char *id, const char *ref) {
+  dbx_err rc;
+  int lockfd = -1;
+  char *sbdir = NULL, *snap = NULL, *from = NULL, *tmp = NULL, *ws = NULL;
+  if (!valid_name(ref)) return fail(d, DBX_EINVAL, "invalid snapshot ref '%s'", ref ? ref : "(null)");
+  if ((rc = sb_check(d, id, 0)) != DBX_OK) return rc;
+  sbdir = sb_dir(d, id);
+  snap = dbx_asprintf("%s/snapshots/%s", d->home, ref);
+  from = dbx_asprintf("%s/snapshots/%s/.", d->home, ref);
+  tmp = dbx_asprintf("%s/sandboxes/%s/workspace.restore", d->home, id);
+  ws = dbx_local_sandbox_path(d, id);
+  if (!sbdir || !snap || !from || !tmp || !ws) {
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  lockfd = lock_id(d, id);
+  if (lockfd < 0) {
+    rc = fail(d, DBX_EIO, "cannot lock sandbox '%s': %s", id, strerror(errno));
+    goto out;
+  }
+  if ((rc = sb_check(d, id, 0)) != DBX_OK) goto out; /* deleted while we waited */
+  if (!is_dir(snap)) {
+    rc = failk(d, DBX_ENOTFOUND, DBX_DRV_SOURCE_NOT_FOUND, "snapshot '%s' not found", ref);
+    goto out;
+  }
+  if (any_command_running(d, sbdir)) {
+    rc = fail(d, DBX_ESTATE, "sandbox '%s' has a running command: restore refused", id);
+    goto out;
+  }
+  if (access(tmp, F_OK) == 0 && (rc = rmrf(d, tmp)) != DBX_OK) goto out;
+  if (mkdir(tmp, 0755) != 0) {
+    rc = fail(d, DBX_EIO, "mkdir '%s': %s", tmp, strerror(errno));
+    goto out;
+  }
+  char *argv[] = {"cp", "-a", "--reflink=auto", "--", from, tmp, NULL};
+  if ((rc = run_host(d, argv, "copying the snapshot")) != DBX_OK) goto out;
+  uint64_t a[5], b[5];
+  if (tree_shape(snap, a) != 0 || tree_shape(tmp, b) != 0 || memcmp(a, b, sizeof a) != 0) {
+    rc = fail(d, DBX_EIO, "the copy of snapshot '%s' does not match it", ref);
+    goto out;
+  }
+  if (renameat2(AT_FDCWD, tmp, AT_FDCWD, ws, RENAME_EXCHANGE) != 0) {
+    rc = fail(d, DBX_EIO, "cannot exchange the workspace of '%s': %s", id, strerror(errno));
+    goto out;
+  }
+  fsync_path(sbdir);
+  /* tmp now holds the old workspace */
+out:
+  if (tmp && access(tmp, F_OK) == 0) {
+    dbx_err keep = rc;
+    char saved[sizeof tl_err.msg];
+    memcpy(saved, tl_err.msg, sizeof saved);
+    if (rmrf(d, tmp) != DBX_OK && keep == DBX_OK)
+      DBX_WARN("local", "restore of %s: old workspace left at %s", id, tmp);
+    memcpy(tl_err.msg, saved, sizeof saved);
+  }
+  if (lockfd >= 0) close(lockfd);
+  free(sbdir);
+  free(snap);
+  free(from);
+  free(tmp);
+  free(ws);
+  return rc;
+}
+
+/* ---- upload, download ---- */
+
+/* Read a whole host file (regular) into a malloc'd buffer. */
+static dbx_err host_read(dbx_local *d, const char *host_path, uint8_t **data, size_t *len) {
+  *data = NULL;
+  *len = 0;
+  if (host_path == NULL || host_path[0] != '/')
+    return fail(d, DBX_EINVAL, "host path '%s' is not absolute", host_path ? host_path : "");
+  int fd = open(host_path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) {
+    if (errno == ENOENT) return fail(d, DBX_ENOTFOUND, "host file '%s' not found", host_path);
+    return fail(d, DBX_EIO, "host file '%s': %s", host_path, strerror(errno));
+  }
+  dbx_err rc = DBX_OK;
+  struct stat st;
+  uint8_t *buf = NULL;
+  size_t n = 0;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    rc = fail(d, DBX_EINVAL, "host path '%s' is not a regular file", host_path);
+    goto out;
+  }
+  buf = malloc((size_t)st.st_size + 1);
+  if (buf == NULL) {
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  while (n < (size_t)st.st_size) {
+    ssize_t r = read(fd, buf + n, (size_t)st.st_size - n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      rc = fail(d, DBX_EIO, "read '%s': %s", host_path, strerror(errno));
+      goto out;
+    }
+    if (r == 0) break; /* shrank meanwhile: what is there */
+    n += (size_t)r;
+  }
+  *data = buf;
+  *len = n;
+  buf = NULL;
+out:
+  free(buf);
+  close(fd);
+  return rc;
+}
+
+dbx_err dbx_local_file_upload(dbx_local *d, const char *id, const char *host_path,
+                              const char *path) {
+  uint8_t *data = NULL;
+  size_t len = 0;
+  dbx_err rc = path_check(d, path, 0);
+  if (rc == DBX_OK) rc = sb_check(d, id, 1);
+  if (rc == DBX_OK) rc = host_read(d, host_path, &data, &len);
+  if (rc == DBX_OK) rc = dbx_local_file_write(d, id, path, data, len);
+  free(data);
+  return rc;
+}
+
+dbx_err dbx_local_file_download(dbx_local *d, const char *id, const char *path,
+                                const char *host_path) {
+  uint8_t *data = NULL;
+  size_t len = 0;
+  char *dir = NULL;
+  int dfd = -1;
+  if (host_path == NULL || host_path[0] != '/')
+    return fail(d, DBX_EINVAL, "host path '%s' is not absolute", host_path ? host_path : "");
+  const char *base = strrchr(host_path, '/') + 1;
+  if (*base == '\0' || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
+    return fail(d, DBX_EINVAL, "host path '%s' names no file", host_path);
+  dbx_err rc = dbx_local_file_read(d, id, path, (size_t)4 << 30, &data, &len);
+  if (rc != DBX_OK) return rc;
+  dir = base == host_path + 1 ? dbx_strdup("/") : dbx_strndup(host_path, (size_t)(base - host_path - 1));
+  if (dir == NULL) {
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0 || write_atomic(dfd, base, data, len) != 0)
+    rc = fail(d, DBX_EIO, "cannot write host file '%s': %s", host_path, strerror(errno));
+out:
+  if (dfd >= 0) close(dfd);
+  free(dir);
+  free(data);
   return rc;
 }

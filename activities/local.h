@@ -30,9 +30,30 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "activities/driver.h"
 #include "base/err.h"
 
 typedef struct dbx_local dbx_local;
+
+/* The exec supervisor's entry point. Every program that links this driver
+ * and may start detached commands (dbx_local_exec_start: the durabox CLI,
+ * test programs) calls it first thing in main(), before any other setup:
+ *   int main(int argc, char **argv) {
+ *     dbx_local_supervisor_main(argc, argv);
+ *     ...
+ * When argv is a supervisor invocation (argv[1] == "__dbx_local_supervise",
+ * made by dbx_local_exec_start re-executing /proc/self/exe) it runs the
+ * supervisor and never returns (it ends the process with _exit); otherwise
+ * it returns -1 at once and does nothing. No library constructor is used. */
+int dbx_local_supervisor_main(int argc, char **argv);
+
+/* The driver interface (driver.h) over d: borrowed, valid until
+ * dbx_local_close(d). Its ops map this module's errors to dbx_drv_err. */
+dbx_driver *dbx_local_driver(dbx_local *d);
+/* The typed kind of the calling thread's last failure on d when its dbx_err
+ * alone does not tell (DBX_DRV_NO_SANDBOX, DBX_DRV_PATH_REFUSED,
+ * DBX_DRV_SOURCE_NOT_FOUND, DBX_DRV_SNAPSHOT_FAILED), else DBX_DRV_OK. */
+dbx_drv_err dbx_local_errkind(const dbx_local *d);
 
 /* Open a driver over home (borrowed; NULL: $DURABOX_HOME, else
  * $HOME/.local/share/durabox). Creates the home's folders and probes bwrap.
@@ -67,6 +88,11 @@ typedef struct {
    * next create of the id). sandbox.create heartbeats from here. */
   int (*cancelled)(void *ud);
   void *cancelled_ud;
+  /* Labels of a fresh sandbox (borrowed; dbx_drv_label_valid each), stored
+   * in its meta before the create completes. An adopted sandbox keeps its
+   * own labels. */
+  const dbx_drv_label *labels;
+  size_t nlabels;
 } dbx_local_source;
 
 /* Create sandbox id from src (running). Idempotent: if id exists with the
@@ -90,6 +116,24 @@ dbx_err dbx_local_sandbox_start(dbx_local *d, const char *id);
 /* Absolute path of the sandbox's workspace (it need not exist). Free with
  * free(); NULL on a bad id or OOM. */
 char *dbx_local_sandbox_path(const dbx_local *d, const char *id);
+/* DBX_OK when id is a complete sandbox (*running = 1 running, 0 stopped;
+ * running may be NULL), DBX_ENOTFOUND, DBX_EINVAL, DBX_ENOMEM. */
+dbx_err dbx_local_sandbox_exists(dbx_local *d, const char *id, int *running);
+/* The labels of sandbox id. *labels: free with dbx_drv_labels_free(*labels,
+ * *n). DBX_OK, DBX_ENOTFOUND, DBX_EINVAL, DBX_EIO (unreadable), DBX_ENOMEM. */
+dbx_err dbx_local_sandbox_labels(dbx_local *d, const char *id, dbx_drv_label **labels,
+                                 size_t *n);
+/* Complete sandboxes whose labels include every pair of match (all when
+ * nmatch = 0). *ids: free with dbx_drv_names_free(*ids, *n). DBX_OK,
+ * DBX_EIO, DBX_ENOMEM. */
+dbx_err dbx_local_sandbox_list(dbx_local *d, const dbx_drv_label *match, size_t nmatch,
+                               char ***ids, size_t *n);
+/* Replace the workspace with snapshot ref: a verified copy is made next to
+ * it and exchanged with it in one rename (renameat2 RENAME_EXCHANGE), so a
+ * failure leaves the old workspace. Refuses while a detached command runs
+ * (DBX_ESTATE). Returns DBX_OK, DBX_EINVAL, DBX_ENOTFOUND (no sandbox:
+ * errkind NO_SANDBOX; no snapshot: SOURCE_NOT_FOUND), DBX_ESTATE, DBX_EIO. */
+dbx_err dbx_local_sandbox_restore(dbx_local *d, const char *id, const char *ref);
 
 /* Snapshot the workspace as `name` (a deterministic name, e.g. run + event
  * id). The copy uses reflinks where the file system has them, else plain
@@ -156,8 +200,9 @@ void dbx_local_exec_result_cleanup(dbx_local_exec_result *r);
  *
  * dbx_local_exec_start runs a command under a small supervisor process that
  * does not depend on the caller: the caller's own executable is re-executed
- * (/proc/self/exe) as "__dbx_local_supervise" (caught by a constructor in
- * local.c before main, so any program linking this driver can supervise) in
+ * (/proc/self/exe) as "__dbx_local_supervise" (which its main() hands to
+ * dbx_local_supervisor_main() first thing; a program that does not call it
+ * cannot start detached commands: the start fails with DBX_EIO) in
  * a new session with stdin/stdout/stderr on /dev/null; it forks once more
  * and the first process exits, so the supervisor is reparented to init (or
  * the nearest subreaper) and the caller never has to reap it.
@@ -255,5 +300,34 @@ dbx_err dbx_local_file_write(dbx_local *d, const char *id, const char *path, con
  * DBX_EIO (git failed; message has its stderr). */
 dbx_err dbx_local_git_commit(dbx_local *d, const char *id, const char *message,
                              const char *author, char **sha_out, int *nothing_to_commit);
+/* dbx_local_git_commit in the repository at repo_path (relative, checked
+ * like file paths; NULL or "": the workspace root). */
+dbx_err dbx_local_git_commit_at(dbx_local *d, const char *id, const char *repo_path,
+                                const char *message, const char *author, char **sha_out,
+                                int *nothing_to_commit);
+/* git clone url (repository path or URL) into path (relative, not the root),
+ * inside the sandbox (hooks off, no hard links to the source); what was at
+ * path is removed first, so a retry after a partial clone starts clean. ref:
+ * optional checkout. A host path url is bound read-only into bubblewrap.
+ * Returns DBX_OK, DBX_EINVAL (path refused: errkind PATH_REFUSED),
+ * DBX_ENOTFOUND, DBX_ESTATE, DBX_EIO (git's stderr in the message). */
+dbx_err dbx_local_git_clone(dbx_local *d, const char *id, const char *url, const char *path,
+                            const char *ref);
+/* git push, inside the sandbox, of branch (NULL: HEAD, the current branch)
+ * of repo_path (NULL: the root) to remote (NULL: "origin"; a remote name, a
+ * URL, or an absolute host path of a repository, which is then bound
+ * read-write into bubblewrap for the push). Same errors as git_clone. */
+dbx_err dbx_local_git_push(dbx_local *d, const char *id, const char *repo_path,
+                           const char *remote, const char *branch);
+
+/* Copy the host file host_path (absolute) into the sandbox at path (as
+ * dbx_local_file_write). DBX_ENOTFOUND (no host file or sandbox),
+ * DBX_EINVAL (not a regular file, path refused), DBX_ESTATE, DBX_EIO. */
+dbx_err dbx_local_file_upload(dbx_local *d, const char *id, const char *host_path,
+                              const char *path);
+/* Copy the sandbox file at path (as dbx_local_file_read, up to 4 GiB) to
+ * host_path (absolute; replaced atomically; its folder must exist). */
+dbx_err dbx_local_file_download(dbx_local *d, const char *id, const char *path,
+                                const char *host_path);
 
 #endif

@@ -2,8 +2,10 @@
  *
  * Every run function follows one shape: parse the input (cJSON), check each
  * field's presence and type (a fault becomes a non-retryable InvalidInput
- * naming the field), call the process-wide local driver, and translate its
- * dbx_err into a result or a typed failure. Nothing is kept between calls:
+ * naming the field), call the driver its registration carries (driver.h),
+ * and turn the driver's typed error into a typed failure by one table
+ * (failure_of below; no message text is read, no driver folder looked at).
+ * Nothing is kept between calls:
  * idempotency comes from names derived from the activity's identity (the
  * sandbox id from workflow id + resource, the checkpoint name from sandbox,
  * workflow, run and activity ids), which the driver adopts when they exist.
@@ -13,13 +15,13 @@
  * bytes (redaction) before UTF-8 checking or base64, so no form of the value
  * reaches the result. The list is wiped and freed before returning.
  *
- * sandbox.exec runs its command detached (local.h "detached commands") under
- * an id derived from workflow, run and activity ids, heartbeating
+ * sandbox.exec runs its command detached (driver.h exec_start) under an id
+ * derived from workflow, run and activity ids, heartbeating
  * {cmd_id, stdout_offset, stderr_offset}; a retried attempt re-attaches to
  * the running or finished command instead of starting it again.
  *
- * Threading: g_local is written by init/shutdown only (before/after the
- * worker runs); the driver handle is then read-only and thread-safe. */
+ * Threading: a dbx_sandbox_acts is immutable after create; each type's ud
+ * points at its slot {driver, op}; drivers are thread-safe (driver.h). */
 #include "activities/sandbox.h"
 
 #include <cjson/cJSON.h>
@@ -28,19 +30,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
-#include "activities/local.h"
+#include "activities/driver.h"
 #include "base/failpoint.h"
 #include "base/util.h"
 
-/* worker/worker.h is not on this branch yet; the worker library provides this. */
+/* Declared here so this folder needs worker/api.h alone (the worker library,
+ * or tests/act_fake.c, provides it). */
 dbx_err dbx_worker_register_activity(struct dbx_worker *w, const dbx_activity_type *t);
 
-static dbx_local *g_local;
-
 #define MOD "sandbox"
+
+/* What each activity type's ud points at. */
+typedef struct {
+  dbx_driver *drv; /* borrowed from dbx_sandbox_acts_create's caller */
+  int op;          /* enum life_op for stop/start/delete */
+} act_ctx;
+
+#define DRV(ud) (((const act_ctx *)(ud))->drv)
+#define CALL(drv, op, ...) ((drv)->ops->op((drv)->self, __VA_ARGS__))
 
 /* ------------------------------------------------------------- results */
 
@@ -71,14 +80,61 @@ static dbx_err succeed(dbx_act_result *res, cJSON *obj) {
   return res->result_json ? DBX_OK : DBX_ENOMEM;
 }
 
-/* A driver failure outside the cases each activity maps itself. */
-static dbx_err fail_driver(dbx_act_result *res, dbx_err rc, const char *what) {
-  if (rc == DBX_ENOMEM) return DBX_ENOMEM;
-  return fail(res, 0, "SandboxError", "%s: %s (%s)", what, dbx_local_errmsg(g_local),
-              dbx_strerror(rc));
+/* The one map from a driver's typed error to a Temporal failure
+ * (ApplicationFailureInfo.type and non_retryable), and how its message reads:
+ *   MSG_DRIVER   the driver's message (it names the path, source or name)
+ *   MSG_SANDBOX  "sandbox '<id>' does not exist"
+ *   MSG_WHAT     "<what>: <driver's message>"
+ *   MSG_WHAT_RC  "<what>: <driver's message> (<code's text>)" */
+enum { MSG_DRIVER, MSG_SANDBOX, MSG_WHAT, MSG_WHAT_RC };
+static const struct {
+  const char *type;
+  int non_retryable;
+  int msg;
+} failure_of[DBX_DRV_ERR_COUNT] = {
+    [DBX_DRV_NO_SANDBOX] = {"SandboxNotFound", 1, MSG_SANDBOX},
+    [DBX_DRV_PATH_REFUSED] = {"PathRefused", 1, MSG_DRIVER},
+    [DBX_DRV_NOT_FOUND] = {"FileNotFound", 1, MSG_DRIVER},
+    [DBX_DRV_SOURCE_NOT_FOUND] = {"SourceNotFound", 1, MSG_DRIVER},
+    [DBX_DRV_CONFLICT] = {"SandboxConflict", 1, MSG_DRIVER},
+    [DBX_DRV_SNAPSHOT_FAILED] = {"SnapshotFailed", 0, MSG_WHAT},
+    [DBX_DRV_OUTCOME_UNKNOWN] = {"OutcomeUnknown", 1, MSG_WHAT},
+    [DBX_DRV_TRANSIENT] = {"SandboxError", 0, MSG_WHAT_RC},
+    [DBX_DRV_INVALID] = {"InvalidInput", 1, MSG_WHAT},
+    [DBX_DRV_STATE] = {"SandboxError", 0, MSG_WHAT_RC},
+    [DBX_DRV_UNSUPPORTED] = {"Unsupported", 1, MSG_WHAT},
+    [DBX_DRV_FAILED] = {"SandboxError", 0, MSG_WHAT_RC},
+};
+
+const char *dbx_sandbox_failure_type(dbx_drv_err e, int *non_retryable) {
+  if ((int)e <= 0 || e >= DBX_DRV_ERR_COUNT || failure_of[e].type == NULL) {
+    if (non_retryable) *non_retryable = 0;
+    return NULL;
+  }
+  if (non_retryable) *non_retryable = failure_of[e].non_retryable;
+  return failure_of[e].type;
 }
 
-/* dbx_local_source.cancelled for sandbox.create: a heartbeat (the worker
+/* Record driver failure e of an activity on sandbox id (may be NULL).
+ * what: the activity, or the field the fault is about. CANCELED and NOMEM
+ * are no failure: they come back as DBX_ECANCELED / DBX_ENOMEM. */
+static dbx_err fail_drv(dbx_act_result *res, const dbx_driver *drv, dbx_drv_err e,
+                        const char *what, const char *id) {
+  if (e == DBX_DRV_CANCELED) return DBX_ECANCELED;
+  if (e == DBX_DRV_NOMEM) return DBX_ENOMEM;
+  if ((int)e <= 0 || e >= DBX_DRV_ERR_COUNT || failure_of[e].type == NULL) e = DBX_DRV_FAILED;
+  const char *m = drv->ops->errmsg(drv->self);
+  const char *type = failure_of[e].type;
+  int nr = failure_of[e].non_retryable;
+  switch (failure_of[e].msg) {
+  case MSG_SANDBOX: return fail(res, nr, type, "sandbox '%s' does not exist", id ? id : "");
+  case MSG_DRIVER: return fail(res, nr, type, "%s", m[0] ? m : dbx_drv_strerror(e));
+  case MSG_WHAT: return fail(res, nr, type, "%s: %s", what, m[0] ? m : dbx_drv_strerror(e));
+  default: return fail(res, nr, type, "%s: %s (%s)", what, m, dbx_drv_strerror(e));
+  }
+}
+
+/* dbx_drv_create_opts.cancelled for sandbox.create: a heartbeat (the worker
  * throttles what it sends) that reports cancellation. */
 static int create_heartbeat(void *a) { return dbx_act_heartbeat(a, NULL); }
 
@@ -86,10 +142,6 @@ static int create_heartbeat(void *a) { return dbx_act_heartbeat(a, NULL); }
 
 /* Parse input as a JSON object; on failure records InvalidInput and returns NULL. */
 static cJSON *parse_input(const char *json, size_t len, dbx_act_result *res) {
-  if (g_local == NULL) {
-    fail(res, 0, "SandboxError", "the sandbox driver is not open (dbx_sandbox_init)");
-    return NULL;
-  }
   cJSON *in = json ? cJSON_ParseWithLength(json, len) : NULL;
   if (in == NULL || !cJSON_IsObject(in)) {
     cJSON_Delete(in);
@@ -130,17 +182,7 @@ static int get_num(const cJSON *in, const char *name, double *out, dbx_act_resul
   return 0;
 }
 
-static int valid_name(const char *s) {
-  size_t n = s ? strlen(s) : 0;
-  if (n == 0 || n > 128 || s[0] == '.') return 0;
-  for (size_t i = 0; i < n; i++) {
-    char c = s[i];
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-          c == '.' || c == '_' || c == '-'))
-      return 0;
-  }
-  return 1;
-}
+#define valid_name dbx_drv_name_valid
 
 /* sandbox_id: required, a valid driver name, and the sandbox must exist. */
 static int get_sandbox(const cJSON *in, const char **id, dbx_act_result *res) {
@@ -152,19 +194,6 @@ static int get_sandbox(const cJSON *in, const char **id, dbx_act_result *res) {
   return 0;
 }
 
-/* 1 if the sandbox's workspace exists, 0 if not, -1 on OOM. */
-static int sandbox_exists(const char *id) {
-  char *p = dbx_local_sandbox_path(g_local, id);
-  if (p == NULL) return -1;
-  struct stat st;
-  int ok = stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-  free(p);
-  return ok;
-}
-
-static dbx_err fail_not_found(dbx_act_result *res, const char *id) {
-  return fail(res, 1, "SandboxNotFound", "sandbox '%s' does not exist", id);
-}
 
 /* Paths the driver would refuse for their shape alone. */
 static int path_escapes(const char *p) {
@@ -194,13 +223,13 @@ static int get_path(const cJSON *in, const char *name, int required, const char 
   return 0;
 }
 
-/* The driver's EINVAL on a file call: a symlink escape, or another fault of the path. */
-static dbx_err fail_path(dbx_act_result *res, const char *path) {
-  const char *m = dbx_local_errmsg(g_local);
-  if (strstr(m, "outside the workspace") || strstr(m, "leave the workspace") ||
-      strstr(m, "absolute"))
-    return fail(res, 1, "PathRefused", "%s", m);
-  return fail(res, 1, "InvalidInput", "path '%.200s': %s", path, m);
+/* A driver failure of a call on a path ("path 'p'" heads an InvalidInput). */
+static dbx_err fail_path(dbx_act_result *res, const dbx_driver *drv, dbx_drv_err e,
+                         const char *what, const char *id, const char *path) {
+  if (e != DBX_DRV_INVALID) return fail_drv(res, drv, e, what, id);
+  char head[240];
+  snprintf(head, sizeof head, "path '%.200s'", path);
+  return fail_drv(res, drv, e, head, id);
 }
 
 /* -------------------------------------------------------------- helpers */
@@ -397,7 +426,7 @@ static int redact(uint8_t **buf, size_t *n, const secret_env *s, size_t ns, int 
 
 static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_result *res,
                           void *ud) {
-  (void)ud;
+  dbx_driver *drv = DRV(ud);
   dbx_err rc = DBX_OK;
   char *path = NULL;
   cJSON *in = parse_input(json, len, res);
@@ -413,7 +442,7 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
     rc = fail(res, 1, "InvalidInput", "field 'resource' is empty");
     goto out;
   }
-  dbx_local_source src = {.kind = DBX_LOCAL_SOURCE_EMPTY};
+  dbx_drv_source src = {.kind = DBX_DRV_SOURCE_EMPTY};
   const cJSON *s = cJSON_GetObjectItemCaseSensitive(in, "source");
   if (s != NULL && !cJSON_IsNull(s)) {
     if (!cJSON_IsObject(s)) {
@@ -424,16 +453,16 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
     if (get_str(s, "kind", 1, &kind, res) != 0) goto out;
     const char *loc_field = NULL;
     if (strcmp(kind, "empty") == 0) {
-      src.kind = DBX_LOCAL_SOURCE_EMPTY;
+      src.kind = DBX_DRV_SOURCE_EMPTY;
     } else if (strcmp(kind, "dir") == 0) {
-      src.kind = DBX_LOCAL_SOURCE_DIR, loc_field = "path";
+      src.kind = DBX_DRV_SOURCE_DIR, loc_field = "path";
     } else if (strcmp(kind, "git") == 0) {
-      src.kind = DBX_LOCAL_SOURCE_GIT;
+      src.kind = DBX_DRV_SOURCE_GIT;
       if (get_str(s, "url", 0, &src.location, res) != 0) goto out;
       if (src.location == NULL) loc_field = "path";
       if (get_str(s, "ref", 0, &src.ref, res) != 0) goto out;
     } else if (strcmp(kind, "snapshot") == 0) {
-      src.kind = DBX_LOCAL_SOURCE_SNAPSHOT, loc_field = "ref";
+      src.kind = DBX_DRV_SOURCE_SNAPSHOT, loc_field = "ref";
     } else {
       rc = fail(res, 1, "InvalidInput",
                 "field 'source.kind': '%.60s' is not one of empty, dir, git, snapshot", kind);
@@ -443,7 +472,7 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
       if (get_str(s, loc_field, 0, &src.location, res) != 0) goto out;
       if (src.location == NULL || src.location[0] == '\0') {
         rc = fail(res, 1, "InvalidInput", "field 'source.%s' is required for kind '%s'%s",
-                  loc_field, kind, src.kind == DBX_LOCAL_SOURCE_GIT ? " (or 'url')" : "");
+                  loc_field, kind, src.kind == DBX_DRV_SOURCE_GIT ? " (or 'url')" : "");
         goto out;
       }
     }
@@ -468,38 +497,29 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
   char id[21];
   snprintf(id, sizeof id, "dbx-%016llx", (unsigned long long)h);
   int adopted = 0;
+  /* labels say whose sandbox it is (list by labels finds a run's sandboxes);
+   * a workflow id that is no valid label value is left out */
+  dbx_drv_label labels[2] = {{"durabox.resource", resource}, {"durabox.workflow_id", wf ? wf : ""}};
+  size_t nlabels = 0;
+  for (size_t i = 0; i < 2; i++)
+    if (dbx_drv_label_valid(&labels[i]) && labels[i].value[0]) labels[nlabels++] = labels[i];
+  dbx_drv_create_opts co = {.source = src, .labels = labels, .nlabels = nlabels};
   /* a copy or clone may take minutes: heartbeat while it runs, so a dead
    * worker is noticed after the heartbeat timeout, and stop on cancellation */
-  src.cancelled = create_heartbeat;
-  src.cancelled_ud = a;
+  co.cancelled = create_heartbeat;
+  co.cancelled_ud = a;
   DBX_FAILPOINT("activity.sandbox_create.before");
-  dbx_err drc = dbx_local_sandbox_create(g_local, id, &src, &adopted);
+  dbx_drv_err drc = CALL(drv, create, id, &co, &adopted);
   DBX_FAILPOINT("activity.sandbox_create.after");
-  if (drc == DBX_ECANCELED) {
-    rc = DBX_ECANCELED;
+  if (drc != DBX_DRV_OK) {
+    rc = fail_drv(res, drv, drc, drc == DBX_DRV_INVALID ? "field 'source'" : "sandbox.create", id);
     goto out;
   }
-  if (drc == DBX_EEXIST) {
-    rc = fail(res, 1, "SandboxConflict", "%s", dbx_local_errmsg(g_local));
-    goto out;
-  }
-  if (drc == DBX_ENOTFOUND) {
-    rc = fail(res, 1, "SourceNotFound", "%s", dbx_local_errmsg(g_local));
-    goto out;
-  }
-  if (drc == DBX_EINVAL) {
-    rc = fail(res, 1, "InvalidInput", "field 'source': %s", dbx_local_errmsg(g_local));
-    goto out;
-  }
-  if (drc != DBX_OK) {
-    rc = fail_driver(res, drc, "sandbox.create");
-    goto out;
-  }
-  path = dbx_local_sandbox_path(g_local, id);
+  path = drv->ops->workspace_path(drv->self, id); /* NULL: the driver has no host path */
   cJSON *o = cJSON_CreateObject();
-  if (o == NULL || path == NULL || !cJSON_AddStringToObject(o, "sandbox_id", id) ||
+  if (o == NULL || !cJSON_AddStringToObject(o, "sandbox_id", id) ||
       !cJSON_AddBoolToObject(o, "adopted", adopted) ||
-      !cJSON_AddStringToObject(o, "path", path)) {
+      (path != NULL && !cJSON_AddStringToObject(o, "path", path))) {
     cJSON_Delete(o);
     rc = DBX_ENOMEM;
     goto out;
@@ -541,37 +561,38 @@ static void exec_cmd_id(dbx_act *a, char out[24]) {
  * finishes, then collect its result. A cancel kills the command's group
  * (DBX_ECANCELED). A command whose supervisor vanished (LOST: killed, host
  * rebooted) is started again once, as any retry of a safe_to_retry step would;
- * vanishing twice (or never launching) is DBX_EIO with *lost = 1. Other
- * errors are the driver's. */
-static dbx_err exec_detached(dbx_act *a, const char *id, const dbx_local_exec_opts *opts,
-                             dbx_local_exec_result *er, int *lost) {
+ * vanishing twice (or never launching) is DBX_DRV_FAILED with *lost = 1.
+ * Other errors are the driver's. */
+static dbx_drv_err exec_detached(dbx_act *a, dbx_driver *drv, const char *id,
+                                 const dbx_drv_exec_opts *opts, dbx_drv_exec_result *er,
+                                 int *lost) {
   char cmd_id[24];
   exec_cmd_id(a, cmd_id);
   int adopted = 0, restarts = 0, starts = 0;
-  dbx_err rc = dbx_local_exec_start(g_local, id, cmd_id, opts, &adopted);
-  if (rc != DBX_OK) return rc;
+  dbx_drv_err rc = CALL(drv, exec_start, id, cmd_id, opts, &adopted);
+  if (rc != DBX_DRV_OK) return rc;
   if (adopted) DBX_INFO(MOD, "sandbox %s: re-attached to command %s", id, cmd_id);
   for (;;) {
-    dbx_local_cmd_status st;
-    rc = dbx_local_exec_poll(g_local, id, cmd_id, &st);
-    if (rc != DBX_OK) return rc;
-    if (st.state == DBX_LOCAL_CMD_FINISHED) break;
-    if (st.state == DBX_LOCAL_CMD_LOST) {
+    dbx_drv_cmd_status st;
+    rc = CALL(drv, exec_poll, id, cmd_id, &st);
+    if (rc != DBX_DRV_OK) return rc;
+    if (st.state == DBX_DRV_CMD_FINISHED) break;
+    if (st.state == DBX_DRV_CMD_LOST) {
       if (restarts++ > 0) {
         *lost = 1;
-        return DBX_EIO;
+        return DBX_DRV_FAILED;
       }
       DBX_WARN(MOD, "sandbox %s: command %s lost its supervisor; starting it again", id, cmd_id);
-      if ((rc = dbx_local_exec_forget(g_local, id, cmd_id)) != DBX_OK) return rc;
-      if ((rc = dbx_local_exec_start(g_local, id, cmd_id, opts, NULL)) != DBX_OK) return rc;
+      if ((rc = CALL(drv, exec_forget, id, cmd_id)) != DBX_DRV_OK) return rc;
+      if ((rc = CALL(drv, exec_start, id, cmd_id, opts, NULL)) != DBX_DRV_OK) return rc;
       continue;
     }
-    if (st.state == DBX_LOCAL_CMD_PENDING) { /* a start raced with a poller: launch it */
+    if (st.state == DBX_DRV_CMD_PENDING) { /* a start raced with a poller: launch it */
       if (starts++ >= EXEC_START_TRIES) {
         *lost = 1;
-        return DBX_EIO;
+        return DBX_DRV_FAILED;
       }
-      if ((rc = dbx_local_exec_start(g_local, id, cmd_id, opts, NULL)) != DBX_OK) return rc;
+      if ((rc = CALL(drv, exec_start, id, cmd_id, opts, NULL)) != DBX_DRV_OK) return rc;
     }
     char details[160];
     snprintf(details, sizeof details,
@@ -580,24 +601,24 @@ static dbx_err exec_detached(dbx_act *a, const char *id, const dbx_local_exec_op
     if (dbx_act_heartbeat(a, details)) {
       /* the worker stopping is no reason to lose the command: it runs on
        * under its supervisor and the next attempt re-attaches to it */
-      if (!dbx_act_worker_stopping(a)) dbx_local_exec_kill(g_local, id, cmd_id);
-      return DBX_ECANCELED;
+      if (!dbx_act_worker_stopping(a)) CALL(drv, exec_cancel, id, cmd_id);
+      return DBX_DRV_CANCELED;
     }
     struct timespec ts = {0, (long)EXEC_POLL_MS * 1000000};
     nanosleep(&ts, NULL);
   }
-  return dbx_local_exec_collect(g_local, id, cmd_id, er);
+  return CALL(drv, exec_result, id, cmd_id, er);
 }
 
 static dbx_err run_exec(dbx_act *a, const char *json, size_t len, dbx_act_result *res,
                         void *ud) {
-  (void)ud;
+  dbx_driver *drv = DRV(ud);
   dbx_err rc = DBX_OK;
   secret_env *sec = NULL;
   size_t nsec = 0;
   char **envv = NULL;
   size_t nenv = 0;
-  dbx_local_exec_result er = {0};
+  dbx_drv_exec_result er = {0};
   cJSON *in = parse_input(json, len, res);
   if (in == NULL) return DBX_OK;
   const char *id, *command, *cwd;
@@ -662,13 +683,9 @@ static dbx_err run_exec(dbx_act *a, const char *json, size_t len, dbx_act_result
       nsec++;
     }
   }
-  int ex = sandbox_exists(id);
-  if (ex < 0) {
-    rc = DBX_ENOMEM;
-    goto out;
-  }
-  if (ex == 0) {
-    rc = fail_not_found(res, id);
+  dbx_drv_err ex = CALL(drv, exists, id, NULL);
+  if (ex != DBX_DRV_OK) {
+    rc = fail_drv(res, drv, ex, "sandbox.exec", id);
     goto out;
   }
   if (dbx_act_cancelled(a)) {
@@ -676,7 +693,7 @@ static dbx_err run_exec(dbx_act *a, const char *json, size_t len, dbx_act_result
     goto out;
   }
 
-  dbx_local_exec_opts opts = {0};
+  dbx_drv_exec_opts opts = {0};
   opts.command = command;
   opts.cwd = cwd;
   opts.env = (const char *const *)envv;
@@ -691,8 +708,8 @@ static dbx_err run_exec(dbx_act *a, const char *json, size_t len, dbx_act_result
     opts.stderr_cap_bytes = cap;
   }
   int lost = 0;
-  dbx_err drc = exec_detached(a, id, &opts, &er, &lost);
-  if (drc == DBX_ECANCELED) {
+  dbx_drv_err drc = exec_detached(a, drv, id, &opts, &er, &lost);
+  if (drc == DBX_DRV_CANCELED) {
     rc = DBX_ECANCELED;
     goto out;
   }
@@ -700,20 +717,8 @@ static dbx_err run_exec(dbx_act *a, const char *json, size_t len, dbx_act_result
     rc = fail(res, 0, "CommandLost", "sandbox.exec: the command's supervisor vanished");
     goto out;
   }
-  if (drc == DBX_ENOTFOUND) {
-    ex = sandbox_exists(id);
-    if (ex == 0)
-      rc = fail_not_found(res, id);
-    else
-      rc = fail(res, 1, "FileNotFound", "%s", dbx_local_errmsg(g_local));
-    goto out;
-  }
-  if (drc == DBX_EINVAL) {
-    rc = fail_path(res, cwd ? cwd : "");
-    goto out;
-  }
-  if (drc != DBX_OK) {
-    rc = fail_driver(res, drc, "sandbox.exec");
+  if (drc != DBX_DRV_OK) {
+    rc = fail_path(res, drv, drc, "sandbox.exec", id, cwd ? cwd : "");
     goto out;
   }
   int out_hits = redact(&er.stdout_buf, &er.stdout_len, sec, nsec, er.stdout_truncated);
@@ -746,7 +751,7 @@ static dbx_err run_exec(dbx_act *a, const char *json, size_t len, dbx_act_result
 out:
   if (er.stdout_buf) memset(er.stdout_buf, 0, er.stdout_len);
   if (er.stderr_buf) memset(er.stderr_buf, 0, er.stderr_len);
-  dbx_local_exec_result_cleanup(&er);
+  dbx_drv_exec_result_cleanup(&er);
   /* plain entries of envv are ours; secret entries are borrowed from sec */
   for (size_t i = 0; i < nenv; i++) {
     int borrowed = 0;
@@ -769,7 +774,7 @@ out:
 
 static dbx_err run_write_file(dbx_act *a, const char *json, size_t len, dbx_act_result *res,
                               void *ud) {
-  (void)ud;
+  dbx_driver *drv = DRV(ud);
   dbx_err rc = DBX_OK;
   uint8_t *data = NULL;
   cJSON *in = parse_input(json, len, res);
@@ -804,13 +809,9 @@ static dbx_err run_write_file(dbx_act *a, const char *json, size_t len, dbx_act_
     rc = DBX_ECANCELED;
     goto out;
   }
-  dbx_err drc = dbx_local_file_write(g_local, id, path, bytes, n);
-  if (drc == DBX_ENOTFOUND && sandbox_exists(id) == 0) {
-    rc = fail_not_found(res, id);
-  } else if (drc == DBX_EINVAL) {
-    rc = fail_path(res, path);
-  } else if (drc != DBX_OK) {
-    rc = fail_driver(res, drc, "sandbox.write_file");
+  dbx_drv_err drc = CALL(drv, file_write, id, path, bytes, n);
+  if (drc != DBX_DRV_OK) {
+    rc = fail_path(res, drv, drc, "sandbox.write_file", id, path);
   } else {
     cJSON *o = cJSON_CreateObject();
     if (o && !cJSON_AddNumberToObject(o, "bytes", (double)n)) {
@@ -827,7 +828,7 @@ out:
 
 static dbx_err run_read_file(dbx_act *a, const char *json, size_t len, dbx_act_result *res,
                              void *ud) {
-  (void)ud;
+  dbx_driver *drv = DRV(ud);
   dbx_err rc = DBX_OK;
   uint8_t *data = NULL;
   size_t n = 0;
@@ -839,16 +840,9 @@ static dbx_err run_read_file(dbx_act *a, const char *json, size_t len, dbx_act_r
     rc = DBX_ECANCELED;
     goto out;
   }
-  dbx_err drc = dbx_local_file_read(g_local, id, path, 0, &data, &n);
-  if (drc == DBX_ENOTFOUND) {
-    if (sandbox_exists(id) == 0)
-      rc = fail_not_found(res, id);
-    else
-      rc = fail(res, 1, "FileNotFound", "%s", dbx_local_errmsg(g_local));
-  } else if (drc == DBX_EINVAL) {
-    rc = fail_path(res, path);
-  } else if (drc != DBX_OK) {
-    rc = fail_driver(res, drc, "sandbox.read_file");
+  dbx_drv_err drc = CALL(drv, file_read, id, path, 0, &data, &n);
+  if (drc != DBX_DRV_OK) {
+    rc = fail_path(res, drv, drc, "sandbox.read_file", id, path);
   } else {
     cJSON *o = cJSON_CreateObject();
     if (o && (add_bytes(o, "content", data, n) != 0 ||
@@ -868,7 +862,7 @@ out:
 
 static dbx_err run_checkpoint(dbx_act *a, const char *json, size_t len, dbx_act_result *res,
                               void *ud) {
-  (void)ud;
+  dbx_driver *drv = DRV(ud);
   dbx_err rc = DBX_OK;
   char *ref = NULL;
   cJSON *in = parse_input(json, len, res);
@@ -892,11 +886,9 @@ static dbx_err run_checkpoint(dbx_act *a, const char *json, size_t len, dbx_act_
     rc = DBX_ECANCELED;
     goto out;
   }
-  dbx_err drc = dbx_local_sandbox_checkpoint(g_local, id, name, &ref);
-  if (drc == DBX_ENOTFOUND) {
-    rc = fail_not_found(res, id);
-  } else if (drc != DBX_OK) {
-    rc = fail_driver(res, drc, "sandbox.checkpoint");
+  dbx_drv_err drc = CALL(drv, checkpoint, id, name, &ref);
+  if (drc != DBX_DRV_OK) {
+    rc = fail_drv(res, drv, drc, "sandbox.checkpoint", id);
   } else {
     cJSON *o = cJSON_CreateObject();
     if (o && !cJSON_AddStringToObject(o, "ref", ref)) {
@@ -913,7 +905,7 @@ out:
 
 static dbx_err run_git_commit(dbx_act *a, const char *json, size_t len, dbx_act_result *res,
                               void *ud) {
-  (void)ud;
+  dbx_driver *drv = DRV(ud);
   dbx_err rc = DBX_OK;
   char *sha = NULL;
   cJSON *in = parse_input(json, len, res);
@@ -931,9 +923,9 @@ static dbx_err run_git_commit(dbx_act *a, const char *json, size_t len, dbx_act_
     rc = fail(res, 1, "InvalidInput", "field 'author' must look like 'Name <email>'");
     goto out;
   }
-  int ex = sandbox_exists(id);
-  if (ex <= 0) {
-    rc = ex < 0 ? DBX_ENOMEM : fail_not_found(res, id);
+  dbx_drv_err ex = CALL(drv, exists, id, NULL);
+  if (ex != DBX_DRV_OK) {
+    rc = fail_drv(res, drv, ex, "sandbox.git_commit", id);
     goto out;
   }
   if (dbx_act_cancelled(a)) {
@@ -941,11 +933,9 @@ static dbx_err run_git_commit(dbx_act *a, const char *json, size_t len, dbx_act_
     goto out;
   }
   int nothing = 0;
-  dbx_err drc = dbx_local_git_commit(g_local, id, message, author, &sha, &nothing);
-  if (drc == DBX_ENOTFOUND) {
-    rc = fail_not_found(res, id);
-  } else if (drc != DBX_OK) {
-    rc = fail_driver(res, drc, "sandbox.git_commit");
+  dbx_drv_err drc = CALL(drv, git_commit, id, NULL, message, author, &sha, &nothing);
+  if (drc != DBX_DRV_OK) {
+    rc = fail_drv(res, drv, drc, "sandbox.git_commit", id);
   } else {
     cJSON *o = cJSON_CreateObject();
     cJSON *s = sha ? cJSON_CreateString(sha) : cJSON_CreateNull();
@@ -971,7 +961,8 @@ enum life_op { OP_STOP, OP_START, OP_DELETE };
 
 static dbx_err run_life(dbx_act *a, const char *json, size_t len, dbx_act_result *res,
                         void *ud) {
-  enum life_op op = (enum life_op)(intptr_t)ud;
+  dbx_driver *drv = DRV(ud);
+  enum life_op op = (enum life_op)((const act_ctx *)ud)->op;
   dbx_err rc = DBX_OK;
   cJSON *in = parse_input(json, len, res);
   if (in == NULL) return DBX_OK;
@@ -981,15 +972,13 @@ static dbx_err run_life(dbx_act *a, const char *json, size_t len, dbx_act_result
     rc = DBX_ECANCELED;
     goto out;
   }
-  dbx_err drc = op == OP_STOP    ? dbx_local_sandbox_stop(g_local, id)
-                : op == OP_START ? dbx_local_sandbox_start(g_local, id)
-                                 : dbx_local_sandbox_delete(g_local, id);
+  dbx_drv_err drc = op == OP_STOP    ? CALL(drv, stop, id)
+                    : op == OP_START ? CALL(drv, start, id)
+                                     : CALL(drv, del, id);
   static const char *const names[] = {"sandbox.stop", "sandbox.start", "sandbox.delete"};
-  if (drc == DBX_ENOTFOUND && op == OP_DELETE) drc = DBX_OK;
-  if (drc == DBX_ENOTFOUND)
-    rc = fail_not_found(res, id);
-  else if (drc != DBX_OK)
-    rc = fail_driver(res, drc, names[op]);
+  if (drc == DBX_DRV_NO_SANDBOX && op == OP_DELETE) drc = DBX_DRV_OK; /* counts as done */
+  if (drc != DBX_DRV_OK)
+    rc = fail_drv(res, drv, drc, names[op], id);
   else
     rc = succeed(res, cJSON_CreateObject());
 out:
@@ -999,49 +988,59 @@ out:
 
 /* ------------------------------------------------------------ types */
 
-const dbx_activity_type dbx_sandbox_create_type = {"sandbox.create", DBX_SAFE_TO_RETRY,
-                                                   run_create, NULL};
-const dbx_activity_type dbx_sandbox_exec_type = {"sandbox.exec", DBX_SAFE_TO_RETRY, run_exec,
-                                                 NULL};
-const dbx_activity_type dbx_sandbox_write_file_type = {"sandbox.write_file", DBX_SAFE_TO_RETRY,
-                                                       run_write_file, NULL};
-const dbx_activity_type dbx_sandbox_read_file_type = {"sandbox.read_file", DBX_SAFE_TO_RETRY,
-                                                      run_read_file, NULL};
-const dbx_activity_type dbx_sandbox_checkpoint_type = {"sandbox.checkpoint", DBX_SAFE_TO_RETRY,
-                                                       run_checkpoint, NULL};
-const dbx_activity_type dbx_sandbox_git_commit_type = {"sandbox.git_commit", DBX_SAFE_TO_RETRY,
-                                                       run_git_commit, NULL};
-const dbx_activity_type dbx_sandbox_stop_type = {"sandbox.stop", DBX_SAFE_TO_RETRY, run_life,
-                                                 (void *)(intptr_t)OP_STOP};
-const dbx_activity_type dbx_sandbox_start_type = {"sandbox.start", DBX_SAFE_TO_RETRY, run_life,
-                                                  (void *)(intptr_t)OP_START};
-const dbx_activity_type dbx_sandbox_delete_type = {"sandbox.delete", DBX_SAFE_TO_RETRY, run_life,
-                                                   (void *)(intptr_t)OP_DELETE};
+static const struct {
+  const char *name;
+  dbx_err (*run)(dbx_act *, const char *, size_t, dbx_act_result *, void *);
+  int op;
+} type_table[DBX_SANDBOX_NTYPES] = {
+    {"sandbox.create", run_create, 0},         {"sandbox.exec", run_exec, 0},
+    {"sandbox.write_file", run_write_file, 0}, {"sandbox.read_file", run_read_file, 0},
+    {"sandbox.checkpoint", run_checkpoint, 0}, {"sandbox.git_commit", run_git_commit, 0},
+    {"sandbox.stop", run_life, OP_STOP},       {"sandbox.start", run_life, OP_START},
+    {"sandbox.delete", run_life, OP_DELETE},
+};
 
-static const dbx_activity_type *const all_types[] = {
-    &dbx_sandbox_create_type,     &dbx_sandbox_exec_type,       &dbx_sandbox_write_file_type,
-    &dbx_sandbox_read_file_type,  &dbx_sandbox_checkpoint_type, &dbx_sandbox_git_commit_type,
-    &dbx_sandbox_stop_type,       &dbx_sandbox_start_type,      &dbx_sandbox_delete_type};
+struct dbx_sandbox_acts {
+  dbx_activity_type types[DBX_SANDBOX_NTYPES];
+  act_ctx ctx[DBX_SANDBOX_NTYPES];
+};
 
-void dbx_sandbox_register_all(struct dbx_worker *w) {
-  for (size_t i = 0; i < sizeof all_types / sizeof all_types[0]; i++) {
-    dbx_err rc = dbx_worker_register_activity(w, all_types[i]);
-    if (rc != DBX_OK) DBX_ERROR(MOD, "register %s: %s", all_types[i]->name, dbx_strerror(rc));
+dbx_err dbx_sandbox_acts_create(dbx_driver *drv, dbx_sandbox_acts **out) {
+  *out = NULL;
+  if (drv == NULL || drv->ops == NULL) return DBX_EINVAL;
+  dbx_sandbox_acts *s = calloc(1, sizeof *s);
+  if (s == NULL) return DBX_ENOMEM;
+  for (size_t i = 0; i < DBX_SANDBOX_NTYPES; i++) {
+    s->ctx[i] = (act_ctx){.drv = drv, .op = type_table[i].op};
+    s->types[i] = (dbx_activity_type){.name = type_table[i].name,
+                                      .retry_class = DBX_SAFE_TO_RETRY,
+                                      .run = type_table[i].run,
+                                      .ud = &s->ctx[i]};
   }
+  *out = s;
+  return DBX_OK;
 }
 
-dbx_err dbx_sandbox_init(const char *home) {
-  if (g_local != NULL) return DBX_ESTATE;
-  dbx_err rc = dbx_local_open(home, &g_local);
-  if (rc != DBX_OK) {
-    DBX_ERROR(MOD, "open local sandbox driver over %s: %s", home ? home : "the default home",
-              dbx_strerror(rc));
-    g_local = NULL;
-  }
-  return rc;
+void dbx_sandbox_acts_destroy(dbx_sandbox_acts *s) { free(s); }
+
+const dbx_activity_type *dbx_sandbox_acts_type(const dbx_sandbox_acts *s, const char *name) {
+  for (size_t i = 0; s && name && i < DBX_SANDBOX_NTYPES; i++)
+    if (strcmp(s->types[i].name, name) == 0) return &s->types[i];
+  return NULL;
 }
 
-void dbx_sandbox_shutdown(void) {
-  dbx_local_close(g_local);
-  g_local = NULL;
+const dbx_activity_type *dbx_sandbox_acts_at(const dbx_sandbox_acts *s, size_t i) {
+  return s && i < DBX_SANDBOX_NTYPES ? &s->types[i] : NULL;
+}
+
+dbx_err dbx_sandbox_register_all(struct dbx_worker *w, const dbx_sandbox_acts *s) {
+  dbx_err first = DBX_OK;
+  for (size_t i = 0; i < DBX_SANDBOX_NTYPES; i++) {
+    dbx_err rc = dbx_worker_register_activity(w, &s->types[i]);
+    if (rc != DBX_OK) {
+      DBX_ERROR(MOD, "register %s: %s", s->types[i].name, dbx_strerror(rc));
+      if (first == DBX_OK) first = rc;
+    }
+  }
+  return first;
 }

@@ -1,16 +1,22 @@
-/* Sandbox activities over the local driver (activities/local.h).
+/* Sandbox activities over the driver interface (activities/driver.h).
  *
  * Each activity is a dbx_activity_type (worker/api.h) whose input and result
- * are JSON objects; the worker runs them on its activity threads. They share
- * one process-wide dbx_local handle opened by dbx_sandbox_init().
+ * are JSON objects; the worker runs them on its activity threads. The driver
+ * reaches them through their registration: dbx_sandbox_acts_create(drv)
+ * makes one set of types whose ud carries drv, so two sets over two drivers
+ * (two local homes, a local and a memory driver) live in one process.
  *
  *   sandbox.create      {"resource"?: "workspace", "source"?: {"kind": "empty"|"dir"|"git"|
  *                        "snapshot", "path"|"url"|"ref"}, "env"?: {..}}
  *                       -> {"sandbox_id", "adopted", "path"}
  *                       The id is "dbx-" + 16 hex digits of FNV-1a 64 over
  *                       workflow id + "/" + resource, so a retried create adopts
- *                       what an earlier attempt made. ("env" is validated; the
- *                       local driver keeps no per-sandbox environment.)
+ *                       what an earlier attempt made. A fresh sandbox is
+ *                       labelled durabox.resource and durabox.workflow_id (when
+ *                       a valid label value). "path" is the workspace's host
+ *                       path, absent when the driver has none. ("env" is
+ *                       validated; the local driver keeps no per-sandbox
+ *                       environment.)
  *   sandbox.exec        {"sandbox_id", "command", "env"?: {K: "v" | {"secret": "NAME"}},
  *                        "cwd"?, "timeout_s"?, "max_output_bytes"?}
  *                       -> {"exit_code", "signal", "timed_out", "stdout"|"stdout_b64",
@@ -31,55 +37,79 @@
  *   sandbox.stop / sandbox.start / sandbox.delete {"sandbox_id"} -> {}
  *                       (delete: a missing sandbox counts as done)
  *
- * Failures (dbx_act_result.failure_type):
+ * Failures (dbx_act_result.failure_type). Those a driver causes come from its
+ * typed error (driver.h) by one table (dbx_sandbox_failure_type):
  *   InvalidInput     non-retryable: bad JSON, a missing or wrong-typed field
- *                    (the message names it)
- *   PathRefused      non-retryable: absolute path, "..", symlink leaving the workspace
- *   SandboxNotFound  non-retryable: no sandbox with that id
- *   FileNotFound     non-retryable: read_file path or exec cwd does not exist
- *   SourceNotFound   non-retryable: create's source dir or snapshot is missing
- *   SandboxConflict  non-retryable: the derived id exists with another source
+ *                    (the message names it); DBX_DRV_INVALID
+ *   PathRefused      non-retryable: absolute path, "..", symlink leaving the
+ *                    workspace; DBX_DRV_PATH_REFUSED
+ *   SandboxNotFound  non-retryable: no sandbox with that id; DBX_DRV_NO_SANDBOX
+ *   FileNotFound     non-retryable: read_file path or exec cwd does not exist;
+ *                    DBX_DRV_NOT_FOUND
+ *   SourceNotFound   non-retryable: create's source dir or snapshot is missing;
+ *                    DBX_DRV_SOURCE_NOT_FOUND
+ *   SandboxConflict  non-retryable: the derived id exists with another source;
+ *                    DBX_DRV_CONFLICT
+ *   SnapshotFailed   retryable: the checkpoint could not be made or verified;
+ *                    DBX_DRV_SNAPSHOT_FAILED
+ *   OutcomeUnknown   non-retryable: the driver cannot tell whether the
+ *                    operation happened; DBX_DRV_OUTCOME_UNKNOWN
+ *   Unsupported      non-retryable: the driver lacks it; DBX_DRV_UNSUPPORTED
  *   SecretMissing    non-retryable: a {"secret": NAME} is unset in the worker's
  *                    environment (the message names NAME, never a value)
+ *   CommandLost      retryable: exec's command lost its runner twice
  *   SandboxError     retryable: any other driver failure, with its message
+ *                    (DBX_DRV_TRANSIENT, DBX_DRV_STATE: stopped, DBX_DRV_FAILED)
+ * DBX_DRV_CANCELED makes the run return DBX_ECANCELED, DBX_DRV_NOMEM DBX_ENOMEM.
  *
  * Security (DESIGN.md "Security"): secrets are resolved from the worker's
  * environment only when sandbox.exec runs, and every resolved value is
  * replaced by "[redacted:NAME]" in stdout/stderr before the result is built,
  * including a partial value cut off at the output cap.
  *
- * Thread safety: dbx_sandbox_init/shutdown once per process, before the
- * worker starts and after it stops; the activities may then run on any
- * number of threads at once. Retry classes: all safe_to_retry (exec's is the
- * default; a step may declare at_most_once when it schedules it). */
+ * Thread safety: a dbx_sandbox_acts is immutable; its activities may run on
+ * any number of threads at once (the driver is thread-safe, driver.h). Retry
+ * classes: all safe_to_retry (exec's is the default; a step may declare
+ * at_most_once when it schedules it). */
 #ifndef DBX_ACTIVITIES_SANDBOX_H
 #define DBX_ACTIVITIES_SANDBOX_H
 
+#include <stddef.h>
+
+#include "activities/driver.h"
 #include "base/err.h"
 #include "worker/api.h"
 
 struct dbx_worker;
 
-extern const dbx_activity_type dbx_sandbox_create_type;
-extern const dbx_activity_type dbx_sandbox_exec_type;
-extern const dbx_activity_type dbx_sandbox_write_file_type;
-extern const dbx_activity_type dbx_sandbox_read_file_type;
-extern const dbx_activity_type dbx_sandbox_checkpoint_type;
-extern const dbx_activity_type dbx_sandbox_git_commit_type;
-extern const dbx_activity_type dbx_sandbox_stop_type;
-extern const dbx_activity_type dbx_sandbox_start_type;
-extern const dbx_activity_type dbx_sandbox_delete_type;
+/* The activity types, in registration order: sandbox.create, sandbox.exec,
+ * sandbox.write_file, sandbox.read_file, sandbox.checkpoint,
+ * sandbox.git_commit, sandbox.stop, sandbox.start, sandbox.delete. */
+#define DBX_SANDBOX_NTYPES 9
 
-/* Open the process-wide local driver over home (borrowed; NULL:
- * $DURABOX_HOME, else ~/.local/share/durabox). Calling it again while open
- * returns DBX_ESTATE. Returns what dbx_local_open returns otherwise; its
- * message is logged. Undo with dbx_sandbox_shutdown(). */
-dbx_err dbx_sandbox_init(const char *home);
-/* Close the driver; no activity may be running. Safe to call when not open. */
-void dbx_sandbox_shutdown(void);
+typedef struct dbx_sandbox_acts dbx_sandbox_acts;
 
-/* Register every type above with w (dbx_worker_register_activity); a failed
- * registration is logged. The types are static: nothing to free. */
-void dbx_sandbox_register_all(struct dbx_worker *w);
+/* One set of the activity types over drv (borrowed: it must outlive the set
+ * and every worker it is registered with). *out: free with
+ * dbx_sandbox_acts_destroy() after the workers using it are destroyed.
+ * Returns DBX_OK, DBX_EINVAL (no driver), DBX_ENOMEM. */
+dbx_err dbx_sandbox_acts_create(dbx_driver *drv, dbx_sandbox_acts **out);
+/* Accepts NULL. */
+void dbx_sandbox_acts_destroy(dbx_sandbox_acts *acts);
+/* The type named name ("sandbox.exec"), or NULL; borrowed from acts. */
+const dbx_activity_type *dbx_sandbox_acts_type(const dbx_sandbox_acts *acts, const char *name);
+/* The i-th type (0 <= i < DBX_SANDBOX_NTYPES) in registration order, or NULL. */
+const dbx_activity_type *dbx_sandbox_acts_at(const dbx_sandbox_acts *acts, size_t i);
+
+/* Register every type of acts with w (dbx_worker_register_activity, which
+ * keeps the pointers: acts must outlive w). A failed registration is logged
+ * and the others still made; returns DBX_OK or the first failure's code. */
+dbx_err dbx_sandbox_register_all(struct dbx_worker *w, const dbx_sandbox_acts *acts);
+
+/* The Temporal failure type ("SandboxNotFound") of a driver's typed error and
+ * whether it is non-retryable; NULL for DBX_DRV_OK, DBX_DRV_CANCELED,
+ * DBX_DRV_NOMEM and values out of range. Static string. non_retryable may be
+ * NULL. */
+const char *dbx_sandbox_failure_type(dbx_drv_err e, int *non_retryable);
 
 #endif

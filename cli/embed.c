@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "activities/local.h"
 #include "activities/sandbox.h"
 #include "base/fs.h"
 #include "base/util.h"
@@ -53,7 +54,8 @@ int dbx_embed_start(const dbx_embed_opts *o, dbx_embed *e) {
     snprintf(e->address, sizeof e->address, "%s", o->address ? o->address : "127.0.0.1:7233");
   }
   if (o->start_worker) {
-    if (dbx_sandbox_init(home) != DBX_OK) {
+    if (dbx_local_open(home, &e->local) != DBX_OK ||
+        dbx_sandbox_acts_create(dbx_local_driver(e->local), &e->acts) != DBX_OK) {
       fprintf(stderr, "durabox: cannot open the sandbox home %s\n", home);
       goto fail;
     }
@@ -72,7 +74,7 @@ int dbx_embed_start(const dbx_embed_opts *o, dbx_embed *e) {
       goto fail;
     }
     dbx_worker_register_workflow(e->worker, &dbx_script_workflow);
-    dbx_sandbox_register_all(e->worker);
+    dbx_sandbox_register_all(e->worker, e->acts);
     if (dbx_worker_start(e->worker) != DBX_OK) {
       fprintf(stderr, "durabox: cannot start the worker\n");
       goto fail;
@@ -91,8 +93,11 @@ void dbx_embed_stop(dbx_embed *e, int64_t grace_ms) {
     dbx_worker_stop(e->worker, grace_ms);
     dbx_worker_destroy(e->worker);
     e->worker = NULL;
-    dbx_sandbox_shutdown();
   }
+  dbx_sandbox_acts_destroy(e->acts); /* after the worker that borrowed them */
+  e->acts = NULL;
+  dbx_local_close(e->local);
+  e->local = NULL;
   if (e->svc) {
     dbx_service_stop(e->svc);
     e->svc = NULL;

@@ -12,6 +12,8 @@ typedef struct {
   dbx_worker *worker;
   char address[64];
   char *worker_db;         /* owned */
+  struct dbx_local *local; /* the sandbox driver of the worker (owned) */
+  struct dbx_sandbox_acts *acts; /* its activity types, registered with worker (owned) */
 } dbx_embed;
 
 typedef struct {

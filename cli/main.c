@@ -2,12 +2,14 @@
  * group. Process-wide state is set up here and only here, before any thread
  * starts: SIGPIPE ignored (a peer closing a socket or pipe is an error
  * return, never a signal), failpoints from the environment, gRPC core. The
- * subcommands assume all three. */
+ * subcommands assume all three. First of all, a re-executed detached-command
+ * supervisor (activities/local.h) is caught and never reaches the rest. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "activities/local.h"
 #include "base/failpoint.h"
 #include "cli/cli.h"
 #include "rpc/rpc.h"
@@ -42,6 +44,8 @@ static int dispatch(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+  /* a detached command's supervisor (activities/local.h): before any setup */
+  dbx_local_supervisor_main(argc, argv);
   signal(SIGPIPE, SIG_IGN);
   if (argc < 2) {
     usage(stderr);

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "activities/local.h"
 #include "activities/sandbox.h"
 #include "base/fs.h"
 #include "base/util.h"
@@ -109,7 +110,8 @@ int dbx_cli_worker(int argc, char **argv) {
   int rc = 1;
   char *ca_pem = NULL, *cert_pem = NULL, *key_pem = NULL, *dbdef = NULL, *err = NULL;
   dbx_worker *w = NULL;
-  int sandbox_open = 0;
+  dbx_local *local = NULL;
+  dbx_sandbox_acts *acts = NULL;
   if ((ca && !(ca_pem = dbx_cli_read_file(ca, NULL))) || (cert && !(cert_pem = dbx_cli_read_file(cert, NULL))) ||
       (key && !(key_pem = dbx_cli_read_file(key, NULL)))) {
     fprintf(stderr, "durabox worker: cannot read a TLS file (%s)\n", strerror(errno));
@@ -144,13 +146,13 @@ int dbx_cli_worker(int argc, char **argv) {
   }
   for (size_t i = 0; i < sizeof builtin_workflows / sizeof builtin_workflows[0]; i++)
     dbx_worker_register_workflow(w, builtin_workflows[i]);
-  e = dbx_sandbox_init(home);
+  e = dbx_local_open(home, &local);
+  if (e == DBX_OK) e = dbx_sandbox_acts_create(dbx_local_driver(local), &acts);
   if (e != DBX_OK) {
     fprintf(stderr, "durabox worker: sandbox driver: %s\n", dbx_strerror(e));
     goto out;
   }
-  sandbox_open = 1;
-  dbx_sandbox_register_all(w);
+  dbx_sandbox_register_all(w, acts);
   e = dbx_worker_start(w);
   if (e != DBX_OK) {
     fprintf(stderr, "durabox worker: %s\n", dbx_strerror(e));
@@ -162,8 +164,9 @@ int dbx_cli_worker(int argc, char **argv) {
   dbx_worker_stop(w, 10000);
   rc = 0;
 out:
-  dbx_worker_destroy(w);
-  if (sandbox_open) dbx_sandbox_shutdown();
+  dbx_worker_destroy(w); /* before the activity types and driver it borrows */
+  dbx_sandbox_acts_destroy(acts);
+  dbx_local_close(local);
   free(ca_pem);
   free(cert_pem);
   free(key_pem);

@@ -804,9 +804,172 @@ static void test_local_detached_lost_supervisor(void **state) {
   assert_int_equal(dbx_local_exec_forget(f->d, "ls", "l"), DBX_OK);
 }
 
+static void test_local_labels_list_exists(void **state) {
+  fixture *f = *state;
+  dbx_drv_label l[] = {{"durabox.resource", "workspace"}, {"durabox.workflow_id", "wf 1"}};
+  dbx_local_source src = {.kind = DBX_LOCAL_SOURCE_EMPTY, .labels = l, .nlabels = 2};
+  assert_int_equal(dbx_local_sandbox_create(f->d, "lb1", &src, NULL), DBX_OK);
+  make_empty(f->d, "lb2"); /* no labels: no labels file */
+  char *p = dbx_asprintf("%s/sandboxes/lb1/meta/labels", f->home);
+  FILE *fp = fopen(p, "r");
+  assert_non_null(fp);
+  char text[256] = "";
+  assert_true(fread(text, 1, sizeof text - 1, fp) > 0);
+  fclose(fp);
+  assert_string_equal(text, "durabox.resource=workspace\ndurabox.workflow_id=wf 1\n");
+  free(p);
+  p = dbx_asprintf("%s/sandboxes/lb2/meta/labels", f->home);
+  assert_int_not_equal(access(p, F_OK), 0);
+  free(p);
+  dbx_drv_label *got = NULL;
+  size_t n = 0;
+  assert_int_equal(dbx_local_sandbox_labels(f->d, "lb1", &got, &n), DBX_OK);
+  assert_int_equal(n, 2);
+  assert_string_equal(got[1].value, "wf 1");
+  dbx_drv_labels_free(got, n);
+  assert_int_equal(dbx_local_sandbox_labels(f->d, "lb2", &got, &n), DBX_OK);
+  assert_int_equal(n, 0);
+  dbx_drv_labels_free(got, n);
+  assert_int_equal(dbx_local_sandbox_labels(f->d, "nope", &got, &n), DBX_ENOTFOUND);
+  assert_int_equal(dbx_local_errkind(f->d), DBX_DRV_NO_SANDBOX);
+  char **ids = NULL;
+  assert_int_equal(dbx_local_sandbox_list(f->d, NULL, 0, &ids, &n), DBX_OK);
+  assert_int_equal(n, 2);
+  dbx_drv_names_free(ids, n);
+  assert_int_equal(dbx_local_sandbox_list(f->d, &l[1], 1, &ids, &n), DBX_OK);
+  assert_int_equal(n, 1);
+  assert_string_equal(ids[0], "lb1");
+  dbx_drv_names_free(ids, n);
+  int running = -1;
+  assert_int_equal(dbx_local_sandbox_exists(f->d, "lb1", &running), DBX_OK);
+  assert_int_equal(running, 1);
+  assert_int_equal(dbx_local_sandbox_stop(f->d, "lb1"), DBX_OK);
+  assert_int_equal(dbx_local_sandbox_exists(f->d, "lb1", &running), DBX_OK);
+  assert_int_equal(running, 0);
+  assert_int_equal(dbx_local_sandbox_exists(f->d, "nope", NULL), DBX_ENOTFOUND);
+  dbx_drv_label bad = {"k", "a\nb"};
+  dbx_local_source bs = {.kind = DBX_LOCAL_SOURCE_EMPTY, .labels = &bad, .nlabels = 1};
+  assert_int_equal(dbx_local_sandbox_create(f->d, "lb3", &bs, NULL), DBX_EINVAL);
+}
+
+static void test_local_restore_in_place(void **state) {
+  fixture *f = *state;
+  make_empty(f->d, "rs");
+  put(f->d, "rs", "a/f", "v1");
+  char *ref = NULL;
+  assert_int_equal(dbx_local_sandbox_checkpoint(f->d, "rs", "rs-1", &ref), DBX_OK);
+  put(f->d, "rs", "a/f", "v2");
+  put(f->d, "rs", "b", "later");
+  assert_int_equal(dbx_local_sandbox_restore(f->d, "rs", ref), DBX_OK);
+  expect_file(f->d, "rs", "a/f", "v1");
+  dbx_local_exec_result r = sh(f->d, "rs", "cat a/f; ls");
+  assert_string_equal((const char *)r.stdout_buf, "v1a\n"); /* "b" is gone */
+  dbx_local_exec_result_cleanup(&r);
+  char *tmp = dbx_asprintf("%s/sandboxes/rs/workspace.restore", f->home);
+  assert_int_not_equal(access(tmp, F_OK), 0); /* the old workspace is removed */
+  free(tmp);
+  assert_int_equal(dbx_local_sandbox_restore(f->d, "rs", "none"), DBX_ENOTFOUND);
+  assert_int_equal(dbx_local_errkind(f->d), DBX_DRV_SOURCE_NOT_FOUND);
+  assert_int_equal(dbx_local_sandbox_restore(f->d, "nope", ref), DBX_ENOTFOUND);
+  assert_int_equal(dbx_local_errkind(f->d), DBX_DRV_NO_SANDBOX);
+  /* refused while a detached command runs */
+  dbx_local_exec_opts o = {.command = "sleep 30"};
+  assert_int_equal(dbx_local_exec_start(f->d, "rs", "long", &o, NULL), DBX_OK);
+  assert_int_equal(dbx_local_sandbox_restore(f->d, "rs", ref), DBX_ESTATE);
+  expect_file(f->d, "rs", "a/f", "v1");
+  assert_int_equal(dbx_local_exec_kill(f->d, "rs", "long"), DBX_OK);
+  dbx_local_cmd_status st = {0};
+  for (int i = 0; i < 1000 && st.state != DBX_LOCAL_CMD_FINISHED; i++) {
+    assert_int_equal(dbx_local_exec_poll(f->d, "rs", "long", &st), DBX_OK);
+    struct timespec ts = {0, 10 * 1000000};
+    nanosleep(&ts, NULL);
+  }
+  assert_int_equal(st.state, DBX_LOCAL_CMD_FINISHED);
+  assert_int_equal(dbx_local_sandbox_restore(f->d, "rs", ref), DBX_OK); /* no longer refused */
+  free(ref);
+}
+
+static void test_local_git_clone_commit_push(void **state) {
+  fixture *f = *state;
+  char *tmp = dbx_test_tmpdir("dbx-local-git");
+  char *repo = dbx_asprintf("%s/repo", tmp), *bare = dbx_asprintf("%s/bare.git", tmp);
+  char *cmd = dbx_asprintf("git init -q -b main %s && cd %s && echo one > a.txt && git add a.txt && "
+                           "git -c user.name=t -c user.email=t@e commit -q -m init && "
+                           "git init -q --bare %s",
+                           repo, repo, bare);
+  assert_int_equal(system(cmd), 0);
+  free(cmd);
+  make_empty(f->d, "gc");
+  put(f->d, "gc", "sub/repo/partial", "x"); /* a partial earlier target */
+  assert_int_equal(dbx_local_git_clone(f->d, "gc", repo, "sub/repo", NULL), DBX_OK);
+  expect_file(f->d, "gc", "sub/repo/a.txt", "one\n");
+  uint8_t *data = NULL;
+  size_t len = 0;
+  assert_int_equal(dbx_local_file_read(f->d, "gc", "sub/repo/partial", 0, &data, &len),
+                   DBX_ENOTFOUND);
+  put(f->d, "gc", "sub/repo/a.txt", "two\n");
+  char *sha = NULL;
+  int nothing = -1;
+  assert_int_equal(dbx_local_git_commit_at(f->d, "gc", "sub/repo", "second", "D <d@e>", &sha,
+                                           &nothing),
+                   DBX_OK);
+  assert_int_equal(nothing, 0);
+  assert_int_equal(strlen(sha), 40);
+  assert_int_equal(dbx_local_git_push(f->d, "gc", "sub/repo", bare, "main"), DBX_OK);
+  cmd = dbx_asprintf("test \"$(git --git-dir=%s rev-parse refs/heads/main)\" = %s", bare, sha);
+  assert_int_equal(system(cmd), 0);
+  free(cmd);
+  assert_int_equal(dbx_local_git_clone(f->d, "gc", repo, "../out", NULL), DBX_EINVAL);
+  assert_int_equal(dbx_local_errkind(f->d), DBX_DRV_PATH_REFUSED);
+  assert_int_equal(dbx_local_git_clone(f->d, "gc", "/nonexistent/repo", "x", NULL), DBX_EIO);
+  assert_non_null(strstr(dbx_local_errmsg(f->d), "git clone"));
+  assert_int_equal(dbx_local_git_push(f->d, "gc", "sub/repo", "-x", NULL), DBX_EINVAL);
+  free(sha);
+  free(repo);
+  free(bare);
+  dbx_test_rmrf(tmp);
+  free(tmp);
+}
+
+static void test_local_upload_download(void **state) {
+  fixture *f = *state;
+  make_empty(f->d, "ud");
+  char *host = dbx_asprintf("%s/host.bin", f->home), *back = dbx_asprintf("%s/back.bin", f->home);
+  FILE *fp = fopen(host, "wb");
+  assert_non_null(fp);
+  const uint8_t bytes[] = {0, 1, 2, 0xff, '\n', 0};
+  assert_int_equal(fwrite(bytes, 1, sizeof bytes, fp), sizeof bytes);
+  fclose(fp);
+  assert_int_equal(dbx_local_file_upload(f->d, "ud", host, "in/h.bin"), DBX_OK);
+  uint8_t *data = NULL;
+  size_t len = 0;
+  assert_int_equal(dbx_local_file_read(f->d, "ud", "in/h.bin", 0, &data, &len), DBX_OK);
+  assert_int_equal(len, sizeof bytes);
+  assert_memory_equal(data, bytes, len);
+  free(data);
+  assert_int_equal(dbx_local_file_download(f->d, "ud", "in/h.bin", back), DBX_OK);
+  uint8_t got[16];
+  fp = fopen(back, "rb");
+  assert_non_null(fp);
+  assert_int_equal(fread(got, 1, sizeof got, fp), sizeof bytes);
+  fclose(fp);
+  assert_memory_equal(got, bytes, sizeof bytes);
+  assert_int_equal(dbx_local_file_upload(f->d, "ud", "/nonexistent/h", "x"), DBX_ENOTFOUND);
+  assert_int_equal(dbx_local_errkind(f->d), DBX_DRV_OK); /* a missing file, not a sandbox */
+  assert_int_equal(dbx_local_file_upload(f->d, "ud", host, "/abs"), DBX_EINVAL);
+  assert_int_equal(dbx_local_errkind(f->d), DBX_DRV_PATH_REFUSED);
+  assert_int_equal(dbx_local_file_upload(f->d, "ud", f->home, "x"), DBX_EINVAL); /* a folder */
+  assert_int_equal(dbx_local_errkind(f->d), DBX_DRV_OK);
+  assert_int_equal(dbx_local_file_download(f->d, "ud", "none", back), DBX_ENOTFOUND);
+  assert_int_equal(dbx_local_file_download(f->d, "ud", "in/h.bin", "rel"), DBX_EINVAL);
+  free(host);
+  free(back);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
-int main(void) {
+int main(int argc, char **argv) {
+  dbx_local_supervisor_main(argc, argv); /* this binary is re-executed as the supervisor */
   const struct CMUnitTest tests[] = {
       T(test_local_create_from_dir_and_adopt),   T(test_local_create_from_git_and_commit),
       T(test_local_checkpoint_and_restore),      T(test_local_exec_exit_codes_and_streams),
@@ -822,6 +985,10 @@ int main(void) {
       T(test_local_detached_survives_its_starter),
       T(test_local_detached_lost_supervisor),
       T(test_local_exec_cancel_kills_group),
+      T(test_local_labels_list_exists),
+      T(test_local_restore_in_place),
+      T(test_local_git_clone_commit_push),
+      T(test_local_upload_download),
   };
   g_bwrap = 0;
   int failed = cmocka_run_group_tests_name("local_plain", tests, NULL, NULL);

@@ -1,5 +1,13 @@
-/* Sandbox activities (activities/sandbox.h) with real processes, files and git
- * in a temporary DURABOX_HOME, driven through a fake dbx_act (act_fake.h). */
+/* Sandbox activities (activities/sandbox.h) driven through a fake dbx_act
+ * (act_fake.h), run against two drivers:
+ *   local   real processes, files and git in a temporary DURABOX_HOME
+ *           (every test);
+ *   memory  the in-memory driver (activities/memdrv.h) whose commands are
+ *           interpreted by mini_sh below (the tests whose commands it
+ *           understands), asserting the same results and failure types.
+ * Then the driver interface itself: each op on both drivers, each typed
+ * error mapped to its Temporal failure type, and two drivers over two homes
+ * in one process at once. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <pthread.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -18,6 +27,9 @@
 #include <cmocka.h>
 #include <cjson/cJSON.h>
 
+#include "activities/driver.h"
+#include "activities/local.h"
+#include "activities/memdrv.h"
 #include "activities/sandbox.h"
 #include "base/util.h"
 #include "tests/act_fake.h"
@@ -26,17 +38,230 @@
 static char *g_home;
 static char *g_tmp; /* for host-side fixtures (a git repository) */
 
-static int group_setup(void **state) {
-  (void)state;
+/* The driver of the group being run, and the activity types over it. */
+static dbx_local *g_local;   /* the local group's driver, else NULL */
+static dbx_memdrv *g_mem;    /* the memory group's driver, else NULL */
+static dbx_driver *g_drv;
+static dbx_sandbox_acts *g_acts;
+
+#define T(x) dbx_sandbox_acts_type(g_acts, "sandbox." #x)
+
+/* ---- mini_sh: the memory driver's commands ----
+ * A few shell forms, enough for the shared tests, with the shell's results:
+ * statements split on ';' (outside quotes); words with '...' and "..."
+ * quoting and $NAME expansion (from the command's env); a trailing ">&2"
+ * sends a statement's output to stderr, "> f" / ">> f" to a workspace file.
+ * Statements: echo, printf (%s and \NNN, \n, \\ escapes), exit N, true,
+ * touch F, sleep N (adds N s to the command's run time), exec CMD (as CMD).
+ * Anything else writes "sh: CMD: not found" to stderr and exits 127. */
+
+typedef struct {
+  char *p;
+  size_t n, cap;
+} buf_t;
+
+static void buf_add(buf_t *b, const void *p, size_t n) {
+  if (b->n + n + 1 > b->cap) {
+    b->cap = (b->n + n + 1) * 2;
+    b->p = realloc(b->p, b->cap);
+    assert_non_null(b->p);
+  }
+  memcpy(b->p + b->n, p, n);
+  b->n += n;
+  b->p[b->n] = 0;
+}
+
+static const char *env_get(const dbx_drv_exec_opts *o, const char *name, size_t n) {
+  for (size_t i = 0; o->env && o->env[i]; i++)
+    if (strncmp(o->env[i], name, n) == 0 && o->env[i][n] == '=') return o->env[i] + n + 1;
+  return "";
+}
+
+/* Split one statement into words (expanded); returns the count. */
+static int sh_words(const dbx_drv_exec_opts *o, const char *s, size_t len, char **w, int max) {
+  int nw = 0;
+  size_t i = 0;
+  while (i < len && nw < max) {
+    while (i < len && s[i] == ' ') i++;
+    if (i >= len) break;
+    buf_t b = {0};
+    buf_add(&b, "", 0);
+    while (i < len && s[i] != ' ') {
+      char q = s[i];
+      if (q == '\'') {
+        size_t e = i + 1;
+        while (e < len && s[e] != '\'') e++;
+        buf_add(&b, s + i + 1, e - i - 1);
+        i = e + 1;
+      } else if (q == '"' || q == '$') {
+        size_t e = q == '"' ? i + 1 : i;
+        size_t stop = len;
+        if (q == '"') {
+          stop = e;
+          while (stop < len && s[stop] != '"') stop++;
+        }
+        while (e < stop && (q == '"' || e == i)) {
+          if (s[e] == '$') {
+            size_t v = e + 1;
+            while (v < len && (s[v] == '_' || (s[v] >= 'A' && s[v] <= 'Z') ||
+                               (s[v] >= 'a' && s[v] <= 'z') || (s[v] >= '0' && s[v] <= '9')))
+              v++;
+            const char *val = env_get(o, s + e + 1, v - e - 1);
+            buf_add(&b, val, strlen(val));
+            e = v;
+            if (q == '$') break;
+          } else {
+            buf_add(&b, s + e, 1);
+            e++;
+          }
+        }
+        i = q == '"' ? stop + 1 : e;
+      } else {
+        buf_add(&b, s + i, 1);
+        i++;
+      }
+    }
+    w[nw++] = b.p;
+  }
+  return nw;
+}
+
+/* printf's format: %s takes the next argument, backslash escapes. */
+static void sh_printf(buf_t *out, char **w, int nw) {
+  const char *f = w[1];
+  int arg = 2;
+  for (size_t i = 0; f[i]; i++) {
+    if (f[i] == '%' && f[i + 1] == 's') {
+      const char *a = arg < nw ? w[arg++] : "";
+      buf_add(out, a, strlen(a));
+      i++;
+    } else if (f[i] == '\\' && f[i + 1] >= '0' && f[i + 1] <= '7') {
+      int v = 0, k = 0;
+      while (k < 3 && f[i + 1] >= '0' && f[i + 1] <= '7') v = v * 8 + (f[++i] - '0'), k++;
+      char c = (char)v;
+      buf_add(out, &c, 1);
+    } else if (f[i] == '\\' && f[i + 1] == 'n') {
+      buf_add(out, "\n", 1);
+      i++;
+    } else if (f[i] == '\\' && f[i + 1] == '\\') {
+      buf_add(out, "\\", 1);
+      i++;
+    } else {
+      buf_add(out, f + i, 1);
+    }
+  }
+}
+
+static void mini_sh(void *ud, dbx_driver *drv, const char *sandbox, const dbx_drv_exec_opts *o,
+                    dbx_memdrv_exec_out *res) {
+  (void)ud;
+  buf_t out = {0}, err = {0};
+  buf_add(&out, "", 0);
+  buf_add(&err, "", 0);
+  const char *c = o->command;
+  size_t n = strlen(c);
+  for (size_t i = 0; i < n && res->exit_code == 0;) {
+    size_t e = i;
+    char q = 0;
+    while (e < n && (q || c[e] != ';')) {
+      if (q && c[e] == q) q = 0;
+      else if (!q && (c[e] == '\'' || c[e] == '"')) q = c[e];
+      e++;
+    }
+    char *w[32];
+    int nw = sh_words(o, c + i, e - i, w, 32);
+    i = e + 1;
+    if (nw == 0) continue;
+    int first = strcmp(w[0], "exec") == 0 && nw > 1 ? 1 : 0;
+    buf_t line = {0};
+    buf_add(&line, "", 0);
+    const char *to_file = NULL;
+    int append = 0, to_err = 0;
+    if (nw >= 2 && strcmp(w[nw - 1], ">&2") == 0) to_err = 1, nw--;
+    if (nw >= 3 && (strcmp(w[nw - 2], ">") == 0 || strcmp(w[nw - 2], ">>") == 0)) {
+      to_file = w[nw - 1];
+      append = w[nw - 2][1] == '>';
+      nw -= 2;
+    }
+    const char *cmd = w[first];
+    if (strcmp(cmd, "echo") == 0) {
+      for (int k = first + 1; k < nw; k++) {
+        if (k > first + 1) buf_add(&line, " ", 1);
+        buf_add(&line, w[k], strlen(w[k]));
+      }
+      buf_add(&line, "\n", 1);
+    } else if (strcmp(cmd, "printf") == 0 && nw > first + 1) {
+      sh_printf(&line, w + first, nw - first);
+    } else if (strcmp(cmd, "exit") == 0) {
+      res->exit_code = nw > first + 1 ? atoi(w[first + 1]) : 0;
+    } else if (strcmp(cmd, "sleep") == 0 && nw > first + 1) {
+      res->duration_ms += (int64_t)(atof(w[first + 1]) * 1000);
+    } else if (strcmp(cmd, "touch") == 0 && nw > first + 1) {
+      drv->ops->file_write(drv->self, sandbox, w[first + 1], "", 0);
+    } else if (strcmp(cmd, "true") != 0) {
+      buf_add(&err, "sh: ", 4);
+      buf_add(&err, cmd, strlen(cmd));
+      buf_add(&err, ": not found\n", 12);
+      res->exit_code = 127;
+    }
+    if (to_file) {
+      uint8_t *old = NULL;
+      size_t ol = 0;
+      buf_t f = {0};
+      buf_add(&f, "", 0);
+      if (append && drv->ops->file_read(drv->self, sandbox, to_file, 0, &old, &ol) == DBX_DRV_OK)
+        buf_add(&f, old, ol);
+      free(old);
+      buf_add(&f, line.p, line.n);
+      drv->ops->file_write(drv->self, sandbox, to_file, f.p, f.n);
+      free(f.p);
+    } else {
+      buf_add(to_err ? &err : &out, line.p, line.n);
+    }
+    free(line.p);
+    for (int k = 0; k < nw + (to_file ? 2 : 0) + to_err; k++) free(w[k]);
+  }
+  res->stdout_buf = (uint8_t *)out.p;
+  res->stdout_len = out.n;
+  res->stderr_buf = (uint8_t *)err.p;
+  res->stderr_len = err.n;
+}
+
+/* ---- group fixtures ---- */
+
+static int common_setup(void) {
   g_home = dbx_test_tmpdir("dbx-acts-home");
   g_tmp = dbx_test_tmpdir("dbx-acts-tmp");
   setenv("DURABOX_HOME", g_home, 1);
-  return dbx_sandbox_init(NULL) == DBX_OK ? 0 : -1;
+  return 0;
+}
+
+static int local_setup(void **state) {
+  (void)state;
+  common_setup();
+  if (dbx_local_open(NULL, &g_local) != DBX_OK) return -1;
+  g_drv = dbx_local_driver(g_local);
+  return dbx_sandbox_acts_create(g_drv, &g_acts) == DBX_OK ? 0 : -1;
+}
+
+static int mem_setup(void **state) {
+  (void)state;
+  common_setup();
+  dbx_memdrv_opts o = {.exec = mini_sh};
+  if (dbx_memdrv_create(&o, &g_mem) != DBX_OK) return -1;
+  g_drv = dbx_memdrv_driver(g_mem);
+  return dbx_sandbox_acts_create(g_drv, &g_acts) == DBX_OK ? 0 : -1;
 }
 
 static int group_teardown(void **state) {
   (void)state;
-  dbx_sandbox_shutdown();
+  dbx_sandbox_acts_destroy(g_acts);
+  g_acts = NULL;
+  dbx_local_close(g_local);
+  dbx_memdrv_destroy(g_mem);
+  g_local = NULL;
+  g_mem = NULL;
+  g_drv = NULL;
   dbx_test_rmrf(g_home);
   dbx_test_rmrf(g_tmp);
   free(g_home);
@@ -63,7 +288,7 @@ static dbx_err run(const dbx_activity_type *t, struct dbx_act *a, const char *js
   static int seq;
   char aid[64];
   const char *saved = a->activity_id;
-  if (t == &dbx_sandbox_exec_type && a->prev_details == NULL) {
+  if (t == T(exec) && a->prev_details == NULL) {
     snprintf(aid, sizeof aid, "%s.%d", a->activity_id, ++seq);
     a->activity_id = aid;
   }
@@ -135,7 +360,7 @@ static char *make_sandbox(const char *wf, const char *source_json) {
   struct dbx_act a = act_for(wf);
   char *in = dbx_asprintf("{\"resource\":\"workspace\",\"source\":%s}",
                           source_json ? source_json : "{\"kind\":\"empty\"}");
-  cJSON *o = ok(&dbx_sandbox_create_type, &a, in);
+  cJSON *o = ok(T(create), &a, in);
   char *id = dbx_strdup(str(o, "sandbox_id"));
   cJSON_Delete(o);
   free(in);
@@ -166,7 +391,7 @@ static size_t b64dec(const char *s, uint8_t *out) {
 static void test_sandbox_acts_register_all(void **state) {
   (void)state;
   struct dbx_worker w = {0};
-  dbx_sandbox_register_all(&w);
+  assert_int_equal(dbx_sandbox_register_all(&w, g_acts), DBX_OK);
   const char *want[] = {"sandbox.create",     "sandbox.exec",       "sandbox.write_file",
                         "sandbox.read_file",  "sandbox.checkpoint", "sandbox.git_commit",
                         "sandbox.stop",       "sandbox.start",      "sandbox.delete"};
@@ -181,9 +406,9 @@ static void test_sandbox_acts_create_adopts_derived_id(void **state) {
   (void)state;
   struct dbx_act a = act_for("wf-create");
   const char *in = "{\"resource\":\"workspace\",\"source\":{\"kind\":\"empty\"}}";
-  cJSON *o1 = ok(&dbx_sandbox_create_type, &a, in);
+  cJSON *o1 = ok(T(create), &a, in);
   a.attempt = 2; /* a retry of the same activity */
-  cJSON *o2 = ok(&dbx_sandbox_create_type, &a, in);
+  cJSON *o2 = ok(T(create), &a, in);
   /* FNV-1a 64 of "wf-create/workspace", computed here independently */
   uint64_t h = 0xcbf29ce484222325ULL;
   for (const char *s = "wf-create/workspace"; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
@@ -193,18 +418,22 @@ static void test_sandbox_acts_create_adopts_derived_id(void **state) {
   assert_string_equal(str(o2, "sandbox_id"), want);
   assert_false(boolean(o1, "adopted"));
   assert_true(boolean(o2, "adopted"));
-  struct stat st;
-  assert_int_equal(stat(str(o1, "path"), &st), 0);
-  assert_true(S_ISDIR(st.st_mode));
+  if (g_local) {
+    struct stat st;
+    assert_int_equal(stat(str(o1, "path"), &st), 0);
+    assert_true(S_ISDIR(st.st_mode));
+  } else { /* no host path: no "path" */
+    assert_null(cJSON_GetObjectItemCaseSensitive(o1, "path"));
+  }
   /* another workflow, or another resource, gets another sandbox */
   struct dbx_act b = act_for("wf-create-2");
-  cJSON *o3 = ok(&dbx_sandbox_create_type, &b, in);
+  cJSON *o3 = ok(T(create), &b, in);
   assert_string_not_equal(str(o3, "sandbox_id"), want);
-  cJSON *o4 = ok(&dbx_sandbox_create_type, &a, "{\"resource\":\"other\"}");
+  cJSON *o4 = ok(T(create), &a, "{\"resource\":\"other\"}");
   assert_string_not_equal(str(o4, "sandbox_id"), want);
   assert_false(boolean(o4, "adopted"));
   /* the same id with another source is a conflict, not an adoption */
-  char *m = failed(&dbx_sandbox_create_type, &a,
+  char *m = failed(T(create), &a,
                    "{\"resource\":\"workspace\",\"source\":{\"kind\":\"snapshot\",\"ref\":\"nope\"}}",
                    "SandboxConflict", 1);
   free(m);
@@ -248,7 +477,7 @@ static void test_sandbox_acts_create_heartbeats_and_stops_on_cancel(void **state
                           "\"url\":\"http://127.0.0.1:%d/hang.git\"}}", port);
   int before = count_sandboxes();
   dbx_act_result r;
-  assert_int_equal(run(&dbx_sandbox_create_type, &a, in, &r, NULL), DBX_ECANCELED);
+  assert_int_equal(run(T(create), &a, in, &r, NULL), DBX_ECANCELED);
   assert_int_equal(count_sandboxes(), before); /* the cancelled create left nothing */
   alarm(0);
   assert_int_equal(a.heartbeats, 3);
@@ -265,7 +494,7 @@ static void test_sandbox_acts_create_heartbeats_and_stops_on_cancel(void **state
   close(ls);
 
   struct dbx_act b = act_for("wf-hang");
-  cJSON *o = ok(&dbx_sandbox_create_type, &b,
+  cJSON *o = ok(T(create), &b,
                 "{\"resource\":\"workspace\",\"source\":{\"kind\":\"empty\"}}");
   assert_false(boolean(o, "adopted"));
   char *tmp = dbx_asprintf("%s/sandboxes/%s/workspace.tmp", g_home, str(o, "sandbox_id"));
@@ -289,7 +518,7 @@ static void test_sandbox_acts_exec_env_and_secret_redacted(void **state) {
       id);
   dbx_act_result r;
   cJSON *o = NULL;
-  assert_int_equal(run(&dbx_sandbox_exec_type, &a, in, &r, &o), DBX_OK);
+  assert_int_equal(run(T(exec), &a, in, &r, &o), DBX_OK);
   assert_null(r.failure_type); /* a non-zero exit is a result */
   assert_null(strstr(r.result_json, secret));
   assert_null(strstr(r.result_json, "s3cr3t"));
@@ -312,7 +541,7 @@ static void test_sandbox_acts_exec_env_and_secret_redacted(void **state) {
   in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"printf 'ab%%s' \\\"$T\\\"\","
                     "\"max_output_bytes\":9,\"env\":{\"T\":{\"secret\":\"DBX_TEST_TOKEN\"}}}",
                     id);
-  assert_int_equal(run(&dbx_sandbox_exec_type, &a, in, &r, &o), DBX_OK);
+  assert_int_equal(run(T(exec), &a, in, &r, &o), DBX_OK);
   assert_null(strstr(r.result_json, "s3cr"));
   assert_string_equal(str(o, "stdout"), "ab[redacted:DBX_TEST_TOKEN]");
   assert_true(boolean(o, "stdout_truncated"));
@@ -325,10 +554,10 @@ static void test_sandbox_acts_exec_env_and_secret_redacted(void **state) {
   unsetenv("DBX_TEST_MISSING");
   in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"touch ran\","
                     "\"env\":{\"X\":{\"secret\":\"DBX_TEST_MISSING\"}}}", id);
-  expect_message(failed(&dbx_sandbox_exec_type, &a, in, "SecretMissing", 1), "DBX_TEST_MISSING");
+  expect_message(failed(T(exec), &a, in, "SecretMissing", 1), "DBX_TEST_MISSING");
   free(in);
   in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"ran\"}", id);
-  free(failed(&dbx_sandbox_read_file_type, &a, in, "FileNotFound", 1));
+  free(failed(T(read_file), &a, in, "FileNotFound", 1));
   free(in);
   free(id);
 }
@@ -339,7 +568,7 @@ static void test_sandbox_acts_exec_binary_output_base64(void **state) {
   struct dbx_act a = act_for("wf-bin");
   char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"printf '\\\\377\\\\376A\\\\000B'; "
                           "printf 'ok\\\\000' >&2\"}", id);
-  cJSON *o = ok(&dbx_sandbox_exec_type, &a, in);
+  cJSON *o = ok(T(exec), &a, in);
   assert_null(cJSON_GetObjectItemCaseSensitive(o, "stdout"));
   assert_null(cJSON_GetObjectItemCaseSensitive(o, "stderr"));
   uint8_t buf[64];
@@ -355,7 +584,7 @@ static void test_sandbox_acts_exec_binary_output_base64(void **state) {
   free(in);
   /* valid multi-byte UTF-8 stays text */
   in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"printf 'h\\\\303\\\\251'\"}", id);
-  o = ok(&dbx_sandbox_exec_type, &a, in);
+  o = ok(T(exec), &a, in);
   assert_string_equal(str(o, "stdout"), "h\xc3\xa9");
   cJSON_Delete(o);
   free(in);
@@ -368,7 +597,7 @@ static void test_sandbox_acts_exec_timeout(void **state) {
   struct dbx_act a = act_for("wf-timeout");
   char *in = dbx_asprintf(
       "{\"sandbox_id\":\"%s\",\"command\":\"echo started; exec sleep 30\",\"timeout_s\":0.3}", id);
-  cJSON *o = ok(&dbx_sandbox_exec_type, &a, in);
+  cJSON *o = ok(T(exec), &a, in);
   assert_true(boolean(o, "timed_out"));
   assert_string_equal(str(o, "stdout"), "started\n");
   assert_int_not_equal((int)num(o, "exit_code"), 0);
@@ -385,7 +614,7 @@ static void test_sandbox_acts_file_round_trip_all_bytes(void **state) {
   char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"i=0; while [ $i -lt 256 ]; do "
                           "printf \\\"\\\\\\\\$(printf %%o $i)\\\"; i=$((i+1)); done | base64 -w0\"}",
                           id);
-  cJSON *o = ok(&dbx_sandbox_exec_type, &a, in);
+  cJSON *o = ok(T(exec), &a, in);
   char *b64 = dbx_strdup(str(o, "stdout"));
   assert_int_equal(strlen(b64), 344);
   uint8_t buf[300];
@@ -396,12 +625,12 @@ static void test_sandbox_acts_file_round_trip_all_bytes(void **state) {
 
   in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"d/e/bytes.bin\",\"content_b64\":\"%s\"}", id,
                     b64);
-  o = ok(&dbx_sandbox_write_file_type, &a, in);
+  o = ok(T(write_file), &a, in);
   assert_int_equal((int)num(o, "bytes"), 256);
   cJSON_Delete(o);
   free(in);
   in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"d/e/bytes.bin\"}", id);
-  o = ok(&dbx_sandbox_read_file_type, &a, in);
+  o = ok(T(read_file), &a, in);
   assert_null(cJSON_GetObjectItemCaseSensitive(o, "content"));
   assert_string_equal(str(o, "content_b64"), b64);
   assert_int_equal((int)num(o, "bytes"), 256);
@@ -409,19 +638,19 @@ static void test_sandbox_acts_file_round_trip_all_bytes(void **state) {
   free(in);
   /* the bytes on disk, checked by the sandbox itself */
   in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"base64 -w0 d/e/bytes.bin\"}", id);
-  o = ok(&dbx_sandbox_exec_type, &a, in);
+  o = ok(T(exec), &a, in);
   assert_string_equal(str(o, "stdout"), b64);
   cJSON_Delete(o);
   free(in);
 
   /* text content comes back as text */
   in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"t.txt\",\"content\":\"h\\u00e9llo\\n\"}", id);
-  o = ok(&dbx_sandbox_write_file_type, &a, in);
+  o = ok(T(write_file), &a, in);
   assert_int_equal((int)num(o, "bytes"), 7);
   cJSON_Delete(o);
   free(in);
   in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"t.txt\"}", id);
-  o = ok(&dbx_sandbox_read_file_type, &a, in);
+  o = ok(T(read_file), &a, in);
   assert_string_equal(str(o, "content"), "h\xc3\xa9llo\n");
   cJSON_Delete(o);
   free(in);
@@ -436,8 +665,8 @@ static void test_sandbox_acts_path_refused(void **state) {
   const char *bad[] = {"../x", "a/../../x", "/etc/passwd", ".."};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"%s\",\"content\":\"x\"}", id, bad[i]);
-    free(failed(&dbx_sandbox_write_file_type, &a, in, "PathRefused", 1));
-    free(failed(&dbx_sandbox_read_file_type, &a, in, "PathRefused", 1));
+    free(failed(T(write_file), &a, in, "PathRefused", 1));
+    free(failed(T(read_file), &a, in, "PathRefused", 1));
     free(in);
   }
   /* nothing was written next to the workspace */
@@ -446,15 +675,15 @@ static void test_sandbox_acts_path_refused(void **state) {
   free(p);
   /* a symlink that leads out of the workspace: refused by the driver */
   char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"ln -s /etc out\"}", id);
-  cJSON *o = ok(&dbx_sandbox_exec_type, &a, in);
+  cJSON *o = ok(T(exec), &a, in);
   assert_int_equal((int)num(o, "exit_code"), 0);
   cJSON_Delete(o);
   free(in);
   in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"out/passwd\"}", id);
-  free(failed(&dbx_sandbox_read_file_type, &a, in, "PathRefused", 1));
+  free(failed(T(read_file), &a, in, "PathRefused", 1));
   free(in);
   in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"true\",\"cwd\":\"../..\"}", id);
-  free(failed(&dbx_sandbox_exec_type, &a, in, "PathRefused", 1));
+  free(failed(T(exec), &a, in, "PathRefused", 1));
   free(in);
   free(id);
 }
@@ -462,41 +691,41 @@ static void test_sandbox_acts_path_refused(void **state) {
 static void test_sandbox_acts_invalid_input_names_field(void **state) {
   (void)state;
   struct dbx_act a = act_for("wf-invalid");
-  expect_message(failed(&dbx_sandbox_exec_type, &a, "not json", "InvalidInput", 1), "JSON object");
-  expect_message(failed(&dbx_sandbox_exec_type, &a, "[1]", "InvalidInput", 1), "JSON object");
-  expect_message(failed(&dbx_sandbox_exec_type, &a, "{\"command\":\"true\"}", "InvalidInput", 1),
+  expect_message(failed(T(exec), &a, "not json", "InvalidInput", 1), "JSON object");
+  expect_message(failed(T(exec), &a, "[1]", "InvalidInput", 1), "JSON object");
+  expect_message(failed(T(exec), &a, "{\"command\":\"true\"}", "InvalidInput", 1),
                  "'sandbox_id'");
-  expect_message(failed(&dbx_sandbox_exec_type, &a, "{\"sandbox_id\":\"s\",\"command\":7}",
+  expect_message(failed(T(exec), &a, "{\"sandbox_id\":\"s\",\"command\":7}",
                         "InvalidInput", 1),
                  "'command'");
-  expect_message(failed(&dbx_sandbox_exec_type, &a,
+  expect_message(failed(T(exec), &a,
                         "{\"sandbox_id\":\"s\",\"command\":\"true\",\"timeout_s\":\"5\"}",
                         "InvalidInput", 1),
                  "'timeout_s'");
-  expect_message(failed(&dbx_sandbox_exec_type, &a,
+  expect_message(failed(T(exec), &a,
                         "{\"sandbox_id\":\"s\",\"command\":\"true\",\"env\":{\"A\":1}}",
                         "InvalidInput", 1),
                  "'env.A'");
-  expect_message(failed(&dbx_sandbox_exec_type, &a,
+  expect_message(failed(T(exec), &a,
                         "{\"sandbox_id\":\"../s\",\"command\":\"true\"}", "InvalidInput", 1),
                  "'sandbox_id'");
-  expect_message(failed(&dbx_sandbox_write_file_type, &a,
+  expect_message(failed(T(write_file), &a,
                         "{\"sandbox_id\":\"s\",\"path\":\"f\",\"content_b64\":\"a$==\"}",
                         "InvalidInput", 1),
                  "'content_b64'");
-  expect_message(failed(&dbx_sandbox_write_file_type, &a, "{\"sandbox_id\":\"s\",\"path\":\"f\"}",
+  expect_message(failed(T(write_file), &a, "{\"sandbox_id\":\"s\",\"path\":\"f\"}",
                         "InvalidInput", 1),
                  "'content'");
-  expect_message(failed(&dbx_sandbox_create_type, &a, "{\"source\":{\"kind\":\"floppy\"}}",
+  expect_message(failed(T(create), &a, "{\"source\":{\"kind\":\"floppy\"}}",
                         "InvalidInput", 1),
                  "'source.kind'");
-  expect_message(failed(&dbx_sandbox_create_type, &a, "{\"source\":{\"kind\":\"dir\"}}",
+  expect_message(failed(T(create), &a, "{\"source\":{\"kind\":\"dir\"}}",
                         "InvalidInput", 1),
                  "'source.path'");
-  expect_message(failed(&dbx_sandbox_git_commit_type, &a, "{\"sandbox_id\":\"s\"}",
+  expect_message(failed(T(git_commit), &a, "{\"sandbox_id\":\"s\"}",
                         "InvalidInput", 1),
                  "'message'");
-  expect_message(failed(&dbx_sandbox_checkpoint_type, &a,
+  expect_message(failed(T(checkpoint), &a,
                         "{\"sandbox_id\":\"s\",\"name\":\"a/b\"}", "InvalidInput", 1),
                  "'name'");
 }
@@ -506,13 +735,13 @@ static void test_sandbox_acts_not_found(void **state) {
   struct dbx_act a = act_for("wf-missing");
   const char *in = "{\"sandbox_id\":\"dbx-nosuch\",\"command\":\"true\",\"path\":\"f\","
                    "\"content\":\"x\",\"message\":\"m\"}";
-  const dbx_activity_type *types[] = {&dbx_sandbox_exec_type,       &dbx_sandbox_read_file_type,
-                                      &dbx_sandbox_write_file_type, &dbx_sandbox_git_commit_type,
-                                      &dbx_sandbox_checkpoint_type, &dbx_sandbox_stop_type,
-                                      &dbx_sandbox_start_type};
+  const dbx_activity_type *types[] = {T(exec),       T(read_file),
+                                      T(write_file), T(git_commit),
+                                      T(checkpoint), T(stop),
+                                      T(start)};
   for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
     expect_message(failed(types[i], &a, in, "SandboxNotFound", 1), "dbx-nosuch");
-  expect_message(failed(&dbx_sandbox_create_type, &a,
+  expect_message(failed(T(create), &a,
                         "{\"source\":{\"kind\":\"dir\",\"path\":\"/nonexistent/dbx/dir\"}}",
                         "SourceNotFound", 1),
                  "/nonexistent/dbx/dir");
@@ -530,10 +759,10 @@ static void test_sandbox_acts_git_commit_sha(void **state) {
   char *id = make_sandbox("wf-git", src);
   struct dbx_act a = act_for("wf-git");
   char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"a.txt\",\"content\":\"two\\n\"}", id);
-  cJSON_Delete(ok(&dbx_sandbox_write_file_type, &a, in));
+  cJSON_Delete(ok(T(write_file), &a, in));
   free(in);
   in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"message\":\"change a\",\"author\":\"A U <a@u>\"}", id);
-  cJSON *o = ok(&dbx_sandbox_git_commit_type, &a, in);
+  cJSON *o = ok(T(git_commit), &a, in);
   assert_false(boolean(o, "nothing_to_commit"));
   char *sha = dbx_strdup(str(o, "sha"));
   assert_int_equal(strlen(sha), 40);
@@ -541,14 +770,14 @@ static void test_sandbox_acts_git_commit_sha(void **state) {
   /* the sandbox's own git agrees on HEAD, message and author */
   char *q = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"git log -1 --format='%%H %%an %%s'\"}",
                          id);
-  o = ok(&dbx_sandbox_exec_type, &a, q);
+  o = ok(T(exec), &a, q);
   char *want = dbx_asprintf("%s A U change a\n", sha);
   assert_string_equal(str(o, "stdout"), want);
   free(want);
   cJSON_Delete(o);
   free(q);
   /* nothing changed since: nothing to commit, sha null */
-  o = ok(&dbx_sandbox_git_commit_type, &a, in);
+  o = ok(T(git_commit), &a, in);
   assert_true(boolean(o, "nothing_to_commit"));
   assert_true(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(o, "sha")));
   cJSON_Delete(o);
@@ -565,30 +794,30 @@ static void test_sandbox_acts_checkpoint_stable_across_retries(void **state) {
   struct dbx_act a = act_for("wf-ckpt");
   a.activity_id = "7";
   char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"f\",\"content\":\"v1\"}", id);
-  cJSON_Delete(ok(&dbx_sandbox_write_file_type, &a, in));
+  cJSON_Delete(ok(T(write_file), &a, in));
   free(in);
   in = dbx_asprintf("{\"sandbox_id\":\"%s\"}", id);
-  cJSON *o1 = ok(&dbx_sandbox_checkpoint_type, &a, in);
+  cJSON *o1 = ok(T(checkpoint), &a, in);
   a.attempt = 2;
-  cJSON *o2 = ok(&dbx_sandbox_checkpoint_type, &a, in);
+  cJSON *o2 = ok(T(checkpoint), &a, in);
   assert_string_equal(str(o1, "ref"), str(o2, "ref"));
   struct dbx_act b = a;
   b.activity_id = "8";
-  cJSON *o3 = ok(&dbx_sandbox_checkpoint_type, &b, in);
+  cJSON *o3 = ok(T(checkpoint), &b, in);
   assert_string_not_equal(str(o1, "ref"), str(o3, "ref"));
   free(in);
   /* a named checkpoint keeps its name */
   in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"name\":\"my-ckpt.1\"}", id);
-  cJSON *o4 = ok(&dbx_sandbox_checkpoint_type, &a, in);
+  cJSON *o4 = ok(T(checkpoint), &a, in);
   assert_non_null(strstr(str(o4, "ref"), "my-ckpt.1"));
   free(in);
   /* the ref restores the workspace as it was */
   struct dbx_act c = act_for("wf-ckpt-restore");
   in = dbx_asprintf("{\"source\":{\"kind\":\"snapshot\",\"ref\":\"%s\"}}", str(o1, "ref"));
-  cJSON *o5 = ok(&dbx_sandbox_create_type, &c, in);
+  cJSON *o5 = ok(T(create), &c, in);
   free(in);
   in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"f\"}", str(o5, "sandbox_id"));
-  cJSON *o6 = ok(&dbx_sandbox_read_file_type, &c, in);
+  cJSON *o6 = ok(T(read_file), &c, in);
   assert_string_equal(str(o6, "content"), "v1");
   free(in);
   cJSON_Delete(o1);
@@ -605,21 +834,22 @@ static void test_sandbox_acts_stop_start_delete(void **state) {
   char *id = make_sandbox("wf-life", NULL);
   struct dbx_act a = act_for("wf-life");
   char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"echo hi\"}", id);
-  cJSON *o = ok(&dbx_sandbox_stop_type, &a, in);
+  cJSON *o = ok(T(stop), &a, in);
   assert_int_equal(cJSON_GetArraySize(o), 0);
   cJSON_Delete(o);
   /* a stopped sandbox refuses exec: retryable (it may be started again) */
-  free(failed(&dbx_sandbox_exec_type, &a, in, "SandboxError", 0));
-  cJSON_Delete(ok(&dbx_sandbox_start_type, &a, in));
-  o = ok(&dbx_sandbox_exec_type, &a, in);
+  free(failed(T(exec), &a, in, "SandboxError", 0));
+  cJSON_Delete(ok(T(start), &a, in));
+  o = ok(T(exec), &a, in);
   assert_string_equal(str(o, "stdout"), "hi\n");
   cJSON_Delete(o);
-  cJSON_Delete(ok(&dbx_sandbox_delete_type, &a, in));
-  cJSON_Delete(ok(&dbx_sandbox_delete_type, &a, in)); /* not found counts as done */
-  free(failed(&dbx_sandbox_exec_type, &a, in, "SandboxNotFound", 1));
+  cJSON_Delete(ok(T(delete), &a, in));
+  cJSON_Delete(ok(T(delete), &a, in)); /* not found counts as done */
+  free(failed(T(exec), &a, in, "SandboxNotFound", 1));
   char *p = dbx_asprintf("%s/sandboxes/%s", g_home, id);
   assert_int_not_equal(access(p, F_OK), 0);
   free(p);
+  assert_int_equal(g_drv->ops->exists(g_drv->self, id, NULL), DBX_DRV_NO_SANDBOX);
   free(in);
   free(id);
 }
@@ -631,13 +861,13 @@ static void test_sandbox_acts_cancelled_runs_nothing(void **state) {
   a.cancelled = 1;
   char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"touch ran\"}", id);
   dbx_act_result r;
-  assert_int_equal(run(&dbx_sandbox_exec_type, &a, in, &r, NULL), DBX_ECANCELED);
+  assert_int_equal(run(T(exec), &a, in, &r, NULL), DBX_ECANCELED);
   assert_null(r.result_json);
   res_cleanup(&r);
   free(in);
   a.cancelled = 0;
   in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"ran\"}", id);
-  free(failed(&dbx_sandbox_read_file_type, &a, in, "FileNotFound", 1));
+  free(failed(T(read_file), &a, in, "FileNotFound", 1));
   free(in);
   free(id);
 }
@@ -658,7 +888,7 @@ static void test_sandbox_acts_exec_retry_reattaches(void **state) {
   if (child == 0) {
     dbx_act_result r = {0};
     a.prev_details = "{}"; /* a deliberate identity: no fresh id from run() */
-    dbx_sandbox_exec_type.run(&a, in, strlen(in), &r, NULL);
+    T(exec)->run(&a, in, strlen(in), &r, T(exec)->ud);
     _exit(0);
   }
   for (int i = 0; i < 3000 && access(marker, F_OK) != 0; i++) {
@@ -670,7 +900,7 @@ static void test_sandbox_acts_exec_retry_reattaches(void **state) {
   waitpid(child, NULL, 0);
   a.attempt = 2;
   a.prev_details = "{}";
-  cJSON *o = ok(&dbx_sandbox_exec_type, &a, in);
+  cJSON *o = ok(T(exec), &a, in);
   assert_int_equal(num(o, "exit_code"), 0);
   assert_string_equal(str(o, "stdout"), "done\n");
   cJSON_Delete(o);
@@ -681,12 +911,12 @@ static void test_sandbox_acts_exec_retry_reattaches(void **state) {
   char *details = dbx_strdup(a.last_details);
   a.attempt = 3;
   a.prev_details = details;
-  o = ok(&dbx_sandbox_exec_type, &a, in);
+  o = ok(T(exec), &a, in);
   assert_string_equal(str(o, "stdout"), "done\n");
   cJSON_Delete(o);
   free(in);
   in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"n.txt\"}", id);
-  o = ok(&dbx_sandbox_read_file_type, &a, in);
+  o = ok(T(read_file), &a, in);
   assert_string_equal(str(o, "content"), "x\n");
   cJSON_Delete(o);
   dbx_fake_act_cleanup(&a);
@@ -705,14 +935,14 @@ static void test_sandbox_acts_exec_cancel_kills_command(void **state) {
   a.cancel_at_heartbeat = 2;
   char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"sleep 30\"}", id);
   dbx_act_result r;
-  assert_int_equal(run(&dbx_sandbox_exec_type, &a, in, &r, NULL), DBX_ECANCELED);
+  assert_int_equal(run(T(exec), &a, in, &r, NULL), DBX_ECANCELED);
   assert_null(r.result_json);
   res_cleanup(&r);
   /* The retry re-attaches to the killed command and sees SIGKILL's status. */
   a.cancelled = 0;
   a.cancel_at_heartbeat = 0;
   a.attempt = 2;
-  cJSON *o = ok(&dbx_sandbox_exec_type, &a, in);
+  cJSON *o = ok(T(exec), &a, in);
   assert_int_equal(num(o, "exit_code"), 137);
   cJSON_Delete(o);
   dbx_fake_act_cleanup(&a);
@@ -729,14 +959,14 @@ static void test_sandbox_acts_exec_worker_stop_leaves_command_running(void **sta
   a.worker_stopping = 1; /* the cancellation is the worker shutting down */
   char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"sleep 1; echo done\"}", id);
   dbx_act_result r;
-  assert_int_equal(run(&dbx_sandbox_exec_type, &a, in, &r, NULL), DBX_ECANCELED);
+  assert_int_equal(run(T(exec), &a, in, &r, NULL), DBX_ECANCELED);
   res_cleanup(&r);
   /* the next worker's attempt re-attaches to the command, which finished normally */
   a.cancelled = 0;
   a.cancel_at_heartbeat = 0;
   a.worker_stopping = 0;
   a.attempt = 2;
-  cJSON *o = ok(&dbx_sandbox_exec_type, &a, in);
+  cJSON *o = ok(T(exec), &a, in);
   assert_int_equal(num(o, "exit_code"), 0);
   assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(o, "stdout")), "done\n");
   cJSON_Delete(o);
@@ -745,8 +975,613 @@ static void test_sandbox_acts_exec_worker_stop_leaves_command_running(void **sta
   free(id);
 }
 
-int main(void) {
-  const struct CMUnitTest tests[] = {
+/* ------------------------------------------------- both drivers, more */
+
+#define OPS(op, ...) g_drv->ops->op(g_drv->self, __VA_ARGS__)
+
+/* A missing cwd is FileNotFound, a folder read as a file InvalidInput. */
+static void test_sandbox_acts_cwd_missing_and_folder_read(void **state) {
+  (void)state;
+  char *id = make_sandbox("wf-cwd", NULL);
+  struct dbx_act a = act_for("wf-cwd");
+  char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"true\",\"cwd\":\"no/such\"}", id);
+  expect_message(failed(T(exec), &a, in, "FileNotFound", 1), "no/such");
+  free(in);
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"d/f\",\"content\":\"x\"}", id);
+  cJSON_Delete(ok(T(write_file), &a, in));
+  free(in);
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"d\"}", id);
+  expect_message(failed(T(read_file), &a, in, "InvalidInput", 1), "path 'd'");
+  free(in);
+  free(id);
+}
+
+static void test_driver_lifecycle_labels_list(void **state) {
+  (void)state;
+  dbx_drv_label l1[] = {{"team", "a"}, {"run", "r1"}};
+  dbx_drv_label l2[] = {{"team", "a"}, {"run", "r2"}};
+  dbx_drv_create_opts o1 = {.labels = l1, .nlabels = 2}, o2 = {.labels = l2, .nlabels = 2};
+  int adopted = -1;
+  assert_int_equal(OPS(create, "lab-1", &o1, &adopted), DBX_DRV_OK);
+  assert_int_equal(adopted, 0);
+  assert_int_equal(OPS(create, "lab-2", &o2, NULL), DBX_DRV_OK);
+  assert_int_equal(OPS(create, "lab-1", &o1, &adopted), DBX_DRV_OK);
+  assert_int_equal(adopted, 1);
+  dbx_drv_create_opts snap = {.source = {DBX_DRV_SOURCE_SNAPSHOT, "nope", NULL}};
+  assert_int_equal(OPS(create, "lab-1", &snap, NULL), DBX_DRV_CONFLICT);
+  assert_int_equal(OPS(create, "lab-3", &snap, NULL), DBX_DRV_SOURCE_NOT_FOUND);
+  dbx_drv_label bad = {"bad key", "v"};
+  dbx_drv_create_opts ob = {.labels = &bad, .nlabels = 1};
+  assert_int_equal(OPS(create, "lab-4", &ob, NULL), DBX_DRV_INVALID);
+  assert_int_equal(OPS(create, "../x", &o1, NULL), DBX_DRV_INVALID);
+  dbx_drv_create_opts img = {.source = {DBX_DRV_SOURCE_IMAGE, "debian:12", NULL}};
+  dbx_drv_err ie = OPS(create, "lab-img", &img, NULL);
+  assert_int_equal(ie, g_local ? DBX_DRV_UNSUPPORTED : DBX_DRV_OK);
+
+  dbx_drv_label *got = NULL;
+  size_t ng = 0;
+  assert_int_equal(OPS(labels, "lab-1", &got, &ng), DBX_DRV_OK);
+  assert_int_equal(ng, 2);
+  assert_string_equal(got[0].key, "team");
+  assert_string_equal(got[0].value, "a");
+  assert_string_equal(got[1].key, "run");
+  assert_string_equal(got[1].value, "r1");
+  dbx_drv_labels_free(got, ng);
+  assert_int_equal(OPS(labels, "lab-none", &got, &ng), DBX_DRV_NO_SANDBOX);
+
+  char **names = NULL;
+  size_t n = 0;
+  dbx_drv_label team = {"team", "a"}, r2 = {"run", "r2"}, other = {"team", "b"};
+  assert_int_equal(OPS(list, &team, 1, &names, &n), DBX_DRV_OK);
+  assert_int_equal(n, 2);
+  int seen1 = 0, seen2 = 0;
+  for (size_t i = 0; i < n; i++) {
+    seen1 += strcmp(names[i], "lab-1") == 0;
+    seen2 += strcmp(names[i], "lab-2") == 0;
+  }
+  assert_int_equal(seen1 + seen2, 2);
+  dbx_drv_names_free(names, n);
+  dbx_drv_label both[] = {team, r2};
+  assert_int_equal(OPS(list, both, 2, &names, &n), DBX_DRV_OK);
+  assert_int_equal(n, 1);
+  assert_string_equal(names[0], "lab-2");
+  dbx_drv_names_free(names, n);
+  assert_int_equal(OPS(list, &other, 1, &names, &n), DBX_DRV_OK);
+  assert_int_equal(n, 0);
+  dbx_drv_names_free(names, n);
+
+  dbx_drv_state st = DBX_DRV_STOPPED;
+  assert_int_equal(OPS(exists, "lab-1", &st), DBX_DRV_OK);
+  assert_int_equal(st, DBX_DRV_RUNNING);
+  assert_int_equal(OPS(stop, "lab-1"), DBX_DRV_OK);
+  assert_int_equal(OPS(stop, "lab-1"), DBX_DRV_OK);
+  assert_int_equal(OPS(exists, "lab-1", &st), DBX_DRV_OK);
+  assert_int_equal(st, DBX_DRV_STOPPED);
+  assert_int_equal(OPS(file_write, "lab-1", "f", "x", 1), DBX_DRV_STATE);
+  dbx_drv_exec_opts eo = {.command = "true"};
+  assert_int_equal(OPS(exec_start, "lab-1", "c1", &eo, NULL), DBX_DRV_STATE);
+  assert_non_null(strstr(g_drv->ops->errmsg(g_drv->self), "lab-1")); /* names the sandbox */
+  assert_int_equal(OPS(start, "lab-1"), DBX_DRV_OK);
+  assert_int_equal(OPS(file_write, "lab-1", "f", "x", 1), DBX_DRV_OK);
+  assert_int_equal(OPS(start, "lab-none"), DBX_DRV_NO_SANDBOX);
+  assert_int_equal(OPS(del, "lab-1"), DBX_DRV_OK);
+  assert_int_equal(OPS(del, "lab-1"), DBX_DRV_OK); /* missing counts as done */
+  assert_int_equal(OPS(exists, "lab-1", NULL), DBX_DRV_NO_SANDBOX);
+  assert_int_equal(OPS(del, "lab-2"), DBX_DRV_OK);
+  assert_int_equal(OPS(del, "lab-img"), DBX_DRV_OK);
+}
+
+static void test_driver_files_upload_download(void **state) {
+  (void)state;
+  dbx_drv_create_opts o = {0};
+  assert_int_equal(OPS(create, "files-1", &o, NULL), DBX_DRV_OK);
+  uint8_t bytes[256];
+  for (int i = 0; i < 256; i++) bytes[i] = (uint8_t)i;
+  assert_int_equal(OPS(file_write, "files-1", "a/b/c.bin", bytes, sizeof bytes), DBX_DRV_OK);
+  uint8_t *data = NULL;
+  size_t len = 0;
+  assert_int_equal(OPS(file_read, "files-1", "a/b/c.bin", 0, &data, &len), DBX_DRV_OK);
+  assert_int_equal(len, 256);
+  assert_memory_equal(data, bytes, 256);
+  free(data);
+  assert_int_equal(OPS(file_read, "files-1", "a/b/c.bin", 10, &data, &len), DBX_DRV_INVALID);
+  assert_int_equal(OPS(file_read, "files-1", "a/none", 0, &data, &len), DBX_DRV_NOT_FOUND);
+  assert_int_equal(OPS(file_read, "files-1", "../x", 0, &data, &len), DBX_DRV_PATH_REFUSED);
+  assert_int_equal(OPS(file_read, "files-1", "/etc/passwd", 0, &data, &len),
+                   DBX_DRV_PATH_REFUSED);
+  assert_int_equal(OPS(file_write, "files-1", "a/../../x", "x", 1), DBX_DRV_PATH_REFUSED);
+  assert_int_equal(OPS(file_write, "files-1", "a/b", "x", 1), DBX_DRV_INVALID); /* a folder */
+  assert_int_equal(OPS(file_read, "files-none", "f", 0, &data, &len), DBX_DRV_NO_SANDBOX);
+
+  /* upload a host file, download it again under another name */
+  char *up = dbx_asprintf("%s/up.bin", g_tmp), *down = dbx_asprintf("%s/down.bin", g_tmp);
+  FILE *f = fopen(up, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(bytes, 1, sizeof bytes, f), sizeof bytes);
+  fclose(f);
+  assert_int_equal(OPS(upload, "files-1", up, "in/up.bin"), DBX_DRV_OK);
+  assert_int_equal(OPS(file_read, "files-1", "in/up.bin", 0, &data, &len), DBX_DRV_OK);
+  assert_int_equal(len, 256);
+  assert_memory_equal(data, bytes, 256);
+  free(data);
+  assert_int_equal(OPS(download, "files-1", "in/up.bin", down), DBX_DRV_OK);
+  uint8_t back[300];
+  f = fopen(down, "rb");
+  assert_non_null(f);
+  assert_int_equal(fread(back, 1, sizeof back, f), 256);
+  fclose(f);
+  assert_memory_equal(back, bytes, 256);
+  char *missing = dbx_asprintf("%s/none.bin", g_tmp);
+  assert_int_equal(OPS(upload, "files-1", missing, "x"), DBX_DRV_NOT_FOUND);
+  assert_int_equal(OPS(upload, "files-1", up, "../x"), DBX_DRV_PATH_REFUSED);
+  assert_int_equal(OPS(download, "files-1", "none", down), DBX_DRV_NOT_FOUND);
+  assert_int_equal(OPS(upload, "files-1", "relative.bin", "x"), DBX_DRV_INVALID);
+  free(missing);
+  free(up);
+  free(down);
+  assert_int_equal(OPS(del, "files-1"), DBX_DRV_OK);
+}
+
+/* Poll until the command finishes (deadline 20 s). */
+static void wait_finished(const char *sb, const char *cmd, dbx_drv_cmd_status *st) {
+  for (int i = 0; i < 2000; i++) {
+    assert_int_equal(OPS(exec_poll, sb, cmd, st), DBX_DRV_OK);
+    if (st->state == DBX_DRV_CMD_FINISHED) return;
+    struct timespec ts = {0, 10 * 1000000};
+    nanosleep(&ts, NULL);
+  }
+  fail_msg("command %s did not finish", cmd);
+}
+
+static void test_driver_exec_ops(void **state) {
+  (void)state;
+  dbx_drv_create_opts o = {0};
+  assert_int_equal(OPS(create, "ex-1", &o, NULL), DBX_DRV_OK);
+  const char *env[] = {"WHO=world", NULL};
+  dbx_drv_exec_opts eo = {.command = "echo hello $WHO; echo oops >&2; exit 4", .env = env};
+  int adopted = -1;
+  assert_int_equal(OPS(exec_start, "ex-1", "c1", &eo, &adopted), DBX_DRV_OK);
+  assert_int_equal(adopted, 0);
+  assert_int_equal(OPS(exec_start, "ex-1", "c1", &eo, &adopted), DBX_DRV_OK);
+  assert_int_equal(adopted, 1);
+  dbx_drv_cmd_status st;
+  wait_finished("ex-1", "c1", &st);
+  assert_int_equal(st.stdout_size, 12);
+  assert_int_equal(st.stderr_size, 5);
+  char buf[64];
+  size_t n = 0;
+  assert_int_equal(OPS(exec_attach, "ex-1", "c1", 1, 6, buf, sizeof buf, &n), DBX_DRV_OK);
+  assert_int_equal(n, 6);
+  assert_memory_equal(buf, "world\n", 6);
+  assert_int_equal(OPS(exec_attach, "ex-1", "c1", 2, 0, buf, sizeof buf, &n), DBX_DRV_OK);
+  assert_int_equal(n, 5);
+  assert_memory_equal(buf, "oops\n", 5);
+  assert_int_equal(OPS(exec_attach, "ex-1", "c1", 1, 12, buf, sizeof buf, &n), DBX_DRV_OK);
+  assert_int_equal(n, 0);
+  dbx_drv_exec_result r;
+  assert_int_equal(OPS(exec_result, "ex-1", "c1", &r), DBX_DRV_OK);
+  assert_int_equal(r.exit_code, 4);
+  assert_int_equal(r.killed, 0);
+  assert_string_equal((char *)r.stdout_buf, "hello world\n");
+  assert_int_equal(r.stdout_total, 12);
+  dbx_drv_exec_result_cleanup(&r);
+  assert_int_equal(OPS(exec_poll, "ex-1", "nope", &st), DBX_DRV_NOT_FOUND);
+  assert_int_equal(OPS(exec_result, "ex-1", "nope", &r), DBX_DRV_NOT_FOUND);
+
+  /* a long one: running, cancelled, finished killed, forgotten */
+  dbx_drv_exec_opts lo = {.command = "sleep 30"};
+  assert_int_equal(OPS(exec_start, "ex-1", "c2", &lo, NULL), DBX_DRV_OK);
+  assert_int_equal(OPS(exec_poll, "ex-1", "c2", &st), DBX_DRV_OK);
+  assert_int_equal(st.state, DBX_DRV_CMD_RUNNING);
+  assert_int_equal(OPS(exec_result, "ex-1", "c2", &r), DBX_DRV_STATE);
+  assert_int_equal(OPS(exec_forget, "ex-1", "c2"), DBX_DRV_STATE);
+  assert_int_equal(OPS(exec_cancel, "ex-1", "c2"), DBX_DRV_OK);
+  wait_finished("ex-1", "c2", &st);
+  assert_int_equal(OPS(exec_result, "ex-1", "c2", &r), DBX_DRV_OK);
+  assert_int_equal(r.killed, 1);
+  assert_int_equal(r.exit_code, 137);
+  dbx_drv_exec_result_cleanup(&r);
+  assert_int_equal(OPS(exec_cancel, "ex-1", "c2"), DBX_DRV_OK); /* finished: left alone */
+  assert_int_equal(OPS(exec_forget, "ex-1", "c2"), DBX_DRV_OK);
+  assert_int_equal(OPS(exec_poll, "ex-1", "c2", &st), DBX_DRV_NOT_FOUND);
+  assert_int_equal(OPS(exec_forget, "ex-1", "c2"), DBX_DRV_OK);
+  /* bad cwd, bad ids */
+  dbx_drv_exec_opts bc = {.command = "true", .cwd = "nowhere"};
+  assert_int_equal(OPS(exec_start, "ex-1", "c3", &bc, NULL), DBX_DRV_NOT_FOUND);
+  bc.cwd = "../..";
+  assert_int_equal(OPS(exec_start, "ex-1", "c3", &bc, NULL), DBX_DRV_PATH_REFUSED);
+  assert_int_equal(OPS(exec_start, "ex-1", "../c", &eo, NULL), DBX_DRV_INVALID);
+  assert_int_equal(OPS(exec_start, "ex-none", "c1", &eo, NULL), DBX_DRV_NO_SANDBOX);
+  assert_int_equal(OPS(del, "ex-1"), DBX_DRV_OK);
+}
+
+static void test_driver_checkpoint_restore(void **state) {
+  (void)state;
+  dbx_drv_create_opts o = {0};
+  assert_int_equal(OPS(create, "ck-1", &o, NULL), DBX_DRV_OK);
+  assert_int_equal(OPS(file_write, "ck-1", "keep.txt", "v1", 2), DBX_DRV_OK);
+  char *ref = NULL, *ref2 = NULL;
+  assert_int_equal(OPS(checkpoint, "ck-1", "ck-1-s1", &ref), DBX_DRV_OK);
+  assert_int_equal(OPS(file_write, "ck-1", "keep.txt", "v2", 2), DBX_DRV_OK);
+  assert_int_equal(OPS(file_write, "ck-1", "later.txt", "new", 3), DBX_DRV_OK);
+  assert_int_equal(OPS(checkpoint, "ck-1", "ck-1-s1", &ref2), DBX_DRV_OK); /* unchanged */
+  assert_string_equal(ref, ref2);
+  free(ref2);
+  assert_int_equal(OPS(restore, "ck-1", ref), DBX_DRV_OK);
+  uint8_t *data = NULL;
+  size_t len = 0;
+  assert_int_equal(OPS(file_read, "ck-1", "keep.txt", 0, &data, &len), DBX_DRV_OK);
+  assert_int_equal(len, 2);
+  assert_memory_equal(data, "v1", 2);
+  free(data);
+  assert_int_equal(OPS(file_read, "ck-1", "later.txt", 0, &data, &len), DBX_DRV_NOT_FOUND);
+  assert_int_equal(OPS(restore, "ck-1", "ck-none"), DBX_DRV_SOURCE_NOT_FOUND);
+  assert_int_equal(OPS(restore, "ck-none", ref), DBX_DRV_NO_SANDBOX);
+  assert_int_equal(OPS(checkpoint, "ck-none", "x", &ref2), DBX_DRV_NO_SANDBOX);
+  assert_int_equal(OPS(checkpoint, "ck-1", "a/b", &ref2), DBX_DRV_INVALID);
+  /* a running command refuses a restore */
+  dbx_drv_exec_opts lo = {.command = "sleep 30"};
+  assert_int_equal(OPS(exec_start, "ck-1", "long", &lo, NULL), DBX_DRV_OK);
+  dbx_drv_cmd_status st;
+  for (int i = 0; i < 500; i++) { /* until its runner holds it */
+    assert_int_equal(OPS(exec_poll, "ck-1", "long", &st), DBX_DRV_OK);
+    if (st.state == DBX_DRV_CMD_RUNNING) break;
+    struct timespec ts = {0, 10 * 1000000};
+    nanosleep(&ts, NULL);
+  }
+  assert_int_equal(st.state, DBX_DRV_CMD_RUNNING);
+  assert_int_equal(OPS(restore, "ck-1", ref), DBX_DRV_STATE);
+  assert_int_equal(OPS(exec_cancel, "ck-1", "long"), DBX_DRV_OK);
+  wait_finished("ck-1", "long", &st);
+  assert_int_equal(OPS(restore, "ck-1", ref), DBX_DRV_OK);
+  assert_int_equal(OPS(snapshot_delete, ref), DBX_DRV_OK);
+  assert_int_equal(OPS(snapshot_delete, ref), DBX_DRV_OK);
+  assert_int_equal(OPS(restore, "ck-1", ref), DBX_DRV_SOURCE_NOT_FOUND);
+  free(ref);
+  assert_int_equal(OPS(del, "ck-1"), DBX_DRV_OK);
+}
+
+/* A repository with a.txt = "one\n": on the host (local) or as a memory
+ * driver source; returns its location (free()). */
+static char *make_repo(const char *name) {
+  char *loc = dbx_asprintf("%s/%s", g_tmp, name);
+  if (g_mem) {
+    assert_int_equal(dbx_memdrv_source_put(g_mem, loc, "a.txt", "one\n", 4), DBX_OK);
+    return loc;
+  }
+  char *cmd = dbx_asprintf("git init -q -b main %s && cd %s && echo one > a.txt && git add a.txt && "
+                           "git -c user.name=t -c user.email=t@e commit -q -m init",
+                           loc, loc);
+  assert_int_equal(system(cmd), 0);
+  free(cmd);
+  return loc;
+}
+
+static void test_driver_git_clone_commit_push(void **state) {
+  (void)state;
+  char *repo = make_repo("repo-g");
+  dbx_drv_create_opts o = {0};
+  assert_int_equal(OPS(create, "git-1", &o, NULL), DBX_DRV_OK);
+  /* a stale target is cleared by the clone */
+  assert_int_equal(OPS(file_write, "git-1", "src/stale.txt", "x", 1), DBX_DRV_OK);
+  assert_int_equal(OPS(git_clone, "git-1", repo, "src", NULL), DBX_DRV_OK);
+  uint8_t *data = NULL;
+  size_t len = 0;
+  assert_int_equal(OPS(file_read, "git-1", "src/a.txt", 0, &data, &len), DBX_DRV_OK);
+  assert_int_equal(len, 4);
+  assert_memory_equal(data, "one\n", 4);
+  free(data);
+  assert_int_equal(OPS(file_read, "git-1", "src/stale.txt", 0, &data, &len), DBX_DRV_NOT_FOUND);
+  assert_int_equal(OPS(git_clone, "git-1", repo, "../out", NULL), DBX_DRV_PATH_REFUSED);
+  char *nope = dbx_asprintf("%s/no-such-repo", g_tmp);
+  assert_int_equal(OPS(git_clone, "git-1", nope, "other", NULL), DBX_DRV_FAILED);
+  free(nope);
+
+  char *sha = NULL;
+  int nothing = -1;
+  assert_int_equal(OPS(git_commit, "git-1", "src", "m", "A <a@b>", &sha, &nothing), DBX_DRV_OK);
+  assert_int_equal(nothing, 1); /* fresh clone: nothing to commit */
+  assert_null(sha);
+  assert_int_equal(OPS(file_write, "git-1", "src/a.txt", "two\n", 4), DBX_DRV_OK);
+  assert_int_equal(OPS(git_commit, "git-1", "src", "change", "A <a@b>", &sha, &nothing),
+                   DBX_DRV_OK);
+  assert_int_equal(nothing, 0);
+  assert_non_null(sha);
+  assert_int_equal(strlen(sha), 40);
+  char *sha2 = NULL;
+  assert_int_equal(OPS(git_commit, "git-1", NULL, "m", "A <a@b>", &sha2, &nothing),
+                   DBX_DRV_FAILED); /* the root is no repository */
+  assert_null(sha2);
+
+  /* push to a bare repository (local) / a recorded remote (memory) */
+  char *bare = dbx_asprintf("%s/bare-g.git", g_tmp);
+  if (g_local) {
+    char *cmd = dbx_asprintf("git init -q --bare %s", bare);
+    assert_int_equal(system(cmd), 0);
+    free(cmd);
+  }
+  assert_int_equal(OPS(git_push, "git-1", "src", bare, NULL), DBX_DRV_OK);
+  char *pushed = NULL;
+  if (g_local) {
+    char *cmd = dbx_asprintf("git --git-dir=%s rev-parse refs/heads/main", bare);
+    FILE *p = popen(cmd, "r");
+    char line[64] = "";
+    assert_non_null(p);
+    assert_non_null(fgets(line, sizeof line, p));
+    pclose(p);
+    line[strcspn(line, "\n")] = 0;
+    pushed = dbx_strdup(line);
+    free(cmd);
+  } else {
+    assert_int_equal(dbx_memdrv_pushed(g_mem, bare, NULL, &pushed), DBX_OK);
+  }
+  assert_string_equal(pushed, sha);
+  free(pushed);
+  assert_int_equal(OPS(git_push, "git-1", "none", bare, NULL), DBX_DRV_NOT_FOUND);
+  assert_int_equal(OPS(file_write, "git-1", "plain/f", "x", 1), DBX_DRV_OK);
+  assert_int_equal(OPS(git_push, "git-1", "plain", bare, NULL), DBX_DRV_FAILED); /* no repository */
+  free(sha);
+  free(bare);
+  free(repo);
+  assert_int_equal(OPS(del, "git-1"), DBX_DRV_OK);
+}
+
+/* Every typed error a driver answers becomes its failure type by the table
+ * (memory driver: the next op fails as told). */
+static void test_sandbox_acts_failure_types_by_table(void **state) {
+  (void)state;
+  static const struct {
+    dbx_drv_err e;
+    const char *type;
+    int non_retryable;
+  } want[] = {
+      {DBX_DRV_NO_SANDBOX, "SandboxNotFound", 1}, {DBX_DRV_PATH_REFUSED, "PathRefused", 1},
+      {DBX_DRV_NOT_FOUND, "FileNotFound", 1},     {DBX_DRV_SOURCE_NOT_FOUND, "SourceNotFound", 1},
+      {DBX_DRV_CONFLICT, "SandboxConflict", 1},   {DBX_DRV_SNAPSHOT_FAILED, "SnapshotFailed", 0},
+      {DBX_DRV_OUTCOME_UNKNOWN, "OutcomeUnknown", 1}, {DBX_DRV_TRANSIENT, "SandboxError", 0},
+      {DBX_DRV_INVALID, "InvalidInput", 1},       {DBX_DRV_STATE, "SandboxError", 0},
+      {DBX_DRV_UNSUPPORTED, "Unsupported", 1},    {DBX_DRV_FAILED, "SandboxError", 0},
+  };
+  assert_int_equal(sizeof want / sizeof want[0], DBX_DRV_ERR_COUNT - 3); /* all but OK, CANCELED, NOMEM */
+  char *id = make_sandbox("wf-table", NULL);
+  struct dbx_act a = act_for("wf-table");
+  char *rd = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"f\"}", id);
+  char *ex = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"true\"}", id);
+  char *ck = dbx_asprintf("{\"sandbox_id\":\"%s\"}", id);
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    int nr = -1;
+    assert_string_equal(dbx_sandbox_failure_type(want[i].e, &nr), want[i].type);
+    assert_int_equal(nr, want[i].non_retryable);
+    /* through three activities and three ops */
+    dbx_memdrv_fail_next(g_mem, "file_read", want[i].e, 1);
+    free(failed(T(read_file), &a, rd, want[i].type, want[i].non_retryable));
+    dbx_memdrv_fail_next(g_mem, "exec_start", want[i].e, 1);
+    free(failed(T(exec), &a, ex, want[i].type, want[i].non_retryable));
+    dbx_memdrv_fail_next(g_mem, "checkpoint", want[i].e, 1);
+    free(failed(T(checkpoint), &a, ck, want[i].type, want[i].non_retryable));
+    dbx_memdrv_fail_next(g_mem, "create", want[i].e, 1);
+    free(failed(T(create), &a, "{}", want[i].type, want[i].non_retryable));
+  }
+  assert_null(dbx_sandbox_failure_type(DBX_DRV_OK, NULL));
+  assert_null(dbx_sandbox_failure_type(DBX_DRV_CANCELED, NULL));
+  assert_null(dbx_sandbox_failure_type(DBX_DRV_NOMEM, NULL));
+  assert_null(dbx_sandbox_failure_type(DBX_DRV_ERR_COUNT, NULL));
+  /* cancelled and out of memory are no failure: the run's return says it */
+  dbx_act_result r;
+  dbx_memdrv_fail_next(g_mem, "file_read", DBX_DRV_CANCELED, 1);
+  assert_int_equal(run(T(read_file), &a, rd, &r, NULL), DBX_ECANCELED);
+  assert_null(r.failure_type);
+  res_cleanup(&r);
+  dbx_memdrv_fail_next(g_mem, "file_read", DBX_DRV_NOMEM, 1);
+  assert_int_equal(run(T(read_file), &a, rd, &r, NULL), DBX_ENOMEM);
+  res_cleanup(&r);
+  /* a delete answered NO_SANDBOX counts as done */
+  dbx_memdrv_fail_next(g_mem, "del", DBX_DRV_NO_SANDBOX, 1);
+  cJSON_Delete(ok(T(delete), &a, ck));
+  /* the injection is spent: the op works again */
+  cJSON_Delete(ok(T(checkpoint), &a, ck));
+  free(rd);
+  free(ex);
+  free(ck);
+  free(id);
+}
+
+/* A command whose runner vanished (LOST) is forgotten and started again
+ * by the next attempt, which then runs it (seen by the driver's start count)
+ * until a cancel ends the attempt. */
+static void test_sandbox_acts_exec_lost_restarts_once(void **state) {
+  (void)state;
+  char *id = make_sandbox("wf-lost", NULL);
+  struct dbx_act a = act_for("wf-lost");
+  a.prev_details = "{}"; /* keep the activity id, so the command id is the derived one */
+  char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"sleep 30\"}", id);
+  /* exec's command id, computed here independently: FNV-1a 64 of
+   * workflow id, run id and activity id joined by 0x1f */
+  uint64_t h = 0xcbf29ce484222325ULL;
+  const char *parts[] = {"wf-lost", "\x1f", "run-1", "\x1f", "1"};
+  for (size_t k = 0; k < 5; k++)
+    for (const char *c = parts[k]; *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ULL;
+  char cmd_id[24];
+  snprintf(cmd_id, sizeof cmd_id, "x%016llx", (unsigned long long)h);
+  dbx_drv_exec_opts lo = {.command = "sleep 30"};
+  assert_int_equal(OPS(exec_start, id, cmd_id, &lo, NULL), DBX_DRV_OK);
+  assert_int_equal(dbx_memdrv_cmd_lose(g_mem, id, cmd_id), DBX_OK);
+  dbx_drv_cmd_status st;
+  assert_int_equal(OPS(exec_poll, id, cmd_id, &st), DBX_DRV_OK);
+  assert_int_equal(st.state, DBX_DRV_CMD_LOST);
+  int before = dbx_memdrv_exec_count(g_mem);
+  a.cancel_at_heartbeat = 1;
+  dbx_act_result r;
+  assert_int_equal(run(T(exec), &a, in, &r, NULL), DBX_ECANCELED);
+  res_cleanup(&r);
+  assert_int_equal(dbx_memdrv_exec_count(g_mem), before + 1); /* started again, once */
+  assert_non_null(strstr(a.last_details, cmd_id));             /* heartbeats name it */
+  /* the cancel killed the restarted command */
+  assert_int_equal(OPS(exec_poll, id, cmd_id, &st), DBX_DRV_OK);
+  assert_int_equal(st.state, DBX_DRV_CMD_FINISHED);
+  dbx_fake_act_cleanup(&a);
+  free(in);
+  free(id);
+}
+
+/* Two local drivers over two homes and a memory driver in one process, at
+ * once: the same workflow's sandbox exists in each, apart. */
+static void test_driver_two_homes_one_process(void **state) {
+  (void)state;
+  char *h1 = dbx_test_tmpdir("dbx-two-1"), *h2 = dbx_test_tmpdir("dbx-two-2");
+  dbx_local *l1 = NULL, *l2 = NULL;
+  dbx_memdrv *m = NULL;
+  assert_int_equal(dbx_local_open(h1, &l1), DBX_OK);
+  assert_int_equal(dbx_local_open(h2, &l2), DBX_OK);
+  dbx_memdrv_opts mo = {.exec = mini_sh};
+  assert_int_equal(dbx_memdrv_create(&mo, &m), DBX_OK);
+  dbx_driver *drv[3] = {dbx_local_driver(l1), dbx_local_driver(l2), dbx_memdrv_driver(m)};
+  dbx_sandbox_acts *acts[3];
+  for (int i = 0; i < 3; i++) assert_int_equal(dbx_sandbox_acts_create(drv[i], &acts[i]), DBX_OK);
+  struct dbx_worker w[3];
+  memset(w, 0, sizeof w);
+  char *ids[3];
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(dbx_sandbox_register_all(&w[i], acts[i]), DBX_OK);
+    assert_int_equal(w[i].n, DBX_SANDBOX_NTYPES);
+    const dbx_activity_type *cr = dbx_sandbox_acts_type(acts[i], "sandbox.create");
+    assert_ptr_equal(w[i].types[0], cr);
+    struct dbx_act a = act_for("wf-two");
+    dbx_act_result r = {0};
+    assert_int_equal(cr->run(&a, "{}", 2, &r, cr->ud), DBX_OK);
+    assert_non_null(r.result_json);
+    cJSON *o = cJSON_Parse(r.result_json);
+    ids[i] = dbx_strdup(str(o, "sandbox_id"));
+    assert_false(boolean(o, "adopted")); /* each driver its own: not adopted across */
+    cJSON_Delete(o);
+    res_cleanup(&r);
+    const dbx_activity_type *wr = dbx_sandbox_acts_at(acts[i], 2);
+    assert_string_equal(wr->name, "sandbox.write_file");
+    char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"who\",\"content\":\"d%d\"}",
+                            ids[i], i);
+    assert_int_equal(wr->run(&a, in, strlen(in), &r, wr->ud), DBX_OK);
+    assert_null(r.failure_type);
+    res_cleanup(&r);
+    free(in);
+  }
+  assert_string_equal(ids[0], ids[1]); /* the same derived name */
+  assert_string_equal(ids[1], ids[2]);
+  for (int i = 0; i < 3; i++) {
+    uint8_t *data = NULL;
+    size_t len = 0;
+    assert_int_equal(drv[i]->ops->file_read(drv[i]->self, ids[i], "who", 0, &data, &len),
+                     DBX_DRV_OK);
+    char want[8];
+    snprintf(want, sizeof want, "d%d", i);
+    assert_int_equal(len, strlen(want));
+    assert_memory_equal(data, want, len);
+    free(data);
+  }
+  /* on disk: each home holds its own */
+  for (int i = 0; i < 2; i++) {
+    char *p = dbx_asprintf("%s/sandboxes/%s/workspace/who", i ? h2 : h1, ids[i]);
+    assert_int_equal(access(p, F_OK), 0);
+    free(p);
+  }
+  /* deleting in one leaves the others */
+  assert_int_equal(drv[0]->ops->del(drv[0]->self, ids[0]), DBX_DRV_OK);
+  assert_int_equal(drv[0]->ops->exists(drv[0]->self, ids[0], NULL), DBX_DRV_NO_SANDBOX);
+  assert_int_equal(drv[1]->ops->exists(drv[1]->self, ids[1], NULL), DBX_DRV_OK);
+  assert_int_equal(drv[2]->ops->exists(drv[2]->self, ids[2], NULL), DBX_DRV_OK);
+  for (int i = 0; i < 3; i++) {
+    dbx_sandbox_acts_destroy(acts[i]);
+    free(ids[i]);
+  }
+  dbx_local_close(l1);
+  dbx_local_close(l2);
+  drv[2]->ops->destroy(drv[2]->self); /* the generic destructor */
+  dbx_test_rmrf(h1);
+  dbx_test_rmrf(h2);
+  free(h1);
+  free(h2);
+}
+
+/* Ops from several threads at once on one driver, each on its own sandbox,
+ * plus all on one shared sandbox's files. */
+typedef struct {
+  int n;
+  int bad; /* ops that did not answer as expected */
+} par_arg;
+
+static void *par_worker(void *p) {
+  par_arg *a = p;
+  char name[32], path[32], want[32];
+  snprintf(name, sizeof name, "par-%d", a->n);
+  dbx_drv_create_opts o = {0};
+  if (OPS(create, name, &o, NULL) != DBX_DRV_OK) a->bad++;
+  for (int k = 0; k < 20; k++) {
+    snprintf(path, sizeof path, "f%d", k);
+    snprintf(want, sizeof want, "%d/%d", a->n, k);
+    if (OPS(file_write, name, path, want, strlen(want)) != DBX_DRV_OK) a->bad++;
+    if (OPS(file_write, "par-shared", path, want, strlen(want)) != DBX_DRV_OK) a->bad++;
+    uint8_t *data = NULL;
+    size_t len = 0;
+    if (OPS(file_read, name, path, 0, &data, &len) != DBX_DRV_OK || len != strlen(want) ||
+        memcmp(data, want, len) != 0)
+      a->bad++;
+    free(data);
+  }
+  dbx_drv_exec_opts eo = {.command = "echo ok"};
+  if (OPS(exec_start, name, "c", &eo, NULL) != DBX_DRV_OK) a->bad++;
+  if (OPS(del, name) != DBX_DRV_OK) a->bad++; /* kills what still runs */
+  return NULL;
+}
+
+static void test_driver_threads(void **state) {
+  (void)state;
+  dbx_drv_create_opts o = {0};
+  assert_int_equal(OPS(create, "par-shared", &o, NULL), DBX_DRV_OK);
+  pthread_t t[4];
+  par_arg a[4];
+  for (int i = 0; i < 4; i++) {
+    a[i] = (par_arg){.n = i};
+    assert_int_equal(pthread_create(&t[i], NULL, par_worker, &a[i]), 0);
+  }
+  for (int i = 0; i < 4; i++) {
+    pthread_join(t[i], NULL);
+    assert_int_equal(a[i].bad, 0);
+  }
+  /* the shared file holds one whole write of some thread */
+  uint8_t *data = NULL;
+  size_t len = 0;
+  assert_int_equal(OPS(file_read, "par-shared", "f19", 0, &data, &len), DBX_DRV_OK);
+  assert_true(len == 4 && data[0] >= '0' && data[0] <= '3' && memcmp(data + 1, "/19", 3) == 0);
+  free(data);
+  char **names = NULL;
+  size_t n = 0;
+  assert_int_equal(OPS(list, NULL, 0, &names, &n), DBX_DRV_OK);
+  int left = 0; /* every thread deleted its own sandbox */
+  for (size_t i = 0; i < n; i++)
+    left += strncmp(names[i], "par-", 4) == 0 && strcmp(names[i], "par-shared") != 0;
+  assert_int_equal(left, 0);
+  dbx_drv_names_free(names, n);
+  assert_int_equal(OPS(del, "par-shared"), DBX_DRV_OK);
+}
+
+static void test_driver_strerror_and_names(void **state) {
+  (void)state;
+  assert_string_equal(dbx_drv_strerror(DBX_DRV_NO_SANDBOX), "no such sandbox");
+  assert_string_equal(dbx_drv_strerror(DBX_DRV_TRANSIENT), "transient, retry");
+  assert_string_equal(dbx_drv_strerror((dbx_drv_err)999), "unknown driver error");
+  assert_true(dbx_drv_name_valid("dbx-0123.a_b"));
+  assert_false(dbx_drv_name_valid(".x"));
+  assert_false(dbx_drv_name_valid("a/b"));
+  assert_false(dbx_drv_name_valid(""));
+  dbx_drv_label ok_l = {"durabox.run/id", "x y"}, bad_v = {"k", "a\nb"}, bad_k = {"", "v"};
+  assert_true(dbx_drv_label_valid(&ok_l));
+  assert_false(dbx_drv_label_valid(&bad_v));
+  assert_false(dbx_drv_label_valid(&bad_k));
+}
+
+int main(int argc, char **argv) {
+  dbx_local_supervisor_main(argc, argv); /* this binary is re-executed as the supervisor */
+  /* every case; the local driver runs them all */
+  const struct CMUnitTest local_tests[] = {
       cmocka_unit_test(test_sandbox_acts_register_all),
       cmocka_unit_test(test_sandbox_acts_create_adopts_derived_id),
       cmocka_unit_test(test_sandbox_acts_create_heartbeats_and_stops_on_cancel),
@@ -764,6 +1599,47 @@ int main(void) {
       cmocka_unit_test(test_sandbox_acts_exec_retry_reattaches),
       cmocka_unit_test(test_sandbox_acts_exec_cancel_kills_command),
       cmocka_unit_test(test_sandbox_acts_exec_worker_stop_leaves_command_running),
+      cmocka_unit_test(test_sandbox_acts_cwd_missing_and_folder_read),
+      cmocka_unit_test(test_driver_lifecycle_labels_list),
+      cmocka_unit_test(test_driver_files_upload_download),
+      cmocka_unit_test(test_driver_exec_ops),
+      cmocka_unit_test(test_driver_checkpoint_restore),
+      cmocka_unit_test(test_driver_git_clone_commit_push),
+      cmocka_unit_test(test_driver_threads),
   };
-  return cmocka_run_group_tests(tests, group_setup, group_teardown);
+  /* the same cases on the memory driver, except those that need real
+   * processes, a real shell or host git (fork, symlinks, base64(1), git log) */
+  const struct CMUnitTest memory_tests[] = {
+      cmocka_unit_test(test_sandbox_acts_register_all),
+      cmocka_unit_test(test_sandbox_acts_create_adopts_derived_id),
+      cmocka_unit_test(test_sandbox_acts_exec_env_and_secret_redacted),
+      cmocka_unit_test(test_sandbox_acts_exec_binary_output_base64),
+      cmocka_unit_test(test_sandbox_acts_exec_timeout),
+      cmocka_unit_test(test_sandbox_acts_invalid_input_names_field),
+      cmocka_unit_test(test_sandbox_acts_not_found),
+      cmocka_unit_test(test_sandbox_acts_checkpoint_stable_across_retries),
+      cmocka_unit_test(test_sandbox_acts_stop_start_delete),
+      cmocka_unit_test(test_sandbox_acts_cancelled_runs_nothing),
+      cmocka_unit_test(test_sandbox_acts_exec_cancel_kills_command),
+      cmocka_unit_test(test_sandbox_acts_exec_worker_stop_leaves_command_running),
+      cmocka_unit_test(test_sandbox_acts_cwd_missing_and_folder_read),
+      cmocka_unit_test(test_driver_lifecycle_labels_list),
+      cmocka_unit_test(test_driver_files_upload_download),
+      cmocka_unit_test(test_driver_exec_ops),
+      cmocka_unit_test(test_driver_checkpoint_restore),
+      cmocka_unit_test(test_driver_git_clone_commit_push),
+      cmocka_unit_test(test_sandbox_acts_failure_types_by_table),
+      cmocka_unit_test(test_sandbox_acts_exec_lost_restarts_once),
+      cmocka_unit_test(test_driver_threads),
+  };
+  const struct CMUnitTest process_tests[] = {
+      cmocka_unit_test(test_driver_two_homes_one_process),
+      cmocka_unit_test(test_driver_strerror_and_names),
+  };
+  int failed_n = cmocka_run_group_tests_name("sandbox_acts_local", local_tests, local_setup,
+                                             group_teardown);
+  failed_n += cmocka_run_group_tests_name("sandbox_acts_memory", memory_tests, mem_setup,
+                                          group_teardown);
+  failed_n += cmocka_run_group_tests_name("sandbox_drivers", process_tests, NULL, NULL);
+  return failed_n;
 }

@@ -1,0 +1,68 @@
+/* Helpers shared by every sandbox driver and their callers (driver.h):
+ * the text of the typed errors, the name rule, and the destructors of the
+ * values ops hand out. Stateless; thread-safe. */
+#include "activities/driver.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const char *dbx_drv_strerror(dbx_drv_err e) {
+  static const char *const text[] = {
+#define XX(name, msg) msg,
+      DBX_DRV_ERR_MAP(XX)
+#undef XX
+  };
+  if ((int)e < 0 || (size_t)e >= sizeof text / sizeof text[0]) return "unknown driver error";
+  return text[e];
+}
+
+int dbx_drv_name_valid(const char *s) {
+  size_t n = s ? strlen(s) : 0;
+  if (n == 0 || n > 128 || s[0] == '.') return 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+          c == '.' || c == '_' || c == '-'))
+      return 0;
+  }
+  return 1;
+}
+
+void dbx_drv_exec_result_cleanup(dbx_drv_exec_result *r) {
+  if (r == NULL) return;
+  free(r->stdout_buf);
+  free(r->stderr_buf);
+  memset(r, 0, sizeof *r);
+}
+
+void dbx_drv_names_free(char **names, size_t n) {
+  if (names == NULL) return;
+  for (size_t i = 0; i < n; i++) free(names[i]);
+  free(names);
+}
+
+void dbx_drv_labels_free(dbx_drv_label *labels, size_t n) {
+  if (labels == NULL) return;
+  for (size_t i = 0; i < n; i++) {
+    free((char *)labels[i].key);
+    free((char *)labels[i].value);
+  }
+  free(labels);
+}
+
+int dbx_drv_label_valid(const dbx_drv_label *l) {
+  if (l == NULL || l->key == NULL || l->value == NULL) return 0;
+  size_t n = strlen(l->key);
+  if (n == 0 || n > 63) return 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = l->key[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+          c == '.' || c == '_' || c == '/' || c == '-'))
+      return 0;
+  }
+  size_t m = strlen(l->value);
+  if (m > 255) return 0;
+  for (size_t i = 0; i < m; i++)
+    if ((unsigned char)l->value[i] < 0x20) return 0;
+  return 1;
+}

@@ -1,0 +1,290 @@
+/* The sandbox driver interface: the table of operations every driver
+ * implements (local.h: processes and folders on this host; memdrv.h: in
+ * memory, for tests; Daytona's HTTP API next), and the typed errors they
+ * answer. The sandbox activities (sandbox.h) are written once against it.
+ *
+ * A driver is a value {ops, self, name}: ops is a static table, self the
+ * driver's instance, passed back as the first argument of every op. Nothing
+ * here is process-wide: two drivers (two local homes, a local and a memory
+ * driver) live in one process side by side.
+ *
+ * Names. Sandboxes, snapshots and commands are named by the caller with
+ * deterministic names (so a retried activity finds what an earlier attempt
+ * made): 1..128 characters of [A-Za-z0-9._-], not starting with '.'
+ * (dbx_drv_name_valid). Daytona: a sandbox "name", a snapshot "name", a
+ * session command's id. File paths are relative to the workspace root; an
+ * absolute path, "..", or a symlink leading out is refused (PATH_REFUSED).
+ *
+ * Errors. Every op returns a dbx_drv_err; DBX_DRV_OK == 0. On any other code
+ * the driver keeps a message naming the sandbox / path / cause, readable with
+ * ops->errmsg(self) on the same thread until that thread's next call on the
+ * driver. Callers decide by the code alone, never by the message.
+ *
+ * Ownership: every pointer argument is borrowed for the call unless stated;
+ * every out-pointer that is malloc'd says how to free it.
+ *
+ * Thread safety: every op may be called from any number of threads at once
+ * on one driver (the activities run on the worker's activity threads), on the
+ * same or distinct sandboxes. Ops on one sandbox have no ordering between
+ * them except that create/delete/checkpoint/restore of one name are
+ * serialised by the driver. */
+#ifndef DBX_ACTIVITIES_DRIVER_H
+#define DBX_ACTIVITIES_DRIVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+
+/* The typed errors. The activity layer maps each to a Temporal failure type
+ * (sandbox.h "Failures") by a table; the column says which. The texts of
+ * STATE and FAILED are those of DBX_ESTATE and DBX_EIO (base/err.h): failure
+ * messages read "<what>: <detail> (i/o error)" as before the interface. */
+#define DBX_DRV_ERR_MAP(XX)                                                                  \
+  XX(DBX_DRV_OK, "success")                                                                  \
+  XX(DBX_DRV_NO_SANDBOX, "no such sandbox")                  /* SandboxNotFound */           \
+  XX(DBX_DRV_PATH_REFUSED, "path refused")                   /* PathRefused */               \
+  XX(DBX_DRV_NOT_FOUND, "no such file, folder or command")   /* FileNotFound */              \
+  XX(DBX_DRV_SOURCE_NOT_FOUND, "source not found")           /* SourceNotFound */            \
+  XX(DBX_DRV_CONFLICT, "name taken by another sandbox")      /* SandboxConflict */           \
+  XX(DBX_DRV_SNAPSHOT_FAILED, "snapshot failed")             /* SnapshotFailed (retryable) */\
+  XX(DBX_DRV_OUTCOME_UNKNOWN, "outcome unknown")             /* OutcomeUnknown */            \
+  XX(DBX_DRV_TRANSIENT, "transient, retry")                  /* SandboxError (retryable) */  \
+  XX(DBX_DRV_INVALID, "invalid argument")                    /* InvalidInput */              \
+  XX(DBX_DRV_STATE, "invalid state")                         /* SandboxError (retryable) */  \
+  XX(DBX_DRV_CANCELED, "canceled")                           /* the activity is cancelled */ \
+  XX(DBX_DRV_UNSUPPORTED, "not supported by this driver")    /* Unsupported */               \
+  XX(DBX_DRV_NOMEM, "out of memory")                         /* DBX_ENOMEM */                \
+  XX(DBX_DRV_FAILED, "i/o error")                            /* SandboxError (retryable) */
+
+typedef enum {
+#define XX(name, msg) name,
+  DBX_DRV_ERR_MAP(XX)
+#undef XX
+      DBX_DRV_ERR_COUNT
+} dbx_drv_err;
+
+/* Static text, never NULL (also for values out of range). */
+const char *dbx_drv_strerror(dbx_drv_err e);
+/* 1 if s is a valid sandbox / snapshot / command name (see above), else 0. */
+int dbx_drv_name_valid(const char *s);
+
+/* ---- argument types ---- */
+
+typedef struct {
+  const char *key;   /* 1..63 of [A-Za-z0-9._/-] */
+  const char *value; /* 0..255 bytes, no NUL, no newline */
+} dbx_drv_label;
+/* 1 if l's key and value follow the rules above, else 0. */
+int dbx_drv_label_valid(const dbx_drv_label *l);
+
+typedef enum {
+  DBX_DRV_SOURCE_EMPTY = 0, /* an empty workspace */
+  DBX_DRV_SOURCE_DIR,       /* location: a host directory, copied (local driver only) */
+  DBX_DRV_SOURCE_GIT,       /* location: repository path or URL; ref: optional checkout */
+  DBX_DRV_SOURCE_SNAPSHOT,  /* location: a ref from ops->checkpoint */
+  DBX_DRV_SOURCE_IMAGE      /* location: a container image (Daytona); local: UNSUPPORTED */
+} dbx_drv_source_kind;
+
+typedef struct {
+  dbx_drv_source_kind kind;
+  const char *location; /* unused for EMPTY */
+  const char *ref;      /* GIT only; NULL: the default branch */
+} dbx_drv_source;
+
+typedef struct {
+  dbx_drv_source source;
+  const dbx_drv_label *labels; /* set on a fresh sandbox; an adopted one keeps its own */
+  size_t nlabels;
+  const char *const *env;      /* NULL-terminated "NAME=value" (Daytona: env); the local
+                                * driver keeps no per-sandbox environment and ignores it */
+  /* Optional: polled (about every 50 ms) from the calling thread while a
+   * long create (copy, clone, image pull) runs; nonzero stops it and create
+   * answers DBX_DRV_CANCELED, leaving no partial sandbox that a later create
+   * would adopt. */
+  int (*cancelled)(void *ud);
+  void *cancelled_ud;
+} dbx_drv_create_opts;
+
+typedef enum { DBX_DRV_RUNNING = 0, DBX_DRV_STOPPED } dbx_drv_state;
+
+typedef struct {
+  const char *command;     /* run by /bin/sh -c (Daytona: a session command) */
+  const char *cwd;         /* relative to the workspace; NULL: its root */
+  const char *const *env;  /* NULL-terminated "NAME=value", added to the driver's scrubbed base */
+  int64_t timeout_ms;      /* 0: none; on expiry the command is killed, timed_out = 1 */
+  size_t stdout_cap_bytes; /* bytes kept per stream; 0: 1 MiB */
+  size_t stderr_cap_bytes;
+} dbx_drv_exec_opts;
+
+typedef enum {
+  DBX_DRV_CMD_PENDING = 0, /* known, not (yet) running: start it again to launch it */
+  DBX_DRV_CMD_RUNNING,
+  DBX_DRV_CMD_FINISHED,    /* the exit status is known: ops->exec_result */
+  DBX_DRV_CMD_LOST         /* started, no status, nothing runs it: outcome unknown */
+} dbx_drv_cmd_state;
+
+typedef struct {
+  dbx_drv_cmd_state state;
+  uint64_t stdout_size; /* bytes of each stream readable now (the log offset's end) */
+  uint64_t stderr_size;
+} dbx_drv_cmd_status;
+
+typedef struct {
+  int exit_code;         /* 128 + signal when killed by one */
+  int signal;            /* the signal that killed the shell, or 0 when unknown */
+  int timed_out;
+  int killed;            /* stopped by ops->exec_cancel */
+  uint8_t *stdout_buf;   /* malloc'd, the first stdout_len bytes plus a NUL not counted */
+  size_t stdout_len;
+  uint64_t stdout_total; /* all bytes written to stdout */
+  int stdout_truncated;  /* stdout_total > stdout_len */
+  uint8_t *stderr_buf;
+  size_t stderr_len;
+  uint64_t stderr_total;
+  int stderr_truncated;
+  int64_t duration_ms;
+} dbx_drv_exec_result;
+
+/* Frees the buffers and zeroes *r; accepts a zeroed struct or NULL. */
+void dbx_drv_exec_result_cleanup(dbx_drv_exec_result *r);
+/* Frees n names of a list and the array; accepts NULL. */
+void dbx_drv_names_free(char **names, size_t n);
+/* Frees n labels (keys, values) and the array; accepts NULL. */
+void dbx_drv_labels_free(dbx_drv_label *labels, size_t n);
+
+/* ---- the operations ----
+ * `self` is dbx_driver.self. "name" is a sandbox name. Unless an op says
+ * otherwise it may answer DBX_DRV_INVALID (a bad name or argument),
+ * DBX_DRV_NO_SANDBOX, DBX_DRV_NOMEM, DBX_DRV_TRANSIENT (try again) and
+ * DBX_DRV_FAILED (any other failure; the message says what). */
+typedef struct dbx_driver_ops {
+  /* Free the instance. No op may be running. Accepts NULL. */
+  void (*destroy)(void *self);
+  /* The calling thread's last failure on self, "" if none; never NULL.
+   * Valid until that thread's next call on self. */
+  const char *(*errmsg)(void *self);
+
+  /* -- lifecycle (Daytona: /sandbox) -- */
+
+  /* Create sandbox `name` (running) from o->source, or adopt it when it
+   * already exists with the same source (*adopted = 1, nothing changes).
+   * A partial sandbox left by an interrupted create is cleared and made
+   * again. adopted may be NULL. Also SOURCE_NOT_FOUND (source dir, repo or
+   * snapshot missing), CONFLICT (name taken with another source),
+   * UNSUPPORTED (source kind), CANCELED (o->cancelled said so). */
+  dbx_drv_err (*create)(void *self, const char *name, const dbx_drv_create_opts *o,
+                        int *adopted);
+  /* Host path of the workspace, malloc'd (free()), or NULL when the driver
+   * has no host path (remote sandboxes) or on OOM. Informational. */
+  char *(*workspace_path)(void *self, const char *name);
+  /* OK and *state, or NO_SANDBOX. state may be NULL. */
+  dbx_drv_err (*exists)(void *self, const char *name, dbx_drv_state *state);
+  /* Names of the sandboxes whose labels include every pair of match (all
+   * sandboxes when nmatch = 0), in no order. *names: free with
+   * dbx_drv_names_free(*names, *n). */
+  dbx_drv_err (*list)(void *self, const dbx_drv_label *match, size_t nmatch, char ***names,
+                      size_t *n);
+  /* The labels of sandbox name. *labels: free with dbx_drv_labels_free. */
+  dbx_drv_err (*labels)(void *self, const char *name, dbx_drv_label **labels, size_t *n);
+  /* Idempotent. Exec and file ops on a stopped sandbox answer STATE. */
+  dbx_drv_err (*start)(void *self, const char *name);
+  dbx_drv_err (*stop)(void *self, const char *name);
+  /* Remove the sandbox; its running commands are killed first. A missing
+   * sandbox counts as done (OK). */
+  dbx_drv_err (*del)(void *self, const char *name);
+
+  /* -- long commands (Daytona: session exec runAsync + command/logs) -- */
+
+  /* Start o->command as command cmd_id of the sandbox, detached from the
+   * caller (it survives the caller's process; Daytona: a session named by
+   * cmd_id with one runAsync command), unless cmd_id exists: then
+   * nothing starts and *adopted = 1 (poll to see its state). adopted may be
+   * NULL. Also NOT_FOUND (cwd), PATH_REFUSED (cwd), STATE (stopped),
+   * OUTCOME_UNKNOWN (the driver cannot tell whether it started). */
+  dbx_drv_err (*exec_start)(void *self, const char *name, const char *cmd_id,
+                            const dbx_drv_exec_opts *o, int *adopted);
+  /* State and readable output sizes; never blocks on the command.
+   * NOT_FOUND: no such command. */
+  dbx_drv_err (*exec_poll)(void *self, const char *name, const char *cmd_id,
+                           dbx_drv_cmd_status *st);
+  /* Read up to cap bytes of stream (1 stdout, 2 stderr) from offset into buf
+   * (borrowed); *n = bytes read, 0 at the current end. NOT_FOUND. */
+  dbx_drv_err (*exec_attach)(void *self, const char *name, const char *cmd_id, int stream,
+                             uint64_t offset, void *buf, size_t cap, size_t *n);
+  /* The result of a FINISHED command. *res: release with
+   * dbx_drv_exec_result_cleanup. NOT_FOUND, STATE (not finished). */
+  dbx_drv_err (*exec_result)(void *self, const char *name, const char *cmd_id,
+                             dbx_drv_exec_result *res);
+  /* Ask the command to be killed; asynchronous (poll until FINISHED with
+   * killed = 1). A finished or missing command: OK. */
+  dbx_drv_err (*exec_cancel)(void *self, const char *name, const char *cmd_id);
+  /* Forget a command that does not run (a LOST one before starting it
+   * again). Missing: OK. STATE: it is running. */
+  dbx_drv_err (*exec_forget)(void *self, const char *name, const char *cmd_id);
+
+  /* -- files (Daytona: /files) -- */
+
+  /* Read a regular file; max_bytes 0: 64 MiB (larger: INVALID). *data:
+   * malloc'd plus a NUL not counted in *len; free(). NOT_FOUND,
+   * PATH_REFUSED, INVALID (not a regular file, too large), STATE. */
+  dbx_drv_err (*file_read)(void *self, const char *name, const char *path, size_t max_bytes,
+                           uint8_t **data, size_t *len);
+  /* Replace the file with len bytes, atomically; parents are created.
+   * PATH_REFUSED, INVALID (a directory there), STATE. */
+  dbx_drv_err (*file_write)(void *self, const char *name, const char *path, const void *data,
+                            size_t len);
+  /* Copy the host file host_path (absolute) into the sandbox at path,
+   * atomically. NOT_FOUND (no such host file), PATH_REFUSED, STATE. */
+  dbx_drv_err (*upload)(void *self, const char *name, const char *host_path, const char *path);
+  /* Copy the sandbox file at path to the host file host_path (absolute;
+   * replaced atomically, its folder must exist). NOT_FOUND, PATH_REFUSED,
+   * STATE, FAILED (the host file could not be written). */
+  dbx_drv_err (*download)(void *self, const char *name, const char *path, const char *host_path);
+
+  /* -- git, inside the sandbox (Daytona: /git) -- */
+
+  /* Clone url (a repository path or URL) into path (relative, non-empty;
+   * a partial or earlier target there is removed first), then check out ref
+   * when given. SOURCE_NOT_FOUND is not used: a failed clone is FAILED with
+   * git's words. PATH_REFUSED, STATE. */
+  dbx_drv_err (*git_clone)(void *self, const char *name, const char *url, const char *path,
+                           const char *ref);
+  /* git add -A and commit in the repository at repo_path (relative; NULL:
+   * the workspace root), author and committer "Name <email>". *sha: hex,
+   * malloc'd (free()); NULL with *nothing = 1 when there was nothing to
+   * commit. NOT_FOUND (no repo_path folder), FAILED (git's words: not a
+   * repository, ...). */
+  dbx_drv_err (*git_commit)(void *self, const char *name, const char *repo_path,
+                            const char *message, const char *author, char **sha, int *nothing);
+  /* git push the current branch (branch NULL) or branch of repo_path (NULL:
+   * root) to remote (a remote name, repository path or URL; NULL: origin).
+   * NOT_FOUND (no repo_path folder), FAILED (rejected, unreachable, not a
+   * repository: git's words). */
+  dbx_drv_err (*git_push)(void *self, const char *name, const char *repo_path, const char *remote,
+                          const char *branch);
+
+  /* -- checkpoints (Daytona: POST /sandbox/{id}/snapshot + GET /snapshots) -- */
+
+  /* Snapshot the workspace as snap (a deterministic name); success only
+   * once the snapshot is verified usable; an existing snap is returned
+   * unchanged (idempotent). *ref: malloc'd (free()), usable as a SNAPSHOT
+   * source and by restore. SNAPSHOT_FAILED (copy or verification failed). */
+  dbx_drv_err (*checkpoint)(void *self, const char *name, const char *snap, char **ref);
+  /* Replace the sandbox's workspace with the snapshot ref, atomically (a
+   * failure leaves the old workspace). SOURCE_NOT_FOUND (no such snapshot),
+   * STATE (commands are running), UNSUPPORTED where the backend restores
+   * only by creating a new sandbox from the snapshot (Daytona: create with
+   * source SNAPSHOT instead). */
+  dbx_drv_err (*restore)(void *self, const char *name, const char *ref);
+  /* Remove a snapshot; a missing one counts as done. */
+  dbx_drv_err (*snapshot_delete)(void *self, const char *ref);
+} dbx_driver_ops;
+
+typedef struct dbx_driver {
+  const dbx_driver_ops *ops; /* static table */
+  void *self;                /* the instance, owned by whoever made the driver */
+  const char *name;          /* "local", "memory", "daytona" (static) */
+} dbx_driver;
+
+#endif
