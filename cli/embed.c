@@ -7,13 +7,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "activities/local.h"
-#include "activities/sandbox.h"
 #include "base/fs.h"
 #include "base/util.h"
 #include "cli/cli.h"
 #include "rpc/rpc.h"
-#include "workflows/script.h"
 
 char *dbx_cli_home(void) {
   const char *h = getenv("DURABOX_HOME");
@@ -54,9 +51,10 @@ int dbx_embed_start(const dbx_embed_opts *o, dbx_embed *e) {
     snprintf(e->address, sizeof e->address, "%s", o->address ? o->address : "127.0.0.1:7233");
   }
   if (o->start_worker) {
-    if (dbx_local_open(home, &e->local) != DBX_OK ||
-        dbx_sandbox_acts_create(dbx_local_driver(e->local), &e->acts) != DBX_OK) {
-      fprintf(stderr, "durabox: cannot open the sandbox home %s\n", home);
+    char *kerr = NULL;
+    if (dbx_cli_kit_open(home, &e->kit, &kerr) != DBX_OK) {
+      fprintf(stderr, "durabox: %s\n", kerr ? kerr : "cannot open the sandbox home");
+      free(kerr);
       goto fail;
     }
     e->worker_db = o->worker_db ? dbx_strdup(o->worker_db) : dbx_cli_worker_db_default();
@@ -73,9 +71,8 @@ int dbx_embed_start(const dbx_embed_opts *o, dbx_embed *e) {
       free(err);
       goto fail;
     }
-    dbx_worker_register_workflow(e->worker, &dbx_script_workflow);
-    dbx_sandbox_register_all(e->worker, e->acts);
-    if (dbx_worker_start(e->worker) != DBX_OK) {
+    if (dbx_cli_kit_register(&e->kit, e->worker) != DBX_OK ||
+        dbx_worker_start(e->worker) != DBX_OK) {
       fprintf(stderr, "durabox: cannot start the worker\n");
       goto fail;
     }
@@ -94,10 +91,7 @@ void dbx_embed_stop(dbx_embed *e, int64_t grace_ms) {
     dbx_worker_destroy(e->worker);
     e->worker = NULL;
   }
-  dbx_sandbox_acts_destroy(e->acts); /* after the worker that borrowed them */
-  e->acts = NULL;
-  dbx_local_close(e->local);
-  e->local = NULL;
+  dbx_cli_kit_close(&e->kit); /* after the worker that borrowed it */
   if (e->svc) {
     dbx_service_stop(e->svc);
     e->svc = NULL;

@@ -4,6 +4,7 @@
 #ifndef DBX_CLI_EMBED_H
 #define DBX_CLI_EMBED_H
 
+#include "cli/kit.h"
 #include "service/service.h"
 #include "worker/worker.h"
 
@@ -12,8 +13,7 @@ typedef struct {
   dbx_worker *worker;
   char address[64];
   char *worker_db;         /* owned */
-  struct dbx_local *local; /* the sandbox driver of the worker (owned) */
-  struct dbx_sandbox_acts *acts; /* its activity types, registered with worker (owned) */
+  dbx_cli_kit kit;         /* the worker's types and sandbox driver (owned) */
 } dbx_embed;
 
 typedef struct {

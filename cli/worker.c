@@ -16,20 +16,18 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "activities/local.h"
-#include "activities/sandbox.h"
 #include "base/fs.h"
 #include "base/util.h"
 #include "cli/cli.h"
 #include "cli/conn.h"
 #include "cli/embed.h"
+#include "cli/kit.h"
 #include "rpc/rpc.h"
 #include "worker/replay.h"
 #include "worker/worker.h"
 #include "worker/wstore.h"
-#include "workflows/script.h"
+#include "workflows/builtin.h"
 
-static const dbx_workflow_type *const builtin_workflows[] = {&dbx_script_workflow};
 
 char *dbx_cli_worker_db_default(void) {
   const char *e = getenv("DURABOX_WORKER_DB");
@@ -110,8 +108,7 @@ int dbx_cli_worker(int argc, char **argv) {
   int rc = 1;
   char *ca_pem = NULL, *cert_pem = NULL, *key_pem = NULL, *dbdef = NULL, *err = NULL;
   dbx_worker *w = NULL;
-  dbx_local *local = NULL;
-  dbx_sandbox_acts *acts = NULL;
+  dbx_cli_kit kit = {0};
   if ((ca && !(ca_pem = dbx_cli_read_file(ca, NULL))) || (cert && !(cert_pem = dbx_cli_read_file(cert, NULL))) ||
       (key && !(key_pem = dbx_cli_read_file(key, NULL)))) {
     fprintf(stderr, "durabox worker: cannot read a TLS file (%s)\n", strerror(errno));
@@ -144,16 +141,13 @@ int dbx_cli_worker(int argc, char **argv) {
     fprintf(stderr, "durabox worker: %s\n", err ? err : dbx_strerror(e));
     goto out;
   }
-  for (size_t i = 0; i < sizeof builtin_workflows / sizeof builtin_workflows[0]; i++)
-    dbx_worker_register_workflow(w, builtin_workflows[i]);
-  e = dbx_local_open(home, &local);
-  if (e == DBX_OK) e = dbx_sandbox_acts_create(dbx_local_driver(local), &acts);
+  e = dbx_cli_kit_open(home, &kit, &err);
   if (e != DBX_OK) {
-    fprintf(stderr, "durabox worker: sandbox driver: %s\n", dbx_strerror(e));
+    fprintf(stderr, "durabox worker: %s\n", err ? err : dbx_strerror(e));
     goto out;
   }
-  dbx_sandbox_register_all(w, acts);
-  e = dbx_worker_start(w);
+  e = dbx_cli_kit_register(&kit, w);
+  if (e == DBX_OK) e = dbx_worker_start(w);
   if (e != DBX_OK) {
     fprintf(stderr, "durabox worker: %s\n", dbx_strerror(e));
     goto out;
@@ -165,8 +159,7 @@ int dbx_cli_worker(int argc, char **argv) {
   rc = 0;
 out:
   dbx_worker_destroy(w); /* before the activity types and driver it borrows */
-  dbx_sandbox_acts_destroy(acts);
-  dbx_local_close(local);
+  dbx_cli_kit_close(&kit);
   free(ca_pem);
   free(cert_pem);
   free(key_pem);
@@ -229,9 +222,7 @@ int dbx_cli_replay(int argc, char **argv) {
       evs[0]->workflow_execution_started_event_attributes &&
       evs[0]->workflow_execution_started_event_attributes->workflow_type)
     type = evs[0]->workflow_execution_started_event_attributes->workflow_type->name;
-  const dbx_workflow_type *t = NULL;
-  for (size_t i = 0; type && i < sizeof builtin_workflows / sizeof builtin_workflows[0]; i++)
-    if (strcmp(builtin_workflows[i]->name, type) == 0) t = builtin_workflows[i];
+  const dbx_workflow_type *t = dbx_workflows_builtin_find(type);
   if (!t) {
     fprintf(stderr, "durabox replay: workflow type '%s' is not built in\n", type ? type : "?");
     goto out;

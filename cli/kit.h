@@ -1,0 +1,36 @@
+/* cli/kit: what a worker started by the durabox command serves.
+ *
+ * One place decides which workflow types and activity types a durabox worker
+ * process registers (`durabox worker`, `durabox dev`, `durabox run`): every
+ * built-in workflow type (workflows/builtin.h) and the sandbox activities
+ * (activities/sandbox.h) over one sandbox driver. A new driver choice (for
+ * example a remote sandbox service) is made here, not in each command.
+ * One controlling thread; the kit must outlive the worker it registers with. */
+#ifndef DBX_CLI_KIT_H
+#define DBX_CLI_KIT_H
+
+#include "base/err.h"
+#include "worker/worker.h"
+
+struct dbx_local;
+struct dbx_sandbox_acts;
+
+typedef struct {
+  struct dbx_local *local;       /* the local sandbox driver (owned) */
+  struct dbx_sandbox_acts *acts; /* the sandbox activity types over it (owned) */
+} dbx_cli_kit;
+
+/* Open the local driver over home (borrowed; NULL: $DURABOX_HOME, else
+ * ~/.local/share/durabox) and the activity types on it. *k is zeroed first.
+ * errmsg (may be NULL): on failure a malloc'd message naming home, free with
+ * free(). Returns DBX_OK, or the driver's error (DBX_EINVAL, DBX_EIO,
+ * DBX_ENOMEM) with *k left empty. Undo with dbx_cli_kit_close(). */
+dbx_err dbx_cli_kit_open(const char *home, dbx_cli_kit *k, char **errmsg);
+/* Register every built-in workflow type and every sandbox activity with w
+ * (before dbx_worker_start). Returns DBX_OK or the first registration's
+ * error (DBX_EEXIST, DBX_ESTATE, DBX_ENOMEM). */
+dbx_err dbx_cli_kit_register(const dbx_cli_kit *k, dbx_worker *w);
+/* After the worker is destroyed. Accepts a zeroed kit; leaves it zeroed. */
+void dbx_cli_kit_close(dbx_cli_kit *k);
+
+#endif
