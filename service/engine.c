@@ -12,17 +12,14 @@
  * that was acknowledged.
  * Threading: on_call/on_cancel run on the rpc thread and touch only the
  * incoming queue under svc->mu; everything else is engine-thread only. */
-#define _XOPEN_SOURCE 700 /* nftw */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <sys/file.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,6 +27,7 @@
 #include "service/svc.h"
 
 #include "base/failpoint.h"
+#include "base/fs.h"
 
 #define MAX_BATCH 256
 
@@ -696,20 +694,6 @@ int dbx_service_opts_dynamic_config(dbx_service_opts *o, const char *key, const 
   return 0;
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb;
-  (void)flag;
-  (void)ftw;
-  remove(path);
-  return 0;
-}
-
-/* Remove a temporary store directory: this service's own, or an orphan that
- * sweep_orphan_stores found unlocked. */
-static void rmrf(const char *path) {
-  if (path) nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 /* A temporary store whose service was killed (Temporal's SDK test
  * environments end the dev server with SIGKILL) is never removed by its
  * owner. A service that makes a temporary store first removes those in the
@@ -735,7 +719,7 @@ static void sweep_orphan_stores(const char *tmpdir) {
     free(mk);
     int fd = old ? open(lk, O_RDWR | O_CLOEXEC | O_NOFOLLOW) : -1;
     if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) {
-      rmrf(p);
+      dbx_fs_remove_tree(p);
       DBX_INFO("service", "removed the temporary store %s left by a service that was killed", p);
     }
     if (fd >= 0) close(fd);
@@ -878,7 +862,7 @@ fail:
   else free(msg);
   dbx_store_close(s->store);
   if (s->lock_fd >= 0) close(s->lock_fd);
-  if (s->tmp_db && s->db_path) rmrf(s->db_path);
+  if (s->tmp_db && s->db_path) dbx_fs_remove_tree(s->db_path);
   free(s->db_path);
   for (size_t i = 0; i < s->n_namespaces; i++) {
     free(s->namespaces[i].name);
@@ -918,7 +902,7 @@ void dbx_service_stop(dbx_service *s) {
   dbx_rpc_server_destroy(s->rpc); /* new calls meanwhile were refused by on_call */
   dbx_store_close(s->store);
   if (s->lock_fd >= 0) close(s->lock_fd);
-  if (s->tmp_db) rmrf(s->db_path);
+  if (s->tmp_db) dbx_fs_remove_tree(s->db_path);
   free(s->db_path);
   for (size_t i = 0; i < s->n_namespaces; i++) {
     free(s->namespaces[i].name);
@@ -933,13 +917,6 @@ void dbx_service_stop(dbx_service *s) {
 /* ------------------------------------------------------------ ids */
 
 char *svc_new_uuid(void) {
-  uint8_t b[16];
-  if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b) {
-    uint64_t x = (uint64_t)dbx_mono_ns() ^ (uint64_t)dbx_wall_ns() << 7;
-    for (int i = 0; i < 16; i++) b[i] = (uint8_t)(x >> ((i % 8) * 8)) ^ (uint8_t)i;
-  }
-  b[6] = (uint8_t)((b[6] & 0x0f) | 0x40);
-  b[8] = (uint8_t)((b[8] & 0x3f) | 0x80);
-  return dbx_asprintf("%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-                      b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  char b[DBX_UUID_LEN + 1];
+  return dbx_uuid_v4(b) == DBX_OK ? dbx_strdup(b) : NULL;
 }

@@ -44,7 +44,7 @@ static void fill_ns_info(dbx_service *s, size_t i, NamespaceInfo *info, Namespac
   info->name = s->namespaces[i].name;
   info->id = s->namespaces[i].id;
   info->state = TEMPORAL__API__ENUMS__V1__NAMESPACE_STATE__NAMESPACE_STATE_REGISTERED;
-  ttl->seconds = 24 * 3600;
+  dbx_pb_duration_init_ms(ttl, 24 * 3600 * 1000LL);
   cfg->workflow_execution_retention_ttl = ttl;
 }
 

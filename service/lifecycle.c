@@ -39,7 +39,7 @@ static dbx_err start_common(ectx *c, job *j, const start_args *a, char **run_id_
   const char *dn[] = {"workflow_execution_timeout", "workflow_run_timeout", "workflow_task_timeout",
                       "workflow_start_delay"};
   for (int i = 0; i < 4; i++) {
-    if (ds[i] && svc_duration_ms(ds[i]) < 0) {
+    if (ds[i] && dbx_pb_duration_ms(ds[i]) < 0) {
       svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: %s is negative", j->method, dn[i]);
       return DBX_OK;
     }

@@ -37,38 +37,14 @@ void svc_pb_setstr(char **field, const char *v) {
 
 Duration *svc_duration_new_ms(int64_t ms) {
   Duration *d = svc_pb_new(&Duration__D);
-  if (d) {
-    d->seconds = ms / 1000;
-    d->nanos = (int32_t)((ms % 1000) * 1000000);
-  }
+  if (d) dbx_pb_duration_init_ms(d, ms);
   return d;
 }
 
 Timestamp *svc_timestamp_new_ns(int64_t ns) {
   Timestamp *t = svc_pb_new(&Timestamp__D);
-  if (t) {
-    t->seconds = ns / 1000000000;
-    t->nanos = (int32_t)(ns % 1000000000);
-  }
+  if (t) dbx_pb_timestamp_init_ns(t, ns);
   return t;
-}
-
-int64_t svc_duration_ms(const Duration *d) {
-  if (d == NULL) return 0;
-  if (d->seconds < 0 || d->nanos < 0) return -1;
-  if (d->seconds > INT64_MAX / 1000 - 1) return INT64_MAX / 2;
-  return d->seconds * 1000 + d->nanos / 1000000;
-}
-
-ProtobufCMessage *svc_pb_clone(const ProtobufCMessage *m) {
-  if (m == NULL) return NULL;
-  size_t n = protobuf_c_message_get_packed_size(m);
-  uint8_t *buf = malloc(n ? n : 1);
-  if (buf == NULL) return NULL;
-  protobuf_c_message_pack(m, buf);
-  ProtobufCMessage *c = protobuf_c_message_unpack(m->descriptor, NULL, n, buf);
-  free(buf);
-  return c;
 }
 
 /* EventType -> the HistoryEvent oneof member carrying its attributes,
@@ -606,11 +582,11 @@ dbx_err svc_run_start(ectx *c, const run_start_args *a, RunState **out) {
   rs->status = WS(RUNNING);
   rs->next_event_id = 1;
   rs->start_time_ns = c->now_ns;
-  int64_t backoff_ms = svc_duration_ms(st->first_workflow_task_backoff);
+  int64_t backoff_ms = dbx_pb_duration_ms(st->first_workflow_task_backoff);
   rs->execution_time_ns = c->now_ns + (backoff_ms > 0 ? backoff_ms * 1000000 : 0);
-  rs->run_timeout_ms = svc_duration_ms(st->workflow_run_timeout);
-  rs->execution_timeout_ms = svc_duration_ms(st->workflow_execution_timeout);
-  rs->task_timeout_ms = svc_duration_ms(st->workflow_task_timeout);
+  rs->run_timeout_ms = dbx_pb_duration_ms(st->workflow_run_timeout);
+  rs->execution_timeout_ms = dbx_pb_duration_ms(st->workflow_execution_timeout);
+  rs->task_timeout_ms = dbx_pb_duration_ms(st->workflow_task_timeout);
   if (rs->task_timeout_ms <= 0) rs->task_timeout_ms = 10000;
   rs->wft_attempt = 1;
   if (a->execution_expiration_ns > 0)

@@ -194,7 +194,6 @@ void svc_fail_not_found(job *j, const char *fmt, const char *a, const char *b);
 /* Resolve (ns, execution) to a loaded run; run_id "" = current run. *out NULL
  * when refused (status set). */
 dbx_err svc_load_execution(ectx *c, job *j, const char *ns, const WorkflowExecution *we, RunState **out);
-int svc_token_pack(const TaskToken *t, ProtobufCBinaryData *out); /* 0 or -1 (OOM); out->data malloc'd */
 /* The token of kind, or NULL (INVALID_ARGUMENT set). Free with protobuf_c_message_free_unpacked. */
 TaskToken *svc_token_decode(job *j, ProtobufCBinaryData tok, int kind);
 
@@ -330,16 +329,14 @@ const char *svc_ns_id(dbx_service *s, const char *ns);
 
 /* Helpers for building protobuf values. */
 void *svc_pb_new(const ProtobufCMessageDescriptor *d); /* malloc'd, initialised; NULL on OOM */
-char *svc_new_uuid(void);            /* malloc'd random UUID text (engine.c); NULL on OOM */
+char *svc_new_uuid(void); /* dbx_uuid_v4 text, malloc'd (engine.c); NULL on OOM or no randomness */
 char *svc_pb_strdup(const char *s);      /* malloc'd copy; "" for NULL */
 void svc_pb_setstr(char **field, const char *v);
 Duration *svc_duration_new_ms(int64_t ms);
 Timestamp *svc_timestamp_new_ns(int64_t ns);
-int64_t svc_duration_ms(const Duration *d);
 HistoryEvent *svc_event_new(int type);   /* malloc'd, free with history_event_free */
 void svc_history_event_free(HistoryEvent *ev);
-/* Deep copy by pack+unpack (NULL on OOM). */
-ProtobufCMessage *svc_pb_clone(const ProtobufCMessage *m);
-#define PB_CLONE(T, m) ((T *)svc_pb_clone((const ProtobufCMessage *)(m)))
+/* Deep copy (dbx_pb_clone: pack, then unpack with dbx_pb_allocator()); NULL on OOM. */
+#define PB_CLONE(T, m) ((T *)dbx_pb_clone((const ProtobufCMessage *)(m)))
 
 #endif

@@ -8,6 +8,10 @@
 #include "service/svc.h"
 #include "service/visquery.h"
 
+/* ns rounded down to whole seconds: Describe's pending times have always
+ * carried seconds only. */
+static int64_t whole_s(int64_t ns) { return ns / 1000000000 * 1000000000; }
+
 /* Fill info from a run (pointers borrow rs; timestamps go to ts[0..2]). */
 static void fill_exec_info(RunState *rs, WorkflowExecutionInfo *info, WorkflowExecution *we, WorkflowType *wt,
                            Timestamp ts[3], Memo **memo, SearchAttributes **sa) {
@@ -16,16 +20,13 @@ static void fill_exec_info(RunState *rs, WorkflowExecutionInfo *info, WorkflowEx
   wt->name = rs->workflow_type;
   info->execution = we;
   info->type = wt;
-  ts[0].seconds = rs->start_time_ns / 1000000000;
-  ts[0].nanos = (int32_t)(rs->start_time_ns % 1000000000);
+  dbx_pb_timestamp_init_ns(&ts[0], rs->start_time_ns);
   info->start_time = &ts[0];
   if (rs->close_time_ns) {
-    ts[1].seconds = rs->close_time_ns / 1000000000;
-    ts[1].nanos = (int32_t)(rs->close_time_ns % 1000000000);
+    dbx_pb_timestamp_init_ns(&ts[1], rs->close_time_ns);
     info->close_time = &ts[1];
   }
-  ts[2].seconds = rs->execution_time_ns / 1000000000;
-  ts[2].nanos = (int32_t)(rs->execution_time_ns % 1000000000);
+  dbx_pb_timestamp_init_ns(&ts[2], rs->execution_time_ns);
   info->execution_time = &ts[2];
   info->status = rs->status;
   info->history_length = rs->next_event_id - 1;
@@ -103,16 +104,15 @@ dbx_err svc_h_describe_execution(ectx *c, job *j) {
       pa[i].maximum_attempts = ai->retry_policy ? ai->retry_policy->maximum_attempts : 0;
       pa[i].last_failure = ai->last_failure;
       pa[i].last_worker_identity = ai->started_identity;
-      Timestamp t0 = INIT(GOOGLE__PROTOBUF__TIMESTAMP);
-      pts[3 * i] = pts[3 * i + 1] = pts[3 * i + 2] = t0;
-      pts[3 * i].seconds = ai->scheduled_time_ns / 1000000000;
+      /* whole seconds, as before */
+      dbx_pb_timestamp_init_ns(&pts[3 * i], whole_s(ai->scheduled_time_ns));
       pa[i].scheduled_time = &pts[3 * i];
       if (ai->last_heartbeat_time_ns) {
-        pts[3 * i + 1].seconds = ai->last_heartbeat_time_ns / 1000000000;
+        dbx_pb_timestamp_init_ns(&pts[3 * i + 1], whole_s(ai->last_heartbeat_time_ns));
         pa[i].last_heartbeat_time = &pts[3 * i + 1];
       }
       if (ai->started_time_ns) {
-        pts[3 * i + 2].seconds = ai->started_time_ns / 1000000000;
+        dbx_pb_timestamp_init_ns(&pts[3 * i + 2], whole_s(ai->started_time_ns));
         pa[i].last_started_time = &pts[3 * i + 2];
       }
       pap[i] = &pa[i];
@@ -133,14 +133,14 @@ dbx_err svc_h_describe_execution(ectx *c, job *j) {
     r.n_pending_children = nc;
     r.pending_children = pcp;
     PendingWorkflowTaskInfo pw = INIT(TEMPORAL__API__WORKFLOW__V1__PENDING_WORKFLOW_TASK_INFO);
-    Timestamp ws = INIT(GOOGLE__PROTOBUF__TIMESTAMP), wst = ws;
+    Timestamp ws, wst;
     if (rs->wft_scheduled_event_id) {
       pw.state = rs->wft_started_event_id ? TEMPORAL__API__ENUMS__V1__PENDING_WORKFLOW_TASK_STATE__PENDING_WORKFLOW_TASK_STATE_STARTED
                                           : TEMPORAL__API__ENUMS__V1__PENDING_WORKFLOW_TASK_STATE__PENDING_WORKFLOW_TASK_STATE_SCHEDULED;
-      ws.seconds = rs->wft_scheduled_time_ns / 1000000000;
+      dbx_pb_timestamp_init_ns(&ws, whole_s(rs->wft_scheduled_time_ns));
       pw.scheduled_time = &ws;
       if (rs->wft_started_event_id) {
-        wst.seconds = rs->wft_started_time_ns / 1000000000;
+        dbx_pb_timestamp_init_ns(&wst, whole_s(rs->wft_started_time_ns));
         pw.started_time = &wst;
       }
       pw.attempt = rs->wft_attempt;
