@@ -56,7 +56,11 @@ static int strings_valid(const ProtobufCMessage *m, char *path, size_t cap, size
 void *svc_decode(job *j, const ProtobufCMessageDescriptor *d) {
   size_t len = 0;
   const uint8_t *b = dbx_rpc_call_request(j->call, &len);
-  ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, len, b);
+  ProtobufCMessage *m = NULL;
+  if (svc_pb_unpack(d, b, len, (void **)&m) == DBX_ENOMEM) {
+    svc_job_fail(j, DBX_GRPC_RESOURCE_EXHAUSTED, "%s: out of memory decoding the request", j->method);
+    return NULL;
+  }
   if (m == NULL) {
     svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "malformed %s: cannot decode %zu bytes as %s", j->method, len,
                  d->name);
@@ -129,7 +133,11 @@ dbx_err svc_load_execution(ectx *c, job *j, const char *ns, const WorkflowExecut
 }
 
 TaskToken *svc_token_decode(job *j, ProtobufCBinaryData tok, int kind) {
-  TaskToken *t = tok.len ? (TaskToken *)protobuf_c_message_unpack(&TaskToken__D, NULL, tok.len, tok.data) : NULL;
+  TaskToken *t = NULL;
+  if (tok.len && svc_pb_unpack(&TaskToken__D, tok.data, tok.len, (void **)&t) == DBX_ENOMEM) {
+    svc_job_fail(j, DBX_GRPC_RESOURCE_EXHAUSTED, "%s: out of memory decoding the task token", j->method);
+    return NULL;
+  }
   if (t == NULL || t->kind != kind || t->namespace_[0] == '\0' || t->workflow_id[0] == '\0' ||
       t->run_id[0] == '\0' || t->scheduled_event_id <= 0) {
     if (t) protobuf_c_message_free_unpacked(&t->base, NULL);

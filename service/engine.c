@@ -35,7 +35,7 @@
 /* ------------------------------------------------------------ notes */
 
 note *svc_note_new(ectx *c, int kind) {
-  note *n = calloc(1, sizeof *n);
+  note *n = dbx_calloc(1, sizeof *n);
   if (n == NULL) return NULL;
   n->kind = kind;
   n->next = c->notes;
@@ -97,7 +97,7 @@ static void job_vfail(job *j, int status, const ProtobufCMessage *detail, const 
     Any any = INIT(GOOGLE__PROTOBUF__ANY);
     any.type_url = (char *)type_url;
     size_t n = protobuf_c_message_get_packed_size(detail);
-    any.value.data = malloc(n ? n : 1);
+    any.value.data = dbx_malloc(n ? n : 1);
     if (any.value.data == NULL) return;
     protobuf_c_message_pack(detail, any.value.data);
     any.value.len = n;
@@ -108,7 +108,7 @@ static void job_vfail(job *j, int status, const ProtobufCMessage *detail, const 
     st.n_details = 1;
     st.details = anys;
     size_t sn = google__rpc__status__get_packed_size(&st);
-    j->details = malloc(sn ? sn : 1);
+    j->details = dbx_malloc(sn ? sn : 1);
     if (j->details) {
       google__rpc__status__pack(&st, j->details);
       j->details_len = sn;
@@ -135,7 +135,7 @@ void svc_job_fail_detail(job *j, int status, const ProtobufCMessage *detail, con
 int svc_job_reply(job *j, const ProtobufCMessage *m) {
   size_t n = protobuf_c_message_get_packed_size(m);
   free(j->reply);
-  j->reply = malloc(n ? n : 1);
+  j->reply = dbx_malloc(n ? n : 1);
   if (j->reply == NULL) {
     j->reply_len = 0;
     svc_job_fail(j, DBX_GRPC_RESOURCE_EXHAUSTED, "out of memory packing the reply");
@@ -150,7 +150,7 @@ int svc_job_reply(job *j, const ProtobufCMessage *m) {
 int svc_job_reply_field(job *j, const ProtobufCMessage *m, uint32_t field, const uint8_t *body, size_t body_len) {
   size_t n = protobuf_c_message_get_packed_size(m);
   free(j->reply);
-  j->reply = malloc(n + 20 + body_len);
+  j->reply = dbx_malloc(n + 20 + body_len);
   if (j->reply == NULL) {
     j->reply_len = 0;
     svc_job_fail(j, DBX_GRPC_RESOURCE_EXHAUSTED, "out of memory packing the reply");
@@ -207,7 +207,7 @@ static char *ns_make_id(const char *name) {
 
 static int ns_add(dbx_service *s, const char *name) {
   if (svc_ns_known(s, name)) return 0;
-  ns_entry *n = realloc(s->namespaces, (s->n_namespaces + 1) * sizeof *n);
+  ns_entry *n = dbx_realloc(s->namespaces, (s->n_namespaces + 1) * sizeof *n);
   if (n == NULL) return -1;
   s->namespaces = n;
   n[s->n_namespaces].name = dbx_strdup(name);
@@ -221,7 +221,7 @@ static int ns_add(dbx_service *s, const char *name) {
 
 static void on_call(dbx_rpc_call *call, void *ud) {
   dbx_service *s = ud;
-  job *j = calloc(1, sizeof *j);
+  job *j = dbx_calloc(1, sizeof *j);
   if (j == NULL) {
     dbx_rpc_call_fail(call, DBX_GRPC_RESOURCE_EXHAUSTED, "out of memory", NULL, 0);
     return;
@@ -266,7 +266,9 @@ typedef struct {
 static int wake_parked(dbx_service *s, int kind, const char *key, size_t klen, int max, job **ready);
 
 /* Run one job in its own child transaction. Returns a store error that must
- * abort the whole batch, else DBX_OK (a rejected job leaves nothing). */
+ * abort the whole batch, else DBX_OK (a rejected job leaves nothing). A job
+ * that ran out of memory is rejected alone with RESOURCE_EXHAUSTED: its
+ * child transaction and notes are dropped, the rest of the batch goes on. */
 static dbx_err run_job(ectx *c, dbx_txn *txn, job *j) {
   svc_job_reset(j);
   dbx_txn *child = NULL;
@@ -276,6 +278,10 @@ static dbx_err run_job(ectx *c, dbx_txn *txn, job *j) {
   c->txn = child;
   rc = svc_handle_rpc(c, j);
   c->txn = txn;
+  if (rc == DBX_ENOMEM) {
+    svc_job_fail(j, DBX_GRPC_RESOURCE_EXHAUSTED, "%s: out of memory", j->method);
+    rc = DBX_OK;
+  }
   if (rc != DBX_OK) {
     dbx_store_txn_abort(child);
     return rc; /* storage trouble: the whole batch fails or reruns */
@@ -530,10 +536,35 @@ static int64_t expire_parked(dbx_service *s, int64_t now_mono, int all) {
   return next;
 }
 
+/* dbx_service_test_alloc_fail_at: arm the allocation hook around the next
+ * batch that runs calls (the store write: the handlers, timers and commit;
+ * not the answers sent after it). Engine thread. */
+static long test_alloc_arm(dbx_service *s, const job *jobs) {
+  if (jobs == NULL) return 0;
+  pthread_mutex_lock(&s->mu);
+  long n = s->test_alloc_fail_at;
+  s->test_alloc_fail_at = 0;
+  pthread_mutex_unlock(&s->mu);
+  if (n > 0) dbx_alloc_fail_at(n);
+  return n;
+}
+
+static void test_alloc_disarm(dbx_service *s, long n) {
+  if (n <= 0) return;
+  int failed = dbx_alloc_failed();
+  dbx_alloc_fail_at(0);
+  pthread_mutex_lock(&s->mu);
+  s->test_alloc_failed = failed;
+  s->test_alloc_done = 1;
+  pthread_mutex_unlock(&s->mu);
+}
+
 static void run_batch(dbx_service *s, job *jobs, int fire_timers, job **ready) {
   batch b = {.svc = s, .jobs = jobs, .fire_timers = fire_timers};
   DBX_FAILPOINT("service.commit.before");
+  long armed = test_alloc_arm(s, jobs);
   dbx_err rc = dbx_store_write(s->store, batch_fn, &b);
+  test_alloc_disarm(s, armed);
   DBX_FAILPOINT("service.commit.after");
   if (rc == DBX_OK) {
     apply_after_commit(s, &b, ready);
@@ -555,7 +586,9 @@ static void run_batch(dbx_service *s, job *jobs, int fire_timers, job **ready) {
     return;
   }
   const char *msg = dbx_store_errmsg(s->store);
-  if (rc != DBX_ESTOREFULL)
+  if (rc == DBX_ENOMEM)
+    DBX_WARN("service", "out of memory running a batch");
+  else if (rc != DBX_ESTOREFULL)
     DBX_ERROR("service", "storage error: %s (%s)", dbx_strerror(rc), msg);
   else
     DBX_WARN("service", "%s", msg);
@@ -563,6 +596,8 @@ static void run_batch(dbx_service *s, job *jobs, int fire_timers, job **ready) {
     job *next = j->next;
     if (rc == DBX_ESTOREFULL)
       svc_job_fail(j, DBX_GRPC_RESOURCE_EXHAUSTED, "storage full: %s", msg);
+    else if (rc == DBX_ENOMEM)
+      svc_job_fail(j, DBX_GRPC_RESOURCE_EXHAUSTED, "out of memory");
     else
       svc_job_fail(j, DBX_GRPC_UNAVAILABLE, "storage error: %s: %s", dbx_strerror(rc), msg);
     job_answer(j);
@@ -732,7 +767,7 @@ static void sweep_orphan_stores(const char *tmpdir) {
 dbx_err dbx_service_start(const dbx_service_opts *o, dbx_service **out, char **errmsg) {
   *out = NULL;
   if (errmsg) *errmsg = NULL;
-  dbx_service *s = calloc(1, sizeof *s);
+  dbx_service *s = dbx_calloc(1, sizeof *s);
   if (s == NULL) return DBX_ENOMEM;
   s->opts = *o;
   s->limits = o->limits;
@@ -880,6 +915,21 @@ void dbx_service_test_hold(dbx_service *s, int hold) {
   s->test_hold = hold;
   pthread_cond_signal(&s->cond);
   pthread_mutex_unlock(&s->mu);
+}
+
+void dbx_service_test_alloc_fail_at(dbx_service *s, long n) {
+  pthread_mutex_lock(&s->mu);
+  s->test_alloc_fail_at = n;
+  s->test_alloc_failed = 0;
+  s->test_alloc_done = 0;
+  pthread_mutex_unlock(&s->mu);
+}
+
+int dbx_service_test_alloc_result(dbx_service *s) {
+  pthread_mutex_lock(&s->mu);
+  int r = !s->test_alloc_done ? -1 : s->test_alloc_failed;
+  pthread_mutex_unlock(&s->mu);
+  return r;
 }
 
 int dbx_service_test_queued(dbx_service *s) {

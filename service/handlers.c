@@ -76,11 +76,11 @@ static dbx_err h_list_namespaces(ectx *c, job *j) {
   ListNamespacesRequest *q = svc_decode(j, &ListNamespacesRequest__D);
   if (q == NULL) return DBX_OK;
   size_t n = c->svc->n_namespaces;
-  DescribeNamespaceResponse *items = calloc(n, sizeof *items);
-  DescribeNamespaceResponse **ptrs = calloc(n, sizeof *ptrs);
-  NamespaceInfo *infos = calloc(n, sizeof *infos);
-  NamespaceConfig *cfgs = calloc(n, sizeof *cfgs);
-  Duration *ttls = calloc(n, sizeof *ttls);
+  DescribeNamespaceResponse *items = dbx_calloc(n, sizeof *items);
+  DescribeNamespaceResponse **ptrs = dbx_calloc(n, sizeof *ptrs);
+  NamespaceInfo *infos = dbx_calloc(n, sizeof *infos);
+  NamespaceConfig *cfgs = dbx_calloc(n, sizeof *cfgs);
+  Duration *ttls = dbx_calloc(n, sizeof *ttls);
   if (items && ptrs && infos && cfgs && ttls) {
     for (size_t i = 0; i < n; i++) {
       DescribeNamespaceResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__DESCRIBE_NAMESPACE_RESPONSE);

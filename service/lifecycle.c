@@ -211,7 +211,7 @@ static void remember_request(RunState *rs, const char *req) {
     memmove(rs->signal_request_ids, rs->signal_request_ids + 1, 63 * sizeof *rs->signal_request_ids);
     rs->n_signal_request_ids--;
   }
-  char **arr = realloc(rs->signal_request_ids, (rs->n_signal_request_ids + 1) * sizeof *arr);
+  char **arr = dbx_realloc(rs->signal_request_ids, (rs->n_signal_request_ids + 1) * sizeof *arr);
   if (arr == NULL) return;
   rs->signal_request_ids = arr;
   char *d = dbx_strdup(req);

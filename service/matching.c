@@ -35,9 +35,9 @@ static dbx_err take_task(ectx *c, const char *ns, const char *tq, int kind, Task
   dbx_val k, v;
   rc = dbx_store_cursor_seek(cur, prefix, pl, &k, &v);
   if (rc == DBX_OK && k.size == pl + 9 && memcmp(k.data, prefix, pl) == 0 && ((const char *)k.data)[pl] == 0) {
-    *out = (TaskRecord *)protobuf_c_message_unpack(&TaskRecord__D, NULL, v.size, v.data);
+    dbx_err urc = svc_pb_unpack(&TaskRecord__D, v.data, v.size, (void **)out);
     rc = dbx_store_cursor_del(cur);
-    if (rc == DBX_OK && *out == NULL) rc = DBX_ESTORE;
+    if (rc == DBX_OK && urc != DBX_OK) rc = urc == DBX_ENOMEM ? DBX_ENOMEM : DBX_ESTORE;
   } else if (rc == DBX_OK || rc == DBX_ENOTFOUND) {
     rc = DBX_OK;
   }
@@ -295,7 +295,7 @@ dbx_err svc_h_query(ectx *c, job *j) {
   rc = svc_load_execution(c, j, q->namespace_, q->execution, &rs);
   if (rc != DBX_OK || rs == NULL) goto out;
   note *n = svc_note_new(c, NOTE_QUERY_NEW);
-  query *qq = calloc(1, sizeof *qq);
+  query *qq = dbx_calloc(1, sizeof *qq);
   if (n == NULL || qq == NULL) {
     free(qq);
     rc = DBX_ENOMEM;
@@ -307,7 +307,7 @@ dbx_err svc_h_query(ectx *c, job *j) {
   qq->run_id = dbx_strdup(rs->run_id);
   qq->task_queue = dbx_strdup(rs->task_queue);
   qq->query_len = protobuf_c_message_get_packed_size(&q->query->base);
-  qq->query = malloc(qq->query_len ? qq->query_len : 1);
+  qq->query = dbx_malloc(qq->query_len ? qq->query_len : 1);
   if (qq->query) protobuf_c_message_pack(&q->query->base, qq->query);
   qq->waiter = j;
   n->q = qq;
@@ -337,7 +337,11 @@ static dbx_err try_dispatch_query(ectx *c, job *j, const char *ns, const char *t
       svc_runstate_free(rs);
       continue;
     }
-    WorkflowQuery *wq = (WorkflowQuery *)protobuf_c_message_unpack(&WorkflowQuery__D, NULL, qq->query_len, qq->query);
+    WorkflowQuery *wq = NULL;
+    if (svc_pb_unpack(&WorkflowQuery__D, qq->query, qq->query_len, (void **)&wq) == DBX_ENOMEM) {
+      svc_runstate_free(rs);
+      return DBX_ENOMEM;
+    }
     PollWorkflowTaskQueueResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__POLL_WORKFLOW_TASK_QUEUE_RESPONSE);
     TaskToken tok = INIT(DURABOX__SERVICE__V1__TASK_TOKEN);
     tok.kind = TASK_QUERY;
@@ -406,7 +410,7 @@ dbx_err svc_h_respond_query(ectx *c, job *j) {
       r.query_result = q->query_result;
       n->status = DBX_GRPC_OK;
       n->len = protobuf_c_message_get_packed_size(&r.base);
-      n->bytes = malloc(n->len ? n->len : 1);
+      n->bytes = dbx_malloc(n->len ? n->len : 1);
       if (n->bytes) protobuf_c_message_pack(&r.base, n->bytes);
     } else {
       /* Temporal answers a failed query with INVALID_ARGUMENT + QueryFailedFailure */

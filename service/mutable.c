@@ -24,7 +24,7 @@ static int64_t event_time_ns(const HistoryEvent *ev) { return dbx_pb_timestamp_n
 #define APPEND_NEW(arr, n, T, D, out)                          \
   do {                                                         \
     T *x_ = svc_pb_new(&D);                                    \
-    T **a_ = realloc((arr), ((n) + 1) * sizeof *a_);           \
+    T **a_ = dbx_realloc((arr), ((n) + 1) * sizeof *a_);           \
     if (a_) (arr) = a_;                                        \
     if (x_ == NULL || a_ == NULL) {                            \
       free(x_);                                                \

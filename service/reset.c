@@ -60,7 +60,7 @@ static RunState *new_run_state(ectx *c, const RunState *base, const char *new_ru
   nrs->execution_expiration_ns = base->execution_expiration_ns;
   nrs->wft_attempt = 1;
   if (base->parent) nrs->parent = PB_CLONE(ParentInfo, base->parent);
-  nrs->memo.data = base->memo.len ? malloc(base->memo.len) : NULL;
+  nrs->memo.data = base->memo.len ? dbx_malloc(base->memo.len) : NULL;
   if (nrs->memo.data) {
     memcpy(nrs->memo.data, base->memo.data, base->memo.len);
     nrs->memo.len = base->memo.len;

@@ -31,7 +31,7 @@ dbx_err svc_run_signal(ectx *c, RunState *rs, const char *name, const Payloads *
   dbx_err rc = svc_event_append(c, rs, ev, 1);
   svc_history_event_free(ev);
   if (rc == DBX_OK) rc = svc_wft_schedule(c, rs);
-  return rc;
+  return rc == DBX_OK ? 0 : -1;
 }
 
 dbx_err svc_run_request_cancel(ectx *c, RunState *rs, const char *identity) {
@@ -82,5 +82,5 @@ int svc_run_terminate(ectx *c, RunState *rs, const char *reason, const char *ide
   ev->workflow_execution_terminated_event_attributes->identity = svc_pb_strdup(identity);
   if (rc == DBX_OK) rc = svc_run_close(c, rs, ev, WS(TERMINATED));
   svc_history_event_free(ev);
-  return rc == DBX_OK ? 0 : -1;
+  return rc;
 }

@@ -21,9 +21,36 @@
 /* ------------------------------------------------------------ protobuf helpers */
 
 void *svc_pb_new(const ProtobufCMessageDescriptor *d) {
-  void *m = calloc(1, d->sizeof_message);
+  void *m = dbx_calloc(1, d->sizeof_message);
   if (m) d->message_init((ProtobufCMessage *)m);
   return m;
+}
+
+/* protobuf-c's allocator through dbx_malloc that remembers a failed
+ * allocation, so a NULL from unpack tells OOM from malformed bytes. */
+static void *unpack_alloc(void *ud, size_t n) {
+  void *p = dbx_malloc(n ? n : 1);
+  if (p == NULL) *(int *)ud = 1;
+  return p;
+}
+
+static void unpack_free(void *ud, void *p) {
+  (void)ud;
+  dbx_free(p);
+}
+
+dbx_err svc_pb_unpack(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n, void **out) {
+  int oom = 0;
+  ProtobufCAllocator a = {unpack_alloc, unpack_free, &oom};
+  *out = protobuf_c_message_unpack(d, &a, n, p);
+  if (*out) return DBX_OK;
+  return oom ? DBX_ENOMEM : DBX_EINVAL;
+}
+
+/* DBX_ESTORE for stored bytes that do not decode, DBX_ENOMEM on OOM. */
+static dbx_err unpack_stored(const ProtobufCMessageDescriptor *d, const dbx_val *v, void **out) {
+  dbx_err rc = svc_pb_unpack(d, v->data, v->size, out);
+  return rc == DBX_EINVAL ? DBX_ESTORE : rc;
 }
 
 char *svc_pb_strdup(const char *s) { return dbx_strdup(s ? s : ""); }
@@ -113,7 +140,7 @@ size_t svc_pb_varint(uint8_t *out, uint64_t v) {
 static char *join_key(size_t *len, int n, const char **parts) {
   size_t total = 0;
   for (int i = 0; i < n; i++) total += strlen(parts[i]) + (i ? 1 : 0);
-  char *k = malloc(total + 1);
+  char *k = dbx_malloc(total + 1);
   if (k == NULL) return NULL;
   size_t off = 0;
   for (int i = 0; i < n; i++) {
@@ -178,7 +205,7 @@ dbx_err svc_seq_save(ectx *c) {
 static dbx_err put_msg(ectx *c, dbx_table t, const void *k, size_t kl, const ProtobufCMessage *m) {
   size_t n = protobuf_c_message_get_packed_size(m);
   uint8_t stackbuf[1024];
-  uint8_t *buf = n <= sizeof stackbuf ? stackbuf : malloc(n);
+  uint8_t *buf = n <= sizeof stackbuf ? stackbuf : dbx_malloc(n);
   if (buf == NULL) return DBX_ENOMEM;
   protobuf_c_message_pack(m, buf);
   dbx_err rc = dbx_store_put(c->txn, t, k, kl, buf, n);
@@ -195,8 +222,7 @@ dbx_err svc_run_load(ectx *c, const char *ns, const char *wfid, const char *run_
   dbx_err rc = dbx_store_get(c->txn, c->svc->t_runs, k, kl, &v);
   free(k);
   if (rc != DBX_OK) return rc;
-  *out = (RunState *)protobuf_c_message_unpack(&RunState__D, NULL, v.size, v.data);
-  return *out ? DBX_OK : DBX_ESTORE;
+  return unpack_stored(&RunState__D, &v, (void **)out);
 }
 
 dbx_err svc_current_run_id(ectx *c, const char *ns, const char *wfid, char **out) {
@@ -208,8 +234,9 @@ dbx_err svc_current_run_id(ectx *c, const char *ns, const char *wfid, char **out
   dbx_err rc = dbx_store_get(c->txn, c->svc->t_execs, k, kl, &v);
   free(k);
   if (rc != DBX_OK) return rc;
-  ExecutionRecord *er = (ExecutionRecord *)protobuf_c_message_unpack(&ExecutionRecord__D, NULL, v.size, v.data);
-  if (er == NULL) return DBX_ESTORE;
+  ExecutionRecord *er = NULL;
+  rc = unpack_stored(&ExecutionRecord__D, &v, (void **)&er);
+  if (rc != DBX_OK) return rc;
   *out = dbx_strdup(er->current_run_id);
   protobuf_c_message_free_unpacked(&er->base, NULL);
   return *out ? DBX_OK : DBX_ENOMEM;
@@ -279,8 +306,8 @@ dbx_err svc_event_append(ectx *c, RunState *rs, HistoryEvent *ev, int buffer) {
     dbx_err arc = svc_state_apply_event(rs, ev);
     if (arc != DBX_OK) return arc;
     size_t n = protobuf_c_message_get_packed_size(&ev->base);
-    uint8_t *buf = malloc(n ? n : 1);
-    ProtobufCBinaryData *arr = realloc(rs->buffered_events, (rs->n_buffered_events + 1) * sizeof *arr);
+    uint8_t *buf = dbx_malloc(n ? n : 1);
+    ProtobufCBinaryData *arr = dbx_realloc(rs->buffered_events, (rs->n_buffered_events + 1) * sizeof *arr);
     if (buf == NULL || arr == NULL) {
       free(buf);
       if (arr) rs->buffered_events = arr;
@@ -302,9 +329,10 @@ dbx_err svc_events_flush_buffer(ectx *c, RunState *rs, int *flushed) {
   *flushed = 0;
   size_t n = rs->n_buffered_events;
   for (size_t i = 0; i < n; i++) {
-    HistoryEvent *ev = (HistoryEvent *)protobuf_c_message_unpack(
-        &HistoryEvent__D, NULL, rs->buffered_events[i].len, rs->buffered_events[i].data);
-    if (ev == NULL) return DBX_ESTORE;
+    HistoryEvent *ev = NULL;
+    dbx_val bv = {.data = rs->buffered_events[i].data, .size = rs->buffered_events[i].len};
+    dbx_err urc = unpack_stored(&HistoryEvent__D, &bv, (void **)&ev);
+    if (urc != DBX_OK) return urc;
     ev->event_id = 0;
     /* an activity's close event refers to its started event, written just before */
     int64_t *sid = NULL;
@@ -371,7 +399,7 @@ dbx_err svc_events_load(ectx *c, uint64_t run_seq, int64_t from, int64_t to, His
     if (max_bytes && *n > 0 && bytes + vv.size > max_bytes) break;
     if (*n == cap) {
       size_t nc = cap ? cap * 2 : 64;
-      HistoryEvent **na = realloc(arr, nc * sizeof *na);
+      HistoryEvent **na = dbx_realloc(arr, nc * sizeof *na);
       if (na == NULL) {
         rc = DBX_ENOMEM;
         goto out;
@@ -379,11 +407,9 @@ dbx_err svc_events_load(ectx *c, uint64_t run_seq, int64_t from, int64_t to, His
       arr = na;
       cap = nc;
     }
-    HistoryEvent *ev = (HistoryEvent *)protobuf_c_message_unpack(&HistoryEvent__D, NULL, vv.size, vv.data);
-    if (ev == NULL) {
-      rc = DBX_ESTORE;
-      goto out;
-    }
+    HistoryEvent *ev = NULL;
+    rc = unpack_stored(&HistoryEvent__D, &vv, (void **)&ev);
+    if (rc != DBX_OK) goto out;
     arr[(*n)++] = ev;
     bytes += vv.size;
   }
@@ -412,8 +438,7 @@ dbx_err svc_event_load_one(ectx *c, uint64_t run_seq, int64_t id, HistoryEvent *
   *out = NULL;
   dbx_err rc = dbx_store_get(c->txn, c->svc->t_history, k, sizeof k, &v);
   if (rc != DBX_OK) return rc;
-  *out = (HistoryEvent *)protobuf_c_message_unpack(&HistoryEvent__D, NULL, v.size, v.data);
-  return *out ? DBX_OK : DBX_ESTORE;
+  return unpack_stored(&HistoryEvent__D, &v, (void **)out);
 }
 
 /* ------------------------------------------------------------ tasks and timers */
@@ -423,7 +448,7 @@ dbx_err svc_task_enqueue(ectx *c, const char *ns, const char *tq, int kind, cons
   size_t pl;
   char *prefix = svc_queue_key(ns, tq, kind, &pl);
   if (prefix == NULL) return DBX_ENOMEM;
-  char *k = malloc(pl + 9);
+  char *k = dbx_malloc(pl + 9);
   if (k == NULL) {
     free(prefix);
     return DBX_ENOMEM;
@@ -599,14 +624,14 @@ dbx_err svc_run_start(ectx *c, const run_start_args *a, RunState **out) {
   }
   if (st->memo) {
     size_t n = protobuf_c_message_get_packed_size(&st->memo->base);
-    rs->memo.data = malloc(n ? n : 1);
+    rs->memo.data = dbx_malloc(n ? n : 1);
     if (rs->memo.data == NULL) goto out;
     protobuf_c_message_pack(&st->memo->base, rs->memo.data);
     rs->memo.len = n;
   }
   if (st->search_attributes) {
     size_t n = protobuf_c_message_get_packed_size(&st->search_attributes->base);
-    rs->search_attributes.data = malloc(n ? n : 1);
+    rs->search_attributes.data = dbx_malloc(n ? n : 1);
     if (rs->search_attributes.data == NULL) goto out;
     protobuf_c_message_pack(&st->search_attributes->base, rs->search_attributes.data);
     rs->search_attributes.len = n;
@@ -817,7 +842,7 @@ dbx_err svc_history_encode(ectx *c, uint64_t run_seq, int64_t from, int64_t upto
     if (n + need > cap) {
       size_t nc = cap ? cap * 2 : 4096;
       while (nc < n + need) nc *= 2;
-      uint8_t *nb = realloc(buf, nc);
+      uint8_t *nb = dbx_realloc(buf, nc);
       if (nb == NULL) {
         rc = DBX_ENOMEM;
         goto out;

@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "base/alloc.h"
 #include "base/err.h"
 #include "base/util.h"
 #include "rpc/rpc.h"
@@ -116,6 +117,8 @@ struct dbx_service {
   int stopping;
   int wake;
   int test_hold;                /* dbx_service_test_hold */
+  long test_alloc_fail_at;      /* dbx_service_test_alloc_fail_at, taken by the next batch */
+  int test_alloc_failed, test_alloc_done;
 
   /* engine-thread only */
   job *parked;
@@ -328,6 +331,10 @@ int svc_ns_known(dbx_service *s, const char *ns);
 const char *svc_ns_id(dbx_service *s, const char *ns);
 
 /* Helpers for building protobuf values. */
+/* dbx_pb_unpack that tells why it failed: DBX_OK (*out: free with
+ * protobuf_c_message_free_unpacked(m, NULL)), DBX_ENOMEM (an allocation
+ * failed), DBX_EINVAL (malformed bytes). *out NULL unless DBX_OK. */
+dbx_err svc_pb_unpack(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n, void **out);
 void *svc_pb_new(const ProtobufCMessageDescriptor *d); /* malloc'd, initialised; NULL on OOM */
 char *svc_new_uuid(void); /* dbx_uuid_v4 text, malloc'd (engine.c); NULL on OOM or no randomness */
 char *svc_pb_strdup(const char *s);      /* malloc'd copy; "" for NULL */

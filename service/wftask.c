@@ -213,14 +213,14 @@ static dbx_err cmd_record_marker(ectx *c, job *j, RunState *rs, Command *cmd, wf
   /* same field numbers for name/details in both messages: copy via bytes */
   RecordMarkerCommandAttributes tmp = *a;
   size_t n = protobuf_c_message_get_packed_size(&tmp.base);
-  uint8_t *buf = malloc(n ? n : 1);
+  uint8_t *buf = dbx_malloc(n ? n : 1);
   if (buf == NULL) {
     rc = DBX_ENOMEM;
     goto out;
   }
   protobuf_c_message_pack(&tmp.base, buf);
   MarkerRecordedEventAttributes *copy =
-      (MarkerRecordedEventAttributes *)protobuf_c_message_unpack(&MarkerRecordedEventAttributes__D, NULL, n, buf);
+      (MarkerRecordedEventAttributes *)dbx_pb_unpack(&MarkerRecordedEventAttributes__D, buf, n);
   free(buf);
   if (copy == NULL) {
     rc = DBX_ENOMEM;
