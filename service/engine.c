@@ -36,7 +36,10 @@
 
 note *svc_note_new(ectx *c, int kind) {
   note *n = dbx_calloc(1, sizeof *n);
-  if (n == NULL) return NULL;
+  if (n == NULL) {
+    svc_oom_mark(); /* a lost note would leave a poller asleep: the job fails */
+    return NULL;
+  }
   n->kind = kind;
   n->next = c->notes;
   c->notes = n;
@@ -45,7 +48,10 @@ note *svc_note_new(ectx *c, int kind) {
 
 void svc_note_add(ectx *c, int kind, const char *key) {
   note *n = svc_note_new(c, kind);
-  if (n && key) n->key = dbx_strdup(key);
+  if (n && key) {
+    n->key = dbx_strdup(key);
+    if (n->key == NULL) svc_oom_mark();
+  }
 }
 
 static void notes_free(note *n) {
@@ -276,8 +282,10 @@ static dbx_err run_job(ectx *c, dbx_txn *txn, job *j) {
   if (rc != DBX_OK) return rc;
   note *mark = c->notes;
   c->txn = child;
+  svc_oom_take();
   rc = svc_handle_rpc(c, j);
   c->txn = txn;
+  if (svc_oom_take() && (rc == DBX_OK || rc == DBX_ENOMEM)) rc = DBX_ENOMEM; /* something was left unfilled */
   if (rc == DBX_ENOMEM) {
     svc_job_fail(j, DBX_GRPC_RESOURCE_EXHAUSTED, "%s: out of memory", j->method);
     rc = DBX_OK;
@@ -339,7 +347,12 @@ static dbx_err batch_fn(dbx_txn *txn, void *arg) {
   }
   if (b->fire_timers) {
     dbx_err err = DBX_OK;
+    svc_oom_take();
     int n = svc_fire_due_timers(c, 512, &err);
+    if (svc_oom_take() && n >= 0) {
+      n = -1;
+      err = DBX_ENOMEM;
+    }
     if (n < 0) return err;
     b->timers_fired = n;
   }

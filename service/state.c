@@ -20,10 +20,34 @@
 
 /* ------------------------------------------------------------ protobuf helpers */
 
+/* The sticky out-of-memory mark (svc.h): per thread, so the engine thread's
+ * jobs and a test's direct calls never see each other's. */
+static _Thread_local int oom_mark;
+
+void svc_oom_mark(void) { oom_mark = 1; }
+
+int svc_oom_peek(void) { return oom_mark; }
+
+int svc_oom_take(void) {
+  int m = oom_mark;
+  oom_mark = 0;
+  return m;
+}
+
 void *svc_pb_new(const ProtobufCMessageDescriptor *d) {
   void *m = dbx_calloc(1, d->sizeof_message);
-  if (m) d->message_init((ProtobufCMessage *)m);
+  if (m == NULL) {
+    svc_oom_mark();
+    return NULL;
+  }
+  d->message_init((ProtobufCMessage *)m);
   return m;
+}
+
+ProtobufCMessage *svc_pb_clone(const ProtobufCMessage *m) {
+  ProtobufCMessage *c = dbx_pb_clone(m);
+  if (c == NULL && m != NULL) svc_oom_mark();
+  return c;
 }
 
 /* protobuf-c's allocator through dbx_malloc that remembers a failed
@@ -44,6 +68,7 @@ dbx_err svc_pb_unpack(const ProtobufCMessageDescriptor *d, const uint8_t *p, siz
   ProtobufCAllocator a = {unpack_alloc, unpack_free, &oom};
   *out = protobuf_c_message_unpack(d, &a, n, p);
   if (*out) return DBX_OK;
+  if (oom) svc_oom_mark();
   return oom ? DBX_ENOMEM : DBX_EINVAL;
 }
 
@@ -53,7 +78,11 @@ static dbx_err unpack_stored(const ProtobufCMessageDescriptor *d, const dbx_val 
   return rc == DBX_EINVAL ? DBX_ESTORE : rc;
 }
 
-char *svc_pb_strdup(const char *s) { return dbx_strdup(s ? s : ""); }
+char *svc_pb_strdup(const char *s) {
+  char *d = dbx_strdup(s ? s : "");
+  if (d == NULL) svc_oom_mark();
+  return d;
+}
 
 void svc_pb_setstr(char **field, const char *v) {
   char *n = svc_pb_strdup(v);
@@ -243,6 +272,7 @@ dbx_err svc_current_run_id(ectx *c, const char *ns, const char *wfid, char **out
 }
 
 dbx_err svc_run_save(ectx *c, RunState *rs) {
+  if (svc_oom_peek()) return DBX_ENOMEM; /* rs may miss a field: never stored */
   size_t kl;
   char *k = svc_run_key(rs->namespace_, rs->workflow_id, rs->run_id, &kl);
   if (k == NULL) return DBX_ENOMEM;
@@ -298,9 +328,12 @@ static dbx_err event_store(ectx *c, RunState *rs, HistoryEvent *ev) {
   return rc;
 }
 
-dbx_err svc_event_copy(ectx *c, RunState *rs, HistoryEvent *ev) { return event_store(c, rs, ev); }
+dbx_err svc_event_copy(ectx *c, RunState *rs, HistoryEvent *ev) {
+  return svc_oom_peek() ? DBX_ENOMEM : event_store(c, rs, ev);
+}
 
 dbx_err svc_event_append(ectx *c, RunState *rs, HistoryEvent *ev, int buffer) {
+  if (svc_oom_peek()) return DBX_ENOMEM; /* ev may miss a field: never written nor applied */
   if (buffer && rs->wft_started_event_id > 0) {
     /* the state changes now; the event is written when the task ends */
     dbx_err arc = svc_state_apply_event(rs, ev);

@@ -330,7 +330,20 @@ dbx_err svc_activity_queue_attempt(ectx *c, RunState *rs, ActivityInfo *ai);
 int svc_ns_known(dbx_service *s, const char *ns);
 const char *svc_ns_id(dbx_service *s, const char *ns);
 
-/* Helpers for building protobuf values. */
+/* Helpers for building protobuf values. Every one of them that fails to
+ * allocate (returns NULL) also sets the sticky out-of-memory mark: callers
+ * fill events field by field and do not check each string or submessage,
+ * and a NULL one would be written as an absent field. The engine clears the
+ * mark before each job and rejects the job (RESOURCE_EXHAUSTED, nothing
+ * written) when it is set afterwards (engine.c: run_job), so no half-filled
+ * event reaches the store. svc_oom_take returns the mark and clears it. Per
+ * thread. */
+void svc_oom_mark(void);
+int svc_oom_take(void);
+/* The mark, kept. svc_event_append, svc_event_copy and svc_run_save return
+ * DBX_ENOMEM while it is set: nothing built after a failed allocation is
+ * written or applied. */
+int svc_oom_peek(void);
 /* dbx_pb_unpack that tells why it failed: DBX_OK (*out: free with
  * protobuf_c_message_free_unpacked(m, NULL)), DBX_ENOMEM (an allocation
  * failed), DBX_EINVAL (malformed bytes). *out NULL unless DBX_OK. */
@@ -343,7 +356,9 @@ Duration *svc_duration_new_ms(int64_t ms);
 Timestamp *svc_timestamp_new_ns(int64_t ns);
 HistoryEvent *svc_event_new(int type);   /* malloc'd, free with history_event_free */
 void svc_history_event_free(HistoryEvent *ev);
-/* Deep copy (dbx_pb_clone: pack, then unpack with dbx_pb_allocator()); NULL on OOM. */
-#define PB_CLONE(T, m) ((T *)dbx_pb_clone((const ProtobufCMessage *)(m)))
+/* Deep copy (dbx_pb_clone: pack, then unpack with dbx_pb_allocator()); NULL
+ * for a NULL m, or on OOM (marked). */
+ProtobufCMessage *svc_pb_clone(const ProtobufCMessage *m);
+#define PB_CLONE(T, m) ((T *)svc_pb_clone((const ProtobufCMessage *)(m)))
 
 #endif
