@@ -70,9 +70,10 @@ static dbx_err start_common(ectx *c, job *j, const start_args *a, char **run_id_
         return DBX_OK;
       }
       if (conflict == 3 /* TERMINATE_EXISTING */) {
-        if (svc_run_terminate(c, old, "terminated by a new start (id conflict policy)", a->identity) != 0) {
+        dbx_err trc = svc_run_terminate(c, old, "terminated by a new start (id conflict policy)", a->identity);
+        if (trc != DBX_OK) {
           svc_runstate_free(old);
-          return DBX_ESTORE;
+          return trc;
         }
       } else {
         WorkflowExecutionAlreadyStartedFailure d =
@@ -321,7 +322,7 @@ dbx_err svc_h_terminate(ectx *c, job *j) {
   if (!svc_check_ns(c, j, q->namespace_)) goto out;
   rc = svc_load_execution(c, j, q->namespace_, q->workflow_execution, &rs);
   if (rc != DBX_OK || rs == NULL || !running_or_fail(j, rs)) goto out;
-  if (svc_run_terminate(c, rs, q->reason, q->identity) != 0) rc = DBX_ESTORE;
+  rc = svc_run_terminate(c, rs, q->reason, q->identity);
   if (rc == DBX_OK) j->status = DBX_GRPC_OK;
 out:
   svc_runstate_free(rs);

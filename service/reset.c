@@ -218,9 +218,10 @@ static dbx_err reset_run(ectx *c, const ResetWorkflowExecutionRequest *q, RunSta
   if (rc != DBX_OK) return rc;
   if (base->status == WS(RUNNING)) {
     char *reason = dbx_asprintf("reset to a new run %s: %s", nrs->run_id, q->reason);
-    int tr = svc_run_terminate(c, base, reason ? reason : "reset", q->identity);
+    if (reason == NULL) return DBX_ENOMEM;
+    rc = svc_run_terminate(c, base, reason, q->identity);
     free(reason);
-    if (tr != 0) return DBX_ESTORE;
+    if (rc != DBX_OK) return rc;
   } else {
     rc = svc_run_save(c, base); /* it may have handed over children */
     if (rc != DBX_OK) return rc;

@@ -842,7 +842,7 @@ dbx_err svc_run_close(ectx *c, RunState *rs, HistoryEvent *ev, int status) {
       if (ci->parent_close_policy == 3)
         rc = svc_child_request_cancel(c, ci->namespace_, ci->workflow_id);
       else
-        rc = svc_run_terminate(c, ch, "by parent close policy", "durabox") == 0 ? DBX_OK : DBX_ESTORE;
+        rc = svc_run_terminate(c, ch, "by parent close policy", "durabox");
     }
     svc_runstate_free(ch);
     if (rc != DBX_OK) return rc;

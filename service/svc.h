@@ -264,8 +264,8 @@ dbx_err svc_wft_schedule(ectx *c, RunState *rs);
  * WorkflowExecutionStatus. Notifies the parent, applies parent close policy. */
 dbx_err svc_run_close(ectx *c, RunState *rs, HistoryEvent *ev, int status);
 /* Terminate a loaded running run (saves it; a closed run is left alone).
- * Returns 0 or -1 (store error). */
-int svc_run_terminate(ectx *c, RunState *rs, const char *reason, const char *identity);
+ * Returns DBX_OK, DBX_ENOMEM or a store error. */
+dbx_err svc_run_terminate(ectx *c, RunState *rs, const char *reason, const char *identity);
 /* Request cancellation of the current run of (ns, wfid), if it runs. */
 dbx_err svc_child_request_cancel(ectx *c, const char *ns, const char *wfid);
 

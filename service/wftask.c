@@ -722,7 +722,7 @@ static dbx_err check_history_limits(ectx *c, RunState *rs) {
   if (count >= c->svc->limits.count_error || rs->history_size_bytes >= c->svc->limits.size_error_bytes) {
     DBX_WARN("service", "workflow %s run %s: history of %lld events, %lld bytes exceeds the limit: terminating",
              rs->workflow_id, rs->run_id, (long long)count, (long long)rs->history_size_bytes);
-    return svc_run_terminate(c, rs, "Workflow history size / count exceeds limit.", "durabox") == 0 ? DBX_OK : DBX_ESTORE;
+    return svc_run_terminate(c, rs, "Workflow history size / count exceeds limit.", "durabox");
   }
   if (count >= c->svc->limits.count_warn || rs->history_size_bytes >= c->svc->limits.size_warn_bytes)
     DBX_WARN("service", "workflow %s run %s: history of %lld events, %lld bytes passed the warning limit",
