@@ -317,13 +317,13 @@ static dbx_err event_store(ectx *c, RunState *rs, HistoryEvent *ev) {
   if (rc == DBX_OK) {
     size_t kl;
     char *k = svc_run_key(rs->namespace_, rs->workflow_id, rs->run_id, &kl);
-    note *n = svc_note_new(c, NOTE_RUN);
-    if (n && k) {
-      n->key = k;
-      n->len = kl;
-      k = NULL;
+    note *n = k ? svc_note_new(c, NOTE_RUN) : NULL;
+    if (n == NULL) { /* the run's history waiters would sleep through this event */
+      free(k);
+      return DBX_ENOMEM;
     }
-    free(k);
+    n->key = k;
+    n->len = kl;
   }
   return rc;
 }
