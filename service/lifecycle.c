@@ -205,18 +205,23 @@ static int seen_request(RunState *rs, const char *req) {
   return 0;
 }
 
-static void remember_request(RunState *rs, const char *req) {
-  if (req == NULL || req[0] == '\0') return;
+/* Keep req among the run's signal request ids (dedupe). DBX_OK or
+ * DBX_ENOMEM: a signal whose id is not kept must not be written, or its
+ * retry would be delivered twice. */
+static dbx_err remember_request(RunState *rs, const char *req) {
+  if (req == NULL || req[0] == '\0') return DBX_OK;
   if (rs->n_signal_request_ids >= 64) { /* keep the newest 64 */
     free(rs->signal_request_ids[0]);
     memmove(rs->signal_request_ids, rs->signal_request_ids + 1, 63 * sizeof *rs->signal_request_ids);
     rs->n_signal_request_ids--;
   }
   char **arr = dbx_realloc(rs->signal_request_ids, (rs->n_signal_request_ids + 1) * sizeof *arr);
-  if (arr == NULL) return;
+  if (arr == NULL) return DBX_ENOMEM;
   rs->signal_request_ids = arr;
   char *d = dbx_strdup(req);
-  if (d) arr[rs->n_signal_request_ids++] = d;
+  if (d == NULL) return DBX_ENOMEM;
+  arr[rs->n_signal_request_ids++] = d;
+  return DBX_OK;
 }
 
 dbx_err svc_h_signal(ectx *c, job *j) {
@@ -229,7 +234,7 @@ dbx_err svc_h_signal(ectx *c, job *j) {
   if (rc != DBX_OK || rs == NULL || !running_or_fail(j, rs)) goto out;
   if (!seen_request(rs, q->request_id)) {
     rc = svc_run_signal(c, rs, q->signal_name, q->input, q->identity, q->header, q->request_id);
-    remember_request(rs, q->request_id);
+    if (rc == DBX_OK) rc = remember_request(rs, q->request_id);
     if (rc == DBX_OK) rc = svc_run_save(c, rs);
   }
   if (rc == DBX_OK) j->status = DBX_GRPC_OK;
