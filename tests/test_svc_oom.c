@@ -37,13 +37,17 @@ typedef struct {
   char *dir;
 } fixture;
 
-static int group_setup(void **state) {
-  dbx_rpc_global_init();
+/* A service on a fresh store in a temporary directory. NULL on failure. */
+static fixture *fixture_open(void) {
   fixture *f = calloc(1, sizeof *f);
-  if (f == NULL) return -1;
+  if (f == NULL) return NULL;
   const char *tmp = getenv("TMPDIR");
   f->dir = dbx_asprintf("%s/dbx-svc-oom.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (f->dir == NULL || mkdtemp(f->dir) == NULL) return -1;
+  if (f->dir == NULL || mkdtemp(f->dir) == NULL) {
+    free(f->dir);
+    free(f);
+    return NULL;
+  }
   dbx_service_opts o;
   dbx_service_opts_init(&o);
   o.db_path = f->dir;
@@ -53,22 +57,32 @@ static int group_setup(void **state) {
   if (dbx_service_start(&o, &f->svc, &err) != DBX_OK) {
     fprintf(stderr, "dbx_service_start: %s\n", err ? err : "?");
     free(err);
-    return -1;
+    dbx_fs_remove_tree(f->dir);
+    free(f->dir);
+    free(f);
+    return NULL;
   }
   f->ch = dbx_svct_connect(dbx_service_port(f->svc));
-  *state = f;
-  return 0;
+  return f;
+}
+
+static void fixture_close(fixture *f) {
+  if (f == NULL) return;
+  dbx_rpc_channel_destroy(f->ch);
+  dbx_service_stop(f->svc);
+  if (f->dir) dbx_fs_remove_tree(f->dir);
+  free(f->dir);
+  free(f);
+}
+
+static int group_setup(void **state) {
+  dbx_rpc_global_init();
+  *state = fixture_open();
+  return *state ? 0 : -1;
 }
 
 static int group_teardown(void **state) {
-  fixture *f = *state;
-  if (f) {
-    dbx_rpc_channel_destroy(f->ch);
-    dbx_service_stop(f->svc);
-    if (f->dir) dbx_fs_remove_tree(f->dir);
-    free(f->dir);
-    free(f);
-  }
+  fixture_close(*state);
   dbx_rpc_global_shutdown();
   return 0;
 }
@@ -710,6 +724,66 @@ static void test_svc_oom_reset(void **state) {
   walk(*state, &s);
 }
 
+/* The store reruns a whole batch after growing a full map (store.h), so a
+ * handler runs twice. A signal whose first put finds the map full
+ * (dbx_store_test_inject_map_full), walked over both runs: each iteration on
+ * a fresh service, since the map stays grown. */
+static void test_svc_oom_map_growth_rerun(void **state) {
+  (void)state;
+  int ref[SHAPE_CAP], got[SHAPE_CAP];
+  size_t nref = 0;
+  long failures = 0;
+  for (long n = 0;; n++) { /* n = 0: the reference, never failing */
+    if (n > MAX_WALK) fail_msg("regrow: still reaching the failure after %d allocations", MAX_WALK);
+    fixture *f = fixture_open();
+    assert_non_null(f);
+    scenario s = {.name = "regrow", .after = after_run};
+    fresh_ids(&s);
+    s.run = start(f, &s);
+    s.before = history_len(f, s.wfid, s.run);
+    size_t map_before = dbx_store_map_size(f->svc->store);
+    uint64_t digest = store_digest(f);
+    if (n > 0) dbx_service_test_alloc_fail_at(f->svc, n);
+    dbx_store_test_inject_map_full(1);
+    dbx_rpc_result raw;
+    memset(&raw, 0, sizeof raw);
+    int st = signal_call(f, &s, &raw);
+    dbx_store_test_inject_map_full(0);
+    int hit = n > 0 ? dbx_service_test_alloc_result(f->svc) : 0;
+    if (hit < 0) fail_msg("regrow: the call did not run in an armed batch");
+    int done = 0;
+    if (st != DBX_GRPC_OK) {
+      if (!hit) fail_msg("regrow (N=%ld): status %d without an allocation failure: %s", n, st,
+                         raw.message ? raw.message : "");
+      if (st != DBX_GRPC_RESOURCE_EXHAUSTED && st != DBX_GRPC_INTERNAL)
+        fail_msg("regrow (N=%ld): status %d (%s)", n, st, raw.message ? raw.message : "");
+      if (store_digest(f) != digest) fail_msg("regrow (N=%ld): the failed request changed the store", n);
+      failures++;
+    } else {
+      assert_true(dbx_store_map_size(f->svc->store) > map_before); /* it did grow and rerun */
+      store_check(f);
+      size_t ngot = outcome(f, &s, n == 0 ? ref : got);
+      if (n == 0) {
+        nref = ngot;
+        assert_true(nref > 0);
+      } else {
+        assert_int_equal(ngot, nref);
+        assert_memory_equal(got, ref, 2 * nref * sizeof ref[0]);
+        assert_int_equal(hit, 0); /* nothing absorbed */
+        done = 1;
+      }
+    }
+    dbx_rpc_result_cleanup(&raw);
+    scenario_clear(&s);
+    fixture_close(f);
+    if (done) {
+      print_message("regrow: %ld allocations over both runs, %ld failed cleanly\n", n - 1, failures);
+      break;
+    }
+  }
+  assert_true(failures > 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_svc_oom_start),
@@ -721,6 +795,7 @@ int main(void) {
       cmocka_unit_test(test_svc_oom_signal),
       cmocka_unit_test(test_svc_oom_get_history),
       cmocka_unit_test(test_svc_oom_reset),
+      cmocka_unit_test(test_svc_oom_map_growth_rerun),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
