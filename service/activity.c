@@ -56,13 +56,13 @@ dbx_err svc_activity_queue_attempt(ectx *c, RunState *rs, ActivityInfo *ai) {
 
 static int64_t retry_backoff_ms(const RetryPolicy *p, int attempt, const Failure *f) {
   if (f && f->failure_info_case == FI(APPLICATION_FAILURE_INFO) && f->application_failure_info->next_retry_delay) {
-    int64_t d = svc_duration_ms(f->application_failure_info->next_retry_delay);
+    int64_t d = dbx_pb_duration_ms(f->application_failure_info->next_retry_delay);
     if (d >= 0) return d;
   }
-  double ms = (double)svc_duration_ms(p ? p->initial_interval : NULL);
+  double ms = (double)dbx_pb_duration_ms(p ? p->initial_interval : NULL);
   if (ms <= 0) ms = 1000;
   double coeff = p && p->backoff_coefficient >= 1.0 ? p->backoff_coefficient : 2.0;
-  double maxi = (double)svc_duration_ms(p ? p->maximum_interval : NULL);
+  double maxi = (double)dbx_pb_duration_ms(p ? p->maximum_interval : NULL);
   if (maxi <= 0) maxi = ms * 100;
   for (int i = 1; i < attempt && ms < maxi; i++) ms *= coeff;
   return (int64_t)(ms > maxi ? maxi : ms);

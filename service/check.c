@@ -8,40 +8,7 @@
 
 #include "service/svc.h"
 
-static int utf8_valid(const uint8_t *s, size_t n) {
-  size_t i = 0;
-  while (i < n) {
-    uint8_t c = s[i];
-    if (c < 0x80) {
-      i++;
-      continue;
-    }
-    size_t len;
-    uint32_t cp;
-    if ((c & 0xe0) == 0xc0) {
-      len = 2;
-      cp = c & 0x1f;
-    } else if ((c & 0xf0) == 0xe0) {
-      len = 3;
-      cp = c & 0x0f;
-    } else if ((c & 0xf8) == 0xf0) {
-      len = 4;
-      cp = c & 0x07;
-    } else {
-      return 0;
-    }
-    if (i + len > n) return 0;
-    for (size_t k = 1; k < len; k++) {
-      if ((s[i + k] & 0xc0) != 0x80) return 0;
-      cp = (cp << 6) | (s[i + k] & 0x3f);
-    }
-    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-        cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-      return 0;
-    i += len;
-  }
-  return 1;
-}
+#include "base/codec.h"
 
 /* Walk every string field of m (recursively); on invalid UTF-8 write the
  * field's path into path and return 0. */
@@ -66,7 +33,7 @@ static int strings_valid(const ProtobufCMessage *m, char *path, size_t cap, size
       int bad = 0;
       if (f->type == PROTOBUF_C_TYPE_STRING) {
         const char *s = ((const char *const *)ptr)[k];
-        if (s && !utf8_valid((const uint8_t *)s, strlen(s))) bad = 1;
+        if (s && !dbx_utf8_valid((const uint8_t *)s, strlen(s))) bad = 1;
       } else if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
         const ProtobufCMessage *sub = ((const ProtobufCMessage *const *)ptr)[k];
         size_t n = used;
@@ -89,7 +56,11 @@ static int strings_valid(const ProtobufCMessage *m, char *path, size_t cap, size
 void *svc_decode(job *j, const ProtobufCMessageDescriptor *d) {
   size_t len = 0;
   const uint8_t *b = dbx_rpc_call_request(j->call, &len);
-  ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, len, b);
+  ProtobufCMessage *m = NULL;
+  if (svc_pb_unpack(d, b, len, (void **)&m) == DBX_ENOMEM) {
+    svc_job_fail(j, DBX_GRPC_RESOURCE_EXHAUSTED, "%s: out of memory decoding the request", j->method);
+    return NULL;
+  }
   if (m == NULL) {
     svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "malformed %s: cannot decode %zu bytes as %s", j->method, len,
                  d->name);
@@ -161,17 +132,12 @@ dbx_err svc_load_execution(ectx *c, job *j, const char *ns, const WorkflowExecut
   return rc;
 }
 
-int svc_token_pack(const TaskToken *t, ProtobufCBinaryData *out) {
-  size_t n = protobuf_c_message_get_packed_size(&t->base);
-  out->data = malloc(n ? n : 1);
-  if (out->data == NULL) return -1;
-  protobuf_c_message_pack(&t->base, out->data);
-  out->len = n;
-  return 0;
-}
-
 TaskToken *svc_token_decode(job *j, ProtobufCBinaryData tok, int kind) {
-  TaskToken *t = tok.len ? (TaskToken *)protobuf_c_message_unpack(&TaskToken__D, NULL, tok.len, tok.data) : NULL;
+  TaskToken *t = NULL;
+  if (tok.len && svc_pb_unpack(&TaskToken__D, tok.data, tok.len, (void **)&t) == DBX_ENOMEM) {
+    svc_job_fail(j, DBX_GRPC_RESOURCE_EXHAUSTED, "%s: out of memory decoding the task token", j->method);
+    return NULL;
+  }
   if (t == NULL || t->kind != kind || t->namespace_[0] == '\0' || t->workflow_id[0] == '\0' ||
       t->run_id[0] == '\0' || t->scheduled_event_id <= 0) {
     if (t) protobuf_c_message_free_unpacked(&t->base, NULL);

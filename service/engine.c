@@ -12,17 +12,14 @@
  * that was acknowledged.
  * Threading: on_call/on_cancel run on the rpc thread and touch only the
  * incoming queue under svc->mu; everything else is engine-thread only. */
-#define _XOPEN_SOURCE 700 /* nftw */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <sys/file.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,6 +27,7 @@
 #include "service/svc.h"
 
 #include "base/failpoint.h"
+#include "base/fs.h"
 
 #define MAX_BATCH 256
 
@@ -37,8 +35,11 @@
 /* ------------------------------------------------------------ notes */
 
 note *svc_note_new(ectx *c, int kind) {
-  note *n = calloc(1, sizeof *n);
-  if (n == NULL) return NULL;
+  note *n = dbx_calloc(1, sizeof *n);
+  if (n == NULL) {
+    svc_oom_mark(); /* a lost note would leave a poller asleep: the job fails */
+    return NULL;
+  }
   n->kind = kind;
   n->next = c->notes;
   c->notes = n;
@@ -47,7 +48,10 @@ note *svc_note_new(ectx *c, int kind) {
 
 void svc_note_add(ectx *c, int kind, const char *key) {
   note *n = svc_note_new(c, kind);
-  if (n && key) n->key = dbx_strdup(key);
+  if (n && key) {
+    n->key = dbx_strdup(key);
+    if (n->key == NULL) svc_oom_mark();
+  }
 }
 
 static void notes_free(note *n) {
@@ -99,7 +103,7 @@ static void job_vfail(job *j, int status, const ProtobufCMessage *detail, const 
     Any any = INIT(GOOGLE__PROTOBUF__ANY);
     any.type_url = (char *)type_url;
     size_t n = protobuf_c_message_get_packed_size(detail);
-    any.value.data = malloc(n ? n : 1);
+    any.value.data = dbx_malloc(n ? n : 1);
     if (any.value.data == NULL) return;
     protobuf_c_message_pack(detail, any.value.data);
     any.value.len = n;
@@ -110,7 +114,7 @@ static void job_vfail(job *j, int status, const ProtobufCMessage *detail, const 
     st.n_details = 1;
     st.details = anys;
     size_t sn = google__rpc__status__get_packed_size(&st);
-    j->details = malloc(sn ? sn : 1);
+    j->details = dbx_malloc(sn ? sn : 1);
     if (j->details) {
       google__rpc__status__pack(&st, j->details);
       j->details_len = sn;
@@ -137,7 +141,7 @@ void svc_job_fail_detail(job *j, int status, const ProtobufCMessage *detail, con
 int svc_job_reply(job *j, const ProtobufCMessage *m) {
   size_t n = protobuf_c_message_get_packed_size(m);
   free(j->reply);
-  j->reply = malloc(n ? n : 1);
+  j->reply = dbx_malloc(n ? n : 1);
   if (j->reply == NULL) {
     j->reply_len = 0;
     svc_job_fail(j, DBX_GRPC_RESOURCE_EXHAUSTED, "out of memory packing the reply");
@@ -152,7 +156,7 @@ int svc_job_reply(job *j, const ProtobufCMessage *m) {
 int svc_job_reply_field(job *j, const ProtobufCMessage *m, uint32_t field, const uint8_t *body, size_t body_len) {
   size_t n = protobuf_c_message_get_packed_size(m);
   free(j->reply);
-  j->reply = malloc(n + 20 + body_len);
+  j->reply = dbx_malloc(n + 20 + body_len);
   if (j->reply == NULL) {
     j->reply_len = 0;
     svc_job_fail(j, DBX_GRPC_RESOURCE_EXHAUSTED, "out of memory packing the reply");
@@ -209,7 +213,7 @@ static char *ns_make_id(const char *name) {
 
 static int ns_add(dbx_service *s, const char *name) {
   if (svc_ns_known(s, name)) return 0;
-  ns_entry *n = realloc(s->namespaces, (s->n_namespaces + 1) * sizeof *n);
+  ns_entry *n = dbx_realloc(s->namespaces, (s->n_namespaces + 1) * sizeof *n);
   if (n == NULL) return -1;
   s->namespaces = n;
   n[s->n_namespaces].name = dbx_strdup(name);
@@ -223,7 +227,7 @@ static int ns_add(dbx_service *s, const char *name) {
 
 static void on_call(dbx_rpc_call *call, void *ud) {
   dbx_service *s = ud;
-  job *j = calloc(1, sizeof *j);
+  job *j = dbx_calloc(1, sizeof *j);
   if (j == NULL) {
     dbx_rpc_call_fail(call, DBX_GRPC_RESOURCE_EXHAUSTED, "out of memory", NULL, 0);
     return;
@@ -268,7 +272,9 @@ typedef struct {
 static int wake_parked(dbx_service *s, int kind, const char *key, size_t klen, int max, job **ready);
 
 /* Run one job in its own child transaction. Returns a store error that must
- * abort the whole batch, else DBX_OK (a rejected job leaves nothing). */
+ * abort the whole batch, else DBX_OK (a rejected job leaves nothing). A job
+ * that ran out of memory is rejected alone with RESOURCE_EXHAUSTED: its
+ * child transaction and notes are dropped, the rest of the batch goes on. */
 static dbx_err run_job(ectx *c, dbx_txn *txn, job *j) {
   svc_job_reset(j);
   dbx_txn *child = NULL;
@@ -276,8 +282,14 @@ static dbx_err run_job(ectx *c, dbx_txn *txn, job *j) {
   if (rc != DBX_OK) return rc;
   note *mark = c->notes;
   c->txn = child;
+  svc_oom_take();
   rc = svc_handle_rpc(c, j);
   c->txn = txn;
+  if (svc_oom_take() && (rc == DBX_OK || rc == DBX_ENOMEM)) rc = DBX_ENOMEM; /* something was left unfilled */
+  if (rc == DBX_ENOMEM) {
+    svc_job_fail(j, DBX_GRPC_RESOURCE_EXHAUSTED, "%s: out of memory", j->method);
+    rc = DBX_OK;
+  }
   if (rc != DBX_OK) {
     dbx_store_txn_abort(child);
     return rc; /* storage trouble: the whole batch fails or reruns */
@@ -335,7 +347,12 @@ static dbx_err batch_fn(dbx_txn *txn, void *arg) {
   }
   if (b->fire_timers) {
     dbx_err err = DBX_OK;
+    svc_oom_take();
     int n = svc_fire_due_timers(c, 512, &err);
+    if (svc_oom_take() && n >= 0) {
+      n = -1;
+      err = DBX_ENOMEM;
+    }
     if (n < 0) return err;
     b->timers_fired = n;
   }
@@ -532,10 +549,35 @@ static int64_t expire_parked(dbx_service *s, int64_t now_mono, int all) {
   return next;
 }
 
+/* dbx_service_test_alloc_fail_at: arm the allocation hook around the next
+ * batch that runs calls (the store write: the handlers, timers and commit;
+ * not the answers sent after it). Engine thread. */
+static long test_alloc_arm(dbx_service *s, const job *jobs) {
+  if (jobs == NULL) return 0;
+  pthread_mutex_lock(&s->mu);
+  long n = s->test_alloc_fail_at;
+  s->test_alloc_fail_at = 0;
+  pthread_mutex_unlock(&s->mu);
+  if (n > 0) dbx_alloc_fail_at(n);
+  return n;
+}
+
+static void test_alloc_disarm(dbx_service *s, long n) {
+  if (n <= 0) return;
+  int failed = dbx_alloc_failed();
+  dbx_alloc_fail_at(0);
+  pthread_mutex_lock(&s->mu);
+  s->test_alloc_failed = failed;
+  s->test_alloc_done = 1;
+  pthread_mutex_unlock(&s->mu);
+}
+
 static void run_batch(dbx_service *s, job *jobs, int fire_timers, job **ready) {
   batch b = {.svc = s, .jobs = jobs, .fire_timers = fire_timers};
   DBX_FAILPOINT("service.commit.before");
+  long armed = test_alloc_arm(s, jobs);
   dbx_err rc = dbx_store_write(s->store, batch_fn, &b);
+  test_alloc_disarm(s, armed);
   DBX_FAILPOINT("service.commit.after");
   if (rc == DBX_OK) {
     apply_after_commit(s, &b, ready);
@@ -557,7 +599,9 @@ static void run_batch(dbx_service *s, job *jobs, int fire_timers, job **ready) {
     return;
   }
   const char *msg = dbx_store_errmsg(s->store);
-  if (rc != DBX_ESTOREFULL)
+  if (rc == DBX_ENOMEM)
+    DBX_WARN("service", "out of memory running a batch");
+  else if (rc != DBX_ESTOREFULL)
     DBX_ERROR("service", "storage error: %s (%s)", dbx_strerror(rc), msg);
   else
     DBX_WARN("service", "%s", msg);
@@ -565,6 +609,8 @@ static void run_batch(dbx_service *s, job *jobs, int fire_timers, job **ready) {
     job *next = j->next;
     if (rc == DBX_ESTOREFULL)
       svc_job_fail(j, DBX_GRPC_RESOURCE_EXHAUSTED, "storage full: %s", msg);
+    else if (rc == DBX_ENOMEM)
+      svc_job_fail(j, DBX_GRPC_RESOURCE_EXHAUSTED, "out of memory");
     else
       svc_job_fail(j, DBX_GRPC_UNAVAILABLE, "storage error: %s: %s", dbx_strerror(rc), msg);
     job_answer(j);
@@ -696,20 +742,6 @@ int dbx_service_opts_dynamic_config(dbx_service_opts *o, const char *key, const 
   return 0;
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb;
-  (void)flag;
-  (void)ftw;
-  remove(path);
-  return 0;
-}
-
-/* Remove a temporary store directory: this service's own, or an orphan that
- * sweep_orphan_stores found unlocked. */
-static void rmrf(const char *path) {
-  if (path) nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 /* A temporary store whose service was killed (Temporal's SDK test
  * environments end the dev server with SIGKILL) is never removed by its
  * owner. A service that makes a temporary store first removes those in the
@@ -735,7 +767,7 @@ static void sweep_orphan_stores(const char *tmpdir) {
     free(mk);
     int fd = old ? open(lk, O_RDWR | O_CLOEXEC | O_NOFOLLOW) : -1;
     if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) {
-      rmrf(p);
+      dbx_fs_remove_tree(p);
       DBX_INFO("service", "removed the temporary store %s left by a service that was killed", p);
     }
     if (fd >= 0) close(fd);
@@ -748,7 +780,7 @@ static void sweep_orphan_stores(const char *tmpdir) {
 dbx_err dbx_service_start(const dbx_service_opts *o, dbx_service **out, char **errmsg) {
   *out = NULL;
   if (errmsg) *errmsg = NULL;
-  dbx_service *s = calloc(1, sizeof *s);
+  dbx_service *s = dbx_calloc(1, sizeof *s);
   if (s == NULL) return DBX_ENOMEM;
   s->opts = *o;
   s->limits = o->limits;
@@ -878,7 +910,7 @@ fail:
   else free(msg);
   dbx_store_close(s->store);
   if (s->lock_fd >= 0) close(s->lock_fd);
-  if (s->tmp_db && s->db_path) rmrf(s->db_path);
+  if (s->tmp_db && s->db_path) dbx_fs_remove_tree(s->db_path);
   free(s->db_path);
   for (size_t i = 0; i < s->n_namespaces; i++) {
     free(s->namespaces[i].name);
@@ -896,6 +928,21 @@ void dbx_service_test_hold(dbx_service *s, int hold) {
   s->test_hold = hold;
   pthread_cond_signal(&s->cond);
   pthread_mutex_unlock(&s->mu);
+}
+
+void dbx_service_test_alloc_fail_at(dbx_service *s, long n) {
+  pthread_mutex_lock(&s->mu);
+  s->test_alloc_fail_at = n;
+  s->test_alloc_failed = 0;
+  s->test_alloc_done = 0;
+  pthread_mutex_unlock(&s->mu);
+}
+
+int dbx_service_test_alloc_result(dbx_service *s) {
+  pthread_mutex_lock(&s->mu);
+  int r = !s->test_alloc_done ? -1 : s->test_alloc_failed;
+  pthread_mutex_unlock(&s->mu);
+  return r;
 }
 
 int dbx_service_test_queued(dbx_service *s) {
@@ -918,7 +965,7 @@ void dbx_service_stop(dbx_service *s) {
   dbx_rpc_server_destroy(s->rpc); /* new calls meanwhile were refused by on_call */
   dbx_store_close(s->store);
   if (s->lock_fd >= 0) close(s->lock_fd);
-  if (s->tmp_db) rmrf(s->db_path);
+  if (s->tmp_db) dbx_fs_remove_tree(s->db_path);
   free(s->db_path);
   for (size_t i = 0; i < s->n_namespaces; i++) {
     free(s->namespaces[i].name);
@@ -933,13 +980,6 @@ void dbx_service_stop(dbx_service *s) {
 /* ------------------------------------------------------------ ids */
 
 char *svc_new_uuid(void) {
-  uint8_t b[16];
-  if (getrandom(b, sizeof b, 0) != (ssize_t)sizeof b) {
-    uint64_t x = (uint64_t)dbx_mono_ns() ^ (uint64_t)dbx_wall_ns() << 7;
-    for (int i = 0; i < 16; i++) b[i] = (uint8_t)(x >> ((i % 8) * 8)) ^ (uint8_t)i;
-  }
-  b[6] = (uint8_t)((b[6] & 0x0f) | 0x40);
-  b[8] = (uint8_t)((b[8] & 0x3f) | 0x80);
-  return dbx_asprintf("%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-                      b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  char b[DBX_UUID_LEN + 1];
+  return dbx_uuid_v4(b) == DBX_OK ? dbx_strdup(b) : NULL;
 }

@@ -44,7 +44,7 @@ static void fill_ns_info(dbx_service *s, size_t i, NamespaceInfo *info, Namespac
   info->name = s->namespaces[i].name;
   info->id = s->namespaces[i].id;
   info->state = TEMPORAL__API__ENUMS__V1__NAMESPACE_STATE__NAMESPACE_STATE_REGISTERED;
-  ttl->seconds = 24 * 3600;
+  dbx_pb_duration_init_ms(ttl, 24 * 3600 * 1000LL);
   cfg->workflow_execution_retention_ttl = ttl;
 }
 
@@ -76,11 +76,11 @@ static dbx_err h_list_namespaces(ectx *c, job *j) {
   ListNamespacesRequest *q = svc_decode(j, &ListNamespacesRequest__D);
   if (q == NULL) return DBX_OK;
   size_t n = c->svc->n_namespaces;
-  DescribeNamespaceResponse *items = calloc(n, sizeof *items);
-  DescribeNamespaceResponse **ptrs = calloc(n, sizeof *ptrs);
-  NamespaceInfo *infos = calloc(n, sizeof *infos);
-  NamespaceConfig *cfgs = calloc(n, sizeof *cfgs);
-  Duration *ttls = calloc(n, sizeof *ttls);
+  DescribeNamespaceResponse *items = dbx_calloc(n, sizeof *items);
+  DescribeNamespaceResponse **ptrs = dbx_calloc(n, sizeof *ptrs);
+  NamespaceInfo *infos = dbx_calloc(n, sizeof *infos);
+  NamespaceConfig *cfgs = dbx_calloc(n, sizeof *cfgs);
+  Duration *ttls = dbx_calloc(n, sizeof *ttls);
   if (items && ptrs && infos && cfgs && ttls) {
     for (size_t i = 0; i < n; i++) {
       DescribeNamespaceResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__DESCRIBE_NAMESPACE_RESPONSE);

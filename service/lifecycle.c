@@ -39,7 +39,7 @@ static dbx_err start_common(ectx *c, job *j, const start_args *a, char **run_id_
   const char *dn[] = {"workflow_execution_timeout", "workflow_run_timeout", "workflow_task_timeout",
                       "workflow_start_delay"};
   for (int i = 0; i < 4; i++) {
-    if (ds[i] && svc_duration_ms(ds[i]) < 0) {
+    if (ds[i] && dbx_pb_duration_ms(ds[i]) < 0) {
       svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: %s is negative", j->method, dn[i]);
       return DBX_OK;
     }
@@ -70,9 +70,10 @@ static dbx_err start_common(ectx *c, job *j, const start_args *a, char **run_id_
         return DBX_OK;
       }
       if (conflict == 3 /* TERMINATE_EXISTING */) {
-        if (svc_run_terminate(c, old, "terminated by a new start (id conflict policy)", a->identity) != 0) {
+        dbx_err trc = svc_run_terminate(c, old, "terminated by a new start (id conflict policy)", a->identity);
+        if (trc != DBX_OK) {
           svc_runstate_free(old);
-          return DBX_ESTORE;
+          return trc;
         }
       } else {
         WorkflowExecutionAlreadyStartedFailure d =
@@ -204,18 +205,23 @@ static int seen_request(RunState *rs, const char *req) {
   return 0;
 }
 
-static void remember_request(RunState *rs, const char *req) {
-  if (req == NULL || req[0] == '\0') return;
+/* Keep req among the run's signal request ids (dedupe). DBX_OK or
+ * DBX_ENOMEM: a signal whose id is not kept must not be written, or its
+ * retry would be delivered twice. */
+static dbx_err remember_request(RunState *rs, const char *req) {
+  if (req == NULL || req[0] == '\0') return DBX_OK;
   if (rs->n_signal_request_ids >= 64) { /* keep the newest 64 */
     free(rs->signal_request_ids[0]);
     memmove(rs->signal_request_ids, rs->signal_request_ids + 1, 63 * sizeof *rs->signal_request_ids);
     rs->n_signal_request_ids--;
   }
-  char **arr = realloc(rs->signal_request_ids, (rs->n_signal_request_ids + 1) * sizeof *arr);
-  if (arr == NULL) return;
+  char **arr = dbx_realloc(rs->signal_request_ids, (rs->n_signal_request_ids + 1) * sizeof *arr);
+  if (arr == NULL) return DBX_ENOMEM;
   rs->signal_request_ids = arr;
   char *d = dbx_strdup(req);
-  if (d) arr[rs->n_signal_request_ids++] = d;
+  if (d == NULL) return DBX_ENOMEM;
+  arr[rs->n_signal_request_ids++] = d;
+  return DBX_OK;
 }
 
 dbx_err svc_h_signal(ectx *c, job *j) {
@@ -228,7 +234,7 @@ dbx_err svc_h_signal(ectx *c, job *j) {
   if (rc != DBX_OK || rs == NULL || !running_or_fail(j, rs)) goto out;
   if (!seen_request(rs, q->request_id)) {
     rc = svc_run_signal(c, rs, q->signal_name, q->input, q->identity, q->header, q->request_id);
-    remember_request(rs, q->request_id);
+    if (rc == DBX_OK) rc = remember_request(rs, q->request_id);
     if (rc == DBX_OK) rc = svc_run_save(c, rs);
   }
   if (rc == DBX_OK) j->status = DBX_GRPC_OK;
@@ -321,7 +327,7 @@ dbx_err svc_h_terminate(ectx *c, job *j) {
   if (!svc_check_ns(c, j, q->namespace_)) goto out;
   rc = svc_load_execution(c, j, q->namespace_, q->workflow_execution, &rs);
   if (rc != DBX_OK || rs == NULL || !running_or_fail(j, rs)) goto out;
-  if (svc_run_terminate(c, rs, q->reason, q->identity) != 0) rc = DBX_ESTORE;
+  rc = svc_run_terminate(c, rs, q->reason, q->identity);
   if (rc == DBX_OK) j->status = DBX_GRPC_OK;
 out:
   svc_runstate_free(rs);

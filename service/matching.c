@@ -35,9 +35,9 @@ static dbx_err take_task(ectx *c, const char *ns, const char *tq, int kind, Task
   dbx_val k, v;
   rc = dbx_store_cursor_seek(cur, prefix, pl, &k, &v);
   if (rc == DBX_OK && k.size == pl + 9 && memcmp(k.data, prefix, pl) == 0 && ((const char *)k.data)[pl] == 0) {
-    *out = (TaskRecord *)protobuf_c_message_unpack(&TaskRecord__D, NULL, v.size, v.data);
+    dbx_err urc = svc_pb_unpack(&TaskRecord__D, v.data, v.size, (void **)out);
     rc = dbx_store_cursor_del(cur);
-    if (rc == DBX_OK && *out == NULL) rc = DBX_ESTORE;
+    if (rc == DBX_OK && urc != DBX_OK) rc = urc == DBX_ENOMEM ? DBX_ENOMEM : DBX_ESTORE;
   } else if (rc == DBX_OK || rc == DBX_ENOTFOUND) {
     rc = DBX_OK;
   }
@@ -145,7 +145,7 @@ dbx_err svc_h_poll_workflow(ectx *c, job *j) {
     /* the history, first page, spliced in from the stored bytes */
     rc = svc_history_encode(c, rs->run_seq, 1, rs->wft_started_event_id, HISTORY_PAGE_BYTES, &hist, &hist_len, &last_id);
     uint8_t page_tok[16];
-    if (rc == DBX_OK && svc_token_pack(&tok, &r.task_token) == 0) {
+    if (rc == DBX_OK && (r.task_token.data = dbx_pb_pack(&tok.base, &r.task_token.len)) != NULL) {
       r.workflow_execution = &we;
       r.workflow_type = &wt;
       r.previous_started_event_id = rs->last_wft_started_event_id;
@@ -244,21 +244,15 @@ dbx_err svc_h_poll_activity(ectx *c, job *j) {
     wt.name = rs->workflow_type;
     ActivityType at = INIT(TEMPORAL__API__COMMON__V1__ACTIVITY_TYPE);
     at.name = ai->activity_type;
-    Duration d1 = INIT(GOOGLE__PROTOBUF__DURATION), d2 = d1, d3 = d1;
-    d1.seconds = ai->schedule_to_close_ms / 1000;
-    d1.nanos = (int32_t)(ai->schedule_to_close_ms % 1000) * 1000000;
-    d2.seconds = ai->start_to_close_ms / 1000;
-    d2.nanos = (int32_t)(ai->start_to_close_ms % 1000) * 1000000;
-    d3.seconds = ai->heartbeat_ms / 1000;
-    d3.nanos = (int32_t)(ai->heartbeat_ms % 1000) * 1000000;
-    Timestamp t1 = INIT(GOOGLE__PROTOBUF__TIMESTAMP), t2 = t1, t3 = t1;
-    t1.seconds = ai->scheduled_time_ns / 1000000000;
-    t1.nanos = (int32_t)(ai->scheduled_time_ns % 1000000000);
-    t2.seconds = ai->attempt_scheduled_time_ns / 1000000000;
-    t2.nanos = (int32_t)(ai->attempt_scheduled_time_ns % 1000000000);
-    t3.seconds = c->now_ns / 1000000000;
-    t3.nanos = (int32_t)(c->now_ns % 1000000000);
-    if (svc_token_pack(&tok, &r.task_token) != 0) {
+    Duration d1, d2, d3;
+    dbx_pb_duration_init_ms(&d1, ai->schedule_to_close_ms);
+    dbx_pb_duration_init_ms(&d2, ai->start_to_close_ms);
+    dbx_pb_duration_init_ms(&d3, ai->heartbeat_ms);
+    Timestamp t1, t2, t3;
+    dbx_pb_timestamp_init_ns(&t1, ai->scheduled_time_ns);
+    dbx_pb_timestamp_init_ns(&t2, ai->attempt_scheduled_time_ns);
+    dbx_pb_timestamp_init_ns(&t3, c->now_ns);
+    if ((r.task_token.data = dbx_pb_pack(&tok.base, &r.task_token.len)) == NULL) {
       svc_history_event_free(sev);
       svc_runstate_free(rs);
       rc = DBX_ENOMEM;
@@ -301,7 +295,7 @@ dbx_err svc_h_query(ectx *c, job *j) {
   rc = svc_load_execution(c, j, q->namespace_, q->execution, &rs);
   if (rc != DBX_OK || rs == NULL) goto out;
   note *n = svc_note_new(c, NOTE_QUERY_NEW);
-  query *qq = calloc(1, sizeof *qq);
+  query *qq = dbx_calloc(1, sizeof *qq);
   if (n == NULL || qq == NULL) {
     free(qq);
     rc = DBX_ENOMEM;
@@ -313,7 +307,7 @@ dbx_err svc_h_query(ectx *c, job *j) {
   qq->run_id = dbx_strdup(rs->run_id);
   qq->task_queue = dbx_strdup(rs->task_queue);
   qq->query_len = protobuf_c_message_get_packed_size(&q->query->base);
-  qq->query = malloc(qq->query_len ? qq->query_len : 1);
+  qq->query = dbx_malloc(qq->query_len ? qq->query_len : 1);
   if (qq->query) protobuf_c_message_pack(&q->query->base, qq->query);
   qq->waiter = j;
   n->q = qq;
@@ -343,7 +337,11 @@ static dbx_err try_dispatch_query(ectx *c, job *j, const char *ns, const char *t
       svc_runstate_free(rs);
       continue;
     }
-    WorkflowQuery *wq = (WorkflowQuery *)protobuf_c_message_unpack(&WorkflowQuery__D, NULL, qq->query_len, qq->query);
+    WorkflowQuery *wq = NULL;
+    if (svc_pb_unpack(&WorkflowQuery__D, qq->query, qq->query_len, (void **)&wq) == DBX_ENOMEM) {
+      svc_runstate_free(rs);
+      return DBX_ENOMEM;
+    }
     PollWorkflowTaskQueueResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__POLL_WORKFLOW_TASK_QUEUE_RESPONSE);
     TaskToken tok = INIT(DURABOX__SERVICE__V1__TASK_TOKEN);
     tok.kind = TASK_QUERY;
@@ -368,10 +366,9 @@ static dbx_err try_dispatch_query(ectx *c, job *j, const char *ns, const char *t
     TaskQueue wtq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
     wtq.name = rs->task_queue;
     wtq.kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
-    Timestamp now_ts = INIT(GOOGLE__PROTOBUF__TIMESTAMP);
-    now_ts.seconds = c->now_ns / 1000000000;
-    now_ts.nanos = (int32_t)(c->now_ns % 1000000000);
-    if (rc == DBX_OK && wq && svc_token_pack(&tok, &r.task_token) == 0) {
+    Timestamp now_ts;
+    dbx_pb_timestamp_init_ns(&now_ts, c->now_ns);
+    if (rc == DBX_OK && wq && (r.task_token.data = dbx_pb_pack(&tok.base, &r.task_token.len)) != NULL) {
       r.workflow_execution = &we;
       r.workflow_type = &wt;
       r.workflow_execution_task_queue = &wtq;
@@ -413,7 +410,7 @@ dbx_err svc_h_respond_query(ectx *c, job *j) {
       r.query_result = q->query_result;
       n->status = DBX_GRPC_OK;
       n->len = protobuf_c_message_get_packed_size(&r.base);
-      n->bytes = malloc(n->len ? n->len : 1);
+      n->bytes = dbx_malloc(n->len ? n->len : 1);
       if (n->bytes) protobuf_c_message_pack(&r.base, n->bytes);
     } else {
       /* Temporal answers a failed query with INVALID_ARGUMENT + QueryFailedFailure */

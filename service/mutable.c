@@ -18,16 +18,13 @@
 
 #include "service/svc.h"
 
-static int64_t event_time_ns(const HistoryEvent *ev) {
-  if (ev->event_time == NULL) return 0;
-  return ev->event_time->seconds * 1000000000 + ev->event_time->nanos;
-}
+static int64_t event_time_ns(const HistoryEvent *ev) { return dbx_pb_timestamp_ns(ev->event_time); }
 
 /* Append a new element to a repeated message field of rs. */
 #define APPEND_NEW(arr, n, T, D, out)                          \
   do {                                                         \
     T *x_ = svc_pb_new(&D);                                    \
-    T **a_ = realloc((arr), ((n) + 1) * sizeof *a_);           \
+    T **a_ = dbx_realloc((arr), ((n) + 1) * sizeof *a_);           \
     if (a_) (arr) = a_;                                        \
     if (x_ == NULL || a_ == NULL) {                            \
       free(x_);                                                \
@@ -49,10 +46,10 @@ static dbx_err activity_scheduled(RunState *rs, const HistoryEvent *ev) {
   ai->attempt = 1;
   ai->scheduled_time_ns = t;
   ai->attempt_scheduled_time_ns = t;
-  ai->schedule_to_close_ms = svc_duration_ms(a->schedule_to_close_timeout);
-  ai->schedule_to_start_ms = svc_duration_ms(a->schedule_to_start_timeout);
-  ai->start_to_close_ms = svc_duration_ms(a->start_to_close_timeout);
-  ai->heartbeat_ms = svc_duration_ms(a->heartbeat_timeout);
+  ai->schedule_to_close_ms = dbx_pb_duration_ms(a->schedule_to_close_timeout);
+  ai->schedule_to_start_ms = dbx_pb_duration_ms(a->schedule_to_start_timeout);
+  ai->start_to_close_ms = dbx_pb_duration_ms(a->start_to_close_timeout);
+  ai->heartbeat_ms = dbx_pb_duration_ms(a->heartbeat_timeout);
   if (a->retry_policy) {
     ai->retry_policy = PB_CLONE(RetryPolicy, a->retry_policy);
     if (ai->retry_policy == NULL) return DBX_ENOMEM;
@@ -67,7 +64,7 @@ static dbx_err timer_started(RunState *rs, const HistoryEvent *ev) {
   APPEND_NEW(rs->timers, rs->n_timers, TimerInfo, TimerInfo__D, ti);
   ti->timer_id = svc_pb_strdup(a->timer_id);
   ti->started_event_id = ev->event_id;
-  ti->fire_time_ns = event_time_ns(ev) + svc_duration_ms(a->start_to_fire_timeout) * 1000000;
+  ti->fire_time_ns = event_time_ns(ev) + dbx_pb_duration_ms(a->start_to_fire_timeout) * 1000000;
   return ti->timer_id ? DBX_OK : DBX_ENOMEM;
 }
 

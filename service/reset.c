@@ -4,10 +4,11 @@
  * its mutable state is the fold of those events (mutable.c, the function the
  * live path applies to every event): pending activities, timers and child
  * workflows, the workflow task in progress, cancel request. Then it gets
- * WorkflowTaskFailed (RESET_WORKFLOW), the signals recorded after the reset
- * point, its pending activities queued again from now, its timers at their
- * original fire time, its children handed over from the base run, and a new
- * workflow task; the base run is terminated if it still runs. */
+ * WorkflowTaskFailed (RESET_WORKFLOW), the signals and the events of its
+ * pending children (started, closed) recorded after the reset point, its
+ * pending activities queued again from now, its timers at their original
+ * fire time, its children that still run handed over from the base run, and
+ * a new workflow task; the base run is terminated if it still runs. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +61,7 @@ static RunState *new_run_state(ectx *c, const RunState *base, const char *new_ru
   nrs->execution_expiration_ns = base->execution_expiration_ns;
   nrs->wft_attempt = 1;
   if (base->parent) nrs->parent = PB_CLONE(ParentInfo, base->parent);
-  nrs->memo.data = base->memo.len ? malloc(base->memo.len) : NULL;
+  nrs->memo.data = base->memo.len ? dbx_malloc(base->memo.len) : NULL;
   if (nrs->memo.data) {
     memcpy(nrs->memo.data, base->memo.data, base->memo.len);
     nrs->memo.len = base->memo.len;
@@ -120,13 +121,54 @@ static dbx_err fail_reset_task(ectx *c, RunState *nrs, const ResetWorkflowExecut
   return rc;
 }
 
-/* Signals recorded after the reset point, unless the request excludes them. */
-static dbx_err reapply_signals(ectx *c, RunState *nrs, const ResetWorkflowExecutionRequest *q, HistoryEvent **later,
-                               size_t nl) {
+/* A child event recorded after the reset point, for a child the prefix left
+ * pending in nrs: its initiated event id, and where its started_event_id
+ * field is (NULL for the events that have none). 0 when ev is no such event
+ * or its child is not pending in nrs (nor, for Started, still unstarted). */
+static int64_t later_child_event(const RunState *nrs, HistoryEvent *ev, int64_t **started_field) {
+  int64_t init = 0;
+  *started_field = NULL;
+  switch (ev->attributes_case) {
+  case HEV(START_CHILD_WORKFLOW_EXECUTION_FAILED):
+    init = ev->start_child_workflow_execution_failed_event_attributes->initiated_event_id;
+    break;
+  case HEV(CHILD_WORKFLOW_EXECUTION_STARTED):
+    init = ev->child_workflow_execution_started_event_attributes->initiated_event_id;
+    break;
+#define CLOSE_CASE(K, f)                                                                                      \
+  case HEV(K):                                                                                                \
+    init = ev->f->initiated_event_id;                                                                         \
+    *started_field = &ev->f->started_event_id;                                                                \
+    break;
+    CLOSE_CASE(CHILD_WORKFLOW_EXECUTION_COMPLETED, child_workflow_execution_completed_event_attributes)
+    CLOSE_CASE(CHILD_WORKFLOW_EXECUTION_FAILED, child_workflow_execution_failed_event_attributes)
+    CLOSE_CASE(CHILD_WORKFLOW_EXECUTION_CANCELED, child_workflow_execution_canceled_event_attributes)
+    CLOSE_CASE(CHILD_WORKFLOW_EXECUTION_TIMED_OUT, child_workflow_execution_timed_out_event_attributes)
+    CLOSE_CASE(CHILD_WORKFLOW_EXECUTION_TERMINATED, child_workflow_execution_terminated_event_attributes)
+#undef CLOSE_CASE
+  default: return 0;
+  }
+  const ChildInfo *ci = svc_child_find((RunState *)nrs, init);
+  if (ci == NULL) return 0;
+  if (ev->attributes_case == HEV(CHILD_WORKFLOW_EXECUTION_STARTED) && ci->started_event_id != 0) return 0;
+  if (*started_field) **started_field = ci->started_event_id; /* the new run's id of its Started event */
+  return init;
+}
+
+/* Events recorded after the reset point that the new run takes over, in their
+ * order (Temporal's workflow resetter does the same): signals, unless the
+ * request excludes them, and the progress of every child the prefix left
+ * pending (started, failed to start, closed), so a child that closed after
+ * the reset point reports its close to the new run and one that started
+ * after it is reconnected. */
+static dbx_err reapply_later(ectx *c, RunState *nrs, const ResetWorkflowExecutionRequest *q, HistoryEvent **later,
+                             size_t nl) {
   int skip_signals = q->reset_reapply_type == 2;
   for (size_t i = 0; i < q->n_reset_reapply_exclude_types; i++) skip_signals |= q->reset_reapply_exclude_types[i] == 1;
-  for (size_t i = 0; i < nl && !skip_signals; i++) {
-    if (later[i]->event_type != ET(WORKFLOW_EXECUTION_SIGNALED)) continue;
+  for (size_t i = 0; i < nl; i++) {
+    int64_t *started_field = NULL;
+    int signal = later[i]->event_type == ET(WORKFLOW_EXECUTION_SIGNALED);
+    if (signal ? skip_signals : later_child_event(nrs, later[i], &started_field) == 0) continue;
     later[i]->event_id = 0;
     free(later[i]->event_time);
     later[i]->event_time = NULL;
@@ -161,11 +203,11 @@ static int child_of(const RunState *ch, const RunState *base) {
          strcmp(p->workflow_id, base->workflow_id) == 0 && strcmp(p->run_id, base->run_id) == 0;
 }
 
-/* The new run's pending children (from the fold) that still run as children
- * of the base run now report to the new run, and leave the base run (whose
- * parent close policy no longer applies to them). Children that closed after
- * the reset point, never started, or belong to another run now leave the new
- * run's state. */
+/* The new run's pending children (the prefix's, with the later child events
+ * reapplied) that still run as children of the base run now report to the
+ * new run, and leave the base run (whose parent close policy no longer
+ * applies to them). Children that never started, or run as children of
+ * another run, leave the new run's state. */
 static dbx_err hand_over_children(ectx *c, RunState *base, RunState *nrs) {
   size_t i = 0;
   while (i < nrs->n_children) {
@@ -211,16 +253,17 @@ static dbx_err reset_run(ectx *c, const ResetWorkflowExecutionRequest *q, RunSta
                          HistoryEvent **evs, size_t n, HistoryEvent **later, size_t nl) {
   dbx_err rc = copy_prefix(c, nrs, evs, n);
   if (rc == DBX_OK) rc = fail_reset_task(c, nrs, q, base->run_id, nrs->run_id);
-  if (rc == DBX_OK) rc = reapply_signals(c, nrs, q, later, nl);
+  if (rc == DBX_OK) rc = reapply_later(c, nrs, q, later, nl);
   if (rc == DBX_OK) rc = resume_pending(c, nrs);
   if (rc == DBX_OK) rc = hand_over_children(c, base, nrs);
   if (rc == DBX_OK) rc = svc_wft_schedule(c, nrs);
   if (rc != DBX_OK) return rc;
   if (base->status == WS(RUNNING)) {
     char *reason = dbx_asprintf("reset to a new run %s: %s", nrs->run_id, q->reason);
-    int tr = svc_run_terminate(c, base, reason ? reason : "reset", q->identity);
+    if (reason == NULL) return DBX_ENOMEM;
+    rc = svc_run_terminate(c, base, reason, q->identity);
     free(reason);
-    if (tr != 0) return DBX_ESTORE;
+    if (rc != DBX_OK) return rc;
   } else {
     rc = svc_run_save(c, base); /* it may have handed over children */
     if (rc != DBX_OK) return rc;

@@ -62,12 +62,12 @@ dbx_err svc_child_request_cancel(ectx *c, const char *ns, const char *wfid) {
 }
 
 /* Terminate a loaded running run (saves it). Returns 0 or -1. */
-int svc_run_terminate(ectx *c, RunState *rs, const char *reason, const char *identity) {
-  if (rs->status != WS(RUNNING)) return 0;
+dbx_err svc_run_terminate(ectx *c, RunState *rs, const char *reason, const char *identity) {
+  if (rs->status != WS(RUNNING)) return DBX_OK;
   dbx_err rc = DBX_OK;
   if (rs->wft_started_event_id > 0) {
     HistoryEvent *f = svc_event_new(ET(WORKFLOW_TASK_FAILED));
-    if (f == NULL) return -1;
+    if (f == NULL) return DBX_ENOMEM;
     f->workflow_task_failed_event_attributes->scheduled_event_id = rs->wft_scheduled_event_id;
     f->workflow_task_failed_event_attributes->started_event_id = rs->wft_started_event_id;
     f->workflow_task_failed_event_attributes->cause = WFC(FORCE_CLOSE_COMMAND);
@@ -77,10 +77,10 @@ int svc_run_terminate(ectx *c, RunState *rs, const char *reason, const char *ide
     svc_history_event_free(f);
   }
   HistoryEvent *ev = svc_event_new(ET(WORKFLOW_EXECUTION_TERMINATED));
-  if (ev == NULL) return -1;
+  if (ev == NULL) return DBX_ENOMEM;
   ev->workflow_execution_terminated_event_attributes->reason = svc_pb_strdup(reason);
   ev->workflow_execution_terminated_event_attributes->identity = svc_pb_strdup(identity);
   if (rc == DBX_OK) rc = svc_run_close(c, rs, ev, WS(TERMINATED));
   svc_history_event_free(ev);
-  return rc == DBX_OK ? 0 : -1;
+  return rc;
 }

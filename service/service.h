@@ -66,6 +66,16 @@ int dbx_service_port(const dbx_service *s);
  * dbx_service_test_queued counts the calls waiting for the engine. Any thread. */
 void dbx_service_test_hold(dbx_service *s, int hold);
 int dbx_service_test_queued(dbx_service *s);
+/* Allocation-failure tests (base/alloc.h): n > 0 makes the next batch that
+ * runs calls arm dbx_alloc_fail_at(n) on the engine thread for the length of
+ * its store write (handlers, due timers, commit; not the answers sent after
+ * it) and disarm it then. The hook is process-wide: the caller keeps other
+ * threads from allocating meanwhile (one call in flight, waiting for its
+ * answer). dbx_service_test_alloc_result: -1 while that batch has not run,
+ * else 1 when the armed allocation failed in it, 0 when it did not. Any
+ * thread. */
+void dbx_service_test_alloc_fail_at(dbx_service *s, long n);
+int dbx_service_test_alloc_result(dbx_service *s);
 
 /* Stop serving, answer parked polls, close the store, free. Accepts NULL. */
 void dbx_service_stop(dbx_service *s);

@@ -20,13 +20,69 @@
 
 /* ------------------------------------------------------------ protobuf helpers */
 
-void *svc_pb_new(const ProtobufCMessageDescriptor *d) {
-  void *m = calloc(1, d->sizeof_message);
-  if (m) d->message_init((ProtobufCMessage *)m);
+/* The sticky out-of-memory mark (svc.h): per thread, so the engine thread's
+ * jobs and a test's direct calls never see each other's. */
+static _Thread_local int oom_mark;
+
+void svc_oom_mark(void) { oom_mark = 1; }
+
+int svc_oom_peek(void) { return oom_mark; }
+
+int svc_oom_take(void) {
+  int m = oom_mark;
+  oom_mark = 0;
   return m;
 }
 
-char *svc_pb_strdup(const char *s) { return dbx_strdup(s ? s : ""); }
+void *svc_pb_new(const ProtobufCMessageDescriptor *d) {
+  void *m = dbx_calloc(1, d->sizeof_message);
+  if (m == NULL) {
+    svc_oom_mark();
+    return NULL;
+  }
+  d->message_init((ProtobufCMessage *)m);
+  return m;
+}
+
+ProtobufCMessage *svc_pb_clone(const ProtobufCMessage *m) {
+  ProtobufCMessage *c = dbx_pb_clone(m);
+  if (c == NULL && m != NULL) svc_oom_mark();
+  return c;
+}
+
+/* protobuf-c's allocator through dbx_malloc that remembers a failed
+ * allocation, so a NULL from unpack tells OOM from malformed bytes. */
+static void *unpack_alloc(void *ud, size_t n) {
+  void *p = dbx_malloc(n ? n : 1);
+  if (p == NULL) *(int *)ud = 1;
+  return p;
+}
+
+static void unpack_free(void *ud, void *p) {
+  (void)ud;
+  dbx_free(p);
+}
+
+dbx_err svc_pb_unpack(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n, void **out) {
+  int oom = 0;
+  ProtobufCAllocator a = {unpack_alloc, unpack_free, &oom};
+  *out = protobuf_c_message_unpack(d, &a, n, p);
+  if (*out) return DBX_OK;
+  if (oom) svc_oom_mark();
+  return oom ? DBX_ENOMEM : DBX_EINVAL;
+}
+
+/* DBX_ESTORE for stored bytes that do not decode, DBX_ENOMEM on OOM. */
+static dbx_err unpack_stored(const ProtobufCMessageDescriptor *d, const dbx_val *v, void **out) {
+  dbx_err rc = svc_pb_unpack(d, v->data, v->size, out);
+  return rc == DBX_EINVAL ? DBX_ESTORE : rc;
+}
+
+char *svc_pb_strdup(const char *s) {
+  char *d = dbx_strdup(s ? s : "");
+  if (d == NULL) svc_oom_mark();
+  return d;
+}
 
 void svc_pb_setstr(char **field, const char *v) {
   char *n = svc_pb_strdup(v);
@@ -37,38 +93,14 @@ void svc_pb_setstr(char **field, const char *v) {
 
 Duration *svc_duration_new_ms(int64_t ms) {
   Duration *d = svc_pb_new(&Duration__D);
-  if (d) {
-    d->seconds = ms / 1000;
-    d->nanos = (int32_t)((ms % 1000) * 1000000);
-  }
+  if (d) dbx_pb_duration_init_ms(d, ms);
   return d;
 }
 
 Timestamp *svc_timestamp_new_ns(int64_t ns) {
   Timestamp *t = svc_pb_new(&Timestamp__D);
-  if (t) {
-    t->seconds = ns / 1000000000;
-    t->nanos = (int32_t)(ns % 1000000000);
-  }
+  if (t) dbx_pb_timestamp_init_ns(t, ns);
   return t;
-}
-
-int64_t svc_duration_ms(const Duration *d) {
-  if (d == NULL) return 0;
-  if (d->seconds < 0 || d->nanos < 0) return -1;
-  if (d->seconds > INT64_MAX / 1000 - 1) return INT64_MAX / 2;
-  return d->seconds * 1000 + d->nanos / 1000000;
-}
-
-ProtobufCMessage *svc_pb_clone(const ProtobufCMessage *m) {
-  if (m == NULL) return NULL;
-  size_t n = protobuf_c_message_get_packed_size(m);
-  uint8_t *buf = malloc(n ? n : 1);
-  if (buf == NULL) return NULL;
-  protobuf_c_message_pack(m, buf);
-  ProtobufCMessage *c = protobuf_c_message_unpack(m->descriptor, NULL, n, buf);
-  free(buf);
-  return c;
 }
 
 /* EventType -> the HistoryEvent oneof member carrying its attributes,
@@ -137,7 +169,7 @@ size_t svc_pb_varint(uint8_t *out, uint64_t v) {
 static char *join_key(size_t *len, int n, const char **parts) {
   size_t total = 0;
   for (int i = 0; i < n; i++) total += strlen(parts[i]) + (i ? 1 : 0);
-  char *k = malloc(total + 1);
+  char *k = dbx_malloc(total + 1);
   if (k == NULL) return NULL;
   size_t off = 0;
   for (int i = 0; i < n; i++) {
@@ -202,7 +234,7 @@ dbx_err svc_seq_save(ectx *c) {
 static dbx_err put_msg(ectx *c, dbx_table t, const void *k, size_t kl, const ProtobufCMessage *m) {
   size_t n = protobuf_c_message_get_packed_size(m);
   uint8_t stackbuf[1024];
-  uint8_t *buf = n <= sizeof stackbuf ? stackbuf : malloc(n);
+  uint8_t *buf = n <= sizeof stackbuf ? stackbuf : dbx_malloc(n);
   if (buf == NULL) return DBX_ENOMEM;
   protobuf_c_message_pack(m, buf);
   dbx_err rc = dbx_store_put(c->txn, t, k, kl, buf, n);
@@ -219,8 +251,7 @@ dbx_err svc_run_load(ectx *c, const char *ns, const char *wfid, const char *run_
   dbx_err rc = dbx_store_get(c->txn, c->svc->t_runs, k, kl, &v);
   free(k);
   if (rc != DBX_OK) return rc;
-  *out = (RunState *)protobuf_c_message_unpack(&RunState__D, NULL, v.size, v.data);
-  return *out ? DBX_OK : DBX_ESTORE;
+  return unpack_stored(&RunState__D, &v, (void **)out);
 }
 
 dbx_err svc_current_run_id(ectx *c, const char *ns, const char *wfid, char **out) {
@@ -232,14 +263,16 @@ dbx_err svc_current_run_id(ectx *c, const char *ns, const char *wfid, char **out
   dbx_err rc = dbx_store_get(c->txn, c->svc->t_execs, k, kl, &v);
   free(k);
   if (rc != DBX_OK) return rc;
-  ExecutionRecord *er = (ExecutionRecord *)protobuf_c_message_unpack(&ExecutionRecord__D, NULL, v.size, v.data);
-  if (er == NULL) return DBX_ESTORE;
+  ExecutionRecord *er = NULL;
+  rc = unpack_stored(&ExecutionRecord__D, &v, (void **)&er);
+  if (rc != DBX_OK) return rc;
   *out = dbx_strdup(er->current_run_id);
   protobuf_c_message_free_unpacked(&er->base, NULL);
   return *out ? DBX_OK : DBX_ENOMEM;
 }
 
 dbx_err svc_run_save(ectx *c, RunState *rs) {
+  if (svc_oom_peek()) return DBX_ENOMEM; /* rs may miss a field: never stored */
   size_t kl;
   char *k = svc_run_key(rs->namespace_, rs->workflow_id, rs->run_id, &kl);
   if (k == NULL) return DBX_ENOMEM;
@@ -284,27 +317,30 @@ static dbx_err event_store(ectx *c, RunState *rs, HistoryEvent *ev) {
   if (rc == DBX_OK) {
     size_t kl;
     char *k = svc_run_key(rs->namespace_, rs->workflow_id, rs->run_id, &kl);
-    note *n = svc_note_new(c, NOTE_RUN);
-    if (n && k) {
-      n->key = k;
-      n->len = kl;
-      k = NULL;
+    note *n = k ? svc_note_new(c, NOTE_RUN) : NULL;
+    if (n == NULL) { /* the run's history waiters would sleep through this event */
+      free(k);
+      return DBX_ENOMEM;
     }
-    free(k);
+    n->key = k;
+    n->len = kl;
   }
   return rc;
 }
 
-dbx_err svc_event_copy(ectx *c, RunState *rs, HistoryEvent *ev) { return event_store(c, rs, ev); }
+dbx_err svc_event_copy(ectx *c, RunState *rs, HistoryEvent *ev) {
+  return svc_oom_peek() ? DBX_ENOMEM : event_store(c, rs, ev);
+}
 
 dbx_err svc_event_append(ectx *c, RunState *rs, HistoryEvent *ev, int buffer) {
+  if (svc_oom_peek()) return DBX_ENOMEM; /* ev may miss a field: never written nor applied */
   if (buffer && rs->wft_started_event_id > 0) {
     /* the state changes now; the event is written when the task ends */
     dbx_err arc = svc_state_apply_event(rs, ev);
     if (arc != DBX_OK) return arc;
     size_t n = protobuf_c_message_get_packed_size(&ev->base);
-    uint8_t *buf = malloc(n ? n : 1);
-    ProtobufCBinaryData *arr = realloc(rs->buffered_events, (rs->n_buffered_events + 1) * sizeof *arr);
+    uint8_t *buf = dbx_malloc(n ? n : 1);
+    ProtobufCBinaryData *arr = dbx_realloc(rs->buffered_events, (rs->n_buffered_events + 1) * sizeof *arr);
     if (buf == NULL || arr == NULL) {
       free(buf);
       if (arr) rs->buffered_events = arr;
@@ -326,9 +362,10 @@ dbx_err svc_events_flush_buffer(ectx *c, RunState *rs, int *flushed) {
   *flushed = 0;
   size_t n = rs->n_buffered_events;
   for (size_t i = 0; i < n; i++) {
-    HistoryEvent *ev = (HistoryEvent *)protobuf_c_message_unpack(
-        &HistoryEvent__D, NULL, rs->buffered_events[i].len, rs->buffered_events[i].data);
-    if (ev == NULL) return DBX_ESTORE;
+    HistoryEvent *ev = NULL;
+    dbx_val bv = {.data = rs->buffered_events[i].data, .size = rs->buffered_events[i].len};
+    dbx_err urc = unpack_stored(&HistoryEvent__D, &bv, (void **)&ev);
+    if (urc != DBX_OK) return urc;
     ev->event_id = 0;
     /* an activity's close event refers to its started event, written just before */
     int64_t *sid = NULL;
@@ -395,7 +432,7 @@ dbx_err svc_events_load(ectx *c, uint64_t run_seq, int64_t from, int64_t to, His
     if (max_bytes && *n > 0 && bytes + vv.size > max_bytes) break;
     if (*n == cap) {
       size_t nc = cap ? cap * 2 : 64;
-      HistoryEvent **na = realloc(arr, nc * sizeof *na);
+      HistoryEvent **na = dbx_realloc(arr, nc * sizeof *na);
       if (na == NULL) {
         rc = DBX_ENOMEM;
         goto out;
@@ -403,11 +440,9 @@ dbx_err svc_events_load(ectx *c, uint64_t run_seq, int64_t from, int64_t to, His
       arr = na;
       cap = nc;
     }
-    HistoryEvent *ev = (HistoryEvent *)protobuf_c_message_unpack(&HistoryEvent__D, NULL, vv.size, vv.data);
-    if (ev == NULL) {
-      rc = DBX_ESTORE;
-      goto out;
-    }
+    HistoryEvent *ev = NULL;
+    rc = unpack_stored(&HistoryEvent__D, &vv, (void **)&ev);
+    if (rc != DBX_OK) goto out;
     arr[(*n)++] = ev;
     bytes += vv.size;
   }
@@ -436,8 +471,7 @@ dbx_err svc_event_load_one(ectx *c, uint64_t run_seq, int64_t id, HistoryEvent *
   *out = NULL;
   dbx_err rc = dbx_store_get(c->txn, c->svc->t_history, k, sizeof k, &v);
   if (rc != DBX_OK) return rc;
-  *out = (HistoryEvent *)protobuf_c_message_unpack(&HistoryEvent__D, NULL, v.size, v.data);
-  return *out ? DBX_OK : DBX_ESTORE;
+  return unpack_stored(&HistoryEvent__D, &v, (void **)out);
 }
 
 /* ------------------------------------------------------------ tasks and timers */
@@ -447,7 +481,7 @@ dbx_err svc_task_enqueue(ectx *c, const char *ns, const char *tq, int kind, cons
   size_t pl;
   char *prefix = svc_queue_key(ns, tq, kind, &pl);
   if (prefix == NULL) return DBX_ENOMEM;
-  char *k = malloc(pl + 9);
+  char *k = dbx_malloc(pl + 9);
   if (k == NULL) {
     free(prefix);
     return DBX_ENOMEM;
@@ -606,11 +640,11 @@ dbx_err svc_run_start(ectx *c, const run_start_args *a, RunState **out) {
   rs->status = WS(RUNNING);
   rs->next_event_id = 1;
   rs->start_time_ns = c->now_ns;
-  int64_t backoff_ms = svc_duration_ms(st->first_workflow_task_backoff);
+  int64_t backoff_ms = dbx_pb_duration_ms(st->first_workflow_task_backoff);
   rs->execution_time_ns = c->now_ns + (backoff_ms > 0 ? backoff_ms * 1000000 : 0);
-  rs->run_timeout_ms = svc_duration_ms(st->workflow_run_timeout);
-  rs->execution_timeout_ms = svc_duration_ms(st->workflow_execution_timeout);
-  rs->task_timeout_ms = svc_duration_ms(st->workflow_task_timeout);
+  rs->run_timeout_ms = dbx_pb_duration_ms(st->workflow_run_timeout);
+  rs->execution_timeout_ms = dbx_pb_duration_ms(st->workflow_execution_timeout);
+  rs->task_timeout_ms = dbx_pb_duration_ms(st->workflow_task_timeout);
   if (rs->task_timeout_ms <= 0) rs->task_timeout_ms = 10000;
   rs->wft_attempt = 1;
   if (a->execution_expiration_ns > 0)
@@ -623,14 +657,14 @@ dbx_err svc_run_start(ectx *c, const run_start_args *a, RunState **out) {
   }
   if (st->memo) {
     size_t n = protobuf_c_message_get_packed_size(&st->memo->base);
-    rs->memo.data = malloc(n ? n : 1);
+    rs->memo.data = dbx_malloc(n ? n : 1);
     if (rs->memo.data == NULL) goto out;
     protobuf_c_message_pack(&st->memo->base, rs->memo.data);
     rs->memo.len = n;
   }
   if (st->search_attributes) {
     size_t n = protobuf_c_message_get_packed_size(&st->search_attributes->base);
-    rs->search_attributes.data = malloc(n ? n : 1);
+    rs->search_attributes.data = dbx_malloc(n ? n : 1);
     if (rs->search_attributes.data == NULL) goto out;
     protobuf_c_message_pack(&st->search_attributes->base, rs->search_attributes.data);
     rs->search_attributes.len = n;
@@ -808,7 +842,7 @@ dbx_err svc_run_close(ectx *c, RunState *rs, HistoryEvent *ev, int status) {
       if (ci->parent_close_policy == 3)
         rc = svc_child_request_cancel(c, ci->namespace_, ci->workflow_id);
       else
-        rc = svc_run_terminate(c, ch, "by parent close policy", "durabox") == 0 ? DBX_OK : DBX_ESTORE;
+        rc = svc_run_terminate(c, ch, "by parent close policy", "durabox");
     }
     svc_runstate_free(ch);
     if (rc != DBX_OK) return rc;
@@ -841,7 +875,7 @@ dbx_err svc_history_encode(ectx *c, uint64_t run_seq, int64_t from, int64_t upto
     if (n + need > cap) {
       size_t nc = cap ? cap * 2 : 4096;
       while (nc < n + need) nc *= 2;
-      uint8_t *nb = realloc(buf, nc);
+      uint8_t *nb = dbx_realloc(buf, nc);
       if (nb == NULL) {
         rc = DBX_ENOMEM;
         goto out;

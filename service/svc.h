@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "base/alloc.h"
 #include "base/err.h"
 #include "base/util.h"
 #include "rpc/rpc.h"
@@ -116,6 +117,8 @@ struct dbx_service {
   int stopping;
   int wake;
   int test_hold;                /* dbx_service_test_hold */
+  long test_alloc_fail_at;      /* dbx_service_test_alloc_fail_at, taken by the next batch */
+  int test_alloc_failed, test_alloc_done;
 
   /* engine-thread only */
   job *parked;
@@ -194,7 +197,6 @@ void svc_fail_not_found(job *j, const char *fmt, const char *a, const char *b);
 /* Resolve (ns, execution) to a loaded run; run_id "" = current run. *out NULL
  * when refused (status set). */
 dbx_err svc_load_execution(ectx *c, job *j, const char *ns, const WorkflowExecution *we, RunState **out);
-int svc_token_pack(const TaskToken *t, ProtobufCBinaryData *out); /* 0 or -1 (OOM); out->data malloc'd */
 /* The token of kind, or NULL (INVALID_ARGUMENT set). Free with protobuf_c_message_free_unpacked. */
 TaskToken *svc_token_decode(job *j, ProtobufCBinaryData tok, int kind);
 
@@ -262,8 +264,8 @@ dbx_err svc_wft_schedule(ectx *c, RunState *rs);
  * WorkflowExecutionStatus. Notifies the parent, applies parent close policy. */
 dbx_err svc_run_close(ectx *c, RunState *rs, HistoryEvent *ev, int status);
 /* Terminate a loaded running run (saves it; a closed run is left alone).
- * Returns 0 or -1 (store error). */
-int svc_run_terminate(ectx *c, RunState *rs, const char *reason, const char *identity);
+ * Returns DBX_OK, DBX_ENOMEM or a store error. */
+dbx_err svc_run_terminate(ectx *c, RunState *rs, const char *reason, const char *identity);
 /* Request cancellation of the current run of (ns, wfid), if it runs. */
 dbx_err svc_child_request_cancel(ectx *c, const char *ns, const char *wfid);
 
@@ -328,17 +330,34 @@ dbx_err svc_activity_queue_attempt(ectx *c, RunState *rs, ActivityInfo *ai);
 int svc_ns_known(dbx_service *s, const char *ns);
 const char *svc_ns_id(dbx_service *s, const char *ns);
 
-/* Helpers for building protobuf values. */
+/* Helpers for building protobuf values. Every one of them that fails to
+ * allocate (returns NULL) also sets the sticky out-of-memory mark: callers
+ * fill events field by field and do not check each string or submessage,
+ * and a NULL one would be written as an absent field. The engine clears the
+ * mark before each job and rejects the job (RESOURCE_EXHAUSTED, nothing
+ * written) when it is set afterwards (engine.c: run_job), so no half-filled
+ * event reaches the store. svc_oom_take returns the mark and clears it. Per
+ * thread. */
+void svc_oom_mark(void);
+int svc_oom_take(void);
+/* The mark, kept. svc_event_append, svc_event_copy and svc_run_save return
+ * DBX_ENOMEM while it is set: nothing built after a failed allocation is
+ * written or applied. */
+int svc_oom_peek(void);
+/* dbx_pb_unpack that tells why it failed: DBX_OK (*out: free with
+ * protobuf_c_message_free_unpacked(m, NULL)), DBX_ENOMEM (an allocation
+ * failed), DBX_EINVAL (malformed bytes). *out NULL unless DBX_OK. */
+dbx_err svc_pb_unpack(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n, void **out);
 void *svc_pb_new(const ProtobufCMessageDescriptor *d); /* malloc'd, initialised; NULL on OOM */
-char *svc_new_uuid(void);            /* malloc'd random UUID text (engine.c); NULL on OOM */
+char *svc_new_uuid(void); /* dbx_uuid_v4 text, malloc'd (engine.c); NULL on OOM or no randomness */
 char *svc_pb_strdup(const char *s);      /* malloc'd copy; "" for NULL */
 void svc_pb_setstr(char **field, const char *v);
 Duration *svc_duration_new_ms(int64_t ms);
 Timestamp *svc_timestamp_new_ns(int64_t ns);
-int64_t svc_duration_ms(const Duration *d);
 HistoryEvent *svc_event_new(int type);   /* malloc'd, free with history_event_free */
 void svc_history_event_free(HistoryEvent *ev);
-/* Deep copy by pack+unpack (NULL on OOM). */
+/* Deep copy (dbx_pb_clone: pack, then unpack with dbx_pb_allocator()); NULL
+ * for a NULL m, or on OOM (marked). */
 ProtobufCMessage *svc_pb_clone(const ProtobufCMessage *m);
 #define PB_CLONE(T, m) ((T *)svc_pb_clone((const ProtobufCMessage *)(m)))
 

@@ -178,7 +178,13 @@ int svc_fire_due_timers(ectx *c, int max, dbx_err *err) {
       dbx_store_cursor_close(cur);
       break;
     }
-    TimerRecord *tr = (TimerRecord *)protobuf_c_message_unpack(&TimerRecord__D, NULL, v.size, v.data);
+    TimerRecord *tr = NULL;
+    dbx_err urc = svc_pb_unpack(&TimerRecord__D, v.data, v.size, (void **)&tr);
+    if (urc == DBX_ENOMEM) { /* the row stays for the next try */
+      dbx_store_cursor_close(cur);
+      *err = urc;
+      return -1;
+    }
     rc = dbx_store_cursor_del(cur);
     dbx_store_cursor_close(cur);
     if (rc != DBX_OK) {

@@ -8,36 +8,44 @@
 #include "service/svc.h"
 #include "service/visquery.h"
 
-/* Fill info from a run (pointers borrow rs; timestamps go to ts[0..2]). */
-static void fill_exec_info(RunState *rs, WorkflowExecutionInfo *info, WorkflowExecution *we, WorkflowType *wt,
+/* ns rounded down to whole seconds: Describe's pending times have always
+ * carried seconds only. */
+static int64_t whole_s(int64_t ns) { return ns / 1000000000 * 1000000000; }
+
+/* Fill info from a run (pointers borrow rs; timestamps go to ts[0..2];
+ * *memo and *sa are unpacked copies the caller frees, NULL when the run has
+ * none or its stored bytes do not decode). DBX_OK or DBX_ENOMEM. */
+static dbx_err fill_exec_info(RunState *rs, WorkflowExecutionInfo *info, WorkflowExecution *we, WorkflowType *wt,
                            Timestamp ts[3], Memo **memo, SearchAttributes **sa) {
   we->workflow_id = rs->workflow_id;
   we->run_id = rs->run_id;
   wt->name = rs->workflow_type;
   info->execution = we;
   info->type = wt;
-  ts[0].seconds = rs->start_time_ns / 1000000000;
-  ts[0].nanos = (int32_t)(rs->start_time_ns % 1000000000);
+  dbx_pb_timestamp_init_ns(&ts[0], rs->start_time_ns);
   info->start_time = &ts[0];
   if (rs->close_time_ns) {
-    ts[1].seconds = rs->close_time_ns / 1000000000;
-    ts[1].nanos = (int32_t)(rs->close_time_ns % 1000000000);
+    dbx_pb_timestamp_init_ns(&ts[1], rs->close_time_ns);
     info->close_time = &ts[1];
   }
-  ts[2].seconds = rs->execution_time_ns / 1000000000;
-  ts[2].nanos = (int32_t)(rs->execution_time_ns % 1000000000);
+  dbx_pb_timestamp_init_ns(&ts[2], rs->execution_time_ns);
   info->execution_time = &ts[2];
   info->status = rs->status;
   info->history_length = rs->next_event_id - 1;
   info->history_size_bytes = rs->history_size_bytes;
   info->task_queue = rs->task_queue;
   info->first_run_id = rs->first_run_id;
-  *memo = rs->memo.len ? (Memo *)protobuf_c_message_unpack(&Memo__D, NULL, rs->memo.len, rs->memo.data) : NULL;
-  *sa = rs->search_attributes.len ? (SearchAttributes *)protobuf_c_message_unpack(
-                                        &SearchAttributes__D, NULL, rs->search_attributes.len, rs->search_attributes.data)
-                                  : NULL;
+  *memo = NULL;
+  *sa = NULL;
+  if (rs->memo.len && svc_pb_unpack(&Memo__D, rs->memo.data, rs->memo.len, (void **)memo) == DBX_ENOMEM)
+    return DBX_ENOMEM;
+  if (rs->search_attributes.len &&
+      svc_pb_unpack(&SearchAttributes__D, rs->search_attributes.data, rs->search_attributes.len, (void **)sa) ==
+          DBX_ENOMEM)
+    return DBX_ENOMEM;
   info->memo = *memo;
   info->search_attributes = *sa;
+  return DBX_OK;
 }
 
 dbx_err svc_h_describe_execution(ectx *c, job *j) {
@@ -55,7 +63,7 @@ dbx_err svc_h_describe_execution(ectx *c, job *j) {
   Timestamp ts[3] = {INIT(GOOGLE__PROTOBUF__TIMESTAMP), INIT(GOOGLE__PROTOBUF__TIMESTAMP), INIT(GOOGLE__PROTOBUF__TIMESTAMP)};
   Memo *memo = NULL;
   SearchAttributes *sa = NULL;
-  fill_exec_info(rs, &info, &we, &wt, ts, &memo, &sa);
+  dbx_err frc = fill_exec_info(rs, &info, &we, &wt, ts, &memo, &sa);
   WorkflowExecutionConfig cfg = INIT(TEMPORAL__API__WORKFLOW__V1__WORKFLOW_EXECUTION_CONFIG);
   TaskQueue tq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
   tq.name = rs->task_queue;
@@ -77,13 +85,13 @@ dbx_err svc_h_describe_execution(ectx *c, job *j) {
     info.parent_namespace_id = (char *)(svc_ns_id(c->svc, pi->namespace_) ? svc_ns_id(c->svc, pi->namespace_) : "");
   }
   size_t na = rs->n_activities, nc = rs->n_children;
-  PendingActivityInfo *pa = calloc(na + 1, sizeof *pa);
-  PendingActivityInfo **pap = calloc(na + 1, sizeof *pap);
-  ActivityType *ats = calloc(na + 1, sizeof *ats);
-  Timestamp *pts = calloc(3 * na + 1, sizeof *pts);
-  PendingChildExecutionInfo *pc = calloc(nc + 1, sizeof *pc);
-  PendingChildExecutionInfo **pcp = calloc(nc + 1, sizeof *pcp);
-  if (!pa || !pap || !ats || !pts || !pc || !pcp) {
+  PendingActivityInfo *pa = dbx_calloc(na + 1, sizeof *pa);
+  PendingActivityInfo **pap = dbx_calloc(na + 1, sizeof *pap);
+  ActivityType *ats = dbx_calloc(na + 1, sizeof *ats);
+  Timestamp *pts = dbx_calloc(3 * na + 1, sizeof *pts);
+  PendingChildExecutionInfo *pc = dbx_calloc(nc + 1, sizeof *pc);
+  PendingChildExecutionInfo **pcp = dbx_calloc(nc + 1, sizeof *pcp);
+  if (frc != DBX_OK || !pa || !pap || !ats || !pts || !pc || !pcp || !d_exec || !d_run || !d_task) {
     rc = DBX_ENOMEM;
   } else {
     for (size_t i = 0; i < na; i++) {
@@ -103,16 +111,15 @@ dbx_err svc_h_describe_execution(ectx *c, job *j) {
       pa[i].maximum_attempts = ai->retry_policy ? ai->retry_policy->maximum_attempts : 0;
       pa[i].last_failure = ai->last_failure;
       pa[i].last_worker_identity = ai->started_identity;
-      Timestamp t0 = INIT(GOOGLE__PROTOBUF__TIMESTAMP);
-      pts[3 * i] = pts[3 * i + 1] = pts[3 * i + 2] = t0;
-      pts[3 * i].seconds = ai->scheduled_time_ns / 1000000000;
+      /* whole seconds, as before */
+      dbx_pb_timestamp_init_ns(&pts[3 * i], whole_s(ai->scheduled_time_ns));
       pa[i].scheduled_time = &pts[3 * i];
       if (ai->last_heartbeat_time_ns) {
-        pts[3 * i + 1].seconds = ai->last_heartbeat_time_ns / 1000000000;
+        dbx_pb_timestamp_init_ns(&pts[3 * i + 1], whole_s(ai->last_heartbeat_time_ns));
         pa[i].last_heartbeat_time = &pts[3 * i + 1];
       }
       if (ai->started_time_ns) {
-        pts[3 * i + 2].seconds = ai->started_time_ns / 1000000000;
+        dbx_pb_timestamp_init_ns(&pts[3 * i + 2], whole_s(ai->started_time_ns));
         pa[i].last_started_time = &pts[3 * i + 2];
       }
       pap[i] = &pa[i];
@@ -133,14 +140,14 @@ dbx_err svc_h_describe_execution(ectx *c, job *j) {
     r.n_pending_children = nc;
     r.pending_children = pcp;
     PendingWorkflowTaskInfo pw = INIT(TEMPORAL__API__WORKFLOW__V1__PENDING_WORKFLOW_TASK_INFO);
-    Timestamp ws = INIT(GOOGLE__PROTOBUF__TIMESTAMP), wst = ws;
+    Timestamp ws, wst;
     if (rs->wft_scheduled_event_id) {
       pw.state = rs->wft_started_event_id ? TEMPORAL__API__ENUMS__V1__PENDING_WORKFLOW_TASK_STATE__PENDING_WORKFLOW_TASK_STATE_STARTED
                                           : TEMPORAL__API__ENUMS__V1__PENDING_WORKFLOW_TASK_STATE__PENDING_WORKFLOW_TASK_STATE_SCHEDULED;
-      ws.seconds = rs->wft_scheduled_time_ns / 1000000000;
+      dbx_pb_timestamp_init_ns(&ws, whole_s(rs->wft_scheduled_time_ns));
       pw.scheduled_time = &ws;
       if (rs->wft_started_event_id) {
-        wst.seconds = rs->wft_started_time_ns / 1000000000;
+        dbx_pb_timestamp_init_ns(&wst, whole_s(rs->wft_started_time_ns));
         pw.started_time = &wst;
       }
       pw.attempt = rs->wft_attempt;
@@ -206,8 +213,12 @@ static dbx_err scan_runs(ectx *c, job *j, const char *ns, const char *qtext, run
   if (rc == DBX_OK) rc = dbx_store_cursor_seek(cur, ns, pl, &k, &v);
   for (; rc == DBX_OK; rc = dbx_store_cursor_next(cur, &k, &v)) {
     if (k.size < pl || memcmp(k.data, ns, pl) != 0) break;
-    RunState *rs = (RunState *)protobuf_c_message_unpack(&RunState__D, NULL, v.size, v.data);
-    if (rs == NULL) continue;
+    RunState *rs = NULL;
+    if (svc_pb_unpack(&RunState__D, v.data, v.size, (void **)&rs) == DBX_ENOMEM) {
+      rc = DBX_ENOMEM;
+      break;
+    }
+    if (rs == NULL) continue; /* a damaged row: not listed */
     dbx_visq_record rec = {.workflow_id = rs->workflow_id, .workflow_type = rs->workflow_type,
                            .task_queue = rs->task_queue, .run_id = rs->run_id, .status = rs->status,
                            .start_time_ns = rs->start_time_ns, .close_time_ns = rs->close_time_ns,
@@ -218,7 +229,7 @@ static dbx_err scan_runs(ectx *c, job *j, const char *ns, const char *qtext, run
     }
     if (out->n == out->cap) {
       size_t nc = out->cap ? out->cap * 2 : 64;
-      RunState **na = realloc(out->runs, nc * sizeof *na);
+      RunState **na = dbx_realloc(out->runs, nc * sizeof *na);
       if (na == NULL) {
         svc_runstate_free(rs);
         rc = DBX_ENOMEM;
@@ -258,15 +269,15 @@ dbx_err svc_h_list(ectx *c, job *j) {
   size_t page = q->page_size > 0 ? (size_t)q->page_size : 1000;
   size_t start = offset < l.n ? (size_t)offset : l.n;
   size_t cnt = l.n - start < page ? l.n - start : page;
-  WorkflowExecutionInfo *infos = calloc(cnt + 1, sizeof *infos);
-  WorkflowExecutionInfo **ptrs = calloc(cnt + 1, sizeof *ptrs);
-  WorkflowExecution *wes = calloc(cnt + 1, sizeof *wes);
-  WorkflowType *wts = calloc(cnt + 1, sizeof *wts);
-  Timestamp *tss = calloc(3 * cnt + 1, sizeof *tss);
-  Memo **memos = calloc(cnt + 1, sizeof *memos);
-  SearchAttributes **sas = calloc(cnt + 1, sizeof *sas);
+  WorkflowExecutionInfo *infos = dbx_calloc(cnt + 1, sizeof *infos);
+  WorkflowExecutionInfo **ptrs = dbx_calloc(cnt + 1, sizeof *ptrs);
+  WorkflowExecution *wes = dbx_calloc(cnt + 1, sizeof *wes);
+  WorkflowType *wts = dbx_calloc(cnt + 1, sizeof *wts);
+  Timestamp *tss = dbx_calloc(3 * cnt + 1, sizeof *tss);
+  Memo **memos = dbx_calloc(cnt + 1, sizeof *memos);
+  SearchAttributes **sas = dbx_calloc(cnt + 1, sizeof *sas);
   if (infos && ptrs && wes && wts && tss && memos && sas) {
-    for (size_t i = 0; i < cnt; i++) {
+    for (size_t i = 0; i < cnt && rc == DBX_OK; i++) {
       WorkflowExecutionInfo x = INIT(TEMPORAL__API__WORKFLOW__V1__WORKFLOW_EXECUTION_INFO);
       WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
       WorkflowType wt = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_TYPE);
@@ -275,7 +286,7 @@ dbx_err svc_h_list(ectx *c, job *j) {
       wes[i] = we;
       wts[i] = wt;
       tss[3 * i] = tss[3 * i + 1] = tss[3 * i + 2] = t0;
-      fill_exec_info(l.runs[start + i], &infos[i], &wes[i], &wts[i], &tss[3 * i], &memos[i], &sas[i]);
+      rc = fill_exec_info(l.runs[start + i], &infos[i], &wes[i], &wts[i], &tss[3 * i], &memos[i], &sas[i]);
       ptrs[i] = &infos[i];
     }
     ListWorkflowExecutionsResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__LIST_WORKFLOW_EXECUTIONS_RESPONSE);
@@ -291,7 +302,7 @@ dbx_err svc_h_list(ectx *c, job *j) {
       r.next_page_token.data = tok;
       r.next_page_token.len = 8;
     }
-    svc_job_reply(j, &r.base);
+    if (rc == DBX_OK) svc_job_reply(j, &r.base);
   } else {
     rc = DBX_ENOMEM;
   }

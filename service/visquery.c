@@ -21,6 +21,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/alloc.h"
+
 /* ---- the compiled tree ---- */
 
 typedef enum { A_STR, A_STATUS, A_TIME } atype;
@@ -89,7 +91,7 @@ struct dbx_visq {
 };
 
 static void *qalloc(dbx_visq *q, size_t size) {
-  block *b = malloc(sizeof(block) + size);
+  block *b = dbx_malloc(sizeof(block) + size);
   if (b == NULL) return NULL;
   b->next = q->blocks;
   q->blocks = b;
@@ -595,7 +597,7 @@ dbx_err dbx_visq_create(const char *query, dbx_visq **out, char *errbuf, size_t 
       snprintf(errbuf, errlen, "invalid query: longer than %d bytes", DBX_VISQ_MAX_QUERY_BYTES);
     return DBX_EINVAL;
   }
-  dbx_visq *q = calloc(1, sizeof *q);
+  dbx_visq *q = dbx_calloc(1, sizeof *q);
   if (q == NULL) {
     if (errbuf != NULL && errlen > 0) snprintf(errbuf, errlen, "out of memory");
     return DBX_ENOMEM;

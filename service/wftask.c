@@ -31,14 +31,14 @@ static dbx_err load_wft(ectx *c, job *j, ProtobufCBinaryData token, RunState **o
 }
 
 static void fill_retry_policy(RetryPolicy *p) {
-  if (p->initial_interval == NULL || svc_duration_ms(p->initial_interval) <= 0) {
+  if (p->initial_interval == NULL || dbx_pb_duration_ms(p->initial_interval) <= 0) {
     free(p->initial_interval);
     p->initial_interval = svc_duration_new_ms(1000);
   }
   if (p->backoff_coefficient < 1.0) p->backoff_coefficient = 2.0;
-  if (p->maximum_interval == NULL || svc_duration_ms(p->maximum_interval) <= 0) {
+  if (p->maximum_interval == NULL || dbx_pb_duration_ms(p->maximum_interval) <= 0) {
     free(p->maximum_interval);
-    p->maximum_interval = svc_duration_new_ms(100 * svc_duration_ms(p->initial_interval));
+    p->maximum_interval = svc_duration_new_ms(100 * dbx_pb_duration_ms(p->initial_interval));
   }
 }
 
@@ -62,8 +62,8 @@ static dbx_err cmd_schedule_activity(ectx *c, job *j, RunState *rs, Command *cmd
       svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "ScheduleActivityTask: activity id %s is already pending", a->activity_id);
       return DBX_OK;
     }
-  int64_t s2c = svc_duration_ms(a->schedule_to_close_timeout), s2s = svc_duration_ms(a->schedule_to_start_timeout),
-          st2c = svc_duration_ms(a->start_to_close_timeout), hb = svc_duration_ms(a->heartbeat_timeout);
+  int64_t s2c = dbx_pb_duration_ms(a->schedule_to_close_timeout), s2s = dbx_pb_duration_ms(a->schedule_to_start_timeout),
+          st2c = dbx_pb_duration_ms(a->start_to_close_timeout), hb = dbx_pb_duration_ms(a->heartbeat_timeout);
   if (s2c < 0 || s2s < 0 || st2c < 0 || hb < 0) {
     svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "ScheduleActivityTask %s: a timeout is negative", a->activity_id);
     return DBX_OK;
@@ -155,7 +155,7 @@ static dbx_err cmd_start_timer(ectx *c, job *j, RunState *rs, Command *cmd, wft_
   HistoryEvent *ev = NULL;
   StartTimerCommandAttributes *a = cmd->start_timer_command_attributes;
   if (!svc_check_id(j, "StartTimer.timer_id", a->timer_id)) return DBX_OK;
-  int64_t ms = svc_duration_ms(a->start_to_fire_timeout);
+  int64_t ms = dbx_pb_duration_ms(a->start_to_fire_timeout);
   if (ms <= 0) {
     svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "StartTimer %s: start_to_fire_timeout must be positive", a->timer_id);
     return DBX_OK;
@@ -213,14 +213,14 @@ static dbx_err cmd_record_marker(ectx *c, job *j, RunState *rs, Command *cmd, wf
   /* same field numbers for name/details in both messages: copy via bytes */
   RecordMarkerCommandAttributes tmp = *a;
   size_t n = protobuf_c_message_get_packed_size(&tmp.base);
-  uint8_t *buf = malloc(n ? n : 1);
+  uint8_t *buf = dbx_malloc(n ? n : 1);
   if (buf == NULL) {
     rc = DBX_ENOMEM;
     goto out;
   }
   protobuf_c_message_pack(&tmp.base, buf);
   MarkerRecordedEventAttributes *copy =
-      (MarkerRecordedEventAttributes *)protobuf_c_message_unpack(&MarkerRecordedEventAttributes__D, NULL, n, buf);
+      (MarkerRecordedEventAttributes *)dbx_pb_unpack(&MarkerRecordedEventAttributes__D, buf, n);
   free(buf);
   if (copy == NULL) {
     rc = DBX_ENOMEM;
@@ -764,7 +764,7 @@ static dbx_err check_history_limits(ectx *c, RunState *rs) {
   if (count >= c->svc->limits.count_error || rs->history_size_bytes >= c->svc->limits.size_error_bytes) {
     DBX_WARN("service", "workflow %s run %s: history of %lld events, %lld bytes exceeds the limit: terminating",
              rs->workflow_id, rs->run_id, (long long)count, (long long)rs->history_size_bytes);
-    return svc_run_terminate(c, rs, "Workflow history size / count exceeds limit.", "durabox") == 0 ? DBX_OK : DBX_ESTORE;
+    return svc_run_terminate(c, rs, "Workflow history size / count exceeds limit.", "durabox");
   }
   if (count >= c->svc->limits.count_warn || rs->history_size_bytes >= c->svc->limits.size_warn_bytes)
     DBX_WARN("service", "workflow %s run %s: history of %lld events, %lld bytes passed the warning limit",

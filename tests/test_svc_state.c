@@ -525,6 +525,72 @@ static void test_svc_state_reset_rebuilds_pending(void **state) {
   free(run);
 }
 
+/* Reset to a point after a child started, when the child closed after that
+ * point: the new run gets the child's ChildWorkflowExecutionCompleted (as
+ * Temporal's resetter reapplies child events), so a parent waiting on it can
+ * finish. */
+static void test_svc_state_reset_reapplies_child_close(void **state) {
+  fixture *f = *state;
+  const char *wf = "fold-reset-done", *tq = "fold-reset-done-q", *cwf = "fold-reset-done-child",
+             *cq = "fold-reset-done-cq";
+  char *run = dbx_svct_workflow_start(f->ch, wf, tq);
+  Command *c1[] = {cmd_child(cwf, cq)};
+  wft_complete(f, tq, c1, 1); /* Initiated, Started, a task */
+  Command *c2[] = {cmd_timer("wait", 3600)};
+  wft_complete(f, tq, c2, 1);
+  int64_t initiated = nth_event(f, wf, run, ET(START_CHILD_WORKFLOW_EXECUTION_INITIATED), 1);
+  int64_t started = nth_event(f, wf, run, ET(CHILD_WORKFLOW_EXECUTION_STARTED), 1);
+  int64_t point = nth_event(f, wf, run, ET(WORKFLOW_TASK_COMPLETED), 2);
+  assert_true(initiated < started && started < point);
+  /* the child completes after the reset point */
+  PollWorkflowTaskQueueResponse *p = dbx_svct_wft_poll(f->ch, cq, CALL_MS);
+  assert_true(p->task_token.len > 0);
+  char *child_run = dbx_strdup(p->workflow_execution->run_id);
+  dbx_svct_wft_complete_workflow(f->ch, p->task_token);
+  protobuf_c_message_free_unpacked(&p->base, NULL);
+  assert_int_equal(dbx_svct_workflow_status(f->ch, cwf, child_run), WS(COMPLETED));
+  assert_true(nth_event(f, wf, run, ET(CHILD_WORKFLOW_EXECUTION_COMPLETED), 1) > point);
+
+  char *nr = reset_run(f, wf, run, point);
+  RunState *rs = check_fold_matches(f, wf, nr, 0);
+  assert_int_equal(rs->n_children, 0); /* its close was reapplied */
+  assert_int_equal(rs->n_timers, 0);   /* its timer was started by the task the reset undid */
+  svc_runstate_free(rs);
+  HistoryEvent **evs = NULL;
+  size_t n = 0;
+  read_run(f, wf, nr, &rs, &evs, &n);
+  size_t reset_failed = 0, closed = 0, scheduled = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (evs[i]->event_type == ET(WORKFLOW_TASK_FAILED)) reset_failed = i + 1;
+    if (evs[i]->event_type == ET(WORKFLOW_TASK_SCHEDULED)) scheduled = i + 1;
+    if (evs[i]->event_type != ET(CHILD_WORKFLOW_EXECUTION_COMPLETED)) continue;
+    assert_int_equal(closed, 0);
+    closed = i + 1;
+    const ChildWorkflowExecutionCompletedEventAttributes *a = evs[i]->child_workflow_execution_completed_event_attributes;
+    assert_int_equal(a->initiated_event_id, initiated);
+    assert_int_equal(a->started_event_id, started);
+    assert_string_equal(a->workflow_execution->workflow_id, cwf);
+    assert_string_equal(a->workflow_execution->run_id, child_run);
+  }
+  /* after the reset's WorkflowTaskFailed, before the new task */
+  assert_true(reset_failed > 0 && closed > reset_failed && scheduled > closed);
+  assert_int_equal(evs[closed - 1]->event_id, (int64_t)closed);
+  svc_events_free(evs, n);
+  svc_runstate_free(rs);
+
+  /* the parent's new task sees the close and completes the workflow */
+  p = dbx_svct_wft_poll(f->ch, tq, CALL_MS);
+  assert_true(p->task_token.len > 0);
+  assert_string_equal(p->workflow_execution->run_id, nr);
+  dbx_svct_wft_complete_workflow(f->ch, p->task_token);
+  protobuf_c_message_free_unpacked(&p->base, NULL);
+  assert_int_equal(dbx_svct_workflow_status(f->ch, wf, nr), WS(COMPLETED));
+  assert_int_equal(dbx_svct_workflow_status(f->ch, wf, run), WS(TERMINATED));
+  free(nr);
+  free(child_run);
+  free(run);
+}
+
 /* The function itself on hand-built events: order and kinds it ignores. */
 static void test_svc_state_apply_by_hand(void **state) {
   (void)state;
@@ -568,6 +634,7 @@ int main(void) {
       cmocka_unit_test(test_svc_state_apply_by_hand),
       cmocka_unit_test(test_svc_state_live_equals_fold),
       cmocka_unit_test(test_svc_state_reset_rebuilds_pending),
+      cmocka_unit_test(test_svc_state_reset_reapplies_child_close),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -260,39 +260,77 @@ static int run_quiet(const char *cmd) {
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }
 
-/* LMDB's own tools, then a store/ walk of every named table. 0 = consistent. */
+/* mdb_stat -ae on dir: the named tables (up to 32), the main database's
+ * entry count (one entry per named table) and the last committed
+ * transaction's id. 0, or -1 when the tool fails. */
+static int lmdb_stat(const char *dir, char names[32][64], int *nn, long *main_entries, long *last_txn) {
+  *nn = 0;
+  *main_entries = -1;
+  *last_txn = -1;
+  char *cmd = dbx_asprintf("mdb_stat -ae '%s' 2>/dev/null", dir);
+  FILE *pf = cmd ? popen(cmd, "r") : NULL;
+  free(cmd);
+  if (pf == NULL) return -1;
+  char line[512];
+  int in_main = 0;
+  while (fgets(line, sizeof line, pf)) {
+    if (strncmp(line, "Status of ", 10) == 0) {
+      in_main = strncmp(line, "Status of Main DB", 17) == 0;
+      if (in_main || *nn >= 32) continue;
+      line[strcspn(line, "\n")] = '\0';
+      size_t l = strlen(line + 10);
+      if (l >= sizeof names[0]) continue;
+      memcpy(names[(*nn)++], line + 10, l + 1);
+    } else if (*last_txn < 0 && sscanf(line, " Last transaction ID: %ld", last_txn) == 1) {
+      continue;
+    } else if (in_main && *main_entries < 0 && sscanf(line, " Entries: %ld", main_entries) == 1) {
+      in_main = 0;
+    }
+  }
+  int rc = pclose(pf);
+  return WIFEXITED(rc) && WEXITSTATUS(rc) == 0 && *main_entries >= 0 && *last_txn >= 0 ? 0 : -1;
+}
+
+/* LMDB's own tools, then a store/ walk of every named table. 0 = consistent.
+ * Two states of a store whose service was killed before its first commit are
+ * not damage, and the service opens both (LMDB initialises them):
+ *  - data.mdb of zero bytes (killed between creating the file and LMDB
+ *    writing its first pages): mdb_stat cannot open it read-only;
+ *  - an environment where no transaction was ever committed (mdb_stat -e's
+ *    "Last transaction ID: 0") and so the main database is empty ("Entries:
+ *    0": no named table): mdb_dump -a refuses it ("does not contain multiple
+ *    databases", exit 1), so it is not run then. That was run 6's failed
+ *    check (docs/reliability.md). Both numbers come from mdb_stat's report,
+ *    not from mdb_dump's error text; an empty main database after a commit
+ *    still fails. */
 static int fsck(const char *dir, int is_worker) {
   st.fsck_runs++;
-  char *cmd = dbx_asprintf("mdb_stat -a '%s' >/dev/null 2>&1 && mdb_dump -a '%s' >/dev/null 2>&1",
-                           dir, dir);
-  int bad = run_quiet(cmd) != 0;
-  free(cmd);
+  char *data = dbx_asprintf("%s/data.mdb", dir);
+  struct stat sb;
+  int never_written = data && stat(data, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size == 0;
+  free(data);
+  if (never_written) return 0;
+  char names[32][64];
+  int nn = 0;
+  long main_entries = -1, last_txn = -1;
+  int bad = lmdb_stat(dir, names, &nn, &main_entries, &last_txn) != 0;
+  int never_committed = !bad && main_entries == 0 && last_txn == 0;
+  if (!bad && !never_committed) {
+    char *cmd = dbx_asprintf("mdb_dump -a '%s' >/dev/null 2>&1", dir);
+    bad = cmd == NULL || run_quiet(cmd) != 0;
+    free(cmd);
+  }
   if (bad) {
     /* say why, and keep the store as it was for a look afterwards */
     fprintf(stderr, "fsck %s: mdb_stat/mdb_dump failed; kept as %s.fsck-fail-%d\n", dir, dir,
             st.fsck_fail + 1);
-    cmd = dbx_asprintf("for t in mdb_stat mdb_dump; do $t -a '%s' 2>&1 >/dev/null | tail -3 | "
-                       "sed \"s/^/  $t: /\"; done >&2; cp -a '%s' '%s.fsck-fail-%d'",
-                       dir, dir, dir, st.fsck_fail + 1);
-    run_quiet(cmd);
+    char *cmd = dbx_asprintf("for t in mdb_stat mdb_dump; do $t -a '%s' 2>&1 >/dev/null | tail -3 | "
+                             "sed \"s/^/  $t: /\"; done >&2; cp -a '%s' '%s.fsck-fail-%d'",
+                             dir, dir, dir, st.fsck_fail + 1);
+    if (cmd) run_quiet(cmd);
     free(cmd);
     return -1;
   }
-  char names[32][64];
-  int nn = 0;
-  cmd = dbx_asprintf("mdb_stat -a '%s' 2>/dev/null", dir);
-  FILE *pf = popen(cmd, "r");
-  free(cmd);
-  char line[512];
-  while (pf && fgets(line, sizeof line, pf))
-    if (strncmp(line, "Status of ", 10) == 0 && strncmp(line, "Status of Main DB", 17) != 0 &&
-        nn < 32) {
-      line[strcspn(line, "\n")] = '\0';
-      size_t l = strlen(line + 10);
-      if (l >= sizeof names[0]) continue;
-      memcpy(names[nn++], line + 10, l + 1);
-    }
-  if (pf) pclose(pf);
   dbx_store_opts so = {.path = dir};
   dbx_store *s = NULL;
   if (dbx_store_open(&so, &s) != DBX_OK) {
