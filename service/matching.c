@@ -294,6 +294,14 @@ dbx_err svc_h_query(ectx *c, job *j) {
   if (!svc_check_id(j, "query.query_type", q->query ? q->query->query_type : NULL)) goto out;
   rc = svc_load_execution(c, j, q->namespace_, q->execution, &rs);
   if (rc != DBX_OK || rs == NULL) goto out;
+  /* A run that has completed no workflow task has no state a worker could
+   * query: a running one waits for its first task (below, in the dispatch);
+   * a closed one never gets one (Temporal: WorkflowNotReady). */
+  if (rs->status != WS(RUNNING) && rs->last_wft_started_event_id == 0) {
+    svc_job_fail(j, DBX_GRPC_FAILED_PRECONDITION,
+                 "workflow task has not completed yet: the run closed before its first workflow task completed");
+    goto out;
+  }
   note *n = svc_note_new(c, NOTE_QUERY_NEW);
   query *qq = dbx_calloc(1, sizeof *qq);
   if (n == NULL || qq == NULL) {
@@ -322,8 +330,9 @@ out:
   return rc;
 }
 
-/* A waiting query for this queue whose run has no started workflow task goes
- * out as a legacy query task (the poll reply's `query` field). */
+/* A waiting query for this queue whose run has completed a workflow task and
+ * has none started goes out as a legacy query task (the poll reply's `query`
+ * field). */
 static dbx_err try_dispatch_query(ectx *c, job *j, const char *ns, const char *tq, int *done) {
   *done = 0;
   for (query *qq = c->svc->queries; qq; qq = qq->next) {
@@ -333,7 +342,11 @@ static dbx_err try_dispatch_query(ectx *c, job *j, const char *ns, const char *t
     dbx_err rc = svc_run_load(c, qq->ns, qq->workflow_id, qq->run_id, &rs);
     if (rc == DBX_ENOTFOUND) continue;
     if (rc != DBX_OK) return rc;
-    if (rs->wft_started_event_id > 0) {
+    /* Temporal's order: a query waits while a workflow task is started, and
+     * until the run's first workflow task has completed (before that, the
+     * history holds only the start and a worker would answer from a run
+     * that has not begun); wake_for_queries retries when a task ends. */
+    if (rs->wft_started_event_id > 0 || rs->last_wft_started_event_id == 0) {
       svc_runstate_free(rs);
       continue;
     }

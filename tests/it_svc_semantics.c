@@ -430,6 +430,102 @@ static void test_svc_waiters_in_the_answering_batch_are_woken(void **state) {
   free(run_id);
 }
 
+typedef struct {
+  dbx_rpc_channel *ch;
+  const char *wf;
+  int status;
+  char *answer; /* the first payload's data, malloc'd */
+} query_arg;
+
+/* QueryWorkflow "state" of wf's current run (10 s deadline). */
+static void *query_thread(void *arg) {
+  query_arg *a = arg;
+  QueryWorkflowRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__QUERY_WORKFLOW_REQUEST);
+  WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  WorkflowQuery wq = INIT(TEMPORAL__API__QUERY__V1__WORKFLOW_QUERY);
+  we.workflow_id = (char *)a->wf;
+  wq.query_type = "state";
+  q.namespace_ = "default";
+  q.execution = &we;
+  q.query = &wq;
+  QueryWorkflowResponse *r = NULL;
+  a->status = dbx_svct_call(a->ch, "QueryWorkflow", &q.base, &QueryWorkflowResponse__D, 10000, (void **)&r, NULL);
+  if (r && r->query_result && r->query_result->n_payloads)
+    a->answer = dbx_strndup((const char *)r->query_result->payloads[0]->data.data,
+                            r->query_result->payloads[0]->data.len);
+  if (r) protobuf_c_message_free_unpacked(&r->base, NULL);
+  return NULL;
+}
+
+/* Temporal's order: a query that reaches the service before the run's first
+ * workflow task has completed waits for that task, so the worker answers
+ * from a run that has begun (its query task's history holds the completed
+ * task); a closed run that never completed a task answers
+ * FAILED_PRECONDITION at once. */
+static void test_svc_query_waits_for_the_first_workflow_task(void **state) {
+  fixture *f = *state;
+  char *run_id = NULL;
+  start_with(f->ch, "query-first", "tq-query-first", 0, 0, &run_id); /* events 1, 2 */
+  dbx_service_test_hold(f->svc, 1);
+  query_arg qa = {.ch = f->ch, .wf = "query-first"};
+  pthread_t qt;
+  assert_int_equal(pthread_create(&qt, NULL, query_thread, &qa), 0);
+  wait_queued(f->svc, 1); /* the query is in the engine before the first poll */
+  dbx_service_test_hold(f->svc, 0);
+
+  PollWorkflowTaskQueueResponse *t = dbx_svct_wft_poll(f->ch, "tq-query-first", 5000);
+  assert_true(t->task_token.len > 0);
+  assert_null(t->query); /* the workflow task itself, not the query */
+  dbx_svct_wft_start_timer(f->ch, t->task_token, "1", 60);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+
+  t = dbx_svct_wft_poll(f->ch, "tq-query-first", 5000);
+  assert_non_null(t->query);
+  assert_string_equal(t->query->query_type, "state");
+  assert_non_null(t->history);
+  int completed = 0;
+  for (size_t i = 0; i < t->history->n_events; i++)
+    completed += t->history->events[i]->event_type == ET(WORKFLOW_TASK_COMPLETED);
+  assert_int_equal(completed, 1);
+  RespondQueryTaskCompletedRequest rq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_QUERY_TASK_COMPLETED_REQUEST);
+  Payloads ps = INIT(TEMPORAL__API__COMMON__V1__PAYLOADS);
+  Payload p = INIT(TEMPORAL__API__COMMON__V1__PAYLOAD);
+  Payload *pp = &p;
+  p.data.data = (uint8_t *)"\"begun\"";
+  p.data.len = 7;
+  ps.n_payloads = 1;
+  ps.payloads = &pp;
+  rq.namespace_ = "default";
+  rq.task_token = t->task_token;
+  rq.completed_type = TEMPORAL__API__ENUMS__V1__QUERY_RESULT_TYPE__QUERY_RESULT_TYPE_ANSWERED;
+  rq.query_result = &ps;
+  assert_int_equal(dbx_svct_call(f->ch, "RespondQueryTaskCompleted", &rq.base, &RespondQueryTaskCompletedResponse__D,
+                                 5000, NULL, NULL),
+                   DBX_GRPC_OK);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  pthread_join(qt, NULL);
+  assert_int_equal(qa.status, DBX_GRPC_OK);
+  assert_string_equal(qa.answer, "\"begun\"");
+  free(qa.answer);
+  free(run_id);
+
+  /* a run terminated before any workflow task completed */
+  start_with(f->ch, "query-closed", "tq-query-closed", 0, 0, &run_id);
+  TerminateWorkflowExecutionRequest tq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__TERMINATE_WORKFLOW_EXECUTION_REQUEST);
+  WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  we.workflow_id = "query-closed";
+  tq.namespace_ = "default";
+  tq.workflow_execution = &we;
+  assert_int_equal(dbx_svct_call(f->ch, "TerminateWorkflowExecution", &tq.base, &TerminateWorkflowExecutionResponse__D,
+                                 5000, NULL, NULL),
+                   DBX_GRPC_OK);
+  query_arg qc = {.ch = f->ch, .wf = "query-closed"};
+  query_thread(&qc);
+  assert_int_equal(qc.status, DBX_GRPC_FAILED_PRECONDITION);
+  assert_null(qc.answer);
+  free(run_id);
+}
+
 static void test_svc_terminated_run_has_nothing_pending(void **state) {
   fixture *f = *state;
   char *run_id = NULL;
@@ -600,6 +696,7 @@ int main(void) {
       cmocka_unit_test(test_svc_one_service_per_store_and_port),
       cmocka_unit_test(test_svc_temporary_store_sweeps_orphans),
       cmocka_unit_test(test_svc_waiters_in_the_answering_batch_are_woken),
+      cmocka_unit_test(test_svc_query_waits_for_the_first_workflow_task),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
