@@ -419,12 +419,18 @@ static dbx_err run_host(const dbx_local *d, char *const *argv, const char *what)
   return run_host_src(d, argv, what, NULL);
 }
 
-/* rm -rf in this process (base/fs.h: symbolic links are removed, never
- * followed, so a link a command left in the tree cannot lead the removal out
- * of it). errmsg is written only on failure. */
+/* Remove a sandbox tree with rm -rf, not dbx_fs_remove_tree (base/fs.h).
+ * The trees are written by sandboxed commands, which may outlive their exec
+ * and keep changing them while we remove: rm walks by descriptor (openat,
+ * O_NOFOLLOW, unlinkat), so a directory swapped for a link mid-walk cannot
+ * lead it out of the tree, and depth is unlimited. dbx_fs_remove_tree walks
+ * by path (nftw): static links are safe, but a swap between its lstat and
+ * its unlink is followed, and a tree deeper than PATH_MAX (one mkdir loop in
+ * a command) fails with ENAMETOOLONG. Use the base helper once it walks by
+ * descriptor. errmsg is written only on failure. */
 static dbx_err rmrf(const dbx_local *d, const char *path) {
-  if (dbx_fs_remove_tree(path) == DBX_OK) return DBX_OK;
-  return fail(d, DBX_EIO, "cannot remove '%s': %s", path, strerror(errno));
+  char *argv[] = {"rm", "-rf", "--", (char *)path, NULL};
+  return run_host(d, argv, "rm -rf");
 }
 
 /* ---- open / close ---- */

@@ -597,6 +597,35 @@ static void test_local_delete_leaves_link_targets(void **state) {
   free(out);
 }
 
+/* A command can make a tree deeper than PATH_MAX (here 40 levels of 200
+ * characters, built by moving 10-level chains into each other so no path
+ * the shell handles is that long); deleting its sandbox removes it all. */
+static void test_local_delete_deep_tree(void **state) {
+  fixture *f = *state;
+  make_empty(f->d, "s");
+  dbx_local_exec_result r =
+      sh(f->d, "s",
+         "n=$(printf '%0200d' 0); l=$n/$n/$n/$n/$n/$n/$n/$n/$n/$n; "
+         "mkdir -p c/$l && echo leaf > c/$l/leaf.txt || exit 8; "
+         "for i in 1 2 3; do mkdir -p t/$l && mv c t/$l/ && mv t c || exit 9; done; echo ok");
+  assert_int_equal(r.exit_code, 0);
+  assert_string_equal((char *)r.stdout_buf, "ok\n");
+  dbx_local_exec_result_cleanup(&r);
+  assert_int_equal(dbx_local_sandbox_delete(f->d, "s"), DBX_OK);
+  struct stat st;
+  char *p = dbx_asprintf("%s/sandboxes/s", f->home);
+  assert_int_equal(lstat(p, &st), -1);
+  free(p);
+  p = dbx_asprintf("ls -A %s/trash | wc -l", f->home);
+  FILE *ls = popen(p, "r");
+  assert_non_null(ls);
+  int n = -1;
+  assert_int_equal(fscanf(ls, "%d", &n), 1);
+  pclose(ls);
+  assert_int_equal(n, 0);
+  free(p);
+}
+
 typedef struct {
   dbx_local *d;
   int n;
@@ -1036,6 +1065,7 @@ int main(int argc, char **argv) {
       T(test_local_bytes_round_trip),            T(test_local_stop_start_delete),
       T(test_local_delete_kills_running_commands),
       T(test_local_delete_leaves_link_targets),
+      T(test_local_delete_deep_tree),
       T(test_local_threads_distinct_sandboxes),
       T(test_local_detached_start_poll_read_collect),
       T(test_local_detached_timeout_and_kill),
