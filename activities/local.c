@@ -43,6 +43,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
+#include "base/fs.h"
 #include "base/util.h"
 
 #define DEFAULT_CAP_BYTES ((size_t)1 << 20)
@@ -118,22 +120,8 @@ static int valid_name(const char *s) {
   return 1;
 }
 
-static int mkdir_p(const char *path) {
-  char *p = dbx_strdup(path);
-  if (p == NULL) return -1;
-  for (char *s = p + 1; *s; s++) {
-    if (*s != '/') continue;
-    *s = '\0';
-    if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-      free(p);
-      return -1;
-    }
-    *s = '/';
-  }
-  int rc = (mkdir(p, 0755) != 0 && errno != EEXIST) ? -1 : 0;
-  free(p);
-  return rc;
-}
+/* mkdir -p with the sandbox tree's mode; 0 or -1 (errno set). */
+static int mkdir_p(const char *path) { return dbx_fs_mkdirs(path, 0755) == DBX_OK ? 0 : -1; }
 
 static int fsync_path(const char *path) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -185,30 +173,14 @@ bad:;
   return -1;
 }
 
-/* Read a small whole file; NULL if missing. Free with free(). */
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rbe");
-  if (f == NULL) return NULL;
-  size_t cap = 256, len = 0;
-  char *buf = malloc(cap);
-  while (buf != NULL) {
-    size_t n = fread(buf + len, 1, cap - len - 1, f);
-    len += n;
-    if (n == 0) break;
-    if (len + 1 == cap) {
-      char *nb = realloc(buf, cap * 2);
-      if (nb == NULL) {
-        free(buf);
-        buf = NULL;
-        break;
-      }
-      buf = nb;
-      cap *= 2;
-    }
-  }
-  fclose(f);
-  if (buf) buf[len] = '\0';
-  return buf;
+/* Read a small metadata file (NUL-terminated; free with free()).
+ * Returns DBX_OK, DBX_ENOTFOUND (absent: *out NULL, no errmsg), DBX_ENOMEM,
+ * or DBX_EIO with errmsg set. Callers tell absence from a failure: an
+ * unreadable meta/source is no reason to start a sandbox over. */
+static dbx_err read_meta(const dbx_local *d, const char *path, char **out) {
+  dbx_err rc = dbx_fs_read_all(path, out, NULL);
+  if (rc == DBX_OK || rc == DBX_ENOTFOUND || rc == DBX_ENOMEM) return rc;
+  return fail(d, DBX_EIO, "cannot read '%s': %s", path, strerror(errno));
 }
 
 static int write_small(const char *dir, const char *name, const char *text) {
@@ -281,7 +253,7 @@ static dbx_err run_proc(const dbx_local *d, const run_spec *s, dbx_local_exec_re
   memset(r, 0, sizeof *r);
   for (int i = 0; i < 2; i++) {
     cap[i].cap = s->cap[i];
-    cap[i].buf = malloc(s->cap[i] + 1);
+    cap[i].buf = dbx_malloc(s->cap[i] + 1);
     if (cap[i].buf == NULL) {
       rc = fail(d, DBX_ENOMEM, "out of memory for output buffers");
       goto out;
@@ -447,6 +419,15 @@ static dbx_err run_host(const dbx_local *d, char *const *argv, const char *what)
   return run_host_src(d, argv, what, NULL);
 }
 
+/* Remove a sandbox tree with rm -rf, not dbx_fs_remove_tree (base/fs.h).
+ * The trees are written by sandboxed commands, which may outlive their exec
+ * and keep changing them while we remove: rm walks by descriptor (openat,
+ * O_NOFOLLOW, unlinkat), so a directory swapped for a link mid-walk cannot
+ * lead it out of the tree, and depth is unlimited. dbx_fs_remove_tree walks
+ * by path (nftw): static links are safe, but a swap between its lstat and
+ * its unlink is followed, and a tree deeper than PATH_MAX (one mkdir loop in
+ * a command) fails with ENAMETOOLONG. Use the base helper once it walks by
+ * descriptor. errmsg is written only on failure. */
 static dbx_err rmrf(const dbx_local *d, const char *path) {
   char *argv[] = {"rm", "-rf", "--", (char *)path, NULL};
   return run_host(d, argv, "rm -rf");
@@ -465,7 +446,7 @@ dbx_err dbx_local_open(const char *home, dbx_local **out) {
   dbx_err rc = DBX_OK;
   dbx_local *d = NULL;
   *out = NULL;
-  d = calloc(1, sizeof *d);
+  d = dbx_calloc(1, sizeof *d);
   if (d == NULL) return DBX_ENOMEM;
   if (home == NULL || *home == '\0') home = getenv("DURABOX_HOME");
   if (home != NULL && *home != '\0') {
@@ -595,7 +576,7 @@ static char *labels_text(const dbx_local_source *src) {
   size_t len = 1;
   for (size_t i = 0; i < src->nlabels; i++)
     len += strlen(src->labels[i].key) + strlen(src->labels[i].value) + 2;
-  char *t = malloc(len), *p = t;
+  char *t = dbx_malloc(len), *p = t;
   if (t == NULL) return NULL;
   for (size_t i = 0; i < src->nlabels; i++)
     p += sprintf(p, "%s=%s\n", src->labels[i].key, src->labels[i].value);
@@ -639,8 +620,12 @@ dbx_err dbx_local_sandbox_create(dbx_local *d, const char *id, const dbx_local_s
     rc = fail(d, DBX_EIO, "cannot lock sandbox '%s': %s", id, strerror(errno));
     goto out;
   }
-  have = slurp(srcfile);
-  if (have != NULL) {
+  rc = read_meta(d, srcfile, &have);
+  if (rc == DBX_ENOTFOUND) {
+    rc = DBX_OK;
+  } else if (rc != DBX_OK) {
+    goto out;
+  } else {
     if (strcmp(have, want) == 0) {
       if (adopted) *adopted = 1;
     } else {
@@ -745,8 +730,8 @@ static dbx_err sb_check(const dbx_local *d, const char *id, int need_running) {
   } else if (access(p, F_OK) != 0) {
     rc = failk(d, DBX_ENOTFOUND, DBX_DRV_NO_SANDBOX, "sandbox '%s' not found", id);
   } else if (need_running) {
-    state = slurp(st);
-    if (state == NULL || strcmp(state, "running\n") != 0)
+    rc = read_meta(d, st, &state);
+    if (rc == DBX_ENOTFOUND || (rc == DBX_OK && strcmp(state, "running\n") != 0))
       rc = fail(d, DBX_ESTATE, "sandbox '%s' is stopped: start it first", id);
   }
   free(p);
@@ -1034,7 +1019,7 @@ dbx_err dbx_local_file_read(dbx_local *d, const char *id, const char *path, size
     goto out;
   }
   size_t cap = (size_t)st.st_size + 1, n = 0;
-  buf = malloc(cap + 1);
+  buf = dbx_malloc(cap + 1);
   if (buf == NULL) {
     rc = DBX_ENOMEM;
     goto out;
@@ -1046,7 +1031,7 @@ dbx_err dbx_local_file_read(dbx_local *d, const char *id, const char *path, size
         goto out;
       }
       size_t ncap = cap * 2 > max_bytes + 1 ? max_bytes + 1 : cap * 2;
-      uint8_t *nb = realloc(buf, ncap + 1);
+      uint8_t *nb = dbx_realloc(buf, ncap + 1);
       if (nb == NULL) {
         rc = DBX_ENOMEM;
         goto out;
@@ -1165,7 +1150,7 @@ static int sv_push(strvec *s, char *x) { /* takes x */
   if (x == NULL) return -1;
   if (s->n + 2 > s->cap) {
     size_t nc = s->cap ? s->cap * 2 : 32;
-    char **nv = realloc(s->v, nc * sizeof *nv);
+    char **nv = dbx_realloc(s->v, nc * sizeof *nv);
     if (nv == NULL) {
       free(x);
       return -1;
@@ -1384,7 +1369,7 @@ static int sb_add(sbuf *b, const char *s) { /* appends s and its NUL */
   if (b->len + n > b->cap) {
     size_t nc = b->cap ? b->cap * 2 : 4096;
     while (nc < b->len + n) nc *= 2;
-    char *np = realloc(b->p, nc);
+    char *np = dbx_realloc(b->p, nc);
     if (np == NULL) return -1;
     b->p = np;
     b->cap = nc;
@@ -1422,7 +1407,7 @@ static int spec_parse(char *buf, size_t len, cmd_spec *sp) {
   sp->cap[1] = (size_t)strtoull(f[3], NULL, 10);
   long argc = strtol(f[4], NULL, 10);
   if (argc < 1 || argc > 100000) return -1;
-  sp->argv = calloc((size_t)argc + 1, sizeof *sp->argv);
+  sp->argv = dbx_calloc((size_t)argc + 1, sizeof *sp->argv);
   if (sp->argv == NULL) return -1;
   for (long i = 0; i < argc; i++) {
     if (p >= end) return -1;
@@ -1434,7 +1419,7 @@ static int spec_parse(char *buf, size_t len, cmd_spec *sp) {
   p += strlen(p) + 1;
   long envc = strtol(f[5], NULL, 10);
   if (envc < 0 || envc > 100000) return -1;
-  sp->envp = calloc((size_t)envc + 1, sizeof *sp->envp);
+  sp->envp = dbx_calloc((size_t)envc + 1, sizeof *sp->envp);
   if (sp->envp == NULL) return -1;
   for (long i = 0; i < envc; i++) {
     if (p >= end) return -1;
@@ -1619,7 +1604,7 @@ static int supervise_main(const char *dir) {
     if (b.len + (size_t)n > b.cap) {
       size_t nc = b.cap ? b.cap * 2 : 65536;
       while (nc < b.len + (size_t)n) nc *= 2;
-      char *np = realloc(b.p, nc);
+      char *np = dbx_realloc(b.p, nc);
       if (np == NULL) return 2;
       b.p = np;
       b.cap = nc;
@@ -1945,7 +1930,7 @@ dbx_err dbx_local_exec_collect(dbx_local *d, const char *id, const char *cmd_id,
   static const char *names[2] = {"stdout", "stderr"};
   for (int i = 0; i < 2; i++) {
     uint64_t size = i == 0 ? st.stdout_size : st.stderr_size;
-    uint8_t *buf = malloc((size_t)size + 1);
+    uint8_t *buf = dbx_malloc((size_t)size + 1);
     if (buf == NULL) {
       rc = DBX_ENOMEM;
       goto out;
@@ -2156,10 +2141,12 @@ dbx_err dbx_local_sandbox_exists(dbx_local *d, const char *id, int *running) {
   if (rc != DBX_OK) return rc;
   if (running) {
     char *st = dbx_asprintf("%s/sandboxes/%s/meta/state", d->home, id);
-    char *state = st ? slurp(st) : NULL;
-    *running = state != NULL && strcmp(state, "running\n") == 0;
+    char *state = NULL;
+    rc = st ? read_meta(d, st, &state) : DBX_ENOMEM;
+    *running = rc == DBX_OK && strcmp(state, "running\n") == 0;
     free(st);
     free(state);
+    if (rc == DBX_ENOMEM) return rc; /* absent or unreadable: not running */
   }
   return DBX_OK;
 }
@@ -2173,7 +2160,7 @@ static dbx_err labels_parse(const char *text, dbx_drv_label **out, size_t *n) {
     if (nl == NULL || eq == NULL || eq > nl) break; /* a torn line: ignore the rest */
     if (cnt == cap) {
       cap = cap ? cap * 2 : 8;
-      dbx_drv_label *nv = realloc(v, cap * sizeof *nv);
+      dbx_drv_label *nv = dbx_realloc(v, cap * sizeof *nv);
       if (nv == NULL) goto oom;
       v = nv;
     }
@@ -2199,8 +2186,10 @@ dbx_err dbx_local_sandbox_labels(dbx_local *d, const char *id, dbx_drv_label **l
   if (rc != DBX_OK) return rc;
   char *p = dbx_asprintf("%s/sandboxes/%s/meta/labels", d->home, id);
   if (p == NULL) return DBX_ENOMEM;
-  char *text = slurp(p); /* absent: a sandbox made before labels existed, none */
+  char *text = NULL;
+  rc = read_meta(d, p, &text); /* absent: a sandbox made before labels existed, none */
   free(p);
+  if (rc != DBX_OK && rc != DBX_ENOTFOUND) return rc;
   rc = labels_parse(text ? text : "", labels, n);
   free(text);
   return rc;
@@ -2240,7 +2229,7 @@ dbx_err dbx_local_sandbox_list(dbx_local *d, const dbx_drv_label *match, size_t 
     if (!keep) continue;
     if (cnt == cap) {
       cap = cap ? cap * 2 : 16;
-      char **nv = realloc(v, cap * sizeof *nv);
+      char **nv = dbx_realloc(v, cap * sizeof *nv);
       if (nv == NULL) {
         rc = DBX_ENOMEM;
         goto out;
@@ -2371,7 +2360,7 @@ static dbx_err host_read(dbx_local *d, const char *host_path, uint8_t **data, si
     rc = fail(d, DBX_EINVAL, "host path '%s' is not a regular file", host_path);
     goto out;
   }
-  buf = malloc((size_t)st.st_size + 1);
+  buf = dbx_malloc((size_t)st.st_size + 1);
   if (buf == NULL) {
     rc = DBX_ENOMEM;
     goto out;

@@ -19,6 +19,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
+#include "base/fs.h"
+#include "base/hash.h"
 #include "base/util.h"
 
 #define DEFAULT_CAP ((size_t)1 << 20)
@@ -142,7 +145,7 @@ static mfile *fmap_get(fmap *f, const char *path) {
 
 /* Copies path and data. Returns 0 or -1 (OOM). */
 static int fmap_put(fmap *f, const char *path, const void *data, size_t len) {
-  uint8_t *copy = malloc(len + 1);
+  uint8_t *copy = dbx_malloc(len + 1);
   if (copy == NULL) return -1;
   if (len) memcpy(copy, data, len);
   copy[len] = 0;
@@ -155,7 +158,7 @@ static int fmap_put(fmap *f, const char *path, const void *data, size_t len) {
   }
   if (f->n == f->cap) {
     size_t nc = f->cap ? f->cap * 2 : 16;
-    mfile *nv = realloc(f->v, nc * sizeof *nv);
+    mfile *nv = dbx_realloc(f->v, nc * sizeof *nv);
     if (nv == NULL) {
       free(copy);
       return -1;
@@ -222,7 +225,7 @@ static dbx_drv_err norm_path(dbx_memdrv *m, const char *path, int allow_root, ch
   if (path == NULL || (path[0] == '\0' && !allow_root)) return fail(m, DBX_DRV_INVALID, "empty path");
   if (path[0] == '/')
     return fail(m, DBX_DRV_PATH_REFUSED, "path '%.200s' is absolute: paths are relative to the workspace", path);
-  char *o = malloc(strlen(path) + 1);
+  char *o = dbx_malloc(strlen(path) + 1);
   if (o == NULL) return DBX_DRV_NOMEM;
   size_t n = 0;
   for (const char *p = path; *p;) {
@@ -251,21 +254,19 @@ static dbx_drv_err norm_path(dbx_memdrv *m, const char *path, int allow_root, ch
 
 /* ---- hashing (FNV-1a 64; the "sha" is 40 hex digits of three seeds) ---- */
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-  const uint8_t *b = p;
-  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
-  return h;
-}
+#define fnv dbx_fnv1a64
 
 static int cmp_path(const void *a, const void *b) {
   return strcmp((*(const mfile *const *)a)->path, (*(const mfile *const *)b)->path);
 }
 
-/* Hash of the files under dir, in path order; 0 on OOM is fine (a hash). */
+/* Hash of the files under dir, in path order. 0 on OOM: the fake's "sha"
+ * would then be wrong without a word, so this array stays outside the
+ * failure hook (plain malloc, base/alloc.h). */
 static uint64_t tree_hash(const fmap *f, const char *dir) {
   const mfile **v = malloc((f->n + 1) * sizeof *v);
   size_t n = 0;
-  uint64_t h = 0xcbf29ce484222325ULL;
+  uint64_t h = DBX_FNV1A64_OFFSET;
   if (v == NULL) return 0;
   for (size_t i = 0; i < f->n; i++)
     if (under(f->v[i].path, dir)) v[n++] = &f->v[i];
@@ -284,7 +285,7 @@ static void make_sha(char out[41], const char *parent, const char *message, uint
   int tl = snprintf(t, sizeof t, "%016llx", (unsigned long long)tree);
   uint64_t h[3];
   for (int i = 0; i < 3; i++) {
-    uint64_t x = 0xcbf29ce484222325ULL ^ (uint64_t)(i + 1) * 0x9E3779B97F4A7C15ULL;
+    uint64_t x = DBX_FNV1A64_OFFSET ^ (uint64_t)(i + 1) * 0x9E3779B97F4A7C15ULL;
     x = fnv(x, parent, strlen(parent) + 1);
     x = fnv(x, message, strlen(message) + 1);
     h[i] = fnv(x, t, (size_t)tl);
@@ -446,8 +447,8 @@ static dbx_drv_err md_create(void *self, const char *name, const dbx_drv_create_
     }
     from = &h->files;
   }
-  s = calloc(1, sizeof *s);
-  msb **nv = realloc(m->sbs, (m->nsbs + 1) * sizeof *nv);
+  s = dbx_calloc(1, sizeof *s);
+  msb **nv = dbx_realloc(m->sbs, (m->nsbs + 1) * sizeof *nv);
   if (nv) m->sbs = nv;
   if (s == NULL || nv == NULL || (s->name = dbx_strdup(name)) == NULL) {
     rc = DBX_DRV_NOMEM;
@@ -456,7 +457,7 @@ static dbx_drv_err md_create(void *self, const char *name, const dbx_drv_create_
   s->source = key;
   key = NULL;
   if (o->nlabels) {
-    s->labels = calloc(o->nlabels, sizeof *s->labels);
+    s->labels = dbx_calloc(o->nlabels, sizeof *s->labels);
     if (s->labels == NULL) {
       rc = DBX_DRV_NOMEM;
       goto out;
@@ -476,7 +477,7 @@ static dbx_drv_err md_create(void *self, const char *name, const dbx_drv_create_
     goto out;
   }
   if (src->kind == DBX_DRV_SOURCE_GIT) {
-    s->repos = calloc(1, sizeof *s->repos);
+    s->repos = dbx_calloc(1, sizeof *s->repos);
     if (s->repos == NULL || (s->repos[0].path = dbx_strdup("")) == NULL ||
         (s->repos[0].url = dbx_strdup(src->location)) == NULL) {
       if (s->repos) s->nrepos = 1;
@@ -527,7 +528,7 @@ static dbx_drv_err md_list(void *self, const dbx_drv_label *match, size_t nmatch
   *n = 0;
   pthread_mutex_lock(&m->mu);
   dbx_drv_err rc = injected(m, "list");
-  char **v = rc == DBX_DRV_OK ? calloc(m->nsbs + 1, sizeof *v) : NULL;
+  char **v = rc == DBX_DRV_OK ? dbx_calloc(m->nsbs + 1, sizeof *v) : NULL;
   size_t cnt = 0;
   if (rc == DBX_DRV_OK && v == NULL) rc = DBX_DRV_NOMEM;
   for (size_t i = 0; rc == DBX_DRV_OK && i < m->nsbs; i++) {
@@ -560,7 +561,7 @@ static dbx_drv_err md_labels(void *self, const char *name, dbx_drv_label **label
   dbx_drv_label *v = NULL;
   size_t cnt = 0;
   if (rc == DBX_DRV_OK) {
-    v = calloc(s->nlabels + 1, sizeof *v);
+    v = dbx_calloc(s->nlabels + 1, sizeof *v);
     if (v == NULL) rc = DBX_DRV_NOMEM;
     for (size_t i = 0; v && i < s->nlabels; i++, cnt++) {
       v[i].key = dbx_strdup(s->labels[i].key);
@@ -645,8 +646,8 @@ static dbx_drv_err md_exec_start(void *self, const char *name, const char *cmd_i
     if (strchr(o->env[i], '=') == NULL || o->env[i][0] == '=')
       rc = fail(m, DBX_DRV_INVALID, "environment entry '%.100s' is not NAME=value", o->env[i]);
   if (rc == DBX_DRV_OK) {
-    c = calloc(1, sizeof *c);
-    mcmd **nv = realloc(s->cmds, (s->ncmds + 1) * sizeof *nv);
+    c = dbx_calloc(1, sizeof *c);
+    mcmd **nv = dbx_realloc(s->cmds, (s->ncmds + 1) * sizeof *nv);
     if (nv) s->cmds = nv;
     if (c == NULL || nv == NULL || (c->id = dbx_strdup(cmd_id)) == NULL) {
       cmd_free(c);
@@ -749,7 +750,7 @@ static dbx_drv_err md_exec_attach(void *self, const char *name, const char *cmd_
 }
 
 static uint8_t *dup_bytes(const uint8_t *p, size_t n) {
-  uint8_t *b = malloc(n + 1);
+  uint8_t *b = dbx_malloc(n + 1);
   if (b == NULL) return NULL;
   if (n) memcpy(b, p, n);
   b[n] = 0;
@@ -890,33 +891,21 @@ static dbx_drv_err md_file_write(void *self, const char *name, const char *path,
 static dbx_drv_err md_upload(void *self, const char *name, const char *host_path,
                              const char *path) {
   dbx_memdrv *m = self;
-  uint8_t *buf = NULL;
-  size_t n = 0, cap = 0;
+  char *buf = NULL;
+  size_t n = 0;
   if (host_path == NULL || host_path[0] != '/')
     return fail(m, DBX_DRV_INVALID, "host path '%.200s' is not absolute", host_path ? host_path : "");
-  FILE *f = fopen(host_path, "rbe");
-  if (f == NULL)
-    return fail(m, errno == ENOENT ? DBX_DRV_NOT_FOUND : DBX_DRV_FAILED, "host file '%.200s': %s",
-                host_path, strerror(errno));
-  for (;;) {
-    if (n == cap) {
-      cap = cap ? cap * 2 : 65536;
-      uint8_t *nb = realloc(buf, cap);
-      if (nb == NULL) {
-        fclose(f);
-        free(buf);
-        return DBX_DRV_NOMEM;
-      }
-      buf = nb;
-    }
-    size_t r = fread(buf + n, 1, cap - n, f);
-    n += r;
-    if (r == 0) break;
+  dbx_drv_err rc = DBX_DRV_OK;
+  switch (dbx_fs_read_all(host_path, &buf, &n)) {
+  case DBX_OK: break;
+  case DBX_ENOMEM: return DBX_DRV_NOMEM;
+  case DBX_ENOTFOUND:
+    return fail(m, DBX_DRV_NOT_FOUND, "host file '%.200s': %s", host_path, strerror(errno));
+  case DBX_EINVAL:
+    return fail(m, DBX_DRV_INVALID, "host path '%.200s' is not a readable file", host_path);
+  default:
+    return fail(m, DBX_DRV_FAILED, "host file '%.200s': %s", host_path, strerror(errno));
   }
-  int bad = ferror(f);
-  fclose(f);
-  dbx_drv_err rc = bad ? fail(m, DBX_DRV_INVALID, "host path '%.200s' is not a readable file", host_path)
-                       : DBX_DRV_OK;
   pthread_mutex_lock(&m->mu);
   if (rc == DBX_DRV_OK) rc = injected(m, "upload");
   if (rc == DBX_DRV_OK) rc = put_file(m, name, path, buf, n);
@@ -972,7 +961,7 @@ static dbx_drv_err md_git_clone(void *self, const char *name, const char *url, c
     fmap_remove_tree(&s->files, p); /* a partial or earlier target */
     mrepo *r = repo_find(s, p);
     if (r == NULL) {
-      mrepo *nv = realloc(s->repos, (s->nrepos + 1) * sizeof *nv);
+      mrepo *nv = dbx_realloc(s->repos, (s->nrepos + 1) * sizeof *nv);
       if (nv) {
         s->repos = nv;
         r = &s->repos[s->nrepos];
@@ -1058,7 +1047,7 @@ static dbx_drv_err md_git_push(void *self, const char *name, const char *repo_pa
       if (strcmp(m->pushes[i].remote, remote) == 0 && strcmp(m->pushes[i].branch, branch) == 0)
         slot = &m->pushes[i];
     if (slot == NULL) {
-      mpush *nv = realloc(m->pushes, (m->npushes + 1) * sizeof *nv);
+      mpush *nv = dbx_realloc(m->pushes, (m->npushes + 1) * sizeof *nv);
       if (nv) {
         m->pushes = nv;
         slot = &nv[m->npushes];
@@ -1093,7 +1082,7 @@ static dbx_drv_err md_checkpoint(void *self, const char *name, const char *snap,
     rc = fail(m, DBX_DRV_INVALID, "invalid snapshot name '%.140s'", snap ? snap : "(null)");
   if (rc == DBX_DRV_OK) rc = sb_get(m, name, 0, &s);
   if (rc == DBX_DRV_OK && named_find(m->snaps, m->nsnaps, snap) == NULL) {
-    mnamed *nv = realloc(m->snaps, (m->nsnaps + 1) * sizeof *nv);
+    mnamed *nv = dbx_realloc(m->snaps, (m->nsnaps + 1) * sizeof *nv);
     if (nv == NULL) {
       rc = DBX_DRV_NOMEM;
     } else {
@@ -1190,7 +1179,7 @@ static const dbx_driver_ops memdrv_ops = {
 
 dbx_err dbx_memdrv_create(const dbx_memdrv_opts *o, dbx_memdrv **out) {
   *out = NULL;
-  dbx_memdrv *m = calloc(1, sizeof *m);
+  dbx_memdrv *m = dbx_calloc(1, sizeof *m);
   if (m == NULL) return DBX_ENOMEM;
   m->name = dbx_strdup(o && o->name ? o->name : "memory");
   if (m->name == NULL || pthread_mutex_init(&m->mu, NULL) != 0) {
@@ -1241,7 +1230,7 @@ dbx_err dbx_memdrv_source_put(dbx_memdrv *m, const char *location, const char *p
   pthread_mutex_lock(&m->mu);
   mnamed *n = named_find(m->srcs, m->nsrcs, location);
   if (n == NULL) {
-    mnamed *nv = realloc(m->srcs, (m->nsrcs + 1) * sizeof *nv);
+    mnamed *nv = dbx_realloc(m->srcs, (m->nsrcs + 1) * sizeof *nv);
     if (nv) {
       m->srcs = nv;
       n = &nv[m->nsrcs];

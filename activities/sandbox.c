@@ -33,7 +33,10 @@
 #include <time.h>
 
 #include "activities/driver.h"
+#include "base/alloc.h"
+#include "base/codec.h"
 #include "base/failpoint.h"
+#include "base/hash.h"
 #include "base/util.h"
 
 /* Declared here so this folder needs worker/api.h alone (the worker library,
@@ -43,9 +46,12 @@ dbx_err dbx_worker_register_activity(struct dbx_worker *w, const dbx_activity_ty
 #define MOD "sandbox"
 
 /* What each activity type's ud points at. */
+typedef dbx_err (*run_fn)(dbx_act *, const char *, size_t, dbx_act_result *, void *);
+
 typedef struct {
   dbx_driver *drv; /* borrowed from dbx_sandbox_acts_create's caller */
   int op;          /* enum life_op for stop/start/delete */
+  run_fn run;      /* the type's run function (run_checked calls it) */
 } act_ctx;
 
 #define DRV(ud) (((const act_ctx *)(ud))->drv)
@@ -68,7 +74,15 @@ static dbx_err fail(dbx_act_result *res, int non_retryable, const char *type, co
   res->failure_type = dbx_strdup(type);
   res->failure_message = dbx_strdup(buf);
   res->non_retryable = non_retryable;
-  if (res->failure_type == NULL || res->failure_message == NULL) return DBX_ENOMEM;
+  if (res->failure_type == NULL || res->failure_message == NULL) {
+    /* half a failure would be reported as it stands (a non-retryable type
+     * without its message): record none, the caller's ENOMEM is the failure */
+    free(res->failure_type);
+    free(res->failure_message);
+    res->failure_type = res->failure_message = NULL;
+    res->non_retryable = 0;
+    return DBX_ENOMEM;
+  }
   return DBX_OK;
 }
 
@@ -234,101 +248,18 @@ static dbx_err fail_path(dbx_act_result *res, const dbx_driver *drv, dbx_drv_err
 
 /* -------------------------------------------------------------- helpers */
 
+/* FNV-1a 64 over a C string's bytes (none for NULL): the sandbox id, the
+ * command id and the checkpoint name are made of it, and existing sandboxes,
+ * commands and journals depend on them staying byte-identical. */
 static uint64_t fnv1a(uint64_t h, const char *s) {
-  for (; s && *s; s++) {
-    h ^= (unsigned char)*s;
-    h *= 0x100000001b3ULL;
-  }
-  return h;
+  return s ? dbx_fnv1a64(h, s, strlen(s)) : h;
 }
-#define FNV_OFFSET 0xcbf29ce484222325ULL
+#define FNV_OFFSET DBX_FNV1A64_OFFSET
 
-static const char b64_chars[] =
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-static char *b64_encode(const uint8_t *p, size_t n) {
-  char *out = malloc((n + 2) / 3 * 4 + 1);
-  if (out == NULL) return NULL;
-  size_t o = 0;
-  for (size_t i = 0; i < n; i += 3) {
-    uint32_t v = (uint32_t)p[i] << 16;
-    if (i + 1 < n) v |= (uint32_t)p[i + 1] << 8;
-    if (i + 2 < n) v |= p[i + 2];
-    out[o++] = b64_chars[(v >> 18) & 63];
-    out[o++] = b64_chars[(v >> 12) & 63];
-    out[o++] = i + 1 < n ? b64_chars[(v >> 6) & 63] : '=';
-    out[o++] = i + 2 < n ? b64_chars[v & 63] : '=';
-  }
-  out[o] = '\0';
-  return out;
-}
-
-static int b64_value(char c) {
-  const char *p = c ? strchr(b64_chars, c) : NULL;
-  return p ? (int)(p - b64_chars) : -1;
-}
-
-/* Strict standard base64 (padding required). Returns 0 and a malloc'd
- * buffer, -1 on a malformed text, -2 on OOM. */
-static int b64_decode(const char *s, uint8_t **out, size_t *len) {
-  size_t n = strlen(s);
-  *out = NULL;
-  *len = 0;
-  if (n % 4 != 0) return -1;
-  uint8_t *buf = malloc(n / 4 * 3 + 1);
-  if (buf == NULL) return -2;
-  size_t o = 0;
-  for (size_t i = 0; i < n; i += 4) {
-    int last = i + 4 == n;
-    int a = b64_value(s[i]), b = b64_value(s[i + 1]);
-    int c = s[i + 2] == '=' && last ? -2 : b64_value(s[i + 2]);
-    int d = s[i + 3] == '=' && last ? -2 : b64_value(s[i + 3]);
-    if (a < 0 || b < 0 || c == -1 || d == -1 || (c == -2 && d != -2)) {
-      free(buf);
-      return -1;
-    }
-    uint32_t v = (uint32_t)a << 18 | (uint32_t)b << 12 | (uint32_t)(c < 0 ? 0 : c) << 6 |
-                 (uint32_t)(d < 0 ? 0 : d);
-    buf[o++] = (uint8_t)(v >> 16);
-    if (c >= 0) buf[o++] = (uint8_t)(v >> 8);
-    if (d >= 0) buf[o++] = (uint8_t)v;
-  }
-  *out = buf;
-  *len = o;
-  return 0;
-}
-
-/* Strict UTF-8 (no overlongs, surrogates or values past U+10FFFF) and no NUL,
- * so the bytes survive a JSON string and a C string unchanged. */
+/* Strict UTF-8 (base/codec.h) and no NUL, so the bytes survive a JSON string
+ * and a C string unchanged. */
 static int text_ok(const uint8_t *p, size_t n) {
-  size_t i = 0;
-  while (i < n) {
-    uint8_t c = p[i];
-    if (c == 0) return 0;
-    if (c < 0x80) {
-      i++;
-      continue;
-    }
-    size_t k;
-    uint32_t cp, min;
-    if ((c & 0xE0) == 0xC0) {
-      k = 1, cp = c & 0x1F, min = 0x80;
-    } else if ((c & 0xF0) == 0xE0) {
-      k = 2, cp = c & 0x0F, min = 0x800;
-    } else if ((c & 0xF8) == 0xF0) {
-      k = 3, cp = c & 0x07, min = 0x10000;
-    } else {
-      return 0;
-    }
-    if (n - i <= k) return 0;
-    for (size_t j = 1; j <= k; j++) {
-      if ((p[i + j] & 0xC0) != 0x80) return 0;
-      cp = cp << 6 | (p[i + j] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    i += k + 1;
-  }
-  return 1;
+  return dbx_utf8_valid(p, n) && (n == 0 || memchr(p, 0, n) == NULL);
 }
 
 /* Add name (text) or name_b64 (other bytes) to obj. Returns 0 or -1 (OOM). */
@@ -342,7 +273,7 @@ static int add_bytes(cJSON *obj, const char *name, const uint8_t *p, size_t n) {
   }
   char key[64];
   snprintf(key, sizeof key, "%s_b64", name);
-  char *s = b64_encode(p, n);
+  char *s = dbx_base64_encode(p, n);
   if (s == NULL) return -1;
   cJSON *v = cJSON_AddStringToObject(obj, key, s);
   free(s);
@@ -376,7 +307,7 @@ static int redact(uint8_t **buf, size_t *n, const secret_env *s, size_t ns, int 
     char mark[200];
     int ml = snprintf(mark, sizeof mark, "[redacted:%.180s]", s[k].name);
     size_t cap = *n + 1, o = 0;
-    uint8_t *out = malloc(cap);
+    uint8_t *out = dbx_malloc(cap);
     if (out == NULL) return -1;
     size_t i = 0;
     while (i < *n) {
@@ -389,7 +320,7 @@ static int redact(uint8_t **buf, size_t *n, const secret_env *s, size_t ns, int 
       if (hit) {
         if (o + (size_t)ml + 1 > cap) {
           cap = (o + (size_t)ml + 1) * 2;
-          uint8_t *t = realloc(out, cap);
+          uint8_t *t = dbx_realloc(out, cap);
           if (t == NULL) {
             free(out);
             return -1;
@@ -404,7 +335,7 @@ static int redact(uint8_t **buf, size_t *n, const secret_env *s, size_t ns, int 
       }
       if (o + 2 > cap) {
         cap = (o + 2) * 2;
-        uint8_t *t = realloc(out, cap);
+        uint8_t *t = dbx_realloc(out, cap);
         if (t == NULL) {
           free(out);
           return -1;
@@ -635,8 +566,8 @@ static dbx_err run_exec(dbx_act *a, const char *json, size_t len, dbx_act_result
       goto out;
     }
     int n = cJSON_GetArraySize(env);
-    envv = calloc((size_t)n + 1, sizeof *envv);
-    sec = calloc((size_t)n + 1, sizeof *sec);
+    envv = dbx_calloc((size_t)n + 1, sizeof *envv);
+    sec = dbx_calloc((size_t)n + 1, sizeof *sec);
     if (envv == NULL || sec == NULL) {
       rc = DBX_ENOMEM;
       goto out;
@@ -791,12 +722,12 @@ static dbx_err run_write_file(dbx_act *a, const char *json, size_t len, dbx_act_
   size_t n;
   const void *bytes;
   if (b64 != NULL) {
-    int d = b64_decode(b64, &data, &n);
-    if (d == -2) {
+    dbx_err d = dbx_base64_decode(b64, strlen(b64), &data, &n);
+    if (d == DBX_ENOMEM) {
       rc = DBX_ENOMEM;
       goto out;
     }
-    if (d != 0) {
+    if (d != DBX_OK) {
       rc = fail(res, 1, "InvalidInput", "field 'content_b64' is not valid base64");
       goto out;
     }
@@ -988,9 +919,21 @@ out:
 
 /* ------------------------------------------------------------ types */
 
+/* Every type's run goes through here: a run that returns DBX_OK must have
+ * recorded a result or a failure. The input checks record their
+ * InvalidInput and return DBX_OK; when that record could not be allocated
+ * (fail() left res empty), the run ran out of memory: DBX_ENOMEM, which the
+ * worker reports as a retryable failure, never as an empty success. */
+static dbx_err run_checked(dbx_act *a, const char *json, size_t len, dbx_act_result *res,
+                           void *ud) {
+  dbx_err rc = ((const act_ctx *)ud)->run(a, json, len, res, ud);
+  if (rc == DBX_OK && res->result_json == NULL && res->failure_type == NULL) rc = DBX_ENOMEM;
+  return rc;
+}
+
 static const struct {
   const char *name;
-  dbx_err (*run)(dbx_act *, const char *, size_t, dbx_act_result *, void *);
+  run_fn run;
   int op;
 } type_table[DBX_SANDBOX_NTYPES] = {
     {"sandbox.create", run_create, 0},         {"sandbox.exec", run_exec, 0},
@@ -1008,13 +951,13 @@ struct dbx_sandbox_acts {
 dbx_err dbx_sandbox_acts_create(dbx_driver *drv, dbx_sandbox_acts **out) {
   *out = NULL;
   if (drv == NULL || drv->ops == NULL) return DBX_EINVAL;
-  dbx_sandbox_acts *s = calloc(1, sizeof *s);
+  dbx_sandbox_acts *s = dbx_calloc(1, sizeof *s);
   if (s == NULL) return DBX_ENOMEM;
   for (size_t i = 0; i < DBX_SANDBOX_NTYPES; i++) {
-    s->ctx[i] = (act_ctx){.drv = drv, .op = type_table[i].op};
+    s->ctx[i] = (act_ctx){.drv = drv, .op = type_table[i].op, .run = type_table[i].run};
     s->types[i] = (dbx_activity_type){.name = type_table[i].name,
                                       .retry_class = DBX_SAFE_TO_RETRY,
-                                      .run = type_table[i].run,
+                                      .run = run_checked,
                                       .ud = &s->ctx[i]};
   }
   *out = s;

@@ -29,6 +29,9 @@
  *                       of the redacted text kept instead (so no value's
  *                       length shows).
  *   sandbox.write_file  {"sandbox_id", "path", "content" | "content_b64"} -> {"bytes"}
+ *                       content_b64 is standard base64 with padding, decoded
+ *                       strictly (base/codec.h): no whitespace, and the bits
+ *                       under the padding must be zero ("QQ==", not "QR==").
  *   sandbox.read_file   {"sandbox_id", "path"} -> {"content" | "content_b64", "bytes"}
  *   sandbox.checkpoint  {"sandbox_id", "name"?} -> {"ref"}; the default name is
  *                       "ckpt-" + FNV-1a 64 of sandbox id, workflow id, run id
@@ -61,6 +64,9 @@
  *   SandboxError     retryable: any other driver failure, with its message
  *                    (DBX_DRV_TRANSIENT, DBX_DRV_STATE: stopped, DBX_DRV_FAILED)
  * DBX_DRV_CANCELED makes the run return DBX_ECANCELED, DBX_DRV_NOMEM DBX_ENOMEM.
+ * Any allocation failure of a run is DBX_ENOMEM with nothing recorded in the
+ * result (the worker reports a retryable failure), never a success with
+ * fields missing nor a non-retryable type.
  *
  * Security (DESIGN.md "Security"): secrets are resolved from the worker's
  * environment only when sandbox.exec runs, and every resolved value is

@@ -541,6 +541,91 @@ static void test_local_stop_start_delete(void **state) {
   assert_int_equal(dbx_local_sandbox_delete(f->d, "s"), DBX_OK);
 }
 
+/* Removing a sandbox removes the links in it, never what they point at: a
+ * command may leave links to anywhere on the host (a directory, a file, a
+ * link in a subfolder, a dangling one). Read-only files go too, and nothing
+ * is left in trash/. The same removal serves snapshots and forgotten
+ * commands. */
+static void test_local_delete_leaves_link_targets(void **state) {
+  fixture *f = *state;
+  char *out = dbx_test_tmpdir("dbx-local-outside");
+  char *keep = dbx_asprintf("%s/keep.txt", out);
+  char *sub = dbx_asprintf("%s/sub", out);
+  FILE *fp = fopen(keep, "w");
+  assert_non_null(fp);
+  fputs("still here\n", fp);
+  fclose(fp);
+  assert_int_equal(mkdir(sub, 0755), 0);
+  make_empty(f->d, "s");
+  char *cmd = dbx_asprintf("ln -s %s to_dir && ln -s %s to_file && mkdir -p a/b && "
+                           "ln -s %s a/b/deep && ln -s /nonexistent/x dangling && "
+                           "echo ro > ro.txt && chmod 400 ro.txt && ln -s %s a/sub_link",
+                           out, keep, out, sub);
+  dbx_local_exec_result r = sh(f->d, "s", cmd);
+  assert_int_equal(r.exit_code, 0);
+  dbx_local_exec_result_cleanup(&r);
+  free(cmd);
+  char *ref = NULL;
+  assert_int_equal(dbx_local_sandbox_checkpoint(f->d, "s", "snap-links", &ref), DBX_OK);
+  assert_int_equal(dbx_local_sandbox_delete(f->d, "s"), DBX_OK);
+  assert_int_equal(dbx_local_snapshot_delete(f->d, ref), DBX_OK);
+  free(ref);
+  /* the targets are untouched */
+  struct stat st;
+  assert_int_equal(stat(keep, &st), 0);
+  assert_int_equal(st.st_size, 11);
+  assert_int_equal(stat(sub, &st), 0);
+  assert_true(S_ISDIR(st.st_mode));
+  /* the sandbox, the snapshot and the trash are empty */
+  char *p = dbx_asprintf("%s/sandboxes/s", f->home);
+  assert_int_equal(lstat(p, &st), -1);
+  free(p);
+  p = dbx_asprintf("%s/snapshots/snap-links", f->home);
+  assert_int_equal(lstat(p, &st), -1);
+  free(p);
+  p = dbx_asprintf("ls -A %s/trash | wc -l", f->home);
+  FILE *ls = popen(p, "r");
+  assert_non_null(ls);
+  int n = -1;
+  assert_int_equal(fscanf(ls, "%d", &n), 1);
+  pclose(ls);
+  assert_int_equal(n, 0);
+  free(p);
+  dbx_test_rmrf(out);
+  free(keep);
+  free(sub);
+  free(out);
+}
+
+/* A command can make a tree deeper than PATH_MAX (here 40 levels of 200
+ * characters, built by moving 10-level chains into each other so no path
+ * the shell handles is that long); deleting its sandbox removes it all. */
+static void test_local_delete_deep_tree(void **state) {
+  fixture *f = *state;
+  make_empty(f->d, "s");
+  dbx_local_exec_result r =
+      sh(f->d, "s",
+         "n=$(printf '%0200d' 0); l=$n/$n/$n/$n/$n/$n/$n/$n/$n/$n; "
+         "mkdir -p c/$l && echo leaf > c/$l/leaf.txt || exit 8; "
+         "for i in 1 2 3; do mkdir -p t/$l && mv c t/$l/ && mv t c || exit 9; done; echo ok");
+  assert_int_equal(r.exit_code, 0);
+  assert_string_equal((char *)r.stdout_buf, "ok\n");
+  dbx_local_exec_result_cleanup(&r);
+  assert_int_equal(dbx_local_sandbox_delete(f->d, "s"), DBX_OK);
+  struct stat st;
+  char *p = dbx_asprintf("%s/sandboxes/s", f->home);
+  assert_int_equal(lstat(p, &st), -1);
+  free(p);
+  p = dbx_asprintf("ls -A %s/trash | wc -l", f->home);
+  FILE *ls = popen(p, "r");
+  assert_non_null(ls);
+  int n = -1;
+  assert_int_equal(fscanf(ls, "%d", &n), 1);
+  pclose(ls);
+  assert_int_equal(n, 0);
+  free(p);
+}
+
 typedef struct {
   dbx_local *d;
   int n;
@@ -979,6 +1064,8 @@ int main(int argc, char **argv) {
       T(test_local_file_escapes_refused),        T(test_local_file_symlink_inside_allowed),
       T(test_local_bytes_round_trip),            T(test_local_stop_start_delete),
       T(test_local_delete_kills_running_commands),
+      T(test_local_delete_leaves_link_targets),
+      T(test_local_delete_deep_tree),
       T(test_local_threads_distinct_sandboxes),
       T(test_local_detached_start_poll_read_collect),
       T(test_local_detached_timeout_and_kill),

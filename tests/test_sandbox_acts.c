@@ -31,6 +31,7 @@
 #include "activities/local.h"
 #include "activities/memdrv.h"
 #include "activities/sandbox.h"
+#include "base/alloc.h"
 #include "base/util.h"
 #include "tests/act_fake.h"
 #include "tests/testutil.h"
@@ -996,6 +997,194 @@ static void test_sandbox_acts_cwd_missing_and_folder_read(void **state) {
   free(id);
 }
 
+/* The derived names, pinned to literal values (FNV-1a 64 computed outside
+ * this code base): existing sandboxes, commands and checkpoints, and the
+ * journals that name them, depend on these staying byte-identical.
+ *   sandbox id  "dbx-" + FNV("wf-pin/workspace")
+ *   command id  "x" + FNV("wf-pin" 0x1f "run-1" 0x1f "pin")
+ *   checkpoint  "ckpt-" + FNV("dbx-cfea2f4c3ffade18/wf-pin/run-1/pin") */
+static void test_sandbox_acts_derived_names_pinned(void **state) {
+  (void)state;
+  static const char sid[] = "dbx-cfea2f4c3ffade18";
+  struct dbx_act a = act_for("wf-pin");
+  a.activity_id = "pin";
+  cJSON *o = ok(T(create), &a, "{}");
+  assert_string_equal(str(o, "sandbox_id"), sid);
+  cJSON_Delete(o);
+  /* the exec straight through its run function: run() would vary the id */
+  char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"echo pinned\"}", sid);
+  dbx_act_result r = {0};
+  assert_int_equal(T(exec)->run(&a, in, strlen(in), &r, T(exec)->ud), DBX_OK);
+  assert_null(r.failure_type);
+  assert_non_null(r.result_json);
+  res_cleanup(&r);
+  dbx_fake_act_cleanup(&a);
+  free(in);
+  dbx_drv_cmd_status st;
+  assert_int_equal(g_drv->ops->exec_poll(g_drv->self, sid, "xa3a71b854374a16a", &st), DBX_DRV_OK);
+  assert_int_equal(st.state, DBX_DRV_CMD_FINISHED);
+  assert_int_equal(st.stdout_size, 7);
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\"}", sid);
+  o = ok(T(checkpoint), &a, in);
+  assert_non_null(strstr(str(o, "ref"), "ckpt-5943780eec8e102a"));
+  cJSON_Delete(o);
+  free(in);
+}
+
+/* content_b64 is decoded strictly (base/codec.h). The two texts with
+ * non-zero bits under the padding ("QR==", "QUJ=") were accepted by the
+ * decoder this folder had before; every malformed text is refused as
+ * InvalidInput naming the field, and nothing is written. */
+static void test_sandbox_acts_write_file_base64_strict(void **state) {
+  (void)state;
+  char *id = make_sandbox("wf-b64", NULL);
+  struct dbx_act a = act_for("wf-b64");
+  static const struct {
+    const char *b64, *text;
+  } good[] = {{"QQ==", "A"}, {"QUI=", "AB"}, {"QUJD", "ABC"}, {"", ""}, {"aMOp", "h\xc3\xa9"}};
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"g%zu\",\"content_b64\":\"%s\"}",
+                            id, i, good[i].b64);
+    cJSON *o = ok(T(write_file), &a, in);
+    assert_int_equal((int)num(o, "bytes"), (int)strlen(good[i].text));
+    cJSON_Delete(o);
+    free(in);
+    in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"g%zu\"}", id, i);
+    o = ok(T(read_file), &a, in);
+    assert_string_equal(str(o, "content"), good[i].text);
+    cJSON_Delete(o);
+    free(in);
+  }
+  static const char *const bad[] = {"QR==", "QUJ=", "QQ", "QQ=", "QQ=A", "Q===", "====",
+                                    " QQ==", "QQ==\\n", "QQ==QQ==", "QQ-_", "Q\\u0000==",
+                                    "\\u00e9Q=="};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"b%zu\",\"content_b64\":\"%s\"}",
+                            id, i, bad[i]);
+    expect_message(failed(T(write_file), &a, in, "InvalidInput", 1), "'content_b64'");
+    free(in);
+    in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"b%zu\"}", id, i);
+    free(failed(T(read_file), &a, in, "FileNotFound", 1));
+    free(in);
+  }
+  free(id);
+}
+
+/* Walk the allocation-failure hook (base/alloc.h) across one run of t: fail
+ * the 1st, 2nd, ... allocation until a run completes untouched. A run whose
+ * allocation failed must end cleanly: DBX_ENOMEM with nothing recorded (the
+ * worker reports a retryable failure), or a retryable failure with its type
+ * and message; never a result. ASan and valgrind see any leak. The untouched
+ * run must succeed (want_type NULL: returns its result, cJSON_Delete) or
+ * fail with want_type, non-retryable (returns NULL). */
+static cJSON *sweep_allocations(const dbx_activity_type *t, const char *wf, const char *json,
+                                const char *want_type) {
+  for (long n = 1; n < 100000; n++) {
+    struct dbx_act a = act_for(wf);
+    dbx_act_result r;
+    cJSON *o = NULL;
+    dbx_alloc_fail_at(n);
+    dbx_err rc = run(t, &a, json, &r, &o);
+    int injected = dbx_alloc_failed();
+    dbx_alloc_fail_at(0);
+    dbx_fake_act_cleanup(&a);
+    if (!injected) {
+      if (n == 1) fail_msg("%s: no allocation reached the hook", t->name);
+      assert_int_equal(rc, DBX_OK);
+      if (want_type) {
+        assert_null(o);
+        assert_non_null(r.failure_type);
+        assert_string_equal(r.failure_type, want_type);
+        assert_non_null(r.failure_message);
+        assert_true(r.non_retryable);
+        res_cleanup(&r);
+        return NULL;
+      }
+      if (r.failure_type) fail_msg("%s failed: %s: %s", t->name, r.failure_type, r.failure_message);
+      assert_non_null(o);
+      res_cleanup(&r);
+      return o;
+    }
+    if (o != NULL || r.result_json != NULL)
+      fail_msg("%s: allocation %ld failed, yet a result: %s", t->name, n, r.result_json);
+    if (rc == DBX_OK) {
+      if (r.failure_type == NULL || r.failure_message == NULL || r.non_retryable)
+        fail_msg("%s: allocation %ld failed: type %s, message %s, non_retryable %d", t->name, n,
+                 r.failure_type ? r.failure_type : "(none)",
+                 r.failure_message ? r.failure_message : "(none)", r.non_retryable);
+    } else {
+      if (rc != DBX_ENOMEM) fail_msg("%s: allocation %ld failed: %s", t->name, n, dbx_strerror(rc));
+      assert_null(r.failure_type);
+      assert_null(r.failure_message);
+    }
+    res_cleanup(&r);
+  }
+  fail_msg("%s never completed", t->name);
+  return NULL;
+}
+
+static void test_sandbox_acts_allocation_failures_clean(void **state) {
+  (void)state;
+  static const char sid[] = "dbx-665132613163b6cb"; /* "dbx-" + FNV("wf-sweep/workspace") */
+  setenv("DBX_SWEEP_SECRET", "s3cret-value", 1);
+  cJSON *o = sweep_allocations(T(create), "wf-sweep",
+                               "{\"resource\":\"workspace\",\"source\":{\"kind\":\"empty\"},"
+                               "\"env\":{\"A\":\"1\"}}",
+                               NULL);
+  assert_string_equal(str(o, "sandbox_id"), sid);
+  (void)boolean(o, "adopted"); /* either: a failed run may have made it */
+  cJSON_Delete(o);
+  /* with the hook off afterwards: the sandbox is there, adopted */
+  struct dbx_act a = act_for("wf-sweep");
+  o = ok(T(create), &a, "{\"resource\":\"workspace\",\"source\":{\"kind\":\"empty\"}}");
+  assert_string_equal(str(o, "sandbox_id"), sid);
+  assert_true(boolean(o, "adopted"));
+  cJSON_Delete(o);
+
+  /* exec with plain and secret env, text stdout (redacted) and binary stderr */
+  char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"echo $A; echo $S; "
+                          "printf '\\\\377' >&2\",\"env\":{\"A\":\"plain\","
+                          "\"S\":{\"secret\":\"DBX_SWEEP_SECRET\"}}}",
+                          sid);
+  o = sweep_allocations(T(exec), "wf-sweep", in, NULL);
+  assert_int_equal((int)num(o, "exit_code"), 0);
+  assert_string_equal(str(o, "stdout"), "plain\n[redacted:DBX_SWEEP_SECRET]\n");
+  assert_string_equal(str(o, "stderr_b64"), "/w==");
+  cJSON_Delete(o);
+  o = ok(T(exec), &a, in);
+  assert_string_equal(str(o, "stdout"), "plain\n[redacted:DBX_SWEEP_SECRET]\n");
+  cJSON_Delete(o);
+  free(in);
+
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"d/hello.txt\",\"content_b64\":\"aGVsbG8=\"}",
+                    sid);
+  o = sweep_allocations(T(write_file), "wf-sweep", in, NULL);
+  assert_int_equal((int)num(o, "bytes"), 5);
+  cJSON_Delete(o);
+  free(in);
+
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"d/hello.txt\"}", sid);
+  o = sweep_allocations(T(read_file), "wf-sweep", in, NULL);
+  assert_string_equal(str(o, "content"), "hello");
+  assert_int_equal((int)num(o, "bytes"), 5);
+  cJSON_Delete(o);
+  o = ok(T(read_file), &a, in);
+  assert_string_equal(str(o, "content"), "hello");
+  cJSON_Delete(o);
+  free(in);
+
+  /* refusals allocate their failure record: out of memory there is a
+   * retryable failure too, never an empty success nor half a record */
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"f\",\"content_b64\":\"QR==\"}", sid);
+  assert_null(sweep_allocations(T(write_file), "wf-sweep", in, "InvalidInput"));
+  free(in);
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"nope\"}", sid);
+  assert_null(sweep_allocations(T(read_file), "wf-sweep", in, "FileNotFound"));
+  free(in);
+  assert_null(sweep_allocations(T(exec), "wf-sweep", "{\"command\":\"true\"}", "InvalidInput"));
+  unsetenv("DBX_SWEEP_SECRET");
+}
+
 static void test_driver_lifecycle_labels_list(void **state) {
   (void)state;
   dbx_drv_label l1[] = {{"team", "a"}, {"run", "r1"}};
@@ -1606,6 +1795,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_driver_checkpoint_restore),
       cmocka_unit_test(test_driver_git_clone_commit_push),
       cmocka_unit_test(test_driver_threads),
+      cmocka_unit_test(test_sandbox_acts_derived_names_pinned),
+      cmocka_unit_test(test_sandbox_acts_write_file_base64_strict),
   };
   /* the same cases on the memory driver, except those that need real
    * processes, a real shell or host git (fork, symlinks, base64(1), git log) */
@@ -1631,6 +1822,9 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_sandbox_acts_failure_types_by_table),
       cmocka_unit_test(test_sandbox_acts_exec_lost_restarts_once),
       cmocka_unit_test(test_driver_threads),
+      cmocka_unit_test(test_sandbox_acts_derived_names_pinned),
+      cmocka_unit_test(test_sandbox_acts_write_file_base64_strict),
+      cmocka_unit_test(test_sandbox_acts_allocation_failures_clean),
   };
   const struct CMUnitTest process_tests[] = {
       cmocka_unit_test(test_driver_two_homes_one_process),
