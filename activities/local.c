@@ -421,13 +421,12 @@ static dbx_err run_host(const dbx_local *d, char *const *argv, const char *what)
 
 /* Remove a sandbox tree with rm -rf, not dbx_fs_remove_tree (base/fs.h).
  * The trees are written by sandboxed commands, which may outlive their exec
- * and keep changing them while we remove: rm walks by descriptor (openat,
- * O_NOFOLLOW, unlinkat), so a directory swapped for a link mid-walk cannot
- * lead it out of the tree, and depth is unlimited. dbx_fs_remove_tree walks
- * by path (nftw): static links are safe, but a swap between its lstat and
- * its unlink is followed, and a tree deeper than PATH_MAX (one mkdir loop in
- * a command) fails with ENAMETOOLONG. Use the base helper once it walks by
- * descriptor. errmsg is written only on failure. */
+ * and keep changing them while we remove. Both walk by descriptor, so a
+ * directory swapped for a link mid-walk cannot lead out of the tree; but the
+ * base helper holds one descriptor per level, so a command that nests
+ * directories deeper than the open-file limit could make its sandbox
+ * undeletable, while rm's walk has no depth bound. errmsg is written only on
+ * failure. */
 static dbx_err rmrf(const dbx_local *d, const char *path) {
   char *argv[] = {"rm", "-rf", "--", (char *)path, NULL};
   return run_host(d, argv, "rm -rf");

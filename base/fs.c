@@ -1,12 +1,12 @@
 /* File helpers (see fs.h). read_fd grows one buffer by doubling and retries
- * EINTR; remove_tree walks depth-first with nftw(FTW_PHYS) so links are
- * removed as entries, never followed into. */
-#define _XOPEN_SOURCE 700 /* nftw */
+ * EINTR; remove_tree walks depth-first by descriptor (openat/unlinkat), so
+ * links are removed as entries, never followed into, and depth is not bounded
+ * by PATH_MAX. */
 #include "base/fs.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
+#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -128,16 +128,37 @@ out:
   return rc;
 }
 
-/* nftw gives no user pointer: the first failure's errno goes through a
- * thread-local so concurrent removals in different threads do not mix. */
-static _Thread_local int rm_errno;
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb;
-  (void)ftw;
-  int r = flag == FTW_DP || flag == FTW_DNR ? rmdir(path) : unlink(path);
-  if (r != 0 && errno != ENOENT && rm_errno == 0) rm_errno = errno;
-  return 0; /* keep going: remove as much as possible */
+/* Remove everything in the directory open at dfd (which it closes), walking
+ * by descriptor: each entry is reached with openat/unlinkat relative to its
+ * parent, so no path grows with the depth and a directory swapped for a link
+ * during the walk is unlinked, never entered (O_NOFOLLOW). *first_errno: the
+ * first failure's errno. Depth is bounded by the open-file limit (one
+ * descriptor per level); past it the deeper part stays and EMFILE is kept. */
+static void rm_children(int dfd, int *first_errno) {
+  DIR *dir = fdopendir(dfd);
+  if (dir == NULL) {
+    if (*first_errno == 0) *first_errno = errno;
+    close(dfd);
+    return;
+  }
+  struct dirent *de;
+  for (errno = 0; (de = readdir(dir)) != NULL; errno = 0) {
+    const char *n = de->d_name;
+    if (strcmp(n, ".") == 0 || strcmp(n, "..") == 0) continue;
+    if (unlinkat(dirfd(dir), n, 0) == 0 || errno == ENOENT) continue;
+    if (errno == EISDIR || errno == EPERM) { /* a directory (Linux says EISDIR, POSIX EPERM) */
+      int cfd = openat(dirfd(dir), n, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (cfd >= 0) {
+        rm_children(cfd, first_errno);
+        if (unlinkat(dirfd(dir), n, AT_REMOVEDIR) == 0 || errno == ENOENT) continue;
+      } else if ((errno == ENOTDIR || errno == ELOOP) && unlinkat(dirfd(dir), n, 0) == 0) {
+        continue; /* it became a file or a link meanwhile */
+      }
+    }
+    if (*first_errno == 0) *first_errno = errno;
+  }
+  if (errno != 0 && *first_errno == 0) *first_errno = errno;
+  closedir(dir);
 }
 
 dbx_err dbx_fs_remove_tree(const char *path) {
@@ -147,10 +168,17 @@ dbx_err dbx_fs_remove_tree(const char *path) {
   }
   struct stat sb;
   if (lstat(path, &sb) != 0) return errno == ENOENT ? DBX_OK : DBX_EIO;
-  rm_errno = 0;
-  if (nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && rm_errno == 0) rm_errno = errno;
-  if (rm_errno != 0) {
-    errno = rm_errno;
+  int first_errno = 0;
+  if (S_ISDIR(sb.st_mode)) {
+    int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd >= 0) rm_children(dfd, &first_errno);
+    else if (errno != ENOENT) first_errno = errno;
+    if (rmdir(path) != 0 && errno != ENOENT && first_errno == 0) first_errno = errno;
+  } else if (unlink(path) != 0 && errno != ENOENT) {
+    first_errno = errno;
+  }
+  if (first_errno != 0) {
+    errno = first_errno;
     return DBX_EIO;
   }
   return DBX_OK;

@@ -33,7 +33,10 @@ dbx_err dbx_fs_read_fd(int fd, char **out, size_t *len_out);
 dbx_err dbx_fs_mkdirs(const char *path, mode_t mode);
 
 /* rm -rf: remove path and, if it is a directory, everything under it.
- * Symbolic links are removed, never followed. A missing path is success.
+ * Symbolic links are removed, never followed, also when an entry is swapped
+ * for a link during the walk (each entry is reached by descriptor from its
+ * parent). No PATH_MAX bound; depth is bounded by the open-file limit (one
+ * descriptor per level). A missing path is success.
  * Keeps going past an entry it cannot remove and then returns DBX_EIO (errno
  * of the first failure). Returns DBX_OK, DBX_EINVAL (NULL/empty), DBX_EIO. */
 dbx_err dbx_fs_remove_tree(const char *path);

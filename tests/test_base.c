@@ -251,6 +251,31 @@ static void test_base_fs_mkdirs_makes_each_level(void **state) {
   free(dir);
 }
 
+/* A tree whose paths are longer than PATH_MAX (built with chdir, as a
+ * command in a sandbox would with mkdir loops) is removed whole. */
+static void test_base_fs_remove_tree_deeper_than_path_max(void **state) {
+  (void)state;
+  char *dir = dbx_test_tmpdir("tbase-deep");
+  char name[201];
+  memset(name, 'd', 200);
+  name[200] = 0;
+  int top = open(".", O_RDONLY | O_DIRECTORY);
+  assert_true(top >= 0);
+  assert_int_equal(chdir(dir), 0);
+  for (int i = 0; i < 40; i++) { /* 40 x 201 bytes: about twice PATH_MAX */
+    assert_int_equal(mkdir(name, 0700), 0);
+    assert_int_equal(chdir(name), 0);
+  }
+  int fd = open("leaf", O_WRONLY | O_CREAT, 0600);
+  assert_true(fd >= 0);
+  close(fd);
+  assert_int_equal(fchdir(top), 0);
+  close(top);
+  assert_int_equal(dbx_fs_remove_tree(dir), DBX_OK);
+  assert_int_equal(access(dir, F_OK), -1);
+  free(dir);
+}
+
 static void test_base_fs_remove_tree_removes_links_not_targets(void **state) {
   (void)state;
   char *dir = dbx_test_tmpdir("tbase");
@@ -575,6 +600,7 @@ int main(void) {
       cmocka_unit_test(test_base_fs_read_all_survives_each_allocation_failing),
       cmocka_unit_test(test_base_fs_mkdirs_makes_each_level),
       cmocka_unit_test(test_base_fs_remove_tree_removes_links_not_targets),
+      cmocka_unit_test(test_base_fs_remove_tree_deeper_than_path_max),
       cmocka_unit_test(test_base_utf8_accepts_well_formed_text),
       cmocka_unit_test(test_base_utf8_rejects_ill_formed_text),
       cmocka_unit_test(test_base_base64_rfc4648_vectors),
