@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/util.h"
 #include "worker/client.h"
 
@@ -140,7 +141,7 @@ static int grow(void **arr, size_t *cap, size_t need, size_t elem) {
   if (need <= *cap) return 0;
   size_t nc = *cap ? *cap * 2 : 16;
   while (nc < need) nc *= 2;
-  void *p = realloc(*arr, nc * elem);
+  void *p = dbx_realloc(*arr, nc * elem);
   if (!p) return -1;
   *arr = p;
   *cap = nc;
@@ -150,7 +151,7 @@ static int grow(void **arr, size_t *cap, size_t need, size_t elem) {
 dbx_err dbx_wf_run_create(const dbx_workflow_type *t, const char *workflow_id, const char *run_id,
                           dbx_wf_run **out) {
   if (!t || !workflow_id || !run_id || !out) return DBX_EINVAL;
-  dbx_wf_run *r = calloc(1, sizeof *r);
+  dbx_wf_run *r = dbx_calloc(1, sizeof *r);
   if (!r) return DBX_ENOMEM;
   r->t = t;
   r->wid = dbx_strdup(workflow_id);
@@ -248,7 +249,7 @@ static int64_t push_cmd_id(dbx_wf *wf, cmd_kind kind, int64_t seq, const char *t
   pcmd *p = &wf->cmds[wf->ncmds];
   memset(p, 0, sizeof *p);
   p->len = protobuf_c_message_get_packed_size(&c->base);
-  p->packed = malloc(p->len ? p->len : 1);
+  p->packed = dbx_malloc(p->len ? p->len : 1);
   p->type = type ? dbx_strdup(type) : NULL;
   p->ident = ident ? dbx_strdup(ident) : NULL;
   if (!p->packed || (type && !p->type) || (ident && !p->ident)) {
@@ -583,7 +584,7 @@ static const char *keep(dbx_wf *wf, char *v) {
 /* JSON string literal of s (malloc'd). */
 static char *json_quote(const char *s) {
   size_t n = strlen(s);
-  char *o = malloc(n * 6 + 3), *q = o;
+  char *o = dbx_malloc(n * 6 + 3), *q = o;
   if (!o) return NULL;
   *q++ = '"';
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
@@ -738,9 +739,9 @@ static int kv_payloads(const char *const *keys, const char *const *values, size_
 static int upsert(dbx_wf *wf, int memo, const char *const *keys, const char *const *values,
                   size_t n) {
   if (!usable(wf) || !n || !keys || !values) return -1;
-  Payloads **pl = calloc(n, sizeof *pl);
-  sa_entry *se = calloc(n, sizeof *se), **sp = calloc(n, sizeof *sp);
-  memo_entry *me = calloc(n, sizeof *me), **mp = calloc(n, sizeof *mp);
+  Payloads **pl = dbx_calloc(n, sizeof *pl);
+  sa_entry *se = dbx_calloc(n, sizeof *se), **sp = dbx_calloc(n, sizeof *sp);
+  memo_entry *me = dbx_calloc(n, sizeof *me), **mp = dbx_calloc(n, sizeof *mp);
   int rc = -1;
   if (!pl || !se || !sp || !me || !mp || kv_payloads(keys, values, n, pl)) goto out;
   Command c = INIT(TEMPORAL__API__COMMAND__V1__COMMAND);
@@ -888,11 +889,11 @@ dbx_err dbx_wf_run_commands(const dbx_wf_run *r, Command ***out, size_t *n) {
   *n = 0;
   size_t cnt = r->ncmds - r->head;
   if (!cnt) return DBX_OK;
-  Command **arr = calloc(cnt, sizeof *arr);
+  Command **arr = dbx_calloc(cnt, sizeof *arr);
   if (!arr) return DBX_ENOMEM;
   for (size_t i = 0; i < cnt; i++) {
     const pcmd *p = &r->cmds[r->head + i];
-    arr[i] = (Command *)protobuf_c_message_unpack(&Command__D, NULL, p->len, p->packed);
+    arr[i] = (Command *)dbx_pb_unpack(&Command__D, p->packed, p->len);
     if (!arr[i]) {
       dbx_wf_run_commands_free(arr, i);
       return DBX_ENOMEM;

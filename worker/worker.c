@@ -34,6 +34,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/alloc.h"
 #include "base/failpoint.h"
 #include "base/util.h"
 #include "worker/client.h"
@@ -103,7 +104,7 @@ dbx_err dbx_worker_create(const dbx_worker_opts *o, dbx_worker **out, char **err
     return DBX_EINVAL;
   }
   *out = NULL;
-  dbx_worker *w = calloc(1, sizeof *w);
+  dbx_worker *w = dbx_calloc(1, sizeof *w);
   if (!w) return DBX_ENOMEM;
   pthread_mutex_init(&w->mu, NULL);
   pthread_cond_init(&w->cv, NULL);
@@ -144,7 +145,7 @@ static dbx_err reg(dbx_worker *w, const void ***arr, size_t *n, const void *t, c
   if (w->started) return DBX_ESTATE;
   for (size_t i = 0; i < *n; i++)
     if (strcmp(name_of((*arr)[i]), name) == 0) return DBX_EEXIST;
-  const void **np = realloc(*arr, (*n + 1) * sizeof *np);
+  const void **np = dbx_realloc(*arr, (*n + 1) * sizeof *np);
   if (!np) return DBX_ENOMEM;
   np[(*n)++] = t;
   *arr = np;
@@ -230,7 +231,7 @@ static void cache_put(dbx_worker *w, const char *key, dbx_wf_run *r) {
     free(w->cache[old].key);
     w->cache[old] = w->cache[--w->ncache];
   }
-  if (!w->cache) w->cache = calloc(CACHE_MAX, sizeof *w->cache);
+  if (!w->cache) w->cache = dbx_calloc(CACHE_MAX, sizeof *w->cache);
   if (w->cache) {
     w->cache[w->ncache++] = (cache_ent){k, r, ++w->cache_clock};
   } else {
@@ -346,12 +347,12 @@ static void query_results_free(query_result_entry **e, size_t n) {
 }
 
 static query_result_entry **query_results(dbx_wf_run *r, const PollWorkflowTaskQueueResponse *t) {
-  query_result_entry **e = calloc(t->n_queries, sizeof *e);
+  query_result_entry **e = dbx_calloc(t->n_queries, sizeof *e);
   if (!e) return NULL;
   for (size_t i = 0; i < t->n_queries; i++) {
     const WorkflowQuery *q = t->queries[i]->value;
-    e[i] = calloc(1, sizeof **e);
-    WorkflowQueryResult *res = calloc(1, sizeof *res);
+    e[i] = dbx_calloc(1, sizeof **e);
+    WorkflowQueryResult *res = dbx_calloc(1, sizeof *res);
     if (!e[i] || !res) {
       free(res);
       query_results_free(e, t->n_queries);
@@ -453,7 +454,7 @@ static void process_wft(dbx_worker *w, PollWorkflowTaskQueueResponse *t) {
       goto out; /* the task times out and is retried */
     }
   }
-  evs = malloc((n0 + more.n + 1) * sizeof *evs);
+  evs = dbx_malloc((n0 + more.n + 1) * sizeof *evs);
   if (!evs) goto out;
   for (size_t i = 0; i < n0; i++) evs[n++] = t->history->events[i];
   for (size_t i = 0; i < more.n; i++) evs[n++] = more.events[i];
@@ -958,7 +959,7 @@ static void *act_poller(void *arg) {
                                  &PollActivityTaskQueueResponse__D, POLL_TIMEOUT_MS,
                                  w->poll_cancel, (ProtobufCMessage **)&t, &err);
     int got = rc == DBX_OK && t->task_token.len && t->workflow_execution;
-    dbx_act *a = got ? calloc(1, sizeof *a) : NULL;
+    dbx_act *a = got ? dbx_calloc(1, sizeof *a) : NULL;
     if (!a) {
       pthread_mutex_lock(&w->mu);
       w->slots_used--;
@@ -1050,7 +1051,7 @@ dbx_err dbx_worker_start(dbx_worker *w) {
   if (w->started) return DBX_ESTATE;
   w->started = 1;
   int total = w->n_wf_pollers + w->n_act_pollers;
-  w->threads = calloc((size_t)total, sizeof *w->threads);
+  w->threads = dbx_calloc((size_t)total, sizeof *w->threads);
   if (!w->threads) return DBX_ENOMEM;
   if (pthread_create(&w->watchdog, NULL, watchdog, w) != 0) return DBX_ENOMEM;
   w->watchdog_started = 1;

@@ -15,6 +15,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "base/alloc.h"
 #include "base/failpoint.h"
 #include "base/hash.h"
 #include "base/util.h"
@@ -38,7 +39,7 @@ dbx_err dbx_wstore_open(const char *dir, int no_sync, dbx_wstore **out, char **e
   if (errmsg) *errmsg = NULL;
   if (!dir || !out) return DBX_EINVAL;
   *out = NULL;
-  dbx_wstore *s = calloc(1, sizeof *s);
+  dbx_wstore *s = dbx_calloc(1, sizeof *s);
   if (!s) return DBX_ENOMEM;
   dbx_store_opts o = {0};
   o.path = dir;
@@ -191,15 +192,14 @@ dbx_err dbx_wstore_history_load(dbx_wstore *s, const char *ns, const char *workf
   dbx_val k, v;
   rc = dbx_store_cursor_seek(cur, key, pl, &k, &v);
   while (rc == DBX_OK && k.size == pl + 8 && memcmp(k.data, key, pl) == 0) {
-    HistoryEvent *e = (HistoryEvent *)protobuf_c_message_unpack(&HistoryEvent__D, NULL, v.size,
-                                                                v.data);
+    HistoryEvent *e = (HistoryEvent *)dbx_pb_unpack(&HistoryEvent__D, v.data, v.size);
     if (!e) {
       rc = DBX_ESTORE;
       goto out;
     }
     if (cnt == cap) {
       cap = cap ? cap * 2 : 64;
-      void *np = realloc(evs, cap * sizeof *evs);
+      void *np = dbx_realloc(evs, cap * sizeof *evs);
       if (!np) {
         protobuf_c_message_free_unpacked(&e->base, NULL);
         rc = DBX_ENOMEM;
@@ -551,7 +551,7 @@ dbx_err dbx_wstore_refusals_list(dbx_wstore *s, dbx_wstore_refusal **out, size_t
     if (!j) continue;
     if (cnt == cap) {
       size_t nc = cap ? cap * 2 : 8;
-      dbx_wstore_refusal *nv = realloc(v, nc * sizeof *nv);
+      dbx_wstore_refusal *nv = dbx_realloc(v, nc * sizeof *nv);
       if (!nv) {
         cJSON_Delete(j);
         rc = DBX_ENOMEM;
