@@ -39,6 +39,7 @@
 #include "base/util.h"
 #include "worker/client.h"
 #include "worker/replay.h"
+#include "worker/wft.h"
 #include "worker/wstore.h"
 
 #define POLL_TIMEOUT_MS 70000
@@ -250,30 +251,44 @@ static const dbx_workflow_type *find_wf(dbx_worker *w, const char *name) {
   return NULL;
 }
 
-static void wft_fail(dbx_worker *w, const PollWorkflowTaskQueueResponse *t, int cause,
-                     const char *type, const char *msg) {
-  RespondWorkflowTaskFailedRequest rq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_WORKFLOW_TASK_FAILED_REQUEST);
-  Failure f = INIT(TEMPORAL__API__FAILURE__V1__FAILURE);
-  ApplicationFailureInfo ai = INIT(TEMPORAL__API__FAILURE__V1__APPLICATION_FAILURE_INFO);
-  f.message = (char *)msg;
-  f.source = "durabox";
-  ai.type = (char *)type;
-  f.failure_info_case = FI(APPLICATION_FAILURE_INFO);
-  f.application_failure_info = &ai;
-  rq.task_token = t->task_token;
-  rq.cause = cause;
-  rq.failure = &f;
-  rq.identity = w->identity;
-  rq.namespace_ = w->ns;
+/* rq, f, ai: caller's; strings borrowed. */
+static void fill_failed(RespondWorkflowTaskFailedRequest *rq, Failure *f, ApplicationFailureInfo *ai,
+                        const PollWorkflowTaskQueueResponse *t, int cause, const char *type,
+                        const char *msg, const char *ns, const char *identity) {
+  *rq = (RespondWorkflowTaskFailedRequest)INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_WORKFLOW_TASK_FAILED_REQUEST);
+  *f = (Failure)INIT(TEMPORAL__API__FAILURE__V1__FAILURE);
+  *ai = (ApplicationFailureInfo)INIT(TEMPORAL__API__FAILURE__V1__APPLICATION_FAILURE_INFO);
+  f->message = (char *)msg;
+  f->source = "durabox";
+  ai->type = (char *)type;
+  f->failure_info_case = FI(APPLICATION_FAILURE_INFO);
+  f->application_failure_info = ai;
+  rq->task_token = t->task_token;
+  rq->cause = cause;
+  rq->failure = f;
+  rq->identity = (char *)identity;
+  rq->namespace_ = (char *)ns;
+}
+
+static void wft_fail_send(dbx_worker *w, const RespondWorkflowTaskFailedRequest *rq) {
   char *err = NULL;
   ProtobufCMessage *rs = NULL;
-  dbx_err rc = dbx_client_call(w->client, "RespondWorkflowTaskFailed", &rq.base,
+  dbx_err rc = dbx_client_call(w->client, "RespondWorkflowTaskFailed", &rq->base,
                                &RespondWorkflowTaskFailedResponse__D, CALL_TIMEOUT_MS, NULL, &rs,
                                &err);
   if (rc != DBX_OK) DBX_WARN("worker", "RespondWorkflowTaskFailed: %s", err ? err : dbx_strerror(rc));
   dbx_client_msg_free(rs);
   free(err);
   w->st_wft++;
+}
+
+static void wft_fail(dbx_worker *w, const PollWorkflowTaskQueueResponse *t, int cause,
+                     const char *type, const char *msg) {
+  RespondWorkflowTaskFailedRequest rq;
+  Failure f;
+  ApplicationFailureInfo ai;
+  fill_failed(&rq, &f, &ai, t, cause, type, msg, w->ns, w->identity);
+  wft_fail_send(w, &rq);
 }
 
 /* "5.2 MiB", "100 KiB", "512 bytes" into buf. */
@@ -365,17 +380,24 @@ static query_result_entry **query_results(dbx_wf_run *r, const PollWorkflowTaskQ
     e[i]->value = res;
     char *json = NULL, *msg = NULL;
     dbx_err rc = q ? run_query(r, q, &json, &msg) : DBX_EINVAL;
+    int ok;
     if (rc == DBX_OK) {
       res->result_type = TEMPORAL__API__ENUMS__V1__QUERY_RESULT_TYPE__QUERY_RESULT_TYPE_ANSWERED;
       res->answer = dbx_payloads_from_json(json, strlen(json));
+      ok = res->answer != NULL;
     } else {
       res->result_type = TEMPORAL__API__ENUMS__V1__QUERY_RESULT_TYPE__QUERY_RESULT_TYPE_FAILED;
       res->error_message = msg ? msg : dbx_strdup("query failed");
-      if (!res->error_message) res->error_message = (char *)protobuf_c_empty_string;
       msg = NULL;
+      /* out of memory is no answer to give: the task is not answered at all */
+      ok = rc != DBX_ENOMEM && res->error_message;
     }
     free(json);
     free(msg);
+    if (!ok) {
+      query_results_free(e, t->n_queries);
+      return NULL;
+    }
   }
   return e;
 }
@@ -429,15 +451,85 @@ static int cache_valid(const dbx_wf_run *r, HistoryEvent **evs, size_t n) {
   return 0;
 }
 
+static void answer_failed(dbx_wft_answer_ *a, const PollWorkflowTaskQueueResponse *t, int cause,
+                          const char *type, const char *msg, const char *ns, const char *identity) {
+  a->failed = 1;
+  a->nondeterministic = cause == WFC(NON_DETERMINISTIC_ERROR);
+  fill_failed(&a->failed_rq, &a->failure_, &a->info_, t, cause, type, msg, ns, identity);
+}
+
+dbx_err dbx_wft_answer_build_(const dbx_workflow_type *type, const PollWorkflowTaskQueueResponse *t,
+                              HistoryEvent *const *evs, size_t n, const char *ns,
+                              const char *identity, dbx_wf_run **run, dbx_wft_answer_ *out) {
+  memset(out, 0, sizeof *out);
+  const char *wid = t->workflow_execution ? t->workflow_execution->workflow_id : "";
+  const char *rid = t->workflow_execution ? t->workflow_execution->run_id : "";
+  if (!type) {
+    out->msg_ = dbx_asprintf("workflow type '%s' is not registered on this worker",
+                             t->workflow_type ? t->workflow_type->name : "");
+    answer_failed(out, t, WFC(WORKFLOW_WORKER_UNHANDLED_FAILURE), "WorkflowTypeNotRegistered",
+                  out->msg_ ? out->msg_ : "workflow type not registered", ns, identity);
+    return DBX_OK;
+  }
+  dbx_err rc = DBX_OK;
+  for (int tries = 0; tries < 2; tries++) {
+    if (!*run) {
+      rc = dbx_wf_run_create(type, wid, rid, run);
+      if (rc != DBX_OK) return rc;
+    }
+    rc = dbx_wf_run_apply(*run, evs, n, t->started_event_id);
+    if (rc != DBX_EINVAL) break;
+    dbx_wf_run_destroy(*run); /* not contiguous with the cache: replay from scratch */
+    *run = NULL;
+  }
+  if (rc == DBX_ESTATE) {
+    answer_failed(out, t, WFC(NON_DETERMINISTIC_ERROR), "NonDeterminism", dbx_wf_run_error(*run),
+                  ns, identity);
+    return DBX_OK;
+  }
+  if (rc != DBX_OK) {
+    answer_failed(out, t, WFC(WORKFLOW_WORKER_UNHANDLED_FAILURE), "WorkerError", dbx_strerror(rc),
+                  ns, identity);
+    return DBX_OK;
+  }
+  rc = dbx_wf_run_commands(*run, &out->cmds_, &out->ncmds_);
+  if (rc != DBX_OK) return rc;
+  RespondWorkflowTaskCompletedRequest *rq = &out->completed;
+  *rq = (RespondWorkflowTaskCompletedRequest)INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_WORKFLOW_TASK_COMPLETED_REQUEST);
+  rq->task_token = t->task_token;
+  rq->commands = out->cmds_;
+  rq->n_commands = out->ncmds_;
+  rq->identity = (char *)identity;
+  rq->namespace_ = (char *)ns;
+  if (t->n_queries) {
+    query_result_entry **qres = query_results(*run, t);
+    if (!qres) {
+      dbx_wft_answer_cleanup_(out);
+      return DBX_ENOMEM;
+    }
+    out->qres_ = qres;
+    out->nqres_ = t->n_queries;
+    rq->query_results = qres;
+    rq->n_query_results = t->n_queries;
+  }
+  return DBX_OK;
+}
+
+void dbx_wft_answer_cleanup_(dbx_wft_answer_ *a) {
+  if (!a) return;
+  query_results_free(a->qres_, a->nqres_);
+  dbx_wf_run_commands_free(a->cmds_, a->ncmds_);
+  free(a->msg_);
+  memset(a, 0, sizeof *a);
+}
+
 static void process_wft(dbx_worker *w, PollWorkflowTaskQueueResponse *t) {
   dbx_client_history more = {0};
   HistoryEvent **evs = NULL;
   size_t n = 0;
   char *key = NULL;
   dbx_wf_run *r = NULL;
-  Command **cmds = NULL;
-  size_t ncmds = 0;
-  query_result_entry **qres = NULL;
+  dbx_wft_answer_ a = {0};
   const char *wid = t->workflow_execution ? t->workflow_execution->workflow_id : "";
   const char *rid = t->workflow_execution ? t->workflow_execution->run_id : "";
   const dbx_workflow_type *type = t->workflow_type ? find_wf(w, t->workflow_type->name) : NULL;
@@ -465,53 +557,26 @@ static void process_wft(dbx_worker *w, PollWorkflowTaskQueueResponse *t) {
   }
   dbx_err rc = dbx_wstore_history_put(w->ws, w->ns, wid, rid, evs, n);
   if (rc != DBX_OK) DBX_WARN("worker", "%s/%s: recording history: %s", wid, rid, dbx_strerror(rc));
-  if (!type) {
-    char *m = dbx_asprintf("workflow type '%s' is not registered on this worker",
-                           t->workflow_type ? t->workflow_type->name : "");
-    wft_fail(w, t, WFC(WORKFLOW_WORKER_UNHANDLED_FAILURE), "WorkflowTypeNotRegistered",
-             m ? m : "workflow type not registered");
-    free(m);
+  if (type) {
+    key = run_key(wid, rid);
+    if (!key) goto out;
+    r = cache_take(w, key);
+    if (r && !cache_valid(r, evs, n)) {
+      dbx_wf_run_destroy(r);
+      r = NULL;
+    }
+    if (r) w->st_hits++;
+  }
+  if (dbx_wft_answer_build_(type, t, evs, n, w->ns, w->identity, &r, &a) != DBX_OK) goto out;
+  if (a.failed) {
+    if (a.nondeterministic) {
+      w->st_nondet++;
+      DBX_WARN("worker", "%s/%s: %s", wid, rid, a.failed_rq.failure->message);
+    }
+    wft_fail_send(w, &a.failed_rq);
     goto out;
   }
-  key = run_key(wid, rid);
-  if (!key) goto out;
-  r = cache_take(w, key);
-  if (r && !cache_valid(r, evs, n)) {
-    dbx_wf_run_destroy(r);
-    r = NULL;
-  }
-  if (r) w->st_hits++;
-  for (int tries = 0; tries < 2; tries++) {
-    if (!r && dbx_wf_run_create(type, wid, rid, &r) != DBX_OK) goto out;
-    rc = dbx_wf_run_apply(r, evs, n, t->started_event_id);
-    if (rc != DBX_EINVAL) break;
-    dbx_wf_run_destroy(r); /* not contiguous with the cache: replay from scratch */
-    r = NULL;
-  }
-  if (rc == DBX_ESTATE) {
-    w->st_nondet++;
-    DBX_WARN("worker", "%s/%s: %s", wid, rid, dbx_wf_run_error(r));
-    wft_fail(w, t, WFC(NON_DETERMINISTIC_ERROR), "NonDeterminism", dbx_wf_run_error(r));
-    goto out;
-  }
-  if (rc != DBX_OK) {
-    wft_fail(w, t, WFC(WORKFLOW_WORKER_UNHANDLED_FAILURE), "WorkerError", dbx_strerror(rc));
-    goto out;
-  }
-  if (dbx_wf_run_commands(r, &cmds, &ncmds) != DBX_OK) goto out;
-  RespondWorkflowTaskCompletedRequest rq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_WORKFLOW_TASK_COMPLETED_REQUEST);
-  rq.task_token = t->task_token;
-  rq.commands = cmds;
-  rq.n_commands = ncmds;
-  rq.identity = w->identity;
-  rq.namespace_ = w->ns;
-  if (t->n_queries) {
-    qres = query_results(r, t);
-    if (!qres) goto out;
-    rq.query_results = qres;
-    rq.n_query_results = t->n_queries;
-  }
-  size_t size = protobuf_c_message_get_packed_size(&rq.base);
+  size_t size = protobuf_c_message_get_packed_size(&a.completed.base);
   if (size > w->max_msg) {
     wft_fail_oversized(w, t, wid, rid, size, w->max_msg);
     goto out; /* drop the cached state: the next attempt replays */
@@ -521,7 +586,7 @@ static void process_wft(dbx_worker *w, PollWorkflowTaskQueueResponse *t) {
   w->st_completions++;
   DBX_FAILPOINT("worker.wft.report.before");
   dbx_client_status cs;
-  rc = dbx_client_call_status(w->client, "RespondWorkflowTaskCompleted", &rq.base,
+  rc = dbx_client_call_status(w->client, "RespondWorkflowTaskCompleted", &a.completed.base,
                               &RespondWorkflowTaskCompletedResponse__D, CALL_TIMEOUT_MS, NULL, &rs,
                               &cs, &err);
   dbx_client_msg_free(rs);
@@ -544,8 +609,7 @@ static void process_wft(dbx_worker *w, PollWorkflowTaskQueueResponse *t) {
     r = NULL;
   }
 out:
-  query_results_free(qres, t->n_queries);
-  dbx_wf_run_commands_free(cmds, ncmds);
+  dbx_wft_answer_cleanup_(&a);
   dbx_wf_run_destroy(r);
   free(key);
   free(evs);
