@@ -236,9 +236,14 @@ void dbx_journal_entry_cleanup(dbx_journal_entry *e) {
   memset(e, 0, sizeof *e);
 }
 
-static char *jstr(cJSON *o, const char *name) {
+/* *out: a copy of the string member name, NULL when absent. Sets *oom
+ * (never clears it) when the copy could not be allocated. */
+static char *jstr(cJSON *o, const char *name, int *oom) {
   cJSON *x = cJSON_GetObjectItemCaseSensitive(o, name);
-  return cJSON_IsString(x) ? dbx_strdup(x->valuestring) : NULL;
+  if (!cJSON_IsString(x)) return NULL;
+  char *s = dbx_strdup(x->valuestring);
+  if (!s) *oom = 1;
+  return s;
 }
 
 dbx_err dbx_wstore_journal_get(dbx_wstore *s, const char *ns, const char *workflow_id,
@@ -265,10 +270,18 @@ dbx_err dbx_wstore_journal_get(dbx_wstore *s, const char *ns, const char *workfl
   out->attempt = cJSON_IsNumber(at) ? (int32_t)at->valuedouble : 0;
   if (cJSON_IsString(st) && strcmp(st->valuestring, "done") == 0) {
     out->state = DBX_JOURNAL_DONE;
-    out->result.result_json = jstr(j, "result");
-    out->result.failure_type = jstr(j, "failure_type");
-    out->result.failure_message = jstr(j, "failure_message");
+    /* a member that could not be copied must not read as absent: a failure
+     * without its failure_type would be reported as a success */
+    int oom = 0;
+    out->result.result_json = jstr(j, "result", &oom);
+    out->result.failure_type = jstr(j, "failure_type", &oom);
+    out->result.failure_message = jstr(j, "failure_message", &oom);
     out->result.non_retryable = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "non_retryable"));
+    if (oom) {
+      cJSON_Delete(j);
+      dbx_journal_entry_cleanup(out);
+      return DBX_ENOMEM;
+    }
   } else {
     out->state = DBX_JOURNAL_STARTED;
   }
@@ -562,14 +575,19 @@ dbx_err dbx_wstore_refusals_list(dbx_wstore *s, dbx_wstore_refusal **out, size_t
     }
     dbx_wstore_refusal *r = &v[cnt++];
     memset(r, 0, sizeof *r);
-    r->ns = jstr(j, "namespace");
-    r->workflow_id = jstr(j, "workflow_id");
-    r->run_id = jstr(j, "run_id");
-    r->activity_type = jstr(j, "activity_type");
-    r->input_hash = jstr(j, "input_hash");
-    r->activity_id = jstr(j, "activity_id");
-    r->earlier_activity_id = jstr(j, "earlier_activity_id");
+    int oom = 0;
+    r->ns = jstr(j, "namespace", &oom);
+    r->workflow_id = jstr(j, "workflow_id", &oom);
+    r->run_id = jstr(j, "run_id", &oom);
+    r->activity_type = jstr(j, "activity_type", &oom);
+    r->input_hash = jstr(j, "input_hash", &oom);
+    r->activity_id = jstr(j, "activity_id", &oom);
+    r->earlier_activity_id = jstr(j, "earlier_activity_id", &oom);
     cJSON_Delete(j);
+    if (oom) {
+      rc = DBX_ENOMEM;
+      goto out;
+    }
     dbx_err arc;
     cJSON *appr = get_json(t, s->approvals, k.data, k.size, &arc);
     r->approvals_left = appr ? json_int(appr, "left") : 0;
