@@ -1510,10 +1510,15 @@ static int external_outcome(dbx_wf_run *r, const HistoryEvent *e) {
   return 1;
 }
 
-/* JSON of details[key] of a marker event, or NULL (malloc'd). */
-static char *marker_detail(const MarkerRecordedEventAttributes *a, const char *key) {
+/* JSON of details[key] of a marker event (malloc'd), NULL when absent;
+ * sets *oom (never clears it) when the copy could not be allocated. */
+static char *marker_detail(const MarkerRecordedEventAttributes *a, const char *key, int *oom) {
   for (size_t i = 0; i < a->n_details; i++)
-    if (a->details[i] && strcmp(a->details[i]->key, key) == 0) return dbx_payloads_to_json(a->details[i]->value);
+    if (a->details[i] && strcmp(a->details[i]->key, key) == 0) {
+      char *v = dbx_payloads_to_json(a->details[i]->value);
+      if (!v) *oom = 1;
+      return v;
+    }
   return NULL;
 }
 
@@ -1528,11 +1533,11 @@ static int read_markers(dbx_wf_run *r, HistoryEvent *const *events, size_t i, si
     if (events[k]->event_type != ET(MARKER_RECORDED) || !a) continue;
     if (a->workflow_task_completed_event_id && a->workflow_task_completed_event_id != done_id) continue;
     if (grow((void **)&r->look, &r->cap_look, r->nlook + 1, sizeof *r->look)) return -1;
-    int ver = strcmp(a->marker_name, "Version") == 0;
-    lookahead l = {dbx_strdup(a->marker_name), ver ? marker_detail(a, "change-id") : NULL,
-                   marker_detail(a, ver ? "version" : "data"), 0};
-    if (!l.value) l.value = dbx_strdup("null");
-    if (!l.name || !l.value) {
+    int ver = strcmp(a->marker_name, "Version") == 0, oom = 0;
+    lookahead l = {dbx_strdup(a->marker_name), ver ? marker_detail(a, "change-id", &oom) : NULL,
+                   marker_detail(a, ver ? "version" : "data", &oom), 0};
+    if (!l.value && !oom) l.value = dbx_strdup("null");
+    if (!l.name || !l.value || oom) {
       free(l.name);
       free(l.key);
       free(l.value);
