@@ -1,6 +1,6 @@
-/* worker/wft.h: internal to worker/ and its tests. The workflow task path
- * without the network: a polled workflow task and its full history in, the
- * request that answers it out. worker.c's process_wft records the history,
+/* worker/wft.h: internal to worker/ and its tests. The task paths without
+ * the network: a polled workflow task and its full history in, the request
+ * that answers it out; an activity outcome in, its report out. worker.c's process_wft records the history,
  * takes the run from its cache, calls this and sends what it built; the
  * tests (tests/test_worker_oom.c) call it directly.
  *
@@ -44,5 +44,26 @@ dbx_err dbx_wft_answer_build_(const dbx_workflow_type *type, const PollWorkflowT
                               HistoryEvent *const *evs, size_t n, const char *ns,
                               const char *identity, dbx_wf_run **run, dbx_wft_answer_ *out);
 void dbx_wft_answer_cleanup_(dbx_wft_answer_ *a); /* accepts a zeroed or built answer */
+
+/* The report of an activity attempt's outcome, as worker.c's report()
+ * sends it. kind: 0 completed (res->result_json, NULL = null), 1 failed
+ * (res's failure), 2 canceled (res unused). */
+typedef struct {
+  ProtobufCMessage *req;                 /* one of the requests below */
+  const char *method;                    /* "RespondActivityTaskCompleted" ... */
+  const ProtobufCMessageDescriptor *resp; /* its response type */
+  RespondActivityTaskCompletedRequest completed_;
+  RespondActivityTaskFailedRequest failed_;
+  RespondActivityTaskCanceledRequest canceled_;
+  Failure failure_;
+  ApplicationFailureInfo info_;
+  Payloads *result_; /* owned */
+} dbx_act_report_;
+
+/* task_token, ns, identity and res's strings are borrowed until cleanup.
+ * Returns DBX_OK, DBX_ENOMEM (no report; *out needs no cleanup). */
+dbx_err dbx_act_report_build_(ProtobufCBinaryData task_token, const char *ns, const char *identity,
+                              int kind, const dbx_act_result *res, dbx_act_report_ *out);
+void dbx_act_report_cleanup_(dbx_act_report_ *r); /* accepts a zeroed or built report */
 
 #endif

@@ -749,37 +749,64 @@ static Failure *mk_failure(Failure *f, ApplicationFailureInfo *ai, const char *t
 
 /* Report an outcome. kind: 0 completed, 1 failed, 2 canceled. Retries
  * transient errors for REPORT_RETRY_MS; NotFound abandons. */
+dbx_err dbx_act_report_build_(ProtobufCBinaryData task_token, const char *ns, const char *identity,
+                              int kind, const dbx_act_result *res, dbx_act_report_ *out) {
+  memset(out, 0, sizeof *out);
+  if (kind == 0) {
+    RespondActivityTaskCompletedRequest *cq = &out->completed_;
+    *cq = (RespondActivityTaskCompletedRequest)INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_ACTIVITY_TASK_COMPLETED_REQUEST);
+    const char *j = res->result_json ? res->result_json : "null";
+    out->result_ = dbx_payloads_from_json(j, strlen(j));
+    if (!out->result_) return DBX_ENOMEM; /* never a completion without its result */
+    cq->task_token = task_token;
+    cq->result = out->result_;
+    cq->identity = (char *)identity;
+    cq->namespace_ = (char *)ns;
+    out->req = &cq->base;
+    out->method = "RespondActivityTaskCompleted";
+    out->resp = &RespondActivityTaskCompletedResponse__D;
+  } else if (kind == 1) {
+    RespondActivityTaskFailedRequest *fq = &out->failed_;
+    *fq = (RespondActivityTaskFailedRequest)INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_ACTIVITY_TASK_FAILED_REQUEST);
+    fq->task_token = task_token;
+    fq->failure = mk_failure(&out->failure_, &out->info_, res->failure_type, res->failure_message,
+                             res->non_retryable);
+    fq->identity = (char *)identity;
+    fq->namespace_ = (char *)ns;
+    out->req = &fq->base;
+    out->method = "RespondActivityTaskFailed";
+    out->resp = &RespondActivityTaskFailedResponse__D;
+  } else {
+    RespondActivityTaskCanceledRequest *kq = &out->canceled_;
+    *kq = (RespondActivityTaskCanceledRequest)INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_ACTIVITY_TASK_CANCELED_REQUEST);
+    kq->task_token = task_token;
+    kq->identity = (char *)identity;
+    kq->namespace_ = (char *)ns;
+    out->req = &kq->base;
+    out->method = "RespondActivityTaskCanceled";
+    out->resp = &RespondActivityTaskCanceledResponse__D;
+  }
+  return DBX_OK;
+}
+
+void dbx_act_report_cleanup_(dbx_act_report_ *r) {
+  if (!r) return;
+  dbx_payloads_free(r->result_);
+  memset(r, 0, sizeof *r);
+}
+
 static void report(dbx_act *a, int kind, const dbx_act_result *res) {
   dbx_worker *w = a->w;
-  Failure f;
-  ApplicationFailureInfo ai;
-  ProtobufCMessage *req = NULL;
-  const char *method = NULL;
-  const ProtobufCMessageDescriptor *rd = NULL;
-  RespondActivityTaskCompletedRequest cq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_ACTIVITY_TASK_COMPLETED_REQUEST);
-  RespondActivityTaskFailedRequest fq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_ACTIVITY_TASK_FAILED_REQUEST);
-  RespondActivityTaskCanceledRequest kq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_ACTIVITY_TASK_CANCELED_REQUEST);
-  Payloads *p = NULL;
-  if (kind == 0) {
-    const char *j = res->result_json ? res->result_json : "null";
-    p = dbx_payloads_from_json(j, strlen(j));
-    cq.task_token = a->task->task_token;
-    cq.result = p;
-    cq.identity = w->identity;
-    cq.namespace_ = w->ns;
-    req = &cq.base, method = "RespondActivityTaskCompleted", rd = &RespondActivityTaskCompletedResponse__D;
-  } else if (kind == 1) {
-    fq.task_token = a->task->task_token;
-    fq.failure = mk_failure(&f, &ai, res->failure_type, res->failure_message, res->non_retryable);
-    fq.identity = w->identity;
-    fq.namespace_ = w->ns;
-    req = &fq.base, method = "RespondActivityTaskFailed", rd = &RespondActivityTaskFailedResponse__D;
-  } else {
-    kq.task_token = a->task->task_token;
-    kq.identity = w->identity;
-    kq.namespace_ = w->ns;
-    req = &kq.base, method = "RespondActivityTaskCanceled", rd = &RespondActivityTaskCanceledResponse__D;
+  dbx_act_report_ rp;
+  if (dbx_act_report_build_(a->task->task_token, w->ns, w->identity, kind, res, &rp) != DBX_OK) {
+    /* the result stays journaled; the attempt times out on the service */
+    DBX_WARN("worker", "activity %s of %s: out of memory building its report; not reported",
+             a->task->activity_id, dbx_act_workflow_id(a));
+    return;
   }
+  ProtobufCMessage *req = rp.req;
+  const char *method = rp.method;
+  const ProtobufCMessageDescriptor *rd = rp.resp;
   unsigned seed = (unsigned)dbx_mono_ns();
   int failures = 0;
   DBX_FAILPOINT("worker.report.before");
@@ -810,7 +837,7 @@ static void report(dbx_act *a, int kind, const dbx_act_result *res) {
     backoff(w, &failures, &seed);
   }
   DBX_FAILPOINT("worker.report.after");
-  dbx_payloads_free(p);
+  dbx_act_report_cleanup_(&rp);
 }
 
 static void result_cleanup(dbx_act_result *r) {
