@@ -296,11 +296,6 @@ static void pending_del(dbx_wf *wf, int64_t seq) {
     }
 }
 
-static void set_dur(Duration *d, int64_t ms) {
-  d->seconds = ms / 1000;
-  d->nanos = (int32_t)((ms % 1000) * 1000000);
-}
-
 int64_t dbx_wf_schedule_activity(dbx_wf *wf, const char *type, const char *input_json,
                                  const dbx_activity_opts *o) {
   if (!usable(wf) || !type) return -1;
@@ -331,13 +326,13 @@ int64_t dbx_wf_schedule_activity(dbx_wf *wf, const char *type, const char *input
   if (!a.input) return oom(wf);
   int64_t start_ms = o->start_to_close_ms, sched_ms = o->schedule_to_close_ms;
   if (start_ms <= 0 && sched_ms <= 0) start_ms = 600000;
-  if (start_ms > 0) set_dur(&st2c, start_ms), a.start_to_close_timeout = &st2c;
-  if (sched_ms > 0) set_dur(&s2c, sched_ms), a.schedule_to_close_timeout = &s2c;
-  if (o->heartbeat_ms > 0) set_dur(&hb, o->heartbeat_ms), a.heartbeat_timeout = &hb;
-  set_dur(&ii, o->initial_interval_ms > 0 ? o->initial_interval_ms : 1000);
+  if (start_ms > 0) dbx_pb_duration_init_ms(&st2c, start_ms), a.start_to_close_timeout = &st2c;
+  if (sched_ms > 0) dbx_pb_duration_init_ms(&s2c, sched_ms), a.schedule_to_close_timeout = &s2c;
+  if (o->heartbeat_ms > 0) dbx_pb_duration_init_ms(&hb, o->heartbeat_ms), a.heartbeat_timeout = &hb;
+  dbx_pb_duration_init_ms(&ii, o->initial_interval_ms > 0 ? o->initial_interval_ms : 1000);
   rp.initial_interval = &ii;
   rp.backoff_coefficient = o->backoff_coefficient >= 1.0 ? o->backoff_coefficient : 2.0;
-  if (o->maximum_interval_ms > 0) set_dur(&mi, o->maximum_interval_ms), rp.maximum_interval = &mi;
+  if (o->maximum_interval_ms > 0) dbx_pb_duration_init_ms(&mi, o->maximum_interval_ms), rp.maximum_interval = &mi;
   rp.maximum_attempts = o->retry_class == DBX_AT_MOST_ONCE ? 1 : o->maximum_attempts;
   size_t nnr = 0;
   if (o->non_retryable_error_types)
@@ -384,7 +379,7 @@ int64_t dbx_wf_start_timer(dbx_wf *wf, int64_t duration_ms) {
   Command c = INIT(TEMPORAL__API__COMMAND__V1__COMMAND);
   StartTimerCommandAttributes a = INIT(TEMPORAL__API__COMMAND__V1__START_TIMER_COMMAND_ATTRIBUTES);
   Duration d = INIT(GOOGLE__PROTOBUF__DURATION);
-  set_dur(&d, duration_ms > 0 ? duration_ms : 1);
+  dbx_pb_duration_init_ms(&d, duration_ms > 0 ? duration_ms : 1);
   a.timer_id = id;
   a.start_to_fire_timeout = &d;
   c.command_type = CT(START_TIMER);
@@ -460,10 +455,10 @@ static RetryPolicy *child_retry(const dbx_child_opts *o, RetryPolicy *rp, Durati
   if (!o->maximum_attempts && !o->initial_interval_ms && o->backoff_coefficient == 0 &&
       !o->maximum_interval_ms)
     return NULL;
-  set_dur(ii, o->initial_interval_ms > 0 ? o->initial_interval_ms : 1000);
+  dbx_pb_duration_init_ms(ii, o->initial_interval_ms > 0 ? o->initial_interval_ms : 1000);
   rp->initial_interval = ii;
   rp->backoff_coefficient = o->backoff_coefficient >= 1.0 ? o->backoff_coefficient : 2.0;
-  if (o->maximum_interval_ms > 0) set_dur(mi, o->maximum_interval_ms), rp->maximum_interval = mi;
+  if (o->maximum_interval_ms > 0) dbx_pb_duration_init_ms(mi, o->maximum_interval_ms), rp->maximum_interval = mi;
   rp->maximum_attempts = o->maximum_attempts > 0 ? o->maximum_attempts : 0;
   return rp;
 }
@@ -494,9 +489,9 @@ int64_t dbx_wf_start_child(dbx_wf *wf, const char *type, const char *input_json,
   tq.name = (char *)(o->task_queue ? o->task_queue : (wf->task_queue ? wf->task_queue : ""));
   tq.kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
   a.task_queue = &tq;
-  if (o->execution_timeout_ms > 0) set_dur(&ex, o->execution_timeout_ms), a.workflow_execution_timeout = &ex;
-  if (o->run_timeout_ms > 0) set_dur(&run, o->run_timeout_ms), a.workflow_run_timeout = &run;
-  if (o->task_timeout_ms > 0) set_dur(&task, o->task_timeout_ms), a.workflow_task_timeout = &task;
+  if (o->execution_timeout_ms > 0) dbx_pb_duration_init_ms(&ex, o->execution_timeout_ms), a.workflow_execution_timeout = &ex;
+  if (o->run_timeout_ms > 0) dbx_pb_duration_init_ms(&run, o->run_timeout_ms), a.workflow_run_timeout = &run;
+  if (o->task_timeout_ms > 0) dbx_pb_duration_init_ms(&task, o->task_timeout_ms), a.workflow_task_timeout = &task;
   a.parent_close_policy = (Temporal__Api__Enums__V1__ParentClosePolicy)o->parent_close_policy;
   a.retry_policy = child_retry(o, &rp, &ii, &mi);
   a.input = dbx_payloads_from_json(input_json, input_json ? strlen(input_json) : 0);
@@ -849,8 +844,8 @@ void dbx_wf_continue_as_new(dbx_wf *wf, const char *input_json, const dbx_contin
   tq.name = (char *)(o->task_queue ? o->task_queue : (wf->task_queue ? wf->task_queue : ""));
   tq.kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
   a.task_queue = &tq;
-  if (o->run_timeout_ms > 0) set_dur(&run, o->run_timeout_ms), a.workflow_run_timeout = &run;
-  if (o->task_timeout_ms > 0) set_dur(&task, o->task_timeout_ms), a.workflow_task_timeout = &task;
+  if (o->run_timeout_ms > 0) dbx_pb_duration_init_ms(&run, o->run_timeout_ms), a.workflow_run_timeout = &run;
+  if (o->task_timeout_ms > 0) dbx_pb_duration_init_ms(&task, o->task_timeout_ms), a.workflow_task_timeout = &task;
   a.initiator = TEMPORAL__API__ENUMS__V1__CONTINUE_AS_NEW_INITIATOR__CONTINUE_AS_NEW_INITIATOR_WORKFLOW;
   a.input = dbx_payloads_from_json(input_json, input_json ? strlen(input_json) : 0);
   c.command_type = CT(CONTINUE_AS_NEW_WORKFLOW_EXECUTION);
@@ -1586,7 +1581,7 @@ static void activate(dbx_wf_run *r, const HistoryEvent *e, int replaying, Histor
   if (r->bad || r->oom) return;
   r->activation++;
   r->replaying = replaying;
-  if (e->event_time) r->now_ms = e->event_time->seconds * 1000 + e->event_time->nanos / 1000000;
+  if (e->event_time) r->now_ms = dbx_pb_timestamp_ns(e->event_time) / 1000000;
   r->hist_len = e->event_id;
   const WorkflowTaskStartedEventAttributes *ws = e->workflow_task_started_event_attributes;
   r->hist_bytes = ws ? ws->history_size_bytes : 0;

@@ -663,11 +663,6 @@ static const dbx_activity_type *find_act(dbx_worker *w, const char *name) {
   return NULL;
 }
 
-static int64_t dur_ns(const Duration *d) {
-  if (!d || (d->seconds == 0 && d->nanos == 0)) return 0;
-  return d->seconds * 1000000000LL + d->nanos;
-}
-
 int dbx_act_cancelled(const dbx_act *a) { return atomic_load(&a->cancelled); }
 int dbx_act_worker_stopping(const dbx_act *a) {
   return atomic_load(&a->cancelled) && atomic_load(&a->w->stopping) && !atomic_load(&a->cancel_requested) &&
@@ -1075,10 +1070,10 @@ static void *act_poller(void *arg) {
     a->w = w;
     a->task = t;
     int64_t now = dbx_mono_ns();
-    int64_t s2c = dur_ns(t->start_to_close_timeout);
-    if (!s2c) s2c = dur_ns(t->schedule_to_close_timeout);
+    int64_t s2c = dbx_pb_duration_ns(t->start_to_close_timeout);
+    if (!s2c) s2c = dbx_pb_duration_ns(t->schedule_to_close_timeout);
     a->s2c_deadline_ns = s2c ? now + s2c : INT64_MAX;
-    a->hb_timeout_ns = dur_ns(t->heartbeat_timeout);
+    a->hb_timeout_ns = dbx_pb_duration_ns(t->heartbeat_timeout);
     atomic_store(&a->last_hb_ns, now);
     atomic_store(&a->hb_ok_ns, now);
     if (t->heartbeat_details && t->heartbeat_details->n_payloads)
