@@ -516,6 +516,41 @@ static void test_worker_oom_workflow_task(void **state) {
   free(dir);
 }
 
+/* ---- workflow code that runs out of memory itself */
+
+static void *self_create(dbx_wf *wf, const char *in, size_t len) {
+  (void)in, (void)len;
+  dbx_wf_schedule_activity(wf, "a.one", "{}", NULL);
+  dbx_wf_out_of_memory(wf); /* say, its own state could not be allocated */
+  assert_int_equal(dbx_wf_start_timer(wf, 10), -1);
+  return NULL;
+}
+
+static const dbx_workflow_type self_wf = {.name = "oom.Kinds", .create = self_create};
+
+static void test_worker_oom_code_out_of_memory_fails_the_task(void **state) {
+  (void)state;
+  HistoryEvent *h[NEVENTS];
+  assert_int_equal(build_history(h), NEVENTS);
+  PollWorkflowTaskQueueResponse *t = build_task("wf-self", h, NEVENTS);
+  dbx_wf_run *r = NULL;
+  dbx_wft_answer_ a;
+  /* not the workflow's failure (no FailWorkflowExecution, nothing scheduled):
+   * the task fails and is retried */
+  assert_int_equal(dbx_wft_answer_build_(&self_wf, t, h, NEVENTS, NS, "oom-tester", &r, &a), DBX_OK);
+  assert_int_equal(a.failed, 1);
+  assert_int_equal(a.nondeterministic, 0);
+  assert_int_equal(a.failed_rq.cause, WFC(WORKFLOW_WORKER_UNHANDLED_FAILURE));
+  assert_string_equal(a.failed_rq.failure->application_failure_info->type, "WorkerError");
+  assert_string_equal(a.failed_rq.failure->message, dbx_strerror(DBX_ENOMEM));
+  assert_int_equal(dbx_wf_run_closed(r), 0);
+  assert_int_equal(dbx_wf_run_apply(r, h, NEVENTS, 25), DBX_ENOMEM); /* unusable from now on */
+  dbx_wft_answer_cleanup_(&a);
+  dbx_wf_run_destroy(r);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  free_history(h, NEVENTS);
+}
+
 /* ---- the activity side: a result journaled, read back, reported */
 
 static dbx_err journal_and_report(dbx_wstore *ws, const char *wid, const dbx_act_result *res,
@@ -608,6 +643,7 @@ static void test_worker_oom_activity_result(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_worker_oom_workflow_task),
+      cmocka_unit_test(test_worker_oom_code_out_of_memory_fails_the_task),
       cmocka_unit_test(test_worker_oom_activity_result),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -904,6 +904,10 @@ void dbx_wf_cancel_done(dbx_wf *wf) {
   if (push_cmd(wf, K_CANCEL, 0, NULL, &c) == 0) wf->closed = 1;
 }
 
+void dbx_wf_out_of_memory(dbx_wf *wf) {
+  if (wf) oom(wf);
+}
+
 int64_t dbx_wf_now_ms(const dbx_wf *wf) { return wf->now_ms; }
 const char *dbx_wf_workflow_id(const dbx_wf *wf) { return wf->wid; }
 const char *dbx_wf_run_id(const dbx_wf *wf) { return wf->rid; }
