@@ -11,7 +11,10 @@
  * only when the first event after its last applied one is the
  * WorkflowTaskCompleted of the task it answered (our answer was accepted),
  * otherwise the run is replayed from scratch. An entry is taken out of the
- * cache while a task uses it, so two threads never share a run. Legacy query
+ * cache while a task uses it, so two threads never share a run. The answer
+ * (completion or failure) is built by dbx_wft_answer_build_ (wft.h) without
+ * I/O; a run whose replay ran out of memory is never cached or answered as
+ * a completion. Legacy query
  * tasks are answered from a fresh replay and never touch the cache; queries
  * a workflow task carries (its `queries` map) are answered from the run's
  * state after the task's activation, in query_results.
