@@ -680,7 +680,7 @@ static const HistoryEvent *last_event(const dbx_client_history *h, int type) {
 }
 
 /* A duration in ms, -1 when absent. */
-static int64_t ms_of(const Duration *d) { return d ? d->seconds * 1000 + d->nanos / 1000000 : -1; }
+static int64_t ms_of(const Duration *d) { return d ? dbx_pb_duration_ms(d) : -1; }
 
 /* The ActivityTaskScheduled event of activity id `aid` asked for this retry
  * policy, schedule-to-close and heartbeat timeout (ms; -1 = absent). */

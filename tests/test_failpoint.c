@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/failpoint.h"
+#include "base/fs.h"
 #include "base/util.h"
 
 static int teardown(void **state) {
@@ -19,16 +20,11 @@ static int teardown(void **state) {
   return 0;
 }
 
-/* Contents of a small file (malloc'd), "" when missing. */
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "r");
-  char *buf = calloc(1, 4096);
-  assert_non_null(buf);
-  if (f) {
-    size_t n = fread(buf, 1, 4095, f);
-    buf[n] = '\0';
-    fclose(f);
-  }
+/* Contents of a file the test wrote (malloc'd, NUL-terminated). */
+static char *read_log(const char *path) {
+  char *buf = NULL;
+  size_t len = 0;
+  assert_int_equal(dbx_fs_read_all(path, &buf, &len), DBX_OK);
   return buf;
 }
 
@@ -119,7 +115,7 @@ static void test_failpoint_log_line(void **state) {
   DBX_FAILPOINT("a.one");
   DBX_FAILPOINT("a.two");
   DBX_FAILPOINT("a.one");
-  char *txt = slurp(log);
+  char *txt = read_log(log);
   assert_string_equal(txt, "a.one\na.one\n");
   free(txt);
   free(log);
@@ -150,7 +146,7 @@ static void test_failpoint_kill_in_child(void **state) {
   assert_int_equal(waitpid(pid, &st, 0), pid);
   assert_true(WIFSIGNALED(st));
   assert_int_equal(WTERMSIG(st), SIGKILL);
-  char *txt = slurp(log);
+  char *txt = read_log(log);
   assert_string_equal(txt, "svc.before\n");
   free(txt);
   /* a bad seed is refused */

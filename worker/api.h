@@ -280,6 +280,13 @@ int dbx_wf_continue_as_new_suggested(const dbx_wf *wf);
 void dbx_wf_complete(dbx_wf *wf, const char *result_json);
 void dbx_wf_fail(dbx_wf *wf, const char *type, const char *message);
 void dbx_wf_cancel_done(dbx_wf *wf); /* CancelWorkflowExecution */
+/* Added: the code itself ran out of memory (its own allocation failed): drop
+ * this activation instead of deciding anything from it. Nothing of the task
+ * is sent as a completion; the worker answers it RespondWorkflowTaskFailed
+ * (WorkerError) and the service retries it, replaying from history. Prefer
+ * it to dbx_wf_fail, which ends the run for good. Later calls on wf are
+ * refused as after completion. */
+void dbx_wf_out_of_memory(dbx_wf *wf);
 /* Deterministic time: the WorkflowTaskStarted event time of the task being processed. */
 int64_t dbx_wf_now_ms(const dbx_wf *wf);
 const char *dbx_wf_workflow_id(const dbx_wf *wf);

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "base/util.h"
 #include "protos/pb.h"
 
@@ -43,7 +44,7 @@ static void set_msg(char **errmsg, char *m) {
 dbx_err dbx_client_create(const dbx_client_opts *o, dbx_client **out) {
   if (!o || !o->address || !out) return DBX_EINVAL;
   *out = NULL;
-  dbx_client *c = calloc(1, sizeof *c);
+  dbx_client *c = dbx_calloc(1, sizeof *c);
   if (!c) return DBX_ENOMEM;
   c->ns = dbx_strdup(o->namespace_ ? o->namespace_ : "default");
   if (o->identity) {
@@ -149,14 +150,14 @@ Payloads *dbx_payloads_from_json(const char *json, size_t len) {
     json = "null";
     len = 4;
   }
-  Payloads *ps = malloc(sizeof *ps);
-  Payload *p = malloc(sizeof *p);
-  Temporal__Api__Common__V1__Payload__MetadataEntry *me = malloc(sizeof *me);
-  Payload **arr = malloc(sizeof *arr);
-  Temporal__Api__Common__V1__Payload__MetadataEntry **marr = malloc(sizeof *marr);
+  Payloads *ps = dbx_malloc(sizeof *ps);
+  Payload *p = dbx_malloc(sizeof *p);
+  Temporal__Api__Common__V1__Payload__MetadataEntry *me = dbx_malloc(sizeof *me);
+  Payload **arr = dbx_malloc(sizeof *arr);
+  Temporal__Api__Common__V1__Payload__MetadataEntry **marr = dbx_malloc(sizeof *marr);
   char *key = dbx_strdup("encoding");
   uint8_t *val = (uint8_t *)dbx_strdup("json/plain");
-  uint8_t *data = malloc(len);
+  uint8_t *data = dbx_malloc(len);
   if (!ps || !p || !me || !arr || !marr || !key || !val || !data) {
     free(ps), free(p), free(me), free(arr), free(marr), free(key), free(val), free(data);
     return NULL;
@@ -257,14 +258,14 @@ dbx_err dbx_client_get_history(dbx_client *c, const char *workflow_id, const cha
   if (!c || !workflow_id || !out) return DBX_EINVAL;
   dbx_client_history_opts def = {0};
   if (!o) o = &def;
-  hist_priv *p = calloc(1, sizeof *p);
+  hist_priv *p = dbx_calloc(1, sizeof *p);
   if (!p) return DBX_ENOMEM;
   out->priv_ = p;
   EXEC(workflow_id, run_id);
   uint8_t *token = NULL;
   size_t token_len = 0;
   if (o->page_token && o->page_token_len) {
-    token = malloc(o->page_token_len);
+    token = dbx_malloc(o->page_token_len);
     if (!token) return DBX_ENOMEM;
     memcpy(token, o->page_token, o->page_token_len);
     token_len = o->page_token_len;
@@ -290,7 +291,7 @@ dbx_err dbx_client_get_history(dbx_client *c, const char *workflow_id, const cha
     token = NULL;
     token_len = 0;
     if (rc != DBX_OK) break;
-    void *np = realloc(p->pages, (p->n + 1) * sizeof *p->pages);
+    void *np = dbx_realloc(p->pages, (p->n + 1) * sizeof *p->pages);
     if (!np) {
       dbx_client_msg_free(rs);
       rc = DBX_ENOMEM;
@@ -300,7 +301,7 @@ dbx_err dbx_client_get_history(dbx_client *c, const char *workflow_id, const cha
     p->pages[p->n++] = rs;
     size_t add = rs->history ? rs->history->n_events : 0;
     if (add) {
-      np = realloc(out->events, (out->n + add) * sizeof *out->events);
+      np = dbx_realloc(out->events, (out->n + add) * sizeof *out->events);
       if (!np) {
         rc = DBX_ENOMEM;
         break;
@@ -310,7 +311,7 @@ dbx_err dbx_client_get_history(dbx_client *c, const char *workflow_id, const cha
       out->n += add;
     }
     if (rs->next_page_token.len == 0) break;
-    token = malloc(rs->next_page_token.len);
+    token = dbx_malloc(rs->next_page_token.len);
     if (!token) {
       rc = DBX_ENOMEM;
       break;

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/alloc.h"
 #include "base/util.h"
 #include "worker/client.h"
 
@@ -102,6 +103,7 @@ struct dbx_wf {
   char *wid, *rid, *task_queue;
   void *state;
   int created, have_start, closed, replaying, bad;
+  int oom; /* an allocation failed while the code ran: the run is unusable (DBX_ENOMEM) */
   char *input;
   size_t input_len;
   int64_t last_event, seq, now_ms;
@@ -140,7 +142,7 @@ static int grow(void **arr, size_t *cap, size_t need, size_t elem) {
   if (need <= *cap) return 0;
   size_t nc = *cap ? *cap * 2 : 16;
   while (nc < need) nc *= 2;
-  void *p = realloc(*arr, nc * elem);
+  void *p = dbx_realloc(*arr, nc * elem);
   if (!p) return -1;
   *arr = p;
   *cap = nc;
@@ -150,7 +152,7 @@ static int grow(void **arr, size_t *cap, size_t need, size_t elem) {
 dbx_err dbx_wf_run_create(const dbx_workflow_type *t, const char *workflow_id, const char *run_id,
                           dbx_wf_run **out) {
   if (!t || !workflow_id || !run_id || !out) return DBX_EINVAL;
-  dbx_wf_run *r = calloc(1, sizeof *r);
+  dbx_wf_run *r = dbx_calloc(1, sizeof *r);
   if (!r) return DBX_ENOMEM;
   r->t = t;
   r->wid = dbx_strdup(workflow_id);
@@ -240,22 +242,32 @@ static void set_bad(dbx_wf_run *r, int64_t event_id, const char *fmt, ...) {
   va_end(ap);
 }
 
+/* An allocation failed on behalf of the code: what it asked for may be
+ * missing, so nothing of this activation may be sent; dbx_wf_run_apply
+ * returns DBX_ENOMEM and the caller drops the run. Returns -1. */
+static int oom(dbx_wf_run *r) {
+  r->oom = 1;
+  return -1;
+}
+
+static int usable(const dbx_wf *wf) { return wf && !wf->closed && !wf->bad && !wf->oom; }
+
 /* ------------------------------------------------------------ commands */
 
 static int64_t push_cmd_id(dbx_wf *wf, cmd_kind kind, int64_t seq, const char *type,
                            const char *ident, Command *c) {
-  if (grow((void **)&wf->cmds, &wf->cap_cmds, wf->ncmds + 1, sizeof *wf->cmds)) return -1;
+  if (grow((void **)&wf->cmds, &wf->cap_cmds, wf->ncmds + 1, sizeof *wf->cmds)) return oom(wf);
   pcmd *p = &wf->cmds[wf->ncmds];
   memset(p, 0, sizeof *p);
   p->len = protobuf_c_message_get_packed_size(&c->base);
-  p->packed = malloc(p->len ? p->len : 1);
+  p->packed = dbx_malloc(p->len ? p->len : 1);
   p->type = type ? dbx_strdup(type) : NULL;
   p->ident = ident ? dbx_strdup(ident) : NULL;
   if (!p->packed || (type && !p->type) || (ident && !p->ident)) {
     free(p->packed);
     free(p->type);
     free(p->ident);
-    return -1;
+    return oom(wf);
   }
   protobuf_c_message_pack(&c->base, p->packed);
   p->kind = kind;
@@ -271,7 +283,7 @@ static int64_t push_cmd(dbx_wf *wf, cmd_kind kind, int64_t seq, const char *type
 
 /* label: borrowed for the run's life (a pcmd's or kid's type string). */
 static int pending_add(dbx_wf *wf, char kind, int64_t seq, const char *label) {
-  if (grow((void **)&wf->pend, &wf->cap_pend, wf->npend + 1, sizeof *wf->pend)) return -1;
+  if (grow((void **)&wf->pend, &wf->cap_pend, wf->npend + 1, sizeof *wf->pend)) return oom(wf);
   wf->pend[wf->npend++] = (pending){kind, seq, label ? label : ""};
   return 0;
 }
@@ -284,14 +296,9 @@ static void pending_del(dbx_wf *wf, int64_t seq) {
     }
 }
 
-static void set_dur(Duration *d, int64_t ms) {
-  d->seconds = ms / 1000;
-  d->nanos = (int32_t)((ms % 1000) * 1000000);
-}
-
 int64_t dbx_wf_schedule_activity(dbx_wf *wf, const char *type, const char *input_json,
                                  const dbx_activity_opts *o) {
-  if (!wf || wf->closed || wf->bad || !type) return -1;
+  if (!usable(wf) || !type) return -1;
   dbx_activity_opts def = {0};
   if (!o) o = &def;
   int64_t seq = wf->seq + 1;
@@ -316,16 +323,16 @@ int64_t dbx_wf_schedule_activity(dbx_wf *wf, const char *type, const char *input
   tq.kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
   a.task_queue = &tq;
   a.input = dbx_payloads_from_json(input_json, input_json ? strlen(input_json) : 0);
-  if (!a.input) return -1;
+  if (!a.input) return oom(wf);
   int64_t start_ms = o->start_to_close_ms, sched_ms = o->schedule_to_close_ms;
   if (start_ms <= 0 && sched_ms <= 0) start_ms = 600000;
-  if (start_ms > 0) set_dur(&st2c, start_ms), a.start_to_close_timeout = &st2c;
-  if (sched_ms > 0) set_dur(&s2c, sched_ms), a.schedule_to_close_timeout = &s2c;
-  if (o->heartbeat_ms > 0) set_dur(&hb, o->heartbeat_ms), a.heartbeat_timeout = &hb;
-  set_dur(&ii, o->initial_interval_ms > 0 ? o->initial_interval_ms : 1000);
+  if (start_ms > 0) dbx_pb_duration_init_ms(&st2c, start_ms), a.start_to_close_timeout = &st2c;
+  if (sched_ms > 0) dbx_pb_duration_init_ms(&s2c, sched_ms), a.schedule_to_close_timeout = &s2c;
+  if (o->heartbeat_ms > 0) dbx_pb_duration_init_ms(&hb, o->heartbeat_ms), a.heartbeat_timeout = &hb;
+  dbx_pb_duration_init_ms(&ii, o->initial_interval_ms > 0 ? o->initial_interval_ms : 1000);
   rp.initial_interval = &ii;
   rp.backoff_coefficient = o->backoff_coefficient >= 1.0 ? o->backoff_coefficient : 2.0;
-  if (o->maximum_interval_ms > 0) set_dur(&mi, o->maximum_interval_ms), rp.maximum_interval = &mi;
+  if (o->maximum_interval_ms > 0) dbx_pb_duration_init_ms(&mi, o->maximum_interval_ms), rp.maximum_interval = &mi;
   rp.maximum_attempts = o->retry_class == DBX_AT_MOST_ONCE ? 1 : o->maximum_attempts;
   size_t nnr = 0;
   if (o->non_retryable_error_types)
@@ -346,7 +353,7 @@ int64_t dbx_wf_schedule_activity(dbx_wf *wf, const char *type, const char *input
     if (!cls || cls->n_payloads != 1) {
       dbx_payloads_free(cls);
       dbx_payloads_free(a.input);
-      return -1;
+      return oom(wf);
     }
     fe.key = DBX_RETRY_CLASS_HEADER;
     fe.value = cls->payloads[0];
@@ -365,14 +372,14 @@ int64_t dbx_wf_schedule_activity(dbx_wf *wf, const char *type, const char *input
 }
 
 int64_t dbx_wf_start_timer(dbx_wf *wf, int64_t duration_ms) {
-  if (!wf || wf->closed || wf->bad) return -1;
+  if (!usable(wf)) return -1;
   int64_t seq = wf->seq + 1;
   char id[24];
   snprintf(id, sizeof id, "%lld", (long long)seq);
   Command c = INIT(TEMPORAL__API__COMMAND__V1__COMMAND);
   StartTimerCommandAttributes a = INIT(TEMPORAL__API__COMMAND__V1__START_TIMER_COMMAND_ATTRIBUTES);
   Duration d = INIT(GOOGLE__PROTOBUF__DURATION);
-  set_dur(&d, duration_ms > 0 ? duration_ms : 1);
+  dbx_pb_duration_init_ms(&d, duration_ms > 0 ? duration_ms : 1);
   a.timer_id = id;
   a.start_to_fire_timeout = &d;
   c.command_type = CT(START_TIMER);
@@ -387,7 +394,7 @@ int64_t dbx_wf_start_timer(dbx_wf *wf, int64_t duration_ms) {
 }
 
 int dbx_wf_cancel_activity(dbx_wf *wf, int64_t seq) {
-  if (!wf || wf->closed || wf->bad) return -1;
+  if (!usable(wf)) return -1;
   int64_t sched = 0;
   int resolved = 0;
   for (size_t i = 0; i < wf->nacts; i++)
@@ -404,8 +411,6 @@ int dbx_wf_cancel_activity(dbx_wf *wf, int64_t seq) {
   c.request_cancel_activity_task_command_attributes = &a;
   return push_cmd(wf, K_ACT_CANCEL, seq, NULL, &c) == seq ? 0 : -1;
 }
-
-static int usable(const dbx_wf *wf) { return wf && !wf->closed && !wf->bad; }
 
 int dbx_wf_cancel_timer(dbx_wf *wf, int64_t seq) {
   if (!usable(wf)) return -1;
@@ -450,10 +455,10 @@ static RetryPolicy *child_retry(const dbx_child_opts *o, RetryPolicy *rp, Durati
   if (!o->maximum_attempts && !o->initial_interval_ms && o->backoff_coefficient == 0 &&
       !o->maximum_interval_ms)
     return NULL;
-  set_dur(ii, o->initial_interval_ms > 0 ? o->initial_interval_ms : 1000);
+  dbx_pb_duration_init_ms(ii, o->initial_interval_ms > 0 ? o->initial_interval_ms : 1000);
   rp->initial_interval = ii;
   rp->backoff_coefficient = o->backoff_coefficient >= 1.0 ? o->backoff_coefficient : 2.0;
-  if (o->maximum_interval_ms > 0) set_dur(mi, o->maximum_interval_ms), rp->maximum_interval = mi;
+  if (o->maximum_interval_ms > 0) dbx_pb_duration_init_ms(mi, o->maximum_interval_ms), rp->maximum_interval = mi;
   rp->maximum_attempts = o->maximum_attempts > 0 ? o->maximum_attempts : 0;
   return rp;
 }
@@ -467,7 +472,7 @@ int64_t dbx_wf_start_child(dbx_wf *wf, const char *type, const char *input_json,
   char *wid = o->workflow_id && *o->workflow_id
                   ? dbx_strdup(o->workflow_id)
                   : dbx_asprintf("%s-child-%lld", wf->wid, (long long)seq);
-  if (!wid) return -1;
+  if (!wid) return oom(wf);
   Command c = INIT(TEMPORAL__API__COMMAND__V1__COMMAND);
   StartChildWorkflowExecutionCommandAttributes a =
       INIT(TEMPORAL__API__COMMAND__V1__START_CHILD_WORKFLOW_EXECUTION_COMMAND_ATTRIBUTES);
@@ -484,22 +489,29 @@ int64_t dbx_wf_start_child(dbx_wf *wf, const char *type, const char *input_json,
   tq.name = (char *)(o->task_queue ? o->task_queue : (wf->task_queue ? wf->task_queue : ""));
   tq.kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
   a.task_queue = &tq;
-  if (o->execution_timeout_ms > 0) set_dur(&ex, o->execution_timeout_ms), a.workflow_execution_timeout = &ex;
-  if (o->run_timeout_ms > 0) set_dur(&run, o->run_timeout_ms), a.workflow_run_timeout = &run;
-  if (o->task_timeout_ms > 0) set_dur(&task, o->task_timeout_ms), a.workflow_task_timeout = &task;
+  if (o->execution_timeout_ms > 0) dbx_pb_duration_init_ms(&ex, o->execution_timeout_ms), a.workflow_execution_timeout = &ex;
+  if (o->run_timeout_ms > 0) dbx_pb_duration_init_ms(&run, o->run_timeout_ms), a.workflow_run_timeout = &run;
+  if (o->task_timeout_ms > 0) dbx_pb_duration_init_ms(&task, o->task_timeout_ms), a.workflow_task_timeout = &task;
   a.parent_close_policy = (Temporal__Api__Enums__V1__ParentClosePolicy)o->parent_close_policy;
   a.retry_policy = child_retry(o, &rp, &ii, &mi);
   a.input = dbx_payloads_from_json(input_json, input_json ? strlen(input_json) : 0);
   int64_t rc = -1;
-  if (!a.input) goto out;
+  if (!a.input) {
+    oom(wf);
+    goto out;
+  }
   c.command_type = CT(START_CHILD_WORKFLOW_EXECUTION);
   c.attributes_case = CMD(START_CHILD_WORKFLOW_EXECUTION);
   c.start_child_workflow_execution_command_attributes = &a;
-  if (grow((void **)&wf->kids, &wf->cap_kids, wf->nkids + 1, sizeof *wf->kids)) goto out;
+  if (grow((void **)&wf->kids, &wf->cap_kids, wf->nkids + 1, sizeof *wf->kids)) {
+    oom(wf);
+    goto out;
+  }
   kid k = {seq, 0, wid, dbx_strdup(""), dbx_strdup(type), 0};
   if (!k.run_id || !k.type) {
     free(k.run_id);
     free(k.type);
+    oom(wf);
     goto out;
   }
   rc = push_cmd_id(wf, K_CHILD, seq, type, wid, &c);
@@ -558,7 +570,7 @@ int64_t dbx_wf_signal_external(dbx_wf *wf, const char *workflow_id, const char *
   a.execution = &we;
   a.signal_name = (char *)signal_name;
   a.input = dbx_payloads_from_json(input_json, input_json ? strlen(input_json) : 0);
-  if (!a.input) return -1;
+  if (!a.input) return oom(wf);
   c.command_type = CT(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION);
   c.attributes_case = CMD(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION);
   c.signal_external_workflow_execution_command_attributes = &a;
@@ -571,9 +583,13 @@ int64_t dbx_wf_signal_external(dbx_wf *wf, const char *workflow_id, const char *
 /* ---- markers */
 
 static const char *keep(dbx_wf *wf, char *v) {
-  if (!v) return NULL;
+  if (!v) {
+    oom(wf);
+    return NULL;
+  }
   if (grow((void **)&wf->scratch, &wf->cap_scratch, wf->nscratch + 1, sizeof *wf->scratch)) {
     free(v);
+    oom(wf);
     return NULL;
   }
   wf->scratch[wf->nscratch++] = v;
@@ -583,8 +599,8 @@ static const char *keep(dbx_wf *wf, char *v) {
 /* JSON string literal of s (malloc'd). */
 static char *json_quote(const char *s) {
   size_t n = strlen(s);
-  char *o = malloc(n * 6 + 3), *q = o;
-  if (!o) return NULL;
+  char *o = dbx_malloc(n * 6 + 3), *q = o;
+  if (!o) return NULL; /* callers with a run mark it oom */
   *q++ = '"';
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
     if (*p == '"' || *p == '\\') *q++ = '\\', *q++ = (char)*p;
@@ -613,7 +629,10 @@ static int push_marker(dbx_wf *wf, const char *name, const char *const *keys,
     ents[made].key = (char *)keys[made];
     ents[made].value = dbx_payloads_from_json(values[made], strlen(values[made]));
     ep[made] = &ents[made];
-    if (!ents[made].value) goto out;
+    if (!ents[made].value) {
+      oom(wf);
+      goto out;
+    }
   }
   a.marker_name = (char *)name;
   a.n_details = n;
@@ -634,7 +653,7 @@ static lookahead *look_take(dbx_wf *wf, const char *name, const char *key) {
   if (!wf->look_ready) {
     wf->look_ready = 1;
     if (wf->act_events && read_markers(wf, wf->act_events, wf->act_i, wf->act_n)) {
-      set_bad(wf, wf->hist_len, "out of memory");
+      oom(wf);
       return NULL;
     }
   }
@@ -652,6 +671,7 @@ const char *dbx_wf_marker_record(dbx_wf *wf, const char *name, const char *value
   if (!usable(wf) || !name || !*name) return NULL;
   if (!value_json) value_json = "null";
   lookahead *l = wf->replaying ? look_take(wf, name, NULL) : NULL;
+  if (wf->oom) return NULL;
   const char *v = l ? l->value : value_json;
   const char *key = "data";
   if (push_marker(wf, name, &key, &v, 1)) return NULL;
@@ -661,6 +681,7 @@ const char *dbx_wf_marker_record(dbx_wf *wf, const char *name, const char *value
 const char *dbx_wf_side_effect(dbx_wf *wf, char *(*fn)(void *ud), void *ud) {
   if (!usable(wf) || !fn) return NULL;
   lookahead *l = wf->replaying ? look_take(wf, "SideEffect", NULL) : NULL;
+  if (wf->oom) return NULL;
   char *fresh = l ? NULL : fn(ud);
   const char *v = l ? l->value : (fresh ? fresh : "null");
   char id[24];
@@ -677,24 +698,31 @@ int64_t dbx_wf_get_version(dbx_wf *wf, const char *change_id, int64_t min_versio
   for (size_t i = 0; i < wf->nvers; i++)
     if (strcmp(wf->vers[i].change_id, change_id) == 0) return wf->vers[i].version;
   char *q = json_quote(change_id);
-  if (!q) return DBX_WF_DEFAULT_VERSION;
+  if (!q) return oom(wf), DBX_WF_DEFAULT_VERSION;
   int64_t v = max_version;
   int record = 1;
   if (wf->replaying) {
     lookahead *l = look_take(wf, "Version", q);
+    if (wf->oom) {
+      free(q);
+      return DBX_WF_DEFAULT_VERSION;
+    }
     if (l) v = strtoll(l->value, NULL, 10);
     else v = DBX_WF_DEFAULT_VERSION, record = 0;
   }
   char num[24];
   snprintf(num, sizeof num, "%lld", (long long)v);
   const char *keys[2] = {"change-id", "version"}, *vals[2] = {q, num};
-  if (grow((void **)&wf->vers, &wf->cap_vers, wf->nvers + 1, sizeof *wf->vers)) {
+  char *cid = grow((void **)&wf->vers, &wf->cap_vers, wf->nvers + 1, sizeof *wf->vers)
+                  ? NULL
+                  : dbx_strdup(change_id);
+  if (!cid || (record && push_marker(wf, "Version", keys, vals, 2))) {
+    free(cid);
     free(q);
+    oom(wf);
     return DBX_WF_DEFAULT_VERSION;
   }
-  char *cid = dbx_strdup(change_id);
-  if (cid) wf->vers[wf->nvers++] = (version){cid, v};
-  if (record) push_marker(wf, "Version", keys, vals, 2);
+  wf->vers[wf->nvers++] = (version){cid, v};
   free(q);
   if (v < min_version || v > max_version) {
     char msg[160];
@@ -707,9 +735,9 @@ int64_t dbx_wf_get_version(dbx_wf *wf, const char *change_id, int64_t min_versio
 
 int64_t dbx_wf_await_signal(dbx_wf *wf, const char *name, int64_t timeout_ms) {
   if (!usable(wf) || !name) return -1;
-  if (grow((void **)&wf->waits, &wf->cap_waits, wf->nwaits + 1, sizeof *wf->waits)) return -1;
+  if (grow((void **)&wf->waits, &wf->cap_waits, wf->nwaits + 1, sizeof *wf->waits)) return oom(wf);
   char *n = dbx_strdup(name);
-  if (!n) return -1;
+  if (!n) return oom(wf);
   int64_t seq = ++wf->seq, tseq = 0;
   if (timeout_ms > 0) {
     tseq = dbx_wf_start_timer(wf, timeout_ms);
@@ -730,7 +758,7 @@ static int kv_payloads(const char *const *keys, const char *const *values, size_
   for (size_t i = 0; i < n; i++) {
     if (!keys[i] || !*keys[i] || !values[i]) return -1;
     pl[i] = dbx_payloads_from_json(values[i], strlen(values[i]));
-    if (!pl[i] || pl[i]->n_payloads != 1) return -1;
+    if (!pl[i]) return -2;
   }
   return 0;
 }
@@ -738,11 +766,17 @@ static int kv_payloads(const char *const *keys, const char *const *values, size_
 static int upsert(dbx_wf *wf, int memo, const char *const *keys, const char *const *values,
                   size_t n) {
   if (!usable(wf) || !n || !keys || !values) return -1;
-  Payloads **pl = calloc(n, sizeof *pl);
-  sa_entry *se = calloc(n, sizeof *se), **sp = calloc(n, sizeof *sp);
-  memo_entry *me = calloc(n, sizeof *me), **mp = calloc(n, sizeof *mp);
+  Payloads **pl = dbx_calloc(n, sizeof *pl);
+  sa_entry *se = dbx_calloc(n, sizeof *se), **sp = dbx_calloc(n, sizeof *sp);
+  memo_entry *me = dbx_calloc(n, sizeof *me), **mp = dbx_calloc(n, sizeof *mp);
   int rc = -1;
-  if (!pl || !se || !sp || !me || !mp || kv_payloads(keys, values, n, pl)) goto out;
+  if (!pl || !se || !sp || !me || !mp) {
+    oom(wf);
+    goto out;
+  }
+  int kv = kv_payloads(keys, values, n, pl);
+  if (kv == -2) oom(wf);
+  if (kv) goto out;
   Command c = INIT(TEMPORAL__API__COMMAND__V1__COMMAND);
   UpsertWorkflowSearchAttributesCommandAttributes ua =
       INIT(TEMPORAL__API__COMMAND__V1__UPSERT_WORKFLOW_SEARCH_ATTRIBUTES_COMMAND_ATTRIBUTES);
@@ -810,14 +844,15 @@ void dbx_wf_continue_as_new(dbx_wf *wf, const char *input_json, const dbx_contin
   tq.name = (char *)(o->task_queue ? o->task_queue : (wf->task_queue ? wf->task_queue : ""));
   tq.kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
   a.task_queue = &tq;
-  if (o->run_timeout_ms > 0) set_dur(&run, o->run_timeout_ms), a.workflow_run_timeout = &run;
-  if (o->task_timeout_ms > 0) set_dur(&task, o->task_timeout_ms), a.workflow_task_timeout = &task;
+  if (o->run_timeout_ms > 0) dbx_pb_duration_init_ms(&run, o->run_timeout_ms), a.workflow_run_timeout = &run;
+  if (o->task_timeout_ms > 0) dbx_pb_duration_init_ms(&task, o->task_timeout_ms), a.workflow_task_timeout = &task;
   a.initiator = TEMPORAL__API__ENUMS__V1__CONTINUE_AS_NEW_INITIATOR__CONTINUE_AS_NEW_INITIATOR_WORKFLOW;
   a.input = dbx_payloads_from_json(input_json, input_json ? strlen(input_json) : 0);
   c.command_type = CT(CONTINUE_AS_NEW_WORKFLOW_EXECUTION);
   c.attributes_case = CMD(CONTINUE_AS_NEW_WORKFLOW_EXECUTION);
   c.continue_as_new_workflow_execution_command_attributes = &a;
-  if (a.input && push_cmd(wf, K_CAN, 0, wt.name, &c) == 0) wf->closed = 1;
+  if (!a.input) oom(wf);
+  else if (push_cmd(wf, K_CAN, 0, wt.name, &c) == 0) wf->closed = 1;
   dbx_payloads_free(a.input);
 }
 
@@ -826,7 +861,7 @@ int64_t dbx_wf_history_size_bytes(const dbx_wf *wf) { return wf->hist_bytes; }
 int dbx_wf_continue_as_new_suggested(const dbx_wf *wf) { return wf->suggest_can; }
 
 void dbx_wf_complete(dbx_wf *wf, const char *result_json) {
-  if (!wf || wf->closed || wf->bad) return;
+  if (!usable(wf)) return;
   Command c = INIT(TEMPORAL__API__COMMAND__V1__COMMAND);
   CompleteWorkflowExecutionCommandAttributes a =
       INIT(TEMPORAL__API__COMMAND__V1__COMPLETE_WORKFLOW_EXECUTION_COMMAND_ATTRIBUTES);
@@ -834,12 +869,13 @@ void dbx_wf_complete(dbx_wf *wf, const char *result_json) {
   c.command_type = CT(COMPLETE_WORKFLOW_EXECUTION);
   c.attributes_case = CMD(COMPLETE_WORKFLOW_EXECUTION);
   c.complete_workflow_execution_command_attributes = &a;
-  if (a.result && push_cmd(wf, K_COMPLETE, 0, NULL, &c) == 0) wf->closed = 1;
+  if (!a.result) oom(wf);
+  else if (push_cmd(wf, K_COMPLETE, 0, NULL, &c) == 0) wf->closed = 1;
   dbx_payloads_free(a.result);
 }
 
 void dbx_wf_fail(dbx_wf *wf, const char *type, const char *message) {
-  if (!wf || wf->closed || wf->bad) return;
+  if (!usable(wf)) return;
   Command c = INIT(TEMPORAL__API__COMMAND__V1__COMMAND);
   FailWorkflowExecutionCommandAttributes a =
       INIT(TEMPORAL__API__COMMAND__V1__FAIL_WORKFLOW_EXECUTION_COMMAND_ATTRIBUTES);
@@ -858,7 +894,7 @@ void dbx_wf_fail(dbx_wf *wf, const char *type, const char *message) {
 }
 
 void dbx_wf_cancel_done(dbx_wf *wf) {
-  if (!wf || wf->closed || wf->bad) return;
+  if (!usable(wf)) return;
   Command c = INIT(TEMPORAL__API__COMMAND__V1__COMMAND);
   CancelWorkflowExecutionCommandAttributes a =
       INIT(TEMPORAL__API__COMMAND__V1__CANCEL_WORKFLOW_EXECUTION_COMMAND_ATTRIBUTES);
@@ -866,6 +902,10 @@ void dbx_wf_cancel_done(dbx_wf *wf) {
   c.attributes_case = CMD(CANCEL_WORKFLOW_EXECUTION);
   c.cancel_workflow_execution_command_attributes = &a;
   if (push_cmd(wf, K_CANCEL, 0, NULL, &c) == 0) wf->closed = 1;
+}
+
+void dbx_wf_out_of_memory(dbx_wf *wf) {
+  if (wf) oom(wf);
 }
 
 int64_t dbx_wf_now_ms(const dbx_wf *wf) { return wf->now_ms; }
@@ -888,11 +928,11 @@ dbx_err dbx_wf_run_commands(const dbx_wf_run *r, Command ***out, size_t *n) {
   *n = 0;
   size_t cnt = r->ncmds - r->head;
   if (!cnt) return DBX_OK;
-  Command **arr = calloc(cnt, sizeof *arr);
+  Command **arr = dbx_calloc(cnt, sizeof *arr);
   if (!arr) return DBX_ENOMEM;
   for (size_t i = 0; i < cnt; i++) {
     const pcmd *p = &r->cmds[r->head + i];
-    arr[i] = (Command *)protobuf_c_message_unpack(&Command__D, NULL, p->len, p->packed);
+    arr[i] = (Command *)dbx_pb_unpack(&Command__D, p->packed, p->len);
     if (!arr[i]) {
       dbx_wf_run_commands_free(arr, i);
       return DBX_ENOMEM;
@@ -1172,7 +1212,7 @@ static void match_command_event(dbx_wf_run *r, const HistoryEvent *e) {
       ok = same_id && a->activity_type && strcmp(a->activity_type->name, p->type) == 0;
       if (ok) {
         if (grow((void **)&r->acts, &r->cap_acts, r->nacts + 1, sizeof *r->acts)) {
-          set_bad(r, e->event_id, "out of memory");
+          oom(r);
           return;
         }
         r->acts[r->nacts++] = (idmap){e->event_id, p->seq, 0, 0};
@@ -1184,7 +1224,7 @@ static void match_command_event(dbx_wf_run *r, const HistoryEvent *e) {
     const TimerStartedEventAttributes *a = e->timer_started_event_attributes;
     if (p->kind == K_TIMER && a && strcmp(a->timer_id, seq) == 0) {
       if (grow((void **)&r->timers, &r->cap_timers, r->ntimers + 1, sizeof *r->timers)) {
-        set_bad(r, e->event_id, "out of memory");
+        oom(r);
         return;
       }
       r->timers[r->ntimers++] = (idmap){e->event_id, p->seq, 0, 0};
@@ -1235,7 +1275,7 @@ static void match_command_event(dbx_wf_run *r, const HistoryEvent *e) {
     ok = ok && we && strcmp(we->workflow_id, p->ident) == 0;
     if (ok) {
       if (grow((void **)&r->exts, &r->cap_exts, r->nexts + 1, sizeof *r->exts)) {
-        set_bad(r, e->event_id, "out of memory");
+        oom(r);
         return;
       }
       r->exts[r->nexts++] = (idmap){e->event_id, p->seq, 0, 0};
@@ -1469,10 +1509,15 @@ static int external_outcome(dbx_wf_run *r, const HistoryEvent *e) {
   return 1;
 }
 
-/* JSON of details[key] of a marker event, or NULL (malloc'd). */
-static char *marker_detail(const MarkerRecordedEventAttributes *a, const char *key) {
+/* JSON of details[key] of a marker event (malloc'd), NULL when absent;
+ * sets *oom (never clears it) when the copy could not be allocated. */
+static char *marker_detail(const MarkerRecordedEventAttributes *a, const char *key, int *oom) {
   for (size_t i = 0; i < a->n_details; i++)
-    if (a->details[i] && strcmp(a->details[i]->key, key) == 0) return dbx_payloads_to_json(a->details[i]->value);
+    if (a->details[i] && strcmp(a->details[i]->key, key) == 0) {
+      char *v = dbx_payloads_to_json(a->details[i]->value);
+      if (!v) *oom = 1;
+      return v;
+    }
   return NULL;
 }
 
@@ -1487,11 +1532,11 @@ static int read_markers(dbx_wf_run *r, HistoryEvent *const *events, size_t i, si
     if (events[k]->event_type != ET(MARKER_RECORDED) || !a) continue;
     if (a->workflow_task_completed_event_id && a->workflow_task_completed_event_id != done_id) continue;
     if (grow((void **)&r->look, &r->cap_look, r->nlook + 1, sizeof *r->look)) return -1;
-    int ver = strcmp(a->marker_name, "Version") == 0;
-    lookahead l = {dbx_strdup(a->marker_name), ver ? marker_detail(a, "change-id") : NULL,
-                   marker_detail(a, ver ? "version" : "data"), 0};
-    if (!l.value) l.value = dbx_strdup("null");
-    if (!l.name || !l.value) {
+    int ver = strcmp(a->marker_name, "Version") == 0, oom = 0;
+    lookahead l = {dbx_strdup(a->marker_name), ver ? marker_detail(a, "change-id", &oom) : NULL,
+                   marker_detail(a, ver ? "version" : "data", &oom), 0};
+    if (!l.value && !oom) l.value = dbx_strdup("null");
+    if (!l.name || !l.value || oom) {
       free(l.name);
       free(l.key);
       free(l.value);
@@ -1518,7 +1563,7 @@ static void run_signal(dbx_wf_run *r, const job *j) {
   } else if (r->t->on_signal) {
     r->t->on_signal(r->state, r, j->name, j->json, j->len);
   }
-  for (size_t w = 0; w < nwaits && !r->closed && !r->bad; w++)
+  for (size_t w = 0; w < nwaits && usable(r); w++)
     if (!r->waits[w].done && strcmp(r->waits[w].name, j->name) == 0) {
       end_wait(r, w, j->json, j->len, 0);
       break;
@@ -1537,10 +1582,10 @@ static void run_timer(dbx_wf_run *r, int64_t seq) {
 static void activate(dbx_wf_run *r, const HistoryEvent *e, int replaying, HistoryEvent *const *events,
                      size_t i, size_t n) {
   check_unmatched(r, e->event_id);
-  if (r->bad) return;
+  if (r->bad || r->oom) return;
   r->activation++;
   r->replaying = replaying;
-  if (e->event_time) r->now_ms = e->event_time->seconds * 1000 + e->event_time->nanos / 1000000;
+  if (e->event_time) r->now_ms = dbx_pb_timestamp_ns(e->event_time) / 1000000;
   r->hist_len = e->event_id;
   const WorkflowTaskStartedEventAttributes *ws = e->workflow_task_started_event_attributes;
   r->hist_bytes = ws ? ws->history_size_bytes : 0;
@@ -1557,7 +1602,7 @@ static void activate(dbx_wf_run *r, const HistoryEvent *e, int replaying, Histor
   }
   for (size_t k = 0; k < r->njobs; k++) {
     job *j = &r->jobs[k];
-    if (r->closed || r->bad || !r->state) break;
+    if (!usable(r) || !r->state) break;
     switch (j->kind) {
     case J_ACT:
       if (r->t->on_activity) r->t->on_activity(r->state, r, j->seq, &j->o);
@@ -1581,10 +1626,8 @@ static void activate(dbx_wf_run *r, const HistoryEvent *e, int replaying, Histor
   r->act_events = NULL; /* borrowed for this call only */
 }
 
-dbx_err dbx_wf_run_apply(dbx_wf_run *r, HistoryEvent *const *events, size_t n,
-                         int64_t started_event_id) {
-  if (!r || (n && !events)) return DBX_EINVAL;
-  if (r->bad) return DBX_ESTATE;
+static dbx_err apply_events(dbx_wf_run *r, HistoryEvent *const *events, size_t n,
+                           int64_t started_event_id) {
   for (size_t i = 0; i < n; i++) {
     const HistoryEvent *e = events[i];
     if (e->event_id <= r->last_event) continue;
@@ -1599,7 +1642,10 @@ dbx_err dbx_wf_run_apply(dbx_wf_run *r, HistoryEvent *const *events, size_t n,
       r->input = a ? dbx_payloads_to_json(a->input) : dbx_strdup("null");
       if (!r->input) return DBX_ENOMEM;
       r->input_len = strlen(r->input);
-      if (a && a->task_queue && !r->task_queue) r->task_queue = dbx_strdup(a->task_queue->name);
+      if (a && a->task_queue && !r->task_queue) {
+        r->task_queue = dbx_strdup(a->task_queue->name);
+        if (!r->task_queue) return DBX_ENOMEM;
+      }
       r->have_start = 1;
     } else if (t == ET(WORKFLOW_TASK_STARTED)) {
       int next_completed = i + 1 < n && events[i + 1]->event_type == ET(WORKFLOW_TASK_COMPLETED);
@@ -1642,9 +1688,20 @@ dbx_err dbx_wf_run_apply(dbx_wf_run *r, HistoryEvent *const *events, size_t n,
     } else if (child_outcome(r, e) < 0 || external_outcome(r, e) < 0) {
       return DBX_ENOMEM;
     }
+    if (r->oom) return DBX_ENOMEM;
     if (r->bad) return DBX_ESTATE;
   }
   return DBX_OK;
+}
+
+dbx_err dbx_wf_run_apply(dbx_wf_run *r, HistoryEvent *const *events, size_t n,
+                         int64_t started_event_id) {
+  if (!r || (n && !events)) return DBX_EINVAL;
+  if (r->bad) return DBX_ESTATE;
+  if (r->oom) return DBX_ENOMEM;
+  dbx_err rc = apply_events(r, events, n, started_event_id);
+  if (rc == DBX_ENOMEM) r->oom = 1; /* partly applied: never used again */
+  return rc;
 }
 
 dbx_err dbx_replay_run(const dbx_workflow_type *t, HistoryEvent *const *events, size_t n,

@@ -11,7 +11,10 @@
  * only when the first event after its last applied one is the
  * WorkflowTaskCompleted of the task it answered (our answer was accepted),
  * otherwise the run is replayed from scratch. An entry is taken out of the
- * cache while a task uses it, so two threads never share a run. Legacy query
+ * cache while a task uses it, so two threads never share a run. The answer
+ * (completion or failure) is built by dbx_wft_answer_build_ (wft.h) without
+ * I/O; a run whose replay ran out of memory is never cached or answered as
+ * a completion. Legacy query
  * tasks are answered from a fresh replay and never touch the cache; queries
  * a workflow task carries (its `queries` map) are answered from the run's
  * state after the task's activation, in query_results.
@@ -34,10 +37,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/alloc.h"
 #include "base/failpoint.h"
 #include "base/util.h"
 #include "worker/client.h"
 #include "worker/replay.h"
+#include "worker/wft.h"
 #include "worker/wstore.h"
 
 #define POLL_TIMEOUT_MS 70000
@@ -103,7 +108,7 @@ dbx_err dbx_worker_create(const dbx_worker_opts *o, dbx_worker **out, char **err
     return DBX_EINVAL;
   }
   *out = NULL;
-  dbx_worker *w = calloc(1, sizeof *w);
+  dbx_worker *w = dbx_calloc(1, sizeof *w);
   if (!w) return DBX_ENOMEM;
   pthread_mutex_init(&w->mu, NULL);
   pthread_cond_init(&w->cv, NULL);
@@ -144,7 +149,7 @@ static dbx_err reg(dbx_worker *w, const void ***arr, size_t *n, const void *t, c
   if (w->started) return DBX_ESTATE;
   for (size_t i = 0; i < *n; i++)
     if (strcmp(name_of((*arr)[i]), name) == 0) return DBX_EEXIST;
-  const void **np = realloc(*arr, (*n + 1) * sizeof *np);
+  const void **np = dbx_realloc(*arr, (*n + 1) * sizeof *np);
   if (!np) return DBX_ENOMEM;
   np[(*n)++] = t;
   *arr = np;
@@ -230,7 +235,7 @@ static void cache_put(dbx_worker *w, const char *key, dbx_wf_run *r) {
     free(w->cache[old].key);
     w->cache[old] = w->cache[--w->ncache];
   }
-  if (!w->cache) w->cache = calloc(CACHE_MAX, sizeof *w->cache);
+  if (!w->cache) w->cache = dbx_calloc(CACHE_MAX, sizeof *w->cache);
   if (w->cache) {
     w->cache[w->ncache++] = (cache_ent){k, r, ++w->cache_clock};
   } else {
@@ -249,30 +254,44 @@ static const dbx_workflow_type *find_wf(dbx_worker *w, const char *name) {
   return NULL;
 }
 
-static void wft_fail(dbx_worker *w, const PollWorkflowTaskQueueResponse *t, int cause,
-                     const char *type, const char *msg) {
-  RespondWorkflowTaskFailedRequest rq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_WORKFLOW_TASK_FAILED_REQUEST);
-  Failure f = INIT(TEMPORAL__API__FAILURE__V1__FAILURE);
-  ApplicationFailureInfo ai = INIT(TEMPORAL__API__FAILURE__V1__APPLICATION_FAILURE_INFO);
-  f.message = (char *)msg;
-  f.source = "durabox";
-  ai.type = (char *)type;
-  f.failure_info_case = FI(APPLICATION_FAILURE_INFO);
-  f.application_failure_info = &ai;
-  rq.task_token = t->task_token;
-  rq.cause = cause;
-  rq.failure = &f;
-  rq.identity = w->identity;
-  rq.namespace_ = w->ns;
+/* rq, f, ai: caller's; strings borrowed. */
+static void fill_failed(RespondWorkflowTaskFailedRequest *rq, Failure *f, ApplicationFailureInfo *ai,
+                        const PollWorkflowTaskQueueResponse *t, int cause, const char *type,
+                        const char *msg, const char *ns, const char *identity) {
+  *rq = (RespondWorkflowTaskFailedRequest)INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_WORKFLOW_TASK_FAILED_REQUEST);
+  *f = (Failure)INIT(TEMPORAL__API__FAILURE__V1__FAILURE);
+  *ai = (ApplicationFailureInfo)INIT(TEMPORAL__API__FAILURE__V1__APPLICATION_FAILURE_INFO);
+  f->message = (char *)msg;
+  f->source = "durabox";
+  ai->type = (char *)type;
+  f->failure_info_case = FI(APPLICATION_FAILURE_INFO);
+  f->application_failure_info = ai;
+  rq->task_token = t->task_token;
+  rq->cause = cause;
+  rq->failure = f;
+  rq->identity = (char *)identity;
+  rq->namespace_ = (char *)ns;
+}
+
+static void wft_fail_send(dbx_worker *w, const RespondWorkflowTaskFailedRequest *rq) {
   char *err = NULL;
   ProtobufCMessage *rs = NULL;
-  dbx_err rc = dbx_client_call(w->client, "RespondWorkflowTaskFailed", &rq.base,
+  dbx_err rc = dbx_client_call(w->client, "RespondWorkflowTaskFailed", &rq->base,
                                &RespondWorkflowTaskFailedResponse__D, CALL_TIMEOUT_MS, NULL, &rs,
                                &err);
   if (rc != DBX_OK) DBX_WARN("worker", "RespondWorkflowTaskFailed: %s", err ? err : dbx_strerror(rc));
   dbx_client_msg_free(rs);
   free(err);
   w->st_wft++;
+}
+
+static void wft_fail(dbx_worker *w, const PollWorkflowTaskQueueResponse *t, int cause,
+                     const char *type, const char *msg) {
+  RespondWorkflowTaskFailedRequest rq;
+  Failure f;
+  ApplicationFailureInfo ai;
+  fill_failed(&rq, &f, &ai, t, cause, type, msg, w->ns, w->identity);
+  wft_fail_send(w, &rq);
 }
 
 /* "5.2 MiB", "100 KiB", "512 bytes" into buf. */
@@ -346,12 +365,12 @@ static void query_results_free(query_result_entry **e, size_t n) {
 }
 
 static query_result_entry **query_results(dbx_wf_run *r, const PollWorkflowTaskQueueResponse *t) {
-  query_result_entry **e = calloc(t->n_queries, sizeof *e);
+  query_result_entry **e = dbx_calloc(t->n_queries, sizeof *e);
   if (!e) return NULL;
   for (size_t i = 0; i < t->n_queries; i++) {
     const WorkflowQuery *q = t->queries[i]->value;
-    e[i] = calloc(1, sizeof **e);
-    WorkflowQueryResult *res = calloc(1, sizeof *res);
+    e[i] = dbx_calloc(1, sizeof **e);
+    WorkflowQueryResult *res = dbx_calloc(1, sizeof *res);
     if (!e[i] || !res) {
       free(res);
       query_results_free(e, t->n_queries);
@@ -364,17 +383,24 @@ static query_result_entry **query_results(dbx_wf_run *r, const PollWorkflowTaskQ
     e[i]->value = res;
     char *json = NULL, *msg = NULL;
     dbx_err rc = q ? run_query(r, q, &json, &msg) : DBX_EINVAL;
+    int ok;
     if (rc == DBX_OK) {
       res->result_type = TEMPORAL__API__ENUMS__V1__QUERY_RESULT_TYPE__QUERY_RESULT_TYPE_ANSWERED;
       res->answer = dbx_payloads_from_json(json, strlen(json));
+      ok = res->answer != NULL;
     } else {
       res->result_type = TEMPORAL__API__ENUMS__V1__QUERY_RESULT_TYPE__QUERY_RESULT_TYPE_FAILED;
       res->error_message = msg ? msg : dbx_strdup("query failed");
-      if (!res->error_message) res->error_message = (char *)protobuf_c_empty_string;
       msg = NULL;
+      /* out of memory is no answer to give: the task is not answered at all */
+      ok = rc != DBX_ENOMEM && res->error_message;
     }
     free(json);
     free(msg);
+    if (!ok) {
+      query_results_free(e, t->n_queries);
+      return NULL;
+    }
   }
   return e;
 }
@@ -428,15 +454,85 @@ static int cache_valid(const dbx_wf_run *r, HistoryEvent **evs, size_t n) {
   return 0;
 }
 
+static void answer_failed(dbx_wft_answer_ *a, const PollWorkflowTaskQueueResponse *t, int cause,
+                          const char *type, const char *msg, const char *ns, const char *identity) {
+  a->failed = 1;
+  a->nondeterministic = cause == WFC(NON_DETERMINISTIC_ERROR);
+  fill_failed(&a->failed_rq, &a->failure_, &a->info_, t, cause, type, msg, ns, identity);
+}
+
+dbx_err dbx_wft_answer_build_(const dbx_workflow_type *type, const PollWorkflowTaskQueueResponse *t,
+                              HistoryEvent *const *evs, size_t n, const char *ns,
+                              const char *identity, dbx_wf_run **run, dbx_wft_answer_ *out) {
+  memset(out, 0, sizeof *out);
+  const char *wid = t->workflow_execution ? t->workflow_execution->workflow_id : "";
+  const char *rid = t->workflow_execution ? t->workflow_execution->run_id : "";
+  if (!type) {
+    out->msg_ = dbx_asprintf("workflow type '%s' is not registered on this worker",
+                             t->workflow_type ? t->workflow_type->name : "");
+    answer_failed(out, t, WFC(WORKFLOW_WORKER_UNHANDLED_FAILURE), "WorkflowTypeNotRegistered",
+                  out->msg_ ? out->msg_ : "workflow type not registered", ns, identity);
+    return DBX_OK;
+  }
+  dbx_err rc = DBX_OK;
+  for (int tries = 0; tries < 2; tries++) {
+    if (!*run) {
+      rc = dbx_wf_run_create(type, wid, rid, run);
+      if (rc != DBX_OK) return rc;
+    }
+    rc = dbx_wf_run_apply(*run, evs, n, t->started_event_id);
+    if (rc != DBX_EINVAL) break;
+    dbx_wf_run_destroy(*run); /* not contiguous with the cache: replay from scratch */
+    *run = NULL;
+  }
+  if (rc == DBX_ESTATE) {
+    answer_failed(out, t, WFC(NON_DETERMINISTIC_ERROR), "NonDeterminism", dbx_wf_run_error(*run),
+                  ns, identity);
+    return DBX_OK;
+  }
+  if (rc != DBX_OK) {
+    answer_failed(out, t, WFC(WORKFLOW_WORKER_UNHANDLED_FAILURE), "WorkerError", dbx_strerror(rc),
+                  ns, identity);
+    return DBX_OK;
+  }
+  rc = dbx_wf_run_commands(*run, &out->cmds_, &out->ncmds_);
+  if (rc != DBX_OK) return rc;
+  RespondWorkflowTaskCompletedRequest *rq = &out->completed;
+  *rq = (RespondWorkflowTaskCompletedRequest)INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_WORKFLOW_TASK_COMPLETED_REQUEST);
+  rq->task_token = t->task_token;
+  rq->commands = out->cmds_;
+  rq->n_commands = out->ncmds_;
+  rq->identity = (char *)identity;
+  rq->namespace_ = (char *)ns;
+  if (t->n_queries) {
+    query_result_entry **qres = query_results(*run, t);
+    if (!qres) {
+      dbx_wft_answer_cleanup_(out);
+      return DBX_ENOMEM;
+    }
+    out->qres_ = qres;
+    out->nqres_ = t->n_queries;
+    rq->query_results = qres;
+    rq->n_query_results = t->n_queries;
+  }
+  return DBX_OK;
+}
+
+void dbx_wft_answer_cleanup_(dbx_wft_answer_ *a) {
+  if (!a) return;
+  query_results_free(a->qres_, a->nqres_);
+  dbx_wf_run_commands_free(a->cmds_, a->ncmds_);
+  free(a->msg_);
+  memset(a, 0, sizeof *a);
+}
+
 static void process_wft(dbx_worker *w, PollWorkflowTaskQueueResponse *t) {
   dbx_client_history more = {0};
   HistoryEvent **evs = NULL;
   size_t n = 0;
   char *key = NULL;
   dbx_wf_run *r = NULL;
-  Command **cmds = NULL;
-  size_t ncmds = 0;
-  query_result_entry **qres = NULL;
+  dbx_wft_answer_ a = {0};
   const char *wid = t->workflow_execution ? t->workflow_execution->workflow_id : "";
   const char *rid = t->workflow_execution ? t->workflow_execution->run_id : "";
   const dbx_workflow_type *type = t->workflow_type ? find_wf(w, t->workflow_type->name) : NULL;
@@ -453,7 +549,7 @@ static void process_wft(dbx_worker *w, PollWorkflowTaskQueueResponse *t) {
       goto out; /* the task times out and is retried */
     }
   }
-  evs = malloc((n0 + more.n + 1) * sizeof *evs);
+  evs = dbx_malloc((n0 + more.n + 1) * sizeof *evs);
   if (!evs) goto out;
   for (size_t i = 0; i < n0; i++) evs[n++] = t->history->events[i];
   for (size_t i = 0; i < more.n; i++) evs[n++] = more.events[i];
@@ -464,53 +560,26 @@ static void process_wft(dbx_worker *w, PollWorkflowTaskQueueResponse *t) {
   }
   dbx_err rc = dbx_wstore_history_put(w->ws, w->ns, wid, rid, evs, n);
   if (rc != DBX_OK) DBX_WARN("worker", "%s/%s: recording history: %s", wid, rid, dbx_strerror(rc));
-  if (!type) {
-    char *m = dbx_asprintf("workflow type '%s' is not registered on this worker",
-                           t->workflow_type ? t->workflow_type->name : "");
-    wft_fail(w, t, WFC(WORKFLOW_WORKER_UNHANDLED_FAILURE), "WorkflowTypeNotRegistered",
-             m ? m : "workflow type not registered");
-    free(m);
+  if (type) {
+    key = run_key(wid, rid);
+    if (!key) goto out;
+    r = cache_take(w, key);
+    if (r && !cache_valid(r, evs, n)) {
+      dbx_wf_run_destroy(r);
+      r = NULL;
+    }
+    if (r) w->st_hits++;
+  }
+  if (dbx_wft_answer_build_(type, t, evs, n, w->ns, w->identity, &r, &a) != DBX_OK) goto out;
+  if (a.failed) {
+    if (a.nondeterministic) {
+      w->st_nondet++;
+      DBX_WARN("worker", "%s/%s: %s", wid, rid, a.failed_rq.failure->message);
+    }
+    wft_fail_send(w, &a.failed_rq);
     goto out;
   }
-  key = run_key(wid, rid);
-  if (!key) goto out;
-  r = cache_take(w, key);
-  if (r && !cache_valid(r, evs, n)) {
-    dbx_wf_run_destroy(r);
-    r = NULL;
-  }
-  if (r) w->st_hits++;
-  for (int tries = 0; tries < 2; tries++) {
-    if (!r && dbx_wf_run_create(type, wid, rid, &r) != DBX_OK) goto out;
-    rc = dbx_wf_run_apply(r, evs, n, t->started_event_id);
-    if (rc != DBX_EINVAL) break;
-    dbx_wf_run_destroy(r); /* not contiguous with the cache: replay from scratch */
-    r = NULL;
-  }
-  if (rc == DBX_ESTATE) {
-    w->st_nondet++;
-    DBX_WARN("worker", "%s/%s: %s", wid, rid, dbx_wf_run_error(r));
-    wft_fail(w, t, WFC(NON_DETERMINISTIC_ERROR), "NonDeterminism", dbx_wf_run_error(r));
-    goto out;
-  }
-  if (rc != DBX_OK) {
-    wft_fail(w, t, WFC(WORKFLOW_WORKER_UNHANDLED_FAILURE), "WorkerError", dbx_strerror(rc));
-    goto out;
-  }
-  if (dbx_wf_run_commands(r, &cmds, &ncmds) != DBX_OK) goto out;
-  RespondWorkflowTaskCompletedRequest rq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_WORKFLOW_TASK_COMPLETED_REQUEST);
-  rq.task_token = t->task_token;
-  rq.commands = cmds;
-  rq.n_commands = ncmds;
-  rq.identity = w->identity;
-  rq.namespace_ = w->ns;
-  if (t->n_queries) {
-    qres = query_results(r, t);
-    if (!qres) goto out;
-    rq.query_results = qres;
-    rq.n_query_results = t->n_queries;
-  }
-  size_t size = protobuf_c_message_get_packed_size(&rq.base);
+  size_t size = protobuf_c_message_get_packed_size(&a.completed.base);
   if (size > w->max_msg) {
     wft_fail_oversized(w, t, wid, rid, size, w->max_msg);
     goto out; /* drop the cached state: the next attempt replays */
@@ -520,7 +589,7 @@ static void process_wft(dbx_worker *w, PollWorkflowTaskQueueResponse *t) {
   w->st_completions++;
   DBX_FAILPOINT("worker.wft.report.before");
   dbx_client_status cs;
-  rc = dbx_client_call_status(w->client, "RespondWorkflowTaskCompleted", &rq.base,
+  rc = dbx_client_call_status(w->client, "RespondWorkflowTaskCompleted", &a.completed.base,
                               &RespondWorkflowTaskCompletedResponse__D, CALL_TIMEOUT_MS, NULL, &rs,
                               &cs, &err);
   dbx_client_msg_free(rs);
@@ -543,8 +612,7 @@ static void process_wft(dbx_worker *w, PollWorkflowTaskQueueResponse *t) {
     r = NULL;
   }
 out:
-  query_results_free(qres, t->n_queries);
-  dbx_wf_run_commands_free(cmds, ncmds);
+  dbx_wft_answer_cleanup_(&a);
   dbx_wf_run_destroy(r);
   free(key);
   free(evs);
@@ -596,11 +664,6 @@ static const dbx_activity_type *find_act(dbx_worker *w, const char *name) {
   for (size_t i = 0; i < w->nacts; i++)
     if (strcmp(w->acts[i]->name, name) == 0) return w->acts[i];
   return NULL;
-}
-
-static int64_t dur_ns(const Duration *d) {
-  if (!d || (d->seconds == 0 && d->nanos == 0)) return 0;
-  return d->seconds * 1000000000LL + d->nanos;
 }
 
 int dbx_act_cancelled(const dbx_act *a) { return atomic_load(&a->cancelled); }
@@ -684,37 +747,64 @@ static Failure *mk_failure(Failure *f, ApplicationFailureInfo *ai, const char *t
 
 /* Report an outcome. kind: 0 completed, 1 failed, 2 canceled. Retries
  * transient errors for REPORT_RETRY_MS; NotFound abandons. */
+dbx_err dbx_act_report_build_(ProtobufCBinaryData task_token, const char *ns, const char *identity,
+                              int kind, const dbx_act_result *res, dbx_act_report_ *out) {
+  memset(out, 0, sizeof *out);
+  if (kind == 0) {
+    RespondActivityTaskCompletedRequest *cq = &out->completed_;
+    *cq = (RespondActivityTaskCompletedRequest)INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_ACTIVITY_TASK_COMPLETED_REQUEST);
+    const char *j = res->result_json ? res->result_json : "null";
+    out->result_ = dbx_payloads_from_json(j, strlen(j));
+    if (!out->result_) return DBX_ENOMEM; /* never a completion without its result */
+    cq->task_token = task_token;
+    cq->result = out->result_;
+    cq->identity = (char *)identity;
+    cq->namespace_ = (char *)ns;
+    out->req = &cq->base;
+    out->method = "RespondActivityTaskCompleted";
+    out->resp = &RespondActivityTaskCompletedResponse__D;
+  } else if (kind == 1) {
+    RespondActivityTaskFailedRequest *fq = &out->failed_;
+    *fq = (RespondActivityTaskFailedRequest)INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_ACTIVITY_TASK_FAILED_REQUEST);
+    fq->task_token = task_token;
+    fq->failure = mk_failure(&out->failure_, &out->info_, res->failure_type, res->failure_message,
+                             res->non_retryable);
+    fq->identity = (char *)identity;
+    fq->namespace_ = (char *)ns;
+    out->req = &fq->base;
+    out->method = "RespondActivityTaskFailed";
+    out->resp = &RespondActivityTaskFailedResponse__D;
+  } else {
+    RespondActivityTaskCanceledRequest *kq = &out->canceled_;
+    *kq = (RespondActivityTaskCanceledRequest)INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_ACTIVITY_TASK_CANCELED_REQUEST);
+    kq->task_token = task_token;
+    kq->identity = (char *)identity;
+    kq->namespace_ = (char *)ns;
+    out->req = &kq->base;
+    out->method = "RespondActivityTaskCanceled";
+    out->resp = &RespondActivityTaskCanceledResponse__D;
+  }
+  return DBX_OK;
+}
+
+void dbx_act_report_cleanup_(dbx_act_report_ *r) {
+  if (!r) return;
+  dbx_payloads_free(r->result_);
+  memset(r, 0, sizeof *r);
+}
+
 static void report(dbx_act *a, int kind, const dbx_act_result *res) {
   dbx_worker *w = a->w;
-  Failure f;
-  ApplicationFailureInfo ai;
-  ProtobufCMessage *req = NULL;
-  const char *method = NULL;
-  const ProtobufCMessageDescriptor *rd = NULL;
-  RespondActivityTaskCompletedRequest cq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_ACTIVITY_TASK_COMPLETED_REQUEST);
-  RespondActivityTaskFailedRequest fq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_ACTIVITY_TASK_FAILED_REQUEST);
-  RespondActivityTaskCanceledRequest kq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_ACTIVITY_TASK_CANCELED_REQUEST);
-  Payloads *p = NULL;
-  if (kind == 0) {
-    const char *j = res->result_json ? res->result_json : "null";
-    p = dbx_payloads_from_json(j, strlen(j));
-    cq.task_token = a->task->task_token;
-    cq.result = p;
-    cq.identity = w->identity;
-    cq.namespace_ = w->ns;
-    req = &cq.base, method = "RespondActivityTaskCompleted", rd = &RespondActivityTaskCompletedResponse__D;
-  } else if (kind == 1) {
-    fq.task_token = a->task->task_token;
-    fq.failure = mk_failure(&f, &ai, res->failure_type, res->failure_message, res->non_retryable);
-    fq.identity = w->identity;
-    fq.namespace_ = w->ns;
-    req = &fq.base, method = "RespondActivityTaskFailed", rd = &RespondActivityTaskFailedResponse__D;
-  } else {
-    kq.task_token = a->task->task_token;
-    kq.identity = w->identity;
-    kq.namespace_ = w->ns;
-    req = &kq.base, method = "RespondActivityTaskCanceled", rd = &RespondActivityTaskCanceledResponse__D;
+  dbx_act_report_ rp;
+  if (dbx_act_report_build_(a->task->task_token, w->ns, w->identity, kind, res, &rp) != DBX_OK) {
+    /* the result stays journaled; the attempt times out on the service */
+    DBX_WARN("worker", "activity %s of %s: out of memory building its report; not reported",
+             a->task->activity_id, dbx_act_workflow_id(a));
+    return;
   }
+  ProtobufCMessage *req = rp.req;
+  const char *method = rp.method;
+  const ProtobufCMessageDescriptor *rd = rp.resp;
   unsigned seed = (unsigned)dbx_mono_ns();
   int failures = 0;
   DBX_FAILPOINT("worker.report.before");
@@ -745,7 +835,7 @@ static void report(dbx_act *a, int kind, const dbx_act_result *res) {
     backoff(w, &failures, &seed);
   }
   DBX_FAILPOINT("worker.report.after");
-  dbx_payloads_free(p);
+  dbx_act_report_cleanup_(&rp);
 }
 
 static void result_cleanup(dbx_act_result *r) {
@@ -958,7 +1048,7 @@ static void *act_poller(void *arg) {
                                  &PollActivityTaskQueueResponse__D, POLL_TIMEOUT_MS,
                                  w->poll_cancel, (ProtobufCMessage **)&t, &err);
     int got = rc == DBX_OK && t->task_token.len && t->workflow_execution;
-    dbx_act *a = got ? calloc(1, sizeof *a) : NULL;
+    dbx_act *a = got ? dbx_calloc(1, sizeof *a) : NULL;
     if (!a) {
       pthread_mutex_lock(&w->mu);
       w->slots_used--;
@@ -983,10 +1073,10 @@ static void *act_poller(void *arg) {
     a->w = w;
     a->task = t;
     int64_t now = dbx_mono_ns();
-    int64_t s2c = dur_ns(t->start_to_close_timeout);
-    if (!s2c) s2c = dur_ns(t->schedule_to_close_timeout);
+    int64_t s2c = dbx_pb_duration_ns(t->start_to_close_timeout);
+    if (!s2c) s2c = dbx_pb_duration_ns(t->schedule_to_close_timeout);
     a->s2c_deadline_ns = s2c ? now + s2c : INT64_MAX;
-    a->hb_timeout_ns = dur_ns(t->heartbeat_timeout);
+    a->hb_timeout_ns = dbx_pb_duration_ns(t->heartbeat_timeout);
     atomic_store(&a->last_hb_ns, now);
     atomic_store(&a->hb_ok_ns, now);
     if (t->heartbeat_details && t->heartbeat_details->n_payloads)
@@ -1050,7 +1140,7 @@ dbx_err dbx_worker_start(dbx_worker *w) {
   if (w->started) return DBX_ESTATE;
   w->started = 1;
   int total = w->n_wf_pollers + w->n_act_pollers;
-  w->threads = calloc((size_t)total, sizeof *w->threads);
+  w->threads = dbx_calloc((size_t)total, sizeof *w->threads);
   if (!w->threads) return DBX_ENOMEM;
   if (pthread_create(&w->watchdog, NULL, watchdog, w) != 0) return DBX_ENOMEM;
   w->watchdog_started = 1;

@@ -15,6 +15,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "base/alloc.h"
 #include "base/failpoint.h"
 #include "base/hash.h"
 #include "base/util.h"
@@ -38,7 +39,7 @@ dbx_err dbx_wstore_open(const char *dir, int no_sync, dbx_wstore **out, char **e
   if (errmsg) *errmsg = NULL;
   if (!dir || !out) return DBX_EINVAL;
   *out = NULL;
-  dbx_wstore *s = calloc(1, sizeof *s);
+  dbx_wstore *s = dbx_calloc(1, sizeof *s);
   if (!s) return DBX_ENOMEM;
   dbx_store_opts o = {0};
   o.path = dir;
@@ -191,15 +192,14 @@ dbx_err dbx_wstore_history_load(dbx_wstore *s, const char *ns, const char *workf
   dbx_val k, v;
   rc = dbx_store_cursor_seek(cur, key, pl, &k, &v);
   while (rc == DBX_OK && k.size == pl + 8 && memcmp(k.data, key, pl) == 0) {
-    HistoryEvent *e = (HistoryEvent *)protobuf_c_message_unpack(&HistoryEvent__D, NULL, v.size,
-                                                                v.data);
+    HistoryEvent *e = (HistoryEvent *)dbx_pb_unpack(&HistoryEvent__D, v.data, v.size);
     if (!e) {
       rc = DBX_ESTORE;
       goto out;
     }
     if (cnt == cap) {
       cap = cap ? cap * 2 : 64;
-      void *np = realloc(evs, cap * sizeof *evs);
+      void *np = dbx_realloc(evs, cap * sizeof *evs);
       if (!np) {
         protobuf_c_message_free_unpacked(&e->base, NULL);
         rc = DBX_ENOMEM;
@@ -236,9 +236,14 @@ void dbx_journal_entry_cleanup(dbx_journal_entry *e) {
   memset(e, 0, sizeof *e);
 }
 
-static char *jstr(cJSON *o, const char *name) {
+/* *out: a copy of the string member name, NULL when absent. Sets *oom
+ * (never clears it) when the copy could not be allocated. */
+static char *jstr(cJSON *o, const char *name, int *oom) {
   cJSON *x = cJSON_GetObjectItemCaseSensitive(o, name);
-  return cJSON_IsString(x) ? dbx_strdup(x->valuestring) : NULL;
+  if (!cJSON_IsString(x)) return NULL;
+  char *s = dbx_strdup(x->valuestring);
+  if (!s) *oom = 1;
+  return s;
 }
 
 dbx_err dbx_wstore_journal_get(dbx_wstore *s, const char *ns, const char *workflow_id,
@@ -265,10 +270,18 @@ dbx_err dbx_wstore_journal_get(dbx_wstore *s, const char *ns, const char *workfl
   out->attempt = cJSON_IsNumber(at) ? (int32_t)at->valuedouble : 0;
   if (cJSON_IsString(st) && strcmp(st->valuestring, "done") == 0) {
     out->state = DBX_JOURNAL_DONE;
-    out->result.result_json = jstr(j, "result");
-    out->result.failure_type = jstr(j, "failure_type");
-    out->result.failure_message = jstr(j, "failure_message");
+    /* a member that could not be copied must not read as absent: a failure
+     * without its failure_type would be reported as a success */
+    int oom = 0;
+    out->result.result_json = jstr(j, "result", &oom);
+    out->result.failure_type = jstr(j, "failure_type", &oom);
+    out->result.failure_message = jstr(j, "failure_message", &oom);
     out->result.non_retryable = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "non_retryable"));
+    if (oom) {
+      cJSON_Delete(j);
+      dbx_journal_entry_cleanup(out);
+      return DBX_ENOMEM;
+    }
   } else {
     out->state = DBX_JOURNAL_STARTED;
   }
@@ -551,7 +564,7 @@ dbx_err dbx_wstore_refusals_list(dbx_wstore *s, dbx_wstore_refusal **out, size_t
     if (!j) continue;
     if (cnt == cap) {
       size_t nc = cap ? cap * 2 : 8;
-      dbx_wstore_refusal *nv = realloc(v, nc * sizeof *nv);
+      dbx_wstore_refusal *nv = dbx_realloc(v, nc * sizeof *nv);
       if (!nv) {
         cJSON_Delete(j);
         rc = DBX_ENOMEM;
@@ -562,14 +575,19 @@ dbx_err dbx_wstore_refusals_list(dbx_wstore *s, dbx_wstore_refusal **out, size_t
     }
     dbx_wstore_refusal *r = &v[cnt++];
     memset(r, 0, sizeof *r);
-    r->ns = jstr(j, "namespace");
-    r->workflow_id = jstr(j, "workflow_id");
-    r->run_id = jstr(j, "run_id");
-    r->activity_type = jstr(j, "activity_type");
-    r->input_hash = jstr(j, "input_hash");
-    r->activity_id = jstr(j, "activity_id");
-    r->earlier_activity_id = jstr(j, "earlier_activity_id");
+    int oom = 0;
+    r->ns = jstr(j, "namespace", &oom);
+    r->workflow_id = jstr(j, "workflow_id", &oom);
+    r->run_id = jstr(j, "run_id", &oom);
+    r->activity_type = jstr(j, "activity_type", &oom);
+    r->input_hash = jstr(j, "input_hash", &oom);
+    r->activity_id = jstr(j, "activity_id", &oom);
+    r->earlier_activity_id = jstr(j, "earlier_activity_id", &oom);
     cJSON_Delete(j);
+    if (oom) {
+      rc = DBX_ENOMEM;
+      goto out;
+    }
     dbx_err arc;
     cJSON *appr = get_json(t, s->approvals, k.data, k.size, &arc);
     r->approvals_left = appr ? json_int(appr, "left") : 0;
