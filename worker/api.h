@@ -147,7 +147,7 @@ typedef struct {
 typedef struct {
   const char *name;                /* workflow type name, e.g. "durabox.Script" */
   /* Create the state from the input JSON (borrowed). May issue commands.
-   * Return NULL only after dbx_wf_fail(). */
+   * Return NULL only after dbx_wf_fail() or dbx_wf_out_of_memory(). */
   void *(*create)(dbx_wf *wf, const char *input_json, size_t len);
   /* An activity this code scheduled has an outcome (borrowed for the call). */
   void (*on_activity)(void *state, dbx_wf *wf, int64_t seq, const dbx_act_outcome *o);

@@ -352,7 +352,7 @@ static void finish(script *s, dbx_wf *wf) {
   s->phase = DONE;
   char *out = output_json(s);
   if (out) dbx_wf_complete(wf, out);
-  else dbx_wf_fail(wf, "OutOfMemory", "cannot build the script output");
+  else dbx_wf_out_of_memory(wf); /* the task fails and is retried from history */
   free(out);
 }
 
@@ -408,7 +408,7 @@ static void run_step(script *s, dbx_wf *wf) {
     }
     cJSON *in = cJSON_Duplicate(st, 1);
     if (!in) {
-      dbx_wf_fail(wf, "OutOfMemory", "cannot build an activity input");
+      dbx_wf_out_of_memory(wf);
       return;
     }
     static const char *const drop[] = {"name", "kind", "retry_class", "continue_on_failure",
@@ -473,7 +473,7 @@ static void *script_create(dbx_wf *wf, const char *input_json, size_t len) {
   if (!s || !(s->out_steps = cJSON_CreateArray())) {
     free(s);
     cJSON_Delete(in);
-    dbx_wf_fail(wf, "OutOfMemory", "cannot allocate the script state");
+    dbx_wf_out_of_memory(wf);
     return NULL;
   }
   s->input = in;
