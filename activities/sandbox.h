@@ -68,7 +68,7 @@
  * result (the worker reports a retryable failure), never a success with
  * fields missing nor a non-retryable type.
  *
- * Security (DESIGN.md "Security"): secrets are resolved from the worker's
+ * Security (docs/architecture.md "Promises"): secrets are resolved from the worker's
  * environment only when sandbox.exec runs, and every resolved value is
  * replaced by "[redacted:NAME]" in stdout/stderr before the result is built,
  * including a partial value cut off at the output cap.

@@ -10,7 +10,7 @@
  * plain inputs and returns dbx_err; only handlers set gRPC statuses. A
  * rejected request sets the job's gRPC status and the engine drops everything
  * it wrote. Semantics follow Temporal's server as described in
- * shared/reference/temporal-protocol.md and docs/service.md. */
+ * Temporal's WorkflowService contract and docs/service.md. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /* The one internal header of service/: the engine's jobs, the batch context
  * handlers run in, and the history/state helpers they share. Every name that
  * crosses files inside service/ is declared here and carries the svc_ prefix
- * (STYLE.md "Internal names"). Not a public contract: nothing outside
+ * (docs/style.md "Names"). Not a public contract: nothing outside
  * service/ includes it (tests/check_rooms.sh), except the white-box unit test
  * tests/test_svc_state.c.
  *

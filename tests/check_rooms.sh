@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The room rules of shared/DESIGN.md that a machine can check (CTest
+# The room rules of docs/architecture.md that a machine can check (CTest
 # check_rooms, label unit; docs/service.md lists what each rule enforces).
 # Usage: tests/check_rooms.sh [source dir]. Prints each violation as
 # "check_rooms: file:line: rule" and exits 1 if there is any.

@@ -1,6 +1,6 @@
 /* Integration tests of the embedded service under LMDB faults, with real
- * LMDB files and real processes (DESIGN.md "Retry classes and crash
- * safety"):
+ * LMDB files and real processes (docs/architecture.md "Promises and
+ * where they live"):
  * - a tiny map that fills mid-workflow: it grows while workflows complete;
  *   past the ceiling a write is RESOURCE_EXHAUSTED "storage full" and reads
  *   (Describe, GetHistory, List) still answer with everything written;

@@ -59,7 +59,7 @@ typedef struct {
   int attempts;              /* ActivityTaskStarted.attempt (0 if never started) */
 } dbx_act_outcome;
 
-/* Retry classes (DESIGN.md "Retry classes"). */
+/* Retry classes (docs/architecture.md "Promises and where they live"). */
 typedef enum { DBX_SAFE_TO_RETRY = 0, DBX_AT_MOST_ONCE = 1 } dbx_retry_class;
 
 typedef struct {

@@ -6,8 +6,8 @@
  *    offline (durabox replay); plus the latest run id seen per workflow id;
  *  - journal: the activity journal keyed by (namespace, workflow id, run id,
  *    activity id): "started" before an at_most_once activity runs, the result
- *    (or failure) before any activity's outcome is reported (DESIGN.md
- *    "Retry classes");
+ *    (or failure) before any activity's outcome is reported (docs/architecture.md,
+ *    "Promises and where they live");
  *  - bindings and checkpoints: key -> value strings for sandbox activities.
  * Every write is one durable (synced, unless opened with no_sync) commit.
  * Thread safety: a dbx_wstore may be used from any number of threads.
@@ -67,7 +67,7 @@ dbx_err dbx_wstore_journal_result(dbx_wstore *s, const char *ns, const char *wor
                                   const dbx_act_result *res);
 void dbx_journal_entry_cleanup(dbx_journal_entry *e);
 
-/* What to do with a delivered attempt, given the journal (pure). DESIGN.md:
+/* What to do with a delivered attempt, given the journal (pure). The retry classes:
  * a journaled result is reported only while its attempt is still open.
  * RUN: invoke the activity (nothing journaled; a safe_to_retry start; or a
  * stale result, see below); REPORT: report e->result without invoking (the
@@ -83,7 +83,7 @@ dbx_journal_decision dbx_journal_decide(const dbx_journal_entry *e, dbx_retry_cl
  * earlier attempt is the ordinary retry and not stale. Pure. */
 int dbx_journal_stale(const dbx_journal_entry *e, int32_t attempt);
 
-/* ---- at_most_once identities (DESIGN.md "Retry classes", "Policy and approvals")
+/* ---- at_most_once identities (docs/architecture.md "Promises", docs/worker.md)
  *
  * An at_most_once call is also known by (namespace, workflow id, run id,
  * activity type, input hash): a later activity id of the same run with the
