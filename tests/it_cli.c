@@ -575,6 +575,29 @@ static void test_cli_workflow_commands_against_dev(void **state) {
   free(err);
   free(ff);
 
+  /* the workflow runs the same input check as `durabox run`: a NUL started
+   * by another client fails the run as InvalidInput, nothing scheduled */
+  char *fn = input_file("dev-nul.json", "{\"steps\":[{\"name\":\"w\",\"kind\":\"write_file\","
+                                        "\"path\":\"f\",\"content\":\"a\\u0000b\"}]}");
+  rc = durabox(NULL, &out, &err, "workflow", "start", "--type", "durabox.Script", "--task-queue", "durabox",
+               "--workflow-id", "cli-nul", "--input-file", fn, "--address", addr, NULL);
+  if (rc != 0) fail_msg("workflow start of a NUL input exited %d: %s", rc, err);
+  free(out);
+  free(err);
+  rc = durabox(NULL, &out, &err, "workflow", "result", "--workflow-id", "cli-nul", "--address", addr, NULL);
+  if (rc != 1) fail_msg("workflow result of a NUL input exited %d: %s%s", rc, out, err);
+  if (strstr(err, "WorkflowExecutionFailed input: steps[0].content contains a NUL character "
+                  "(\\u0000)") == NULL)
+    fail_msg("no failure naming steps[0].content in: %s", err);
+  free(out);
+  free(err);
+  rc = durabox(NULL, &out, &err, "workflow", "show", "--workflow-id", "cli-nul", "--address", addr, NULL);
+  assert_int_equal(rc, 0);
+  if (strstr(out, "ActivityTaskScheduled") != NULL) fail_msg("an activity was scheduled:\n%s", out);
+  free(out);
+  free(err);
+  free(fn);
+
   /* signal to a workflow that does not exist */
   rc = durabox(NULL, &out, &err, "workflow", "signal", "--workflow-id", "no-such-workflow", "--name",
                "poke", "--address", addr, NULL);
