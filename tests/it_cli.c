@@ -3,7 +3,10 @@
  *  - `durabox run FILE` with nothing else running (embedded service and
  *    worker in process): summary table and exit 0; a failing exec step exits
  *    1 and names the step; a file that is not JSON, or is missing, exits 2
- *    naming the file and the reason; the summary's detail column (commit
+ *    naming the file and the reason; an input with a NUL, trailing data,
+ *    duplicate step names, invalid UTF-8 or over a size limit exits 2
+ *    naming the field and the limit (an input at the limit runs whole, and
+ *    the workflow itself refuses what `run` would); the summary's detail column (commit
  *    sha, checkpoint ref); a failed sandbox.create as one clean line;
  *    SIGINT cancels the workflow, empties $DURABOX_HOME/sandboxes, exits 130;
  *  - `replay` and `approval` find the store `run` wrote under DURABOX_HOME;
