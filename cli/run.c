@@ -15,9 +15,11 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,6 +31,10 @@
 #include "cli/embed.h"
 #include "rpc/rpc.h"
 #include "workflows/script.h"
+
+/* Input files are read whole; past this, far over any input's limit, they
+ * are refused unread (docs/limits.md). */
+#define RUN_MAX_FILE_BYTES (64u * 1024 * 1024)
 
 typedef struct {
   int64_t sched_id;
@@ -336,12 +342,22 @@ int dbx_cli_run(int argc, char **argv) {
   size_t len = 0;
   int rc = 1;
   dbx_client *c = NULL;
+  /* a file far over any input limit is refused unread (docs/limits.md);
+   * the Script's own limits are checked below, naming the field */
+  struct stat fst;
+  if (strcmp(file, "-") != 0 && stat(file, &fst) == 0 && S_ISREG(fst.st_mode) &&
+      (uintmax_t)fst.st_size > RUN_MAX_FILE_BYTES) {
+    fprintf(stderr, "durabox run: %s is %ju bytes, over the limit of %u bytes for an input file\n",
+            file, (uintmax_t)fst.st_size, RUN_MAX_FILE_BYTES);
+    return 2;
+  }
   char *input = dbx_cli_read_file(file, &len);
   if (input == NULL) {
     fprintf(stderr, "durabox run: cannot read %s: %s\n", file, strerror(errno));
     return 2;
   }
-  cJSON *probe = cJSON_ParseWithLength(input, len);
+  const char *end = NULL;
+  cJSON *probe = cJSON_ParseWithLengthOpts(input, len, &end, 0);
   if (probe == NULL) {
     fprintf(stderr, "durabox run: %s is not valid JSON (near byte %ld)\n", file,
             (long)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - input : 0));
@@ -349,6 +365,18 @@ int dbx_cli_run(int argc, char **argv) {
     return 2;
   }
   cJSON_Delete(probe);
+  size_t at = (size_t)(end - input);
+  while (at < len && (input[at] == ' ' || input[at] == '\t' || input[at] == '\r' ||
+                      input[at] == '\n'))
+    at++;
+  const char *nul = memchr(input, '\0', len); /* the Script's check names its field */
+  if (at < len || (nul != NULL && strcmp(type, "durabox.Script") != 0)) {
+    fprintf(stderr, "durabox run: %s %s (at byte %zu)\n", file,
+            at < len ? "has data after the JSON document" : "contains a NUL byte",
+            at < len ? at : (size_t)(nul - input));
+    free(input);
+    return 2;
+  }
   char bad[256];
   if (strcmp(type, "durabox.Script") == 0 &&
       dbx_script_validate(input, len, bad, sizeof bad) != 0) {
