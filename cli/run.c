@@ -189,8 +189,12 @@ static void follow(dbx_client *c, const char *wfid, const char *run_id, const ch
 
 /* SIGINT/SIGTERM are blocked in every thread (before any starts) and taken
  * by this thread with sigwait: the first fires `interrupt` (the follow and
- * result calls use it), a second one fires `force` (stop waiting for the
- * cancelled workflow to close). run() wakes it with SIGUSR1 to end it. */
+ * result calls use it); one that comes at least FORCE_AFTER_NS later fires
+ * `force` (stop waiting for the cancelled workflow to close). Signals closer
+ * to the first are the same interruption delivered twice (a terminal's
+ * Ctrl-C reaching both `timeout` and its child, a double press) and must not
+ * skip the cleanup. run() wakes it with SIGUSR1 to end it. */
+#define FORCE_AFTER_NS (1000 * 1000 * 1000LL)
 typedef struct {
   sigset_t set;
   dbx_rpc_cancel *interrupt, *force;
@@ -200,13 +204,15 @@ typedef struct {
 
 static void *watch_signals(void *arg) {
   sig_watch *w = arg;
-  for (int n = 0;;) {
+  int64_t first_ns = 0;
+  for (;;) {
     int sig = 0;
     if (sigwait(&w->set, &sig) != 0 || w->stopping || sig == SIGUSR1) return NULL;
-    if (n++ == 0) {
+    if (first_ns == 0) {
+      first_ns = dbx_mono_ns();
       w->signo = sig;
       dbx_rpc_cancel_fire(w->interrupt);
-    } else {
+    } else if (dbx_mono_ns() - first_ns >= FORCE_AFTER_NS) {
       dbx_rpc_cancel_fire(w->force);
       return NULL;
     }
@@ -216,7 +222,7 @@ static void *watch_signals(void *arg) {
 /* Ask the service to cancel the run and wait up to 30 s (or a second
  * signal) for it to close: durabox.Script deletes its sandbox first. */
 static void cancel_and_wait(dbx_client *c, const char *wfid, const char *run_id, dbx_rpc_cancel *force) {
-  fprintf(stderr, "durabox run: interrupted: cancelling workflow %s\n", wfid);
+  fprintf(stderr, "durabox run: interrupted: cancelling workflow %s (interrupt again to stop waiting)\n", wfid);
   char *err = NULL;
   dbx_err e = dbx_client_cancel(c, wfid, run_id, "interrupted (durabox run)", &err);
   if (e != DBX_OK) {
@@ -244,7 +250,9 @@ static void cancel_and_wait(dbx_client *c, const char *wfid, const char *run_id,
     }
     dbx_client_history_cleanup(&h);
     if (e != DBX_OK && e != DBX_ETIMEDOUT) {
-      if (e != DBX_ECANCELED)
+      if (e == DBX_ECANCELED)
+        fprintf(stderr, "durabox run: stopped waiting for %s to close: its sandbox may be left behind\n", wfid);
+      else
         fprintf(stderr, "durabox run: waiting for %s to close: %s\n", wfid, err ? err : dbx_strerror(e));
       free(err);
       return;

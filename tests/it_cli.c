@@ -207,8 +207,10 @@ static int dir_entries(const char *dir) {
 
 /* Ctrl-C of `durabox run` while an exec step runs: the workflow is cancelled,
  * its step's command killed, its sandbox deleted, and the command exits 130. */
-static void test_cli_run_sigint_cancels_and_cleans_up(void **state) {
-  (void)state;
+/* Run a Script with a long step, send `signals` SIGINTs back to back once the
+ * step's command runs, and check that the run cancelled the workflow, deleted
+ * its sandbox and stopped the command before exiting 130. */
+static void sigint_run(int signals) {
   char *home = dbx_test_tmpdir("itcli-sig");
   char env_home[600], out_path[600], err_path[600];
   snprintf(env_home, sizeof env_home, "DURABOX_HOME=%s", home);
@@ -237,11 +239,12 @@ static void test_cli_run_sigint_cancels_and_cleans_up(void **state) {
     if (!running) nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
   }
   if (!running) fail_msg("the step's command never started");
-  kill(pid, SIGINT);
+  for (int i = 0; i < signals; i++) kill(pid, SIGINT);
   int rc = dbx_svct_proc_wait(pid, 40000);
   char *err = dbx_svct_file_read(err_path);
   if (rc != 130) fail_msg("durabox run exited %d after SIGINT; stderr:\n%s", rc, err);
   if (strstr(err, "interrupted: cancelling workflow cli-sigint") == NULL) fail_msg("stderr: %s", err);
+  if (strstr(err, "workflow cli-sigint cancelled") == NULL) fail_msg("not cancelled; stderr: %s", err);
   char sb[700];
   snprintf(sb, sizeof sb, "%s/sandboxes", home);
   if (dir_entries(sb) != 0) fail_msg("%s is not empty (%d entries); stderr:\n%s", sb, dir_entries(sb), err);
@@ -256,6 +259,19 @@ static void test_cli_run_sigint_cancels_and_cleans_up(void **state) {
   free(f);
   dbx_test_rmrf(home);
   free(home);
+}
+
+static void test_cli_run_sigint_cancels_and_cleans_up(void **state) {
+  (void)state;
+  sigint_run(1);
+}
+
+/* Two signals at once (a terminal's Ctrl-C also reaching `timeout`, which
+ * forwards it; a double press) are one interruption: the cleanup still
+ * happens. */
+static void test_cli_run_double_sigint_still_cleans_up(void **state) {
+  (void)state;
+  sigint_run(2);
 }
 
 static void test_cli_run_failing_step_exits_1(void **state) {
@@ -737,6 +753,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_cli_run_create_failure_message, test_teardown),
       cmocka_unit_test_teardown(test_cli_run_failing_step_exits_1, test_teardown),
       cmocka_unit_test_teardown(test_cli_run_sigint_cancels_and_cleans_up, test_teardown),
+      cmocka_unit_test_teardown(test_cli_run_double_sigint_still_cleans_up, test_teardown),
       cmocka_unit_test_teardown(test_cli_run_bad_or_missing_file_exits_2, test_teardown),
       cmocka_unit_test_teardown(test_cli_run_refuses_bad_input_exits_2, test_teardown),
       cmocka_unit_test_teardown(test_cli_run_input_at_the_limit_runs, test_teardown),
