@@ -92,8 +92,16 @@ typedef struct {
   const char *ref;      /* GIT only; NULL: the default branch */
 } dbx_drv_source;
 
+/* What a sandbox reaches of the network. */
+typedef enum {
+  DBX_DRV_NET_HOST = 0, /* the host's network (the default) */
+  DBX_DRV_NET_NONE      /* none at all, not even the host's loopback (local: bubblewrap
+                         * --unshare-net; a driver that cannot enforce it answers UNSUPPORTED) */
+} dbx_drv_network;
+
 typedef struct {
   dbx_drv_source source;
+  dbx_drv_network network;     /* fixed at create; part of the identity an adopt compares */
   const dbx_drv_label *labels; /* set on a fresh sandbox; an adopted one keeps its own */
   size_t nlabels;
   const char *const *env;      /* NULL-terminated "NAME=value" (Daytona: env); the local

@@ -10,9 +10,16 @@
  * 1..128 characters of [A-Za-z0-9._-], not starting with '.'.
  *
  * Commands run with /bin/sh -c in a new process group, stdin /dev/null, a
- * scrubbed environment, under bubblewrap when `bwrap` is installed and usable
- * (probed once at open): / read-only, /tmp and the durabox home private, the
- * workspace bound read-write at its own path, network shared.
+ * scrubbed environment, under bubblewrap (probed once at open; see
+ * docs/sandbox.md): their own PID namespace and /proc (host processes are
+ * neither visible nor signalable), a minimal /dev, / read-only, /tmp private,
+ * the durabox home hidden except the sandbox's workspace and home (both
+ * read-write at their own paths), the network shared ("host") or absent
+ * ("none": a sandbox setting). HOME is sandboxes/<id>/home, outside the
+ * workspace, with XDG_CACHE_HOME=$HOME/.cache and XDG_CONFIG_HOME=$HOME/.config.
+ * Where bubblewrap is missing or unusable (no user namespaces) open refuses,
+ * unless the caller opts out explicitly (dbx_local_open_opts.unsandboxed or
+ * DURABOX_UNSANDBOXED=1): then commands run directly on this host.
  *
  * Errors: every call returns a dbx_err; on failure a message naming the
  * sandbox/path is available from dbx_local_errmsg() on the same thread.
@@ -55,15 +62,34 @@ dbx_driver *dbx_local_driver(dbx_local *d);
  * DBX_DRV_SOURCE_NOT_FOUND, DBX_DRV_SNAPSHOT_FAILED), else DBX_DRV_OK. */
 dbx_drv_err dbx_local_errkind(const dbx_local *d);
 
+/* The environment variable of the explicit opt-out: "1" runs commands
+ * directly on this host, without bubblewrap. */
+#define DBX_LOCAL_UNSANDBOXED_ENV "DURABOX_UNSANDBOXED"
+
+typedef struct {
+  /* 1: run commands directly on this host, without bubblewrap, even where it
+   * is usable (the explicit opt-out; DURABOX_UNSANDBOXED=1 does the same). */
+  int unsandboxed;
+  /* The bwrap program (borrowed, used during open only); NULL: the first of
+   * /usr/bin/bwrap, /usr/local/bin/bwrap, /bin/bwrap that exists. */
+  const char *bwrap_path;
+} dbx_local_open_opts;
+
 /* Open a driver over home (borrowed; NULL: $DURABOX_HOME, else
- * $HOME/.local/share/durabox). Creates the home's folders and probes bwrap.
- * *out: close with dbx_local_close(). Returns DBX_OK, DBX_EINVAL (no home
- * could be determined), DBX_EIO (folders could not be made), DBX_ENOMEM. */
+ * $HOME/.local/share/durabox) with options o (borrowed; NULL: defaults).
+ * Creates the home's folders and probes bwrap (runs it once). *out: close
+ * with dbx_local_close(). Returns DBX_OK, DBX_EINVAL (no home could be
+ * determined), DBX_EIO (folders could not be made), DBX_EUNSUPPORTED
+ * (bubblewrap missing or unusable and no opt-out: the message says why and
+ * how to opt out), DBX_ENOMEM. On failure dbx_local_errmsg(NULL) tells why. */
+dbx_err dbx_local_open_with(const char *home, const dbx_local_open_opts *o, dbx_local **out);
+/* dbx_local_open_with(home, NULL, out). */
 dbx_err dbx_local_open(const char *home, dbx_local **out);
 /* Accepts NULL. */
 void dbx_local_close(dbx_local *d);
 /* Message of the calling thread's last failed call on d; "" if none. Valid
- * until that thread's next call into this module. Never NULL. */
+ * until that thread's next call into this module. Never NULL. d NULL: the
+ * message of the calling thread's last failed open ("" if none). */
 const char *dbx_local_errmsg(const dbx_local *d);
 /* 1 if commands run under bubblewrap, else 0. */
 int dbx_local_bwrap_enabled(const dbx_local *d);
@@ -93,14 +119,19 @@ typedef struct {
    * own labels. */
   const dbx_drv_label *labels;
   size_t nlabels;
+  /* The sandbox's network (kept in its meta; part of its identity, like the
+   * source). DBX_DRV_NET_NONE needs bubblewrap: create answers
+   * DBX_EUNSUPPORTED without it. */
+  dbx_drv_network network;
 } dbx_local_source;
 
 /* Create sandbox id from src (running). Idempotent: if id exists with the
- * same source, it is adopted (*adopted = 1, nothing changes); a partial
+ * same source and network, it is adopted (*adopted = 1, nothing changes); a partial
  * sandbox left by an interrupted create is cleared and made again.
  * adopted may be NULL. Returns DBX_OK, DBX_EINVAL (bad id or source),
- * DBX_EEXIST (id exists with another source), DBX_ENOTFOUND (source dir or
- * snapshot missing), DBX_EIO (copy or clone failed; message has git's words),
+ * DBX_EEXIST (id exists with another source or network), DBX_ENOTFOUND
+ * (source dir or snapshot missing), DBX_EUNSUPPORTED (network none without
+ * bubblewrap), DBX_EIO (copy or clone failed; message has git's words),
  * DBX_ECANCELED (src->cancelled said so). */
 dbx_err dbx_local_sandbox_create(dbx_local *d, const char *id, const dbx_local_source *src,
                                  int *adopted);
@@ -152,7 +183,8 @@ typedef struct {
   const char *command;     /* run by /bin/sh -c; any length (long ones go through a script file) */
   const char *cwd;         /* relative to the workspace, checked like file paths; NULL: the root */
   const char *const *env;  /* NULL-terminated "NAME=value" list added to the scrubbed base
-                            * (PATH, HOME=workspace, LANG=C.UTF-8, TERM=dumb); may override it */
+                            * (PATH, HOME, XDG_CACHE_HOME, XDG_CONFIG_HOME, LANG=C.UTF-8,
+                            * TERM=dumb); may override it */
   int64_t timeout_ms;      /* 0: none. On expiry the group gets SIGTERM, then SIGKILL after 1 s */
   size_t stdout_cap_bytes; /* bytes kept per stream; 0: 1 MiB */
   size_t stderr_cap_bytes;
