@@ -265,6 +265,14 @@ typedef struct dbx_driver_ops {
    * repository, ...). */
   dbx_drv_err (*git_commit)(void *self, const char *name, const char *repo_path,
                             const char *message, const char *author, char **sha, int *nothing);
+  /* git_commit staging and committing only the npaths paths (relative to
+   * repo_path, literal, a folder meaning all below it; npaths 0: all, as
+   * git_commit). Optional: NULL where the driver has no such choice (the
+   * activity then refuses paths as UNSUPPORTED). PATH_REFUSED (a path leads
+   * out), FAILED (a path git does not know: git's words). */
+  dbx_drv_err (*git_commit_paths)(void *self, const char *name, const char *repo_path,
+                                  const char *const *paths, size_t npaths, const char *message,
+                                  const char *author, char **sha, int *nothing);
   /* git push the current branch (branch NULL) or branch of repo_path (NULL:
    * root) to remote (a remote name, repository path or URL; NULL: origin).
    * NOT_FOUND (no repo_path folder), FAILED (rejected, unreachable, not a

@@ -2090,13 +2090,41 @@ dbx_err dbx_local_git_commit(dbx_local *d, const char *id, const char *message,
 dbx_err dbx_local_git_commit_at(dbx_local *d, const char *id, const char *repo_path,
                                 const char *message, const char *author, char **sha_out,
                                 int *nothing_to_commit) {
-  dbx_err rc;
+  return dbx_local_git_commit_paths(d, id, repo_path, NULL, 0, message, author, sha_out,
+                                    nothing_to_commit);
+}
+
+/* argv of one git_commit step: the safe prefix, the verb's words, then (with
+ * paths) "--" and the paths. */
+static dbx_err git_commit_argv(const char *const *verb, const char *const *paths,
+                               size_t npaths, strvec *argv) {
+  static const char *const pre[] = {"git", "--literal-pathspecs", "-c", "core.hooksPath=/dev/null",
+                                    "-c", "core.fsmonitor=false", "-c", "commit.gpgsign=false",
+                                    NULL};
+  for (size_t i = 0; pre[i]; i++)
+    if (sv_pushs(argv, pre[i])) return DBX_ENOMEM;
+  for (size_t i = 0; verb[i]; i++)
+    if (sv_pushs(argv, verb[i])) return DBX_ENOMEM;
+  if (npaths > 0 && sv_pushs(argv, "--")) return DBX_ENOMEM;
+  for (size_t i = 0; i < npaths; i++)
+    if (sv_pushs(argv, paths[i])) return DBX_ENOMEM;
+  return DBX_OK;
+}
+
+dbx_err dbx_local_git_commit_paths(dbx_local *d, const char *id, const char *repo_path,
+                                   const char *const *paths, size_t npaths, const char *message,
+                                   const char *author, char **sha_out, int *nothing_to_commit) {
+  dbx_err rc = DBX_OK;
   char *name = NULL, *email = NULL, *e_an = NULL, *e_ae = NULL, *e_cn = NULL, *e_ce = NULL;
   dbx_local_exec_result r = {0};
+  strvec argv = {0};
   *sha_out = NULL;
   *nothing_to_commit = 0;
   if (message == NULL || author == NULL || *author == '\0')
     return fail(d, DBX_EINVAL, "git commit needs a message and an author");
+  for (size_t i = 0; i < npaths; i++) /* relative to the repository, never out of it */
+    if (paths == NULL || paths[i] == NULL || (rc = path_check(d, paths[i], 0)) != DBX_OK)
+      return paths && paths[i] ? rc : fail(d, DBX_EINVAL, "git commit: path %zu is missing", i);
   const char *lt = strchr(author, '<'), *gt = lt ? strchr(lt, '>') : NULL;
   if (lt && gt) {
     const char *ne = lt;
@@ -2117,16 +2145,18 @@ dbx_err dbx_local_git_commit_at(dbx_local *d, const char *id, const char *repo_p
   }
   const char *env[] = {e_an, e_ae, e_cn, e_ce, "GIT_CONFIG_NOSYSTEM=1",
                        "GIT_CONFIG_GLOBAL=/dev/null", "GIT_TERMINAL_PROMPT=0", NULL};
-#define GITC "git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", \
-             "-c", "commit.gpgsign=false"
-  char *add[] = {GITC, "add", "-A", NULL};
-  char *diff[] = {GITC, "diff", "--cached", "--quiet", NULL};
-  char *commit[] = {GITC, "commit", "-q", "--no-verify", "-m", (char *)message, NULL};
-  char *head[] = {GITC, "rev-parse", "HEAD", NULL};
-#undef GITC
-  char *const *steps[] = {add, diff, commit, head};
+  /* Staged: every change (new, modified, deleted; .gitignore respected) of
+   * the repository, or of the given paths only; the commit holds just those
+   * (with paths: git commit --only), whatever else the index had. */
+  static const char *const add[] = {"add", "-A", NULL};
+  static const char *const diff[] = {"diff", "--cached", "--quiet", NULL};
+  const char *const commit[] = {"commit", "-q", "--no-verify", "-m", message, NULL};
+  static const char *const head[] = {"rev-parse", "HEAD", NULL};
+  const char *const *steps[] = {add, diff, commit, head};
   for (int i = 0; i < 4; i++) {
-    rc = sandbox_run(d, id, steps[i], NULL, repo_path && *repo_path ? repo_path : NULL, env, 0,
+    sv_free(&argv);
+    if ((rc = git_commit_argv(steps[i], paths, i < 3 ? npaths : 0, &argv)) != DBX_OK) goto out;
+    rc = sandbox_run(d, id, argv.v, NULL, repo_path && *repo_path ? repo_path : NULL, env, 0,
                      4096, 4096, NULL, NULL, &r);
     if (rc != DBX_OK) goto out;
     if (i == 1 && r.exit_code == 0) {
@@ -2134,7 +2164,7 @@ dbx_err dbx_local_git_commit_at(dbx_local *d, const char *id, const char *repo_p
       goto out;
     }
     if (r.exit_code != 0 && !(i == 1 && r.exit_code == 1)) {
-      rc = fail(d, DBX_EIO, "git %s in sandbox '%s' failed (exit %d): %.600s", steps[i][7], id,
+      rc = fail(d, DBX_EIO, "git %s in sandbox '%s' failed (exit %d): %.600s", steps[i][0], id,
                 r.exit_code, (const char *)r.stderr_buf);
       goto out;
     }
@@ -2148,6 +2178,7 @@ dbx_err dbx_local_git_commit_at(dbx_local *d, const char *id, const char *repo_p
   }
 out:
   dbx_local_exec_result_cleanup(&r);
+  sv_free(&argv);
   free(name);
   free(email);
   free(e_an);

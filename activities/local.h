@@ -326,7 +326,9 @@ dbx_err dbx_local_file_write(dbx_local *d, const char *id, const char *path, con
 
 /* git add -A and git commit in the workspace (a git repository), inside the
  * sandbox, hooks off, with author and committer both set to author
- * ("Name <email>", borrowed). *sha_out: the new commit's hex sha, free with
+ * ("Name <email>", borrowed). What is staged: every change of the repository
+ * (new, modified and deleted files; .gitignore is respected), and nothing
+ * outside it: HOME and the caches are not in the workspace. *sha_out: the new commit's hex sha, free with
  * free(). When there is nothing to commit: DBX_OK, *nothing_to_commit = 1 and
  * *sha_out = NULL. Returns DBX_OK, DBX_EINVAL, DBX_ENOTFOUND, DBX_ESTATE,
  * DBX_EIO (git failed; message has its stderr). */
@@ -337,6 +339,14 @@ dbx_err dbx_local_git_commit(dbx_local *d, const char *id, const char *message,
 dbx_err dbx_local_git_commit_at(dbx_local *d, const char *id, const char *repo_path,
                                 const char *message, const char *author, char **sha_out,
                                 int *nothing_to_commit);
+/* dbx_local_git_commit_at staging and committing only the npaths paths
+ * (borrowed; relative to repo_path, checked like file paths, taken literally:
+ * no globs or pathspec magic; a folder means all below it). npaths 0: all, as
+ * git_commit_at. The commit holds only those paths even when the index had
+ * more staged. A path git does not know: DBX_EIO with git's words. */
+dbx_err dbx_local_git_commit_paths(dbx_local *d, const char *id, const char *repo_path,
+                                   const char *const *paths, size_t npaths, const char *message,
+                                   const char *author, char **sha_out, int *nothing_to_commit);
 /* git clone url (repository path or URL) into path (relative, not the root),
  * inside the sandbox (hooks off, no hard links to the source); what was at
  * path is removed first, so a retry after a partial clone starts clean. ref:

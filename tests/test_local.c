@@ -1286,6 +1286,64 @@ static void test_local_refuses_without_bwrap(void **state) {
   free(home);
 }
 
+/* git_commit with paths stages and commits those paths only, literally. */
+static void test_local_git_commit_paths(void **state) {
+  fixture *f = *state;
+  make_empty(f->d, "gp");
+  dbx_local_exec_result r = sh(f->d, "gp", "git init -q . && echo one > a.txt");
+  assert_int_equal(r.exit_code, 0);
+  dbx_local_exec_result_cleanup(&r);
+  char *sha = NULL;
+  int nothing = -1;
+  assert_int_equal(dbx_local_git_commit(f->d, "gp", "first", "T <t@e>", &sha, &nothing), DBX_OK);
+  free(sha);
+  r = sh(f->d, "gp", "echo two > a.txt && echo b > b.txt && mkdir -p c && echo d > c/d.txt && "
+                     "echo s > staged.txt && git add staged.txt && echo g > '*.txt'");
+  assert_int_equal(r.exit_code, 0);
+  dbx_local_exec_result_cleanup(&r);
+  const char *paths[] = {"b.txt", "c"};
+  assert_int_equal(
+      dbx_local_git_commit_paths(f->d, "gp", NULL, paths, 2, "some", "T <t@e>", &sha, &nothing),
+      DBX_OK);
+  assert_int_equal(nothing, 0);
+  assert_int_equal(strlen(sha), 40);
+  free(sha);
+  sha = NULL;
+  r = sh(f->d, "gp", "git show --name-only --format= HEAD; echo --; git status --porcelain");
+  assert_string_equal((char *)r.stdout_buf, "b.txt\nc/d.txt\n--\n M a.txt\nA  staged.txt\n"
+                                            "?? *.txt\n");
+  dbx_local_exec_result_cleanup(&r);
+  /* taken literally: "*.txt" is that one file, not a glob */
+  const char *glob[] = {"*.txt"};
+  assert_int_equal(
+      dbx_local_git_commit_paths(f->d, "gp", NULL, glob, 1, "glob", "T <t@e>", &sha, &nothing),
+      DBX_OK);
+  free(sha);
+  sha = NULL;
+  r = sh(f->d, "gp", "git show --name-only --format= HEAD");
+  assert_string_equal((char *)r.stdout_buf, "*.txt\n");
+  dbx_local_exec_result_cleanup(&r);
+  /* nothing changed under the paths */
+  assert_int_equal(
+      dbx_local_git_commit_paths(f->d, "gp", NULL, paths, 2, "again", "T <t@e>", &sha, &nothing),
+      DBX_OK);
+  assert_int_equal(nothing, 1);
+  assert_null(sha);
+  const char *out[] = {"../x"}, *abs[] = {"/etc/passwd"}, *missing[] = {"nope.txt"};
+  assert_int_equal(
+      dbx_local_git_commit_paths(f->d, "gp", NULL, out, 1, "m", "T <t@e>", &sha, &nothing),
+      DBX_EINVAL);
+  assert_int_equal(dbx_local_errkind(f->d), DBX_DRV_PATH_REFUSED);
+  assert_int_equal(
+      dbx_local_git_commit_paths(f->d, "gp", NULL, abs, 1, "m", "T <t@e>", &sha, &nothing),
+      DBX_EINVAL);
+  assert_int_equal(
+      dbx_local_git_commit_paths(f->d, "gp", NULL, missing, 1, "m", "T <t@e>", &sha, &nothing),
+      DBX_EIO);
+  assert_non_null(strstr(dbx_local_errmsg(f->d), "nope.txt"));
+  assert_null(sha);
+}
+
 int main(int argc, char **argv) {
   dbx_local_supervisor_main(argc, argv); /* this binary is re-executed as the supervisor */
   const struct CMUnitTest tests[] = {
@@ -1313,6 +1371,7 @@ int main(int argc, char **argv) {
       T(test_local_home_outside_workspace),
       T(test_local_network_none),
       T(test_local_refuses_without_bwrap),
+      T(test_local_git_commit_paths),
   };
   g_bwrap = 0;
   int failed = cmocka_run_group_tests_name("local_plain", tests, NULL, NULL);
