@@ -423,6 +423,15 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
     }
   }
 
+  /* "network": "host" (default) or "none"; see docs/sandbox.md */
+  const char *network = NULL;
+  if (get_str(in, "network", 0, &network, res) != 0) goto out;
+  if (network && strcmp(network, "host") != 0 && strcmp(network, "none") != 0) {
+    rc = fail(res, 1, "InvalidInput", "field 'network': '%.60s' is not one of host, none",
+              network);
+    goto out;
+  }
+
   const char *wf = dbx_act_workflow_id(a);
   uint64_t h = fnv1a(fnv1a(fnv1a(FNV_OFFSET, wf ? wf : ""), "/"), resource);
   char id[21];
@@ -435,6 +444,7 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
   for (size_t i = 0; i < 2; i++)
     if (dbx_drv_label_valid(&labels[i]) && labels[i].value[0]) labels[nlabels++] = labels[i];
   dbx_drv_create_opts co = {.source = src, .labels = labels, .nlabels = nlabels};
+  co.network = network && strcmp(network, "none") == 0 ? DBX_DRV_NET_NONE : DBX_DRV_NET_HOST;
   /* a copy or clone may take minutes: heartbeat while it runs, so a dead
    * worker is noticed after the heartbeat timeout, and stop on cancellation */
   co.cancelled = create_heartbeat;
