@@ -99,9 +99,17 @@ typedef enum {
                          * --unshare-net; a driver that cannot enforce it answers UNSUPPORTED) */
 } dbx_drv_network;
 
+/* What a sandbox sees of the host's files (besides its workspace and HOME). */
+typedef enum {
+  DBX_DRV_FS_HOST = 0, /* the host's root, read-only (the default) */
+  DBX_DRV_FS_SYSTEM    /* only the system folders (/usr, /bin, /lib*, /sbin, /etc, /opt),
+                        * read-only; a driver that cannot enforce it answers UNSUPPORTED */
+} dbx_drv_host_fs;
+
 typedef struct {
   dbx_drv_source source;
   dbx_drv_network network;     /* fixed at create; part of the identity an adopt compares */
+  dbx_drv_host_fs host_fs;     /* likewise */
   const dbx_drv_label *labels; /* set on a fresh sandbox; an adopted one keeps its own */
   size_t nlabels;
   const char *const *env;      /* NULL-terminated "NAME=value" (Daytona: env); the local

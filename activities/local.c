@@ -618,28 +618,45 @@ static int lock_id(const dbx_local *d, const char *id) {
   return fd;
 }
 
-/* meta/source: kind, location, ref lines, then "network none" for such a
- * sandbox (absent: host, so sandboxes made before the setting compare equal). */
+/* meta/source: kind, location, ref lines, then one line per setting that
+ * is not the default ("network none", "host_fs system"), so sandboxes made
+ * before the settings existed compare equal to ones made with the defaults. */
 static char *source_text(const dbx_local_source *src) {
   static const char *kinds[] = {"empty", "dir", "git", "snapshot"};
-  return dbx_asprintf("%s\n%s\n%s\n%s", kinds[src->kind],
+  return dbx_asprintf("%s\n%s\n%s\n%s%s", kinds[src->kind],
                       src->kind == DBX_LOCAL_SOURCE_EMPTY ? "" : src->location,
                       src->kind == DBX_LOCAL_SOURCE_GIT && src->ref ? src->ref : "",
-                      src->network == DBX_DRV_NET_NONE ? "network none\n" : "");
+                      src->network == DBX_DRV_NET_NONE ? "network none\n" : "",
+                      src->host_fs == DBX_DRV_FS_SYSTEM ? "host_fs system\n" : "");
 }
 
-/* 1 when sandbox id's meta says network none (read per command). */
-static int sb_net_none(const dbx_local *d, const char *id) {
+typedef struct {
+  int net_none;  /* network "none" */
+  int fs_system; /* host_fs "system" */
+} sb_settings;
+
+/* The settings of sandbox id from its meta (read per command): the lines
+ * after the first three. Unreadable: the defaults. */
+static sb_settings sb_settings_read(const dbx_local *d, const char *id) {
   char *p = dbx_asprintf("%s/sandboxes/%s/meta/source", d->home, id), *text = NULL;
-  int none = 0;
+  sb_settings st = {0};
   if (p != NULL && read_meta(d, p, &text) == DBX_OK) {
-    size_t nl = 0, len = strlen(text);
-    for (const char *c = text; *c; c++) nl += *c == '\n';
-    none = nl == 4 && len >= 14 && strcmp(text + len - 14, "\nnetwork none\n") == 0;
+    char *line = text;
+    for (int i = 0; i < 3 && line; i++) {
+      line = strchr(line, '\n');
+      if (line) line++;
+    }
+    while (line && *line) {
+      char *nl = strchr(line, '\n');
+      size_t n = nl ? (size_t)(nl - line) : strlen(line);
+      if (n == 12 && strncmp(line, "network none", n) == 0) st.net_none = 1;
+      if (n == 14 && strncmp(line, "host_fs system", n) == 0) st.fs_system = 1;
+      line = nl ? nl + 1 : NULL;
+    }
   }
   free(p);
   free(text);
-  return none;
+  return st;
 }
 
 /* meta/labels: one "key=value" line per label (keys hold no '=', values no
@@ -679,6 +696,12 @@ dbx_err dbx_local_sandbox_create(dbx_local *d, const char *id, const dbx_local_s
       return fail(d, DBX_EINVAL, "sandbox '%s': label %zu is not a valid key and value", id, i);
   if (src->network != DBX_DRV_NET_HOST && src->network != DBX_DRV_NET_NONE)
     return fail(d, DBX_EINVAL, "sandbox '%s': unknown network setting %d", id, (int)src->network);
+  if (src->host_fs != DBX_DRV_FS_HOST && src->host_fs != DBX_DRV_FS_SYSTEM)
+    return fail(d, DBX_EINVAL, "sandbox '%s': unknown host_fs setting %d", id, (int)src->host_fs);
+  if (src->host_fs == DBX_DRV_FS_SYSTEM && !d->use_bwrap)
+    return fail(d, DBX_EUNSUPPORTED,
+                "sandbox '%s': host_fs \"system\" needs bubblewrap, and commands here run "
+                "unsandboxed", id);
   if (src->network == DBX_DRV_NET_NONE && !(d->use_bwrap && d->net_ok))
     return fail(d, DBX_EUNSUPPORTED,
                 "sandbox '%s': network \"none\" needs bubblewrap with network namespaces, "
@@ -709,7 +732,7 @@ dbx_err dbx_local_sandbox_create(dbx_local *d, const char *id, const dbx_local_s
     if (strcmp(have, want) == 0) {
       if (adopted) *adopted = 1;
     } else {
-      rc = fail(d, DBX_EEXIST, "sandbox '%s' exists with another source or network", id);
+      rc = fail(d, DBX_EEXIST, "sandbox '%s' exists with another source or settings (network, host_fs)", id);
     }
     goto out;
   }
@@ -1280,6 +1303,32 @@ static dbx_err build_env(const dbx_local *d, const char *home, const char *const
   return DBX_OK;
 }
 
+/* bwrap arguments of what a command sees of the host's files: the whole
+ * root read-only, or (system) only the system folders read-only, symlinks
+ * among them (a merged /usr's /bin -> usr/bin) kept as symlinks. */
+static int push_host_root(strvec *argv, int system) {
+  static const char *const dirs[] = {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
+                                     "/libx32", "/etc", "/opt",
+                                     "/run/systemd/resolve", /* /etc/resolv.conf's target */
+                                     NULL};
+  if (!system) return sv_pushs(argv, "--ro-bind") || sv_pushs(argv, "/") || sv_pushs(argv, "/");
+  for (size_t i = 0; dirs[i]; i++) {
+    struct stat st;
+    char target[PATH_MAX];
+    if (lstat(dirs[i], &st) != 0) continue;
+    ssize_t tl = S_ISLNK(st.st_mode) ? readlink(dirs[i], target, sizeof target - 1) : -1;
+    if (tl > 0) {
+      target[tl] = '\0';
+      if (sv_pushs(argv, "--symlink") || sv_pushs(argv, target) || sv_pushs(argv, dirs[i]))
+        return -1;
+    } else if (S_ISDIR(st.st_mode)) {
+      if (sv_pushs(argv, "--ro-bind") || sv_pushs(argv, dirs[i]) || sv_pushs(argv, dirs[i]))
+        return -1;
+    }
+  }
+  return 0;
+}
+
 /* Build what running cmd in sandbox id takes: argv (bwrap prefix when
  * enabled), env, and an fd of the cwd (checked beneath the workspace).
  * On DBX_OK the caller owns argv, env (sv_free) and *cwdfd_out (close). */
@@ -1294,11 +1343,12 @@ static dbx_err sandbox_prepare(dbx_local *d, const char *id, char *const *cmd,
   *cwdfd_out = -1;
   if (cwd && *cwd && (rc = path_check(d, cwd, 0)) != DBX_OK) return rc;
   if ((rc = open_root(d, id, 1, &root)) != DBX_OK) return rc;
-  int net_none = sb_net_none(d, id);
-  if (net_none && !(d->use_bwrap && d->net_ok)) {
+  sb_settings set = sb_settings_read(d, id);
+  if ((set.net_none && !(d->use_bwrap && d->net_ok)) || (set.fs_system && !d->use_bwrap)) {
     rc = fail(d, DBX_EUNSUPPORTED,
-              "sandbox '%s' has network \"none\", which needs bubblewrap with network "
-              "namespaces: refused rather than run with the host's network", id);
+              "sandbox '%s' has %s, which needs bubblewrap%s: refused rather than run "
+              "without it", id, set.net_none ? "network \"none\"" : "host_fs \"system\"",
+              set.net_none ? " with network namespaces" : "");
     goto out;
   }
   ws = dbx_local_sandbox_path(d, id);
@@ -1333,13 +1383,14 @@ static dbx_err sandbox_prepare(dbx_local *d, const char *id, char *const *cmd,
      * environment) are invisible. The durabox home is hidden but for this
      * sandbox's workspace and home. bwrap runs under its caller (the worker
      * or the detached command's supervisor) and dies with it. */
-    const char *pre[] = {d->bwrap, "--die-with-parent", "--unshare-pid",
-                         "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-                         "--tmpfs", "/tmp", "--tmpfs", d->home,
-                         "--bind", ws, ws, "--bind", home, home};
+    if (sv_pushs(&argv, d->bwrap) || sv_pushs(&argv, "--die-with-parent") ||
+        sv_pushs(&argv, "--unshare-pid") || push_host_root(&argv, set.fs_system))
+      goto oom;
+    const char *pre[] = {"--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+                         "--tmpfs", d->home, "--bind", ws, ws, "--bind", home, home};
     for (size_t i = 0; i < sizeof pre / sizeof pre[0]; i++)
       if (sv_pushs(&argv, pre[i])) goto oom;
-    if (net_none && sv_pushs(&argv, "--unshare-net")) goto oom;
+    if (set.net_none && sv_pushs(&argv, "--unshare-net")) goto oom;
     if (script && (sv_pushs(&argv, "--ro-bind") || sv_pushs(&argv, script) ||
                    sv_pushs(&argv, script)))
       goto oom;

@@ -12,7 +12,8 @@
  * Commands run with /bin/sh -c in a new process group, stdin /dev/null, a
  * scrubbed environment, under bubblewrap (probed once at open; see
  * docs/sandbox.md): their own PID namespace and /proc (host processes are
- * neither visible nor signalable), a minimal /dev, / read-only, /tmp private,
+ * neither visible nor signalable), a minimal /dev, / read-only (or only the
+ * system folders: host_fs "system", a sandbox setting), /tmp private,
  * the durabox home hidden except the sandbox's workspace and home (both
  * read-write at their own paths), the network shared ("host") or absent
  * ("none": a sandbox setting). HOME is sandboxes/<id>/home, outside the
@@ -123,16 +124,20 @@ typedef struct {
    * source). DBX_DRV_NET_NONE needs bubblewrap: create answers
    * DBX_EUNSUPPORTED without it. */
   dbx_drv_network network;
+  /* What its commands see of the host's files (kept likewise).
+   * DBX_DRV_FS_SYSTEM needs bubblewrap: DBX_EUNSUPPORTED without it. */
+  dbx_drv_host_fs host_fs;
 } dbx_local_source;
 
 /* Create sandbox id from src (running). Idempotent: if id exists with the
- * same source and network, it is adopted (*adopted = 1, nothing changes); a partial
- * sandbox left by an interrupted create is cleared and made again.
- * adopted may be NULL. Returns DBX_OK, DBX_EINVAL (bad id or source),
- * DBX_EEXIST (id exists with another source or network), DBX_ENOTFOUND
- * (source dir or snapshot missing), DBX_EUNSUPPORTED (network none without
- * bubblewrap), DBX_EIO (copy or clone failed; message has git's words),
- * DBX_ECANCELED (src->cancelled said so). */
+ * same source and settings (network, host_fs), it is adopted (*adopted = 1,
+ * nothing changes); a partial sandbox left by an interrupted create is
+ * cleared and made again. adopted may be NULL. Returns DBX_OK, DBX_EINVAL
+ * (bad id, source or setting), DBX_EEXIST (id exists with another source or
+ * settings), DBX_ENOTFOUND (source dir or snapshot missing), DBX_EUNSUPPORTED
+ * (network none or host_fs system without bubblewrap), DBX_EIO (copy or
+ * clone failed; message has git's words), DBX_ECANCELED (src->cancelled said
+ * so). */
 dbx_err dbx_local_sandbox_create(dbx_local *d, const char *id, const dbx_local_source *src,
                                  int *adopted);
 /* Remove the sandbox and its workspace. Commands still running in it are

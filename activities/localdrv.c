@@ -48,7 +48,8 @@ static dbx_drv_err ld_create(void *self, const char *name, const dbx_drv_create_
                           .cancelled_ud = o->cancelled_ud,
                           .labels = o->labels,
                           .nlabels = o->nlabels,
-                          .network = o->network};
+                          .network = o->network,
+                          .host_fs = o->host_fs};
   switch (o->source.kind) {
   case DBX_DRV_SOURCE_EMPTY: src.kind = DBX_LOCAL_SOURCE_EMPTY; break;
   case DBX_DRV_SOURCE_DIR: src.kind = DBX_LOCAL_SOURCE_DIR; break;

@@ -431,6 +431,14 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
               network);
     goto out;
   }
+  /* "host_fs": "host" (default: the host root read-only) or "system" */
+  const char *host_fs = NULL;
+  if (get_str(in, "host_fs", 0, &host_fs, res) != 0) goto out;
+  if (host_fs && strcmp(host_fs, "host") != 0 && strcmp(host_fs, "system") != 0) {
+    rc = fail(res, 1, "InvalidInput", "field 'host_fs': '%.60s' is not one of host, system",
+              host_fs);
+    goto out;
+  }
 
   const char *wf = dbx_act_workflow_id(a);
   uint64_t h = fnv1a(fnv1a(fnv1a(FNV_OFFSET, wf ? wf : ""), "/"), resource);
@@ -445,6 +453,7 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
     if (dbx_drv_label_valid(&labels[i]) && labels[i].value[0]) labels[nlabels++] = labels[i];
   dbx_drv_create_opts co = {.source = src, .labels = labels, .nlabels = nlabels};
   co.network = network && strcmp(network, "none") == 0 ? DBX_DRV_NET_NONE : DBX_DRV_NET_HOST;
+  co.host_fs = host_fs && strcmp(host_fs, "system") == 0 ? DBX_DRV_FS_SYSTEM : DBX_DRV_FS_HOST;
   /* a copy or clone may take minutes: heartbeat while it runs, so a dead
    * worker is noticed after the heartbeat timeout, and stop on cancellation */
   co.cancelled = create_heartbeat;

@@ -8,7 +8,7 @@
  *
  *   sandbox.create      {"resource"?: "workspace", "source"?: {"kind": "empty"|"dir"|"git"|
  *                        "snapshot", "path"|"url"|"ref"}, "env"?: {..},
- *                        "network"?: "host"|"none"}
+ *                        "network"?: "host"|"none", "host_fs"?: "host"|"system"}
  *                       -> {"sandbox_id", "adopted", "path"}
  *                       The id is "dbx-" + 16 hex digits of FNV-1a 64 over
  *                       workflow id + "/" + resource, so a retried create adopts
@@ -17,9 +17,11 @@
  *                       a valid label value). "path" is the workspace's host
  *                       path, absent when the driver has none. ("env" is
  *                       validated; the local driver keeps no per-sandbox
- *                       environment.) "network" "none": no network at all
- *                       (docs/sandbox.md); a driver that cannot enforce it
- *                       fails the create (Unsupported).
+ *                       environment.) "network" "none": no network at all;
+ *                       "host_fs" "system": of the host's files only the
+ *                       system folders (docs/sandbox.md); a driver that
+ *                       cannot enforce a setting fails the create
+ *                       (Unsupported).
  *   sandbox.exec        {"sandbox_id", "command", "env"?: {K: "v" | {"secret": "NAME"}},
  *                        "cwd"?, "timeout_s"?, "max_output_bytes"?}
  *                       -> {"exit_code", "signal", "timed_out", "stdout"|"stdout_b64",

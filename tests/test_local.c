@@ -1344,6 +1344,41 @@ static void test_local_git_commit_paths(void **state) {
   assert_null(sha);
 }
 
+/* host_fs "system" shows only the system folders of the host (the test's
+ * own binary, under the build tree, disappears) while programs, the
+ * workspace and HOME keep working; the default shows the whole root. */
+static void test_local_host_fs_system(void **state) {
+  fixture *f = *state;
+  dbx_local_source sys = {.kind = DBX_LOCAL_SOURCE_EMPTY, .host_fs = DBX_DRV_FS_SYSTEM};
+  if (!g_bwrap) {
+    assert_int_equal(dbx_local_sandbox_create(f->d, "fs", &sys, NULL), DBX_EUNSUPPORTED);
+    assert_non_null(strstr(dbx_local_errmsg(f->d), "host_fs \"system\""));
+    return;
+  }
+  char exe[4096];
+  ssize_t xl = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  assert_true(xl > 0);
+  exe[xl] = '\0';
+  assert_true(strncmp(exe, "/usr/", 5) != 0 && strncmp(exe, "/opt/", 5) != 0);
+  char *cmd = dbx_asprintf("test -e '%s' && echo SEEN; git --version >/dev/null && echo GIT; "
+                           "echo w > w.txt && echo h > ~/h && cat w.txt ~/h",
+                           exe);
+  make_empty(f->d, "fh");
+  dbx_local_exec_result r = sh(f->d, "fh", cmd);
+  assert_string_equal((char *)r.stdout_buf, "SEEN\nGIT\nw\nh\n");
+  dbx_local_exec_result_cleanup(&r);
+  assert_int_equal(dbx_local_sandbox_create(f->d, "fs", &sys, NULL), DBX_OK);
+  r = sh(f->d, "fs", cmd);
+  assert_string_equal((char *)r.stdout_buf, "GIT\nw\nh\n");
+  dbx_local_exec_result_cleanup(&r);
+  dbx_local_source host = {.kind = DBX_LOCAL_SOURCE_EMPTY};
+  assert_int_equal(dbx_local_sandbox_create(f->d, "fs", &host, NULL), DBX_EEXIST);
+  int adopted = -1;
+  assert_int_equal(dbx_local_sandbox_create(f->d, "fs", &sys, &adopted), DBX_OK);
+  assert_int_equal(adopted, 1);
+  free(cmd);
+}
+
 int main(int argc, char **argv) {
   dbx_local_supervisor_main(argc, argv); /* this binary is re-executed as the supervisor */
   const struct CMUnitTest tests[] = {
@@ -1372,6 +1407,7 @@ int main(int argc, char **argv) {
       T(test_local_network_none),
       T(test_local_refuses_without_bwrap),
       T(test_local_git_commit_paths),
+      T(test_local_host_fs_system),
   };
   g_bwrap = 0;
   int failed = cmocka_run_group_tests_name("local_plain", tests, NULL, NULL);
