@@ -485,6 +485,23 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
     }
   }
 
+  /* "network": "host" (default) or "none"; see docs/sandbox.md */
+  const char *network = NULL;
+  if (get_str(in, "network", 0, &network, res) != 0) goto out;
+  if (network && strcmp(network, "host") != 0 && strcmp(network, "none") != 0) {
+    rc = fail(res, 1, "InvalidInput", "field 'network': '%.60s' is not one of host, none",
+              network);
+    goto out;
+  }
+  /* "host_fs": "host" (default: the host root read-only) or "system" */
+  const char *host_fs = NULL;
+  if (get_str(in, "host_fs", 0, &host_fs, res) != 0) goto out;
+  if (host_fs && strcmp(host_fs, "host") != 0 && strcmp(host_fs, "system") != 0) {
+    rc = fail(res, 1, "InvalidInput", "field 'host_fs': '%.60s' is not one of host, system",
+              host_fs);
+    goto out;
+  }
+
   const char *wf = dbx_act_workflow_id(a);
   uint64_t h = fnv1a(fnv1a(fnv1a(FNV_OFFSET, wf ? wf : ""), "/"), resource);
   char id[21];
@@ -497,6 +514,8 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
   for (size_t i = 0; i < 2; i++)
     if (dbx_drv_label_valid(&labels[i]) && labels[i].value[0]) labels[nlabels++] = labels[i];
   dbx_drv_create_opts co = {.source = src, .labels = labels, .nlabels = nlabels};
+  co.network = network && strcmp(network, "none") == 0 ? DBX_DRV_NET_NONE : DBX_DRV_NET_HOST;
+  co.host_fs = host_fs && strcmp(host_fs, "system") == 0 ? DBX_DRV_FS_SYSTEM : DBX_DRV_FS_HOST;
   /* a copy or clone may take minutes: heartbeat while it runs, so a dead
    * worker is noticed after the heartbeat timeout, and stop on cancellation */
   co.cancelled = create_heartbeat;
@@ -896,17 +915,61 @@ out:
   return rc;
 }
 
+#define GIT_COMMIT_PATHS_MAX 1000
+
+/* git_commit's optional "paths": an array of 1..GIT_COMMIT_PATHS_MAX
+ * non-empty strings. *out: malloc'd array of borrowed strings (free()), NULL
+ * with *n = 0 when absent. Returns 0, or -1 with InvalidInput recorded. */
+static int get_paths(const cJSON *in, const char ***out, size_t *n, dbx_act_result *res) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(in, "paths");
+  *out = NULL;
+  *n = 0;
+  if (v == NULL || cJSON_IsNull(v)) return 0;
+  int cnt = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+  if (cnt < 1 || cnt > GIT_COMMIT_PATHS_MAX) {
+    fail(res, 1, "InvalidInput", "field 'paths' must be an array of 1 to %d paths",
+         GIT_COMMIT_PATHS_MAX);
+    return -1;
+  }
+  const char **p = dbx_calloc((size_t)cnt, sizeof *p);
+  if (p == NULL) {
+    fail(res, 0, "SandboxError", "out of memory");
+    return -1;
+  }
+  const cJSON *e;
+  cJSON_ArrayForEach(e, v) {
+    if (!cJSON_IsString(e) || e->valuestring[0] == '\0') {
+      free(p);
+      fail(res, 1, "InvalidInput", "field 'paths[%zu]' must be a non-empty string", *n);
+      *n = 0;
+      return -1;
+    }
+    p[(*n)++] = e->valuestring;
+  }
+  *out = p;
+  return 0;
+}
+
+/* Stages every change of the repository (or of "paths" only) and commits it;
+ * HOME and caches are outside the workspace, so they are never staged. */
 static dbx_err run_git_commit(dbx_act *a, const char *json, size_t len, dbx_act_result *res,
                               void *ud) {
   dbx_driver *drv = DRV(ud);
   dbx_err rc = DBX_OK;
   char *sha = NULL;
+  const char **paths = NULL;
+  size_t npaths = 0;
   cJSON *in = parse_input(json, len, res);
   if (in == NULL) return DBX_OK;
   const char *id, *message, *author;
   if (get_sandbox(in, &id, res) != 0 || get_str(in, "message", 1, &message, res) != 0 ||
-      get_str(in, "author", 0, &author, res) != 0)
+      get_str(in, "author", 0, &author, res) != 0 || get_paths(in, &paths, &npaths, res) != 0)
     goto out;
+  if (npaths > 0 && drv->ops->git_commit_paths == NULL) {
+    rc = fail(res, 1, "Unsupported", "sandbox.git_commit: the %s driver takes no 'paths'",
+              drv->name);
+    goto out;
+  }
   if (message[0] == '\0') {
     rc = fail(res, 1, "InvalidInput", "field 'message' is empty");
     goto out;
@@ -926,7 +989,9 @@ static dbx_err run_git_commit(dbx_act *a, const char *json, size_t len, dbx_act_
     goto out;
   }
   int nothing = 0;
-  dbx_drv_err drc = CALL(drv, git_commit, id, NULL, message, author, &sha, &nothing);
+  dbx_drv_err drc = npaths > 0 ? CALL(drv, git_commit_paths, id, NULL, paths, npaths, message,
+                                      author, &sha, &nothing)
+                               : CALL(drv, git_commit, id, NULL, message, author, &sha, &nothing);
   if (drc != DBX_DRV_OK) {
     rc = fail_drv(res, drv, drc, "sandbox.git_commit", id);
   } else {
@@ -944,6 +1009,7 @@ static dbx_err run_git_commit(dbx_act *a, const char *json, size_t len, dbx_act_
   }
 out:
   free(sha);
+  free(paths);
   cJSON_Delete(in);
   return rc;
 }
