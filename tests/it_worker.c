@@ -591,7 +591,7 @@ static void test_worker_script_with_fake_sandbox(void **st) {
   pthread_mutex_unlock(&g_mu);
   const char *input =
       "{\"sandbox\":{\"source\":{\"kind\":\"git\",\"url\":\"https://example.invalid/r.git\"},"
-      "\"env\":{\"A\":\"1\"}},\"steps\":["
+      "\"env\":{\"A\":\"1\"},\"network\":\"none\"},\"steps\":["
       "{\"name\":\"write\",\"kind\":\"write_file\",\"path\":\"a.txt\",\"content\":\"hi\"},"
       "{\"name\":\"build\",\"kind\":\"exec\",\"command\":\"make\",\"timeout_s\":30},"
       "{\"name\":\"nap\",\"kind\":\"sleep\",\"seconds\":0.1},"
@@ -635,6 +635,8 @@ static void test_worker_script_with_fake_sandbox(void **st) {
   assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(ci, "source"), "url")),
                       "https://example.invalid/r.git");
   assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(ci, "env"), "A")), "1");
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(ci, "network")), "none");
+  assert_null(cJSON_GetObjectItem(ci, "host_fs")); /* not given: the driver's default */
   cJSON_Delete(ci);
   cJSON *ei = parse(g_call_inputs[base + 2]);
   assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(ei, "sandbox_id")), "sbx-42");
@@ -773,7 +775,11 @@ static void test_worker_script_retry_policy(void **st) {
        "FAILED:InvalidInput:input: unknown field \"retyr\" (sandbox, steps, retry, schedule_to_close_s)"},
       {"{\"sandbox\":{\"retry\":{\"maximum_attempts\":-4}},\"steps\":[]}",
        "FAILED:InvalidInput:sandbox: unknown field \"retry\" (source, env, keep, timeout_s, "
-       "heartbeat_timeout_s)"},
+       "heartbeat_timeout_s, network, host_fs)"},
+      {"{\"sandbox\":{\"network\":\"lan\"},\"steps\":[]}",
+       "FAILED:InvalidInput:sandbox.network must be \"host\" or \"none\""},
+      {"{\"sandbox\":{\"host_fs\":true},\"steps\":[]}",
+       "FAILED:InvalidInput:sandbox.host_fs must be \"host\" or \"system\""},
       {"{\"sandbox\":{\"source\":{\"kind\":\"git\",\"url\":\"u\",\"branch\":\"b\"}},\"steps\":[]}",
        "FAILED:InvalidInput:sandbox.source: unknown field \"branch\" (kind, path, url, ref)"},
       {"{\"steps\":[{\"name\":\"x\",\"kind\":\"exec\",\"command\":\"c\",\"timeout\":5}]}",

@@ -108,8 +108,8 @@ static int check_intervals(const cJSON *dr, const cJSON *sr, const char *where, 
 /* Fields each part of the input may have; anything else is a mistake
  * (a misspelt field would otherwise be ignored in silence). */
 static const char *const TOP_FIELDS[] = {"sandbox", "steps", "retry", "schedule_to_close_s", NULL};
-static const char *const SANDBOX_FIELDS[] = {"source", "env", "keep", "timeout_s",
-                                             "heartbeat_timeout_s", NULL};
+static const char *const SANDBOX_FIELDS[] = {"source",  "env",     "keep", "timeout_s",
+                                             "heartbeat_timeout_s", "network", "host_fs", NULL};
 static const char *const SOURCE_FIELDS[] = {"kind", "path", "url", "ref", NULL};
 static const char *const STEP_COMMON[] = {"name", "kind", "retry_class", "continue_on_failure",
                                           "retry", "schedule_to_close_s", NULL};
@@ -154,6 +154,13 @@ static int field_error(char *err, size_t n, const char *where, const char *field
 static int is_bool(const cJSON *o, const char *k) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
   return v == NULL || cJSON_IsBool(v);
+}
+
+/* Absent, or a string equal to a or b. */
+static int one_of(const cJSON *o, const char *key, const char *a, const char *b) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (v == NULL) return 1;
+  return cJSON_IsString(v) && (strcmp(v->valuestring, a) == 0 || strcmp(v->valuestring, b) == 0);
 }
 
 /* An "env" object: variable names to strings, or (secrets) to {"secret": NAME}. */
@@ -215,8 +222,12 @@ static int validate(const cJSON *in, char *err, size_t n) {
   unk = sb ? bad_field(sb, SANDBOX_FIELDS, NULL, &dup) : NULL;
   if (unk)
     return field_error(err, n, "sandbox", unk, dup,
-                       "source, env, keep, timeout_s, heartbeat_timeout_s");
+                       "source, env, keep, timeout_s, heartbeat_timeout_s, network, host_fs");
   if (sb && !is_bool(sb, "keep")) return snprintf(err, n, "sandbox.keep must be true or false"), -1;
+  if (sb && !one_of(sb, "network", "host", "none"))
+    return snprintf(err, n, "sandbox.network must be \"host\" or \"none\""), -1;
+  if (sb && !one_of(sb, "host_fs", "host", "system"))
+    return snprintf(err, n, "sandbox.host_fs must be \"host\" or \"system\""), -1;
   if (sb && !env_ok(cJSON_GetObjectItemCaseSensitive(sb, "env"), 0))
     return snprintf(err, n, "sandbox.env must map variable names to strings"), -1;
   const cJSON *src = sb ? cJSON_GetObjectItemCaseSensitive(sb, "source") : NULL;
@@ -576,6 +587,11 @@ static void *script_create(dbx_wf *wf, const char *input_json, size_t len) {
   else cJSON_AddItemToObject(ci, "source", cJSON_Parse("{\"kind\":\"empty\"}"));
   const cJSON *env = sb ? cJSON_GetObjectItemCaseSensitive(sb, "env") : NULL;
   if (env) cJSON_AddItemToObject(ci, "env", cJSON_Duplicate(env, 1));
+  for (int i = 0; sb && i < 2; i++) { /* passed on as sandbox.create takes them */
+    const char *k = i == 0 ? "network" : "host_fs";
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(sb, k);
+    if (cJSON_IsString(v)) cJSON_AddStringToObject(ci, k, v->valuestring);
+  }
   char *txt = cJSON_PrintUnformatted(ci);
   cJSON_Delete(ci);
   /* a clone may take long: 600 s unless the input says; it heartbeats while

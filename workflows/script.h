@@ -2,7 +2,8 @@
  * list of sandbox steps run as activities, one after the other.
  *
  * Input (JSON): {"sandbox": {"source": {"kind": "empty"|"dir"|"git"|"snapshot",
- * "path"|"url"|"ref": ...}, "env": {...}, "keep": false}, "steps": [{"name",
+ * "path"|"url"|"ref": ...}, "env": {...}, "keep": false, "network": "host"|"none",
+ * "host_fs": "host"|"system"}, "steps": [{"name",
  * "kind": "exec"|"write_file"|"read_file"|"checkpoint"|"sleep"|"git_commit",
  * ...kind fields..., "retry_class": "safe_to_retry"|"at_most_once",
  * "timeout_s": N, "heartbeat_timeout_s": N, "continue_on_failure": false,
