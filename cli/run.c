@@ -26,6 +26,7 @@
 #include "base/util.h"
 #include "cli/cli.h"
 #include "cli/conn.h"
+#include "cli/flags.h"
 #include "cli/embed.h"
 #include "rpc/rpc.h"
 #include "workflows/script.h"
@@ -298,36 +299,32 @@ int dbx_cli_run(int argc, char **argv) {
   dbx_cli_conn conn;
   dbx_cli_conn_init(&conn);
   const char *file = NULL, *wfid = NULL, *type = "durabox.Script", *tq = "durabox", *db = NULL, *wdb = NULL;
+  const dbx_cli_flag fl[] = {
+      {"--workflow-id", "-w", DBX_CLI_FLAG_STR, &wfid, 0, 0},
+      {"--type", NULL, DBX_CLI_FLAG_STR, &type, 0, 0},
+      {"--task-queue", "-t", DBX_CLI_FLAG_STR, &tq, 0, 0},
+      {"--db-filename", NULL, DBX_CLI_FLAG_STR, &db, 0, 0},
+      {"--worker-db", NULL, DBX_CLI_FLAG_STR, &wdb, 0, 0},
+  };
   for (int i = 1; i < argc; i++) {
     int r = dbx_cli_conn_flag(&conn, argc, argv, &i);
+    if (r == 0) r = dbx_cli_flag_take("durabox run", fl, sizeof fl / sizeof fl[0], argc, argv, &i);
     if (r < 0) return 2;
     if (r > 0) continue;
     const char *a = argv[i];
-    const char **dst = NULL;
-    if (strcmp(a, "--workflow-id") == 0 || strcmp(a, "-w") == 0) dst = &wfid;
-    else if (strcmp(a, "--type") == 0) dst = &type;
-    else if (strcmp(a, "--task-queue") == 0 || strcmp(a, "-t") == 0) dst = &tq;
-    else if (strcmp(a, "--db-filename") == 0) dst = &db;
-    else if (strcmp(a, "--worker-db") == 0) dst = &wdb;
-    else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+    if (dbx_cli_flag_is_help(a)) {
       printf("usage: durabox run FILE [--workflow-id ID] [--type T] [--task-queue Q] [--output json]\n"
-             "       [--address HOST:PORT ...]   (no address: embedded service + worker in this process)\n");
+             "       [--address HOST:PORT] [--tls | --tls-ca F] [--api-key K] ...\n"
+             "       (no address: embedded service + worker in this process; --flag=value works too)\n");
       return 0;
-    } else if (a[0] == '-') {
-      fprintf(stderr, "durabox run: unknown flag '%s'\n", a);
-      return 2;
+    } else if (a[0] == '-' && a[1] != '\0') {
+      return dbx_cli_flag_unknown("durabox run", a);
     } else if (file == NULL) {
       file = a;
-      continue;
     } else {
       fprintf(stderr, "durabox run: one FILE only ('%s')\n", a);
       return 2;
     }
-    if (i + 1 >= argc) {
-      fprintf(stderr, "durabox run: %s needs a value\n", a);
-      return 2;
-    }
-    *dst = argv[++i];
   }
   if (file == NULL) {
     fprintf(stderr, "durabox run: FILE is required (a durabox.Script input, JSON)\n");
