@@ -414,6 +414,7 @@ int dbx_cli_run(int argc, char **argv) {
   dbx_err er = dbx_client_start_workflow(c, &so, &run_id, &err);
   if (er != DBX_OK) {
     dbx_cli_report("starting the workflow", hint_address, er, err);
+    if (conn.json) dbx_cli_json_error(dbx_strerror(er), err ? err : dbx_strerror(er));
     goto out;
   }
   if (!conn.json) {
@@ -440,6 +441,7 @@ int dbx_cli_run(int argc, char **argv) {
   }
   if (er != DBX_OK) {
     dbx_cli_report("waiting for the result", hint_address, er, e2);
+    if (conn.json) dbx_cli_json_error(dbx_strerror(er), e2 ? e2 : dbx_strerror(er));
     free(e2);
     dbx_client_history_cleanup(&h);
     goto out;
@@ -448,7 +450,7 @@ int dbx_cli_run(int argc, char **argv) {
   if (ce->event_type == ET(WORKFLOW_EXECUTION_COMPLETED)) {
     char *r = dbx_payloads_to_json(ce->workflow_execution_completed_event_attributes->result);
     if (conn.json) {
-      printf("%s\n", r ? r : "null");
+      dbx_cli_utf8_puts(r ? r : "null");
       cJSON *j = cJSON_Parse(r ? r : "null");
       const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "status");
       rc = cJSON_IsString(st) && strcmp(st->valuestring, "completed") != 0 ? 1 : 0;
@@ -461,6 +463,15 @@ int dbx_cli_run(int argc, char **argv) {
     const Failure *f = ce->event_type == ET(WORKFLOW_EXECUTION_FAILED) ? ce->workflow_execution_failed_event_attributes->failure : NULL;
     fprintf(stderr, "durabox run: workflow %s did not complete: %s%s%s\n", wfid,
             ce->event_type == ET(WORKFLOW_EXECUTION_FAILED) ? "failed" : "closed", f ? ": " : "", f ? f->message : "");
+    if (conn.json) {
+      int t = ce->event_type;
+      const char *how = t == ET(WORKFLOW_EXECUTION_FAILED)        ? "WorkflowExecutionFailed"
+                         : t == ET(WORKFLOW_EXECUTION_TERMINATED) ? "WorkflowExecutionTerminated"
+                         : t == ET(WORKFLOW_EXECUTION_CANCELED)   ? "WorkflowExecutionCanceled"
+                         : t == ET(WORKFLOW_EXECUTION_TIMED_OUT)  ? "WorkflowExecutionTimedOut"
+                                                                  : "WorkflowExecutionClosed";
+      dbx_cli_json_error(how, f ? f->message : "the workflow did not complete");
+    }
     rc = 1;
   }
   dbx_client_history_cleanup(&h);

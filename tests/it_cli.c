@@ -701,6 +701,16 @@ static void test_cli_flags_are_checked(void **state) {
   cJSON_Delete(root);
   free(out);
   free(err);
+  /* run --output json against it: the same object, no summary */
+  char *f = input_file("i9-run.json", SCRIPT_OK);
+  rc = durabox(NULL, &out, &err, "run", f, "--output=json", addr_eq, NULL);
+  assert_int_equal(rc, 1);
+  e = json_error_of(out, &root);
+  assert_non_null(strstr(cJSON_GetStringValue(cJSON_GetObjectItem(e, "message")), "UNAVAILABLE"));
+  cJSON_Delete(root);
+  free(out);
+  free(err);
+  free(f);
 }
 
 /* The test certificate of tests/test_rpc.c (self-signed, "dbx.test"). */
