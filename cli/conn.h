@@ -59,4 +59,18 @@ void dbx_cli_json_print(const cJSON *j, int pretty);
  * valid UTF-8): --output json's form of a failure. Strings borrowed. */
 void dbx_cli_json_error(const char *type, const char *message);
 
+/* After starting a run (cli/pickup.c): Temporal reports no error for a
+ * workflow type that no worker serves; the run just waits. Read the run's
+ * history until a worker has completed its first workflow task (or the run
+ * closed): 1. A workflow task failed on a worker (a type it does not serve)
+ * or none started within timeout_s seconds: one line on stderr saying so
+ * with task_queue and type ("no worker has picked up the workflow task on
+ * task queue Q after N s: is a worker for type T running?"), with json also
+ * {"error": ...} on stdout, and 0. A task started but still at work at the
+ * deadline, or a failed history read (left to the caller's wait), is 1.
+ * The embedded service implements no DescribeTaskQueue, so history is the
+ * one portable way to tell. Strings borrowed. */
+int dbx_cli_await_pickup(dbx_client *c, const char *workflow_id, const char *run_id, const char *type,
+                         const char *task_queue, double timeout_s, int json);
+
 #endif

@@ -29,6 +29,7 @@
 #include "cli/flags.h"
 #include "cli/embed.h"
 #include "rpc/rpc.h"
+#include "workflows/builtin.h"
 #include "workflows/script.h"
 
 typedef struct {
@@ -299,12 +300,14 @@ int dbx_cli_run(int argc, char **argv) {
   dbx_cli_conn conn;
   dbx_cli_conn_init(&conn);
   const char *file = NULL, *wfid = NULL, *type = "durabox.Script", *tq = "durabox", *db = NULL, *wdb = NULL;
+  double pickup_s = 10;
   const dbx_cli_flag fl[] = {
       {"--workflow-id", "-w", DBX_CLI_FLAG_STR, &wfid, 0, 0},
       {"--type", NULL, DBX_CLI_FLAG_STR, &type, 0, 0},
       {"--task-queue", "-t", DBX_CLI_FLAG_STR, &tq, 0, 0},
       {"--db-filename", NULL, DBX_CLI_FLAG_STR, &db, 0, 0},
       {"--worker-db", NULL, DBX_CLI_FLAG_STR, &wdb, 0, 0},
+      {"--pickup-timeout", NULL, DBX_CLI_FLAG_NUM, &pickup_s, 0, 86400},
   };
   for (int i = 1; i < argc; i++) {
     int r = dbx_cli_conn_flag(&conn, argc, argv, &i);
@@ -314,7 +317,7 @@ int dbx_cli_run(int argc, char **argv) {
     const char *a = argv[i];
     if (dbx_cli_flag_is_help(a)) {
       printf("usage: durabox run FILE [--workflow-id ID] [--type T] [--task-queue Q] [--output json]\n"
-             "       [--address HOST:PORT] [--tls | --tls-ca F] [--api-key K] ...\n"
+             "       [--address HOST:PORT] [--tls | --tls-ca F] [--api-key K] [--pickup-timeout S] ...\n"
              "       (no address: embedded service + worker in this process; --flag=value works too)\n");
       return 0;
     } else if (a[0] == '-' && a[1] != '\0') {
@@ -325,6 +328,14 @@ int dbx_cli_run(int argc, char **argv) {
       fprintf(stderr, "durabox run: one FILE only ('%s')\n", a);
       return 2;
     }
+  }
+  if (conn.address == NULL && dbx_workflows_builtin_find(type) == NULL) {
+    /* the embedded worker serves the built-in types only: no worker would ever take it */
+    fprintf(stderr, "durabox run: --type %s: the embedded worker serves only the built-in types (", type);
+    for (size_t k = 0; dbx_workflows_builtin[k]; k++)
+      fprintf(stderr, "%s%s", k ? ", " : "", dbx_workflows_builtin[k]->name);
+    fprintf(stderr, "); give --address for a service whose workers serve it\n");
+    return 2;
   }
   if (file == NULL) {
     fprintf(stderr, "durabox run: FILE is required (a durabox.Script input, JSON)\n");
@@ -417,6 +428,8 @@ int dbx_cli_run(int argc, char **argv) {
     if (conn.json) dbx_cli_json_error(dbx_strerror(er), err ? err : dbx_strerror(er));
     goto out;
   }
+  if (!embedded && !dbx_cli_await_pickup(c, wfid, run_id, type, tq, pickup_s, conn.json))
+    goto out; /* no worker takes it: said, exit 1 */
   if (!conn.json) {
     printf("workflow %s (run %s) on %s%s\n", wfid, run_id ? run_id : "", e.address, embedded ? " (embedded)" : "");
     fflush(stdout);

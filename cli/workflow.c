@@ -423,62 +423,6 @@ static int json_ok(const char *sub, const char *flag, const char *file, const ch
   return 0;
 }
 
-static int is_close(int t) {
-  return t == ET(WORKFLOW_EXECUTION_COMPLETED) || t == ET(WORKFLOW_EXECUTION_FAILED) ||
-         t == ET(WORKFLOW_EXECUTION_CANCELED) || t == ET(WORKFLOW_EXECUTION_TERMINATED) ||
-         t == ET(WORKFLOW_EXECUTION_TIMED_OUT) || t == ET(WORKFLOW_EXECUTION_CONTINUED_AS_NEW);
-}
-
-/* execute: Temporal gives no error for a workflow type no worker serves; the
- * run just waits. Until a->pickup_timeout seconds pass, read the history:
- * WorkflowTaskCompleted (or the run closed) means a worker has it (1), as
- * does a task still started at the deadline; a
- * WorkflowTaskFailed (e.g. a worker that does not serve the type) is printed
- * with its message (0); no pickup by then is said with the task queue and
- * the type (0). A failed read leaves it to wait_result (1). The embedded
- * service has no DescribeTaskQueue, so history is the one way to tell. */
-static int picked_up(dbx_client *c, const wf_args *a, const char *run_id) {
-  int64_t deadline = now_ms() + (int64_t)(a->pickup_timeout * 1000);
-  for (;;) {
-    dbx_client_history h = {0};
-    char *err = NULL;
-    dbx_err e = dbx_client_get_history(c, a->workflow_id, run_id, NULL, &h, &err);
-    free(err);
-    int done = e != DBX_OK, failed = 0, started = 0;
-    char msg[512] = "";
-    for (size_t i = 0; e == DBX_OK && i < h.n; i++) {
-      int t = h.events[i]->event_type;
-      if (t == ET(WORKFLOW_TASK_COMPLETED) || is_close(t)) done = 1;
-      if (t == ET(WORKFLOW_TASK_STARTED)) started = 1;
-      if (t == ET(WORKFLOW_TASK_FAILED) && !failed) {
-        failed = 1;
-        event_detail(h.events[i], msg, sizeof msg);
-      }
-    }
-    dbx_client_history_cleanup(&h);
-    if (done) return 1;
-    if (!failed && now_ms() >= deadline && started) return 1; /* taken, still at work */
-    char text[768];
-    if (failed) {
-      snprintf(text, sizeof text,
-               "the workflow task of %s failed on the worker: %s (the run stays open; a worker that serves type %s "
-               "on task queue %s can take it)",
-               a->workflow_id, msg, a->type, a->task_queue);
-    } else if (now_ms() >= deadline) {
-      snprintf(text, sizeof text,
-               "no worker has picked up the workflow task on task queue %s after %.0f s: is a worker for type %s "
-               "running? (the run %s stays open)",
-               a->task_queue, a->pickup_timeout, a->type, a->workflow_id);
-    } else {
-      sleep_ms(200);
-      continue;
-    }
-    fprintf(stderr, "durabox: execute: %s\n", text);
-    if (a->json) dbx_cli_json_error(failed ? "WorkflowTaskFailed" : "NoWorker", text);
-    return 0;
-  }
-}
-
 /* query: the JSON answer (text), {"result": answer} (json); a query the
  * workflow refuses (unknown type, ...) or cannot answer is exit 1. */
 static int cmd_query(dbx_client *c, const wf_args *a, const char *in) {
@@ -620,7 +564,10 @@ int dbx_cli_workflow(int argc, char **argv) {
       printf("started workflow %s run %s\n", a.workflow_id, run_id ? run_id : "");
     fflush(stdout);
     rc = 0;
-    if (strcmp(sub, "execute") == 0) rc = picked_up(c, &a, run_id) ? wait_result(c, &a, run_id, conn.json) : 1;
+    if (strcmp(sub, "execute") == 0)
+      rc = dbx_cli_await_pickup(c, a.workflow_id, run_id, a.type, a.task_queue, a.pickup_timeout, a.json)
+               ? wait_result(c, &a, run_id, conn.json)
+               : 1;
     free(run_id);
   } else if (strcmp(sub, "show") == 0) {
     rc = cmd_show(c, &a, conn.json);

@@ -680,6 +680,7 @@ static void test_cli_flags_are_checked(void **state) {
       {{"workflow", "list", "--tls=yes"}, 2, "--tls takes no value"},
       {{"workflow", "list", "--output=yaml"}, 2, "--output yaml: use text or json"},
       {{"run", "--workflow-id"}, 2, "--workflow-id needs a value"},
+      {{"run", "x.json", "--type", "no.such.Type"}, 2, "the embedded worker serves only the built-in types (durabox.Script"},
       {{"replay", "--db=/nonexistent/x", "--workflow-id=w"}, 2, "no worker store at /nonexistent/x"},
       {{"workflow", "list", addr_eq}, 1, addr_eq + strlen("--address=")}, /* the = form reached the hint */
   };
@@ -893,6 +894,18 @@ static void test_cli_query_json_errors_and_no_worker(void **state) {
     fail_msg("no pickup message in: %s", err);
   free(out);
   free(err);
+  /* run against the service: the same report for a type its worker does not serve, JSON on stdout */
+  char *ef = input_file("i9-empty.json", "{\"steps\":[]}");
+  rc = durabox(NULL, &out, &err, "run", ef, "--type", "no.such.Type", "-w", "i9-run-type", "--output", "json",
+               "--address", addr, NULL);
+  assert_int_equal(rc, 1);
+  if (strstr(err, "not registered") == NULL) fail_msg("run: no 'not registered' in: %s", err);
+  e = json_error_of(out, &root);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(e, "type")), "WorkflowTaskFailed");
+  cJSON_Delete(root);
+  free(out);
+  free(err);
+  free(ef);
   /* --tls against this plaintext service fails; the same call without it works */
   rc = durabox(NULL, &out, &err, "workflow", "describe", "-w", "i9-q", "--tls", "--address", addr, NULL);
   assert_int_equal(rc, 1);
