@@ -49,7 +49,10 @@ int dbx_cli_server(int argc, char **argv) {
       usage(stdout);
       return 0;
     }
-    fprintf(stderr, "durabox server: expected 'start-dev'\n");
+    if (argc >= 2)
+      fprintf(stderr, "durabox server: unknown command '%s' (expected 'start-dev')\n", argv[1]);
+    else
+      fprintf(stderr, "durabox server: expected 'start-dev'\n");
     usage(stderr);
     return 2;
   }

@@ -670,6 +670,8 @@ static void test_cli_flags_are_checked(void **state) {
   struct { const char *args[6]; int rc; const char *says; } cases[] = {
       {{"workflow", "bogus", "--workflow-id", "x"}, 2, "unknown command 'bogus'"},
       {{"approval", "bogus"}, 2, "unknown command 'bogus'"},
+      {{"server", "bogus"}, 2, "unknown command 'bogus'"},
+      {{"bogus"}, 2, "unknown command 'bogus'"},
       {{"workflow", "execute", "--pickup-timeout", "abc", "-w", "x"}, 2, "--pickup-timeout 'abc' is not a number"},
       {{"workflow", "result", "--retry-for=1x", "-w", "x"}, 2, "--retry-for '1x' is not a number"},
       {{"worker", "--activity-slots", "many"}, 2, "--activity-slots 'many' is not a whole number"},
