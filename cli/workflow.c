@@ -558,9 +558,13 @@ int dbx_cli_workflow(int argc, char **argv) {
       rc = 1;
       goto out;
     }
-    if (conn.json)
-      printf("{\"workflowId\":\"%s\",\"runId\":\"%s\"}\n", a.workflow_id, run_id ? run_id : "");
-    else
+    if (conn.json) {
+      cJSON *o = cJSON_CreateObject();
+      if (o && cJSON_AddStringToObject(o, "workflowId", a.workflow_id) &&
+          cJSON_AddStringToObject(o, "runId", run_id ? run_id : ""))
+        dbx_cli_json_print(o, 0);
+      cJSON_Delete(o);
+    } else
       printf("started workflow %s run %s\n", a.workflow_id, run_id ? run_id : "");
     fflush(stdout);
     rc = 0;

@@ -882,7 +882,10 @@ static void test_cli_query_json_errors_and_no_worker(void **state) {
                "-w", "i9-type", "--output", "json", "--address", addr, NULL);
   assert_int_equal(rc, 1);
   if (strstr(err, "not registered") == NULL) fail_msg("no 'not registered' in: %s", err);
-  e = json_error_of(strstr(out, "\n") + 1, &root); /* after the {"workflowId", "runId"} line */
+  cJSON *started = cJSON_ParseWithOpts(out, NULL, 0); /* the first line: {"workflowId", "runId"} */
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(started, "workflowId")), "i9-type");
+  cJSON_Delete(started);
+  e = json_error_of(strstr(out, "\n") + 1, &root);
   assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(e, "type")), "WorkflowTaskFailed");
   cJSON_Delete(root);
   free(out);
