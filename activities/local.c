@@ -108,17 +108,8 @@ dbx_drv_err dbx_local_errkind(const dbx_local *d) {
 
 /* ---- small helpers ---- */
 
-static int valid_name(const char *s) {
-  size_t n = s ? strlen(s) : 0;
-  if (n == 0 || n > 128 || s[0] == '.') return 0;
-  for (size_t i = 0; i < n; i++) {
-    char c = s[i];
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-          c == '.' || c == '_' || c == '-'))
-      return 0;
-  }
-  return 1;
-}
+/* Sandbox, snapshot and command names: the driver interface's rule. */
+static int valid_name(const char *s) { return dbx_drv_name_valid(s); }
 
 /* mkdir -p with the sandbox tree's mode; 0 or -1 (errno set). */
 static int mkdir_p(const char *path) { return dbx_fs_mkdirs(path, 0755) == DBX_OK ? 0 : -1; }

@@ -37,6 +37,7 @@
 #include "base/codec.h"
 #include "base/failpoint.h"
 #include "base/hash.h"
+#include "base/json.h"
 #include "base/util.h"
 
 /* Declared here so this folder needs worker/api.h alone (the worker library,
@@ -154,15 +155,76 @@ static int create_heartbeat(void *a) { return dbx_act_heartbeat(a, NULL); }
 
 /* ---------------------------------------------------------------- input */
 
-/* Parse input as a JSON object; on failure records InvalidInput and returns NULL. */
+/* An activity input is one payload: Temporal's default limit
+ * (limit.blobSize.error). No string in it, key or value, is longer. */
+#define MAX_INPUT_BYTES (2u * 1024 * 1024)
+
+/* The string numbered want (dbx_json_text_check's ordinals), or with want ==
+ * SIZE_MAX the first longer than MAX_INPUT_BYTES: its field's name in
+ * path ("env.HOME"), *is_key when the string is a field name there. */
+typedef struct {
+  size_t want, seen, len;
+  int found, is_key;
+  char path[128];
+} str_find;
+
+static void find_string(const cJSON *node, const char *path, str_find *f) {
+  size_t i = 0;
+  for (const cJSON *c = node->child; c != NULL && !f->found; c = c->next, i++) {
+    char sub[128];
+    if (cJSON_IsObject(node)) {
+      snprintf(sub, sizeof sub, "%s%s%.60s", path, path[0] ? "." : "", c->string);
+      size_t l = strlen(c->string);
+      if (f->seen++ == f->want || (f->want == SIZE_MAX && l > MAX_INPUT_BYTES))
+        f->found = 1, f->is_key = 1, f->len = l, snprintf(f->path, sizeof f->path, "%s", path);
+    } else {
+      snprintf(sub, sizeof sub, "%s[%zu]", path, i);
+    }
+    if (f->found) return;
+    if (cJSON_IsString(c)) {
+      size_t l = strlen(c->valuestring);
+      if (f->seen++ == f->want || (f->want == SIZE_MAX && l > MAX_INPUT_BYTES))
+        f->found = 1, f->len = l, snprintf(f->path, sizeof f->path, "%s", sub);
+    } else if (cJSON_IsObject(c) || cJSON_IsArray(c)) {
+      find_string(c, sub, f);
+    }
+  }
+}
+
+/* Parse input as a JSON object, one document, no string in it holding a NUL
+ * (cJSON would cut it there), a raw control character or invalid UTF-8, or
+ * over the size limit; on failure records InvalidInput and returns NULL. */
 static cJSON *parse_input(const char *json, size_t len, dbx_act_result *res) {
-  cJSON *in = json ? cJSON_ParseWithLength(json, len) : NULL;
+  const char *end = NULL;
+  cJSON *in = json ? cJSON_ParseWithLengthOpts(json, len, &end, 0) : NULL;
   if (in == NULL || !cJSON_IsObject(in)) {
     cJSON_Delete(in);
     fail(res, 1, "InvalidInput", "input is not a JSON object");
     return NULL;
   }
-  return in;
+  size_t at = 0;
+  dbx_json_problem p = dbx_json_text_check(json, len, (size_t)(end - json), &at);
+  str_find f = {.want = p == DBX_JSON_OK ? SIZE_MAX : at};
+  if (p != DBX_JSON_TRAILING) find_string(in, "", &f);
+  char what[160];
+  if (!f.found) snprintf(what, sizeof what, "a string");
+  else if (!f.is_key) snprintf(what, sizeof what, "field '%s'", f.path);
+  else if (f.path[0]) snprintf(what, sizeof what, "a field name in field '%s'", f.path);
+  else snprintf(what, sizeof what, "a field name");
+  if (p == DBX_JSON_TRAILING)
+    fail(res, 1, "InvalidInput", "input has data after the JSON document (at byte %zu)", at);
+  else if (p != DBX_JSON_OK)
+    fail(res, 1, "InvalidInput", "%s %s", what, dbx_json_problem_str(p));
+  else if (f.found)
+    fail(res, 1, "InvalidInput", "%s is %zu bytes, over the limit of %u bytes per field", what,
+         f.len, MAX_INPUT_BYTES);
+  else if (len > MAX_INPUT_BYTES)
+    fail(res, 1, "InvalidInput", "input is %zu bytes, over the limit of %u bytes per input", len,
+         MAX_INPUT_BYTES);
+  else
+    return in;
+  cJSON_Delete(in);
+  return NULL;
 }
 
 /* *out = the string field name (borrowed from in), or NULL when absent and

@@ -15,9 +15,11 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,6 +33,10 @@
 #include "rpc/rpc.h"
 #include "workflows/builtin.h"
 #include "workflows/script.h"
+
+/* Input files are read whole; past this, far over any input's limit, they
+ * are refused unread (docs/limits.md). */
+#define RUN_MAX_FILE_BYTES (64u * 1024 * 1024)
 
 typedef struct {
   int64_t sched_id;
@@ -185,8 +191,12 @@ static void follow(dbx_client *c, const char *wfid, const char *run_id, const ch
 
 /* SIGINT/SIGTERM are blocked in every thread (before any starts) and taken
  * by this thread with sigwait: the first fires `interrupt` (the follow and
- * result calls use it), a second one fires `force` (stop waiting for the
- * cancelled workflow to close). run() wakes it with SIGUSR1 to end it. */
+ * result calls use it); one that comes at least FORCE_AFTER_NS later fires
+ * `force` (stop waiting for the cancelled workflow to close). Signals closer
+ * to the first are the same interruption delivered twice (a terminal's
+ * Ctrl-C reaching both `timeout` and its child, a double press) and must not
+ * skip the cleanup. run() wakes it with SIGUSR1 to end it. */
+#define FORCE_AFTER_NS (1000 * 1000 * 1000LL)
 typedef struct {
   sigset_t set;
   dbx_rpc_cancel *interrupt, *force;
@@ -196,13 +206,15 @@ typedef struct {
 
 static void *watch_signals(void *arg) {
   sig_watch *w = arg;
-  for (int n = 0;;) {
+  int64_t first_ns = 0;
+  for (;;) {
     int sig = 0;
     if (sigwait(&w->set, &sig) != 0 || w->stopping || sig == SIGUSR1) return NULL;
-    if (n++ == 0) {
+    if (first_ns == 0) {
+      first_ns = dbx_mono_ns();
       w->signo = sig;
       dbx_rpc_cancel_fire(w->interrupt);
-    } else {
+    } else if (dbx_mono_ns() - first_ns >= FORCE_AFTER_NS) {
       dbx_rpc_cancel_fire(w->force);
       return NULL;
     }
@@ -212,7 +224,7 @@ static void *watch_signals(void *arg) {
 /* Ask the service to cancel the run and wait up to 30 s (or a second
  * signal) for it to close: durabox.Script deletes its sandbox first. */
 static void cancel_and_wait(dbx_client *c, const char *wfid, const char *run_id, dbx_rpc_cancel *force) {
-  fprintf(stderr, "durabox run: interrupted: cancelling workflow %s\n", wfid);
+  fprintf(stderr, "durabox run: interrupted: cancelling workflow %s (interrupt again to stop waiting)\n", wfid);
   char *err = NULL;
   dbx_err e = dbx_client_cancel(c, wfid, run_id, "interrupted (durabox run)", &err);
   if (e != DBX_OK) {
@@ -240,7 +252,9 @@ static void cancel_and_wait(dbx_client *c, const char *wfid, const char *run_id,
     }
     dbx_client_history_cleanup(&h);
     if (e != DBX_OK && e != DBX_ETIMEDOUT) {
-      if (e != DBX_ECANCELED)
+      if (e == DBX_ECANCELED)
+        fprintf(stderr, "durabox run: stopped waiting for %s to close: its sandbox may be left behind\n", wfid);
+      else
         fprintf(stderr, "durabox run: waiting for %s to close: %s\n", wfid, err ? err : dbx_strerror(e));
       free(err);
       return;
@@ -344,12 +358,22 @@ int dbx_cli_run(int argc, char **argv) {
   size_t len = 0;
   int rc = 1;
   dbx_client *c = NULL;
+  /* a file far over any input limit is refused unread (docs/limits.md);
+   * the Script's own limits are checked below, naming the field */
+  struct stat fst;
+  if (strcmp(file, "-") != 0 && stat(file, &fst) == 0 && S_ISREG(fst.st_mode) &&
+      (uintmax_t)fst.st_size > RUN_MAX_FILE_BYTES) {
+    fprintf(stderr, "durabox run: %s is %ju bytes, over the limit of %u bytes for an input file\n",
+            file, (uintmax_t)fst.st_size, RUN_MAX_FILE_BYTES);
+    return 2;
+  }
   char *input = dbx_cli_read_file(file, &len);
   if (input == NULL) {
     fprintf(stderr, "durabox run: cannot read %s: %s\n", file, strerror(errno));
     return 2;
   }
-  cJSON *probe = cJSON_ParseWithLength(input, len);
+  const char *end = NULL;
+  cJSON *probe = cJSON_ParseWithLengthOpts(input, len, &end, 0);
   if (probe == NULL) {
     fprintf(stderr, "durabox run: %s is not valid JSON (near byte %ld)\n", file,
             (long)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - input : 0));
@@ -357,6 +381,18 @@ int dbx_cli_run(int argc, char **argv) {
     return 2;
   }
   cJSON_Delete(probe);
+  size_t at = (size_t)(end - input);
+  while (at < len && (input[at] == ' ' || input[at] == '\t' || input[at] == '\r' ||
+                      input[at] == '\n'))
+    at++;
+  const char *nul = memchr(input, '\0', len); /* the Script's check names its field */
+  if (at < len || (nul != NULL && strcmp(type, "durabox.Script") != 0)) {
+    fprintf(stderr, "durabox run: %s %s (at byte %zu)\n", file,
+            at < len ? "has data after the JSON document" : "contains a NUL byte",
+            at < len ? at : (size_t)(nul - input));
+    free(input);
+    return 2;
+  }
   char bad[256];
   if (strcmp(type, "durabox.Script") == 0 &&
       dbx_script_validate(input, len, bad, sizeof bad) != 0) {

@@ -3,7 +3,10 @@
  *  - `durabox run FILE` with nothing else running (embedded service and
  *    worker in process): summary table and exit 0; a failing exec step exits
  *    1 and names the step; a file that is not JSON, or is missing, exits 2
- *    naming the file and the reason; the summary's detail column (commit
+ *    naming the file and the reason; an input with a NUL, trailing data,
+ *    duplicate step names, invalid UTF-8 or over a size limit exits 2
+ *    naming the field and the limit (an input at the limit runs whole, and
+ *    the workflow itself refuses what `run` would); the summary's detail column (commit
  *    sha, checkpoint ref); a failed sandbox.create as one clean line;
  *    SIGINT cancels the workflow, empties $DURABOX_HOME/sandboxes, exits 130;
  *  - `replay` and `approval` find the store `run` wrote under DURABOX_HOME;
@@ -20,17 +23,17 @@
 #include <string.h>
 #include <dirent.h>
 #include <time.h>
-
+#include <unistd.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
 #include "base/codec.h"
 
 #include "tests/svc_client.h"
+#include "workflows/script.h"
 
 /* Generous: under load a run occasionally stalls for one service long-poll
  * period (60 s) before finishing (a missed wake-up, reported, not fixed
@@ -209,8 +212,10 @@ static int dir_entries(const char *dir) {
 
 /* Ctrl-C of `durabox run` while an exec step runs: the workflow is cancelled,
  * its step's command killed, its sandbox deleted, and the command exits 130. */
-static void test_cli_run_sigint_cancels_and_cleans_up(void **state) {
-  (void)state;
+/* Run a Script with a long step, send `signals` SIGINTs back to back once the
+ * step's command runs, and check that the run cancelled the workflow, deleted
+ * its sandbox and stopped the command before exiting 130. */
+static void sigint_run(int signals) {
   char *home = dbx_test_tmpdir("itcli-sig");
   char env_home[600], out_path[600], err_path[600];
   snprintf(env_home, sizeof env_home, "DURABOX_HOME=%s", home);
@@ -239,11 +244,12 @@ static void test_cli_run_sigint_cancels_and_cleans_up(void **state) {
     if (!running) nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
   }
   if (!running) fail_msg("the step's command never started");
-  kill(pid, SIGINT);
+  for (int i = 0; i < signals; i++) kill(pid, SIGINT);
   int rc = dbx_svct_proc_wait(pid, 40000);
   char *err = dbx_svct_file_read(err_path);
   if (rc != 130) fail_msg("durabox run exited %d after SIGINT; stderr:\n%s", rc, err);
   if (strstr(err, "interrupted: cancelling workflow cli-sigint") == NULL) fail_msg("stderr: %s", err);
+  if (strstr(err, "workflow cli-sigint cancelled") == NULL) fail_msg("not cancelled; stderr: %s", err);
   char sb[700];
   snprintf(sb, sizeof sb, "%s/sandboxes", home);
   if (dir_entries(sb) != 0) fail_msg("%s is not empty (%d entries); stderr:\n%s", sb, dir_entries(sb), err);
@@ -258,6 +264,19 @@ static void test_cli_run_sigint_cancels_and_cleans_up(void **state) {
   free(f);
   dbx_test_rmrf(home);
   free(home);
+}
+
+static void test_cli_run_sigint_cancels_and_cleans_up(void **state) {
+  (void)state;
+  sigint_run(1);
+}
+
+/* Two signals at once (a terminal's Ctrl-C also reaching `timeout`, which
+ * forwards it; a double press) are one interruption: the cleanup still
+ * happens. */
+static void test_cli_run_double_sigint_still_cleans_up(void **state) {
+  (void)state;
+  sigint_run(2);
 }
 
 static void test_cli_run_failing_step_exits_1(void **state) {
@@ -580,6 +599,29 @@ static void test_cli_workflow_commands_against_dev(void **state) {
   free(err);
   free(ff);
 
+  /* the workflow runs the same input check as `durabox run`: a NUL started
+   * by another client fails the run as InvalidInput, nothing scheduled */
+  char *fn = input_file("dev-nul.json", "{\"steps\":[{\"name\":\"w\",\"kind\":\"write_file\","
+                                        "\"path\":\"f\",\"content\":\"a\\u0000b\"}]}");
+  rc = durabox(NULL, &out, &err, "workflow", "start", "--type", "durabox.Script", "--task-queue", "durabox",
+               "--workflow-id", "cli-nul", "--input-file", fn, "--address", addr, NULL);
+  if (rc != 0) fail_msg("workflow start of a NUL input exited %d: %s", rc, err);
+  free(out);
+  free(err);
+  rc = durabox(NULL, &out, &err, "workflow", "result", "--workflow-id", "cli-nul", "--address", addr, NULL);
+  if (rc != 1) fail_msg("workflow result of a NUL input exited %d: %s%s", rc, out, err);
+  if (strstr(err, "WorkflowExecutionFailed input: steps[0].content contains a NUL character "
+                  "(\\u0000)") == NULL)
+    fail_msg("no failure naming steps[0].content in: %s", err);
+  free(out);
+  free(err);
+  rc = durabox(NULL, &out, &err, "workflow", "show", "--workflow-id", "cli-nul", "--address", addr, NULL);
+  assert_int_equal(rc, 0);
+  if (strstr(out, "ActivityTaskScheduled") != NULL) fail_msg("an activity was scheduled:\n%s", out);
+  free(out);
+  free(err);
+  free(fn);
+
   /* signal to a workflow that does not exist */
   rc = durabox(NULL, &out, &err, "workflow", "signal", "--workflow-id", "no-such-workflow", "--name",
                "poke", "--address", addr, NULL);
@@ -616,6 +658,96 @@ static void test_cli_workflow_commands_against_dev(void **state) {
   dbx_test_rmrf(wdb);
   free(sdb);
   free(wdb);
+}
+
+/* Issue 9: what cJSON would let through, and inputs over their limits, are
+ * refused by `durabox run` with exit 2 before a workflow starts, naming the
+ * field and the limit (docs/limits.md). */
+static void test_cli_run_refuses_bad_input_exits_2(void **state) {
+  (void)state;
+  static const struct {
+    const char *text, *why;
+  } cases[] = {
+      {"{\"steps\":[{\"name\":\"w\",\"kind\":\"write_file\",\"path\":\"f\",\"content\":\"a\\u0000b\"}]}",
+       ": input: steps[0].content contains a NUL character (\\u0000)"},
+      {"{\"steps\":[{\"name\":\"x\",\"kind\":\"exec\",\"command\":\"true\",\"env\":{\"K\":\"\\u0000\"}}]}",
+       ": input: steps[0].env.K contains a NUL character (\\u0000)"},
+      {"{\"steps\":[]}\n{\"steps\":[]}", " has data after the JSON document (at byte 13)"},
+      {"{\"steps\":[{\"name\":\"a\",\"kind\":\"checkpoint\"},{\"name\":\"a\",\"kind\":\"checkpoint\"}]}",
+       ": step 1: name 'a' is given to an earlier step too (step names must be distinct)"},
+      {"{\"steps\":[{\"name\":\"caf\xe9\",\"kind\":\"checkpoint\"}]}",
+       ": input: steps[0].name is not valid UTF-8"},
+  };
+  char *out = NULL, *err = NULL, want[700];
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "refused%zu.json", i);
+    char *f = input_file(name, cases[i].text);
+    int rc = durabox(NULL, &out, &err, "run", f, NULL);
+    snprintf(want, sizeof want, "durabox run: %s%s\n", f, cases[i].why);
+    if (rc != 2) fail_msg("case %zu exited %d: %s%s", i, rc, out, err);
+    assert_string_equal(err, want);
+    assert_string_equal(out, ""); /* nothing started */
+    free(out);
+    free(err);
+    free(f);
+  }
+  /* the issue's 30 MB write_file: named with its size and the limit */
+  size_t big = 30u * 1000 * 1000;
+  char *text = malloc(big + 200);
+  assert_non_null(text);
+  int h = snprintf(text, 200, "{\"steps\":[{\"name\":\"w\",\"kind\":\"write_file\",\"path\":\"f\","
+                              "\"content\":\"");
+  memset(text + h, 'x', big);
+  strcpy(text + h + big, "\"}]}");
+  char *f = input_file("big.json", text);
+  free(text);
+  assert_int_equal(durabox(NULL, &out, &err, "run", f, NULL), 2);
+  snprintf(want, sizeof want,
+           "durabox run: %s: input: steps[0].content is %zu bytes, over the limit of %u bytes per "
+           "field\n", f, big, DBX_SCRIPT_MAX_FIELD_BYTES);
+  assert_string_equal(err, want);
+  assert_string_equal(out, "");
+  free(out);
+  free(err);
+  /* a file far over any limit is refused unread (sparse: no disk used) */
+  assert_int_equal(truncate(f, 64 * 1024 * 1024 + 1), 0);
+  assert_int_equal(durabox(NULL, &out, &err, "run", f, NULL), 2);
+  snprintf(want, sizeof want,
+           "durabox run: %s is 67108865 bytes, over the limit of 67108864 bytes for an input "
+           "file\n", f);
+  assert_string_equal(err, want);
+  free(out);
+  free(err);
+  free(f);
+}
+
+/* An input of exactly the limit runs through the real service and worker:
+ * its write_file reaches the sandbox whole. */
+static void test_cli_run_input_at_the_limit_runs(void **state) {
+  (void)state;
+  static const char head[] = "{\"steps\":[{\"name\":\"w\",\"kind\":\"write_file\",\"path\":\"big\","
+                             "\"content\":\"";
+  static const char tail[] = "\"},{\"name\":\"n\",\"kind\":\"exec\",\"command\":\"wc -c < big\"}]}";
+  size_t fill = DBX_SCRIPT_MAX_INPUT_BYTES - (sizeof head - 1) - (sizeof tail - 1);
+  char *text = malloc(DBX_SCRIPT_MAX_INPUT_BYTES + 1);
+  assert_non_null(text);
+  memcpy(text, head, sizeof head - 1);
+  memset(text + sizeof head - 1, 'x', fill);
+  memcpy(text + sizeof head - 1 + fill, tail, sizeof tail);
+  assert_int_equal(strlen(text), DBX_SCRIPT_MAX_INPUT_BYTES);
+  char *f = input_file("limit.json", text);
+  free(text);
+  char *out = NULL, *err = NULL;
+  int rc = durabox(NULL, &out, &err, "run", f, NULL);
+  if (rc != 0) fail_msg("durabox run exited %d\nstdout:\n%s\nstderr:\n%s", rc, out, err);
+  char want[64];
+  snprintf(want, sizeof want, "\n%zu\n", fill);
+  if (strstr(out, want) == NULL) fail_msg("no byte count %zu in:\n%s", fill, out);
+  assert_non_null(strstr(out, "\nscript completed\n"));
+  free(out);
+  free(err);
+  free(f);
 }
 
 /* ------------------------------------------------------------ issue 9: command line
@@ -972,7 +1104,10 @@ int main(void) {
       cmocka_unit_test_teardown(test_cli_run_create_failure_message, test_teardown),
       cmocka_unit_test_teardown(test_cli_run_failing_step_exits_1, test_teardown),
       cmocka_unit_test_teardown(test_cli_run_sigint_cancels_and_cleans_up, test_teardown),
+      cmocka_unit_test_teardown(test_cli_run_double_sigint_still_cleans_up, test_teardown),
       cmocka_unit_test_teardown(test_cli_run_bad_or_missing_file_exits_2, test_teardown),
+      cmocka_unit_test_teardown(test_cli_run_refuses_bad_input_exits_2, test_teardown),
+      cmocka_unit_test_teardown(test_cli_run_input_at_the_limit_runs, test_teardown),
       cmocka_unit_test_teardown(test_cli_replay_finds_the_store_run_wrote, test_teardown),
       cmocka_unit_test_teardown(test_cli_no_service_hint, test_teardown),
       cmocka_unit_test_teardown(test_cli_workflow_input_must_be_json, test_teardown),

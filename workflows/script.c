@@ -16,6 +16,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "base/json.h"
 #include "base/util.h"
 
 /* CANCEL_CREATE: cancellation asked for while sandbox.create ran; waiting
@@ -260,12 +261,22 @@ static int validate(const cJSON *in, char *err, size_t n) {
   }
   const cJSON *steps = cJSON_GetObjectItemCaseSensitive(in, "steps");
   if (!cJSON_IsArray(steps)) return snprintf(err, n, "\"steps\" must be an array"), -1;
+  if (cJSON_GetArraySize(steps) > DBX_SCRIPT_MAX_STEPS)
+    return snprintf(err, n, "input has %d steps, over the limit of %d steps per input",
+                    cJSON_GetArraySize(steps), DBX_SCRIPT_MAX_STEPS), -1;
   int i = 0;
   const cJSON *s;
   cJSON_ArrayForEach(s, steps) {
     const char *name = str_of(s, "name"), *kind = str_of(s, "kind");
     if (!cJSON_IsObject(s) || !name || !*name)
       return snprintf(err, n, "step %d: missing \"name\"", i), -1;
+    if (strlen(name) > DBX_SCRIPT_MAX_NAME_BYTES)
+      return snprintf(err, n, "step %d: name is %zu bytes, over the limit of %d bytes per step name",
+                      i, strlen(name), DBX_SCRIPT_MAX_NAME_BYTES), -1;
+    for (const cJSON *p = steps->child; p != s; p = p->next)
+      if (strcmp(str_of(p, "name"), name) == 0)
+        return snprintf(err, n, "step %d: name '%s' is given to an earlier step too (step names "
+                                "must be distinct)", i, name), -1;
     if (!kind) return snprintf(err, n, "step '%s': missing \"kind\"", name), -1;
     char kwhere[160];
     snprintf(kwhere, sizeof kwhere, "step '%s' (%s)", name, kind);
@@ -449,9 +460,86 @@ static void run_step(script *s, dbx_wf *wf) {
   schedule_delete_or_finish(s, wf);
 }
 
+/* --------------------------------------------------------- input text */
+
+/* Every string of the input, key or value, in document order (the order
+ * dbx_json_text_check counts them), with the path that names it
+ * ("steps[0].content"; a key is named by its object and is_key). */
+typedef struct {
+  size_t want;    /* the ordinal to name, or SIZE_MAX */
+  size_t seen;    /* strings visited so far */
+  int found, is_key;
+  size_t len;     /* the too long string's length */
+  char path[160]; /* of the string found */
+} str_walk;
+
+static void walk_visit(str_walk *w, const char *path, int is_key, const char *str) {
+  if (w->found) return;
+  size_t len = strlen(str);
+  if (w->seen++ == w->want || (w->want == SIZE_MAX && len > DBX_SCRIPT_MAX_FIELD_BYTES)) {
+    w->found = 1, w->is_key = is_key, w->len = len;
+    snprintf(w->path, sizeof w->path, "%s", path[0] ? path : "the input");
+  }
+}
+
+static void walk_strings(const cJSON *node, char *path, size_t plen, size_t cap, str_walk *w) {
+  if (cJSON_IsString(node)) walk_visit(w, path, 0, node->valuestring);
+  if (!cJSON_IsObject(node) && !cJSON_IsArray(node)) return;
+  size_t i = 0;
+  for (const cJSON *c = node->child; c != NULL && !w->found; c = c->next, i++) {
+    if (cJSON_IsObject(node)) walk_visit(w, path, 1, c->string);
+    if (w->found) return;
+    if (cJSON_IsObject(node))
+      snprintf(path + plen, cap - plen, "%s%.60s", plen ? "." : "", c->string);
+    else
+      snprintf(path + plen, cap - plen, "[%zu]", i);
+    size_t l = strlen(path);
+    walk_strings(c, path, l, cap, w);
+    path[plen] = '\0';
+  }
+}
+
+/* Parse and check the text of an input: one JSON document, its strings free
+ * of NUL, raw control characters and invalid UTF-8, none too long, the whole
+ * within its limit. Returns the tree (the caller owns it) or NULL with the
+ * reason in err. */
+static cJSON *parse_input(const char *json, size_t len, char *err, size_t n) {
+  const char *end = NULL;
+  cJSON *in = json ? cJSON_ParseWithLengthOpts(json, len, &end, 0) : NULL;
+  if (!in) return snprintf(err, n, "input is not valid JSON"), NULL;
+  size_t at = 0;
+  dbx_json_problem p = dbx_json_text_check(json, len, (size_t)(end - json), &at);
+  char path[160] = "";
+  str_walk w = {.want = p == DBX_JSON_OK ? SIZE_MAX : at};
+  if (p == DBX_JSON_TRAILING) {
+    snprintf(err, n, "input has data after the JSON document (at byte %zu)", at);
+    goto bad;
+  }
+  walk_strings(in, path, 0, sizeof path, &w);
+  if (p != DBX_JSON_OK) {
+    snprintf(err, n, "input: %s%s %s", w.is_key ? "a field name in " : "",
+             w.found ? w.path : "a string", dbx_json_problem_str(p));
+    goto bad;
+  }
+  if (w.found) {
+    snprintf(err, n, "input: %s%s is %zu bytes, over the limit of %u bytes per field",
+             w.is_key ? "a field name in " : "", w.path, w.len, DBX_SCRIPT_MAX_FIELD_BYTES);
+    goto bad;
+  }
+  if (len > DBX_SCRIPT_MAX_INPUT_BYTES) {
+    snprintf(err, n, "input is %zu bytes, over the limit of %u bytes per input", len,
+             DBX_SCRIPT_MAX_INPUT_BYTES);
+    goto bad;
+  }
+  return in;
+bad:
+  cJSON_Delete(in);
+  return NULL;
+}
+
 int dbx_script_validate(const char *input_json, size_t len, char *err, size_t n) {
-  cJSON *in = cJSON_ParseWithLength(input_json, len);
-  if (!in) return snprintf(err, n, "input is not valid JSON"), -1;
+  cJSON *in = parse_input(input_json, len, err, n);
+  if (!in) return -1;
   int rc = validate(in, err, n);
   cJSON_Delete(in);
   return rc;
@@ -459,9 +547,9 @@ int dbx_script_validate(const char *input_json, size_t len, char *err, size_t n)
 
 static void *script_create(dbx_wf *wf, const char *input_json, size_t len) {
   char err[256];
-  cJSON *in = cJSON_ParseWithLength(input_json, len);
+  cJSON *in = parse_input(input_json, len, err, sizeof err);
   if (!in) {
-    dbx_wf_fail(wf, "InvalidInput", "input is not valid JSON");
+    dbx_wf_fail(wf, "InvalidInput", err);
     return NULL;
   }
   if (validate(in, err, sizeof err) != 0) {
