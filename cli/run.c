@@ -28,8 +28,10 @@
 #include "base/util.h"
 #include "cli/cli.h"
 #include "cli/conn.h"
+#include "cli/flags.h"
 #include "cli/embed.h"
 #include "rpc/rpc.h"
+#include "workflows/builtin.h"
 #include "workflows/script.h"
 
 /* Input files are read whole; past this, far over any input's limit, they
@@ -312,36 +314,42 @@ int dbx_cli_run(int argc, char **argv) {
   dbx_cli_conn conn;
   dbx_cli_conn_init(&conn);
   const char *file = NULL, *wfid = NULL, *type = "durabox.Script", *tq = "durabox", *db = NULL, *wdb = NULL;
+  double pickup_s = 10;
+  const dbx_cli_flag fl[] = {
+      {"--workflow-id", "-w", DBX_CLI_FLAG_STR, &wfid, 0, 0},
+      {"--type", NULL, DBX_CLI_FLAG_STR, &type, 0, 0},
+      {"--task-queue", "-t", DBX_CLI_FLAG_STR, &tq, 0, 0},
+      {"--db-filename", NULL, DBX_CLI_FLAG_STR, &db, 0, 0},
+      {"--worker-db", NULL, DBX_CLI_FLAG_STR, &wdb, 0, 0},
+      {"--pickup-timeout", NULL, DBX_CLI_FLAG_NUM, &pickup_s, 0, 86400},
+  };
   for (int i = 1; i < argc; i++) {
     int r = dbx_cli_conn_flag(&conn, argc, argv, &i);
+    if (r == 0) r = dbx_cli_flag_take("durabox run", fl, sizeof fl / sizeof fl[0], argc, argv, &i);
     if (r < 0) return 2;
     if (r > 0) continue;
     const char *a = argv[i];
-    const char **dst = NULL;
-    if (strcmp(a, "--workflow-id") == 0 || strcmp(a, "-w") == 0) dst = &wfid;
-    else if (strcmp(a, "--type") == 0) dst = &type;
-    else if (strcmp(a, "--task-queue") == 0 || strcmp(a, "-t") == 0) dst = &tq;
-    else if (strcmp(a, "--db-filename") == 0) dst = &db;
-    else if (strcmp(a, "--worker-db") == 0) dst = &wdb;
-    else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+    if (dbx_cli_flag_is_help(a)) {
       printf("usage: durabox run FILE [--workflow-id ID] [--type T] [--task-queue Q] [--output json]\n"
-             "       [--address HOST:PORT ...]   (no address: embedded service + worker in this process)\n");
+             "       [--address HOST:PORT] [--tls | --tls-ca F] [--api-key K] [--pickup-timeout S] ...\n"
+             "       (no address: embedded service + worker in this process; --flag=value works too)\n");
       return 0;
-    } else if (a[0] == '-') {
-      fprintf(stderr, "durabox run: unknown flag '%s'\n", a);
-      return 2;
+    } else if (a[0] == '-' && a[1] != '\0') {
+      return dbx_cli_flag_unknown("durabox run", a);
     } else if (file == NULL) {
       file = a;
-      continue;
     } else {
       fprintf(stderr, "durabox run: one FILE only ('%s')\n", a);
       return 2;
     }
-    if (i + 1 >= argc) {
-      fprintf(stderr, "durabox run: %s needs a value\n", a);
-      return 2;
-    }
-    *dst = argv[++i];
+  }
+  if (conn.address == NULL && dbx_workflows_builtin_find(type) == NULL) {
+    /* the embedded worker serves the built-in types only: no worker would ever take it */
+    fprintf(stderr, "durabox run: --type %s: the embedded worker serves only the built-in types (", type);
+    for (size_t k = 0; dbx_workflows_builtin[k]; k++)
+      fprintf(stderr, "%s%s", k ? ", " : "", dbx_workflows_builtin[k]->name);
+    fprintf(stderr, "); give --address for a service whose workers serve it\n");
+    return 2;
   }
   if (file == NULL) {
     fprintf(stderr, "durabox run: FILE is required (a durabox.Script input, JSON)\n");
@@ -453,8 +461,11 @@ int dbx_cli_run(int argc, char **argv) {
   dbx_err er = dbx_client_start_workflow(c, &so, &run_id, &err);
   if (er != DBX_OK) {
     dbx_cli_report("starting the workflow", hint_address, er, err);
+    if (conn.json) dbx_cli_json_error(dbx_strerror(er), err ? err : dbx_strerror(er));
     goto out;
   }
+  if (!embedded && !dbx_cli_await_pickup(c, wfid, run_id, type, tq, pickup_s, conn.json))
+    goto out; /* no worker takes it: said, exit 1 */
   if (!conn.json) {
     printf("workflow %s (run %s) on %s%s\n", wfid, run_id ? run_id : "", e.address, embedded ? " (embedded)" : "");
     fflush(stdout);
@@ -479,6 +490,7 @@ int dbx_cli_run(int argc, char **argv) {
   }
   if (er != DBX_OK) {
     dbx_cli_report("waiting for the result", hint_address, er, e2);
+    if (conn.json) dbx_cli_json_error(dbx_strerror(er), e2 ? e2 : dbx_strerror(er));
     free(e2);
     dbx_client_history_cleanup(&h);
     goto out;
@@ -487,7 +499,7 @@ int dbx_cli_run(int argc, char **argv) {
   if (ce->event_type == ET(WORKFLOW_EXECUTION_COMPLETED)) {
     char *r = dbx_payloads_to_json(ce->workflow_execution_completed_event_attributes->result);
     if (conn.json) {
-      printf("%s\n", r ? r : "null");
+      dbx_cli_utf8_puts(r ? r : "null");
       cJSON *j = cJSON_Parse(r ? r : "null");
       const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "status");
       rc = cJSON_IsString(st) && strcmp(st->valuestring, "completed") != 0 ? 1 : 0;
@@ -500,6 +512,15 @@ int dbx_cli_run(int argc, char **argv) {
     const Failure *f = ce->event_type == ET(WORKFLOW_EXECUTION_FAILED) ? ce->workflow_execution_failed_event_attributes->failure : NULL;
     fprintf(stderr, "durabox run: workflow %s did not complete: %s%s%s\n", wfid,
             ce->event_type == ET(WORKFLOW_EXECUTION_FAILED) ? "failed" : "closed", f ? ": " : "", f ? f->message : "");
+    if (conn.json) {
+      int t = ce->event_type;
+      const char *how = t == ET(WORKFLOW_EXECUTION_FAILED)        ? "WorkflowExecutionFailed"
+                         : t == ET(WORKFLOW_EXECUTION_TERMINATED) ? "WorkflowExecutionTerminated"
+                         : t == ET(WORKFLOW_EXECUTION_CANCELED)   ? "WorkflowExecutionCanceled"
+                         : t == ET(WORKFLOW_EXECUTION_TIMED_OUT)  ? "WorkflowExecutionTimedOut"
+                                                                  : "WorkflowExecutionClosed";
+      dbx_cli_json_error(how, f ? f->message : "the workflow did not complete");
+    }
     rc = 1;
   }
   dbx_client_history_cleanup(&h);
