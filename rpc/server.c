@@ -105,6 +105,10 @@ struct dbx_rpc_call {
   grpc_slice status_msg;
   grpc_metadata trailer;
   int has_trailer;
+  /* A tracked answer (dbx_rpc_call_reply_tracked); under s->mu. */
+  dbx_rpc_delivered_fn done_fn;
+  void *done_arg;
+  int send_done, send_ok, reported;
 };
 
 /* ------------------------------------------------------------ call contexts */
@@ -144,17 +148,46 @@ static void call_unref(dbx_rpc_call *c) {
   if (last) call_free(c);
 }
 
+/* A tracked answer reports once both its send and the call's close are in
+ * (either order). Called on the thread that saw the last of them, while it
+ * still holds its reference. */
+static void call_report(dbx_rpc_call *c) {
+  dbx_rpc_server *s = c->s;
+  pthread_mutex_lock(&s->mu);
+  int now = c->done_fn != NULL && !c->reported && c->send_done && c->close_seen;
+  if (now) c->reported = 1;
+  int delivered = c->send_ok && !atomic_load(&c->cancelled);
+  pthread_mutex_unlock(&s->mu);
+  if (now) c->done_fn(c->done_arg, delivered);
+}
+
+static void on_send(dbx_rpc_call *c, int success) {
+  dbx_rpc_server *s = c->s;
+  pthread_mutex_lock(&s->mu);
+  c->send_done = 1;
+  c->send_ok = success;
+  pthread_mutex_unlock(&s->mu);
+  call_report(c);
+  call_unref(c);
+}
+
 /* Starts the one answer batch. The caller's reference passes to the batch;
  * if the batch cannot start, it is dropped here. */
 static void call_answer(dbx_rpc_call *c, int status, const char *message, const void *msg,
-                        size_t msg_len, int with_msg, const void *details, size_t details_len) {
+                        size_t msg_len, int with_msg, const void *details, size_t details_len,
+                        dbx_rpc_delivered_fn done_fn, void *done_arg) {
   dbx_rpc_server *s = c->s;
   pthread_mutex_lock(&s->mu);
   int again = c->answered;
   c->answered = 1;
+  if (!again) {
+    c->done_fn = done_fn;
+    c->done_arg = done_arg;
+  }
   pthread_mutex_unlock(&s->mu);
   if (again) {
     DBX_ERROR("rpc", "call %s answered twice; second answer ignored", c->method_full);
+    if (done_fn) done_fn(done_arg, 0);
     return;
   }
   grpc_op ops[3];
@@ -187,13 +220,17 @@ static void call_answer(dbx_rpc_call *c, int status, const char *message, const 
   grpc_call_error e = grpc_call_start_batch(c->call, ops, n, &c->t_send, NULL);
   if (e != GRPC_CALL_OK) {
     DBX_WARN("rpc", "answer to %s not started: grpc_call_error %d", c->method_full, (int)e);
+    pthread_mutex_lock(&s->mu);
+    c->send_done = 1; /* send_ok 0: not delivered */
+    pthread_mutex_unlock(&s->mu);
+    call_report(c); /* the close batch still holds a reference, or was never started */
     call_unref(c);
   }
 }
 
 /* Answer that never reached the owner (auth failure, shutdown, lost request). */
 static void call_answer_internal(dbx_rpc_call *c, int status, const char *message) {
-  call_answer(c, status, message, NULL, 0, 0, NULL, 0);
+  call_answer(c, status, message, NULL, 0, 0, NULL, 0, NULL, NULL);
 }
 
 static int64_t deadline_to_mono_ns(gpr_timespec d) {
@@ -356,6 +393,7 @@ static void on_close(dbx_rpc_call *c) {
   /* The close reference keeps c alive through on_cancel even if the owner
    * answers concurrently. */
   if (notify) s->on_cancel(c, s->ud);
+  call_report(c);
   call_unref(c);
 }
 
@@ -377,7 +415,7 @@ static void *server_main(void *arg) {
       on_close(t->obj);
       break;
     case TAG_SEND:
-      call_unref(t->obj);
+      on_send(t->obj, ev.success);
       break;
     case TAG_SHUTDOWN:
       pthread_mutex_lock(&s->mu);
@@ -600,7 +638,16 @@ void *dbx_rpc_call_user(const dbx_rpc_call *c) { return c->user; }
 
 void dbx_rpc_call_reply(dbx_rpc_call *c, const void *msg, size_t len) {
   if (c == NULL) return;
-  call_answer(c, GRPC_STATUS_OK, NULL, msg, len, 1, NULL, 0);
+  call_answer(c, GRPC_STATUS_OK, NULL, msg, len, 1, NULL, 0, NULL, NULL);
+}
+
+void dbx_rpc_call_reply_tracked(dbx_rpc_call *c, const void *msg, size_t len, dbx_rpc_delivered_fn fn,
+                                void *arg) {
+  if (c == NULL) {
+    if (fn) fn(arg, 0);
+    return;
+  }
+  call_answer(c, GRPC_STATUS_OK, NULL, msg, len, 1, NULL, 0, fn, arg);
 }
 
 void dbx_rpc_call_fail(dbx_rpc_call *c, int status, const char *message, const void *details,
@@ -608,5 +655,5 @@ void dbx_rpc_call_fail(dbx_rpc_call *c, int status, const char *message, const v
   if (c == NULL) return;
   if (status <= GRPC_STATUS_OK || status > GRPC_STATUS_UNAUTHENTICATED)
     status = GRPC_STATUS_UNKNOWN;
-  call_answer(c, status, message, NULL, 0, 0, details, details_len);
+  call_answer(c, status, message, NULL, 0, 0, details, details_len, NULL, NULL);
 }

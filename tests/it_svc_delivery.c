@@ -132,9 +132,139 @@ static void test_svc_worker_strings_are_repaired_not_refused(void **state) {
   free(run_id);
 }
 
+/* ------------------------------------------------------------ lost tasks */
+
+typedef struct {
+  dbx_rpc_channel *ch;
+  const char *method, *tq;
+  int64_t timeout_ms;
+  int status;
+  int64_t done_ns; /* monotonic, when the answer came */
+  void *resp;      /* PollWorkflowTaskQueueResponse or PollActivityTaskQueueResponse */
+} poll_arg;
+
+static void *poll_thread(void *arg) {
+  poll_arg *a = arg;
+  TaskQueue tq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
+  tq.name = (char *)a->tq;
+  if (strcmp(a->method, "PollWorkflowTaskQueue") == 0) {
+    PollWorkflowTaskQueueRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__POLL_WORKFLOW_TASK_QUEUE_REQUEST);
+    q.namespace_ = "default";
+    q.task_queue = &tq;
+    q.identity = "it-poller";
+    a->status = dbx_svct_call(a->ch, a->method, &q.base, &PollWorkflowTaskQueueResponse__D, a->timeout_ms,
+                              &a->resp, NULL);
+  } else {
+    PollActivityTaskQueueRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__POLL_ACTIVITY_TASK_QUEUE_REQUEST);
+    q.namespace_ = "default";
+    q.task_queue = &tq;
+    q.identity = "it-poller";
+    a->status = dbx_svct_call(a->ch, a->method, &q.base, &PollActivityTaskQueueResponse__D, a->timeout_ms,
+                              &a->resp, NULL);
+  }
+  a->done_ns = dbx_mono_ns();
+  return NULL;
+}
+
+/* Up to 10 s for cond() of the service to reach n. */
+static void wait_count(dbx_service *svc, int (*cond)(dbx_service *), int n) {
+  for (int i = 0; i < 10000 && cond(svc) < n; i++) {
+    struct timespec ts = {0, 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  assert_int_equal(cond(svc), n);
+}
+
+/* The race of the issue, made certain: the task is queued; poll A (a short
+ * client deadline) reaches the engine, which is held, and its deadline
+ * passes there; poll B follows. Released, one batch runs A, which takes the
+ * task, and B, which finds nothing and parks. A's reply cannot be delivered:
+ * the task must reach B at once, not after its timeout (10 s). */
+static void race(fixture *f, const char *method, const char *tq, poll_arg *b, int64_t *released_ns) {
+  dbx_service_test_hold(f->svc, 1);
+  poll_arg a = {.ch = f->ch, .method = method, .tq = tq, .timeout_ms = 300};
+  pthread_t at, bt;
+  assert_int_equal(pthread_create(&at, NULL, poll_thread, &a), 0);
+  wait_count(f->svc, dbx_service_test_queued, 1);
+  *b = (poll_arg){.ch = f->ch, .method = method, .tq = tq, .timeout_ms = 4000};
+  assert_int_equal(pthread_create(&bt, NULL, poll_thread, b), 0);
+  wait_count(f->svc, dbx_service_test_queued, 2);
+  pthread_join(at, NULL);
+  assert_int_equal(a.status, DBX_GRPC_DEADLINE_EXCEEDED);
+  wait_count(f->svc, dbx_service_test_queued_cancelled, 1); /* the server saw A end */
+  *released_ns = dbx_mono_ns();
+  dbx_service_test_hold(f->svc, 0);
+  pthread_join(bt, NULL);
+  assert_int_equal(b->status, DBX_GRPC_OK);
+}
+
+static void test_svc_undelivered_workflow_task_goes_to_the_next_poller(void **state) {
+  fixture *f = *state;
+  char *run_id = dbx_svct_workflow_start(f->ch, "lost-wft", "tq-lost-wft"); /* task queued, 10 s timeout */
+  poll_arg b;
+  int64_t released = 0;
+  race(f, "PollWorkflowTaskQueue", "tq-lost-wft", &b, &released);
+  PollWorkflowTaskQueueResponse *t = b.resp;
+  assert_true(t->task_token.len > 0);
+  assert_true(b.done_ns - released < 1000000000LL); /* within a second, not the 10 s timeout */
+  /* A's attempt timed out at once, as its timer would have: B has attempt 2 */
+  assert_int_equal(t->attempt, 2);
+  dbx_svct_wft_complete_workflow(f->ch, t->task_token);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  assert_int_equal(dbx_svct_workflow_status(f->ch, "lost-wft", run_id), WS(COMPLETED));
+  dbx_svct_history h;
+  dbx_svct_history_get(f->ch, "lost-wft", run_id, &h);
+  int want[] = {ET(WORKFLOW_EXECUTION_STARTED),  ET(WORKFLOW_TASK_SCHEDULED), ET(WORKFLOW_TASK_STARTED),
+                ET(WORKFLOW_TASK_TIMED_OUT),     ET(WORKFLOW_TASK_SCHEDULED), ET(WORKFLOW_TASK_STARTED),
+                ET(WORKFLOW_TASK_COMPLETED),     ET(WORKFLOW_EXECUTION_COMPLETED)};
+  assert_int_equal(h.n, sizeof want / sizeof want[0]);
+  for (size_t i = 0; i < h.n; i++) {
+    assert_int_equal(h.events[i]->event_id, (int64_t)i + 1);
+    assert_int_equal(h.events[i]->event_type, want[i]);
+  }
+  assert_int_equal(h.events[4]->workflow_task_scheduled_event_attributes->attempt, 2);
+  dbx_svct_history_cleanup(&h);
+  free(run_id);
+}
+
+static void test_svc_undelivered_activity_task_goes_to_the_next_poller(void **state) {
+  fixture *f = *state;
+  char *run_id = dbx_svct_workflow_start(f->ch, "lost-act", "tq-lost-act");
+  PollWorkflowTaskQueueResponse *t = dbx_svct_wft_poll(f->ch, "tq-lost-act", 5000);
+  assert_true(t->task_token.len > 0);
+  dbx_svct_wft_schedule_activity(f->ch, t->task_token, "a1", "tq-lost-act-a", 30, 0);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  poll_arg b;
+  int64_t released = 0;
+  race(f, "PollActivityTaskQueue", "tq-lost-act-a", &b, &released);
+  PollActivityTaskQueueResponse *at = b.resp;
+  assert_true(at->task_token.len > 0);
+  assert_true(b.done_ns - released < 1000000000LL);
+  assert_int_equal(at->attempt, 1); /* the worker never saw the first hand-off: the same attempt */
+  assert_int_equal(dbx_svct_activity_complete(f->ch, at->task_token, NULL), DBX_GRPC_OK);
+  protobuf_c_message_free_unpacked(&at->base, NULL);
+
+  t = dbx_svct_wft_poll(f->ch, "tq-lost-act", 5000);
+  assert_true(t->task_token.len > 0);
+  dbx_svct_wft_complete_workflow(f->ch, t->task_token);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  assert_int_equal(dbx_svct_workflow_status(f->ch, "lost-act", run_id), WS(COMPLETED));
+  dbx_svct_history h;
+  dbx_svct_history_get(f->ch, "lost-act", run_id, &h);
+  const HistoryEvent *st = last_of(&h, ET(ACTIVITY_TASK_STARTED));
+  assert_non_null(st);
+  assert_int_equal(st->activity_task_started_event_attributes->attempt, 1);
+  assert_string_equal(st->activity_task_started_event_attributes->identity, "it-poller");
+  assert_int_equal(dbx_svct_history_count(&h, ET(ACTIVITY_TASK_COMPLETED)), 1);
+  dbx_svct_history_cleanup(&h);
+  free(run_id);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_svc_worker_strings_are_repaired_not_refused),
+      cmocka_unit_test(test_svc_undelivered_workflow_task_goes_to_the_next_poller),
+      cmocka_unit_test(test_svc_undelivered_activity_task_goes_to_the_next_poller),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
