@@ -4,16 +4,18 @@
  * - strings a worker reports that are not valid UTF-8 (a Latin-1 byte in a
  *   failure message, an identity) are stored repaired (U+FFFD) and the run
  *   goes on to its end, instead of the report being refused forever;
- * - a poll that ends without delivering its task (the client cancelled it,
- *   its deadline passed) gives the task back at once: the next poller gets
+ * - a poll that ends without delivering its task (its deadline passed, its
+ *   connection dropped) gives the task back at once: the next poller gets
  *   it with the same attempt number, well before the task's timeout. */
 #include "tests/svc_client.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/util.h"
 #include "service/service.h"
@@ -260,11 +262,75 @@ static void test_svc_undelivered_activity_task_goes_to_the_next_poller(void **st
   free(run_id);
 }
 
-int main(void) {
+/* Child mode (--poll-child host:port task_queue): one PollWorkflowTaskQueue
+ * with a 30 s deadline; the test kills this process while the poll waits
+ * for the engine, so its connection drops. */
+static int poll_child(const char *target, const char *task_queue) {
+  dbx_rpc_global_init();
+  dbx_rpc_channel_opts o = {0};
+  o.target = target;
+  o.namespace_ = "default";
+  dbx_rpc_channel *ch = NULL;
+  if (dbx_rpc_channel_create(&o, &ch) != DBX_OK) return 2;
+  PollWorkflowTaskQueueRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__POLL_WORKFLOW_TASK_QUEUE_REQUEST);
+  TaskQueue tq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
+  tq.name = (char *)task_queue;
+  q.namespace_ = "default";
+  q.task_queue = &tq;
+  q.identity = "it-child";
+  uint8_t buf[256];
+  size_t n = protobuf_c_message_pack(&q.base, buf);
+  dbx_rpc_result r = {0};
+  dbx_rpc_unary(ch, "PollWorkflowTaskQueue", buf, n, 30000, 1, NULL, &r);
+  dbx_rpc_result_cleanup(&r);
+  dbx_rpc_channel_destroy(ch);
+  dbx_rpc_global_shutdown();
+  return 0;
+}
+
+/* The same race when the poller's connection drops: the poll waits for the
+ * engine, its process is killed (SIGKILL: the kernel closes the socket),
+ * and poll B follows. */
+static void test_svc_task_of_a_dropped_connection_goes_to_the_next_poller(void **state) {
+  fixture *f = *state;
+  char *run_id = dbx_svct_workflow_start(f->ch, "lost-conn", "tq-lost-conn");
+  char self[4096];
+  ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+  assert_true(sl > 0);
+  self[sl] = '\0';
+  char target[64];
+  snprintf(target, sizeof target, "127.0.0.1:%d", dbx_service_port(f->svc));
+  dbx_service_test_hold(f->svc, 1);
+  char *argv[] = {self, "--poll-child", target, "tq-lost-conn", NULL};
+  pid_t child = dbx_svct_proc_spawn(argv, NULL, NULL, NULL);
+  wait_count(f->svc, dbx_service_test_queued, 1);
+  dbx_svct_proc_kill(child, SIGKILL);
+  wait_count(f->svc, dbx_service_test_queued_cancelled, 1); /* the server saw the connection go */
+  poll_arg b = {.ch = f->ch, .method = "PollWorkflowTaskQueue", .tq = "tq-lost-conn", .timeout_ms = 4000};
+  pthread_t bt;
+  assert_int_equal(pthread_create(&bt, NULL, poll_thread, &b), 0);
+  wait_count(f->svc, dbx_service_test_queued, 2);
+  int64_t released = dbx_mono_ns();
+  dbx_service_test_hold(f->svc, 0);
+  pthread_join(bt, NULL);
+  assert_int_equal(b.status, DBX_GRPC_OK);
+  PollWorkflowTaskQueueResponse *t = b.resp;
+  assert_true(t->task_token.len > 0);
+  assert_true(b.done_ns - released < 1000000000LL);
+  assert_int_equal(t->attempt, 2);
+  dbx_svct_wft_complete_workflow(f->ch, t->task_token);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  assert_int_equal(dbx_svct_workflow_status(f->ch, "lost-conn", run_id), WS(COMPLETED));
+  free(run_id);
+}
+
+int main(int argc, char **argv) {
+  if (argc == 4 && strcmp(argv[1], "--poll-child") == 0) return poll_child(argv[2], argv[3]);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_svc_worker_strings_are_repaired_not_refused),
       cmocka_unit_test(test_svc_undelivered_workflow_task_goes_to_the_next_poller),
       cmocka_unit_test(test_svc_undelivered_activity_task_goes_to_the_next_poller),
+      cmocka_unit_test(test_svc_task_of_a_dropped_connection_goes_to_the_next_poller),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
