@@ -44,6 +44,60 @@ int dbx_utf8_valid(const uint8_t *s, size_t n) {
   return 1;
 }
 
+/* Length of the well-formed sequence at s[0..n), or 0 with *bad set to the
+ * length of its maximal ill-formed subpart (at least 1). */
+static size_t utf8_seq(const uint8_t *s, size_t n, size_t *bad) {
+  uint8_t c = s[0];
+  size_t len;
+  uint8_t lo = 0x80, hi = 0xbf; /* the allowed range of the second byte */
+  if (c < 0x80) return 1;
+  if (c >= 0xc2 && c <= 0xdf) {
+    len = 2;
+  } else if (c >= 0xe0 && c <= 0xef) {
+    len = 3;
+    if (c == 0xe0) lo = 0xa0;       /* no overlong forms */
+    else if (c == 0xed) hi = 0x9f;  /* no surrogates */
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    len = 4;
+    if (c == 0xf0) lo = 0x90;
+    else if (c == 0xf4) hi = 0x8f;  /* nothing past U+10FFFF */
+  } else {
+    *bad = 1;
+    return 0;
+  }
+  size_t k = 1;
+  for (; k < len && k < n; k++) {
+    uint8_t b = s[k];
+    if (k == 1 ? (b < lo || b > hi) : (b & 0xc0) != 0x80) break;
+  }
+  if (k == len) return len;
+  *bad = k;
+  return 0;
+}
+
+char *dbx_utf8_repair(const char *s, size_t n, size_t *out_len) {
+  if (n > (SIZE_MAX - 1) / 3) return NULL;
+  const uint8_t *p = (const uint8_t *)s;
+  char *out = dbx_malloc(n * 3 + 1);
+  if (out == NULL) return NULL;
+  size_t o = 0, i = 0;
+  while (i < n) {
+    size_t bad = 0, len = utf8_seq(p + i, n - i, &bad);
+    if (len > 0) {
+      memcpy(out + o, p + i, len);
+      o += len;
+      i += len;
+    } else {
+      memcpy(out + o, "\xef\xbf\xbd", 3);
+      o += 3;
+      i += bad;
+    }
+  }
+  out[o] = '\0';
+  if (out_len) *out_len = o;
+  return out;
+}
+
 static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 char *dbx_base64_encode(const uint8_t *p, size_t n) {

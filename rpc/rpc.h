@@ -118,6 +118,20 @@ void *dbx_rpc_call_user(const dbx_rpc_call *c);
 /* Answer OK with a message (bytes copied; len may be 0 for an empty message).
  * Any thread; exactly once per call; frees the call. */
 void dbx_rpc_call_reply(dbx_rpc_call *c, const void *msg, size_t len);
+/* Runs once per tracked answer (dbx_rpc_call_reply_tracked), when gRPC has
+ * finished both sending it and closing the call: delivered 1 when the call
+ * closed without being cancelled (the reply went out to the peer's stream),
+ * 0 when the answer could not reach the peer (the peer cancelled, its
+ * deadline passed, or its connection dropped, before or while the answer was
+ * sent). delivered 1 is no proof the peer read it (a connection that dies
+ * after the bytes left looks the same). Runs on the server thread (or on
+ * the answering thread when the send cannot start); it must not block. */
+typedef void (*dbx_rpc_delivered_fn)(void *arg, int delivered);
+/* dbx_rpc_call_reply, then fn(arg, delivered) exactly once, including during
+ * dbx_rpc_server_destroy (cancelled calls report 0). fn may be NULL (plain
+ * reply). */
+void dbx_rpc_call_reply_tracked(dbx_rpc_call *c, const void *msg, size_t len, dbx_rpc_delivered_fn fn,
+                                void *arg);
 /* Answer with a non-OK status (OK or out-of-range codes are sent as
  * UNKNOWN). message: UTF-8, copied. details: serialized google.rpc.Status
  * sent as "grpc-status-details-bin" (may be NULL). Any thread; exactly once

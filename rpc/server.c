@@ -42,6 +42,15 @@
 #define WFS_PREFIX "/temporal.api.workflowservice.v1.WorkflowService/"
 #define DETAILS_KEY "grpc-status-details-bin"
 #define OWNER_WAIT_NS ((int64_t)5000000000)
+#define WARNED_PEERS 32
+/* Keepalive policy (docs/service.md "Keepalive"): pings are accepted every
+ * MIN_PING_MS or slower, with or without calls (Temporal's SDKs ping every
+ * 30 s, 15 s timeout; Go clamps any client to 10 s at least); more than
+ * PING_STRIKES pings closer together, while the server sends nothing, get
+ * GOAWAY ENHANCE_YOUR_CALM "too_many_pings" from gRPC core and the
+ * connection closes. */
+#define MIN_PING_MS 5000
+#define PING_STRIKES 2
 
 enum tag_kind { TAG_NEW, TAG_RECV, TAG_CLOSE, TAG_SEND, TAG_SHUTDOWN };
 
@@ -74,6 +83,10 @@ struct dbx_rpc_server {
   int live;          /* call contexts not yet freed */
   evtag sd_tag;
   slot slots[SLOTS];
+  /* Peers (one per connection: the address includes the client's port)
+   * already warned about a call that ended before its answer; under mu. */
+  char *warned[WARNED_PEERS];
+  size_t warned_next;
 };
 
 struct dbx_rpc_call {
@@ -105,6 +118,10 @@ struct dbx_rpc_call {
   grpc_slice status_msg;
   grpc_metadata trailer;
   int has_trailer;
+  /* A tracked answer (dbx_rpc_call_reply_tracked); under s->mu. */
+  dbx_rpc_delivered_fn done_fn;
+  void *done_arg;
+  int send_done, send_ok, reported;
 };
 
 /* ------------------------------------------------------------ call contexts */
@@ -144,17 +161,46 @@ static void call_unref(dbx_rpc_call *c) {
   if (last) call_free(c);
 }
 
+/* A tracked answer reports once both its send and the call's close are in
+ * (either order). Called on the thread that saw the last of them, while it
+ * still holds its reference. */
+static void call_report(dbx_rpc_call *c) {
+  dbx_rpc_server *s = c->s;
+  pthread_mutex_lock(&s->mu);
+  int now = c->done_fn != NULL && !c->reported && c->send_done && c->close_seen;
+  if (now) c->reported = 1;
+  int delivered = c->send_ok && !atomic_load(&c->cancelled);
+  pthread_mutex_unlock(&s->mu);
+  if (now) c->done_fn(c->done_arg, delivered);
+}
+
+static void on_send(dbx_rpc_call *c, int success) {
+  dbx_rpc_server *s = c->s;
+  pthread_mutex_lock(&s->mu);
+  c->send_done = 1;
+  c->send_ok = success;
+  pthread_mutex_unlock(&s->mu);
+  call_report(c);
+  call_unref(c);
+}
+
 /* Starts the one answer batch. The caller's reference passes to the batch;
  * if the batch cannot start, it is dropped here. */
 static void call_answer(dbx_rpc_call *c, int status, const char *message, const void *msg,
-                        size_t msg_len, int with_msg, const void *details, size_t details_len) {
+                        size_t msg_len, int with_msg, const void *details, size_t details_len,
+                        dbx_rpc_delivered_fn done_fn, void *done_arg) {
   dbx_rpc_server *s = c->s;
   pthread_mutex_lock(&s->mu);
   int again = c->answered;
   c->answered = 1;
+  if (!again) {
+    c->done_fn = done_fn;
+    c->done_arg = done_arg;
+  }
   pthread_mutex_unlock(&s->mu);
   if (again) {
     DBX_ERROR("rpc", "call %s answered twice; second answer ignored", c->method_full);
+    if (done_fn) done_fn(done_arg, 0);
     return;
   }
   grpc_op ops[3];
@@ -187,13 +233,17 @@ static void call_answer(dbx_rpc_call *c, int status, const char *message, const 
   grpc_call_error e = grpc_call_start_batch(c->call, ops, n, &c->t_send, NULL);
   if (e != GRPC_CALL_OK) {
     DBX_WARN("rpc", "answer to %s not started: grpc_call_error %d", c->method_full, (int)e);
+    pthread_mutex_lock(&s->mu);
+    c->send_done = 1; /* send_ok 0: not delivered */
+    pthread_mutex_unlock(&s->mu);
+    call_report(c); /* the close batch still holds a reference, or was never started */
     call_unref(c);
   }
 }
 
 /* Answer that never reached the owner (auth failure, shutdown, lost request). */
 static void call_answer_internal(dbx_rpc_call *c, int status, const char *message) {
-  call_answer(c, status, message, NULL, 0, 0, NULL, 0);
+  call_answer(c, status, message, NULL, 0, 0, NULL, 0, NULL, NULL);
 }
 
 static int64_t deadline_to_mono_ns(gpr_timespec d) {
@@ -346,16 +396,49 @@ static void on_recv(dbx_rpc_call *c, int success) {
   call_unref(c); /* the recv batch's reference */
 }
 
+/* A parked call ended before its answer and before its deadline: its client
+ * cancelled it or its connection closed. gRPC core (1.51) tells neither
+ * which, nor when it closed a connection itself for too many pings (GOAWAY
+ * ENHANCE_YOUR_CALM "too_many_pings": it has no hook or log for the GOAWAY
+ * it sends, short of its verbose "http" tracer), so this is what can be
+ * observed: warned once per connection (peer address and port). */
+static void warn_dropped(dbx_rpc_call *c) {
+  dbx_rpc_server *s = c->s;
+  if (c->deadline_mono_ns != INT64_MAX && dbx_mono_ns() >= c->deadline_mono_ns - 100000000) return; /* its deadline */
+  char *peer = grpc_call_get_peer(c->call);
+  if (peer == NULL) return;
+  pthread_mutex_lock(&s->mu);
+  int seen = 0;
+  for (size_t i = 0; i < WARNED_PEERS && !seen; i++) seen = s->warned[i] && strcmp(s->warned[i], peer) == 0;
+  char *copy = seen ? NULL : dbx_strdup(peer);
+  if (copy) {
+    free(s->warned[s->warned_next]);
+    s->warned[s->warned_next] = copy;
+    s->warned_next = (s->warned_next + 1) % WARNED_PEERS;
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (copy)
+    DBX_WARN("rpc",
+             "%s from %s ended before its answer: the client cancelled it or the connection closed (gRPC does "
+             "not say which; a client that pings more often than every %d s while no data flows is sent GOAWAY "
+             "too_many_pings after %d such pings); logged once per connection",
+             c->method_full, peer, MIN_PING_MS / 1000, PING_STRIKES + 1);
+  gpr_free(peer);
+}
+
 static void on_close(dbx_rpc_call *c) {
   dbx_rpc_server *s = c->s;
   pthread_mutex_lock(&s->mu);
   c->close_seen = 1;
   if (c->close_cancelled) atomic_store(&c->cancelled, 1);
   int notify = c->close_cancelled && c->owned && !c->answered && s->on_cancel != NULL;
+  int dropped = c->close_cancelled && c->owned && !c->answered && !s->shutting_down;
   pthread_mutex_unlock(&s->mu);
+  if (dropped) warn_dropped(c);
   /* The close reference keeps c alive through on_cancel even if the owner
    * answers concurrently. */
   if (notify) s->on_cancel(c, s->ud);
+  call_report(c);
   call_unref(c);
 }
 
@@ -377,7 +460,7 @@ static void *server_main(void *arg) {
       on_close(t->obj);
       break;
     case TAG_SEND:
-      call_unref(t->obj);
+      on_send(t->obj, ev.success);
       break;
     case TAG_SHUTDOWN:
       pthread_mutex_lock(&s->mu);
@@ -459,9 +542,11 @@ dbx_err dbx_rpc_server_start(const dbx_rpc_server_opts *o, dbx_rpc_server **out,
   grpc_arg a[] = {
       {GRPC_ARG_INTEGER, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, {.integer = (int)max}},
       {GRPC_ARG_INTEGER, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, {.integer = (int)max}},
+      /* the keepalive policy: see MIN_PING_MS */
       {GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, {.integer = 1}},
       {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
-       {.integer = 10000}},
+       {.integer = MIN_PING_MS}},
+      {GRPC_ARG_INTEGER, GRPC_ARG_HTTP2_MAX_PING_STRIKES, {.integer = PING_STRIKES}},
       {GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_TIME_MS, {.integer = 60000}},
       {GRPC_ARG_INTEGER, GRPC_ARG_KEEPALIVE_TIMEOUT_MS, {.integer = 20000}},
       /* gRPC sets SO_REUSEPORT by default: a second server on the same port would
@@ -567,6 +652,7 @@ void dbx_rpc_server_destroy(dbx_rpc_server *s) {
   grpc_completion_queue_destroy(s->cq);
   pthread_cond_destroy(&s->cv);
   pthread_mutex_destroy(&s->mu);
+  for (size_t i = 0; i < WARNED_PEERS; i++) free(s->warned[i]);
   free(s->bearer);
   free(s);
 }
@@ -600,7 +686,16 @@ void *dbx_rpc_call_user(const dbx_rpc_call *c) { return c->user; }
 
 void dbx_rpc_call_reply(dbx_rpc_call *c, const void *msg, size_t len) {
   if (c == NULL) return;
-  call_answer(c, GRPC_STATUS_OK, NULL, msg, len, 1, NULL, 0);
+  call_answer(c, GRPC_STATUS_OK, NULL, msg, len, 1, NULL, 0, NULL, NULL);
+}
+
+void dbx_rpc_call_reply_tracked(dbx_rpc_call *c, const void *msg, size_t len, dbx_rpc_delivered_fn fn,
+                                void *arg) {
+  if (c == NULL) {
+    if (fn) fn(arg, 0);
+    return;
+  }
+  call_answer(c, GRPC_STATUS_OK, NULL, msg, len, 1, NULL, 0, fn, arg);
 }
 
 void dbx_rpc_call_fail(dbx_rpc_call *c, int status, const char *message, const void *details,
@@ -608,5 +703,5 @@ void dbx_rpc_call_fail(dbx_rpc_call *c, int status, const char *message, const v
   if (c == NULL) return;
   if (status <= GRPC_STATUS_OK || status > GRPC_STATUS_UNAUTHENTICATED)
     status = GRPC_STATUS_UNKNOWN;
-  call_answer(c, status, message, NULL, 0, 0, details, details_len);
+  call_answer(c, status, message, NULL, 0, 0, details, details_len, NULL, NULL);
 }

@@ -52,6 +52,56 @@ static int strings_valid(const ProtobufCMessage *m, char *path, size_t cap, size
   return 1;
 }
 
+/* Replace every string field of m (recursively) that is not UTF-8 by its
+ * repaired copy (dbx_utf8_repair). Returns how many were repaired, or -1 on
+ * OOM (m stays consistent: a field is swapped only once its copy exists). */
+static int strings_repair(ProtobufCMessage *m, int depth) {
+  if (m == NULL || depth > 40) return 0;
+  const ProtobufCMessageDescriptor *d = m->descriptor;
+  int fixed = 0;
+  for (unsigned i = 0; i < d->n_fields; i++) {
+    const ProtobufCFieldDescriptor *f = &d->fields[i];
+    char *base = (char *)m;
+    if (f->type != PROTOBUF_C_TYPE_STRING && f->type != PROTOBUF_C_TYPE_MESSAGE) continue;
+    if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
+      uint32_t cs = *(const uint32_t *)(base + f->quantifier_offset);
+      if (cs != f->id) continue;
+    }
+    size_t count = 1;
+    void **ptr = (void **)(base + f->offset);
+    if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+      count = *(const size_t *)(base + f->quantifier_offset);
+      ptr = *(void ***)(base + f->offset);
+      if (ptr == NULL) continue;
+    }
+    for (size_t k = 0; k < count; k++) {
+      if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
+        int n = strings_repair(ptr[k], depth + 1);
+        if (n < 0) return -1;
+        fixed += n;
+        continue;
+      }
+      char *str = ptr[k];
+      size_t len = str ? strlen(str) : 0;
+      if (str == NULL || dbx_utf8_valid((const uint8_t *)str, len)) continue;
+      char *rep = dbx_utf8_repair(str, len, NULL);
+      if (rep == NULL) return -1;
+      free(str); /* an unpacked string is its own allocation (valid text is never the shared default) */
+      ptr[k] = rep;
+      fixed++;
+    }
+  }
+  return fixed;
+}
+
+/* Requests a worker sends about its tasks: their strings (failure messages,
+ * stack traces, identities, command attributes) are repaired, not refused,
+ * so a worker that produced a bad byte still ends its task (docs/service.md
+ * "Bad input"). Every other request is refused, as Temporal's server does. */
+static int worker_report(const char *method) {
+  return strncmp(method, "Respond", 7) == 0 || strcmp(method, "RecordActivityTaskHeartbeat") == 0;
+}
+
 /* Decode the request of method into *out; on failure set the job's status. */
 void *svc_decode(job *j, const ProtobufCMessageDescriptor *d) {
   size_t len = 0;
@@ -67,6 +117,17 @@ void *svc_decode(job *j, const ProtobufCMessageDescriptor *d) {
     return NULL;
   }
   char path[256] = "";
+  if (worker_report(j->method)) {
+    int fixed = strings_repair(m, 0);
+    if (fixed < 0) {
+      svc_job_fail(j, DBX_GRPC_RESOURCE_EXHAUSTED, "%s: out of memory repairing the request", j->method);
+      protobuf_c_message_free_unpacked(m, NULL);
+      return NULL;
+    }
+    if (fixed > 0)
+      DBX_INFO("service", "%s: %d string field(s) were not valid UTF-8 and were repaired (U+FFFD)", j->method,
+               fixed);
+  }
   if (!strings_valid(m, path, sizeof path, 0, 0)) {
     svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: field %s is not valid UTF-8", j->method, path);
     protobuf_c_message_free_unpacked(m, NULL);

@@ -90,6 +90,31 @@ void svc_job_reset(job *j) {
   j->park = PARK_NONE;
   j->park_deadline_ns = 0;
   j->query_id = 0;
+  if (j->call) { /* an internal job keeps its hand-off: it is the job's input */
+    free(j->handoff);
+    j->handoff = NULL;
+    j->handoff_len = 0;
+  }
+}
+
+int svc_job_set_handoff(job *j, int kind, const RunState *rs, int64_t scheduled_event_id, int64_t started,
+                        int32_t attempt) {
+  TaskToken t = INIT(DURABOX__SERVICE__V1__TASK_TOKEN);
+  t.kind = kind;
+  t.namespace_ = rs->namespace_;
+  t.workflow_id = rs->workflow_id;
+  t.run_id = rs->run_id;
+  t.scheduled_event_id = scheduled_event_id;
+  t.started_event_id = started;
+  t.attempt = attempt;
+  free(j->handoff);
+  j->handoff = dbx_pb_pack(&t.base, &j->handoff_len);
+  if (j->handoff == NULL) {
+    j->handoff_len = 0;
+    svc_oom_mark();
+    return -1;
+  }
+  return 0;
 }
 
 static void job_vfail(job *j, int status, const ProtobufCMessage *detail, const char *type_url,
@@ -171,9 +196,57 @@ int svc_job_reply_field(job *j, const ProtobufCMessage *m, uint32_t field, const
   return 0;
 }
 
-static void job_answer(job *j) {
+typedef struct {
+  dbx_service *svc;
+  uint8_t *handoff;
+  size_t len;
+} undelivered_arg;
+
+/* rpc thread: a reply that handed out a task was not delivered; queue the
+ * internal job that gives the task back (svc_h_task_undelivered). */
+static void on_delivered(void *arg, int delivered) {
+  undelivered_arg *a = arg;
+  job *j = delivered ? NULL : dbx_calloc(1, sizeof *j);
+  if (j != NULL) {
+    j->method = SVC_METHOD_TASK_UNDELIVERED;
+    j->handoff = a->handoff;
+    j->handoff_len = a->len;
+    a->handoff = NULL;
+    dbx_service *s = a->svc;
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping) {
+      free(j->handoff);
+      free(j);
+    } else {
+      if (s->incoming_tail)
+        s->incoming_tail->next = j;
+      else
+        s->incoming = j;
+      s->incoming_tail = j;
+      pthread_cond_signal(&s->cond);
+    }
+    pthread_mutex_unlock(&s->mu);
+  } else if (!delivered) {
+    DBX_WARN("service", "a task was handed to a poll whose reply was not delivered; out of memory giving it back: "
+                        "it waits for its timeout");
+  }
+  free(a->handoff);
+  free(a);
+}
+
+static void job_answer(dbx_service *s, job *j) {
   if (j->call) {
-    if (j->status == DBX_GRPC_OK)
+    undelivered_arg *a = NULL;
+    if (j->status == DBX_GRPC_OK && j->handoff && (a = dbx_calloc(1, sizeof *a)) != NULL) {
+      a->svc = s;
+      a->handoff = j->handoff;
+      a->len = j->handoff_len;
+      j->handoff = NULL;
+      j->handoff_len = 0;
+    }
+    if (a)
+      dbx_rpc_call_reply_tracked(j->call, j->reply, j->reply_len, on_delivered, a);
+    else if (j->status == DBX_GRPC_OK)
       dbx_rpc_call_reply(j->call, j->reply, j->reply_len);
     else
       dbx_rpc_call_fail(j->call, j->status, j->message ? j->message : "error", j->details,
@@ -185,6 +258,7 @@ static void job_answer(job *j) {
 static void job_free(job *j) {
   if (j == NULL) return;
   svc_job_reset(j);
+  free(j->handoff);
   free(j);
 }
 
@@ -450,7 +524,7 @@ static void apply_after_commit(dbx_service *s, batch *b, job **ready) {
     if (j->park != PARK_NONE && j->call && !dbx_rpc_call_cancelled(j->call)) {
       park(s, j);
     } else {
-      job_answer(j);
+      job_answer(s, j);
       job_free(j);
     }
     j = next;
@@ -508,7 +582,7 @@ static void apply_after_commit(dbx_service *s, batch *b, job **ready) {
           n->message = NULL;
           n->bytes = NULL;
         }
-        job_answer(w);
+        job_answer(s, w);
         job_free(w);
         q->waiter = NULL;
       }
@@ -539,7 +613,7 @@ static int64_t expire_parked(dbx_service *s, int64_t now_mono, int all) {
         if (all) svc_job_fail(j, DBX_GRPC_UNAVAILABLE, "service is stopping");
       }
       /* poll and history waits answer with the reply they prepared (empty) */
-      job_answer(j);
+      job_answer(s, j);
       job_free(j);
       continue;
     }
@@ -613,7 +687,7 @@ static void run_batch(dbx_service *s, job *jobs, int fire_timers, job **ready) {
       svc_job_fail(j, DBX_GRPC_RESOURCE_EXHAUSTED, "out of memory");
     else
       svc_job_fail(j, DBX_GRPC_UNAVAILABLE, "storage error: %s: %s", dbx_strerror(rc), msg);
-    job_answer(j);
+    job_answer(s, j);
     job_free(j);
     j = next;
   }
@@ -656,14 +730,14 @@ static void *engine_main(void *arg) {
       while (all) {
         job *n = all->next;
         svc_job_fail(all, DBX_GRPC_UNAVAILABLE, "service is stopping");
-        job_answer(all);
+        job_answer(s, all);
         job_free(all);
         all = n;
       }
       while (in) {
         job *n = in->next;
         svc_job_fail(in, DBX_GRPC_UNAVAILABLE, "service is stopping");
-        job_answer(in);
+        job_answer(s, in);
         job_free(in);
         in = n;
       }
@@ -949,6 +1023,14 @@ int dbx_service_test_queued(dbx_service *s) {
   int n = 0;
   pthread_mutex_lock(&s->mu);
   for (job *j = s->incoming; j; j = j->next) n++;
+  pthread_mutex_unlock(&s->mu);
+  return n;
+}
+
+int dbx_service_test_queued_cancelled(dbx_service *s) {
+  int n = 0;
+  pthread_mutex_lock(&s->mu);
+  for (job *j = s->incoming; j; j = j->next) n += j->call && dbx_rpc_call_cancelled(j->call);
   pthread_mutex_unlock(&s->mu);
   return n;
 }

@@ -154,7 +154,10 @@ static const struct {
 };
 
 dbx_err svc_handle_rpc(ectx *c, job *j) {
-  if (j->call == NULL) return DBX_OK;
+  if (j->call == NULL) { /* internal jobs only: no client can name one */
+    if (j->method && strcmp(j->method, SVC_METHOD_TASK_UNDELIVERED) == 0) return svc_h_task_undelivered(c, j);
+    return DBX_OK;
+  }
   DBX_DEBUG("service", "rpc %s", j->method);
   if (dbx_rpc_call_is_workflow_service(j->call)) {
     for (size_t i = 0; i < sizeof handlers / sizeof handlers[0]; i++)

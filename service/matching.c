@@ -160,7 +160,9 @@ dbx_err svc_h_poll_workflow(ectx *c, job *j) {
         r.next_page_token.data = page_tok;
         r.next_page_token.len = 16;
       }
-      svc_job_reply_field(j, &r.base, 8 /* history */, hist, hist_len);
+      if (svc_job_reply_field(j, &r.base, 8 /* history */, hist, hist_len) == 0)
+        svc_job_set_handoff(j, TASK_WORKFLOW, rs, rs->wft_scheduled_event_id, rs->wft_started_event_id,
+                            rs->wft_attempt);
       free(r.task_token.data);
     } else if (rc == DBX_OK) {
       rc = DBX_ENOMEM;
@@ -274,7 +276,8 @@ dbx_err svc_h_poll_activity(ectx *c, job *j) {
     r.start_to_close_timeout = &d2;
     r.heartbeat_timeout = &d3;
     r.retry_policy = ai->retry_policy;
-    svc_job_reply(j, &r.base);
+    if (svc_job_reply(j, &r.base) == 0)
+      svc_job_set_handoff(j, TASK_ACTIVITY, rs, ai->scheduled_event_id, ai->started_time_ns, ai->attempt);
     free(r.task_token.data);
     svc_history_event_free(sev);
     svc_runstate_free(rs);
@@ -442,4 +445,53 @@ dbx_err svc_h_respond_query(ectx *c, job *j) {
   }
   protobuf_c_message_free_unpacked(&q->base, NULL);
   return DBX_OK;
+}
+
+/* A poll reply that handed out a task did not reach its poller (it was
+ * cancelled, its deadline passed or its connection dropped first): give the
+ * task to the next poller now rather than after the task's timeout. A
+ * workflow task times out at once (WorkflowTaskTimedOut, then the next
+ * attempt, as its start-to-close timer would do later: history stays
+ * append-only); an activity's start is undone (it is in mutable state only)
+ * and the same attempt is queued again. Nothing happens when the task moved
+ * on meanwhile (completed, timed out, the run closed). */
+dbx_err svc_h_task_undelivered(ectx *c, job *j) {
+  TaskToken *t = NULL;
+  dbx_err rc = svc_pb_unpack(&TaskToken__D, j->handoff, j->handoff_len, (void **)&t);
+  if (rc != DBX_OK) return rc == DBX_ENOMEM ? DBX_ENOMEM : DBX_OK;
+  RunState *rs = NULL;
+  rc = svc_run_load(c, t->namespace_, t->workflow_id, t->run_id, &rs);
+  if (rc == DBX_ENOTFOUND || (rc == DBX_OK && rs->status != WS(RUNNING))) {
+    rc = DBX_OK;
+    goto out;
+  }
+  if (rc != DBX_OK) goto out;
+  int changed = 0;
+  if (t->kind == TASK_WORKFLOW) {
+    if (rs->wft_scheduled_event_id == t->scheduled_event_id && rs->wft_started_event_id == t->started_event_id &&
+        rs->wft_attempt == t->attempt && t->started_event_id > 0) {
+      DBX_INFO("service", "workflow task %lld of %s attempt %d was not delivered to its poller: timed out now",
+               (long long)t->scheduled_event_id, rs->workflow_id, t->attempt);
+      rc = svc_wft_time_out(c, rs);
+      changed = 1;
+    }
+  } else if (t->kind == TASK_ACTIVITY) {
+    ActivityInfo *ai = svc_activity_find(rs, t->scheduled_event_id);
+    if (ai && ai->attempt == t->attempt && ai->started_time_ns != 0 && ai->started_time_ns == t->started_event_id) {
+      DBX_INFO("service", "activity %s of %s attempt %d was not delivered to its poller: queued again",
+               ai->activity_id, rs->workflow_id, ai->attempt);
+      ai->started_time_ns = 0;
+      svc_pb_setstr(&ai->started_identity, "");
+      svc_pb_setstr(&ai->started_request_id, "");
+      ai->queued = 1;
+      rc = svc_task_enqueue(c, rs->namespace_, ai->task_queue, TASK_ACTIVITY, rs->workflow_id, rs->run_id,
+                            ai->scheduled_event_id, ai->attempt);
+      changed = 1;
+    }
+  }
+  if (rc == DBX_OK && changed) rc = svc_run_save(c, rs);
+out:
+  svc_runstate_free(rs);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  return rc;
 }

@@ -63,9 +63,12 @@ dbx_err dbx_service_start(const dbx_service_opts *o, dbx_service **out, char **e
 int dbx_service_port(const dbx_service *s);
 /* Test hooks, for tests that need calls in one batch in a known order:
  * hold != 0 keeps the engine from taking queued calls until released with 0;
- * dbx_service_test_queued counts the calls waiting for the engine. Any thread. */
+ * dbx_service_test_queued counts the calls waiting for the engine, and
+ * dbx_service_test_queued_cancelled those of them whose client cancelled or
+ * whose deadline passed (as gRPC reported it to the server). Any thread. */
 void dbx_service_test_hold(dbx_service *s, int hold);
 int dbx_service_test_queued(dbx_service *s);
+int dbx_service_test_queued_cancelled(dbx_service *s);
 /* Allocation-failure tests (base/alloc.h): n > 0 makes the next batch that
  * runs calls arm dbx_alloc_fail_at(n) on the engine thread for the length of
  * its store write (handlers, due timers, commit; not the answers sent after

@@ -58,6 +58,13 @@ struct job {
   size_t park_key_len;
   int64_t park_deadline_ns;     /* monotonic; when the empty answer is due */
   uint64_t query_id;            /* PARK_QUERY: the query this call waits for */
+  /* The task this reply hands out: a packed TaskToken naming it (for an
+   * activity, started_event_id holds the attempt's start time, ns). When
+   * gRPC reports the reply undelivered, the engine runs an internal
+   * "TaskUndelivered" job carrying it (call NULL) that gives the task back:
+   * svc_h_task_undelivered. */
+  uint8_t *handoff;
+  size_t handoff_len;
   job *next;
 };
 
@@ -151,6 +158,10 @@ void svc_job_reset(job *j);
 /* Run one RPC job in ctx (handlers.c). Returns DBX_OK, or a store error that
  * aborts the whole batch (DBX_ESTOREFULL, DBX_ESTORE). */
 dbx_err svc_handle_rpc(ectx *c, job *j);
+/* Time out the run's started workflow task now, as its start-to-close
+ * timer would (WorkflowTaskTimedOut, buffered events, the next attempt);
+ * the caller saves rs. */
+dbx_err svc_wft_time_out(ectx *c, RunState *rs);
 /* Fire due durable timers (timers.c): up to max, returns count fired or <0 error. */
 int svc_fire_due_timers(ectx *c, int max, dbx_err *err);
 
@@ -178,6 +189,13 @@ dbx_err svc_h_start(ectx *c, job *j);
 dbx_err svc_h_terminate(ectx *c, job *j);
 dbx_err svc_h_wft_completed(ectx *c, job *j);
 dbx_err svc_h_wft_failed(ectx *c, job *j);
+/* Internal (call NULL): a poll reply carrying the task j->handoff was not
+ * delivered; put the task back for the next poller (matching.c). */
+dbx_err svc_h_task_undelivered(ectx *c, job *j);
+#define SVC_METHOD_TASK_UNDELIVERED "TaskUndelivered"
+/* Record in j->handoff the task a poll reply hands out (see job). 0, or -1 on OOM (marked). */
+int svc_job_set_handoff(job *j, int kind, const RunState *rs, int64_t scheduled_event_id, int64_t started,
+                        int32_t attempt);
 
 #define NS_NOT_FOUND_URL "type.googleapis.com/temporal.api.errordetails.v1.NamespaceNotFoundFailure"
 #define NOT_FOUND_URL "type.googleapis.com/temporal.api.errordetails.v1.NotFoundFailure"

@@ -43,10 +43,18 @@ static dbx_err fire_activity(ectx *c, RunState *rs, TimerRecord *tr, int *change
     if (ai->attempt != tr->attempt || ai->started_time_ns != 0) return DBX_OK;
     tt = TT(SCHEDULE_TO_START);
     break;
-  case TK_ACTIVITY_START_TO_CLOSE:
+  case TK_ACTIVITY_START_TO_CLOSE: {
     if (ai->attempt != tr->attempt || ai->started_time_ns == 0) return DBX_OK;
+    /* a timer armed by an earlier start of this attempt whose hand-off was
+     * undone (matching.c: svc_h_task_undelivered) waits for this start's */
+    int64_t due = ai->started_time_ns + ai->start_to_close_ms * 1000000;
+    if (due > c->now_ns) {
+      *changed = 1;
+      return svc_timer_add(c, due, TK_ACTIVITY_START_TO_CLOSE, rs, ai->scheduled_event_id, ai->attempt, NULL);
+    }
     tt = TT(START_TO_CLOSE);
     break;
+  }
   case TK_ACTIVITY_HEARTBEAT: {
     if (ai->attempt != tr->attempt || ai->started_time_ns == 0) return DBX_OK;
     int64_t last = ai->last_heartbeat_time_ns > ai->started_time_ns ? ai->last_heartbeat_time_ns : ai->started_time_ns;
@@ -71,6 +79,22 @@ static dbx_err fire_activity(ectx *c, RunState *rs, TimerRecord *tr, int *change
            f->message);
   dbx_err rc = svc_activity_attempt_failed(c, rs, ai, f, tt, NULL);
   protobuf_c_message_free_unpacked(&f->base, NULL);
+  return rc;
+}
+
+dbx_err svc_wft_time_out(ectx *c, RunState *rs) {
+  HistoryEvent *ev = svc_event_new(ET(WORKFLOW_TASK_TIMED_OUT));
+  if (ev == NULL) return DBX_ENOMEM;
+  ev->workflow_task_timed_out_event_attributes->scheduled_event_id = rs->wft_scheduled_event_id;
+  ev->workflow_task_timed_out_event_attributes->started_event_id = rs->wft_started_event_id;
+  ev->workflow_task_timed_out_event_attributes->timeout_type = TT(START_TO_CLOSE);
+  rs->wft_started_event_id = 0;
+  dbx_err rc = svc_event_append(c, rs, ev, 0);
+  svc_history_event_free(ev); /* the event ended the task */
+  rs->wft_attempt++;
+  int flushed = 0;
+  if (rc == DBX_OK) rc = svc_events_flush_buffer(c, rs, &flushed);
+  if (rc == DBX_OK) rc = svc_wft_schedule(c, rs);
   return rc;
 }
 
@@ -101,21 +125,7 @@ static dbx_err fire_one(ectx *c, TimerRecord *tr) {
   case TK_WFT_START_TO_CLOSE: {
     if (rs->wft_scheduled_event_id != tr->event_id || rs->wft_started_event_id == 0 || rs->wft_attempt != tr->attempt)
       break;
-    HistoryEvent *ev = svc_event_new(ET(WORKFLOW_TASK_TIMED_OUT));
-    if (ev == NULL) {
-      rc = DBX_ENOMEM;
-      break;
-    }
-    ev->workflow_task_timed_out_event_attributes->scheduled_event_id = rs->wft_scheduled_event_id;
-    ev->workflow_task_timed_out_event_attributes->started_event_id = rs->wft_started_event_id;
-    ev->workflow_task_timed_out_event_attributes->timeout_type = TT(START_TO_CLOSE);
-    rs->wft_started_event_id = 0;
-    rc = svc_event_append(c, rs, ev, 0);
-    svc_history_event_free(ev); /* the event ended the task */
-    rs->wft_attempt++;
-    int flushed = 0;
-    if (rc == DBX_OK) rc = svc_events_flush_buffer(c, rs, &flushed);
-    if (rc == DBX_OK) rc = svc_wft_schedule(c, rs);
+    rc = svc_wft_time_out(c, rs);
     changed = 1;
     break;
   }

@@ -361,6 +361,49 @@ static void test_base_utf8_rejects_ill_formed_text(void **state) {
   assert_int_equal(utf8("\xe2\x28\xa1", 3), 0);
 }
 
+/* repair(s, n) equals want (NUL-free text), and the result is valid */
+static void check_repair(const char *s, size_t n, const char *want) {
+  size_t len = 12345;
+  char *r = dbx_utf8_repair(s, n, &len);
+  assert_non_null(r);
+  assert_int_equal(len, strlen(want));
+  assert_string_equal(r, want);
+  assert_int_equal(dbx_utf8_valid((const uint8_t *)r, len), 1);
+  free(r);
+}
+
+#define FFFD "\xef\xbf\xbd"
+static void test_base_utf8_repair_replaces_each_ill_formed_part(void **state) {
+  (void)state;
+  check_repair("", 0, "");
+  check_repair(NULL, 0, "");
+  check_repair("caf\xc3\xa9 \xf0\x9f\x98\x80", 10, "caf\xc3\xa9 \xf0\x9f\x98\x80"); /* well-formed: unchanged */
+  check_repair("caf\xe9!", 5, "caf" FFFD "!");              /* a Latin-1 byte */
+  check_repair("\xe9\xe8", 2, FFFD FFFD);                   /* one each */
+  check_repair("a\xe2\x82" "b", 4, "a" FFFD "b");           /* truncated: one for the whole part */
+  check_repair("\xf0\x9f\x98", 3, FFFD);                    /* truncated at the end */
+  check_repair("\xc0\x80", 2, FFFD FFFD);                   /* overlong: C0 never starts a sequence */
+  check_repair("\xe0\x80\x80", 3, FFFD FFFD FFFD);          /* overlong 3-byte: E0 80 is not a prefix */
+  check_repair("\xed\xa0\x80x", 4, FFFD FFFD FFFD "x");     /* a surrogate */
+  check_repair("\xf4\x90\x80\x80", 4, FFFD FFFD FFFD FFFD); /* past U+10FFFF */
+  check_repair("\xff\xfe", 2, FFFD FFFD);
+  check_repair("\x80\xbf", 2, FFFD FFFD);                   /* stray continuation bytes */
+  check_repair("\xe2\x82\xac\xe2\x82", 5, "\xe2\x82\xac" FFFD);
+  /* NUL bytes are kept */
+  size_t len = 0;
+  char *r = dbx_utf8_repair("a\0\xe9", 3, &len);
+  assert_non_null(r);
+  assert_int_equal(len, 5);
+  assert_memory_equal(r, "a\0" FFFD, 5);
+  free(r);
+  /* out_len may be NULL */
+  r = dbx_utf8_repair("\xe9", 1, NULL);
+  assert_non_null(r);
+  assert_string_equal(r, FFFD);
+  free(r);
+}
+#undef FFFD
+
 static void expect_b64(const char *plain, const char *text) {
   char *e = dbx_base64_encode((const uint8_t *)plain, strlen(plain));
   assert_non_null(e);
@@ -603,6 +646,7 @@ int main(void) {
       cmocka_unit_test(test_base_fs_remove_tree_deeper_than_path_max),
       cmocka_unit_test(test_base_utf8_accepts_well_formed_text),
       cmocka_unit_test(test_base_utf8_rejects_ill_formed_text),
+      cmocka_unit_test(test_base_utf8_repair_replaces_each_ill_formed_part),
       cmocka_unit_test(test_base_base64_rfc4648_vectors),
       cmocka_unit_test(test_base_base64_rejects_malformed_text),
       cmocka_unit_test(test_base_sha256_known_vectors),

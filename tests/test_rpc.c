@@ -322,6 +322,77 @@ static void test_rpc_deadline_expiry_cancels_parked_call(void **state) {
   dbx_rpc_result_cleanup(&r);
 }
 
+typedef struct {
+  fixture *f;
+  int reports;   /* times on_tracked ran */
+  int delivered; /* its last verdict */
+} tracked;
+
+static void on_tracked(void *arg, int delivered) {
+  tracked *t = arg;
+  pthread_mutex_lock(&t->f->mu);
+  t->reports++;
+  t->delivered = delivered;
+  pthread_cond_broadcast(&t->f->cv);
+  pthread_mutex_unlock(&t->f->mu);
+}
+
+/* A tracked reply reports once whether it reached the peer: 1 for a call
+ * answered while its client waits, 0 for one whose client cancelled (here:
+ * its deadline passed) before the answer, and 0 for one whose client
+ * cancelled through a cancel token. */
+static void test_rpc_tracked_reply_reports_delivery(void **state) {
+  fixture *f = *state;
+  start_server(f, 0, NULL);
+  f->ch = open_channel(dbx_rpc_server_port(f->srv), NULL);
+  /* answered while the client waits */
+  client_job j = {f->ch, "Park", 10000, NULL, DBX_EINVAL, {0}};
+  pthread_t ct;
+  assert_int_equal(pthread_create(&ct, NULL, client_thread, &j), 0);
+  wait_count(f, &f->n_parked, 1);
+  tracked t1 = {f, 0, -1};
+  dbx_rpc_call_reply_tracked(f->parked[0], "ok", 2, on_tracked, &t1);
+  f->parked[0] = NULL;
+  pthread_join(ct, NULL);
+  assert_int_equal(j.rc, DBX_OK);
+  assert_int_equal(j.r.status, DBX_GRPC_OK);
+  dbx_rpc_result_cleanup(&j.r);
+  wait_count(f, &t1.reports, 1);
+  assert_int_equal(t1.delivered, 1);
+
+  /* the client's deadline passed first */
+  dbx_rpc_result r = {0};
+  assert_int_equal(dbx_rpc_unary(f->ch, "Park", "p", 1, 200, 0, NULL, &r), DBX_OK);
+  assert_int_equal(r.status, DBX_GRPC_DEADLINE_EXCEEDED);
+  dbx_rpc_result_cleanup(&r);
+  wait_count(f, &f->n_cancels, 1);
+  tracked t2 = {f, 0, -1};
+  dbx_rpc_call_reply_tracked(f->parked[1], "late", 4, on_tracked, &t2);
+  f->parked[1] = NULL;
+  wait_count(f, &t2.reports, 1);
+  assert_int_equal(t2.delivered, 0);
+
+  /* the client cancelled through its token */
+  dbx_rpc_cancel *k = NULL;
+  assert_int_equal(dbx_rpc_cancel_create(&k), DBX_OK);
+  client_job j3 = {f->ch, "Park", 10000, k, DBX_EINVAL, {0}};
+  assert_int_equal(pthread_create(&ct, NULL, client_thread, &j3), 0);
+  wait_count(f, &f->n_parked, 3);
+  dbx_rpc_cancel_fire(k);
+  pthread_join(ct, NULL);
+  assert_int_equal(j3.rc, DBX_ECANCELED);
+  dbx_rpc_result_cleanup(&j3.r);
+  wait_count(f, &f->n_cancels, 2);
+  tracked t3 = {f, 0, -1};
+  dbx_rpc_call_reply_tracked(f->parked[2], "late", 4, on_tracked, &t3);
+  f->parked[2] = NULL;
+  wait_count(f, &t3.reports, 1);
+  assert_int_equal(t3.delivered, 0);
+  dbx_rpc_cancel_destroy(k);
+  wait_no_live_calls(f->srv);
+  assert_int_equal(t1.reports + t2.reports + t3.reports, 3); /* once each */
+}
+
 static void test_rpc_cancel_token_aborts_blocked_call(void **state) {
   fixture *f = *state;
   f->answer_on_cancel = 1;
@@ -692,6 +763,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_rpc_deadline_expiry_cancels_parked_call, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_rpc_cancel_token_aborts_blocked_call, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_rpc_tracked_reply_reports_delivery, setup, teardown),
       cmocka_unit_test_setup_teardown(test_rpc_message_over_limit_resource_exhausted, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_rpc_api_key_enforced, setup, teardown),
