@@ -110,29 +110,8 @@ void dbx_cli_report(const char *what, const char *address, dbx_err e, const char
             "add --tls (system roots) or --tls-ca FILE\n");
 }
 
-char *dbx_cli_utf8_repair(const char *s, size_t n) {
-  const uint8_t *u = (const uint8_t *)s;
-  char *out = malloc(3 * n + 1); /* each byte becomes at most 3 */
-  if (out == NULL) return NULL;
-  size_t k = 0;
-  for (size_t i = 0; i < n;) {
-    size_t len = u[i] < 0x80 ? 1 : (u[i] & 0xe0) == 0xc0 ? 2 : (u[i] & 0xf0) == 0xe0 ? 3 : (u[i] & 0xf8) == 0xf0 ? 4 : 0;
-    if (len && len <= n - i && dbx_utf8_valid(u + i, len)) {
-      memcpy(out + k, s + i, len);
-      k += len;
-      i += len;
-    } else {
-      memcpy(out + k, "\xef\xbf\xbd", 3);
-      k += 3;
-      i++;
-    }
-  }
-  out[k] = '\0';
-  return out;
-}
-
 void dbx_cli_utf8_puts(const char *s) {
-  char *r = dbx_cli_utf8_repair(s, strlen(s));
+  char *r = dbx_utf8_repair(s, strlen(s), NULL);
   puts(r ? r : "");
   free(r);
 }

@@ -46,11 +46,9 @@ char *dbx_cli_read_file(const char *path, size_t *len_out);
  * such a service usually serves TLS only and names --tls. Strings borrowed. */
 void dbx_cli_report(const char *what, const char *address, dbx_err e, const char *errmsg);
 
-/* Text from the network is printed as valid UTF-8: each byte that does not
- * begin a well-formed sequence (base/codec.h dbx_utf8_valid) becomes U+FFFD.
- * dbx_cli_utf8_repair: malloc'd NUL-terminated copy of s[0..n) (free()),
- * NULL on OOM. dbx_cli_utf8_puts: s repaired, then a newline, to stdout. */
-char *dbx_cli_utf8_repair(const char *s, size_t n);
+/* Text from the network is printed as valid UTF-8 (base/codec.h
+ * dbx_utf8_repair: each ill-formed part becomes U+FFFD).
+ * dbx_cli_utf8_puts: s repaired, then a newline, to stdout. */
 void dbx_cli_utf8_puts(const char *s);
 /* Print j (pretty or on one line) and a newline to stdout, repaired to valid
  * UTF-8. j borrowed. */

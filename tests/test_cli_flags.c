@@ -85,14 +85,14 @@ static void test_utf8_repair(void **state) {
       {"plain", 5, "plain"},
       {"caf\xc3\xa9", 5, "caf\xc3\xa9"},                       /* valid stays */
       {"caf\xe9!", 5, "caf\xef\xbf\xbd!"},                     /* Latin-1 byte */
-      {"\xf0\x9f\x98", 3, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* truncated: one each, all valid */
+      {"\xf0\x9f\x98", 3, "\xef\xbf\xbd"},                   /* truncated: one for the sequence */
       {"\xc0\xaf", 2, "\xef\xbf\xbd\xef\xbf\xbd"},             /* overlong */
       {"\xed\xa0\x80", 3, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* surrogate */
       {"\xf0\x9f\x98\x80", 4, "\xf0\x9f\x98\x80"},             /* U+1F600 stays */
       {"", 0, ""},
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-    char *r = dbx_cli_utf8_repair(cases[k].in, cases[k].n);
+    char *r = dbx_utf8_repair(cases[k].in, cases[k].n, NULL);
     assert_non_null(r);
     assert_string_equal(r, cases[k].want);
     assert_true(dbx_utf8_valid((const uint8_t *)r, strlen(r)));
