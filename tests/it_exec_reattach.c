@@ -83,11 +83,14 @@ static void test_exec_reattach_after_worker_sigkill(void **state) {
   char *rid = NULL;
   assert_int_equal(dbx_client_start_workflow(c, &o, &rid, NULL), DBX_OK);
 
-  /* Wait (bounded, 60 s) for the command's first side effect, then kill. */
+  /* Wait (bounded, 60 s) for the command's first side effect, then kill. The
+   * shell creates n.txt before it writes to it: an empty file is not yet the
+   * side effect. */
   char *m = NULL;
-  for (int i = 0; i < 3000 && m == NULL; i++) {
+  for (int i = 0; i < 3000 && (m == NULL || *m == '\0'); i++) {
+    free(m);
     m = read_marker(home);
-    if (m == NULL) {
+    if (m == NULL || *m == '\0') {
       struct timespec ts = {0, 20 * 1000000};
       nanosleep(&ts, NULL);
     }
