@@ -2,9 +2,11 @@
  *
  * Threads: N workflow pollers, M activity pollers, one watchdog, and one
  * thread per running activity. Every poll uses the worker's cancel token, so
- * stop() aborts in-flight long polls at once. A failed poll backs off
- * exponentially (100 ms .. 5 s, jittered to 50..100%) on the worker's
- * condition variable, so stop() also ends a backoff.
+ * stop() aborts in-flight long polls at once. Polls wait for the channel
+ * (wait_for_ready) while the service is unreachable; a poll the service
+ * fails backs off exponentially (100 ms .. 5 s, 500 ms for a dropped
+ * connection, jittered to 50..100%) on the worker's condition variable, so
+ * stop() also ends a backoff.
  *
  * Workflow tasks: the full history (all pages) is recorded in the worker
  * store and applied to the run's cached dbx_wf_run; the cache entry is used
