@@ -1081,6 +1081,7 @@ static void *act_poller(void *arg) {
     dbx_err rc = dbx_client_call_ready(w->client, "PollActivityTaskQueue", &rq.base,
                                  &PollActivityTaskQueueResponse__D, POLL_TIMEOUT_MS,
                                  w->poll_cancel, (ProtobufCMessage **)&t, &err);
+    if (rc == DBX_OK) failures = 0; /* an empty poll answered too: the service is fine */
     int got = rc == DBX_OK && t->task_token.len && t->workflow_execution;
     dbx_act *a = got ? dbx_calloc(1, sizeof *a) : NULL;
     if (!a) {
