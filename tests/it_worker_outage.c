@@ -38,6 +38,11 @@
 #include "worker/client.h"
 
 #define TQ "outageq"
+/* Outage lengths measured by the first test; a one-off build may pass
+ * -DOUTAGES_S='{120}' (docs/reliability.md records such a run). */
+#ifndef OUTAGES_S
+#define OUTAGES_S {3, 10}
+#endif
 
 static char *g_svc_dir, *g_wrk_dir, *g_home, *g_env_home;
 static int g_port;
@@ -224,7 +229,7 @@ static void test_worker_polls_within_a_second_of_the_service_returning(void **st
   free(rid);
   dbx_client_destroy(c0);
 
-  static const int outages_s[] = {3, 10};
+  static const int outages_s[] = OUTAGES_S;
   for (size_t i = 0; i < sizeof outages_s / sizeof *outages_s; i++) {
     dbx_svct_server_kill(svc);
     pause_ms(outages_s[i] * 1000); /* the outage itself */
