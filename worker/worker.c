@@ -849,7 +849,11 @@ static void report(dbx_act *a, int kind, const dbx_act_result *res) {
   for (;;) {
     char *err = NULL;
     ProtobufCMessage *rs = NULL;
-    dbx_err rc = dbx_client_call_ready(w->client, method, req, rd, CALL_TIMEOUT_MS, NULL, &rs, &err);
+    /* once the worker stops, a try no longer waits for a channel that is down */
+    dbx_err rc = atomic_load(&w->stopping)
+                     ? dbx_client_call(w->client, method, req, rd, CALL_TIMEOUT_MS, NULL, &rs, &err)
+                     : dbx_client_call_ready(w->client, method, req, rd, CALL_TIMEOUT_MS, NULL, &rs,
+                                             &err);
     dbx_client_msg_free(rs);
     if (rc == DBX_OK) {
       free(err);
