@@ -11,7 +11,10 @@
  *
  * Client: a channel that many threads share; each unary call blocks its own
  * thread on its own completion queue until the reply, the deadline or a
- * cancel through a dbx_rpc_cancel token.
+ * cancel through a dbx_rpc_cancel token. A channel whose connection is lost
+ * tries to reconnect every 100 ms .. 500 ms (gRPC's reconnect backoff,
+ * capped; gRPC's default grows to 120 s), so a wait_for_ready call starts
+ * within about 0.6 s of the peer accepting connections again.
  *
  * Messages are opaque bytes here (protobuf-c packs and unpacks in the rooms
  * above). grpc_init()/grpc_shutdown() are called by dbx_rpc_global_init/

@@ -860,6 +860,7 @@ dbx_err dbx_service_start(const dbx_service_opts *o, dbx_service **out, char **e
   s->limits = o->limits;
   s->long_poll_ms = o->long_poll_ms > 0 ? o->long_poll_ms : 60000;
   s->next_timer_wall_ns = INT64_MAX;
+  s->started_wall_ns = dbx_wall_ns();
   s->lock_fd = -1;
   pthread_mutex_init(&s->mu, NULL);
   pthread_condattr_t ca;

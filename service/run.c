@@ -34,11 +34,13 @@ dbx_err svc_run_signal(ectx *c, RunState *rs, const char *name, const Payloads *
   return rc;
 }
 
-dbx_err svc_run_request_cancel(ectx *c, RunState *rs, const char *identity) {
+dbx_err svc_run_request_cancel(ectx *c, RunState *rs, const char *identity, const char *reason) {
   if (rs->cancel_requested) return DBX_OK;
   HistoryEvent *ev = svc_event_new(ET(WORKFLOW_EXECUTION_CANCEL_REQUESTED));
   if (ev == NULL) return DBX_ENOMEM;
   ev->workflow_execution_cancel_requested_event_attributes->identity = svc_pb_strdup(identity);
+  /* Temporal: RequestCancelWorkflowExecutionRequest.reason is recorded as the event's cause */
+  ev->workflow_execution_cancel_requested_event_attributes->cause = svc_pb_strdup(reason);
   dbx_err rc = svc_event_append(c, rs, ev, 1);
   svc_history_event_free(ev); /* the event set rs->cancel_requested */
   if (rc == DBX_OK) rc = svc_wft_schedule(c, rs);
@@ -54,7 +56,7 @@ dbx_err svc_child_request_cancel(ectx *c, const char *ns, const char *wfid) {
   free(cur);
   if (rc != DBX_OK) return rc == DBX_ENOTFOUND ? DBX_OK : rc;
   if (rs->status == WS(RUNNING)) {
-    rc = svc_run_request_cancel(c, rs, "durabox");
+    rc = svc_run_request_cancel(c, rs, "durabox", NULL);
     if (rc == DBX_OK) rc = svc_run_save(c, rs);
   }
   svc_runstate_free(rs);

@@ -133,6 +133,7 @@ struct dbx_service {
   uint64_t next_query_id;
   uint64_t epoch;
   int64_t next_timer_wall_ns;   /* earliest durable timer, INT64_MAX if none known */
+  int64_t started_wall_ns;      /* this process's start: no heartbeat could arrive before it */
 };
 
 /* The context of one batch run. */
@@ -329,7 +330,7 @@ dbx_err svc_state_fold(RunState *rs, HistoryEvent *const *evs, size_t n);
 dbx_err svc_run_signal(ectx *c, RunState *rs, const char *name, const Payloads *input, const char *identity,
                        const Header *header, const char *request_id);
 /* WorkflowExecutionCancelRequested once, then a workflow task. */
-dbx_err svc_run_request_cancel(ectx *c, RunState *rs, const char *identity);
+dbx_err svc_run_request_cancel(ectx *c, RunState *rs, const char *identity, const char *reason);
 WorkflowExecution *svc_we_new(const char *wfid, const char *run_id); /* malloc'd; NULL on OOM */
 
 /* ---- activity state machine (activity.c) ---- */

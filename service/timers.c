@@ -58,6 +58,9 @@ static dbx_err fire_activity(ectx *c, RunState *rs, TimerRecord *tr, int *change
   case TK_ACTIVITY_HEARTBEAT: {
     if (ai->attempt != tr->attempt || ai->started_time_ns == 0) return DBX_OK;
     int64_t last = ai->last_heartbeat_time_ns > ai->started_time_ns ? ai->last_heartbeat_time_ns : ai->started_time_ns;
+    /* while the service was down no heartbeat could reach it: the worker
+     * gets a full heartbeat timeout from the restart to report or heartbeat */
+    if (last < c->svc->started_wall_ns) last = c->svc->started_wall_ns;
     int64_t due = last + ai->heartbeat_ms * 1000000;
     if (due > c->now_ns) { /* it heartbeat meanwhile: wait for the next deadline */
       *changed = 1;

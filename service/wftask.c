@@ -608,6 +608,7 @@ static dbx_err cmd_external(ectx *c, job *j, RunState *rs, Command *cmd, wft_cmd
     e->namespace_ = svc_pb_strdup(tns);
     e->workflow_execution = svc_we_new(twf, trun);
     e->control = svc_pb_strdup(control);
+    e->reason = svc_pb_strdup(cmd->request_cancel_external_workflow_execution_command_attributes->reason);
   }
   rc = svc_event_append(c, rs, ev, 0);
   if (rc != DBX_OK) goto out;
@@ -636,7 +637,8 @@ static dbx_err cmd_external(ectx *c, job *j, RunState *rs, Command *cmd, wft_cmd
       SignalExternalWorkflowExecutionCommandAttributes *a = cmd->signal_external_workflow_execution_command_attributes;
       rc = svc_run_signal(c, t, a->signal_name, a->input, w->identity, a->header, "");
     } else {
-      rc = svc_run_request_cancel(c, t, w->identity);
+      rc = svc_run_request_cancel(c, t, w->identity,
+                                  cmd->request_cancel_external_workflow_execution_command_attributes->reason);
     }
     if (rc == DBX_OK && !self) rc = svc_run_save(c, t);
   }

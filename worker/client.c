@@ -92,10 +92,10 @@ void dbx_client_msg_free(void *msg) {
   if (msg) protobuf_c_message_free_unpacked((ProtobufCMessage *)msg, NULL);
 }
 
-dbx_err dbx_client_call_status(dbx_client *c, const char *method, const ProtobufCMessage *req,
-                               const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
-                               dbx_rpc_cancel *cancel, ProtobufCMessage **resp,
-                               dbx_client_status *st, char **errmsg) {
+static dbx_err call(dbx_client *c, const char *method, const ProtobufCMessage *req,
+                   const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms, int ready,
+                   dbx_rpc_cancel *cancel, ProtobufCMessage **resp, dbx_client_status *st,
+                   char **errmsg) {
   if (errmsg) *errmsg = NULL;
   if (resp) *resp = NULL;
   if (st) memset(st, 0, sizeof *st);
@@ -103,7 +103,7 @@ dbx_err dbx_client_call_status(dbx_client *c, const char *method, const Protobuf
   uint8_t *buf = dbx_pb_pack(req, &len);
   if (!buf) return DBX_ENOMEM;
   dbx_rpc_result r = {0};
-  dbx_err rc = dbx_rpc_unary(c->ch, method, buf, len, timeout_ms, 0, cancel, &r);
+  dbx_err rc = dbx_rpc_unary(c->ch, method, buf, len, timeout_ms, ready, cancel, &r);
   free(buf);
   if (rc != DBX_OK) {
     set_msg(errmsg, dbx_asprintf("%s: %s", method, dbx_strerror(rc)));
@@ -131,10 +131,23 @@ dbx_err dbx_client_call_status(dbx_client *c, const char *method, const Protobuf
   return rc;
 }
 
+dbx_err dbx_client_call_status(dbx_client *c, const char *method, const ProtobufCMessage *req,
+                               const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                               dbx_rpc_cancel *cancel, ProtobufCMessage **resp,
+                               dbx_client_status *st, char **errmsg) {
+  return call(c, method, req, resp_desc, timeout_ms, 0, cancel, resp, st, errmsg);
+}
+
+dbx_err dbx_client_call_ready(dbx_client *c, const char *method, const ProtobufCMessage *req,
+                              const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                              dbx_rpc_cancel *cancel, ProtobufCMessage **resp, char **errmsg) {
+  return call(c, method, req, resp_desc, timeout_ms, 1, cancel, resp, NULL, errmsg);
+}
+
 dbx_err dbx_client_call(dbx_client *c, const char *method, const ProtobufCMessage *req,
                         const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
                         dbx_rpc_cancel *cancel, ProtobufCMessage **resp, char **errmsg) {
-  return dbx_client_call_status(c, method, req, resp_desc, timeout_ms, cancel, resp, NULL, errmsg);
+  return call(c, method, req, resp_desc, timeout_ms, 0, cancel, resp, NULL, errmsg);
 }
 
 /* ------------------------------------------------------------ payloads */

@@ -74,6 +74,17 @@ dbx_err dbx_client_call_status(dbx_client *c, const char *method, const Protobuf
                                dbx_rpc_cancel *cancel, ProtobufCMessage **resp,
                                dbx_client_status *st, char **errmsg);
 
+/* dbx_client_call that waits for the channel (gRPC wait_for_ready): while
+ * the service is unreachable the call is held until the channel connects
+ * (it retries every 100 .. 500 ms, rpc/rpc.h) or timeout_ms passes
+ * (DBX_ETIMEDOUT), instead of failing at once with DBX_EUNAVAILABLE. For
+ * long polls and reports, which should go out the moment the service is
+ * back. A connection lost while the call is in flight is still
+ * DBX_EUNAVAILABLE. */
+dbx_err dbx_client_call_ready(dbx_client *c, const char *method, const ProtobufCMessage *req,
+                              const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                              dbx_rpc_cancel *cancel, ProtobufCMessage **resp, char **errmsg);
+
 /* ------------------------------------------------------------ payloads */
 
 /* JSON text of the first payload (malloc'd, NUL-terminated; "null" when p is

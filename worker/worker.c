@@ -2,9 +2,11 @@
  *
  * Threads: N workflow pollers, M activity pollers, one watchdog, and one
  * thread per running activity. Every poll uses the worker's cancel token, so
- * stop() aborts in-flight long polls at once. A failed poll backs off
- * exponentially (100 ms .. 5 s, jittered to 50..100%) on the worker's
- * condition variable, so stop() also ends a backoff.
+ * stop() aborts in-flight long polls at once. Polls wait for the channel
+ * (wait_for_ready) while the service is unreachable; a poll the service
+ * fails backs off exponentially (100 ms .. 5 s, 500 ms for a dropped
+ * connection, jittered to 50..100%) on the worker's condition variable, so
+ * stop() also ends a backoff.
  *
  * Workflow tasks: the full history (all pages) is recorded in the worker
  * store and applied to the run's cached dbx_wf_run; the cache entry is used
@@ -191,14 +193,24 @@ static void nap(dbx_worker *w, int64_t ms) {
   pthread_mutex_unlock(&w->mu);
 }
 
-static void backoff(dbx_worker *w, int *failures, unsigned *seed) {
+/* Exponential backoff from 100 ms to max_ms, jittered to 50..100 %. */
+static void backoff(dbx_worker *w, int *failures, unsigned *seed, int64_t max_ms) {
   int64_t d = 100;
-  for (int i = 0; i < *failures && d < 5000; i++) d *= 2;
-  if (d > 5000) d = 5000;
+  for (int i = 0; i < *failures && d < max_ms; i++) d *= 2;
+  if (d > max_ms) d = max_ms;
   d = d / 2 + (int64_t)(rand_r(seed) % (unsigned)(d / 2 + 1));
   (*failures)++;
   nap(w, d);
 }
+
+/* Polls wait for the channel (dbx_client_call_ready), so a service that is
+ * down holds the next poll until gRPC reconnects (every 100 .. 500 ms)
+ * rather than a backoff sleep: the worker polls again within a second of
+ * the service being back, whatever the outage. UNAVAILABLE now means the
+ * connection dropped under a call (the service went away, or is shutting
+ * down): a short backoff, then a poll that waits. Other errors are the
+ * service's answers and back off up to 5 s. */
+static int64_t poll_backoff_max_ms(dbx_err rc) { return rc == DBX_EUNAVAILABLE ? 500 : 5000; }
 
 /* ------------------------------------------------------------ cache */
 
@@ -633,7 +645,7 @@ static void *wf_poller(void *arg) {
     rq.identity = w->identity;
     PollWorkflowTaskQueueResponse *t = NULL;
     char *err = NULL;
-    dbx_err rc = dbx_client_call(w->client, "PollWorkflowTaskQueue", &rq.base,
+    dbx_err rc = dbx_client_call_ready(w->client, "PollWorkflowTaskQueue", &rq.base,
                                  &PollWorkflowTaskQueueResponse__D, POLL_TIMEOUT_MS,
                                  w->poll_cancel, (ProtobufCMessage **)&t, &err);
     if (w->stopping) { /* stop() fires poll_cancel only after setting stopping */
@@ -646,7 +658,7 @@ static void *wf_poller(void *arg) {
       if (rc != DBX_ETIMEDOUT) {
         w->st_poll_err++;
         DBX_DEBUG("worker", "workflow poll: %s", err ? err : dbx_strerror(rc));
-        backoff(w, &failures, &seed);
+        backoff(w, &failures, &seed, poll_backoff_max_ms(rc));
       }
       free(err);
       continue;
@@ -683,11 +695,25 @@ int64_t dbx_act_remaining_ms(const dbx_act *a) {
   return left > 0 ? left : 0;
 }
 
+/* How often a heartbeating activity's heartbeat is actually sent: 0.8 x
+ * its heartbeat timeout (what the service needs) but at most every
+ * HB_SEND_MAX_NS, because the reply is also how a cancel request reaches the
+ * activity (RecordActivityTaskHeartbeatResponse.cancel_requested): a cancel
+ * then reaches a running command within about a second whatever the timeout.
+ * Cost: one small RPC (and one service write) per second per activity that
+ * heartbeats (sandbox.exec and sandbox.create while they run); activities
+ * that never call dbx_act_heartbeat send nothing (docs/worker.md). */
+#define HB_SEND_MAX_NS 1000000000LL
+static int64_t hb_send_interval_ns(int64_t hb_timeout_ns) {
+  int64_t every = hb_timeout_ns ? hb_timeout_ns * 8 / 10 : HB_SEND_MAX_NS;
+  return every < HB_SEND_MAX_NS ? every : HB_SEND_MAX_NS;
+}
+
 int dbx_act_heartbeat(dbx_act *a, const char *details_json) {
   int64_t now = dbx_mono_ns();
   atomic_store(&a->last_hb_ns, now);
   if (atomic_load(&a->abandoned)) return 1;
-  int64_t every = a->hb_timeout_ns ? a->hb_timeout_ns * 8 / 10 : 30000000000LL;
+  int64_t every = hb_send_interval_ns(a->hb_timeout_ns);
   /* between sends, what is already known: a cancel request, a local
    * timeout, or the worker stopping after its grace period */
   if (a->last_sent_ns && now - a->last_sent_ns < every) return atomic_load(&a->cancelled);
@@ -744,9 +770,11 @@ static Failure *mk_failure(Failure *f, ApplicationFailureInfo *ai, const char *t
 }
 
 #define REPORT_RETRY_MS 30000
+#define REPORT_BACKOFF_MAX_MS 1000
 
 /* Report an outcome. kind: 0 completed, 1 failed, 2 canceled. Retries
- * transient errors for REPORT_RETRY_MS; NotFound abandons. */
+ * transient errors until the attempt's start-to-close deadline (at least
+ * REPORT_RETRY_MS; without one, until the worker stops); NotFound abandons. */
 dbx_err dbx_act_report_build_(ProtobufCBinaryData task_token, const char *ns, const char *identity,
                               int kind, const dbx_act_result *res, dbx_act_report_ *out) {
   memset(out, 0, sizeof *out);
@@ -808,14 +836,24 @@ static void report(dbx_act *a, int kind, const dbx_act_result *res) {
   unsigned seed = (unsigned)dbx_mono_ns();
   int failures = 0;
   DBX_FAILPOINT("worker.report.before");
-  /* Transient errors are retried for REPORT_RETRY_MS, long enough for a
-   * service restart: a report given up leaves the journaled result waiting
-   * for the attempt's timeout (and an at_most_once step failing). */
+  /* Transient errors are retried until the attempt's own timeout says it is
+   * gone (the service answers NotFound, or its start-to-close passed): a
+   * report given up leaves the journaled result waiting for the attempt's
+   * timeout (and an at_most_once step failing). Each try waits for the
+   * channel, so the report goes out as soon as the service is back. */
   int64_t give_up_ns = dbx_mono_ns() + (int64_t)REPORT_RETRY_MS * 1000000;
+  if (a->s2c_deadline_ns == INT64_MAX)
+    give_up_ns = INT64_MAX;
+  else if (a->s2c_deadline_ns > give_up_ns)
+    give_up_ns = a->s2c_deadline_ns;
   for (;;) {
     char *err = NULL;
     ProtobufCMessage *rs = NULL;
-    dbx_err rc = dbx_client_call(w->client, method, req, rd, CALL_TIMEOUT_MS, NULL, &rs, &err);
+    /* once the worker stops, a try no longer waits for a channel that is down */
+    dbx_err rc = atomic_load(&w->stopping)
+                     ? dbx_client_call(w->client, method, req, rd, CALL_TIMEOUT_MS, NULL, &rs, &err)
+                     : dbx_client_call_ready(w->client, method, req, rd, CALL_TIMEOUT_MS, NULL, &rs,
+                                             &err);
     dbx_client_msg_free(rs);
     if (rc == DBX_OK) {
       free(err);
@@ -832,7 +870,7 @@ static void report(dbx_act *a, int kind, const dbx_act_result *res) {
     free(err);
     if (rc != DBX_EUNAVAILABLE && rc != DBX_ETIMEDOUT) break;
     if (w->stopping || dbx_mono_ns() > give_up_ns) break;
-    backoff(w, &failures, &seed);
+    if (rc == DBX_EUNAVAILABLE) backoff(w, &failures, &seed, REPORT_BACKOFF_MAX_MS);
   }
   DBX_FAILPOINT("worker.report.after");
   dbx_act_report_cleanup_(&rp);
@@ -1044,9 +1082,10 @@ static void *act_poller(void *arg) {
     rq.identity = w->identity;
     PollActivityTaskQueueResponse *t = NULL;
     char *err = NULL;
-    dbx_err rc = dbx_client_call(w->client, "PollActivityTaskQueue", &rq.base,
+    dbx_err rc = dbx_client_call_ready(w->client, "PollActivityTaskQueue", &rq.base,
                                  &PollActivityTaskQueueResponse__D, POLL_TIMEOUT_MS,
                                  w->poll_cancel, (ProtobufCMessage **)&t, &err);
+    if (rc == DBX_OK) failures = 0; /* an empty poll answered too: the service is fine */
     int got = rc == DBX_OK && t->task_token.len && t->workflow_execution;
     dbx_act *a = got ? dbx_calloc(1, sizeof *a) : NULL;
     if (!a) {
@@ -1062,7 +1101,7 @@ static void *act_poller(void *arg) {
       if (rc != DBX_OK && rc != DBX_ETIMEDOUT) {
         w->st_poll_err++;
         DBX_DEBUG("worker", "activity poll: %s", err ? err : dbx_strerror(rc));
-        backoff(w, &failures, &seed);
+        backoff(w, &failures, &seed, poll_backoff_max_ms(rc));
       }
       free(err);
       continue;

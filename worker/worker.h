@@ -5,7 +5,12 @@
  * (worker/wstore.h: replay history, activity journal, bindings) and its
  * threads: workflow pollers, activity pollers, one thread per running
  * activity (bounded by activity_slots). Poll loops survive the service going
- * away: failed polls back off exponentially with jitter (100 ms .. 5 s).
+ * away: polls and reports wait for the channel to reconnect (it retries
+ * every 100 .. 500 ms), so the worker polls again within about a second of
+ * the service being back; errors the service answers back off exponentially
+ * with jitter (100 ms .. 5 s). Heartbeats are sent at most every
+ * min(0.8 x heartbeat timeout, 1 s), so a cancel reaches a running activity
+ * within about a second (docs/worker.md "Heartbeats and cancellation").
  *
  * Lifecycle: create -> register_* -> start -> stop -> destroy, all from one
  * controlling thread. Registered types are borrowed and must outlive the
