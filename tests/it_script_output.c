@@ -27,6 +27,20 @@
 
 extern char **environ;
 
+/* The worker child, killed by the teardown also when an assertion failed
+ * (it would otherwise outlive the test holding its stdout). */
+static pid_t g_worker = -1;
+
+static int kill_worker(void **state) {
+  (void)state;
+  if (g_worker > 0) {
+    kill(g_worker, SIGKILL);
+    waitpid(g_worker, NULL, 0);
+    g_worker = -1;
+  }
+  return 0;
+}
+
 static pid_t spawn(char *const argv[]) {
   pid_t pid = -1;
   assert_int_equal(posix_spawn(&pid, argv[0], NULL, NULL, argv, environ), 0);
@@ -92,6 +106,7 @@ static void test_script_output_tells_the_truth(void **state) {
   char *wargv[] = {(char *)dbx_test_bin(), "worker", "--address", addr, "--task-queue", "soq",
                    "--db", wrk_dir, "--sandbox-home", home, "--log-level", "error", NULL};
   pid_t worker = spawn(wargv);
+  g_worker = worker;
   long long store_before = disk_bytes(wrk_dir);
 
   dbx_client *c = NULL;
@@ -155,6 +170,7 @@ static void test_script_output_tells_the_truth(void **state) {
 
   kill(worker, SIGTERM);
   assert_int_equal(wait_exit(worker), 0);
+  g_worker = -1;
   dbx_client_destroy(c);
   dbx_service_stop(svc);
   dbx_test_rmrf(svc_dir);
@@ -183,7 +199,7 @@ static void test_script_output_cap_over_limit_refused(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_script_output_cap_over_limit_refused),
-      cmocka_unit_test(test_script_output_tells_the_truth),
+      cmocka_unit_test_teardown(test_script_output_tells_the_truth, kill_worker),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
