@@ -92,8 +92,24 @@ typedef struct {
   const char *ref;      /* GIT only; NULL: the default branch */
 } dbx_drv_source;
 
+/* What a sandbox reaches of the network. */
+typedef enum {
+  DBX_DRV_NET_HOST = 0, /* the host's network (the default) */
+  DBX_DRV_NET_NONE      /* none at all, not even the host's loopback (local: bubblewrap
+                         * --unshare-net; a driver that cannot enforce it answers UNSUPPORTED) */
+} dbx_drv_network;
+
+/* What a sandbox sees of the host's files (besides its workspace and HOME). */
+typedef enum {
+  DBX_DRV_FS_HOST = 0, /* the host's root, read-only (the default) */
+  DBX_DRV_FS_SYSTEM    /* only the system folders (/usr, /bin, /lib*, /sbin, /etc, /opt),
+                        * read-only; a driver that cannot enforce it answers UNSUPPORTED */
+} dbx_drv_host_fs;
+
 typedef struct {
   dbx_drv_source source;
+  dbx_drv_network network;     /* fixed at create; part of the identity an adopt compares */
+  dbx_drv_host_fs host_fs;     /* likewise */
   const dbx_drv_label *labels; /* set on a fresh sandbox; an adopted one keeps its own */
   size_t nlabels;
   const char *const *env;      /* NULL-terminated "NAME=value" (Daytona: env); the local
@@ -270,6 +286,14 @@ typedef struct dbx_driver_ops {
    * repository, ...). */
   dbx_drv_err (*git_commit)(void *self, const char *name, const char *repo_path,
                             const char *message, const char *author, char **sha, int *nothing);
+  /* git_commit staging and committing only the npaths paths (relative to
+   * repo_path, literal, a folder meaning all below it; npaths 0: all, as
+   * git_commit). Optional: NULL where the driver has no such choice (the
+   * activity then refuses paths as UNSUPPORTED). PATH_REFUSED (a path leads
+   * out), FAILED (a path git does not know: git's words). */
+  dbx_drv_err (*git_commit_paths)(void *self, const char *name, const char *repo_path,
+                                  const char *const *paths, size_t npaths, const char *message,
+                                  const char *author, char **sha, int *nothing);
   /* git push the current branch (branch NULL) or branch of repo_path (NULL:
    * root) to remote (a remote name, repository path or URL; NULL: origin).
    * NOT_FOUND (no repo_path folder), FAILED (rejected, unreachable, not a

@@ -59,6 +59,7 @@ struct dbx_local {
   char *bwrap; /* path of a usable bwrap, or NULL */
   char *self_exe; /* this executable's path (re-executed as the supervisor), or NULL */
   int use_bwrap;
+  int net_ok; /* bwrap can also --unshare-net (network "none") */
   dbx_driver drv; /* dbx_local_driver(): {dbx_local_driver_ops, this, "local"} */
 };
 
@@ -99,8 +100,12 @@ __attribute__((format(printf, 4, 5))) static dbx_err failk(const dbx_local *d, d
   return e;
 }
 
+/* The message of the calling thread's last failed open. */
+static _Thread_local char tl_open_msg[1024];
+
 const char *dbx_local_errmsg(const dbx_local *d) {
-  return (d != NULL && tl_err.owner == d) ? tl_err.msg : "";
+  if (d == NULL) return tl_open_msg;
+  return tl_err.owner == d ? tl_err.msg : "";
 }
 
 dbx_drv_err dbx_local_errkind(const dbx_local *d) {
@@ -109,17 +114,8 @@ dbx_drv_err dbx_local_errkind(const dbx_local *d) {
 
 /* ---- small helpers ---- */
 
-static int valid_name(const char *s) {
-  size_t n = s ? strlen(s) : 0;
-  if (n == 0 || n > 128 || s[0] == '.') return 0;
-  for (size_t i = 0; i < n; i++) {
-    char c = s[i];
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-          c == '.' || c == '_' || c == '-'))
-      return 0;
-  }
-  return 1;
-}
+/* Sandbox, snapshot and command names: the driver interface's rule. */
+static int valid_name(const char *s) { return dbx_drv_name_valid(s); }
 
 /* mkdir -p with the sandbox tree's mode; 0 or -1 (errno set). */
 static int mkdir_p(const char *path) { return dbx_fs_mkdirs(path, 0755) == DBX_OK ? 0 : -1; }
@@ -444,10 +440,76 @@ static char *bwrap_find(void) {
   return NULL;
 }
 
+/* Run bwrap once with the kinds of namespaces and mounts exec uses (with_net:
+ * also --unshare-net). 1 when /bin/true ran; else 0 with bwrap's words (or
+ * the spawn failure) in why. */
+static int bwrap_probe(dbx_local *d, int with_net, char *why, size_t whylen) {
+  char *argv[20];
+  size_t n = 0;
+  argv[n++] = d->bwrap;
+  argv[n++] = "--die-with-parent";
+  argv[n++] = "--unshare-pid";
+  if (with_net) argv[n++] = "--unshare-net";
+  char *rest[] = {"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+                  "--tmpfs", d->home, "--", "/bin/true", NULL};
+  memcpy(&argv[n], rest, sizeof rest);
+  static char *const envp[] = {"PATH=" SAFE_PATH, NULL};
+  run_spec sp = {.argv = argv, .envp = envp, .cwd_fd = -1, .timeout_ms = 10000,
+                 .cap = {1024, 1024}};
+  dbx_local_exec_result r;
+  int ok = 0;
+  if (run_proc(d, &sp, &r) != DBX_OK) {
+    snprintf(why, whylen, "%.200s cannot be run: %.200s", d->bwrap, dbx_local_errmsg(d));
+    dbx_local_exec_result_cleanup(&r);
+    return 0;
+  }
+  if (r.exit_code == 0 && !r.timed_out) {
+    ok = 1;
+  } else {
+    size_t el = r.stderr_len;
+    while (el > 0 && (r.stderr_buf[el - 1] == '\n' || r.stderr_buf[el - 1] == '\r')) el--;
+    snprintf(why, whylen, "%.150s exits %d%s%.*s", d->bwrap, r.exit_code, el ? ": " : "",
+             (int)(el > 300 ? 300 : el), r.stderr_buf ? (const char *)r.stderr_buf : "");
+  }
+  dbx_local_exec_result_cleanup(&r);
+  return ok;
+}
+
+/* Find and probe bwrap; without a usable one, refuse unless unsandboxed. */
+static dbx_err bwrap_setup(dbx_local *d, const char *path, int unsandboxed) {
+  char why[512] = "";
+  d->bwrap = path && *path ? (access(path, X_OK) == 0 ? dbx_strdup(path) : NULL) : bwrap_find();
+  if (d->bwrap == NULL)
+    snprintf(why, sizeof why, "%s not found", path && *path ? path : "no bwrap program");
+  if (d->bwrap != NULL && bwrap_probe(d, 1, why, sizeof why)) {
+    d->net_ok = 1;
+  } else if (d->bwrap == NULL || !bwrap_probe(d, 0, why, sizeof why)) {
+    free(d->bwrap);
+    d->bwrap = NULL;
+  }
+  d->use_bwrap = d->bwrap != NULL && !unsandboxed;
+  if (d->bwrap == NULL && !unsandboxed)
+    return fail(NULL, DBX_EUNSUPPORTED,
+                "bubblewrap is not usable here: %s; install bubblewrap (and allow user "
+                "namespaces), or set " DBX_LOCAL_UNSANDBOXED_ENV "=1 to run commands directly "
+                "on this host", why);
+  if (!d->use_bwrap)
+    DBX_INFO("local", "commands run directly on this host, unsandboxed (%s)",
+             d->bwrap ? "opted out" : why);
+  return DBX_OK;
+}
+
 dbx_err dbx_local_open(const char *home, dbx_local **out) {
+  return dbx_local_open_with(home, NULL, out);
+}
+
+dbx_err dbx_local_open_with(const char *home, const dbx_local_open_opts *o, dbx_local **out) {
   dbx_err rc = DBX_OK;
   dbx_local *d = NULL;
   *out = NULL;
+  tl_open_msg[0] = '\0';
+  tl_err.owner = NULL;
+  tl_err.msg[0] = '\0';
   d = dbx_calloc(1, sizeof *d);
   if (d == NULL) return DBX_ENOMEM;
   if (home == NULL || *home == '\0') home = getenv("DURABOX_HOME");
@@ -491,30 +553,15 @@ dbx_err dbx_local_open(const char *home, dbx_local **out) {
     exe[xl] = '\0';
     d->self_exe = dbx_strdup(exe);
   }
-  d->bwrap = bwrap_find();
-  if (d->bwrap != NULL) {
-    /* Probe with the same kinds of mounts exec uses. */
-    char *argv[] = {d->bwrap, "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev",
-                    "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", d->home,
-                    "--", "/bin/true", NULL};
-    static char *const envp[] = {"PATH=" SAFE_PATH, NULL};
-    run_spec s = {.argv = argv, .envp = envp, .cwd_fd = -1, .timeout_ms = 10000,
-                  .cap = {1024, 1024}};
-    dbx_local_exec_result r;
-    if (run_proc(d, &s, &r) == DBX_OK && r.exit_code == 0 && !r.timed_out) {
-      d->use_bwrap = 1;
-    } else {
-      DBX_INFO("local", "bwrap unusable here, running commands plainly: %.200s",
-               r.stderr_buf ? (const char *)r.stderr_buf : "");
-      free(d->bwrap);
-      d->bwrap = NULL;
-    }
-    dbx_local_exec_result_cleanup(&r);
-  }
+  const char *env_opt = getenv(DBX_LOCAL_UNSANDBOXED_ENV);
+  int unsandboxed = (o && o->unsandboxed) || (env_opt && strcmp(env_opt, "1") == 0);
+  if ((rc = bwrap_setup(d, o ? o->bwrap_path : NULL, unsandboxed)) != DBX_OK) goto out;
   d->drv = (dbx_driver){.ops = &dbx_local_driver_ops, .self = d, .name = "local"};
   tl_err.owner = NULL;
 out:
   if (rc != DBX_OK) {
+    snprintf(tl_open_msg, sizeof tl_open_msg, "%s",
+             tl_err.owner == NULL && tl_err.msg[0] ? tl_err.msg : dbx_strerror(rc));
     dbx_local_close(d);
     return rc;
   }
@@ -565,11 +612,45 @@ static int lock_id(const dbx_local *d, const char *id) {
   return fd;
 }
 
+/* meta/source: kind, location, ref lines, then one line per setting that
+ * is not the default ("network none", "host_fs system"), so sandboxes made
+ * before the settings existed compare equal to ones made with the defaults. */
 static char *source_text(const dbx_local_source *src) {
   static const char *kinds[] = {"empty", "dir", "git", "snapshot"};
-  return dbx_asprintf("%s\n%s\n%s\n", kinds[src->kind],
+  return dbx_asprintf("%s\n%s\n%s\n%s%s", kinds[src->kind],
                       src->kind == DBX_LOCAL_SOURCE_EMPTY ? "" : src->location,
-                      src->kind == DBX_LOCAL_SOURCE_GIT && src->ref ? src->ref : "");
+                      src->kind == DBX_LOCAL_SOURCE_GIT && src->ref ? src->ref : "",
+                      src->network == DBX_DRV_NET_NONE ? "network none\n" : "",
+                      src->host_fs == DBX_DRV_FS_SYSTEM ? "host_fs system\n" : "");
+}
+
+typedef struct {
+  int net_none;  /* network "none" */
+  int fs_system; /* host_fs "system" */
+} sb_settings;
+
+/* The settings of sandbox id from its meta (read per command): the lines
+ * after the first three. Unreadable: the defaults. */
+static sb_settings sb_settings_read(const dbx_local *d, const char *id) {
+  char *p = dbx_asprintf("%s/sandboxes/%s/meta/source", d->home, id), *text = NULL;
+  sb_settings st = {0};
+  if (p != NULL && read_meta(d, p, &text) == DBX_OK) {
+    char *line = text;
+    for (int i = 0; i < 3 && line; i++) {
+      line = strchr(line, '\n');
+      if (line) line++;
+    }
+    while (line && *line) {
+      char *nl = strchr(line, '\n');
+      size_t n = nl ? (size_t)(nl - line) : strlen(line);
+      if (n == 12 && strncmp(line, "network none", n) == 0) st.net_none = 1;
+      if (n == 14 && strncmp(line, "host_fs system", n) == 0) st.fs_system = 1;
+      line = nl ? nl + 1 : NULL;
+    }
+  }
+  free(p);
+  free(text);
+  return st;
 }
 
 /* meta/labels: one "key=value" line per label (keys hold no '=', values no
@@ -607,6 +688,20 @@ dbx_err dbx_local_sandbox_create(dbx_local *d, const char *id, const dbx_local_s
   for (size_t i = 0; i < src->nlabels; i++)
     if (!dbx_drv_label_valid(&src->labels[i]))
       return fail(d, DBX_EINVAL, "sandbox '%s': label %zu is not a valid key and value", id, i);
+  if (src->network != DBX_DRV_NET_HOST && src->network != DBX_DRV_NET_NONE)
+    return fail(d, DBX_EINVAL, "sandbox '%s': unknown network setting %d", id, (int)src->network);
+  if (src->host_fs != DBX_DRV_FS_HOST && src->host_fs != DBX_DRV_FS_SYSTEM)
+    return fail(d, DBX_EINVAL, "sandbox '%s': unknown host_fs setting %d", id, (int)src->host_fs);
+  if (src->host_fs == DBX_DRV_FS_SYSTEM && !d->use_bwrap)
+    return fail(d, DBX_EUNSUPPORTED,
+                "sandbox '%s': host_fs \"system\" needs bubblewrap, and commands here run "
+                "unsandboxed", id);
+  if (src->network == DBX_DRV_NET_NONE && !(d->use_bwrap && d->net_ok))
+    return fail(d, DBX_EUNSUPPORTED,
+                "sandbox '%s': network \"none\" needs bubblewrap with network namespaces, "
+                "and commands here run %s", id,
+                d->use_bwrap ? "under a bubblewrap that cannot unshare the network"
+                             : "unsandboxed");
   dir = sb_dir(d, id);
   meta = dbx_asprintf("%s/sandboxes/%s/meta", d->home, id);
   srcfile = dbx_asprintf("%s/sandboxes/%s/meta/source", d->home, id);
@@ -631,7 +726,7 @@ dbx_err dbx_local_sandbox_create(dbx_local *d, const char *id, const dbx_local_s
     if (strcmp(have, want) == 0) {
       if (adopted) *adopted = 1;
     } else {
-      rc = fail(d, DBX_EEXIST, "sandbox '%s' exists with another source", id);
+      rc = fail(d, DBX_EEXIST, "sandbox '%s' exists with another source or settings (network, host_fs)", id);
     }
     goto out;
   }
@@ -1173,10 +1268,13 @@ static void sv_free(strvec *s) {
 
 static int sv_pushs(strvec *s, const char *x) { return sv_push(s, dbx_strdup(x)); }
 
-/* Build the environment: base, then declared entries replacing same names. */
-static dbx_err build_env(const dbx_local *d, const char *ws, const char *const *decl,
+/* Build the environment: base, then declared entries replacing same names.
+ * home: the sandbox's HOME (outside its workspace). */
+static dbx_err build_env(const dbx_local *d, const char *home, const char *const *decl,
                          strvec *env) {
-  if (sv_pushs(env, "PATH=" SAFE_PATH) || sv_push(env, dbx_asprintf("HOME=%s", ws)) ||
+  if (sv_pushs(env, "PATH=" SAFE_PATH) || sv_push(env, dbx_asprintf("HOME=%s", home)) ||
+      sv_push(env, dbx_asprintf("XDG_CACHE_HOME=%s/.cache", home)) ||
+      sv_push(env, dbx_asprintf("XDG_CONFIG_HOME=%s/.config", home)) ||
       sv_pushs(env, "LANG=C.UTF-8") || sv_pushs(env, "TERM=dumb"))
     return DBX_ENOMEM;
   for (size_t i = 0; decl && decl[i]; i++) {
@@ -1199,6 +1297,32 @@ static dbx_err build_env(const dbx_local *d, const char *ws, const char *const *
   return DBX_OK;
 }
 
+/* bwrap arguments of what a command sees of the host's files: the whole
+ * root read-only, or (system) only the system folders read-only, symlinks
+ * among them (a merged /usr's /bin -> usr/bin) kept as symlinks. */
+static int push_host_root(strvec *argv, int system) {
+  static const char *const dirs[] = {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
+                                     "/libx32", "/etc", "/opt",
+                                     "/run/systemd/resolve", /* /etc/resolv.conf's target */
+                                     NULL};
+  if (!system) return sv_pushs(argv, "--ro-bind") || sv_pushs(argv, "/") || sv_pushs(argv, "/");
+  for (size_t i = 0; dirs[i]; i++) {
+    struct stat st;
+    char target[PATH_MAX];
+    if (lstat(dirs[i], &st) != 0) continue;
+    ssize_t tl = S_ISLNK(st.st_mode) ? readlink(dirs[i], target, sizeof target - 1) : -1;
+    if (tl > 0) {
+      target[tl] = '\0';
+      if (sv_pushs(argv, "--symlink") || sv_pushs(argv, target) || sv_pushs(argv, dirs[i]))
+        return -1;
+    } else if (S_ISDIR(st.st_mode)) {
+      if (sv_pushs(argv, "--ro-bind") || sv_pushs(argv, dirs[i]) || sv_pushs(argv, dirs[i]))
+        return -1;
+    }
+  }
+  return 0;
+}
+
 /* Build what running cmd in sandbox id takes: argv (bwrap prefix when
  * enabled), env, and an fd of the cwd (checked beneath the workspace).
  * On DBX_OK the caller owns argv, env (sv_free) and *cwdfd_out (close). */
@@ -1208,14 +1332,28 @@ static dbx_err sandbox_prepare(dbx_local *d, const char *id, char *const *cmd,
                                strvec *env_out, int *cwdfd_out) {
   dbx_err rc;
   int root = -1, cwdfd = -1;
-  char *ws = NULL, *abscwd = NULL;
+  char *ws = NULL, *abscwd = NULL, *home = NULL;
   strvec env = {0}, argv = {0};
   *cwdfd_out = -1;
   if (cwd && *cwd && (rc = path_check(d, cwd, 0)) != DBX_OK) return rc;
   if ((rc = open_root(d, id, 1, &root)) != DBX_OK) return rc;
+  sb_settings set = sb_settings_read(d, id);
+  if ((set.net_none && !(d->use_bwrap && d->net_ok)) || (set.fs_system && !d->use_bwrap)) {
+    rc = fail(d, DBX_EUNSUPPORTED,
+              "sandbox '%s' has %s, which needs bubblewrap%s: refused rather than run "
+              "without it", id, set.net_none ? "network \"none\"" : "host_fs \"system\"",
+              set.net_none ? " with network namespaces" : "");
+    goto out;
+  }
   ws = dbx_local_sandbox_path(d, id);
-  if (ws == NULL) {
+  home = dbx_asprintf("%s/sandboxes/%s/home", d->home, id);
+  if (ws == NULL || home == NULL) {
     rc = DBX_ENOMEM;
+    goto out;
+  }
+  /* HOME, made on first use (sandboxes made before it existed get it too) */
+  if (mkdir(home, 0700) != 0 && errno != EEXIST) {
+    rc = fail(d, DBX_EIO, "cannot create the home of sandbox '%s': %s", id, strerror(errno));
     goto out;
   }
   if (cwd && *cwd) {
@@ -1233,13 +1371,20 @@ static dbx_err sandbox_prepare(dbx_local *d, const char *id, char *const *cmd,
     rc = DBX_ENOMEM;
     goto out;
   }
-  if ((rc = build_env(d, ws, decl_env, &env)) != DBX_OK) goto out;
+  if ((rc = build_env(d, home, decl_env, &env)) != DBX_OK) goto out;
   if (d->use_bwrap) {
-    const char *pre[] = {d->bwrap, "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev",
-                         "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", d->home,
-                         "--bind", ws, ws};
+    /* Own PID namespace and /proc: host processes (the worker, its
+     * environment) are invisible. The durabox home is hidden but for this
+     * sandbox's workspace and home. bwrap runs under its caller (the worker
+     * or the detached command's supervisor) and dies with it. */
+    if (sv_pushs(&argv, d->bwrap) || sv_pushs(&argv, "--die-with-parent") ||
+        sv_pushs(&argv, "--unshare-pid") || push_host_root(&argv, set.fs_system))
+      goto oom;
+    const char *pre[] = {"--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+                         "--tmpfs", d->home, "--bind", ws, ws, "--bind", home, home};
     for (size_t i = 0; i < sizeof pre / sizeof pre[0]; i++)
       if (sv_pushs(&argv, pre[i])) goto oom;
+    if (set.net_none && sv_pushs(&argv, "--unshare-net")) goto oom;
     if (script && (sv_pushs(&argv, "--ro-bind") || sv_pushs(&argv, script) ||
                    sv_pushs(&argv, script)))
       goto oom;
@@ -1267,6 +1412,7 @@ out:
   if (cwdfd >= 0) close(cwdfd);
   if (root >= 0) close(root);
   free(ws);
+  free(home);
   free(abscwd);
   return rc;
 }
@@ -2028,13 +2174,41 @@ dbx_err dbx_local_git_commit(dbx_local *d, const char *id, const char *message,
 dbx_err dbx_local_git_commit_at(dbx_local *d, const char *id, const char *repo_path,
                                 const char *message, const char *author, char **sha_out,
                                 int *nothing_to_commit) {
-  dbx_err rc;
+  return dbx_local_git_commit_paths(d, id, repo_path, NULL, 0, message, author, sha_out,
+                                    nothing_to_commit);
+}
+
+/* argv of one git_commit step: the safe prefix, the verb's words, then (with
+ * paths) "--" and the paths. */
+static dbx_err git_commit_argv(const char *const *verb, const char *const *paths,
+                               size_t npaths, strvec *argv) {
+  static const char *const pre[] = {"git", "--literal-pathspecs", "-c", "core.hooksPath=/dev/null",
+                                    "-c", "core.fsmonitor=false", "-c", "commit.gpgsign=false",
+                                    NULL};
+  for (size_t i = 0; pre[i]; i++)
+    if (sv_pushs(argv, pre[i])) return DBX_ENOMEM;
+  for (size_t i = 0; verb[i]; i++)
+    if (sv_pushs(argv, verb[i])) return DBX_ENOMEM;
+  if (npaths > 0 && sv_pushs(argv, "--")) return DBX_ENOMEM;
+  for (size_t i = 0; i < npaths; i++)
+    if (sv_pushs(argv, paths[i])) return DBX_ENOMEM;
+  return DBX_OK;
+}
+
+dbx_err dbx_local_git_commit_paths(dbx_local *d, const char *id, const char *repo_path,
+                                   const char *const *paths, size_t npaths, const char *message,
+                                   const char *author, char **sha_out, int *nothing_to_commit) {
+  dbx_err rc = DBX_OK;
   char *name = NULL, *email = NULL, *e_an = NULL, *e_ae = NULL, *e_cn = NULL, *e_ce = NULL;
   dbx_local_exec_result r = {0};
+  strvec argv = {0};
   *sha_out = NULL;
   *nothing_to_commit = 0;
   if (message == NULL || author == NULL || *author == '\0')
     return fail(d, DBX_EINVAL, "git commit needs a message and an author");
+  for (size_t i = 0; i < npaths; i++) /* relative to the repository, never out of it */
+    if (paths == NULL || paths[i] == NULL || (rc = path_check(d, paths[i], 0)) != DBX_OK)
+      return paths && paths[i] ? rc : fail(d, DBX_EINVAL, "git commit: path %zu is missing", i);
   const char *lt = strchr(author, '<'), *gt = lt ? strchr(lt, '>') : NULL;
   if (lt && gt) {
     const char *ne = lt;
@@ -2055,16 +2229,18 @@ dbx_err dbx_local_git_commit_at(dbx_local *d, const char *id, const char *repo_p
   }
   const char *env[] = {e_an, e_ae, e_cn, e_ce, "GIT_CONFIG_NOSYSTEM=1",
                        "GIT_CONFIG_GLOBAL=/dev/null", "GIT_TERMINAL_PROMPT=0", NULL};
-#define GITC "git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", \
-             "-c", "commit.gpgsign=false"
-  char *add[] = {GITC, "add", "-A", NULL};
-  char *diff[] = {GITC, "diff", "--cached", "--quiet", NULL};
-  char *commit[] = {GITC, "commit", "-q", "--no-verify", "-m", (char *)message, NULL};
-  char *head[] = {GITC, "rev-parse", "HEAD", NULL};
-#undef GITC
-  char *const *steps[] = {add, diff, commit, head};
+  /* Staged: every change (new, modified, deleted; .gitignore respected) of
+   * the repository, or of the given paths only; the commit holds just those
+   * (with paths: git commit --only), whatever else the index had. */
+  static const char *const add[] = {"add", "-A", NULL};
+  static const char *const diff[] = {"diff", "--cached", "--quiet", NULL};
+  const char *const commit[] = {"commit", "-q", "--no-verify", "-m", message, NULL};
+  static const char *const head[] = {"rev-parse", "HEAD", NULL};
+  const char *const *steps[] = {add, diff, commit, head};
   for (int i = 0; i < 4; i++) {
-    rc = sandbox_run(d, id, steps[i], NULL, repo_path && *repo_path ? repo_path : NULL, env, 0,
+    sv_free(&argv);
+    if ((rc = git_commit_argv(steps[i], paths, i < 3 ? npaths : 0, &argv)) != DBX_OK) goto out;
+    rc = sandbox_run(d, id, argv.v, NULL, repo_path && *repo_path ? repo_path : NULL, env, 0,
                      4096, 4096, NULL, NULL, &r);
     if (rc != DBX_OK) goto out;
     if (i == 1 && r.exit_code == 0) {
@@ -2072,7 +2248,7 @@ dbx_err dbx_local_git_commit_at(dbx_local *d, const char *id, const char *repo_p
       goto out;
     }
     if (r.exit_code != 0 && !(i == 1 && r.exit_code == 1)) {
-      rc = fail(d, DBX_EIO, "git %s in sandbox '%s' failed (exit %d): %.600s", steps[i][7], id,
+      rc = fail(d, DBX_EIO, "git %s in sandbox '%s' failed (exit %d): %.600s", steps[i][0], id,
                 r.exit_code, (const char *)r.stderr_buf);
       goto out;
     }
@@ -2086,6 +2262,7 @@ dbx_err dbx_local_git_commit_at(dbx_local *d, const char *id, const char *repo_p
   }
 out:
   dbx_local_exec_result_cleanup(&r);
+  sv_free(&argv);
   free(name);
   free(email);
   free(e_an);

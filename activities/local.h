@@ -10,9 +10,17 @@
  * 1..128 characters of [A-Za-z0-9._-], not starting with '.'.
  *
  * Commands run with /bin/sh -c in a new process group, stdin /dev/null, a
- * scrubbed environment, under bubblewrap when `bwrap` is installed and usable
- * (probed once at open): / read-only, /tmp and the durabox home private, the
- * workspace bound read-write at its own path, network shared.
+ * scrubbed environment, under bubblewrap (probed once at open; see
+ * docs/sandbox.md): their own PID namespace and /proc (host processes are
+ * neither visible nor signalable), a minimal /dev, / read-only (or only the
+ * system folders: host_fs "system", a sandbox setting), /tmp private,
+ * the durabox home hidden except the sandbox's workspace and home (both
+ * read-write at their own paths), the network shared ("host") or absent
+ * ("none": a sandbox setting). HOME is sandboxes/<id>/home, outside the
+ * workspace, with XDG_CACHE_HOME=$HOME/.cache and XDG_CONFIG_HOME=$HOME/.config.
+ * Where bubblewrap is missing or unusable (no user namespaces) open refuses,
+ * unless the caller opts out explicitly (dbx_local_open_opts.unsandboxed or
+ * DURABOX_UNSANDBOXED=1): then commands run directly on this host.
  *
  * Errors: every call returns a dbx_err; on failure a message naming the
  * sandbox/path is available from dbx_local_errmsg() on the same thread.
@@ -55,15 +63,34 @@ dbx_driver *dbx_local_driver(dbx_local *d);
  * DBX_DRV_SOURCE_NOT_FOUND, DBX_DRV_SNAPSHOT_FAILED), else DBX_DRV_OK. */
 dbx_drv_err dbx_local_errkind(const dbx_local *d);
 
+/* The environment variable of the explicit opt-out: "1" runs commands
+ * directly on this host, without bubblewrap. */
+#define DBX_LOCAL_UNSANDBOXED_ENV "DURABOX_UNSANDBOXED"
+
+typedef struct {
+  /* 1: run commands directly on this host, without bubblewrap, even where it
+   * is usable (the explicit opt-out; DURABOX_UNSANDBOXED=1 does the same). */
+  int unsandboxed;
+  /* The bwrap program (borrowed, used during open only); NULL: the first of
+   * /usr/bin/bwrap, /usr/local/bin/bwrap, /bin/bwrap that exists. */
+  const char *bwrap_path;
+} dbx_local_open_opts;
+
 /* Open a driver over home (borrowed; NULL: $DURABOX_HOME, else
- * $HOME/.local/share/durabox). Creates the home's folders and probes bwrap.
- * *out: close with dbx_local_close(). Returns DBX_OK, DBX_EINVAL (no home
- * could be determined), DBX_EIO (folders could not be made), DBX_ENOMEM. */
+ * $HOME/.local/share/durabox) with options o (borrowed; NULL: defaults).
+ * Creates the home's folders and probes bwrap (runs it once). *out: close
+ * with dbx_local_close(). Returns DBX_OK, DBX_EINVAL (no home could be
+ * determined), DBX_EIO (folders could not be made), DBX_EUNSUPPORTED
+ * (bubblewrap missing or unusable and no opt-out: the message says why and
+ * how to opt out), DBX_ENOMEM. On failure dbx_local_errmsg(NULL) tells why. */
+dbx_err dbx_local_open_with(const char *home, const dbx_local_open_opts *o, dbx_local **out);
+/* dbx_local_open_with(home, NULL, out). */
 dbx_err dbx_local_open(const char *home, dbx_local **out);
 /* Accepts NULL. */
 void dbx_local_close(dbx_local *d);
 /* Message of the calling thread's last failed call on d; "" if none. Valid
- * until that thread's next call into this module. Never NULL. */
+ * until that thread's next call into this module. Never NULL. d NULL: the
+ * message of the calling thread's last failed open ("" if none). */
 const char *dbx_local_errmsg(const dbx_local *d);
 /* 1 if commands run under bubblewrap, else 0. */
 int dbx_local_bwrap_enabled(const dbx_local *d);
@@ -93,15 +120,24 @@ typedef struct {
    * own labels. */
   const dbx_drv_label *labels;
   size_t nlabels;
+  /* The sandbox's network (kept in its meta; part of its identity, like the
+   * source). DBX_DRV_NET_NONE needs bubblewrap: create answers
+   * DBX_EUNSUPPORTED without it. */
+  dbx_drv_network network;
+  /* What its commands see of the host's files (kept likewise).
+   * DBX_DRV_FS_SYSTEM needs bubblewrap: DBX_EUNSUPPORTED without it. */
+  dbx_drv_host_fs host_fs;
 } dbx_local_source;
 
 /* Create sandbox id from src (running). Idempotent: if id exists with the
- * same source, it is adopted (*adopted = 1, nothing changes); a partial
- * sandbox left by an interrupted create is cleared and made again.
- * adopted may be NULL. Returns DBX_OK, DBX_EINVAL (bad id or source),
- * DBX_EEXIST (id exists with another source), DBX_ENOTFOUND (source dir or
- * snapshot missing), DBX_EIO (copy or clone failed; message has git's words),
- * DBX_ECANCELED (src->cancelled said so). */
+ * same source and settings (network, host_fs), it is adopted (*adopted = 1,
+ * nothing changes); a partial sandbox left by an interrupted create is
+ * cleared and made again. adopted may be NULL. Returns DBX_OK, DBX_EINVAL
+ * (bad id, source or setting), DBX_EEXIST (id exists with another source or
+ * settings), DBX_ENOTFOUND (source dir or snapshot missing), DBX_EUNSUPPORTED
+ * (network none or host_fs system without bubblewrap), DBX_EIO (copy or
+ * clone failed; message has git's words), DBX_ECANCELED (src->cancelled said
+ * so). */
 dbx_err dbx_local_sandbox_create(dbx_local *d, const char *id, const dbx_local_source *src,
                                  int *adopted);
 /* Remove the sandbox and its workspace. Commands still running in it are
@@ -152,7 +188,8 @@ typedef struct {
   const char *command;     /* run by /bin/sh -c; any length (long ones go through a script file) */
   const char *cwd;         /* relative to the workspace, checked like file paths; NULL: the root */
   const char *const *env;  /* NULL-terminated "NAME=value" list added to the scrubbed base
-                            * (PATH, HOME=workspace, LANG=C.UTF-8, TERM=dumb); may override it */
+                            * (PATH, HOME, XDG_CACHE_HOME, XDG_CONFIG_HOME, LANG=C.UTF-8,
+                            * TERM=dumb); may override it */
   int64_t timeout_ms;      /* 0: none. On expiry the group gets SIGTERM, then SIGKILL after 1 s */
   size_t stdout_cap_bytes; /* bytes kept per stream; 0: 1 MiB */
   size_t stderr_cap_bytes;
@@ -303,7 +340,9 @@ dbx_err dbx_local_file_write(dbx_local *d, const char *id, const char *path, con
 
 /* git add -A and git commit in the workspace (a git repository), inside the
  * sandbox, hooks off, with author and committer both set to author
- * ("Name <email>", borrowed). *sha_out: the new commit's hex sha, free with
+ * ("Name <email>", borrowed). What is staged: every change of the repository
+ * (new, modified and deleted files; .gitignore is respected), and nothing
+ * outside it: HOME and the caches are not in the workspace. *sha_out: the new commit's hex sha, free with
  * free(). When there is nothing to commit: DBX_OK, *nothing_to_commit = 1 and
  * *sha_out = NULL. Returns DBX_OK, DBX_EINVAL, DBX_ENOTFOUND, DBX_ESTATE,
  * DBX_EIO (git failed; message has its stderr). */
@@ -314,6 +353,14 @@ dbx_err dbx_local_git_commit(dbx_local *d, const char *id, const char *message,
 dbx_err dbx_local_git_commit_at(dbx_local *d, const char *id, const char *repo_path,
                                 const char *message, const char *author, char **sha_out,
                                 int *nothing_to_commit);
+/* dbx_local_git_commit_at staging and committing only the npaths paths
+ * (borrowed; relative to repo_path, checked like file paths, taken literally:
+ * no globs or pathspec magic; a folder means all below it). npaths 0: all, as
+ * git_commit_at. The commit holds only those paths even when the index had
+ * more staged. A path git does not know: DBX_EIO with git's words. */
+dbx_err dbx_local_git_commit_paths(dbx_local *d, const char *id, const char *repo_path,
+                                   const char *const *paths, size_t npaths, const char *message,
+                                   const char *author, char **sha_out, int *nothing_to_commit);
 /* git clone url (repository path or URL) into path (relative, not the root),
  * inside the sandbox (hooks off, no hard links to the source); what was at
  * path is removed first, so a retry after a partial clone starts clean. ref:

@@ -47,7 +47,9 @@ static dbx_drv_err ld_create(void *self, const char *name, const dbx_drv_create_
                           .cancelled = o->cancelled,
                           .cancelled_ud = o->cancelled_ud,
                           .labels = o->labels,
-                          .nlabels = o->nlabels};
+                          .nlabels = o->nlabels,
+                          .network = o->network,
+                          .host_fs = o->host_fs};
   switch (o->source.kind) {
   case DBX_DRV_SOURCE_EMPTY: src.kind = DBX_LOCAL_SOURCE_EMPTY; break;
   case DBX_DRV_SOURCE_DIR: src.kind = DBX_LOCAL_SOURCE_DIR; break;
@@ -198,6 +200,14 @@ static dbx_drv_err ld_git_commit(void *self, const char *name, const char *repo_
                   dbx_local_git_commit_at(self, name, repo_path, message, author, sha, nothing));
 }
 
+static dbx_drv_err ld_git_commit_paths(void *self, const char *name, const char *repo_path,
+                                       const char *const *paths, size_t npaths,
+                                       const char *message, const char *author, char **sha,
+                                       int *nothing) {
+  return from_err(self, dbx_local_git_commit_paths(self, name, repo_path, paths, npaths, message,
+                                                   author, sha, nothing));
+}
+
 static dbx_drv_err ld_git_push(void *self, const char *name, const char *repo_path,
                                const char *remote, const char *branch) {
   return from_err(self, dbx_local_git_push(self, name, repo_path, remote, branch));
@@ -239,6 +249,7 @@ const dbx_driver_ops dbx_local_driver_ops = {
     .download = ld_download,
     .git_clone = ld_git_clone,
     .git_commit = ld_git_commit,
+    .git_commit_paths = ld_git_commit_paths,
     .git_push = ld_git_push,
     .checkpoint = ld_checkpoint,
     .restore = ld_restore,

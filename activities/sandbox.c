@@ -37,6 +37,7 @@
 #include "base/codec.h"
 #include "base/failpoint.h"
 #include "base/hash.h"
+#include "base/json.h"
 #include "base/util.h"
 
 /* Declared here so this folder needs worker/api.h alone (the worker library,
@@ -154,15 +155,76 @@ static int create_heartbeat(void *a) { return dbx_act_heartbeat(a, NULL); }
 
 /* ---------------------------------------------------------------- input */
 
-/* Parse input as a JSON object; on failure records InvalidInput and returns NULL. */
+/* An activity input is one payload: Temporal's default limit
+ * (limit.blobSize.error). No string in it, key or value, is longer. */
+#define MAX_INPUT_BYTES (2u * 1024 * 1024)
+
+/* The string numbered want (dbx_json_text_check's ordinals), or with want ==
+ * SIZE_MAX the first longer than MAX_INPUT_BYTES: its field's name in
+ * path ("env.HOME"), *is_key when the string is a field name there. */
+typedef struct {
+  size_t want, seen, len;
+  int found, is_key;
+  char path[128];
+} str_find;
+
+static void find_string(const cJSON *node, const char *path, str_find *f) {
+  size_t i = 0;
+  for (const cJSON *c = node->child; c != NULL && !f->found; c = c->next, i++) {
+    char sub[128];
+    if (cJSON_IsObject(node)) {
+      snprintf(sub, sizeof sub, "%s%s%.60s", path, path[0] ? "." : "", c->string);
+      size_t l = strlen(c->string);
+      if (f->seen++ == f->want || (f->want == SIZE_MAX && l > MAX_INPUT_BYTES))
+        f->found = 1, f->is_key = 1, f->len = l, snprintf(f->path, sizeof f->path, "%s", path);
+    } else {
+      snprintf(sub, sizeof sub, "%s[%zu]", path, i);
+    }
+    if (f->found) return;
+    if (cJSON_IsString(c)) {
+      size_t l = strlen(c->valuestring);
+      if (f->seen++ == f->want || (f->want == SIZE_MAX && l > MAX_INPUT_BYTES))
+        f->found = 1, f->len = l, snprintf(f->path, sizeof f->path, "%s", sub);
+    } else if (cJSON_IsObject(c) || cJSON_IsArray(c)) {
+      find_string(c, sub, f);
+    }
+  }
+}
+
+/* Parse input as a JSON object, one document, no string in it holding a NUL
+ * (cJSON would cut it there), a raw control character or invalid UTF-8, or
+ * over the size limit; on failure records InvalidInput and returns NULL. */
 static cJSON *parse_input(const char *json, size_t len, dbx_act_result *res) {
-  cJSON *in = json ? cJSON_ParseWithLength(json, len) : NULL;
+  const char *end = NULL;
+  cJSON *in = json ? cJSON_ParseWithLengthOpts(json, len, &end, 0) : NULL;
   if (in == NULL || !cJSON_IsObject(in)) {
     cJSON_Delete(in);
     fail(res, 1, "InvalidInput", "input is not a JSON object");
     return NULL;
   }
-  return in;
+  size_t at = 0;
+  dbx_json_problem p = dbx_json_text_check(json, len, (size_t)(end - json), &at);
+  str_find f = {.want = p == DBX_JSON_OK ? SIZE_MAX : at};
+  if (p != DBX_JSON_TRAILING) find_string(in, "", &f);
+  char what[160];
+  if (!f.found) snprintf(what, sizeof what, "a string");
+  else if (!f.is_key) snprintf(what, sizeof what, "field '%s'", f.path);
+  else if (f.path[0]) snprintf(what, sizeof what, "a field name in field '%s'", f.path);
+  else snprintf(what, sizeof what, "a field name");
+  if (p == DBX_JSON_TRAILING)
+    fail(res, 1, "InvalidInput", "input has data after the JSON document (at byte %zu)", at);
+  else if (p != DBX_JSON_OK)
+    fail(res, 1, "InvalidInput", "%s %s", what, dbx_json_problem_str(p));
+  else if (f.found)
+    fail(res, 1, "InvalidInput", "%s is %zu bytes, over the limit of %u bytes per field", what,
+         f.len, MAX_INPUT_BYTES);
+  else if (len > MAX_INPUT_BYTES)
+    fail(res, 1, "InvalidInput", "input is %zu bytes, over the limit of %u bytes per input", len,
+         MAX_INPUT_BYTES);
+  else
+    return in;
+  cJSON_Delete(in);
+  return NULL;
 }
 
 /* *out = the string field name (borrowed from in), or NULL when absent and
@@ -609,6 +671,23 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
     }
   }
 
+  /* "network": "host" (default) or "none"; see docs/sandbox.md */
+  const char *network = NULL;
+  if (get_str(in, "network", 0, &network, res) != 0) goto out;
+  if (network && strcmp(network, "host") != 0 && strcmp(network, "none") != 0) {
+    rc = fail(res, 1, "InvalidInput", "field 'network': '%.60s' is not one of host, none",
+              network);
+    goto out;
+  }
+  /* "host_fs": "host" (default: the host root read-only) or "system" */
+  const char *host_fs = NULL;
+  if (get_str(in, "host_fs", 0, &host_fs, res) != 0) goto out;
+  if (host_fs && strcmp(host_fs, "host") != 0 && strcmp(host_fs, "system") != 0) {
+    rc = fail(res, 1, "InvalidInput", "field 'host_fs': '%.60s' is not one of host, system",
+              host_fs);
+    goto out;
+  }
+
   const char *wf = dbx_act_workflow_id(a);
   uint64_t h = fnv1a(fnv1a(fnv1a(FNV_OFFSET, wf ? wf : ""), "/"), resource);
   char id[21];
@@ -621,6 +700,8 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
   for (size_t i = 0; i < 2; i++)
     if (dbx_drv_label_valid(&labels[i]) && labels[i].value[0]) labels[nlabels++] = labels[i];
   dbx_drv_create_opts co = {.source = src, .labels = labels, .nlabels = nlabels};
+  co.network = network && strcmp(network, "none") == 0 ? DBX_DRV_NET_NONE : DBX_DRV_NET_HOST;
+  co.host_fs = host_fs && strcmp(host_fs, "system") == 0 ? DBX_DRV_FS_SYSTEM : DBX_DRV_FS_HOST;
   /* a copy or clone may take minutes: heartbeat while it runs, so a dead
    * worker is noticed after the heartbeat timeout, and stop on cancellation */
   co.cancelled = create_heartbeat;
@@ -1046,17 +1127,61 @@ out:
   return rc;
 }
 
+#define GIT_COMMIT_PATHS_MAX 1000
+
+/* git_commit's optional "paths": an array of 1..GIT_COMMIT_PATHS_MAX
+ * non-empty strings. *out: malloc'd array of borrowed strings (free()), NULL
+ * with *n = 0 when absent. Returns 0, or -1 with InvalidInput recorded. */
+static int get_paths(const cJSON *in, const char ***out, size_t *n, dbx_act_result *res) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(in, "paths");
+  *out = NULL;
+  *n = 0;
+  if (v == NULL || cJSON_IsNull(v)) return 0;
+  int cnt = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+  if (cnt < 1 || cnt > GIT_COMMIT_PATHS_MAX) {
+    fail(res, 1, "InvalidInput", "field 'paths' must be an array of 1 to %d paths",
+         GIT_COMMIT_PATHS_MAX);
+    return -1;
+  }
+  const char **p = dbx_calloc((size_t)cnt, sizeof *p);
+  if (p == NULL) {
+    fail(res, 0, "SandboxError", "out of memory");
+    return -1;
+  }
+  const cJSON *e;
+  cJSON_ArrayForEach(e, v) {
+    if (!cJSON_IsString(e) || e->valuestring[0] == '\0') {
+      free(p);
+      fail(res, 1, "InvalidInput", "field 'paths[%zu]' must be a non-empty string", *n);
+      *n = 0;
+      return -1;
+    }
+    p[(*n)++] = e->valuestring;
+  }
+  *out = p;
+  return 0;
+}
+
+/* Stages every change of the repository (or of "paths" only) and commits it;
+ * HOME and caches are outside the workspace, so they are never staged. */
 static dbx_err run_git_commit(dbx_act *a, const char *json, size_t len, dbx_act_result *res,
                               void *ud) {
   dbx_driver *drv = DRV(ud);
   dbx_err rc = DBX_OK;
   char *sha = NULL;
+  const char **paths = NULL;
+  size_t npaths = 0;
   cJSON *in = parse_input(json, len, res);
   if (in == NULL) return DBX_OK;
   const char *id, *message, *author;
   if (get_sandbox(in, &id, res) != 0 || get_str(in, "message", 1, &message, res) != 0 ||
-      get_str(in, "author", 0, &author, res) != 0)
+      get_str(in, "author", 0, &author, res) != 0 || get_paths(in, &paths, &npaths, res) != 0)
     goto out;
+  if (npaths > 0 && drv->ops->git_commit_paths == NULL) {
+    rc = fail(res, 1, "Unsupported", "sandbox.git_commit: the %s driver takes no 'paths'",
+              drv->name);
+    goto out;
+  }
   if (message[0] == '\0') {
     rc = fail(res, 1, "InvalidInput", "field 'message' is empty");
     goto out;
@@ -1076,7 +1201,9 @@ static dbx_err run_git_commit(dbx_act *a, const char *json, size_t len, dbx_act_
     goto out;
   }
   int nothing = 0;
-  dbx_drv_err drc = CALL(drv, git_commit, id, NULL, message, author, &sha, &nothing);
+  dbx_drv_err drc = npaths > 0 ? CALL(drv, git_commit_paths, id, NULL, paths, npaths, message,
+                                      author, &sha, &nothing)
+                               : CALL(drv, git_commit, id, NULL, message, author, &sha, &nothing);
   if (drc != DBX_DRV_OK) {
     rc = fail_drv(res, drv, drc, "sandbox.git_commit", id);
   } else {
@@ -1094,6 +1221,7 @@ static dbx_err run_git_commit(dbx_act *a, const char *json, size_t len, dbx_act_
   }
 out:
   free(sha);
+  free(paths);
   cJSON_Delete(in);
   return rc;
 }

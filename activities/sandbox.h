@@ -7,7 +7,8 @@
  * (two local homes, a local and a memory driver) live in one process.
  *
  *   sandbox.create      {"resource"?: "workspace", "source"?: {"kind": "empty"|"dir"|"git"|
- *                        "snapshot", "path"|"url"|"ref"}, "env"?: {..}}
+ *                        "snapshot", "path"|"url"|"ref"}, "env"?: {..},
+ *                        "network"?: "host"|"none", "host_fs"?: "host"|"system"}
  *                       -> {"sandbox_id", "adopted", "path"}
  *                       The id is "dbx-" + 16 hex digits of FNV-1a 64 over
  *                       workflow id + "/" + resource, so a retried create adopts
@@ -16,7 +17,11 @@
  *                       a valid label value). "path" is the workspace's host
  *                       path, absent when the driver has none. ("env" is
  *                       validated; the local driver keeps no per-sandbox
- *                       environment.)
+ *                       environment.) "network" "none": no network at all;
+ *                       "host_fs" "system": of the host's files only the
+ *                       system folders (docs/sandbox.md); a driver that
+ *                       cannot enforce a setting fails the create
+ *                       (Unsupported).
  *   sandbox.exec        {"sandbox_id", "command", "env"?: {K: "v" | {"secret": "NAME"}},
  *                        "cwd"?, "timeout_s"?, "max_output_bytes"?}
  *                       -> {"exit_code", "signal", "timed_out", "stdout"|"stdout_b64",
@@ -41,7 +46,13 @@
  *   sandbox.checkpoint  {"sandbox_id", "name"?} -> {"ref"}; the default name is
  *                       "ckpt-" + FNV-1a 64 of sandbox id, workflow id, run id
  *                       and activity id, so retries of one activity agree.
- *   sandbox.git_commit  {"sandbox_id", "message", "author"?} -> {"sha", "nothing_to_commit"}
+ *   sandbox.git_commit  {"sandbox_id", "message", "author"?, "paths"?: ["p", ..]}
+ *                       -> {"sha", "nothing_to_commit"}
+ *                       Stages every change of the workspace's repository
+ *                       (new, modified, deleted; .gitignore respected) or, with
+ *                       "paths" (1..1000, relative, literal), of those only,
+ *                       and commits just that. HOME and caches are outside the
+ *                       workspace, so never staged.
  *   sandbox.stop / sandbox.start / sandbox.delete {"sandbox_id"} -> {}
  *                       (delete: a missing sandbox counts as done)
  *

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "cli/cli.h"
+#include "cli/flags.h"
 #include "worker/wstore.h"
 
 #define USAGE                                                                            \
@@ -21,11 +22,6 @@
   "       durabox approval grant --workflow-id ID [--run-id R] --activity-type T\n"      \
   "                              --input-hash H [--namespace NS] [--db DIR]\n"      \
   "  --db DIR: the worker store (default $DURABOX_HOME/worker)\n"
-
-static const char *arg_value(int argc, char **argv, int *i, const char *name) {
-  if (strcmp(argv[*i], name) != 0 || *i + 1 >= argc) return NULL;
-  return argv[++*i];
-}
 
 static dbx_wstore *open_store(const char *db, const char *what) {
   struct stat sb;
@@ -112,24 +108,28 @@ int dbx_cli_approval(int argc, char **argv) {
       return 0;
     }
   if (argc < 2 || (strcmp(argv[1], "list") != 0 && strcmp(argv[1], "grant") != 0)) {
+    if (argc >= 2) fprintf(stderr, "durabox approval: unknown command '%s'\n", argv[1]);
     fputs(USAGE, stderr);
     return 2;
   }
   const char *sub = argv[1], *db = NULL, *wid = NULL, *rid = NULL, *type = NULL, *hash = NULL;
   const char *ns = getenv("TEMPORAL_NAMESPACE");
   if (!ns || !*ns) ns = "default";
+  const dbx_cli_flag fl[] = {
+      {"--db", NULL, DBX_CLI_FLAG_STR, &db, 0, 0},
+      {"--workflow-id", "-w", DBX_CLI_FLAG_STR, &wid, 0, 0},
+      {"--run-id", "-r", DBX_CLI_FLAG_STR, &rid, 0, 0},
+      {"--activity-type", NULL, DBX_CLI_FLAG_STR, &type, 0, 0},
+      {"--input-hash", NULL, DBX_CLI_FLAG_STR, &hash, 0, 0},
+      {"--namespace", "-n", DBX_CLI_FLAG_STR, &ns, 0, 0},
+  };
   for (int i = 2; i < argc; i++) {
-    const char *v;
-    if ((v = arg_value(argc, argv, &i, "--db"))) db = v;
-    else if ((v = arg_value(argc, argv, &i, "--workflow-id"))) wid = v;
-    else if ((v = arg_value(argc, argv, &i, "--run-id"))) rid = v;
-    else if ((v = arg_value(argc, argv, &i, "--activity-type"))) type = v;
-    else if ((v = arg_value(argc, argv, &i, "--input-hash"))) hash = v;
-    else if ((v = arg_value(argc, argv, &i, "--namespace"))) ns = v;
-    else {
-      fputs(USAGE, stderr);
-      return 2;
-    }
+    int r = dbx_cli_flag_take("durabox approval", fl, sizeof fl / sizeof fl[0], argc, argv, &i);
+    if (r < 0) return 2;
+    if (r > 0) continue;
+    dbx_cli_flag_unknown("durabox approval", argv[i]);
+    fputs(USAGE, stderr);
+    return 2;
   }
   if (strcmp(sub, "grant") == 0 && (!wid || !type || !hash)) {
     fputs(USAGE, stderr);

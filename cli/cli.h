@@ -5,7 +5,7 @@
 const char *dbx_cli_version(void);
 /* durabox server start-dev [flags]: the embedded workflow service (Temporal CLI's flags). */
 int dbx_cli_server(int argc, char **argv);
-/* durabox workflow start|execute|show|describe|list|result|signal|cancel|terminate. */
+/* durabox workflow start|execute|show|describe|list|result|query|signal|cancel|terminate. */
 int dbx_cli_workflow(int argc, char **argv);
 /* durabox dev: embedded service + worker in one process. */
 int dbx_cli_dev(int argc, char **argv);

@@ -7,7 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/codec.h"
 #include "base/fs.h"
+#include "cli/flags.h"
 
 void dbx_cli_conn_init(dbx_cli_conn *c) {
   memset(c, 0, sizeof *c);
@@ -23,36 +25,25 @@ void dbx_cli_conn_init(dbx_cli_conn *c) {
 }
 
 int dbx_cli_conn_flag(dbx_cli_conn *c, int argc, char **argv, int *i) {
-  static const struct { const char *flag; size_t off; } flags[] = {
-      {"--address", offsetof(dbx_cli_conn, address)},   {"--namespace", offsetof(dbx_cli_conn, namespace_)},
-      {"--api-key", offsetof(dbx_cli_conn, api_key)},   {"--tls-ca", offsetof(dbx_cli_conn, tls_ca)},
-      {"--tls-cert", offsetof(dbx_cli_conn, tls_cert)}, {"--tls-key", offsetof(dbx_cli_conn, tls_key)},
+  const char *output = NULL;
+  const dbx_cli_flag t[] = {
+      {"--address", NULL, DBX_CLI_FLAG_STR, &c->address, 0, 0},
+      {"--namespace", "-n", DBX_CLI_FLAG_STR, &c->namespace_, 0, 0},
+      {"--api-key", NULL, DBX_CLI_FLAG_STR, &c->api_key, 0, 0},
+      {"--tls-ca", NULL, DBX_CLI_FLAG_STR, &c->tls_ca, 0, 0},
+      {"--tls-cert", NULL, DBX_CLI_FLAG_STR, &c->tls_cert, 0, 0},
+      {"--tls-key", NULL, DBX_CLI_FLAG_STR, &c->tls_key, 0, 0},
+      {"--tls", NULL, DBX_CLI_FLAG_BOOL, &c->tls, 0, 0},
+      {"--output", "-o", DBX_CLI_FLAG_STR, &output, 0, 0},
   };
-  const char *a = argv[*i];
-  if (strcmp(a, "--output") == 0 || strcmp(a, "-o") == 0) {
-    if (*i + 1 >= argc) {
-      fprintf(stderr, "durabox: %s needs a value (text or json)\n", a);
-      return -1;
-    }
-    const char *v = argv[++*i];
-    if (strcmp(v, "json") != 0 && strcmp(v, "text") != 0) {
-      fprintf(stderr, "durabox: --output %s: use text or json\n", v);
-      return -1;
-    }
-    c->json = strcmp(v, "json") == 0;
-    return 1;
+  int r = dbx_cli_flag_take("durabox", t, sizeof t / sizeof t[0], argc, argv, i);
+  if (r <= 0 || output == NULL) return r;
+  if (strcmp(output, "json") != 0 && strcmp(output, "text") != 0) {
+    fprintf(stderr, "durabox: --output %s: use text or json\n", output);
+    return -1;
   }
-  for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) {
-    if (strcmp(a, flags[k].flag) != 0 && !(strcmp(flags[k].flag, "--namespace") == 0 && strcmp(a, "-n") == 0))
-      continue;
-    if (*i + 1 >= argc) {
-      fprintf(stderr, "durabox: %s needs a value\n", a);
-      return -1;
-    }
-    *(const char **)((char *)c + flags[k].off) = argv[++*i];
-    return 1;
-  }
-  return 0;
+  c->json = strcmp(output, "json") == 0;
+  return 1;
 }
 
 char *dbx_cli_read_file(const char *path, size_t *len_out) {
@@ -82,6 +73,10 @@ int dbx_cli_conn_load(dbx_cli_conn *c) {
   return 0;
 }
 
+/* Set by dbx_cli_conn_client_opts for dbx_cli_report's hint: an API key
+ * goes to the service without TLS (one thread, see conn.h). */
+static int g_key_in_plaintext;
+
 void dbx_cli_conn_client_opts(const dbx_cli_conn *c, dbx_client_opts *o) {
   memset(o, 0, sizeof *o);
   o->address = c->address;
@@ -90,7 +85,8 @@ void dbx_cli_conn_client_opts(const dbx_cli_conn *c, dbx_client_opts *o) {
   o->tls_ca_pem = c->ca_pem;
   o->tls_cert_pem = c->cert_pem;
   o->tls_key_pem = c->key_pem;
-  o->tls = c->ca_pem || c->cert_pem;
+  o->tls = c->tls || c->ca_pem || c->cert_pem;
+  g_key_in_plaintext = c->api_key != NULL && !o->tls;
 }
 
 void dbx_cli_conn_cleanup(dbx_cli_conn *c) {
@@ -108,4 +104,51 @@ void dbx_cli_report(const char *what, const char *address, dbx_err e, const char
   fprintf(stderr, "durabox: %s: %s\n", what, errmsg ? errmsg : dbx_strerror(e));
   if (address && is_connect_failure(e))
     fprintf(stderr, "durabox: is a workflow service running at %s? `durabox dev` starts one\n", address);
+  if (address && is_connect_failure(e) && g_key_in_plaintext)
+    fprintf(stderr,
+            "durabox: an API key was given without TLS; a service that takes API keys usually serves TLS only: "
+            "add --tls (system roots) or --tls-ca FILE\n");
+}
+
+char *dbx_cli_utf8_repair(const char *s, size_t n) {
+  const uint8_t *u = (const uint8_t *)s;
+  char *out = malloc(3 * n + 1); /* each byte becomes at most 3 */
+  if (out == NULL) return NULL;
+  size_t k = 0;
+  for (size_t i = 0; i < n;) {
+    size_t len = u[i] < 0x80 ? 1 : (u[i] & 0xe0) == 0xc0 ? 2 : (u[i] & 0xf0) == 0xe0 ? 3 : (u[i] & 0xf8) == 0xf0 ? 4 : 0;
+    if (len && len <= n - i && dbx_utf8_valid(u + i, len)) {
+      memcpy(out + k, s + i, len);
+      k += len;
+      i += len;
+    } else {
+      memcpy(out + k, "\xef\xbf\xbd", 3);
+      k += 3;
+      i++;
+    }
+  }
+  out[k] = '\0';
+  return out;
+}
+
+void dbx_cli_utf8_puts(const char *s) {
+  char *r = dbx_cli_utf8_repair(s, strlen(s));
+  puts(r ? r : "");
+  free(r);
+}
+
+void dbx_cli_json_print(const cJSON *j, int pretty) {
+  char *t = pretty ? cJSON_Print(j) : cJSON_PrintUnformatted(j);
+  if (t) dbx_cli_utf8_puts(t);
+  free(t);
+}
+
+void dbx_cli_json_error(const char *type, const char *message) {
+  cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
+  if (e) {
+    cJSON_AddStringToObject(e, "message", message ? message : "");
+    cJSON_AddStringToObject(e, "type", type ? type : "");
+    dbx_cli_json_print(o, 0);
+  }
+  cJSON_Delete(o);
 }

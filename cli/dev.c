@@ -11,6 +11,7 @@
 #include "base/util.h"
 #include "cli/cli.h"
 #include "cli/embed.h"
+#include "cli/flags.h"
 #include "rpc/rpc.h"
 
 static volatile sig_atomic_t stop_requested;
@@ -21,50 +22,35 @@ static void on_signal(int sig) {
 
 int dbx_cli_dev(int argc, char **argv) {
   dbx_embed_opts o = {.port = 7233, .task_queue = "durabox", .start_service = 1, .start_worker = 1};
+  const char *level = NULL;
+  const dbx_cli_flag fl[] = {
+      {"--ip", NULL, DBX_CLI_FLAG_STR, &o.ip, 0, 0},
+      {"--port", "-p", DBX_CLI_FLAG_INT, &o.port, 0, 65535},
+      {"--db-filename", "-f", DBX_CLI_FLAG_STR, &o.db_path, 0, 0},
+      {"--worker-db", NULL, DBX_CLI_FLAG_STR, &o.worker_db, 0, 0},
+      {"--task-queue", "-t", DBX_CLI_FLAG_STR, &o.task_queue, 0, 0},
+      {"--namespace", "-n", DBX_CLI_FLAG_STR, &o.namespace_, 0, 0},
+      {"--log-level", NULL, DBX_CLI_FLAG_STR, &level, 0, 0},
+  };
   for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const char **dst = NULL;
-    if (strcmp(a, "--ip") == 0) dst = &o.ip;
-    else if (strcmp(a, "--db-filename") == 0) dst = &o.db_path;
-    else if (strcmp(a, "--worker-db") == 0) dst = &o.worker_db;
-    else if (strcmp(a, "--task-queue") == 0) dst = &o.task_queue;
-    else if (strcmp(a, "--namespace") == 0) dst = &o.namespace_;
-    else if (strcmp(a, "--port") == 0 || strcmp(a, "--log-level") == 0) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, "durabox dev: %s needs a value\n", a);
-        return 2;
-      }
-      const char *v = argv[++i];
-      if (strcmp(a, "--port") == 0) {
-        char *end = NULL;
-        long p = strtol(v, &end, 10);
-        if (end == v || *end || p < 0 || p > 65535) {
-          fprintf(stderr, "durabox dev: --port %s is not a port number\n", v);
-          return 2;
-        }
-        o.port = (int)p;
-      } else {
-        dbx_log_level l;
-        if (dbx_log_level_parse(v, &l) != 0) {
-          fprintf(stderr, "durabox dev: --log-level %s: use debug, info, warn or error\n", v);
-          return 2;
-        }
-        dbx_log_set_level(l);
-      }
-      continue;
-    } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+    int r = dbx_cli_flag_take("durabox dev", fl, sizeof fl / sizeof fl[0], argc, argv, &i);
+    if (r < 0) return 2;
+    if (r > 0) continue;
+    if (dbx_cli_flag_is_help(argv[i])) {
       printf("usage: durabox dev [--ip A] [--port N] [--db-filename DIR] [--worker-db DIR] [--task-queue Q]\n"
-             "                   [--namespace NS] [--log-level L]\n");
+             "                   [--namespace NS] [--log-level L]   (--flag value or --flag=value)\n"
+             "  without --db-filename the service's store is temporary: workflows are gone when it stops\n");
       return 0;
-    } else {
-      fprintf(stderr, "durabox dev: unknown flag '%s'\n", a);
+    }
+    return dbx_cli_flag_unknown("durabox dev", argv[i]);
+  }
+  if (level) {
+    dbx_log_level l;
+    if (dbx_log_level_parse(level, &l) != 0) {
+      fprintf(stderr, "durabox dev: --log-level %s: use debug, info, warn or error\n", level);
       return 2;
     }
-    if (i + 1 >= argc) {
-      fprintf(stderr, "durabox dev: %s needs a value\n", a);
-      return 2;
-    }
-    *dst = argv[++i];
+    dbx_log_set_level(l);
   }
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
@@ -76,6 +62,11 @@ int dbx_cli_dev(int argc, char **argv) {
     return 1;
   }
   fprintf(stderr, "durabox dev: service on %s, worker on task queue %s (Ctrl-C stops)\n", e.address, o.task_queue);
+  if (o.db_path)
+    fprintf(stderr, "durabox dev: service store %s\n", o.db_path);
+  else
+    fprintf(stderr, "durabox dev: the service store is temporary: workflows and their history are gone when "
+                    "this process stops (--db-filename DIR keeps them)\n");
   while (!stop_requested) pause();
   fprintf(stderr, "durabox dev: stopping\n");
   dbx_embed_stop(&e, 10000);

@@ -14,12 +14,14 @@ dbx_err dbx_cli_kit_open(const char *home, dbx_cli_kit *k, char **errmsg) {
   k->local = NULL;
   k->acts = NULL;
   if (errmsg) *errmsg = NULL;
+  /* DURABOX_UNSANDBOXED=1 (the opt-out from bubblewrap) is read by the driver */
   dbx_err e = dbx_local_open(home, &k->local);
+  const char *why = e != DBX_OK ? dbx_local_errmsg(NULL) : "";
   if (e == DBX_OK) e = dbx_sandbox_acts_create(dbx_local_driver(k->local), &k->acts);
   if (e != DBX_OK) {
     if (errmsg)
       *errmsg = dbx_asprintf("cannot open the sandbox home %s: %s", home ? home : "(default)",
-                             dbx_strerror(e));
+                             *why ? why : dbx_strerror(e));
     dbx_cli_kit_close(k);
   }
   return e;

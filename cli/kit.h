@@ -22,9 +22,10 @@ typedef struct {
 
 /* Open the local driver over home (borrowed; NULL: $DURABOX_HOME, else
  * ~/.local/share/durabox) and the activity types on it. *k is zeroed first.
- * errmsg (may be NULL): on failure a malloc'd message naming home, free with
- * free(). Returns DBX_OK, or the driver's error (DBX_EINVAL, DBX_EIO,
- * DBX_ENOMEM) with *k left empty. Undo with dbx_cli_kit_close(). */
+ * errmsg (may be NULL): on failure a malloc'd message naming home and the
+ * driver's reason, free with free(). Returns DBX_OK, or the driver's error
+ * (DBX_EINVAL, DBX_EIO, DBX_EUNSUPPORTED: no usable bubblewrap and no
+ * DURABOX_UNSANDBOXED=1, DBX_ENOMEM) with *k left empty. Undo with dbx_cli_kit_close(). */
 dbx_err dbx_cli_kit_open(const char *home, dbx_cli_kit *k, char **errmsg);
 /* Register every built-in workflow type and every sandbox activity with w
  * (before dbx_worker_start). Returns DBX_OK or the first registration's

@@ -15,9 +15,11 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -26,9 +28,15 @@
 #include "base/util.h"
 #include "cli/cli.h"
 #include "cli/conn.h"
+#include "cli/flags.h"
 #include "cli/embed.h"
 #include "rpc/rpc.h"
+#include "workflows/builtin.h"
 #include "workflows/script.h"
+
+/* Input files are read whole; past this, far over any input's limit, they
+ * are refused unread (docs/limits.md). */
+#define RUN_MAX_FILE_BYTES (64u * 1024 * 1024)
 
 typedef struct {
   int64_t sched_id;
@@ -183,8 +191,12 @@ static void follow(dbx_client *c, const char *wfid, const char *run_id, const ch
 
 /* SIGINT/SIGTERM are blocked in every thread (before any starts) and taken
  * by this thread with sigwait: the first fires `interrupt` (the follow and
- * result calls use it), a second one fires `force` (stop waiting for the
- * cancelled workflow to close). run() wakes it with SIGUSR1 to end it. */
+ * result calls use it); one that comes at least FORCE_AFTER_NS later fires
+ * `force` (stop waiting for the cancelled workflow to close). Signals closer
+ * to the first are the same interruption delivered twice (a terminal's
+ * Ctrl-C reaching both `timeout` and its child, a double press) and must not
+ * skip the cleanup. run() wakes it with SIGUSR1 to end it. */
+#define FORCE_AFTER_NS (1000 * 1000 * 1000LL)
 typedef struct {
   sigset_t set;
   dbx_rpc_cancel *interrupt, *force;
@@ -194,13 +206,15 @@ typedef struct {
 
 static void *watch_signals(void *arg) {
   sig_watch *w = arg;
-  for (int n = 0;;) {
+  int64_t first_ns = 0;
+  for (;;) {
     int sig = 0;
     if (sigwait(&w->set, &sig) != 0 || w->stopping || sig == SIGUSR1) return NULL;
-    if (n++ == 0) {
+    if (first_ns == 0) {
+      first_ns = dbx_mono_ns();
       w->signo = sig;
       dbx_rpc_cancel_fire(w->interrupt);
-    } else {
+    } else if (dbx_mono_ns() - first_ns >= FORCE_AFTER_NS) {
       dbx_rpc_cancel_fire(w->force);
       return NULL;
     }
@@ -210,7 +224,7 @@ static void *watch_signals(void *arg) {
 /* Ask the service to cancel the run and wait up to 30 s (or a second
  * signal) for it to close: durabox.Script deletes its sandbox first. */
 static void cancel_and_wait(dbx_client *c, const char *wfid, const char *run_id, dbx_rpc_cancel *force) {
-  fprintf(stderr, "durabox run: interrupted: cancelling workflow %s\n", wfid);
+  fprintf(stderr, "durabox run: interrupted: cancelling workflow %s (interrupt again to stop waiting)\n", wfid);
   char *err = NULL;
   dbx_err e = dbx_client_cancel(c, wfid, run_id, "interrupted (durabox run)", &err);
   if (e != DBX_OK) {
@@ -238,7 +252,9 @@ static void cancel_and_wait(dbx_client *c, const char *wfid, const char *run_id,
     }
     dbx_client_history_cleanup(&h);
     if (e != DBX_OK && e != DBX_ETIMEDOUT) {
-      if (e != DBX_ECANCELED)
+      if (e == DBX_ECANCELED)
+        fprintf(stderr, "durabox run: stopped waiting for %s to close: its sandbox may be left behind\n", wfid);
+      else
         fprintf(stderr, "durabox run: waiting for %s to close: %s\n", wfid, err ? err : dbx_strerror(e));
       free(err);
       return;
@@ -298,36 +314,42 @@ int dbx_cli_run(int argc, char **argv) {
   dbx_cli_conn conn;
   dbx_cli_conn_init(&conn);
   const char *file = NULL, *wfid = NULL, *type = "durabox.Script", *tq = "durabox", *db = NULL, *wdb = NULL;
+  double pickup_s = 10;
+  const dbx_cli_flag fl[] = {
+      {"--workflow-id", "-w", DBX_CLI_FLAG_STR, &wfid, 0, 0},
+      {"--type", NULL, DBX_CLI_FLAG_STR, &type, 0, 0},
+      {"--task-queue", "-t", DBX_CLI_FLAG_STR, &tq, 0, 0},
+      {"--db-filename", NULL, DBX_CLI_FLAG_STR, &db, 0, 0},
+      {"--worker-db", NULL, DBX_CLI_FLAG_STR, &wdb, 0, 0},
+      {"--pickup-timeout", NULL, DBX_CLI_FLAG_NUM, &pickup_s, 0, 86400},
+  };
   for (int i = 1; i < argc; i++) {
     int r = dbx_cli_conn_flag(&conn, argc, argv, &i);
+    if (r == 0) r = dbx_cli_flag_take("durabox run", fl, sizeof fl / sizeof fl[0], argc, argv, &i);
     if (r < 0) return 2;
     if (r > 0) continue;
     const char *a = argv[i];
-    const char **dst = NULL;
-    if (strcmp(a, "--workflow-id") == 0 || strcmp(a, "-w") == 0) dst = &wfid;
-    else if (strcmp(a, "--type") == 0) dst = &type;
-    else if (strcmp(a, "--task-queue") == 0 || strcmp(a, "-t") == 0) dst = &tq;
-    else if (strcmp(a, "--db-filename") == 0) dst = &db;
-    else if (strcmp(a, "--worker-db") == 0) dst = &wdb;
-    else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+    if (dbx_cli_flag_is_help(a)) {
       printf("usage: durabox run FILE [--workflow-id ID] [--type T] [--task-queue Q] [--output json]\n"
-             "       [--address HOST:PORT ...]   (no address: embedded service + worker in this process)\n");
+             "       [--address HOST:PORT] [--tls | --tls-ca F] [--api-key K] [--pickup-timeout S] ...\n"
+             "       (no address: embedded service + worker in this process; --flag=value works too)\n");
       return 0;
-    } else if (a[0] == '-') {
-      fprintf(stderr, "durabox run: unknown flag '%s'\n", a);
-      return 2;
+    } else if (a[0] == '-' && a[1] != '\0') {
+      return dbx_cli_flag_unknown("durabox run", a);
     } else if (file == NULL) {
       file = a;
-      continue;
     } else {
       fprintf(stderr, "durabox run: one FILE only ('%s')\n", a);
       return 2;
     }
-    if (i + 1 >= argc) {
-      fprintf(stderr, "durabox run: %s needs a value\n", a);
-      return 2;
-    }
-    *dst = argv[++i];
+  }
+  if (conn.address == NULL && dbx_workflows_builtin_find(type) == NULL) {
+    /* the embedded worker serves the built-in types only: no worker would ever take it */
+    fprintf(stderr, "durabox run: --type %s: the embedded worker serves only the built-in types (", type);
+    for (size_t k = 0; dbx_workflows_builtin[k]; k++)
+      fprintf(stderr, "%s%s", k ? ", " : "", dbx_workflows_builtin[k]->name);
+    fprintf(stderr, "); give --address for a service whose workers serve it\n");
+    return 2;
   }
   if (file == NULL) {
     fprintf(stderr, "durabox run: FILE is required (a durabox.Script input, JSON)\n");
@@ -336,12 +358,22 @@ int dbx_cli_run(int argc, char **argv) {
   size_t len = 0;
   int rc = 1;
   dbx_client *c = NULL;
+  /* a file far over any input limit is refused unread (docs/limits.md);
+   * the Script's own limits are checked below, naming the field */
+  struct stat fst;
+  if (strcmp(file, "-") != 0 && stat(file, &fst) == 0 && S_ISREG(fst.st_mode) &&
+      (uintmax_t)fst.st_size > RUN_MAX_FILE_BYTES) {
+    fprintf(stderr, "durabox run: %s is %ju bytes, over the limit of %u bytes for an input file\n",
+            file, (uintmax_t)fst.st_size, RUN_MAX_FILE_BYTES);
+    return 2;
+  }
   char *input = dbx_cli_read_file(file, &len);
   if (input == NULL) {
     fprintf(stderr, "durabox run: cannot read %s: %s\n", file, strerror(errno));
     return 2;
   }
-  cJSON *probe = cJSON_ParseWithLength(input, len);
+  const char *end = NULL;
+  cJSON *probe = cJSON_ParseWithLengthOpts(input, len, &end, 0);
   if (probe == NULL) {
     fprintf(stderr, "durabox run: %s is not valid JSON (near byte %ld)\n", file,
             (long)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - input : 0));
@@ -349,6 +381,18 @@ int dbx_cli_run(int argc, char **argv) {
     return 2;
   }
   cJSON_Delete(probe);
+  size_t at = (size_t)(end - input);
+  while (at < len && (input[at] == ' ' || input[at] == '\t' || input[at] == '\r' ||
+                      input[at] == '\n'))
+    at++;
+  const char *nul = memchr(input, '\0', len); /* the Script's check names its field */
+  if (at < len || (nul != NULL && strcmp(type, "durabox.Script") != 0)) {
+    fprintf(stderr, "durabox run: %s %s (at byte %zu)\n", file,
+            at < len ? "has data after the JSON document" : "contains a NUL byte",
+            at < len ? at : (size_t)(nul - input));
+    free(input);
+    return 2;
+  }
   char bad[256];
   if (strcmp(type, "durabox.Script") == 0 &&
       dbx_script_validate(input, len, bad, sizeof bad) != 0) {
@@ -417,8 +461,11 @@ int dbx_cli_run(int argc, char **argv) {
   dbx_err er = dbx_client_start_workflow(c, &so, &run_id, &err);
   if (er != DBX_OK) {
     dbx_cli_report("starting the workflow", hint_address, er, err);
+    if (conn.json) dbx_cli_json_error(dbx_strerror(er), err ? err : dbx_strerror(er));
     goto out;
   }
+  if (!embedded && !dbx_cli_await_pickup(c, wfid, run_id, type, tq, pickup_s, conn.json))
+    goto out; /* no worker takes it: said, exit 1 */
   if (!conn.json) {
     printf("workflow %s (run %s) on %s%s\n", wfid, run_id ? run_id : "", e.address, embedded ? " (embedded)" : "");
     fflush(stdout);
@@ -443,6 +490,7 @@ int dbx_cli_run(int argc, char **argv) {
   }
   if (er != DBX_OK) {
     dbx_cli_report("waiting for the result", hint_address, er, e2);
+    if (conn.json) dbx_cli_json_error(dbx_strerror(er), e2 ? e2 : dbx_strerror(er));
     free(e2);
     dbx_client_history_cleanup(&h);
     goto out;
@@ -451,7 +499,7 @@ int dbx_cli_run(int argc, char **argv) {
   if (ce->event_type == ET(WORKFLOW_EXECUTION_COMPLETED)) {
     char *r = dbx_payloads_to_json(ce->workflow_execution_completed_event_attributes->result);
     if (conn.json) {
-      printf("%s\n", r ? r : "null");
+      dbx_cli_utf8_puts(r ? r : "null");
       cJSON *j = cJSON_Parse(r ? r : "null");
       const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "status");
       rc = cJSON_IsString(st) && strcmp(st->valuestring, "completed") != 0 ? 1 : 0;
@@ -464,6 +512,15 @@ int dbx_cli_run(int argc, char **argv) {
     const Failure *f = ce->event_type == ET(WORKFLOW_EXECUTION_FAILED) ? ce->workflow_execution_failed_event_attributes->failure : NULL;
     fprintf(stderr, "durabox run: workflow %s did not complete: %s%s%s\n", wfid,
             ce->event_type == ET(WORKFLOW_EXECUTION_FAILED) ? "failed" : "closed", f ? ": " : "", f ? f->message : "");
+    if (conn.json) {
+      int t = ce->event_type;
+      const char *how = t == ET(WORKFLOW_EXECUTION_FAILED)        ? "WorkflowExecutionFailed"
+                         : t == ET(WORKFLOW_EXECUTION_TERMINATED) ? "WorkflowExecutionTerminated"
+                         : t == ET(WORKFLOW_EXECUTION_CANCELED)   ? "WorkflowExecutionCanceled"
+                         : t == ET(WORKFLOW_EXECUTION_TIMED_OUT)  ? "WorkflowExecutionTimedOut"
+                                                                  : "WorkflowExecutionClosed";
+      dbx_cli_json_error(how, f ? f->message : "the workflow did not complete");
+    }
     rc = 1;
   }
   dbx_client_history_cleanup(&h);

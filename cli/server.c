@@ -17,6 +17,7 @@
 #include "base/util.h"
 #include "cli/cli.h"
 #include "cli/conn.h"
+#include "cli/flags.h"
 #include "rpc/rpc.h"
 #include "service/service.h"
 
@@ -48,7 +49,10 @@ int dbx_cli_server(int argc, char **argv) {
       usage(stdout);
       return 0;
     }
-    fprintf(stderr, "durabox server: expected 'start-dev'\n");
+    if (argc >= 2)
+      fprintf(stderr, "durabox server: unknown command '%s' (expected 'start-dev')\n", argv[1]);
+    else
+      fprintf(stderr, "durabox server: expected 'start-dev'\n");
     usage(stderr);
     return 2;
   }
@@ -96,12 +100,8 @@ int dbx_cli_server(int argc, char **argv) {
       o.ip = val;
     } else if (strcmp(arg, "--port") == 0 || strcmp(arg, "-p") == 0) {
       NEED_VALUE();
-      char *end = NULL;
-      long p = strtol(val, &end, 10);
-      if (end == val || *end != '\0' || p < 0 || p > 65535) {
-        fprintf(stderr, "durabox server start-dev: --port %s is not a port number (0-65535)\n", val);
-        goto out;
-      }
+      double p = 0;
+      if (dbx_cli_flag_number("durabox server start-dev", "--port", val, 1, 0, 65535, &p) != 0) goto out;
       o.port = (int)p;
     } else if (strcmp(arg, "--namespace") == 0 || strcmp(arg, "-n") == 0) {
       NEED_VALUE();

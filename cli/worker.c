@@ -21,6 +21,7 @@
 #include "cli/cli.h"
 #include "cli/conn.h"
 #include "cli/embed.h"
+#include "cli/flags.h"
 #include "cli/kit.h"
 #include "rpc/rpc.h"
 #include "worker/replay.h"
@@ -38,15 +39,6 @@ char *dbx_cli_worker_db_default(void) {
   return db;
 }
 
-/* --name value or --name=value; returns the value and advances *i, else NULL. */
-static const char *flag(int argc, char **argv, int *i, const char *name) {
-  size_t n = strlen(name);
-  if (strncmp(argv[*i], name, n) != 0) return NULL;
-  if (argv[*i][n] == '=') return argv[*i] + n + 1;
-  if (argv[*i][n] == 0 && *i + 1 < argc) return argv[++*i];
-  return NULL;
-}
-
 static void worker_usage(FILE *f) {
   fprintf(f,
           "usage: durabox worker [flags]\n"
@@ -60,12 +52,64 @@ static void worker_usage(FILE *f) {
           "                        DURABOX_HOME defaulting to ~/.local/share/durabox)\n"
           "  --sandbox-home DIR    local sandboxes (DURABOX_HOME)\n"
           "  --activity-slots N    concurrent activities (default 8)\n"
-          "  --log-level LEVEL     debug|info|warn|error\n");
+          "  --log-level LEVEL     debug|info|warn|error\n"
+          "flags are written --flag value or --flag=value; a service that cannot be reached is\n"
+          "said at level warn, and retried\n");
 }
 
 static const char *env_or(const char *name, const char *def) {
   const char *v = getenv(name);
   return v && *v ? v : def;
+}
+
+/* One GetSystemInfo call (5 s) to o's service: DBX_OK or why not. */
+static dbx_err reach(dbx_client *probe, char **err) {
+  GetSystemInfoRequest rq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__GET_SYSTEM_INFO_REQUEST);
+  ProtobufCMessage *rs = NULL;
+  free(*err);
+  *err = NULL;
+  dbx_err e = dbx_client_call(probe, "GetSystemInfo", &rq.base, &GetSystemInfoResponse__D, 5000, NULL, &rs, err);
+  dbx_client_msg_free(rs);
+  return e;
+}
+
+/* Wait for a stop signal; meanwhile, at start and whenever the worker's
+ * polls have failed since the last look (every 5 s), ask the service for
+ * its system info and say at level warn, once per outage, that it cannot
+ * be reached (the worker's own poll errors are logged at debug only), and
+ * at info when it answers again. Returns the signal. */
+static int watch(dbx_worker *w, const dbx_worker_opts *wo, const sigset_t *set) {
+  dbx_client_opts co = {.address = wo->address, .namespace_ = wo->namespace_, .tls = wo->tls,
+                        .tls_ca_pem = wo->tls_ca_pem, .tls_cert_pem = wo->tls_cert_pem,
+                        .tls_key_pem = wo->tls_key_pem, .api_key = wo->api_key};
+  dbx_client *probe = NULL;
+  if (dbx_client_create(&co, &probe) != DBX_OK) probe = NULL;
+  uint64_t seen = UINT64_MAX; /* force a first look */
+  int down = 0, sig = 0;
+  char *err = NULL;
+  for (;;) {
+    dbx_worker_stats st;
+    dbx_worker_get_stats(w, &st);
+    if (probe && (st.poll_errors != seen || down)) {
+      seen = st.poll_errors;
+      dbx_err e = reach(probe, &err);
+      if (e == DBX_EUNAVAILABLE && !down) {
+        DBX_WARN("worker", "cannot reach the service at %s: %s; still trying (is it running? `durabox dev` "
+                 "starts one)%s", wo->address, err ? err : dbx_strerror(e),
+                 wo->api_key && !wo->tls ? "; an API key was given without TLS: does it need --tls?" : "");
+        down = 1;
+      } else if (e != DBX_EUNAVAILABLE && down) {
+        DBX_INFO("worker", "the service at %s answers again", wo->address);
+        down = 0;
+      }
+    }
+    struct timespec t = {.tv_sec = 5, .tv_nsec = 0};
+    sig = sigtimedwait(set, NULL, &t);
+    if (sig > 0) break;
+  }
+  free(err);
+  dbx_client_destroy(probe);
+  return sig;
 }
 
 int dbx_cli_worker(int argc, char **argv) {
@@ -75,35 +119,41 @@ int dbx_cli_worker(int argc, char **argv) {
   const char *ca = env_or("TEMPORAL_TLS_CA", NULL), *cert = env_or("TEMPORAL_TLS_CERT", NULL),
              *key = env_or("TEMPORAL_TLS_KEY", NULL);
   const char *tq = "durabox", *db = NULL, *home = NULL;
+  const char *level = NULL;
   int tls = 0, slots = 0;
+  const dbx_cli_flag fl[] = {
+      {"--address", NULL, DBX_CLI_FLAG_STR, &address, 0, 0},
+      {"--namespace", "-n", DBX_CLI_FLAG_STR, &ns, 0, 0},
+      {"--task-queue", "-t", DBX_CLI_FLAG_STR, &tq, 0, 0},
+      {"--tls-ca", NULL, DBX_CLI_FLAG_STR, &ca, 0, 0},
+      {"--tls-cert", NULL, DBX_CLI_FLAG_STR, &cert, 0, 0},
+      {"--tls-key", NULL, DBX_CLI_FLAG_STR, &key, 0, 0},
+      {"--api-key", NULL, DBX_CLI_FLAG_STR, &api_key, 0, 0},
+      {"--db", NULL, DBX_CLI_FLAG_STR, &db, 0, 0},
+      {"--sandbox-home", NULL, DBX_CLI_FLAG_STR, &home, 0, 0},
+      {"--activity-slots", NULL, DBX_CLI_FLAG_INT, &slots, 1, 4096},
+      {"--tls", NULL, DBX_CLI_FLAG_BOOL, &tls, 0, 0},
+      {"--log-level", NULL, DBX_CLI_FLAG_STR, &level, 0, 0},
+  };
   for (int i = 1; i < argc; i++) {
-    const char *v;
-    if ((v = flag(argc, argv, &i, "--address"))) address = v;
-    else if ((v = flag(argc, argv, &i, "--namespace"))) ns = v;
-    else if ((v = flag(argc, argv, &i, "--task-queue"))) tq = v;
-    else if ((v = flag(argc, argv, &i, "--tls-ca"))) ca = v;
-    else if ((v = flag(argc, argv, &i, "--tls-cert"))) cert = v;
-    else if ((v = flag(argc, argv, &i, "--tls-key"))) key = v;
-    else if ((v = flag(argc, argv, &i, "--api-key"))) api_key = v;
-    else if ((v = flag(argc, argv, &i, "--db"))) db = v;
-    else if ((v = flag(argc, argv, &i, "--sandbox-home"))) home = v;
-    else if ((v = flag(argc, argv, &i, "--activity-slots"))) slots = atoi(v);
-    else if (strcmp(argv[i], "--tls") == 0) tls = 1;
-    else if ((v = flag(argc, argv, &i, "--log-level"))) {
-      dbx_log_level l;
-      if (dbx_log_level_parse(v, &l) != 0) {
-        fprintf(stderr, "durabox worker: unknown log level '%s'\n", v);
-        return 2;
-      }
-      dbx_log_set_level(l);
-    } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+    int r = dbx_cli_flag_take("durabox worker", fl, sizeof fl / sizeof fl[0], argc, argv, &i);
+    if (r < 0) return 2;
+    if (r > 0) continue;
+    if (dbx_cli_flag_is_help(argv[i])) {
       worker_usage(stdout);
       return 0;
-    } else {
-      fprintf(stderr, "durabox worker: unknown or incomplete flag '%s'\n", argv[i]);
-      worker_usage(stderr);
+    }
+    dbx_cli_flag_unknown("durabox worker", argv[i]);
+    worker_usage(stderr);
+    return 2;
+  }
+  if (level) {
+    dbx_log_level l;
+    if (dbx_log_level_parse(level, &l) != 0) {
+      fprintf(stderr, "durabox worker: unknown log level '%s'\n", level);
       return 2;
     }
+    dbx_log_set_level(l);
   }
   int rc = 1;
   char *ca_pem = NULL, *cert_pem = NULL, *key_pem = NULL, *dbdef = NULL, *err = NULL;
@@ -152,8 +202,7 @@ int dbx_cli_worker(int argc, char **argv) {
     fprintf(stderr, "durabox worker: %s\n", dbx_strerror(e));
     goto out;
   }
-  int sig = 0;
-  sigwait(&set, &sig);
+  int sig = watch(w, &o, &set);
   DBX_INFO("worker", "signal %d: stopping (grace 10 s)", sig);
   dbx_worker_stop(w, 10000);
   rc = 0;
@@ -177,19 +226,23 @@ out:
 
 int dbx_cli_replay(int argc, char **argv) {
   const char *wid = NULL, *rid = NULL, *ns = env_or("TEMPORAL_NAMESPACE", "default"), *db = NULL;
+  const dbx_cli_flag fl[] = {
+      {"--workflow-id", "-w", DBX_CLI_FLAG_STR, &wid, 0, 0},
+      {"--run-id", "-r", DBX_CLI_FLAG_STR, &rid, 0, 0},
+      {"--namespace", "-n", DBX_CLI_FLAG_STR, &ns, 0, 0},
+      {"--db", NULL, DBX_CLI_FLAG_STR, &db, 0, 0},
+  };
   for (int i = 1; i < argc; i++) {
-    const char *v;
-    if ((v = flag(argc, argv, &i, "--workflow-id"))) wid = v;
-    else if ((v = flag(argc, argv, &i, "--run-id"))) rid = v;
-    else if ((v = flag(argc, argv, &i, "--namespace"))) ns = v;
-    else if ((v = flag(argc, argv, &i, "--db"))) db = v;
-    else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+    int r = dbx_cli_flag_take("durabox replay", fl, sizeof fl / sizeof fl[0], argc, argv, &i);
+    if (r < 0) return 2;
+    if (r > 0) continue;
+    if (dbx_cli_flag_is_help(argv[i])) {
       printf(REPLAY_USAGE);
       return 0;
-    } else {
-      fprintf(stderr, REPLAY_USAGE);
-      return 2;
     }
+    dbx_cli_flag_unknown("durabox replay", argv[i]);
+    fprintf(stderr, REPLAY_USAGE);
+    return 2;
   }
   if (!wid) {
     fprintf(stderr, REPLAY_USAGE);

@@ -1,4 +1,4 @@
-/* durabox workflow start|execute|show|describe|list|result|signal|cancel|terminate:
+/* durabox workflow start|execute|show|describe|list|result|query|signal|cancel|terminate:
  * Temporal's workflow commands against any Temporal-compatible service (the
  * embedded one or a Temporal cluster), human output by default, --output json
  * for scripts, exit status 1 when the workflow (or the call) failed. */
@@ -6,9 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli/cli.h"
 #include "cli/conn.h"
+#include "cli/flags.h"
 #include "cli/pbjson.h"
 #include "rpc/rpc.h"
 
@@ -16,25 +18,40 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: durabox workflow <command> [flags]\n"
           "  start     --type T --task-queue Q --workflow-id ID [--input JSON | --input-file F]\n"
-          "  execute   like start, then wait for the result\n"
+          "  execute   like start, then wait for the result; when no worker has taken the first\n"
+          "            workflow task within --pickup-timeout S (default 10), or a worker failed it\n"
+          "            (e.g. a type it does not serve), says so and exits 1\n"
           "  show      --workflow-id ID [--run-id R] [--follow]\n"
           "  describe  --workflow-id ID [--run-id R]\n"
           "  list      [--query Q]   (--output json: one JSON array)\n"
           "  result    --workflow-id ID [--run-id R]   (waits for the run to close; exit 1 unless it\n"
-          "            completed, or when a durabox.Script says \"status\": \"failed\")\n"
+          "            completed, or when a durabox.Script says \"status\": \"failed\"); an unreachable\n"
+          "            service is retried for --retry-for S (default 60)\n"
+          "  query     --workflow-id ID [--run-id R] --type NAME [--input JSON]   (durabox.Script: progress)\n"
           "  signal    --workflow-id ID --name N [--input JSON]\n"
           "  cancel    --workflow-id ID [--reason R]\n"
           "  terminate --workflow-id ID [--reason R]\n"
-          "connection: --address HOST:PORT --namespace NS --api-key K --tls-ca F --tls-cert F --tls-key F\n"
+          "connection: --address HOST:PORT --namespace NS --api-key K --tls --tls-ca F --tls-cert F --tls-key F\n"
           "            (or TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_*)\n"
-          "output:     --output text|json\n");
+          "output:     --output text|json (json: failures as {\"error\": {\"message\", \"type\"}})\n"
+          "flags are written --flag value or --flag=value\n");
 }
 
 typedef struct {
   const char *workflow_id, *run_id, *type, *task_queue, *input, *input_file, *query, *name, *reason;
   const char *address; /* for dbx_cli_report's hint */
   int follow;
+  int json;              /* --output json */
+  double pickup_timeout; /* execute: seconds for the first workflow task to be taken */
+  double retry_for;      /* result: seconds to retry an unreachable service */
 } wf_args;
+
+/* A failed call: the stderr line(s) of dbx_cli_report, and with --output
+ * json also {"error": {...}} on stdout. */
+static void report(const wf_args *a, const char *what, dbx_err e, const char *err) {
+  dbx_cli_report(what, a->address, e, err);
+  if (a->json) dbx_cli_json_error(dbx_strerror(e), err ? err : dbx_strerror(e));
+}
 
 static const char *event_name(int type) {
   const ProtobufCEnumValue *v =
@@ -108,16 +125,15 @@ static void event_detail(const HistoryEvent *e, char *out, size_t cap) {
 static void print_event(const HistoryEvent *e, int json) {
   if (json) {
     cJSON *j = dbx_pb_to_json(&e->base);
-    char *s = j ? cJSON_PrintUnformatted(j) : NULL;
-    if (s) printf("%s\n", s);
-    free(s);
+    if (j) dbx_cli_json_print(j, 0);
     cJSON_Delete(j);
     return;
   }
   char title[96], detail[512];
   event_title(e->event_type, title, sizeof title);
   event_detail(e, detail, sizeof detail);
-  printf("%5lld  %-44s %s\n", (long long)e->event_id, title, detail);
+  printf("%5lld  %-44s ", (long long)e->event_id, title);
+  dbx_cli_utf8_puts(detail);
 }
 
 static int cmd_show(dbx_client *c, const wf_args *a, int json) {
@@ -125,7 +141,7 @@ static int cmd_show(dbx_client *c, const wf_args *a, int json) {
   char *err = NULL;
   dbx_err e = dbx_client_get_history(c, a->workflow_id, a->run_id, NULL, &h, &err);
   if (e != DBX_OK) {
-    dbx_cli_report("show", a->address, e, err);
+    report(a, "show", e, err);
     free(err);
     dbx_client_history_cleanup(&h);
     return 1;
@@ -154,7 +170,7 @@ static int cmd_show(dbx_client *c, const wf_args *a, int json) {
     dbx_client_history p = {0};
     e = dbx_client_get_history(c, a->workflow_id, a->run_id, &o, &p, &err);
     if (e != DBX_OK) {
-      dbx_cli_report("show --follow", a->address, e, err);
+      report(a, "show --follow", e, err);
       free(err);
       dbx_client_history_cleanup(&p);
       free(cur);
@@ -179,8 +195,6 @@ static int cmd_show(dbx_client *c, const wf_args *a, int json) {
   }
 }
 
-/* Wait for the run's close event, following continue-as-new; print the
- * result. Returns the exit status: 0 completed, 1 otherwise. */
 /* 1 when a completed run's result is a durabox.Script summary (an object
  * with a "steps" array) whose "status" is "failed", as `durabox run` exits. */
 static int script_failed(const Payloads *result) {
@@ -194,51 +208,105 @@ static int script_failed(const Payloads *result) {
   return failed;
 }
 
+static int64_t now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int64_t ms) {
+  struct timespec t = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
+  while (nanosleep(&t, &t) != 0 && errno == EINTR) {
+  }
+}
+
+/* The close event of (workflow_id, rid) by long-poll, into *h (its last
+ * event). A service that cannot be reached (UNAVAILABLE: down, restarting)
+ * is retried with backoff (0.25 s doubling to 5 s) for a->retry_for
+ * seconds from the first failure in a row, saying so once on stderr. */
+static dbx_err await_close(dbx_client *c, const wf_args *a, const char *rid, dbx_client_history *h, char **err) {
+  dbx_client_history_opts o = {.wait_new_event = 1, .close_event_only = 1};
+  uint8_t *tok = NULL;
+  size_t tok_len = 0;
+  int64_t down_since = -1, backoff = 250;
+  for (;;) {
+    o.page_token = tok;
+    o.page_token_len = tok_len;
+    memset(h, 0, sizeof *h);
+    free(*err);
+    *err = NULL;
+    dbx_err e = dbx_client_get_history(c, a->workflow_id, rid, &o, h, err);
+    if (e == DBX_EUNAVAILABLE) {
+      dbx_client_history_cleanup(h);
+      if (down_since < 0) {
+        down_since = now_ms();
+        fprintf(stderr, "durabox: result: the service at %s is unavailable (%s); retrying for up to %.0f s\n",
+                a->address, *err ? *err : "UNAVAILABLE", a->retry_for);
+      }
+      if (now_ms() - down_since >= (int64_t)(a->retry_for * 1000)) break;
+      sleep_ms(backoff);
+      backoff = backoff * 2 > 5000 ? 5000 : backoff * 2;
+      continue; /* the same page again */
+    }
+    down_since = -1;
+    backoff = 250;
+    free(tok);
+    tok = NULL;
+    if (e != DBX_OK || h->n > 0) {
+      free(tok);
+      return e;
+    }
+    tok_len = h->next_page_token_len;
+    tok = tok_len ? malloc(tok_len) : NULL;
+    if (tok) memcpy(tok, h->next_page_token, tok_len);
+    dbx_client_history_cleanup(h);
+  }
+  free(tok);
+  return DBX_EUNAVAILABLE;
+}
+
+/* The failure of a close event other than completed, as {"error": ...}:
+ * message from the failure or reason, type the event's name. */
+static void json_close_error(const HistoryEvent *ev) {
+  char title[96], detail[512];
+  event_title(ev->event_type, title, sizeof title);
+  event_detail(ev, detail, sizeof detail);
+  if (detail[0] == '\0') snprintf(detail, sizeof detail, "workflow ended: %s", title);
+  dbx_cli_json_error(title, detail);
+}
+
+/* Wait for the run's close event, following continue-as-new; print the
+ * result. Returns the exit status: 0 completed, 1 otherwise. */
 static int wait_result(dbx_client *c, const wf_args *a, const char *run_id, int json) {
   const char *workflow_id = a->workflow_id;
   char *rid = run_id ? strdup(run_id) : NULL;
   for (;;) {
-    dbx_client_history_opts o = {.wait_new_event = 1, .close_event_only = 1};
-    uint8_t *tok = NULL;
-    size_t tok_len = 0;
-    HistoryEvent *close_ev = NULL;
     dbx_client_history h = {0};
-    for (;;) {
-      o.page_token = tok;
-      o.page_token_len = tok_len;
-      char *err = NULL;
-      memset(&h, 0, sizeof h);
-      dbx_err e = dbx_client_get_history(c, workflow_id, rid, &o, &h, &err);
-      free(tok);
-      tok = NULL;
-      if (e != DBX_OK) {
-        dbx_cli_report("result", a->address, e, err);
-        free(err);
-        dbx_client_history_cleanup(&h);
-        free(rid);
-        return 1;
-      }
-      if (h.n > 0) {
-        close_ev = h.events[h.n - 1];
-        break;
-      }
-      tok_len = h.next_page_token_len;
-      tok = tok_len ? malloc(tok_len) : NULL;
-      if (tok) memcpy(tok, h.next_page_token, tok_len);
+    char *err = NULL;
+    dbx_err e = await_close(c, a, rid, &h, &err);
+    if (e != DBX_OK) {
+      report(a, "result", e, err);
+      free(err);
       dbx_client_history_cleanup(&h);
+      free(rid);
+      return 1;
     }
-    int rc = 1;
+    free(err);
+    HistoryEvent *close_ev = h.events[h.n - 1];
     if (close_ev->event_type == ET(WORKFLOW_EXECUTION_CONTINUED_AS_NEW)) {
       free(rid);
       rid = strdup(close_ev->workflow_execution_continued_as_new_event_attributes->new_execution_run_id);
       dbx_client_history_cleanup(&h);
       continue;
     }
-    if (json) {
+    int completed = close_ev->event_type == ET(WORKFLOW_EXECUTION_COMPLETED);
+    if (json && completed) {
       print_event(close_ev, 1);
-    } else if (close_ev->event_type == ET(WORKFLOW_EXECUTION_COMPLETED)) {
+    } else if (json) {
+      json_close_error(close_ev);
+    } else if (completed) {
       char *r = dbx_payloads_to_json(close_ev->workflow_execution_completed_event_attributes->result);
-      printf("%s\n", r ? r : "null");
+      dbx_cli_utf8_puts(r ? r : "null");
       free(r);
     } else {
       char title[96], detail[512];
@@ -246,7 +314,7 @@ static int wait_result(dbx_client *c, const wf_args *a, const char *run_id, int 
       event_detail(close_ev, detail, sizeof detail);
       fprintf(stderr, "durabox: workflow %s ended: %s %s\n", workflow_id, title, detail);
     }
-    rc = close_ev->event_type == ET(WORKFLOW_EXECUTION_COMPLETED) ? 0 : 1;
+    int rc = completed ? 0 : 1;
     if (rc == 0 && script_failed(close_ev->workflow_execution_completed_event_attributes->result)) rc = 1;
     dbx_client_history_cleanup(&h);
     free(rid);
@@ -259,15 +327,13 @@ static int cmd_describe(dbx_client *c, const wf_args *a, int json) {
   char *err = NULL;
   dbx_err e = dbx_client_describe(c, a->workflow_id, a->run_id, &r, &err);
   if (e != DBX_OK) {
-    dbx_cli_report("describe", a->address, e, err);
+    report(a, "describe", e, err);
     free(err);
     return 1;
   }
   if (json) {
     cJSON *j = dbx_pb_to_json(&r->base);
-    char *s = j ? cJSON_Print(j) : NULL;
-    if (s) printf("%s\n", s);
-    free(s);
+    if (j) dbx_cli_json_print(j, 1);
     cJSON_Delete(j);
   } else {
     WorkflowExecutionInfo *i = r->workflow_execution_info;
@@ -302,7 +368,7 @@ static int cmd_list(dbx_client *c, const wf_args *a, int json) {
     free(tok);
     tok = NULL;
     if (e != DBX_OK) {
-      dbx_cli_report("list", a->address, e, err);
+      report(a, "list", e, err);
       free(err);
       cJSON_Delete(all);
       return 1;
@@ -331,9 +397,7 @@ static int cmd_list(dbx_client *c, const wf_args *a, int json) {
     dbx_client_msg_free(r);
   } while (tok);
   if (json) {
-    char *s = cJSON_Print(all);
-    if (s) printf("%s\n", s);
-    free(s);
+    dbx_cli_json_print(all, 1);
     cJSON_Delete(all);
   }
   return 0;
@@ -359,49 +423,88 @@ static int json_ok(const char *sub, const char *flag, const char *file, const ch
   return 0;
 }
 
+/* query: the JSON answer (text), {"result": answer} (json); a query the
+ * workflow refuses (unknown type, ...) or cannot answer is exit 1. */
+static int cmd_query(dbx_client *c, const wf_args *a, const char *in) {
+  if (a->type == NULL || !*a->type) {
+    fprintf(stderr, "durabox workflow query: --type is required (the query's name, e.g. progress)\n");
+    return 2;
+  }
+  char *res = NULL, *err = NULL;
+  dbx_err e = dbx_client_query(c, a->workflow_id, a->run_id, a->type, in, &res, &err);
+  if (e != DBX_OK) {
+    report(a, "query", e, err);
+    free(err);
+    return 1;
+  }
+  if (a->json) {
+    cJSON *o = cJSON_CreateObject(), *v = res ? cJSON_Parse(res) : NULL;
+    if (v == NULL) v = res ? cJSON_CreateString(res) : cJSON_CreateNull();
+    if (o && v && cJSON_AddItemToObject(o, "result", v)) v = NULL;
+    if (o) dbx_cli_json_print(o, 0);
+    cJSON_Delete(v);
+    cJSON_Delete(o);
+  } else {
+    dbx_cli_utf8_puts(res ? res : "null");
+  }
+  free(res);
+  return 0;
+}
+
+static const char *const k_verbs[] = {"start", "execute", "show", "describe", "list", "result",
+                                      "query", "signal", "cancel", "terminate"};
+
+/* Flags into a and conn; 0, 2 (usage error, printed) or -1 (--help printed). */
+static int parse_flags(const char *sub, int argc, char **argv, wf_args *a, dbx_cli_conn *conn) {
+  const dbx_cli_flag fl[] = {
+      {"--workflow-id", "-w", DBX_CLI_FLAG_STR, &a->workflow_id, 0, 0},
+      {"--run-id", "-r", DBX_CLI_FLAG_STR, &a->run_id, 0, 0},
+      {"--type", NULL, DBX_CLI_FLAG_STR, &a->type, 0, 0},
+      {"--task-queue", "-t", DBX_CLI_FLAG_STR, &a->task_queue, 0, 0},
+      {"--input", "-i", DBX_CLI_FLAG_STR, &a->input, 0, 0},
+      {"--input-file", NULL, DBX_CLI_FLAG_STR, &a->input_file, 0, 0},
+      {"--query", "-q", DBX_CLI_FLAG_STR, &a->query, 0, 0},
+      {"--name", NULL, DBX_CLI_FLAG_STR, &a->name, 0, 0},
+      {"--reason", NULL, DBX_CLI_FLAG_STR, &a->reason, 0, 0},
+      {"--follow", "-f", DBX_CLI_FLAG_BOOL, &a->follow, 0, 0},
+      {"--pickup-timeout", NULL, DBX_CLI_FLAG_NUM, &a->pickup_timeout, 0, 86400},
+      {"--retry-for", NULL, DBX_CLI_FLAG_NUM, &a->retry_for, 0, 86400},
+  };
+  char cmd[64];
+  snprintf(cmd, sizeof cmd, "durabox workflow %s", sub);
+  for (int i = 2; i < argc; i++) {
+    int r = dbx_cli_conn_flag(conn, argc, argv, &i);
+    if (r == 0) r = dbx_cli_flag_take(cmd, fl, sizeof fl / sizeof fl[0], argc, argv, &i);
+    if (r < 0) return 2;
+    if (r > 0) continue;
+    if (dbx_cli_flag_is_help(argv[i])) {
+      usage(stdout);
+      return -1;
+    }
+    return dbx_cli_flag_unknown(cmd, argv[i]);
+  }
+  a->json = conn->json;
+  return 0;
+}
+
 int dbx_cli_workflow(int argc, char **argv) {
-  if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+  if (argc < 2 || dbx_cli_flag_is_help(argv[1])) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
   const char *sub = argv[1];
+  size_t v = 0;
+  while (v < sizeof k_verbs / sizeof k_verbs[0] && strcmp(sub, k_verbs[v]) != 0) v++;
+  if (v == sizeof k_verbs / sizeof k_verbs[0]) {
+    fprintf(stderr, "durabox workflow: unknown command '%s'\n", sub);
+    usage(stderr);
+    return 2;
+  }
   dbx_cli_conn conn;
   dbx_cli_conn_init(&conn);
-  wf_args a = {0};
-  struct { const char *flag; const char **dst; } fl[] = {
-      {"--workflow-id", &a.workflow_id}, {"-w", &a.workflow_id},    {"--run-id", &a.run_id},
-      {"-r", &a.run_id},                 {"--type", &a.type},       {"--task-queue", &a.task_queue},
-      {"-t", &a.task_queue},             {"--input", &a.input},     {"-i", &a.input},
-      {"--input-file", &a.input_file},   {"--query", &a.query},     {"-q", &a.query},
-      {"--name", &a.name},               {"--reason", &a.reason}};
-  for (int i = 2; i < argc; i++) {
-    int r = dbx_cli_conn_flag(&conn, argc, argv, &i);
-    if (r < 0) return 2;
-    if (r > 0) continue;
-    if (strcmp(argv[i], "--follow") == 0 || strcmp(argv[i], "-f") == 0) {
-      a.follow = 1;
-      continue;
-    }
-    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      usage(stdout);
-      return 0;
-    }
-    int found = 0;
-    for (size_t k = 0; k < sizeof fl / sizeof fl[0]; k++) {
-      if (strcmp(argv[i], fl[k].flag) != 0) continue;
-      if (i + 1 >= argc) {
-        fprintf(stderr, "durabox workflow %s: %s needs a value\n", sub, argv[i]);
-        return 2;
-      }
-      *fl[k].dst = argv[++i];
-      found = 1;
-      break;
-    }
-    if (!found) {
-      fprintf(stderr, "durabox workflow %s: unknown flag '%s'\n", sub, argv[i]);
-      return 2;
-    }
-  }
+  wf_args a = {.pickup_timeout = 10, .retry_for = 60};
+  int pr = parse_flags(sub, argc, argv, &a, &conn);
+  if (pr != 0) return pr < 0 ? 0 : pr;
   int needs_id = strcmp(sub, "list") != 0;
   if (needs_id && (a.workflow_id == NULL || !*a.workflow_id)) {
     fprintf(stderr, "durabox workflow %s: --workflow-id is required\n", sub);
@@ -451,16 +554,24 @@ int dbx_cli_workflow(int argc, char **argv) {
     char *run_id = NULL;
     dbx_err e = dbx_client_start_workflow(c, &so, &run_id, &err);
     if (e != DBX_OK) {
-      dbx_cli_report("start", a.address, e, err);
+      report(&a, "start", e, err);
       rc = 1;
       goto out;
     }
-    if (conn.json)
-      printf("{\"workflowId\":\"%s\",\"runId\":\"%s\"}\n", a.workflow_id, run_id ? run_id : "");
-    else
+    if (conn.json) {
+      cJSON *o = cJSON_CreateObject();
+      if (o && cJSON_AddStringToObject(o, "workflowId", a.workflow_id) &&
+          cJSON_AddStringToObject(o, "runId", run_id ? run_id : ""))
+        dbx_cli_json_print(o, 0);
+      cJSON_Delete(o);
+    } else
       printf("started workflow %s run %s\n", a.workflow_id, run_id ? run_id : "");
     fflush(stdout);
-    rc = strcmp(sub, "execute") == 0 ? wait_result(c, &a, run_id, conn.json) : 0;
+    rc = 0;
+    if (strcmp(sub, "execute") == 0)
+      rc = dbx_cli_await_pickup(c, a.workflow_id, run_id, a.type, a.task_queue, a.pickup_timeout, a.json)
+               ? wait_result(c, &a, run_id, conn.json)
+               : 1;
     free(run_id);
   } else if (strcmp(sub, "show") == 0) {
     rc = cmd_show(c, &a, conn.json);
@@ -470,6 +581,8 @@ int dbx_cli_workflow(int argc, char **argv) {
     rc = cmd_list(c, &a, conn.json);
   } else if (strcmp(sub, "result") == 0) {
     rc = wait_result(c, &a, a.run_id, conn.json);
+  } else if (strcmp(sub, "query") == 0) {
+    rc = cmd_query(c, &a, in);
   } else if (strcmp(sub, "signal") == 0) {
     if (a.name == NULL) {
       fprintf(stderr, "durabox workflow signal: --name is required\n");
@@ -477,18 +590,15 @@ int dbx_cli_workflow(int argc, char **argv) {
     }
     dbx_err e = dbx_client_signal(c, a.workflow_id, a.run_id, a.name, in, &err);
     rc = e == DBX_OK ? 0 : 1;
-    if (e != DBX_OK) dbx_cli_report("signal", a.address, e, err);
+    if (e != DBX_OK) report(&a, "signal", e, err);
   } else if (strcmp(sub, "cancel") == 0) {
     dbx_err e = dbx_client_cancel(c, a.workflow_id, a.run_id, a.reason, &err);
     rc = e == DBX_OK ? 0 : 1;
-    if (e != DBX_OK) dbx_cli_report("cancel", a.address, e, err);
+    if (e != DBX_OK) report(&a, "cancel", e, err);
   } else if (strcmp(sub, "terminate") == 0) {
     dbx_err e = dbx_client_terminate(c, a.workflow_id, a.run_id, a.reason, NULL, &err);
     rc = e == DBX_OK ? 0 : 1;
-    if (e != DBX_OK) dbx_cli_report("terminate", a.address, e, err);
-  } else {
-    fprintf(stderr, "durabox workflow: unknown command '%s'\n", sub);
-    usage(stderr);
+    if (e != DBX_OK) report(&a, "terminate", e, err);
   }
 out:
   free(err);

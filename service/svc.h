@@ -2,8 +2,8 @@
  * handlers run in, and the history/state helpers they share. Every name that
  * crosses files inside service/ is declared here and carries the svc_ prefix
  * (docs/style.md "Names"). Not a public contract: nothing outside
- * service/ includes it (tests/check_rooms.sh), except the white-box unit test
- * tests/test_svc_state.c.
+ * service/ includes it (tests/check_rooms.sh), except the white-box unit tests
+ * tests/test_svc_state.c and tests/test_svc_oom.c.
  *
  * Every handler runs on the engine thread inside one write transaction shared
  * by a batch of jobs (group commit), each job in its own nested transaction so

@@ -3,7 +3,10 @@
  *  - `durabox run FILE` with nothing else running (embedded service and
  *    worker in process): summary table and exit 0; a failing exec step exits
  *    1 and names the step; a file that is not JSON, or is missing, exits 2
- *    naming the file and the reason; the summary's detail column (commit
+ *    naming the file and the reason; an input with a NUL, trailing data,
+ *    duplicate step names, invalid UTF-8 or over a size limit exits 2
+ *    naming the field and the limit (an input at the limit runs whole, and
+ *    the workflow itself refuses what `run` would); the summary's detail column (commit
  *    sha, checkpoint ref); a failed sandbox.create as one clean line;
  *    SIGINT cancels the workflow, empties $DURABOX_HOME/sandboxes, exits 130;
  *  - `replay` and `approval` find the store `run` wrote under DURABOX_HOME;
@@ -20,10 +23,17 @@
 #include <string.h>
 #include <dirent.h>
 #include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <cjson/cJSON.h>
 
+#include "base/codec.h"
+
 #include "tests/svc_client.h"
+#include "workflows/script.h"
 
 /* Generous: under load a run occasionally stalls for one service long-poll
  * period (60 s) before finishing (a missed wake-up, reported, not fixed
@@ -202,8 +212,10 @@ static int dir_entries(const char *dir) {
 
 /* Ctrl-C of `durabox run` while an exec step runs: the workflow is cancelled,
  * its step's command killed, its sandbox deleted, and the command exits 130. */
-static void test_cli_run_sigint_cancels_and_cleans_up(void **state) {
-  (void)state;
+/* Run a Script with a long step, send `signals` SIGINTs back to back once the
+ * step's command runs, and check that the run cancelled the workflow, deleted
+ * its sandbox and stopped the command before exiting 130. */
+static void sigint_run(int signals) {
   char *home = dbx_test_tmpdir("itcli-sig");
   char env_home[600], out_path[600], err_path[600];
   snprintf(env_home, sizeof env_home, "DURABOX_HOME=%s", home);
@@ -232,11 +244,12 @@ static void test_cli_run_sigint_cancels_and_cleans_up(void **state) {
     if (!running) nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
   }
   if (!running) fail_msg("the step's command never started");
-  kill(pid, SIGINT);
+  for (int i = 0; i < signals; i++) kill(pid, SIGINT);
   int rc = dbx_svct_proc_wait(pid, 40000);
   char *err = dbx_svct_file_read(err_path);
   if (rc != 130) fail_msg("durabox run exited %d after SIGINT; stderr:\n%s", rc, err);
   if (strstr(err, "interrupted: cancelling workflow cli-sigint") == NULL) fail_msg("stderr: %s", err);
+  if (strstr(err, "workflow cli-sigint cancelled") == NULL) fail_msg("not cancelled; stderr: %s", err);
   char sb[700];
   snprintf(sb, sizeof sb, "%s/sandboxes", home);
   if (dir_entries(sb) != 0) fail_msg("%s is not empty (%d entries); stderr:\n%s", sb, dir_entries(sb), err);
@@ -251,6 +264,19 @@ static void test_cli_run_sigint_cancels_and_cleans_up(void **state) {
   free(f);
   dbx_test_rmrf(home);
   free(home);
+}
+
+static void test_cli_run_sigint_cancels_and_cleans_up(void **state) {
+  (void)state;
+  sigint_run(1);
+}
+
+/* Two signals at once (a terminal's Ctrl-C also reaching `timeout`, which
+ * forwards it; a double press) are one interruption: the cleanup still
+ * happens. */
+static void test_cli_run_double_sigint_still_cleans_up(void **state) {
+  (void)state;
+  sigint_run(2);
 }
 
 static void test_cli_run_failing_step_exits_1(void **state) {
@@ -573,6 +599,29 @@ static void test_cli_workflow_commands_against_dev(void **state) {
   free(err);
   free(ff);
 
+  /* the workflow runs the same input check as `durabox run`: a NUL started
+   * by another client fails the run as InvalidInput, nothing scheduled */
+  char *fn = input_file("dev-nul.json", "{\"steps\":[{\"name\":\"w\",\"kind\":\"write_file\","
+                                        "\"path\":\"f\",\"content\":\"a\\u0000b\"}]}");
+  rc = durabox(NULL, &out, &err, "workflow", "start", "--type", "durabox.Script", "--task-queue", "durabox",
+               "--workflow-id", "cli-nul", "--input-file", fn, "--address", addr, NULL);
+  if (rc != 0) fail_msg("workflow start of a NUL input exited %d: %s", rc, err);
+  free(out);
+  free(err);
+  rc = durabox(NULL, &out, &err, "workflow", "result", "--workflow-id", "cli-nul", "--address", addr, NULL);
+  if (rc != 1) fail_msg("workflow result of a NUL input exited %d: %s%s", rc, out, err);
+  if (strstr(err, "WorkflowExecutionFailed input: steps[0].content contains a NUL character "
+                  "(\\u0000)") == NULL)
+    fail_msg("no failure naming steps[0].content in: %s", err);
+  free(out);
+  free(err);
+  rc = durabox(NULL, &out, &err, "workflow", "show", "--workflow-id", "cli-nul", "--address", addr, NULL);
+  assert_int_equal(rc, 0);
+  if (strstr(out, "ActivityTaskScheduled") != NULL) fail_msg("an activity was scheduled:\n%s", out);
+  free(out);
+  free(err);
+  free(fn);
+
   /* signal to a workflow that does not exist */
   rc = durabox(NULL, &out, &err, "workflow", "signal", "--workflow-id", "no-such-workflow", "--name",
                "poke", "--address", addr, NULL);
@@ -611,6 +660,442 @@ static void test_cli_workflow_commands_against_dev(void **state) {
   free(wdb);
 }
 
+/* Issue 9: what cJSON would let through, and inputs over their limits, are
+ * refused by `durabox run` with exit 2 before a workflow starts, naming the
+ * field and the limit (docs/limits.md). */
+static void test_cli_run_refuses_bad_input_exits_2(void **state) {
+  (void)state;
+  static const struct {
+    const char *text, *why;
+  } cases[] = {
+      {"{\"steps\":[{\"name\":\"w\",\"kind\":\"write_file\",\"path\":\"f\",\"content\":\"a\\u0000b\"}]}",
+       ": input: steps[0].content contains a NUL character (\\u0000)"},
+      {"{\"steps\":[{\"name\":\"x\",\"kind\":\"exec\",\"command\":\"true\",\"env\":{\"K\":\"\\u0000\"}}]}",
+       ": input: steps[0].env.K contains a NUL character (\\u0000)"},
+      {"{\"steps\":[]}\n{\"steps\":[]}", " has data after the JSON document (at byte 13)"},
+      {"{\"steps\":[{\"name\":\"a\",\"kind\":\"checkpoint\"},{\"name\":\"a\",\"kind\":\"checkpoint\"}]}",
+       ": step 1: name 'a' is given to an earlier step too (step names must be distinct)"},
+      {"{\"steps\":[{\"name\":\"caf\xe9\",\"kind\":\"checkpoint\"}]}",
+       ": input: steps[0].name is not valid UTF-8"},
+  };
+  char *out = NULL, *err = NULL, want[700];
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "refused%zu.json", i);
+    char *f = input_file(name, cases[i].text);
+    int rc = durabox(NULL, &out, &err, "run", f, NULL);
+    snprintf(want, sizeof want, "durabox run: %s%s\n", f, cases[i].why);
+    if (rc != 2) fail_msg("case %zu exited %d: %s%s", i, rc, out, err);
+    assert_string_equal(err, want);
+    assert_string_equal(out, ""); /* nothing started */
+    free(out);
+    free(err);
+    free(f);
+  }
+  /* the issue's 30 MB write_file: named with its size and the limit */
+  size_t big = 30u * 1000 * 1000;
+  char *text = malloc(big + 200);
+  assert_non_null(text);
+  int h = snprintf(text, 200, "{\"steps\":[{\"name\":\"w\",\"kind\":\"write_file\",\"path\":\"f\","
+                              "\"content\":\"");
+  memset(text + h, 'x', big);
+  strcpy(text + h + big, "\"}]}");
+  char *f = input_file("big.json", text);
+  free(text);
+  assert_int_equal(durabox(NULL, &out, &err, "run", f, NULL), 2);
+  snprintf(want, sizeof want,
+           "durabox run: %s: input: steps[0].content is %zu bytes, over the limit of %u bytes per "
+           "field\n", f, big, DBX_SCRIPT_MAX_FIELD_BYTES);
+  assert_string_equal(err, want);
+  assert_string_equal(out, "");
+  free(out);
+  free(err);
+  /* a file far over any limit is refused unread (sparse: no disk used) */
+  assert_int_equal(truncate(f, 64 * 1024 * 1024 + 1), 0);
+  assert_int_equal(durabox(NULL, &out, &err, "run", f, NULL), 2);
+  snprintf(want, sizeof want,
+           "durabox run: %s is 67108865 bytes, over the limit of 67108864 bytes for an input "
+           "file\n", f);
+  assert_string_equal(err, want);
+  free(out);
+  free(err);
+  free(f);
+}
+
+/* An input of exactly the limit runs through the real service and worker:
+ * its write_file reaches the sandbox whole. */
+static void test_cli_run_input_at_the_limit_runs(void **state) {
+  (void)state;
+  static const char head[] = "{\"steps\":[{\"name\":\"w\",\"kind\":\"write_file\",\"path\":\"big\","
+                             "\"content\":\"";
+  static const char tail[] = "\"},{\"name\":\"n\",\"kind\":\"exec\",\"command\":\"wc -c < big\"}]}";
+  size_t fill = DBX_SCRIPT_MAX_INPUT_BYTES - (sizeof head - 1) - (sizeof tail - 1);
+  char *text = malloc(DBX_SCRIPT_MAX_INPUT_BYTES + 1);
+  assert_non_null(text);
+  memcpy(text, head, sizeof head - 1);
+  memset(text + sizeof head - 1, 'x', fill);
+  memcpy(text + sizeof head - 1 + fill, tail, sizeof tail);
+  assert_int_equal(strlen(text), DBX_SCRIPT_MAX_INPUT_BYTES);
+  char *f = input_file("limit.json", text);
+  free(text);
+  char *out = NULL, *err = NULL;
+  int rc = durabox(NULL, &out, &err, "run", f, NULL);
+  if (rc != 0) fail_msg("durabox run exited %d\nstdout:\n%s\nstderr:\n%s", rc, out, err);
+  char want[64];
+  snprintf(want, sizeof want, "\n%zu\n", fill);
+  if (strstr(out, want) == NULL) fail_msg("no byte count %zu in:\n%s", fill, out);
+  assert_non_null(strstr(out, "\nscript completed\n"));
+  free(out);
+  free(err);
+  free(f);
+}
+
+/* ------------------------------------------------------------ issue 9: command line
+ * The shared flag parser, --tls, the API-key-without-TLS hint, `workflow
+ * query`, --output json errors in valid UTF-8, execute of a type no worker
+ * takes, `workflow result` across a service restart, `durabox dev`'s
+ * temporary store, and a worker that cannot reach its service. */
+
+/* Poll path until its text contains needle, up to ms; fails the test. */
+static void wait_file_has(const char *path, const char *needle, int64_t ms) {
+  for (int64_t t = 0;; t += 50) {
+    char *s = dbx_svct_file_read(path);
+    int hit = s && strstr(s, needle);
+    if (!hit && t >= ms) fail_msg("no '%s' in %s after %lld ms:\n%s", needle, path, (long long)ms, s ? s : "");
+    free(s);
+    if (hit) return;
+    struct timespec d = {0, 50000000};
+    nanosleep(&d, NULL);
+  }
+}
+
+/* Poll a TCP connect to 127.0.0.1:port until it is accepted, up to ms. */
+static void wait_port(int port, int64_t ms) {
+  for (int64_t t = 0;; t += 50) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    if (fd >= 0) close(fd);
+    if (ok) return;
+    if (t >= ms) fail_msg("nothing listens on port %d after %lld ms", port, (long long)ms);
+    struct timespec d = {0, 50000000};
+    nanosleep(&d, NULL);
+  }
+}
+
+/* stdout of a --output json failure: one valid-UTF-8 object
+ * {"error": {"message": ..., "type": ...}}; returns the error object (owned by *root). */
+static cJSON *json_error_of(const char *out, cJSON **root) {
+  if (!dbx_utf8_valid((const uint8_t *)out, strlen(out))) fail_msg("stdout is not valid UTF-8: %s", out);
+  *root = cJSON_Parse(out);
+  cJSON *e = cJSON_GetObjectItem(*root, "error");
+  if (!cJSON_IsString(cJSON_GetObjectItem(e, "message")) || !cJSON_IsString(cJSON_GetObjectItem(e, "type")))
+    fail_msg("not {\"error\": {\"message\", \"type\"}}: '%s'", out);
+  return e;
+}
+
+static void test_cli_flags_are_checked(void **state) {
+  (void)state;
+  char addr_eq[64], *out = NULL, *err = NULL;
+  snprintf(addr_eq, sizeof addr_eq, "--address=127.0.0.1:%d", dbx_svct_free_port());
+  struct { const char *args[6]; int rc; const char *says; } cases[] = {
+      {{"workflow", "bogus", "--workflow-id", "x"}, 2, "unknown command 'bogus'"},
+      {{"approval", "bogus"}, 2, "unknown command 'bogus'"},
+      {{"server", "bogus"}, 2, "unknown command 'bogus'"},
+      {{"bogus"}, 2, "unknown command 'bogus'"},
+      {{"workflow", "execute", "--pickup-timeout", "abc", "-w", "x"}, 2, "--pickup-timeout 'abc' is not a number"},
+      {{"workflow", "result", "--retry-for=1x", "-w", "x"}, 2, "--retry-for '1x' is not a number"},
+      {{"worker", "--activity-slots", "many"}, 2, "--activity-slots 'many' is not a whole number"},
+      {{"worker", "--activity-slots=0"}, 2, "--activity-slots 0 is out of range"},
+      {{"dev", "--port=70000"}, 2, "--port 70000 is out of range"},
+      {{"server", "start-dev", "--port", "7x"}, 2, "--port '7x' is not a whole number"},
+      {{"workflow", "list", "--frobnicate"}, 2, "unknown flag '--frobnicate'"},
+      {{"workflow", "list", "--tls=yes"}, 2, "--tls takes no value"},
+      {{"workflow", "list", "--output=yaml"}, 2, "--output yaml: use text or json"},
+      {{"run", "--workflow-id"}, 2, "--workflow-id needs a value"},
+      {{"run", "x.json", "--type", "no.such.Type"}, 2, "the embedded worker serves only the built-in types (durabox.Script"},
+      {{"replay", "--db=/nonexistent/x", "--workflow-id=w"}, 2, "no worker store at /nonexistent/x"},
+      {{"workflow", "list", addr_eq}, 1, addr_eq + strlen("--address=")}, /* the = form reached the hint */
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    const char *const *a = cases[k].args;
+    int rc = durabox(NULL, &out, &err, a[0], a[1], a[2], a[3], a[4], a[5], NULL);
+    if (rc != cases[k].rc || strstr(err, cases[k].says) == NULL)
+      fail_msg("durabox %s %s %s: exit %d (want %d), stderr lacks '%s':\n%s", a[0], a[1] ? a[1] : "",
+               a[2] ? a[2] : "", rc, cases[k].rc, cases[k].says, err);
+    free(out);
+    free(err);
+  }
+  /* an unreachable service with --output json: the error object on stdout */
+  int rc = durabox(NULL, &out, &err, "workflow", "describe", "-w", "x", "--output=json", addr_eq, NULL);
+  assert_int_equal(rc, 1);
+  cJSON *root = NULL, *e = json_error_of(out, &root);
+  assert_non_null(strstr(cJSON_GetStringValue(cJSON_GetObjectItem(e, "message")), "UNAVAILABLE"));
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(e, "type")), "service unavailable");
+  cJSON_Delete(root);
+  free(out);
+  free(err);
+  /* run --output json against it: the same object, no summary */
+  char *f = input_file("i9-run.json", SCRIPT_OK);
+  rc = durabox(NULL, &out, &err, "run", f, "--output=json", addr_eq, NULL);
+  assert_int_equal(rc, 1);
+  e = json_error_of(out, &root);
+  assert_non_null(strstr(cJSON_GetStringValue(cJSON_GetObjectItem(e, "message")), "UNAVAILABLE"));
+  cJSON_Delete(root);
+  free(out);
+  free(err);
+  free(f);
+}
+
+/* The test certificate of tests/test_rpc.c (self-signed, "dbx.test"). */
+static const char k_it_cert[] =
+    "-----BEGIN CERTIFICATE-----\n"
+    "MIIBkjCCATigAwIBAgIUHg7f0/jSg55ERGRQz6UY+1yLGAowCgYIKoZIzj0EAwIw\n"
+    "EzERMA8GA1UEAwwIZGJ4LnRlc3QwIBcNMjYxMTI5MDczMTU4WhgPMjEyNjExMDUw\n"
+    "NzMxNThaMBMxETAPBgNVBAMMCGRieC50ZXN0MFkwEwYHKoZIzj0CAQYIKoZIzj0D\n"
+    "AQcDQgAEukGxQoJwLQRYCjn7BcJqT5kiJs7HLxAULQtFsp8rU1V9AFHNn7RLa4b3\n"
+    "gcTa5I78X47Ev2lPiNLxrBV3UM8QGKNoMGYwHQYDVR0OBBYEFBj1NDLwpw35e0Zg\n"
+    "gBROl8Lsu8r/MB8GA1UdIwQYMBaAFBj1NDLwpw35e0ZggBROl8Lsu8r/MA8GA1Ud\n"
+    "EwEB/wQFMAMBAf8wEwYDVR0RBAwwCoIIZGJ4LnRlc3QwCgYIKoZIzj0EAwIDSAAw\n"
+    "RQIhAPpCLZ412fE4CtOeCaiwxvazLarLs4h14KAtP76ghOMlAiBUW9Jh/7Liy4al\n"
+    "il/uaYketK/i1HK4LyXWd4FFog0N5A==\n"
+    "-----END CERTIFICATE-----\n";
+static const char k_it_key[] =
+    "-----BEGIN PRIVATE KEY-----\n"
+    "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgD+nke6oayTM19xeb\n"
+    "KicPqs70Tc/LyQhIWjjNx9w7XlqhRANCAAS6QbFCgnAtBFgKOfsFwmpPmSImzscv\n"
+    "EBQtC0WynytTVX0AUc2ftEtrhveBxNrkjvxfjsS/aU+I0vGsFXdQzxAY\n"
+    "-----END PRIVATE KEY-----\n";
+
+static void test_cli_api_key_without_tls_against_tls(void **state) {
+  (void)state;
+  char *cert = input_file("it.crt", k_it_cert), *key = input_file("it.key", k_it_key);
+  int port = dbx_svct_free_port();
+  char port_s[16], addr[64];
+  snprintf(port_s, sizeof port_s, "%d", port);
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+  char *sargv[] = {(char *)dbx_test_bin(), "server", "start-dev", "--port", port_s, "--tls-cert", cert,
+                   "--tls-key", key, "--api-key", "sekrit", "--log-level", "warn", NULL};
+  pid_t srv = dbx_svct_proc_spawn(sargv, NULL, NULL, NULL);
+  wait_port(port, 30000);
+  char *out = NULL, *err = NULL;
+  int rc = durabox(NULL, &out, &err, "workflow", "list", "--api-key", "sekrit", "--address", addr, NULL);
+  assert_int_equal(rc, 1);
+  if (strstr(err, "API key was given without TLS") == NULL || strstr(err, "--tls") == NULL)
+    fail_msg("no API-key-without-TLS hint in:\n%s", err);
+  free(out);
+  free(err);
+  /* with TLS (the CA given) the hint is not printed, whatever the outcome */
+  rc = durabox(NULL, &out, &err, "workflow", "list", "--api-key", "sekrit", "--tls-ca", cert, "--address", addr,
+               NULL);
+  assert_int_equal(rc, 1); /* the certificate names dbx.test, not 127.0.0.1 */
+  assert_null(strstr(err, "without TLS"));
+  free(out);
+  free(err);
+  kill(srv, SIGTERM);
+  assert_int_equal(dbx_svct_proc_wait(srv, 30000), 0);
+  free(cert);
+  free(key);
+}
+
+static void test_cli_dev_temporary_store_and_unreachable_worker(void **state) {
+  (void)state;
+  int port = dbx_svct_free_port();
+  char port_s[16], addr[64], *derr = input_file("dev.err", ""), *werr = input_file("worker.err", "");
+  char *wdb = dbx_test_tmpdir("itcli-i9w");
+  snprintf(port_s, sizeof port_s, "%d", port);
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", dbx_svct_free_port());
+  char port_eq[32];
+  snprintf(port_eq, sizeof port_eq, "--port=%s", port_s);
+  char *dargv[] = {(char *)dbx_test_bin(), "dev", port_eq, "--log-level=warn", "--worker-db", wdb, NULL};
+  char *env[] = {g_env_home, NULL};
+  pid_t dev = dbx_svct_proc_spawn(dargv, env, NULL, derr);
+  wait_file_has(derr, "the service store is temporary", 30000);
+  /* a worker whose service is not there says so at the default log level */
+  char *wargv[] = {(char *)dbx_test_bin(), "worker", "--address", addr, "--db", wdb, "--task-queue=i9", NULL};
+  pid_t wk = dbx_svct_proc_spawn(wargv, env, NULL, werr);
+  wait_file_has(werr, "cannot reach the service at 127.0.0.1:", 30000);
+  wait_file_has(werr, addr, 1000);
+  kill(wk, SIGTERM);
+  assert_int_equal(dbx_svct_proc_wait(wk, 30000), 0);
+  kill(dev, SIGTERM);
+  assert_int_equal(dbx_svct_proc_wait(dev, 30000), 0);
+  dbx_test_rmrf(wdb);
+  free(wdb);
+  free(derr);
+  free(werr);
+}
+
+static void test_cli_query_json_errors_and_no_worker(void **state) {
+  (void)state;
+  char *sdb = dbx_test_tmpdir("itcli-i9s"), *wdb = dbx_test_tmpdir("itcli-i9w");
+  int port = dbx_svct_free_port();
+  char port_s[16], addr[64];
+  snprintf(port_s, sizeof port_s, "%d", port);
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+  char *dargv[] = {(char *)dbx_test_bin(), "dev", "--port", port_s, "--db-filename", sdb,
+                   "--worker-db", wdb, "--log-level", "warn", NULL};
+  char *denv[] = {g_env_home, NULL};
+  pid_t dev = dbx_svct_proc_spawn(dargv, denv, NULL, NULL);
+  dbx_rpc_channel_destroy(dbx_svct_connect(port));
+  char *lf = input_file("i9-long.json", "{\"steps\":[{\"name\":\"wait\",\"kind\":\"exec\","
+                                        "\"command\":\"sleep 30\",\"timeout_s\":60}]}");
+  char *out = NULL, *err = NULL;
+  int rc = durabox(NULL, &out, &err, "workflow", "start", "--type=durabox.Script", "--task-queue=durabox",
+                   "--workflow-id=i9-q", "--input-file", lf, "--address", addr, NULL);
+  if (rc != 0) fail_msg("start exited %d: %s", rc, err);
+  free(out);
+  free(err);
+  /* query progress: the Script's output so far, as JSON; until the worker has the run the
+   * service may refuse, so poll up to a deadline */
+  cJSON *j = NULL;
+  for (int t = 0; t < 300 && j == NULL; t++) {
+    rc = durabox(NULL, &out, &err, "workflow", "query", "-w", "i9-q", "--type", "progress", "--address", addr,
+                 NULL);
+    if (rc == 0) j = cJSON_Parse(out);
+    if (rc == 0 && !cJSON_IsArray(cJSON_GetObjectItem(j, "steps"))) fail_msg("progress is not a Script output: %s", out);
+    free(out);
+    free(err);
+    if (j == NULL) {
+      struct timespec d = {0, 100000000};
+      nanosleep(&d, NULL);
+    }
+  }
+  if (j == NULL) fail_msg("query progress never answered");
+  cJSON_Delete(j);
+  rc = durabox(NULL, &out, &err, "workflow", "query", "-w", "i9-q", "--type", "progress", "--output", "json",
+               "--address", addr, NULL);
+  if (rc != 0) fail_msg("query --output json exited %d: %s", rc, err);
+  j = cJSON_Parse(out);
+  if (!cJSON_IsArray(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "result"), "steps")))
+    fail_msg("not {\"result\": {\"steps\": ...}}: %s", out);
+  cJSON_Delete(j);
+  free(out);
+  free(err);
+  /* a query the workflow does not know: exit 1 with the failure */
+  rc = durabox(NULL, &out, &err, "workflow", "query", "-w", "i9-q", "--type", "no-such-query", "--output", "json",
+               "--address", addr, NULL);
+  assert_int_equal(rc, 1);
+  assert_true(strlen(err) > 0);
+  cJSON *root = NULL;
+  json_error_of(out, &root);
+  cJSON_Delete(root);
+  free(out);
+  free(err);
+  /* a signal whose input is not UTF-8 (payloads are bytes): show --output json repairs it */
+  rc = durabox(NULL, &out, &err, "workflow", "signal", "-w", "i9-q", "--name", "poke", "--input", "\"caf\xe9\"",
+               "--address", addr, NULL);
+  if (rc != 0) fail_msg("signal exited %d: %s", rc, err);
+  free(out);
+  free(err);
+  rc = durabox(NULL, &out, &err, "workflow", "show", "-w", "i9-q", "--output", "json", "--address", addr, NULL);
+  assert_int_equal(rc, 0);
+  if (!dbx_utf8_valid((const uint8_t *)out, strlen(out))) fail_msg("show --output json is not UTF-8: %s", out);
+  assert_non_null(strstr(out, "\"caf\xef\xbf\xbd\""));
+  free(out);
+  free(err);
+  /* terminated: result --output json is an error object, exit 1 */
+  rc = durabox(NULL, &out, &err, "workflow", "terminate", "-w", "i9-q", "--reason", "closed by it_cli", "--address",
+               addr, NULL);
+  if (rc != 0) fail_msg("terminate exited %d: %s", rc, err);
+  free(out);
+  free(err);
+  rc = durabox(NULL, &out, &err, "workflow", "result", "-w", "i9-q", "--output", "json", "--address", addr, NULL);
+  assert_int_equal(rc, 1);
+  cJSON *e = json_error_of(out, &root);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(e, "type")), "WorkflowExecutionTerminated");
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(e, "message")), "closed by it_cli");
+  cJSON_Delete(root);
+  free(out);
+  free(err);
+  /* execute of a type the worker on the queue does not serve: its workflow task failure, not a hang */
+  rc = durabox(NULL, &out, &err, "workflow", "execute", "--type", "no.such.Type", "--task-queue", "durabox",
+               "-w", "i9-type", "--output", "json", "--address", addr, NULL);
+  assert_int_equal(rc, 1);
+  if (strstr(err, "not registered") == NULL) fail_msg("no 'not registered' in: %s", err);
+  cJSON *started = cJSON_ParseWithOpts(out, NULL, 0); /* the first line: {"workflowId", "runId"} */
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(started, "workflowId")), "i9-type");
+  cJSON_Delete(started);
+  e = json_error_of(strstr(out, "\n") + 1, &root);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(e, "type")), "WorkflowTaskFailed");
+  cJSON_Delete(root);
+  free(out);
+  free(err);
+  /* execute on a task queue nobody polls: said after --pickup-timeout */
+  rc = durabox(NULL, &out, &err, "workflow", "execute", "--type", "durabox.Script", "--task-queue", "nobody-i9",
+               "-w", "i9-nobody", "--input", "{\"steps\":[]}", "--pickup-timeout=2", "--address", addr, NULL);
+  assert_int_equal(rc, 1);
+  if (strstr(err, "no worker has picked up the workflow task on task queue nobody-i9 after 2 s: is a worker for "
+                  "type durabox.Script running?") == NULL)
+    fail_msg("no pickup message in: %s", err);
+  free(out);
+  free(err);
+  /* run against the service: the same report for a type its worker does not serve, JSON on stdout */
+  char *ef = input_file("i9-empty.json", "{\"steps\":[]}");
+  rc = durabox(NULL, &out, &err, "run", ef, "--type", "no.such.Type", "-w", "i9-run-type", "--output", "json",
+               "--address", addr, NULL);
+  assert_int_equal(rc, 1);
+  if (strstr(err, "not registered") == NULL) fail_msg("run: no 'not registered' in: %s", err);
+  e = json_error_of(out, &root);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(e, "type")), "WorkflowTaskFailed");
+  cJSON_Delete(root);
+  free(out);
+  free(err);
+  free(ef);
+  /* --tls against this plaintext service fails; the same call without it works */
+  rc = durabox(NULL, &out, &err, "workflow", "describe", "-w", "i9-q", "--tls", "--address", addr, NULL);
+  assert_int_equal(rc, 1);
+  free(out);
+  free(err);
+  rc = durabox(NULL, &out, &err, "workflow", "describe", "-w", "i9-q", "--address", addr, NULL);
+  assert_int_equal(rc, 0);
+  free(out);
+  free(err);
+  kill(dev, SIGTERM);
+  assert_int_equal(dbx_svct_proc_wait(dev, 30000), 0);
+  free(lf);
+  dbx_test_rmrf(sdb);
+  dbx_test_rmrf(wdb);
+  free(sdb);
+  free(wdb);
+}
+
+static void test_cli_result_rides_out_a_service_restart(void **state) {
+  (void)state;
+  char *sdb = dbx_test_tmpdir("itcli-i9r"), *rerr = input_file("result.err", ""), *rout = input_file("result.out", "");
+  int port = dbx_svct_free_port();
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+  pid_t srv = dbx_svct_server_spawn(sdb, port);
+  dbx_rpc_channel_destroy(dbx_svct_connect(port));
+  char *out = NULL, *err = NULL;
+  int rc = durabox(NULL, &out, &err, "workflow", "start", "--type", "durabox.Script", "--task-queue", "nobody-r",
+                   "-w", "i9-restart", "--input", "{\"steps\":[]}", "--address", addr, NULL);
+  if (rc != 0) fail_msg("start exited %d: %s", rc, err);
+  free(out);
+  free(err);
+  dbx_svct_server_kill(srv);
+  char *rargv[] = {(char *)dbx_test_bin(), "workflow", "result", "-w", "i9-restart", "--address", addr, NULL};
+  char *env[] = {g_env_home, "TEMPORAL_ADDRESS", NULL};
+  pid_t res = dbx_svct_proc_spawn(rargv, env, rout, rerr);
+  wait_file_has(rerr, "is unavailable", 30000); /* it met the outage */
+  srv = dbx_svct_server_spawn(sdb, port);
+  dbx_rpc_channel_destroy(dbx_svct_connect(port));
+  rc = durabox(NULL, &out, &err, "workflow", "terminate", "-w", "i9-restart", "--reason", "after-restart",
+               "--address", addr, NULL);
+  if (rc != 0) fail_msg("terminate exited %d: %s", rc, err);
+  free(out);
+  free(err);
+  assert_int_equal(dbx_svct_proc_wait(res, 60000), 1);
+  wait_file_has(rerr, "Terminated after-restart", 1000); /* the close event, read after the restart */
+  dbx_svct_server_kill(srv);
+  dbx_test_rmrf(sdb);
+  free(sdb);
+  free(rerr);
+  free(rout);
+}
+
 int main(void) {
   dbx_rpc_global_init();
   const struct CMUnitTest tests[] = {
@@ -619,12 +1104,20 @@ int main(void) {
       cmocka_unit_test_teardown(test_cli_run_create_failure_message, test_teardown),
       cmocka_unit_test_teardown(test_cli_run_failing_step_exits_1, test_teardown),
       cmocka_unit_test_teardown(test_cli_run_sigint_cancels_and_cleans_up, test_teardown),
+      cmocka_unit_test_teardown(test_cli_run_double_sigint_still_cleans_up, test_teardown),
       cmocka_unit_test_teardown(test_cli_run_bad_or_missing_file_exits_2, test_teardown),
+      cmocka_unit_test_teardown(test_cli_run_refuses_bad_input_exits_2, test_teardown),
+      cmocka_unit_test_teardown(test_cli_run_input_at_the_limit_runs, test_teardown),
       cmocka_unit_test_teardown(test_cli_replay_finds_the_store_run_wrote, test_teardown),
       cmocka_unit_test_teardown(test_cli_no_service_hint, test_teardown),
       cmocka_unit_test_teardown(test_cli_workflow_input_must_be_json, test_teardown),
       cmocka_unit_test_teardown(test_cli_help_everywhere, test_teardown),
       cmocka_unit_test_teardown(test_cli_workflow_commands_against_dev, test_teardown),
+      cmocka_unit_test_teardown(test_cli_flags_are_checked, test_teardown),
+      cmocka_unit_test_teardown(test_cli_api_key_without_tls_against_tls, test_teardown),
+      cmocka_unit_test_teardown(test_cli_dev_temporary_store_and_unreachable_worker, test_teardown),
+      cmocka_unit_test_teardown(test_cli_query_json_errors_and_no_worker, test_teardown),
+      cmocka_unit_test_teardown(test_cli_result_rides_out_a_service_restart, test_teardown),
   };
   int rc = cmocka_run_group_tests(tests, setup, teardown);
   dbx_rpc_global_shutdown();

@@ -317,6 +317,16 @@ static dbx_err fake_sandbox(dbx_act *a, const char *in, size_t len, dbx_act_resu
     /* "flaky-until-N": a retryable failure on attempts 1 .. N-1 */
     res->failure_type = dbx_strdup("Flaky");
     res->failure_message = dbx_asprintf("attempt %d fails", dbx_act_attempt(a));
+  } else if (strcmp(type, "sandbox.exec") == 0 && cmd && strcmp(cmd, "noisy") == 0) {
+    /* 3000 control characters per stream: six bytes each in JSON */
+    char *o = malloc(3000 * 6 + 8);
+    assert_non_null(o);
+    for (int i = 0; i < 3000; i++) memcpy(o + 6 * i, "\\u0001", 6);
+    memcpy(o + 3000 * 6, "END", 4);
+    res->result_json = dbx_asprintf("{\"exit_code\":0,\"stdout\":\"%s\",\"stderr\":\"%s\","
+                                    "\"stdout_bytes\":3003,\"stderr_bytes\":3003,"
+                                    "\"timed_out\":false,\"duration_ms\":1}", o, o);
+    free(o);
   } else if (strcmp(type, "sandbox.exec") == 0) {
     int code = cmd && strstr(cmd, "false") ? 2 : 0;
     res->result_json = dbx_asprintf(
@@ -584,6 +594,41 @@ static void test_worker_signal_and_query(void **st) {
   free(rid);
 }
 
+/* The Script's result is one payload too: when the steps' excerpts would
+ * take it past 1.75 MiB, the earliest steps' excerpts are dropped (marked),
+ * the latest kept, every step still listed. */
+static void test_worker_script_summary_fits_payload(void **st) {
+  (void)st;
+  enum { N = 100 };
+  size_t cap = 64 + N * 64;
+  char *input = malloc(cap), *p = input;
+  p += sprintf(p, "{\"steps\":[");
+  for (int i = 0; i < N; i++)
+    p += sprintf(p, "%s{\"name\":\"n%d\",\"kind\":\"exec\",\"command\":\"noisy\"}", i ? "," : "", i);
+  sprintf(p, "]}");
+  char *rid = start("w-script-fit", "durabox.Script", input);
+  char *res = wait_close("w-script-fit", rid);
+  assert_true(strncmp(res, "FAILED", 6) != 0);
+  assert_true(strlen(res) <= (size_t)1792 * 1024);
+  cJSON *j = parse(res);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "status")), "completed");
+  cJSON *steps = cJSON_GetObjectItem(j, "steps");
+  assert_int_equal(cJSON_GetArraySize(steps), N);
+  cJSON *first = cJSON_GetArrayItem(steps, 0), *last = cJSON_GetArrayItem(steps, N - 1);
+  assert_true(cJSON_IsTrue(cJSON_GetObjectItem(first, "output_dropped")));
+  assert_null(cJSON_GetObjectItem(first, "stdout"));
+  assert_int_equal((int)cJSON_GetObjectItem(first, "stdout_bytes")->valuedouble, 3003);
+  assert_null(cJSON_GetObjectItem(last, "output_dropped"));
+  const char *out = cJSON_GetStringValue(cJSON_GetObjectItem(last, "stdout"));
+  assert_non_null(out);
+  assert_string_equal(out + strlen(out) - 3, "END");
+  assert_non_null(strstr(out, " bytes cut \xe2\x80\xa6]\n"));
+  cJSON_Delete(j);
+  free(res);
+  free(rid);
+  free(input);
+}
+
 static void test_worker_script_with_fake_sandbox(void **st) {
   (void)st;
   pthread_mutex_lock(&g_mu);
@@ -591,7 +636,7 @@ static void test_worker_script_with_fake_sandbox(void **st) {
   pthread_mutex_unlock(&g_mu);
   const char *input =
       "{\"sandbox\":{\"source\":{\"kind\":\"git\",\"url\":\"https://example.invalid/r.git\"},"
-      "\"env\":{\"A\":\"1\"}},\"steps\":["
+      "\"env\":{\"A\":\"1\"},\"network\":\"none\"},\"steps\":["
       "{\"name\":\"write\",\"kind\":\"write_file\",\"path\":\"a.txt\",\"content\":\"hi\"},"
       "{\"name\":\"build\",\"kind\":\"exec\",\"command\":\"make\",\"timeout_s\":30},"
       "{\"name\":\"nap\",\"kind\":\"sleep\",\"seconds\":0.1},"
@@ -635,6 +680,8 @@ static void test_worker_script_with_fake_sandbox(void **st) {
   assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(ci, "source"), "url")),
                       "https://example.invalid/r.git");
   assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(ci, "env"), "A")), "1");
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(ci, "network")), "none");
+  assert_null(cJSON_GetObjectItem(ci, "host_fs")); /* not given: the driver's default */
   cJSON_Delete(ci);
   cJSON *ei = parse(g_call_inputs[base + 2]);
   assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(ei, "sandbox_id")), "sbx-42");
@@ -773,7 +820,11 @@ static void test_worker_script_retry_policy(void **st) {
        "FAILED:InvalidInput:input: unknown field \"retyr\" (sandbox, steps, retry, schedule_to_close_s)"},
       {"{\"sandbox\":{\"retry\":{\"maximum_attempts\":-4}},\"steps\":[]}",
        "FAILED:InvalidInput:sandbox: unknown field \"retry\" (source, env, keep, timeout_s, "
-       "heartbeat_timeout_s)"},
+       "heartbeat_timeout_s, network, host_fs)"},
+      {"{\"sandbox\":{\"network\":\"lan\"},\"steps\":[]}",
+       "FAILED:InvalidInput:sandbox.network must be \"host\" or \"none\""},
+      {"{\"sandbox\":{\"host_fs\":true},\"steps\":[]}",
+       "FAILED:InvalidInput:sandbox.host_fs must be \"host\" or \"system\""},
       {"{\"sandbox\":{\"source\":{\"kind\":\"git\",\"url\":\"u\",\"branch\":\"b\"}},\"steps\":[]}",
        "FAILED:InvalidInput:sandbox.source: unknown field \"branch\" (kind, path, url, ref)"},
       {"{\"steps\":[{\"name\":\"x\",\"kind\":\"exec\",\"command\":\"c\",\"timeout\":5}]}",
@@ -1186,6 +1237,8 @@ int main(void) {
       cmocka_unit_test(test_worker_stop_reaches_throttled_heartbeats),
       cmocka_unit_test(test_worker_unknown_activity_type_is_retryable),
       cmocka_unit_test(test_worker_survives_service_restart),
+      /* last: its 100 steps fill the fake's call log (64 entries) */
+      cmocka_unit_test(test_worker_script_summary_fits_payload),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -3,6 +3,7 @@
  * on this machine, a second time under bubblewrap. */
 #include "tests/testutil.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
@@ -17,6 +18,9 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "activities/local.h"
 #include "base/util.h"
@@ -31,7 +35,10 @@ typedef struct {
 static int setup(void **state) {
   fixture *f = calloc(1, sizeof *f);
   f->home = dbx_test_tmpdir("dbx-local");
-  assert_int_equal(dbx_local_open(f->home, &f->d), DBX_OK);
+  /* the plain group opts out of bubblewrap explicitly, as a user must */
+  dbx_local_open_opts oo = {.unsandboxed = !g_bwrap};
+  assert_int_equal(dbx_local_open_with(f->home, &oo, &f->d), DBX_OK);
+  assert_int_equal(dbx_local_bwrap_enabled(f->d), g_bwrap);
   assert_int_equal(dbx_local_bwrap_set(f->d, g_bwrap), DBX_OK);
   *state = f;
   return 0;
@@ -228,7 +235,9 @@ static void test_local_exec_env_scrubbed(void **state) {
   dbx_local_exec_result r;
   assert_int_equal(dbx_local_exec(f->d, "env", &o, &r), DBX_OK);
   char *ws = dbx_local_sandbox_path(f->d, "env");
-  char *want = dbx_asprintf("[][yes][%s][C.UTF-8][xterm]\n%s\n", ws, ws);
+  char *home = dbx_asprintf("%s/sandboxes/env/home", f->home);
+  char *want = dbx_asprintf("[][yes][%s][C.UTF-8][xterm]\n%s\n", home, ws);
+  free(home);
   assert_string_equal((char *)r.stdout_buf, want);
   dbx_local_exec_result_cleanup(&r);
   const char *bad[] = {"NOEQUALS", NULL};
@@ -266,6 +275,47 @@ static int dead(long pid) {
   return r == 1;
 }
 
+/* A pid that no process has (above any pid_max): dead() answers 1. */
+#define NO_PID 0x3fffffffL
+
+/* The host pid of a process that a command in sandbox id knows as nspid.
+ * Plainly they are the same. Under bubblewrap the command has its own PID
+ * namespace: the host process whose NSpid ends in nspid, one level down, and
+ * whose cwd is in the sandbox's workspace (other sandboxes, of other tests
+ * on this machine, reuse small pids); NO_PID when no such process lives. */
+static long host_pid(dbx_local *d, const char *id, long nspid) {
+  if (!g_bwrap) return nspid;
+  char *ws = dbx_local_sandbox_path(d, id);
+  long found = NO_PID;
+  DIR *dir = opendir("/proc");
+  assert_non_null(dir);
+  struct dirent *e;
+  while (found == NO_PID && (e = readdir(dir)) != NULL) {
+    char *end = NULL, p[300], line[256], cwd[4096];
+    long hp = strtol(e->d_name, &end, 10);
+    if (hp <= 0 || *end != '\0') continue;
+    snprintf(p, sizeof p, "/proc/%ld/cwd", hp);
+    ssize_t cl = readlink(p, cwd, sizeof cwd - 1);
+    if (cl < 0) continue;
+    cwd[cl] = '\0';
+    if (strncmp(cwd, ws, strlen(ws)) != 0) continue;
+    snprintf(p, sizeof p, "/proc/%ld/status", hp);
+    FILE *fp = fopen(p, "r");
+    if (fp == NULL) continue;
+    while (fgets(line, sizeof line, fp)) {
+      long a = 0, b = 0;
+      char extra;
+      if (strncmp(line, "NSpid:", 6) == 0 &&
+          sscanf(line + 6, "%ld %ld %c", &a, &b, &extra) == 2 && b == nspid)
+        found = hp;
+    }
+    fclose(fp);
+  }
+  closedir(dir);
+  free(ws);
+  return found;
+}
+
 static long read_pid(dbx_local *d, const char *id, const char *path) {
   uint8_t *data = NULL;
   size_t len = 0;
@@ -273,7 +323,7 @@ static long read_pid(dbx_local *d, const char *id, const char *path) {
   long pid = strtol((char *)data, NULL, 10);
   free(data);
   assert_true(pid > 1);
-  return pid;
+  return host_pid(d, id, pid);
 }
 
 static void test_local_exec_timeout_kills_group(void **state) {
@@ -827,6 +877,8 @@ static void test_local_delete_kills_running_commands(void **state) {
     if (pid == 0) nanosleep(&(struct timespec){0, 10 * 1000000}, NULL);
   }
   assert_true(pid > 1);
+  pid = host_pid(f->d, "dr", pid); /* while it lives */
+  assert_true(pid != NO_PID);
   assert_int_equal(dbx_local_sandbox_delete(f->d, "dr"), DBX_OK);
   assert_true(dead(pid));
   char *p = dbx_asprintf("%s/sandboxes/dr", f->home);
@@ -1090,6 +1142,280 @@ static void test_local_upload_download(void **state) {
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
+/* ---- keeping the host out ---- */
+
+/* 1 when needle is in either stream (byte-wise: /proc/<pid>/environ holds NULs) */
+static int mem_has(const uint8_t *buf, size_t len, const char *needle) {
+  size_t nl = strlen(needle);
+  for (size_t i = 0; buf != NULL && i + nl <= len; i++)
+    if (memcmp(buf + i, needle, nl) == 0) return 1;
+  return 0;
+}
+
+static int has(const dbx_local_exec_result *r, const char *needle) {
+  return mem_has(r->stdout_buf, r->stdout_len, needle) ||
+         mem_has(r->stderr_buf, r->stderr_len, needle);
+}
+
+/* Under bubblewrap a command sees only its own processes: the test process
+ * (the worker here) can be neither signalled nor read, and its environment
+ * (a secret) never reaches the output; also for a detached command, whose
+ * supervisor carries the caller's environment. */
+static void test_local_pid_namespace_hides_host(void **state) {
+  fixture *f = *state;
+  if (!g_bwrap) skip();
+  make_empty(f->d, "pid");
+  setenv("DBX_TEST_API_KEY", "sk-very-secret-4711", 1);
+  char *cmd = dbx_asprintf("kill -0 %ld && echo SIGNALLED; cat /proc/%ld/environ && echo READ; "
+                           "cat /proc/[0-9]*/environ; echo /proc/[0-9]*",
+                           (long)getpid(), (long)getpid());
+  dbx_local_exec_result r = sh(f->d, "pid", cmd);
+  assert_false(has(&r, "SIGNALLED"));
+  assert_false(has(&r, "READ"));
+  assert_false(has(&r, "sk-very-secret-4711"));
+  /* the glob runs in the shell itself: bwrap's init (1) and the shell (2) */
+  if (!has(&r, "/proc/1 /proc/2\n") || has(&r, "/proc/3"))
+    fail_msg("/proc shows more than the sandbox: %.*s", (int)r.stdout_len,
+             (const char *)r.stdout_buf);
+  dbx_local_exec_result_cleanup(&r);
+  /* the control: plainly run, the same host pid is signalable */
+  char *probe = dbx_asprintf("kill -0 %ld", (long)getpid());
+  assert_int_equal(system(probe), 0);
+  free(probe);
+  dbx_local_exec_opts o = {.command = cmd, .timeout_ms = 60000};
+  assert_int_equal(dbx_local_exec_start(f->d, "pid", "c", &o, NULL), DBX_OK);
+  dbx_local_cmd_status st = wait_cmd(f->d, "pid", "c");
+  assert_int_equal(st.state, DBX_LOCAL_CMD_FINISHED);
+  assert_int_equal(dbx_local_exec_collect(f->d, "pid", "c", &r), DBX_OK);
+  assert_false(has(&r, "SIGNALLED"));
+  assert_false(has(&r, "READ"));
+  assert_false(has(&r, "sk-very-secret-4711"));
+  assert_true(has(&r, "/proc/1 /proc/2\n"));
+  assert_false(has(&r, "/proc/3"));
+  dbx_local_exec_result_cleanup(&r);
+  unsetenv("DBX_TEST_API_KEY");
+  free(cmd);
+}
+
+/* HOME and the caches are outside the workspace and last between commands;
+ * git_commit does not commit them. */
+static void test_local_home_outside_workspace(void **state) {
+  fixture *f = *state;
+  make_empty(f->d, "hm");
+  char *ws = dbx_local_sandbox_path(f->d, "hm");
+  dbx_local_exec_result r = sh(f->d, "hm", "printf '%s\\n%s\\n%s\\n' \"$HOME\" "
+                                           "\"$XDG_CACHE_HOME\" \"$XDG_CONFIG_HOME\"");
+  char *home = dbx_asprintf("%s/sandboxes/hm/home", f->home);
+  char *want = dbx_asprintf("%s\n%s/.cache\n%s/.config\n", home, home, home);
+  assert_string_equal((char *)r.stdout_buf, want);
+  assert_true(strncmp(home, ws, strlen(ws)) != 0);
+  dbx_local_exec_result_cleanup(&r);
+  r = sh(f->d, "hm", "git init -q . && echo one > a.txt");
+  assert_int_equal(r.exit_code, 0);
+  dbx_local_exec_result_cleanup(&r);
+  char *sha = NULL;
+  int nothing = -1;
+  assert_int_equal(dbx_local_git_commit(f->d, "hm", "first", "T <t@e>", &sha, &nothing), DBX_OK);
+  assert_int_equal(nothing, 0);
+  free(sha);
+  sha = NULL;
+  r = sh(f->d, "hm", "mkdir -p ~/.cache/pip \"$XDG_CONFIG_HOME\" && echo c > ~/.cache/pip/x && "
+                     "printf '[user]\\n\\tname = m\\n' > ~/.gitconfig && echo k > ~/.config/k");
+  assert_int_equal(r.exit_code, 0);
+  dbx_local_exec_result_cleanup(&r);
+  assert_int_equal(dbx_local_git_commit(f->d, "hm", "second", "T <t@e>", &sha, &nothing),
+                   DBX_OK);
+  assert_int_equal(nothing, 1);
+  assert_null(sha);
+  r = sh(f->d, "hm", "cat ~/.cache/pip/x; git ls-files; git status --porcelain");
+  assert_string_equal((char *)r.stdout_buf, "c\na.txt\n");
+  dbx_local_exec_result_cleanup(&r);
+  free(want);
+  free(home);
+  free(ws);
+}
+
+/* A listening socket on the host's loopback; *port gets its port. */
+static int listen_loopback(int *port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t al = sizeof a;
+  assert_true(fd >= 0);
+  assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+  assert_int_equal(listen(fd, 8), 0);
+  assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &al), 0);
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
+/* network "none" cuts the sandbox off, the host's loopback included; the
+ * default reaches it. Without bubblewrap "none" is refused, not ignored. */
+static void test_local_network_none(void **state) {
+  fixture *f = *state;
+  dbx_local_source none = {.kind = DBX_LOCAL_SOURCE_EMPTY, .network = DBX_DRV_NET_NONE};
+  if (!g_bwrap) {
+    assert_int_equal(dbx_local_sandbox_create(f->d, "nn", &none, NULL), DBX_EUNSUPPORTED);
+    assert_non_null(strstr(dbx_local_errmsg(f->d), "network \"none\""));
+    assert_int_equal(dbx_local_sandbox_exists(f->d, "nn", NULL), DBX_ENOTFOUND);
+    return;
+  }
+  int port = 0, lfd = listen_loopback(&port);
+  char *cmd = dbx_asprintf("bash -c 'echo hi > /dev/tcp/127.0.0.1/%d' && echo CONNECTED", port);
+  make_empty(f->d, "nh");
+  dbx_local_exec_result r = sh(f->d, "nh", cmd);
+  assert_string_equal((char *)r.stdout_buf, "CONNECTED\n");
+  dbx_local_exec_result_cleanup(&r);
+  assert_int_equal(dbx_local_sandbox_create(f->d, "nn", &none, NULL), DBX_OK);
+  r = sh(f->d, "nn", cmd);
+  assert_int_not_equal(r.exit_code, 0);
+  assert_false(has(&r, "CONNECTED"));
+  dbx_local_exec_result_cleanup(&r);
+  /* the setting is part of the identity: adopted only with the same network */
+  int adopted = -1;
+  assert_int_equal(dbx_local_sandbox_create(f->d, "nn", &none, &adopted), DBX_OK);
+  assert_int_equal(adopted, 1);
+  dbx_local_source host = {.kind = DBX_LOCAL_SOURCE_EMPTY};
+  assert_int_equal(dbx_local_sandbox_create(f->d, "nn", &host, NULL), DBX_EEXIST);
+  /* detached commands too */
+  dbx_local_exec_opts o = {.command = cmd, .timeout_ms = 60000};
+  assert_int_equal(dbx_local_exec_start(f->d, "nn", "c", &o, NULL), DBX_OK);
+  dbx_local_cmd_status st = wait_cmd(f->d, "nn", "c");
+  assert_int_equal(st.state, DBX_LOCAL_CMD_FINISHED);
+  assert_int_not_equal(st.exit_code, 0);
+  close(lfd);
+  free(cmd);
+}
+
+/* Without a usable bubblewrap open refuses, saying how to opt out; the
+ * explicit opt-out (option or DURABOX_UNSANDBOXED=1) runs plainly. */
+static void test_local_refuses_without_bwrap(void **state) {
+  fixture *f = *state;
+  char *home = dbx_asprintf("%s/other", f->home);
+  const char *bad[] = {"/bin/false", "/nonexistent/bwrap"};
+  for (int i = 0; i < 2; i++) {
+    dbx_local *d = (dbx_local *)1;
+    dbx_local_open_opts oo = {.bwrap_path = bad[i]};
+    assert_int_equal(dbx_local_open_with(home, &oo, &d), DBX_EUNSUPPORTED);
+    assert_null(d);
+    const char *m = dbx_local_errmsg(NULL);
+    assert_non_null(strstr(m, "bubblewrap is not usable here: "));
+    assert_non_null(strstr(m, bad[i]));
+    assert_non_null(strstr(m, "install bubblewrap"));
+    assert_non_null(strstr(m, "set DURABOX_UNSANDBOXED=1 to run commands directly"));
+    oo.unsandboxed = 1;
+    assert_int_equal(dbx_local_open_with(home, &oo, &d), DBX_OK);
+    assert_int_equal(dbx_local_bwrap_enabled(d), 0);
+    assert_string_equal(dbx_local_errmsg(NULL), "");
+    make_empty(d, "u");
+    dbx_local_exec_result r = sh(d, "u", "echo plain");
+    assert_string_equal((char *)r.stdout_buf, "plain\n");
+    dbx_local_exec_result_cleanup(&r);
+    assert_int_equal(dbx_local_bwrap_set(d, 1), DBX_EUNSUPPORTED);
+    dbx_local_close(d);
+    d = NULL;
+    oo.unsandboxed = 0;
+    setenv("DURABOX_UNSANDBOXED", "1", 1);
+    assert_int_equal(dbx_local_open_with(home, &oo, &d), DBX_OK);
+    unsetenv("DURABOX_UNSANDBOXED");
+    assert_int_equal(dbx_local_bwrap_enabled(d), 0);
+    dbx_local_close(d);
+  }
+  free(home);
+}
+
+/* git_commit with paths stages and commits those paths only, literally. */
+static void test_local_git_commit_paths(void **state) {
+  fixture *f = *state;
+  make_empty(f->d, "gp");
+  dbx_local_exec_result r = sh(f->d, "gp", "git init -q . && echo one > a.txt");
+  assert_int_equal(r.exit_code, 0);
+  dbx_local_exec_result_cleanup(&r);
+  char *sha = NULL;
+  int nothing = -1;
+  assert_int_equal(dbx_local_git_commit(f->d, "gp", "first", "T <t@e>", &sha, &nothing), DBX_OK);
+  free(sha);
+  r = sh(f->d, "gp", "echo two > a.txt && echo b > b.txt && mkdir -p c && echo d > c/d.txt && "
+                     "echo s > staged.txt && git add staged.txt && echo g > '*.txt'");
+  assert_int_equal(r.exit_code, 0);
+  dbx_local_exec_result_cleanup(&r);
+  const char *paths[] = {"b.txt", "c"};
+  assert_int_equal(
+      dbx_local_git_commit_paths(f->d, "gp", NULL, paths, 2, "some", "T <t@e>", &sha, &nothing),
+      DBX_OK);
+  assert_int_equal(nothing, 0);
+  assert_int_equal(strlen(sha), 40);
+  free(sha);
+  sha = NULL;
+  r = sh(f->d, "gp", "git show --name-only --format= HEAD; echo --; git status --porcelain");
+  assert_string_equal((char *)r.stdout_buf, "b.txt\nc/d.txt\n--\n M a.txt\nA  staged.txt\n"
+                                            "?? *.txt\n");
+  dbx_local_exec_result_cleanup(&r);
+  /* taken literally: "*.txt" is that one file, not a glob */
+  const char *glob[] = {"*.txt"};
+  assert_int_equal(
+      dbx_local_git_commit_paths(f->d, "gp", NULL, glob, 1, "glob", "T <t@e>", &sha, &nothing),
+      DBX_OK);
+  free(sha);
+  sha = NULL;
+  r = sh(f->d, "gp", "git show --name-only --format= HEAD");
+  assert_string_equal((char *)r.stdout_buf, "*.txt\n");
+  dbx_local_exec_result_cleanup(&r);
+  /* nothing changed under the paths */
+  assert_int_equal(
+      dbx_local_git_commit_paths(f->d, "gp", NULL, paths, 2, "again", "T <t@e>", &sha, &nothing),
+      DBX_OK);
+  assert_int_equal(nothing, 1);
+  assert_null(sha);
+  const char *out[] = {"../x"}, *abs[] = {"/etc/passwd"}, *missing[] = {"nope.txt"};
+  assert_int_equal(
+      dbx_local_git_commit_paths(f->d, "gp", NULL, out, 1, "m", "T <t@e>", &sha, &nothing),
+      DBX_EINVAL);
+  assert_int_equal(dbx_local_errkind(f->d), DBX_DRV_PATH_REFUSED);
+  assert_int_equal(
+      dbx_local_git_commit_paths(f->d, "gp", NULL, abs, 1, "m", "T <t@e>", &sha, &nothing),
+      DBX_EINVAL);
+  assert_int_equal(
+      dbx_local_git_commit_paths(f->d, "gp", NULL, missing, 1, "m", "T <t@e>", &sha, &nothing),
+      DBX_EIO);
+  assert_non_null(strstr(dbx_local_errmsg(f->d), "nope.txt"));
+  assert_null(sha);
+}
+
+/* host_fs "system" shows only the system folders of the host (the test's
+ * own binary, under the build tree, disappears) while programs, the
+ * workspace and HOME keep working; the default shows the whole root. */
+static void test_local_host_fs_system(void **state) {
+  fixture *f = *state;
+  dbx_local_source sys = {.kind = DBX_LOCAL_SOURCE_EMPTY, .host_fs = DBX_DRV_FS_SYSTEM};
+  if (!g_bwrap) {
+    assert_int_equal(dbx_local_sandbox_create(f->d, "fs", &sys, NULL), DBX_EUNSUPPORTED);
+    assert_non_null(strstr(dbx_local_errmsg(f->d), "host_fs \"system\""));
+    return;
+  }
+  char exe[4096];
+  ssize_t xl = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  assert_true(xl > 0);
+  exe[xl] = '\0';
+  assert_true(strncmp(exe, "/usr/", 5) != 0 && strncmp(exe, "/opt/", 5) != 0);
+  char *cmd = dbx_asprintf("test -e '%s' && echo SEEN; git --version >/dev/null && echo GIT; "
+                           "echo w > w.txt && echo h > ~/h && cat w.txt ~/h",
+                           exe);
+  make_empty(f->d, "fh");
+  dbx_local_exec_result r = sh(f->d, "fh", cmd);
+  assert_string_equal((char *)r.stdout_buf, "SEEN\nGIT\nw\nh\n");
+  dbx_local_exec_result_cleanup(&r);
+  assert_int_equal(dbx_local_sandbox_create(f->d, "fs", &sys, NULL), DBX_OK);
+  r = sh(f->d, "fs", cmd);
+  assert_string_equal((char *)r.stdout_buf, "GIT\nw\nh\n");
+  dbx_local_exec_result_cleanup(&r);
+  dbx_local_source host = {.kind = DBX_LOCAL_SOURCE_EMPTY};
+  assert_int_equal(dbx_local_sandbox_create(f->d, "fs", &host, NULL), DBX_EEXIST);
+  int adopted = -1;
+  assert_int_equal(dbx_local_sandbox_create(f->d, "fs", &sys, &adopted), DBX_OK);
+  assert_int_equal(adopted, 1);
+  free(cmd);
+}
+
 int main(int argc, char **argv) {
   dbx_local_supervisor_main(argc, argv); /* this binary is re-executed as the supervisor */
   const struct CMUnitTest tests[] = {
@@ -1114,6 +1440,12 @@ int main(int argc, char **argv) {
       T(test_local_restore_in_place),
       T(test_local_git_clone_commit_push),
       T(test_local_upload_download),
+      T(test_local_pid_namespace_hides_host),
+      T(test_local_home_outside_workspace),
+      T(test_local_network_none),
+      T(test_local_refuses_without_bwrap),
+      T(test_local_git_commit_paths),
+      T(test_local_host_fs_system),
   };
   g_bwrap = 0;
   int failed = cmocka_run_group_tests_name("local_plain", tests, NULL, NULL);

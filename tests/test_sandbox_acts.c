@@ -737,6 +737,102 @@ static void test_sandbox_acts_invalid_input_names_field(void **state) {
                  "'name'");
 }
 
+/* Issue 9: a string cJSON would cut at a NUL, a raw control character,
+ * invalid UTF-8, data after the document, or an input over one payload
+ * (2 MiB) is refused as InvalidInput naming the field, before anything is
+ * written; at the limit it is written whole. */
+static void test_sandbox_acts_input_nul_and_sizes(void **state) {
+  (void)state;
+  char *id = make_sandbox("wf-input", NULL);
+  struct dbx_act a = act_for("wf-input");
+  char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"f\",\"content\":\"a\\u0000b\"}", id);
+  expect_message(failed(T(write_file), &a, in, "InvalidInput", 1),
+                 "field 'content' contains a NUL character (\\u0000)");
+  free(in);
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"f\\u0000x\",\"content\":\"a\"}", id);
+  expect_message(failed(T(write_file), &a, in, "InvalidInput", 1),
+                 "field 'path' contains a NUL character");
+  free(in);
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"echo a\\u0000; touch g\"}", id);
+  expect_message(failed(T(exec), &a, in, "InvalidInput", 1),
+                 "field 'command' contains a NUL character");
+  free(in);
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"true\",\"env\":{\"A\\u0000B\":\"v\"}}", id);
+  expect_message(failed(T(exec), &a, in, "InvalidInput", 1),
+                 "a field name in field 'env' contains a NUL character");
+  free(in);
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"true\",\"env\":{\"A\":\"v\\u0000\"}}", id);
+  expect_message(failed(T(exec), &a, in, "InvalidInput", 1),
+                 "field 'env.A' contains a NUL character");
+  free(in);
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"f\",\"content\":\"\xff\"}", id);
+  expect_message(failed(T(write_file), &a, in, "InvalidInput", 1),
+                 "field 'content' is not valid UTF-8");
+  free(in);
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"f\",\"content\":\"a\"} {}", id);
+  expect_message(failed(T(write_file), &a, in, "InvalidInput", 1),
+                 "input has data after the JSON document");
+  free(in);
+  /* nothing of those was written; an escaped backslash before u0000 is text */
+  static const char *const absent[] = {"f", "g"};
+  for (size_t k = 0; k < 2; k++) {
+    in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"%s\"}", id, absent[k]);
+    free(failed(T(read_file), &a, in, "FileNotFound", 1));
+    free(in);
+  }
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"f\",\"content\":\"a\\\\u0000b\"} \n", id);
+  cJSON *o = ok(T(write_file), &a, in);
+  assert_int_equal((int)num(o, "bytes"), 8);
+  cJSON_Delete(o);
+  free(in);
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"f\"}", id);
+  o = ok(T(read_file), &a, in);
+  assert_string_equal(str(o, "content"), "a\\u0000b");
+  cJSON_Delete(o);
+  free(in);
+  /* sizes: an input of exactly 2 MiB is written whole; one byte more is not */
+  const size_t limit = 2u * 1024 * 1024;
+  char *head = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"big\",\"content\":\"", id);
+  size_t hl = strlen(head), fill = limit - hl - 2;
+  char *big = malloc(limit + 2);
+  assert_non_null(big);
+  for (int extra = 0; extra <= 1; extra++) {
+    memcpy(big, head, hl);
+    memset(big + hl, 'x', fill + (size_t)extra);
+    memcpy(big + hl + fill + (size_t)extra, "\"}", 3);
+    assert_int_equal(strlen(big), limit + (size_t)extra);
+    if (extra == 0) {
+      o = ok(T(write_file), &a, big);
+      assert_int_equal((size_t)num(o, "bytes"), fill);
+      cJSON_Delete(o);
+    } else {
+      char want[128];
+      snprintf(want, sizeof want, "input is %zu bytes, over the limit of %zu bytes per input",
+               limit + 1, limit);
+      expect_message(failed(T(write_file), &a, big, "InvalidInput", 1), want);
+    }
+  }
+  /* a field over the limit is named with its size */
+  char *huge = malloc(hl + limit + 8);
+  assert_non_null(huge);
+  memcpy(huge, head, hl);
+  memset(huge + hl, 'y', limit + 1);
+  memcpy(huge + hl + limit + 1, "\"}", 3);
+  char want[128];
+  snprintf(want, sizeof want, "field 'content' is %zu bytes, over the limit of %zu bytes per field",
+           limit + 1, limit);
+  expect_message(failed(T(write_file), &a, huge, "InvalidInput", 1), want);
+  free(huge);
+  free(big);
+  free(head);
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"big\"}", id);
+  o = ok(T(read_file), &a, in);
+  assert_int_equal((size_t)num(o, "bytes"), fill);
+  cJSON_Delete(o);
+  free(in);
+  free(id);
+}
+
 static void test_sandbox_acts_not_found(void **state) {
   (void)state;
   struct dbx_act a = act_for("wf-missing");
@@ -1891,7 +1987,7 @@ static void test_sandbox_acts_read_file_capped_with_mark(void **state) {
   size_t n = 1300000;
   char *full = dbx_malloc(n + 1);
   for (size_t i = 0; i < n; i++) full[i] = i < 700000 ? 'a' : 'b';
-  memcpy(full + n - 4, "END\n", 4);
+  memcpy(full + n - 4, "END.", 4);
   full[n] = 0;
   char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"big.txt\",\"content\":\"%s\"}", id,
                           full);
@@ -1993,6 +2089,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_sandbox_acts_exec_secret_cut_at_tail_start),
       cmocka_unit_test(test_sandbox_acts_read_file_capped_with_mark),
       cmocka_unit_test(test_sandbox_acts_exec_result_fits_payload),
+      cmocka_unit_test(test_sandbox_acts_input_nul_and_sizes),
   };
   /* the same cases on the memory driver, except those that need real
    * processes, a real shell or host git (fork, symlinks, base64(1), git log) */
@@ -2024,6 +2121,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_sandbox_acts_exec_keeps_head_and_tail),
       cmocka_unit_test(test_sandbox_acts_exec_secret_cut_at_tail_start),
       cmocka_unit_test(test_sandbox_acts_read_file_capped_with_mark),
+      cmocka_unit_test(test_sandbox_acts_input_nul_and_sizes),
   };
   const struct CMUnitTest process_tests[] = {
       cmocka_unit_test(test_driver_two_homes_one_process),

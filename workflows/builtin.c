@@ -1,4 +1,4 @@
-/* workflows/builtin: the list in builtin.h. Add a type here and it is served
+/* workflows/builtin: the list builtin.h declares. Add a type here and it is served
  * by every worker the durabox command starts and known to durabox replay. */
 #include "workflows/builtin.h"
 

@@ -17,6 +17,7 @@
 #include <cjson/cJSON.h>
 
 #include "base/codec.h"
+#include "base/json.h"
 #include "base/util.h"
 
 /* CANCEL_CREATE: cancellation asked for while sandbox.create ran; waiting
@@ -108,8 +109,8 @@ static int check_intervals(const cJSON *dr, const cJSON *sr, const char *where, 
 /* Fields each part of the input may have; anything else is a mistake
  * (a misspelt field would otherwise be ignored in silence). */
 static const char *const TOP_FIELDS[] = {"sandbox", "steps", "retry", "schedule_to_close_s", NULL};
-static const char *const SANDBOX_FIELDS[] = {"source", "env", "keep", "timeout_s",
-                                             "heartbeat_timeout_s", NULL};
+static const char *const SANDBOX_FIELDS[] = {"source",  "env",     "keep", "timeout_s",
+                                             "heartbeat_timeout_s", "network", "host_fs", NULL};
 static const char *const SOURCE_FIELDS[] = {"kind", "path", "url", "ref", NULL};
 static const char *const STEP_COMMON[] = {"name", "kind", "retry_class", "continue_on_failure",
                                           "retry", "schedule_to_close_s", NULL};
@@ -154,6 +155,13 @@ static int field_error(char *err, size_t n, const char *where, const char *field
 static int is_bool(const cJSON *o, const char *k) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
   return v == NULL || cJSON_IsBool(v);
+}
+
+/* Absent, or a string equal to a or b. */
+static int one_of(const cJSON *o, const char *key, const char *a, const char *b) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  if (v == NULL) return 1;
+  return cJSON_IsString(v) && (strcmp(v->valuestring, a) == 0 || strcmp(v->valuestring, b) == 0);
 }
 
 /* An "env" object: variable names to strings, or (secrets) to {"secret": NAME}. */
@@ -223,8 +231,12 @@ static int validate(const cJSON *in, char *err, size_t n) {
   unk = sb ? bad_field(sb, SANDBOX_FIELDS, NULL, &dup) : NULL;
   if (unk)
     return field_error(err, n, "sandbox", unk, dup,
-                       "source, env, keep, timeout_s, heartbeat_timeout_s");
+                       "source, env, keep, timeout_s, heartbeat_timeout_s, network, host_fs");
   if (sb && !is_bool(sb, "keep")) return snprintf(err, n, "sandbox.keep must be true or false"), -1;
+  if (sb && !one_of(sb, "network", "host", "none"))
+    return snprintf(err, n, "sandbox.network must be \"host\" or \"none\""), -1;
+  if (sb && !one_of(sb, "host_fs", "host", "system"))
+    return snprintf(err, n, "sandbox.host_fs must be \"host\" or \"system\""), -1;
   if (sb && !env_ok(cJSON_GetObjectItemCaseSensitive(sb, "env"), 0))
     return snprintf(err, n, "sandbox.env must map variable names to strings"), -1;
   const cJSON *src = sb ? cJSON_GetObjectItemCaseSensitive(sb, "source") : NULL;
@@ -269,12 +281,22 @@ static int validate(const cJSON *in, char *err, size_t n) {
   }
   const cJSON *steps = cJSON_GetObjectItemCaseSensitive(in, "steps");
   if (!cJSON_IsArray(steps)) return snprintf(err, n, "\"steps\" must be an array"), -1;
+  if (cJSON_GetArraySize(steps) > DBX_SCRIPT_MAX_STEPS)
+    return snprintf(err, n, "input has %d steps, over the limit of %d steps per input",
+                    cJSON_GetArraySize(steps), DBX_SCRIPT_MAX_STEPS), -1;
   int i = 0;
   const cJSON *s;
   cJSON_ArrayForEach(s, steps) {
     const char *name = str_of(s, "name"), *kind = str_of(s, "kind");
     if (!cJSON_IsObject(s) || !name || !*name)
       return snprintf(err, n, "step %d: missing \"name\"", i), -1;
+    if (strlen(name) > DBX_SCRIPT_MAX_NAME_BYTES)
+      return snprintf(err, n, "step %d: name is %zu bytes, over the limit of %d bytes per step name",
+                      i, strlen(name), DBX_SCRIPT_MAX_NAME_BYTES), -1;
+    for (const cJSON *p = steps->child; p != s; p = p->next)
+      if (strcmp(str_of(p, "name"), name) == 0)
+        return snprintf(err, n, "step %d: name '%s' is given to an earlier step too (step names "
+                                "must be distinct)", i, name), -1;
     if (!kind) return snprintf(err, n, "step '%s': missing \"kind\"", name), -1;
     char kwhere[160];
     snprintf(kwhere, sizeof kwhere, "step '%s' (%s)", name, kind);
@@ -357,8 +379,38 @@ static char *output_json(const script *s) {
   return txt;
 }
 
+/* The Script's result is one payload too: past SUMMARY_MAX_BYTES, drop the
+ * output excerpts of the earliest steps (those that succeeded first), each
+ * marked "output_dropped", until it fits. A pure function of the summary,
+ * so replay agrees. */
+#define SUMMARY_MAX_BYTES ((size_t)1792 * 1024)
+static void fit_summary(script *s) {
+  static const char *const keys[] = {"stdout", "stderr", "output_excerpt", "content"};
+  char *all = cJSON_PrintUnformatted(s->out_steps);
+  size_t total = all ? strlen(all) : 0;
+  free(all);
+  for (int pass = 0; pass < 2 && total > SUMMARY_MAX_BYTES; pass++) {
+    cJSON *st;
+    cJSON_ArrayForEach(st, s->out_steps) {
+      if (total <= SUMMARY_MAX_BYTES) break;
+      if (pass == 0 && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(st, "ok"))) continue;
+      for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        cJSON *v = cJSON_DetachItemFromObjectCaseSensitive(st, keys[k]);
+        if (!v) continue;
+        char *t = cJSON_PrintUnformatted(v);
+        size_t vl = t ? strlen(t) + strlen(keys[k]) + 4 : 0; /* "key":value, */
+        total = total > vl ? total - vl : 0;
+        free(t);
+        cJSON_Delete(v);
+        if (!cJSON_HasObjectItem(st, "output_dropped")) cJSON_AddTrueToObject(st, "output_dropped");
+      }
+    }
+  }
+}
+
 static void finish(script *s, dbx_wf *wf) {
   s->phase = DONE;
+  fit_summary(s);
   char *out = output_json(s);
   if (out) dbx_wf_complete(wf, out);
   else dbx_wf_out_of_memory(wf); /* the task fails and is retried from history */
@@ -458,9 +510,86 @@ static void run_step(script *s, dbx_wf *wf) {
   schedule_delete_or_finish(s, wf);
 }
 
+/* --------------------------------------------------------- input text */
+
+/* Every string of the input, key or value, in document order (the order
+ * dbx_json_text_check counts them), with the path that names it
+ * ("steps[0].content"; a key is named by its object and is_key). */
+typedef struct {
+  size_t want;    /* the ordinal to name, or SIZE_MAX */
+  size_t seen;    /* strings visited so far */
+  int found, is_key;
+  size_t len;     /* the too long string's length */
+  char path[160]; /* of the string found */
+} str_walk;
+
+static void walk_visit(str_walk *w, const char *path, int is_key, const char *str) {
+  if (w->found) return;
+  size_t len = strlen(str);
+  if (w->seen++ == w->want || (w->want == SIZE_MAX && len > DBX_SCRIPT_MAX_FIELD_BYTES)) {
+    w->found = 1, w->is_key = is_key, w->len = len;
+    snprintf(w->path, sizeof w->path, "%s", path[0] ? path : "the input");
+  }
+}
+
+static void walk_strings(const cJSON *node, char *path, size_t plen, size_t cap, str_walk *w) {
+  if (cJSON_IsString(node)) walk_visit(w, path, 0, node->valuestring);
+  if (!cJSON_IsObject(node) && !cJSON_IsArray(node)) return;
+  size_t i = 0;
+  for (const cJSON *c = node->child; c != NULL && !w->found; c = c->next, i++) {
+    if (cJSON_IsObject(node)) walk_visit(w, path, 1, c->string);
+    if (w->found) return;
+    if (cJSON_IsObject(node))
+      snprintf(path + plen, cap - plen, "%s%.60s", plen ? "." : "", c->string);
+    else
+      snprintf(path + plen, cap - plen, "[%zu]", i);
+    size_t l = strlen(path);
+    walk_strings(c, path, l, cap, w);
+    path[plen] = '\0';
+  }
+}
+
+/* Parse and check the text of an input: one JSON document, its strings free
+ * of NUL, raw control characters and invalid UTF-8, none too long, the whole
+ * within its limit. Returns the tree (the caller owns it) or NULL with the
+ * reason in err. */
+static cJSON *parse_input(const char *json, size_t len, char *err, size_t n) {
+  const char *end = NULL;
+  cJSON *in = json ? cJSON_ParseWithLengthOpts(json, len, &end, 0) : NULL;
+  if (!in) return snprintf(err, n, "input is not valid JSON"), NULL;
+  size_t at = 0;
+  dbx_json_problem p = dbx_json_text_check(json, len, (size_t)(end - json), &at);
+  char path[160] = "";
+  str_walk w = {.want = p == DBX_JSON_OK ? SIZE_MAX : at};
+  if (p == DBX_JSON_TRAILING) {
+    snprintf(err, n, "input has data after the JSON document (at byte %zu)", at);
+    goto bad;
+  }
+  walk_strings(in, path, 0, sizeof path, &w);
+  if (p != DBX_JSON_OK) {
+    snprintf(err, n, "input: %s%s %s", w.is_key ? "a field name in " : "",
+             w.found ? w.path : "a string", dbx_json_problem_str(p));
+    goto bad;
+  }
+  if (w.found) {
+    snprintf(err, n, "input: %s%s is %zu bytes, over the limit of %u bytes per field",
+             w.is_key ? "a field name in " : "", w.path, w.len, DBX_SCRIPT_MAX_FIELD_BYTES);
+    goto bad;
+  }
+  if (len > DBX_SCRIPT_MAX_INPUT_BYTES) {
+    snprintf(err, n, "input is %zu bytes, over the limit of %u bytes per input", len,
+             DBX_SCRIPT_MAX_INPUT_BYTES);
+    goto bad;
+  }
+  return in;
+bad:
+  cJSON_Delete(in);
+  return NULL;
+}
+
 int dbx_script_validate(const char *input_json, size_t len, char *err, size_t n) {
-  cJSON *in = cJSON_ParseWithLength(input_json, len);
-  if (!in) return snprintf(err, n, "input is not valid JSON"), -1;
+  cJSON *in = parse_input(input_json, len, err, n);
+  if (!in) return -1;
   int rc = validate(in, err, n);
   cJSON_Delete(in);
   return rc;
@@ -468,9 +597,9 @@ int dbx_script_validate(const char *input_json, size_t len, char *err, size_t n)
 
 static void *script_create(dbx_wf *wf, const char *input_json, size_t len) {
   char err[256];
-  cJSON *in = cJSON_ParseWithLength(input_json, len);
+  cJSON *in = parse_input(input_json, len, err, sizeof err);
   if (!in) {
-    dbx_wf_fail(wf, "InvalidInput", "input is not valid JSON");
+    dbx_wf_fail(wf, "InvalidInput", err);
     return NULL;
   }
   if (validate(in, err, sizeof err) != 0) {
@@ -497,6 +626,11 @@ static void *script_create(dbx_wf *wf, const char *input_json, size_t len) {
   else cJSON_AddItemToObject(ci, "source", cJSON_Parse("{\"kind\":\"empty\"}"));
   const cJSON *env = sb ? cJSON_GetObjectItemCaseSensitive(sb, "env") : NULL;
   if (env) cJSON_AddItemToObject(ci, "env", cJSON_Duplicate(env, 1));
+  for (int i = 0; sb && i < 2; i++) { /* passed on as sandbox.create takes them */
+    const char *k = i == 0 ? "network" : "host_fs";
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(sb, k);
+    if (cJSON_IsString(v)) cJSON_AddStringToObject(ci, k, v->valuestring);
+  }
   char *txt = cJSON_PrintUnformatted(ci);
   cJSON_Delete(ci);
   /* a clone may take long: 600 s unless the input says; it heartbeats while
@@ -518,8 +652,10 @@ static void *script_create(dbx_wf *wf, const char *input_json, size_t len) {
 /* ---- the step summary ----
  * What a step result shows people: each stream apart, as text (bytes that
  * are not UTF-8, or NUL, become U+FFFD, never dropped), its last
- * EXCERPT_BYTES with a mark of what was cut, and why a step failed. */
+ * STREAM_EXCERPT_BYTES with a mark of what was cut, and why a step failed;
+ * output_excerpt, both streams' last EXCERPT_BYTES. */
 #define EXCERPT_BYTES 2048
+#define STREAM_EXCERPT_BYTES 1024
 
 /* p[0, n) as UTF-8 text, each byte of a broken sequence (and NUL) as U+FFFD.
  * malloc'd, NUL-ended; NULL on OOM. */
@@ -558,11 +694,11 @@ static char *field_text(const cJSON *res, const char *name) {
   return t;
 }
 
-/* The last EXCERPT_BYTES of text, from a character's start, after a mark
+/* The last STREAM_EXCERPT_BYTES of text, from a character's start, after a mark
  * "[… N bytes cut …]" line when text is longer (N: bytes of this text left
  * out). In place; returns text. */
 static char *excerpt_of(char *text) {
-  size_t n = strlen(text), from = n > EXCERPT_BYTES ? n - EXCERPT_BYTES : 0;
+  size_t n = strlen(text), from = n > STREAM_EXCERPT_BYTES ? n - STREAM_EXCERPT_BYTES : 0;
   if (from == 0) return text;
   while (from < n && ((unsigned char)text[from] & 0xC0) == 0x80) from++;
   char d[24], num[40];
@@ -574,7 +710,7 @@ static char *excerpt_of(char *text) {
   num[k] = 0;
   char mark[64];
   int ml = snprintf(mark, sizeof mark, "[\xe2\x80\xa6 %s bytes cut \xe2\x80\xa6]\n", num);
-  memmove(text + ml, text + from, n - from + 1); /* ml < EXCERPT_BYTES < from */
+  memmove(text + ml, text + from, n - from + 1); /* ml < STREAM_EXCERPT_BYTES < from */
   memcpy(text, mark, (size_t)ml);
   return text;
 }

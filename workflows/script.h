@@ -2,7 +2,8 @@
  * list of sandbox steps run as activities, one after the other.
  *
  * Input (JSON): {"sandbox": {"source": {"kind": "empty"|"dir"|"git"|"snapshot",
- * "path"|"url"|"ref": ...}, "env": {...}, "keep": false}, "steps": [{"name",
+ * "path"|"url"|"ref": ...}, "env": {...}, "keep": false, "network": "host"|"none",
+ * "host_fs": "host"|"system"}, "steps": [{"name",
  * "kind": "exec"|"write_file"|"read_file"|"checkpoint"|"sleep"|"git_commit",
  * ...kind fields..., "retry_class": "safe_to_retry"|"at_most_once",
  * "timeout_s": N, "heartbeat_timeout_s": N, "continue_on_failure": false,
@@ -25,6 +26,11 @@
  * "steps": [{"name", "kind", "ok", "attempts", "duration_ms"?, "exit_code"?,
  * "output_excerpt"?, "detail"? (git_commit sha, checkpoint ref)}]}; status is "failed" when a failed step stopped the
  * script (steps with continue_on_failure record ok:false and go on).
+ * Limits (docs/limits.md): the input is one JSON document (white space may
+ * follow it), at most DBX_SCRIPT_MAX_INPUT_BYTES; no string in it (key or
+ * value) holds a NUL, a raw control character or bytes that are not UTF-8,
+ * or is longer than DBX_SCRIPT_MAX_FIELD_BYTES; at most DBX_SCRIPT_MAX_STEPS
+ * steps, with distinct names of at most DBX_SCRIPT_MAX_NAME_BYTES.
  * Bad input fails the run with type "InvalidInput"; a failed sandbox.create
  * fails it with type "SandboxCreateFailed". Query "progress": the output so far.
  * Deterministic: its only inputs are the input JSON and activity outcomes. */
@@ -36,6 +42,22 @@
 #include "worker/api.h"
 
 extern const dbx_workflow_type dbx_script_workflow;
+
+/* Temporal's default payload limit (limit.blobSize.error, 2 MiB) less 64 KiB
+ * for what travels with the input: the payload's metadata, and in each
+ * step's activity input the sandbox id and step name. Every string of a
+ * checked input re-encodes to at most its own length, so each activity
+ * input and the workflow input fit one payload. */
+#define DBX_SCRIPT_MAX_INPUT_BYTES (2u * 1024 * 1024 - 64 * 1024)
+/* Longest string (decoded bytes), key or value: write_file content, an
+ * exec command, an env value... The input limit bounds it; this names it. */
+#define DBX_SCRIPT_MAX_FIELD_BYTES DBX_SCRIPT_MAX_INPUT_BYTES
+/* Steps per input: each takes ~6 history events and ~2.5 KiB of the
+ * result's summary, so 500 stay under the service's history suggestion
+ * (4096 events) and the result under one payload. */
+#define DBX_SCRIPT_MAX_STEPS 500
+/* A step name's length in bytes (it heads error messages and history). */
+#define DBX_SCRIPT_MAX_NAME_BYTES 128
 
 /* Check a Script input as the workflow will, without running it (durabox run
  * uses it to refuse a bad file before starting a workflow). Returns 0, or -1

