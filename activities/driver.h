@@ -129,9 +129,19 @@ typedef struct {
   const char *cwd;         /* relative to the workspace; NULL: its root */
   const char *const *env;  /* NULL-terminated "NAME=value", added to the driver's scrubbed base */
   int64_t timeout_ms;      /* 0: none; on expiry the command is killed, timed_out = 1 */
-  size_t stdout_cap_bytes; /* bytes kept per stream; 0: 1 MiB */
+  size_t stdout_cap_bytes; /* bytes kept per stream; 0: 1 MiB (see "Capture" below) */
   size_t stderr_cap_bytes;
 } dbx_drv_exec_opts;
+
+/* Capture. Of a stream longer than its cap, a driver keeps the head (the
+ * first cap - DBX_DRV_TAIL_BYTES(cap) bytes) and the tail (the last
+ * DBX_DRV_TAIL_BYTES(cap) bytes); a cap under 1 KiB keeps the head alone.
+ * exec_result gives them as one buffer, head then tail, with *_head_len
+ * saying where the cut is. While the command runs (exec_attach) the stream
+ * reads in order until the cap; past it, the bytes after the head are a ring
+ * (the local driver's file) and read out of order. */
+#define DBX_DRV_TAIL_MIN_CAP ((size_t)1024)
+#define DBX_DRV_TAIL_BYTES(cap) ((cap) >= DBX_DRV_TAIL_MIN_CAP ? (cap) / 2 : (size_t)0)
 
 typedef enum {
   DBX_DRV_CMD_PENDING = 0, /* known, not (yet) running: start it again to launch it */
@@ -151,14 +161,17 @@ typedef struct {
   int signal;            /* the signal that killed the shell, or 0 when unknown */
   int timed_out;
   int killed;            /* stopped by ops->exec_cancel */
-  uint8_t *stdout_buf;   /* malloc'd, the first stdout_len bytes plus a NUL not counted */
+  uint8_t *stdout_buf;   /* malloc'd, stdout_len kept bytes plus a NUL not counted */
   size_t stdout_len;
   uint64_t stdout_total; /* all bytes written to stdout */
   int stdout_truncated;  /* stdout_total > stdout_len */
+  size_t stdout_head_len; /* truncated: buf[0, head_len) is the head, the rest the
+                           * tail; stdout_total - stdout_len bytes were cut between */
   uint8_t *stderr_buf;
   size_t stderr_len;
   uint64_t stderr_total;
   int stderr_truncated;
+  size_t stderr_head_len;
   int64_t duration_ms;
 } dbx_drv_exec_result;
 

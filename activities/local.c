@@ -43,6 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "activities/driver.h"
 #include "base/alloc.h"
 #include "base/fs.h"
 #include "base/util.h"
@@ -362,10 +363,12 @@ static dbx_err run_proc(const dbx_local *d, const run_spec *s, dbx_local_exec_re
   r->stdout_len = cap[0].len;
   r->stdout_total = cap[0].total;
   r->stdout_truncated = cap[0].total > cap[0].len;
+  r->stdout_head_len = cap[0].len;
   r->stderr_buf = cap[1].buf;
   r->stderr_len = cap[1].len;
   r->stderr_total = cap[1].total;
   r->stderr_truncated = cap[1].total > cap[1].len;
+  r->stderr_head_len = cap[1].len;
   cap[0].buf = cap[1].buf = NULL;
 out:
   if (pid > 0) { /* only on an internal failure after spawn */
@@ -1574,24 +1577,43 @@ static int spec_parse(char *buf, size_t len, cmd_spec *sp) {
   return 0;
 }
 
-static int write_all(int fd, const void *data, size_t len) {
-  const char *p = data;
-  while (len > 0) {
-    ssize_t w = write(fd, p, len);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return -1;
-    p += w;
-    len -= (size_t)w;
-  }
-  return 0;
-}
-
 typedef struct {
   int in;      /* pipe read end, -1 when at EOF */
   int file;    /* the stream file */
   size_t cap;
-  uint64_t kept, total;
+  uint64_t total;
 } sup_stream;
+
+static void pwrite_all(int fd, const char *p, size_t len, uint64_t off) {
+  while (len > 0) {
+    ssize_t w = pwrite(fd, p, len, (off_t)off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return;
+    p += w, len -= (size_t)w, off += (uint64_t)w;
+  }
+}
+
+/* Stream bytes p[0, n) at stream offset pos into the file (driver.h
+ * "Capture"): the head at its own offsets, the rest into the ring after it
+ * at head + (pos - head) % tail. Best effort: a failed write leaves a hole. */
+static void sup_keep(sup_stream *s, const char *p, size_t n, uint64_t pos) {
+  size_t tail = DBX_DRV_TAIL_BYTES(s->cap), head = s->cap - tail;
+  if (pos < head) {
+    size_t k = (uint64_t)n < head - pos ? n : (size_t)(head - pos);
+    pwrite_all(s->file, p, k, pos);
+    p += k, n -= k, pos += k;
+  }
+  if (tail == 0 || n == 0) return;
+  if (n > tail) { /* only the last tail bytes of this chunk can survive */
+    p += n - tail, pos += n - tail;
+    n = tail;
+  }
+  while (n > 0) {
+    size_t at = (size_t)((pos - head) % tail), k = tail - at < n ? tail - at : n;
+    pwrite_all(s->file, p, k, head + at);
+    p += k, n -= k, pos += k;
+  }
+}
 
 static void sup_drain(sup_stream *s) {
   char chunk[65536];
@@ -1604,10 +1626,8 @@ static void sup_drain(sup_stream *s) {
       s->in = -1;
       return;
     }
+    sup_keep(s, chunk, (size_t)n, s->total);
     s->total += (uint64_t)n;
-    size_t keep = s->cap > s->kept ? (size_t)(s->cap - s->kept) : 0;
-    if (keep > (size_t)n) keep = (size_t)n;
-    if (keep > 0 && write_all(s->file, chunk, keep) == 0) s->kept += keep;
   }
 }
 
@@ -2056,6 +2076,24 @@ dbx_err dbx_local_exec_kill(dbx_local *d, const char *id, const char *cmd_id) {
   return rc;
 }
 
+/* A finished stream file of len bytes for a stream of total bytes: when
+ * total > len the file is full (len is its cap) and the bytes after the head
+ * are the ring sup_keep wrote; rotate them into order, in place. Returns the
+ * head's length (len when nothing was cut). */
+static size_t ring_in_order(uint8_t *buf, size_t len, uint64_t total) {
+  size_t tail = DBX_DRV_TAIL_BYTES(len), head = len - tail;
+  if (total <= len || tail == 0) return total <= len ? len : head;
+  size_t start = (size_t)((total - head) % tail); /* the oldest byte of the ring */
+  if (start == 0) return head;
+  uint8_t *t = dbx_malloc(start);
+  if (t == NULL) return head; /* out of order, but nothing lost or overrun */
+  memcpy(t, buf + head, start);
+  memmove(buf + head, buf + head + start, tail - start);
+  memcpy(buf + head + tail - start, t, start);
+  free(t);
+  return head;
+}
+
 dbx_err dbx_local_exec_collect(dbx_local *d, const char *id, const char *cmd_id,
                                dbx_local_exec_result *res) {
   int dfd;
@@ -2090,16 +2128,20 @@ dbx_err dbx_local_exec_collect(dbx_local *d, const char *id, const char *cmd_id,
     }
     if (fd >= 0) close(fd);
     buf[got] = '\0';
+    uint64_t total = i == 0 ? st.stdout_total : st.stderr_total;
+    size_t head_len = ring_in_order(buf, got, total);
     if (i == 0) {
       res->stdout_buf = buf;
       res->stdout_len = got;
-      res->stdout_total = st.stdout_total;
-      res->stdout_truncated = st.stdout_total > got;
+      res->stdout_total = total;
+      res->stdout_truncated = total > got;
+      res->stdout_head_len = head_len;
     } else {
       res->stderr_buf = buf;
       res->stderr_len = got;
-      res->stderr_total = st.stderr_total;
-      res->stderr_truncated = st.stderr_total > got;
+      res->stderr_total = total;
+      res->stderr_truncated = total > got;
+      res->stderr_head_len = head_len;
     }
   }
 out:

@@ -208,14 +208,19 @@ typedef struct {
                            * which reports a killed child as exit 128 + signal) */
   int timed_out;          /* the timeout fired and the group was killed */
   int cancelled;          /* opts.cancelled said so and the group was killed */
-  uint8_t *stdout_buf;    /* first stdout_len bytes of stdout, byte-exact, plus a NUL not counted */
+  uint8_t *stdout_buf;    /* stdout_len kept bytes of stdout, byte-exact, plus a NUL not counted:
+                           * dbx_local_exec keeps the first bytes; a detached command the
+                           * head and the tail (driver.h "Capture") */
   size_t stdout_len;
   uint64_t stdout_total;  /* all bytes the command wrote to stdout */
   int stdout_truncated;   /* stdout_total > stdout_len */
+  size_t stdout_head_len; /* truncated: bytes of stdout_buf before the cut (the rest is the
+                           * tail); dbx_local_exec: stdout_len */
   uint8_t *stderr_buf;
   size_t stderr_len;
   uint64_t stderr_total;
   int stderr_truncated;
+  size_t stderr_head_len;
   int64_t duration_ms;
 } dbx_local_exec_result;
 
@@ -246,7 +251,11 @@ void dbx_local_exec_result_cleanup(dbx_local_exec_result *r);
  * The supervisor runs the command like dbx_local_exec (same scrubbed env,
  * cwd, bwrap rules, process group, group kill at the shell's exit, timeout
  * SIGTERM then SIGKILL after 1 s) and writes, under the sandbox's meta dir,
- *   cmds/<cmd_id>/stdout, stderr   the first cap bytes of each stream
+ *   cmds/<cmd_id>/stdout, stderr   at most cap bytes of each stream: in order
+ *                                  up to the cap; past it the head stays and
+ *                                  the bytes after it are a ring of the last
+ *                                  DBX_DRV_TAIL_BYTES(cap) (driver.h "Capture"),
+ *                                  which collect puts back in order
  *   cmds/<cmd_id>/started          written once, before the command starts
  *   cmds/<cmd_id>/status           written last (temp + fsync + rename + fsync
  *                                  of the folder): exit code, signal,

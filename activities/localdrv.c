@@ -150,10 +150,12 @@ static dbx_drv_err ld_exec_result(void *self, const char *name, const char *cmd_
   res->stdout_len = l.stdout_len;
   res->stdout_total = l.stdout_total;
   res->stdout_truncated = l.stdout_truncated;
+  res->stdout_head_len = l.stdout_head_len;
   res->stderr_buf = l.stderr_buf;
   res->stderr_len = l.stderr_len;
   res->stderr_total = l.stderr_total;
   res->stderr_truncated = l.stderr_truncated;
+  res->stderr_head_len = l.stderr_head_len;
   res->duration_ms = l.duration_ms;
   return DBX_DRV_OK; /* the buffers now belong to res */
 }

@@ -757,6 +757,20 @@ static uint8_t *dup_bytes(const uint8_t *p, size_t n) {
   return b;
 }
 
+/* What a stream of len bytes keeps under cap (driver.h "Capture"): all of
+ * it, or its head and its tail. *head_len: where the cut is. */
+static uint8_t *head_and_tail(const uint8_t *p, size_t len, size_t cap, size_t *head_len) {
+  if (len <= cap) {
+    *head_len = len;
+    return dup_bytes(p, len);
+  }
+  size_t tail = DBX_DRV_TAIL_BYTES(cap), head = cap - tail;
+  uint8_t *b = dup_bytes(p, cap);
+  if (b && tail) memcpy(b + head, p + len - tail, tail);
+  *head_len = head;
+  return b;
+}
+
 static dbx_drv_err md_exec_result(void *self, const char *name, const char *cmd_id,
                                   dbx_drv_exec_result *res) {
   dbx_memdrv *m = self;
@@ -778,8 +792,8 @@ static dbx_drv_err md_exec_result(void *self, const char *name, const char *cmd_
     res->stderr_total = c->err_len;
     res->stdout_truncated = c->out_len > res->stdout_len;
     res->stderr_truncated = c->err_len > res->stderr_len;
-    res->stdout_buf = dup_bytes(c->out, res->stdout_len);
-    res->stderr_buf = dup_bytes(c->err, res->stderr_len);
+    res->stdout_buf = head_and_tail(c->out, c->out_len, c->cap[0], &res->stdout_head_len);
+    res->stderr_buf = head_and_tail(c->err, c->err_len, c->cap[1], &res->stderr_head_len);
     if (!res->stdout_buf || !res->stderr_buf) rc = DBX_DRV_NOMEM;
   }
   pthread_mutex_unlock(&m->mu);

@@ -12,8 +12,8 @@
  *
  * Secrets: sandbox.exec resolves {"secret": NAME} from getenv() at run time,
  * keeps the values only on its stack-owned list, and rewrites the output
- * bytes (redaction) before UTF-8 checking or base64, so no form of the value
- * reaches the result. The list is wiped and freed before returning.
+ * bytes (redaction) of the head and the tail apart, before the mark, UTF-8
+ * checking or base64, so no form of the value reaches the result. The list is wiped and freed before returning.
  *
  * sandbox.exec runs its command detached (driver.h exec_start) under an id
  * derived from workflow, run and activity ids, heartbeating
@@ -358,10 +358,12 @@ static void wipe_free(char *s) {
 }
 
 /* Replace every occurrence of each secret value in *buf (len *n) by
- * "[redacted:NAME]". truncated: the stream was cut at the cap, so a tail
- * that is the start of a value is redacted too. Returns the number of
- * replacements, or -1 (OOM). */
-static int redact(uint8_t **buf, size_t *n, const secret_env *s, size_t ns, int truncated) {
+ * "[redacted:NAME]". truncated: the bytes were cut after *buf's end, so an
+ * end that is the start of a value is redacted too; cut_before: cut before
+ * its start (a stream's tail), so a start that is the end of a value is.
+ * Returns the number of replacements, or -1 (OOM). */
+static int redact(uint8_t **buf, size_t *n, const secret_env *s, size_t ns, int truncated,
+                  int cut_before) {
   int hits = 0;
   for (size_t k = 0; k < ns; k++) {
     size_t vl = strlen(s[k].value);
@@ -372,6 +374,24 @@ static int redact(uint8_t **buf, size_t *n, const secret_env *s, size_t ns, int 
     uint8_t *out = dbx_malloc(cap);
     if (out == NULL) return -1;
     size_t i = 0;
+    /* the end of a value cut off at the very start (its longest such end) */
+    for (size_t l = vl - 1; cut_before && l > 0 && l >= (vl < 4 ? vl : 4); l--) {
+      if (l > *n || memcmp(*buf, s[k].value + vl - l, l) != 0) continue;
+      if ((size_t)ml + 1 > cap) {
+        uint8_t *t = dbx_realloc(out, (size_t)ml + 1);
+        if (t == NULL) {
+          free(out);
+          return -1;
+        }
+        out = t;
+        cap = (size_t)ml + 1;
+      }
+      memcpy(out, mark, (size_t)ml);
+      o = (size_t)ml;
+      i = l;
+      hits++;
+      break;
+    }
     while (i < *n) {
       size_t rest = *n - i;
       int hit = rest >= vl && memcmp(*buf + i, s[k].value, vl) == 0;
@@ -413,6 +433,172 @@ static int redact(uint8_t **buf, size_t *n, const secret_env *s, size_t ns, int 
     *n = o;
   }
   return hits;
+}
+
+/* --------------------------------------------------------------- output */
+
+/* What is kept of one stream (sandbox.h "Output"): its head h, then cut
+ * bytes left out, then its tail t. Both buffers are malloc'd, NUL-ended. */
+typedef struct {
+  uint8_t *h, *t;
+  size_t hl, tl;
+  uint64_t cut;
+  int count_known; /* 0: a secret was redacted, the mark gives no count */
+  int marked;      /* show the mark (a head-only cut under 1 KiB is unmarked) */
+  int truncated;
+} kept_out;
+
+static void kept_free(kept_out *k) {
+  if (k->h) memset(k->h, 0, k->hl);
+  if (k->t) memset(k->t, 0, k->tl);
+  free(k->h);
+  free(k->t);
+  memset(k, 0, sizeof *k);
+}
+
+/* From len bytes of p whose first head_len are the head (the rest the tail,
+ * total - len bytes cut between them when total > len). 0 or -1 (OOM). */
+static int kept_init(kept_out *k, const uint8_t *p, size_t len, size_t head_len,
+                     uint64_t total) {
+  memset(k, 0, sizeof *k);
+  if (head_len > len) head_len = len;
+  k->hl = head_len, k->tl = len - head_len;
+  k->h = dbx_malloc(k->hl + 1);
+  k->t = dbx_malloc(k->tl + 1);
+  if (k->h == NULL || k->t == NULL) {
+    kept_free(k);
+    return -1;
+  }
+  if (k->hl) memcpy(k->h, p, k->hl);
+  if (k->tl) memcpy(k->t, p + head_len, k->tl);
+  k->h[k->hl] = k->t[k->tl] = 0;
+  k->truncated = total > len;
+  k->cut = k->truncated ? total - len : 0;
+  k->count_known = 1;
+  k->marked = k->truncated && k->tl > 0;
+  return 0;
+}
+
+/* Keep at most keep bytes: half from the head's start, the rest from the
+ * tail's end (an uncut stream's tail is taken from its own end). 0 or -1. */
+static int kept_shrink(kept_out *k, size_t keep) {
+  if (k->hl + k->tl <= keep) return 0;
+  size_t nh, nt;
+  if (k->tl == 0) {
+    nh = keep / 2, nt = keep - nh;
+    uint8_t *t = dbx_malloc(nt + 1);
+    if (t == NULL) return -1;
+    memcpy(t, k->h + k->hl - nt, nt);
+    t[nt] = 0;
+    free(k->t);
+    k->t = t;
+    k->cut += k->hl - nh - nt;
+  } else {
+    nh = k->hl < keep / 2 ? k->hl : keep / 2;
+    nt = k->tl < keep - nh ? k->tl : keep - nh;
+    if (nh + nt < keep) nh = k->hl < keep - nt ? k->hl : keep - nt;
+    memmove(k->t, k->t + k->tl - nt, nt);
+    k->t[nt] = 0;
+    k->cut += (k->hl - nh) + (k->tl - nt);
+  }
+  if (k->h) memset(k->h + nh, 0, k->hl - nh);
+  k->hl = nh, k->tl = nt;
+  k->h[nh] = 0;
+  k->truncated = k->marked = 1;
+  return 0;
+}
+
+/* "198,000,000" */
+static void fmt_count(uint64_t v, char out[40]) {
+  char d[24];
+  int n = snprintf(d, sizeof d, "%llu", (unsigned long long)v), o = 0;
+  for (int i = 0; i < n; i++) {
+    if (i > 0 && (n - i) % 3 == 0) out[o++] = ',';
+    out[o++] = d[i];
+  }
+  out[o] = 0;
+}
+
+/* The kept text: head, mark line, tail, the cut moved to UTF-8 character
+ * boundaries (a split character's bytes count as cut). *out malloc'd. */
+static int kept_text(const kept_out *k, uint8_t **out, size_t *n) {
+  size_t hl = k->hl, skip = 0;
+  uint64_t cut = k->cut;
+  char mark[96] = "";
+  if (k->marked) {
+    /* an incomplete sequence ending the head, continuation bytes opening the tail */
+    for (size_t back = 1; back <= 4 && back <= hl; back++) {
+      uint8_t c = k->h[hl - back];
+      if ((c & 0xC0) == 0x80) continue;
+      size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+      if (need > back) hl -= back;
+      break;
+    }
+    while (skip < k->tl && skip < 3 && (k->t[skip] & 0xC0) == 0x80) skip++;
+    cut += (k->hl - hl) + skip;
+    char num[40];
+    fmt_count(cut, num);
+    const char *sep = hl > 0 && k->h[hl - 1] != '\n' ? "\n" : "";
+    if (k->count_known)
+      snprintf(mark, sizeof mark, "%s[\xe2\x80\xa6 %s bytes cut \xe2\x80\xa6]\n", sep, num);
+    else
+      snprintf(mark, sizeof mark, "%s[\xe2\x80\xa6 bytes cut (count withheld) \xe2\x80\xa6]\n",
+               sep);
+  }
+  size_t ml = strlen(mark), tl = k->tl - skip;
+  uint8_t *b = dbx_malloc(hl + ml + tl + 1);
+  if (b == NULL) return -1;
+  if (hl) memcpy(b, k->h, hl);
+  memcpy(b + hl, mark, ml);
+  if (tl) memcpy(b + hl + ml, k->t + skip, tl);
+  b[hl + ml + tl] = 0;
+  *out = b;
+  *n = hl + ml + tl;
+  return 0;
+}
+
+/* Print base plus, for each kept stream i, names[i] (text or _b64) and the
+ * bool trunc_names[i]; cut the streams further until the JSON fits
+ * DBX_SANDBOX_RESULT_MAX_BYTES. Takes ownership of base. */
+static dbx_err succeed_fitted(dbx_act_result *res, cJSON *base, kept_out *k,
+                              const char *const *names, const char *const *trunc_names,
+                              size_t nk) {
+  if (base == NULL) return DBX_ENOMEM;
+  for (int round = 0;; round++) {
+    cJSON *o = cJSON_Duplicate(base, 1);
+    int bad = o == NULL;
+    for (size_t i = 0; !bad && i < nk; i++) {
+      uint8_t *txt = NULL;
+      size_t tn = 0;
+      bad = kept_text(&k[i], &txt, &tn) != 0 || add_bytes(o, names[i], txt, tn) != 0 ||
+            !cJSON_AddBoolToObject(o, trunc_names[i], k[i].truncated);
+      if (txt) memset(txt, 0, tn);
+      free(txt);
+    }
+    char *json = bad ? NULL : cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (json == NULL) {
+      cJSON_Delete(base);
+      return DBX_ENOMEM;
+    }
+    size_t jl = strlen(json);
+    if (jl <= DBX_SANDBOX_RESULT_MAX_BYTES || round >= 16) {
+      cJSON_Delete(base);
+      res->result_json = json;
+      return DBX_OK;
+    }
+    free(json);
+    /* shrink every stream by the overshoot, with a margin for the marks */
+    double f = (double)DBX_SANDBOX_RESULT_MAX_BYTES / (double)jl * 0.9;
+    for (size_t i = 0; i < nk; i++) {
+      size_t have = k[i].hl + k[i].tl, keep = (size_t)((double)have * f);
+      if (keep >= have && have > 0) keep = have - 1;
+      if (kept_shrink(&k[i], keep) != 0) {
+        cJSON_Delete(base);
+        return DBX_ENOMEM;
+      }
+    }
+  }
 }
 
 /* ------------------------------------------------------------ create */
@@ -631,14 +817,22 @@ static dbx_err run_exec(dbx_act *a, const char *json, size_t len, dbx_act_result
   char **envv = NULL;
   size_t nenv = 0;
   dbx_drv_exec_result er = {0};
+  kept_out ko[2] = {{0}, {0}};
   cJSON *in = parse_input(json, len, res);
   if (in == NULL) return DBX_OK;
   const char *id, *command, *cwd;
-  double timeout_s = 0, max_out = 0;
+  double timeout_s = 0, max_out = (double)DBX_SANDBOX_OUTPUT_DEFAULT_BYTES;
   if (get_sandbox(in, &id, res) != 0 || get_str(in, "command", 1, &command, res) != 0 ||
       get_path(in, "cwd", 0, &cwd, res) != 0 || get_num(in, "timeout_s", &timeout_s, res) != 0 ||
       get_num(in, "max_output_bytes", &max_out, res) != 0)
     goto out;
+  if (max_out > (double)DBX_SANDBOX_OUTPUT_MAX_BYTES) {
+    rc = fail(res, 1, "InvalidInput",
+              "field 'max_output_bytes': %.0f is over the limit of %zu bytes per stream "
+              "(a step's result must fit one payload)",
+              max_out, DBX_SANDBOX_OUTPUT_MAX_BYTES);
+    goto out;
+  }
 
   const cJSON *env = cJSON_GetObjectItemCaseSensitive(in, "env");
   if (env != NULL && !cJSON_IsNull(env)) {
@@ -714,11 +908,9 @@ static dbx_err run_exec(dbx_act *a, const char *json, size_t len, dbx_act_result
   int64_t remaining = dbx_act_remaining_ms(a);
   if (remaining > 0 && remaining != INT64_MAX && (tmo == 0 || remaining < tmo)) tmo = remaining;
   opts.timeout_ms = tmo;
-  if (max_out >= 1) {
-    size_t cap = max_out > (double)(SIZE_MAX / 2) ? SIZE_MAX / 2 : (size_t)max_out;
-    opts.stdout_cap_bytes = cap;
-    opts.stderr_cap_bytes = cap;
-  }
+  size_t cap = max_out >= 1 ? (size_t)max_out : DBX_SANDBOX_OUTPUT_DEFAULT_BYTES;
+  opts.stdout_cap_bytes = cap;
+  opts.stderr_cap_bytes = cap;
   int lost = 0;
   dbx_drv_err drc = exec_detached(a, drv, id, &opts, &er, &lost);
   if (drc == DBX_DRV_CANCELED) {
@@ -733,34 +925,44 @@ static dbx_err run_exec(dbx_act *a, const char *json, size_t len, dbx_act_result
     rc = fail_path(res, drv, drc, "sandbox.exec", id, cwd ? cwd : "");
     goto out;
   }
-  int out_hits = redact(&er.stdout_buf, &er.stdout_len, sec, nsec, er.stdout_truncated);
-  int err_hits = out_hits < 0 ? -1 : redact(&er.stderr_buf, &er.stderr_len, sec, nsec,
-                                            er.stderr_truncated);
-  if (err_hits < 0) {
+  uint64_t totals[2] = {er.stdout_total, er.stderr_total};
+  if (kept_init(&ko[0], er.stdout_buf, er.stdout_len, er.stdout_head_len, er.stdout_total) ||
+      kept_init(&ko[1], er.stderr_buf, er.stderr_len, er.stderr_head_len, er.stderr_total)) {
     rc = DBX_ENOMEM;
     goto out;
   }
-  /* A stream with a redacted value counts the redacted text it kept: the
-   * raw count would tell the value's length (or, past the cap, its rest). */
-  if (out_hits > 0) er.stdout_total = er.stdout_len;
-  if (err_hits > 0) er.stderr_total = er.stderr_len;
+  for (int i = 0; i < 2; i++) {
+    /* head: cut after it when truncated; tail: cut before it when it has bytes */
+    int hh = redact(&ko[i].h, &ko[i].hl, sec, nsec, ko[i].truncated, 0);
+    int th = hh < 0 ? -1 : redact(&ko[i].t, &ko[i].tl, sec, nsec, 0, ko[i].tl > 0);
+    if (th < 0) {
+      rc = DBX_ENOMEM;
+      goto out;
+    }
+    /* A stream with a redacted value counts the redacted text it kept: the
+     * raw count would tell the value's length (or, past the cap, its rest). */
+    if (hh + th > 0) {
+      totals[i] = ko[i].hl + ko[i].tl;
+      ko[i].count_known = 0;
+    }
+  }
   cJSON *o = cJSON_CreateObject();
   if (o == NULL || !cJSON_AddNumberToObject(o, "exit_code", er.exit_code) ||
       !cJSON_AddNumberToObject(o, "signal", er.signal) ||
       !cJSON_AddBoolToObject(o, "timed_out", er.timed_out) ||
-      add_bytes(o, "stdout", er.stdout_buf, er.stdout_len) != 0 ||
-      add_bytes(o, "stderr", er.stderr_buf, er.stderr_len) != 0 ||
-      !cJSON_AddBoolToObject(o, "stdout_truncated", er.stdout_truncated) ||
-      !cJSON_AddBoolToObject(o, "stderr_truncated", er.stderr_truncated) ||
-      !cJSON_AddNumberToObject(o, "stdout_bytes", (double)er.stdout_total) ||
-      !cJSON_AddNumberToObject(o, "stderr_bytes", (double)er.stderr_total) ||
+      !cJSON_AddNumberToObject(o, "stdout_bytes", (double)totals[0]) ||
+      !cJSON_AddNumberToObject(o, "stderr_bytes", (double)totals[1]) ||
       !cJSON_AddNumberToObject(o, "duration_ms", (double)er.duration_ms)) {
     cJSON_Delete(o);
     rc = DBX_ENOMEM;
     goto out;
   }
-  rc = succeed(res, o);
+  static const char *const names[2] = {"stdout", "stderr"};
+  static const char *const tnames[2] = {"stdout_truncated", "stderr_truncated"};
+  rc = succeed_fitted(res, o, ko, names, tnames, 2);
 out:
+  kept_free(&ko[0]);
+  kept_free(&ko[1]);
   if (er.stdout_buf) memset(er.stdout_buf, 0, er.stdout_len);
   if (er.stderr_buf) memset(er.stderr_buf, 0, er.stderr_len);
   dbx_drv_exec_result_cleanup(&er);
@@ -842,6 +1044,7 @@ static dbx_err run_read_file(dbx_act *a, const char *json, size_t len, dbx_act_r
                              void *ud) {
   dbx_driver *drv = DRV(ud);
   dbx_err rc = DBX_OK;
+  kept_out k = {0};
   uint8_t *data = NULL;
   size_t n = 0;
   cJSON *in = parse_input(json, len, res);
@@ -856,15 +1059,24 @@ static dbx_err run_read_file(dbx_act *a, const char *json, size_t len, dbx_act_r
   if (drc != DBX_DRV_OK) {
     rc = fail_path(res, drv, drc, "sandbox.read_file", id, path);
   } else {
+    /* the head and the tail of a large file (sandbox.h "Output") */
+    size_t cap = DBX_SANDBOX_READ_MAX_BYTES, tail = DBX_DRV_TAIL_BYTES(cap);
+    int cut = n > cap;
+    if (cut) memmove(data + cap - tail, data + n - tail, tail);
+    if (kept_init(&k, data, cut ? cap : n, cut ? cap - tail : n, n) != 0) {
+      rc = DBX_ENOMEM;
+      goto out;
+    }
     cJSON *o = cJSON_CreateObject();
-    if (o && (add_bytes(o, "content", data, n) != 0 ||
-              !cJSON_AddNumberToObject(o, "bytes", (double)n))) {
+    if (o && !cJSON_AddNumberToObject(o, "bytes", (double)n)) {
       cJSON_Delete(o);
       o = NULL;
     }
-    rc = succeed(res, o);
+    static const char *const names[1] = {"content"}, *const tnames[1] = {"truncated"};
+    rc = succeed_fitted(res, o, &k, names, tnames, 1);
   }
 out:
+  kept_free(&k);
   free(data);
   cJSON_Delete(in);
   return rc;

@@ -27,17 +27,22 @@
  *                       -> {"exit_code", "signal", "timed_out", "stdout"|"stdout_b64",
  *                           "stderr"|"stderr_b64", "stdout_truncated", "stderr_truncated",
  *                           "stdout_bytes", "stderr_bytes", "duration_ms"}
- *                       A non-zero exit is a result. Output that is not valid
- *                       UTF-8 (or holds NUL) is sent as base64, never decoded
- *                       lossily. *_bytes count all bytes the command wrote;
+ *                       A non-zero exit is a result. See "Output" below.
+ *                       *_bytes count all bytes the command wrote;
  *                       in a stream where a secret was redacted, the bytes
  *                       of the redacted text kept instead (so no value's
  *                       length shows).
+ *                       max_output_bytes (per stream; default
+ *                       DBX_SANDBOX_OUTPUT_DEFAULT_BYTES) over
+ *                       DBX_SANDBOX_OUTPUT_MAX_BYTES is InvalidInput.
  *   sandbox.write_file  {"sandbox_id", "path", "content" | "content_b64"} -> {"bytes"}
  *                       content_b64 is standard base64 with padding, decoded
  *                       strictly (base/codec.h): no whitespace, and the bits
  *                       under the padding must be zero ("QQ==", not "QR==").
- *   sandbox.read_file   {"sandbox_id", "path"} -> {"content" | "content_b64", "bytes"}
+ *   sandbox.read_file   {"sandbox_id", "path"} -> {"content" | "content_b64", "bytes",
+ *                        "truncated"}: a file over DBX_SANDBOX_READ_MAX_BYTES keeps
+ *                       its head and tail with the mark (see "Output"); "bytes"
+ *                       is the file's size.
  *   sandbox.checkpoint  {"sandbox_id", "name"?} -> {"ref"}; the default name is
  *                       "ckpt-" + FNV-1a 64 of sandbox id, workflow id, run id
  *                       and activity id, so retries of one activity agree.
@@ -50,6 +55,21 @@
  *                       workspace, so never staged.
  *   sandbox.stop / sandbox.start / sandbox.delete {"sandbox_id"} -> {}
  *                       (delete: a missing sandbox counts as done)
+ *
+ * Output (exec's stdout and stderr, read_file's content). A stream over its
+ * cap keeps its head and its tail (driver.h "Capture") with a mark between
+ * them, on a line of its own: "[… 198,000,000 bytes cut …]" (U+2026, the
+ * count with thousands commas; in a stream where a secret was redacted,
+ * "[… bytes cut (count withheld) …]"). Caps under 1 KiB keep the head alone,
+ * unmarked (*_truncated says it). The cut falls on UTF-8 character
+ * boundaries. Text that is valid UTF-8 without NUL is sent as "stdout" (a
+ * JSON string); other bytes as "stdout_b64", the exact kept bytes (mark
+ * included) in base64 - kept for compatibility with existing callers; the
+ * Script's summary shows them lossily (U+FFFD), never drops them. Every
+ * result fits DBX_SANDBOX_RESULT_MAX_BYTES of JSON (under Temporal's 2 MiB
+ * per payload): when the escaped text would not, each stream is cut further
+ * (the mark counts it, *_truncated is true), so a result is always
+ * reportable and never makes the activity run again.
  *
  * Failures (dbx_act_result.failure_type). Those a driver causes come from its
  * typed error (driver.h) by one table (dbx_sandbox_failure_type):
@@ -103,6 +123,14 @@ struct dbx_worker;
  * sandbox.write_file, sandbox.read_file, sandbox.checkpoint,
  * sandbox.git_commit, sandbox.stop, sandbox.start, sandbox.delete. */
 #define DBX_SANDBOX_NTYPES 9
+
+/* Output caps (see "Output"): exec's default and largest max_output_bytes,
+ * per stream; read_file's kept bytes; the largest result JSON. Default
+ * and largest fit both streams under the result's limit. */
+#define DBX_SANDBOX_OUTPUT_DEFAULT_BYTES ((size_t)256 * 1024)
+#define DBX_SANDBOX_OUTPUT_MAX_BYTES ((size_t)768 * 1024)
+#define DBX_SANDBOX_READ_MAX_BYTES ((size_t)1024 * 1024)
+#define DBX_SANDBOX_RESULT_MAX_BYTES ((size_t)1792 * 1024)
 
 typedef struct dbx_sandbox_acts dbx_sandbox_acts;
 

@@ -317,6 +317,16 @@ static dbx_err fake_sandbox(dbx_act *a, const char *in, size_t len, dbx_act_resu
     /* "flaky-until-N": a retryable failure on attempts 1 .. N-1 */
     res->failure_type = dbx_strdup("Flaky");
     res->failure_message = dbx_asprintf("attempt %d fails", dbx_act_attempt(a));
+  } else if (strcmp(type, "sandbox.exec") == 0 && cmd && strcmp(cmd, "noisy") == 0) {
+    /* 3000 control characters per stream: six bytes each in JSON */
+    char *o = malloc(3000 * 6 + 8);
+    assert_non_null(o);
+    for (int i = 0; i < 3000; i++) memcpy(o + 6 * i, "\\u0001", 6);
+    memcpy(o + 3000 * 6, "END", 4);
+    res->result_json = dbx_asprintf("{\"exit_code\":0,\"stdout\":\"%s\",\"stderr\":\"%s\","
+                                    "\"stdout_bytes\":3003,\"stderr_bytes\":3003,"
+                                    "\"timed_out\":false,\"duration_ms\":1}", o, o);
+    free(o);
   } else if (strcmp(type, "sandbox.exec") == 0) {
     int code = cmd && strstr(cmd, "false") ? 2 : 0;
     res->result_json = dbx_asprintf(
@@ -582,6 +592,41 @@ static void test_worker_signal_and_query(void **st) {
   cJSON_Delete(j);
   free(res);
   free(rid);
+}
+
+/* The Script's result is one payload too: when the steps' excerpts would
+ * take it past 1.75 MiB, the earliest steps' excerpts are dropped (marked),
+ * the latest kept, every step still listed. */
+static void test_worker_script_summary_fits_payload(void **st) {
+  (void)st;
+  enum { N = 100 };
+  size_t cap = 64 + N * 64;
+  char *input = malloc(cap), *p = input;
+  p += sprintf(p, "{\"steps\":[");
+  for (int i = 0; i < N; i++)
+    p += sprintf(p, "%s{\"name\":\"n%d\",\"kind\":\"exec\",\"command\":\"noisy\"}", i ? "," : "", i);
+  sprintf(p, "]}");
+  char *rid = start("w-script-fit", "durabox.Script", input);
+  char *res = wait_close("w-script-fit", rid);
+  assert_true(strncmp(res, "FAILED", 6) != 0);
+  assert_true(strlen(res) <= (size_t)1792 * 1024);
+  cJSON *j = parse(res);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "status")), "completed");
+  cJSON *steps = cJSON_GetObjectItem(j, "steps");
+  assert_int_equal(cJSON_GetArraySize(steps), N);
+  cJSON *first = cJSON_GetArrayItem(steps, 0), *last = cJSON_GetArrayItem(steps, N - 1);
+  assert_true(cJSON_IsTrue(cJSON_GetObjectItem(first, "output_dropped")));
+  assert_null(cJSON_GetObjectItem(first, "stdout"));
+  assert_int_equal((int)cJSON_GetObjectItem(first, "stdout_bytes")->valuedouble, 3003);
+  assert_null(cJSON_GetObjectItem(last, "output_dropped"));
+  const char *out = cJSON_GetStringValue(cJSON_GetObjectItem(last, "stdout"));
+  assert_non_null(out);
+  assert_string_equal(out + strlen(out) - 3, "END");
+  assert_non_null(strstr(out, " bytes cut \xe2\x80\xa6]\n"));
+  cJSON_Delete(j);
+  free(res);
+  free(rid);
+  free(input);
 }
 
 static void test_worker_script_with_fake_sandbox(void **st) {
@@ -1192,6 +1237,8 @@ int main(void) {
       cmocka_unit_test(test_worker_stop_reaches_throttled_heartbeats),
       cmocka_unit_test(test_worker_unknown_activity_type_is_retryable),
       cmocka_unit_test(test_worker_survives_service_restart),
+      /* last: its 100 steps fill the fake's call log (64 entries) */
+      cmocka_unit_test(test_worker_script_summary_fits_payload),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

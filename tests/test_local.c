@@ -784,6 +784,43 @@ static void test_local_detached_start_poll_read_collect(void **state) {
   assert_int_equal(dbx_local_exec_poll(f->d, "dt", "c1", &st), DBX_ENOTFOUND);
 }
 
+/* A detached command's file keeps the head and a ring of the tail; collect
+ * puts the ring back in order, for several wrap positions. */
+static void test_local_detached_keeps_head_and_tail(void **state) {
+  fixture *f = *state;
+  make_empty(f->d, "ht");
+  static const long lasts[] = {3000, 3001, 3017, 100000};
+  for (size_t k = 0; k < sizeof lasts / sizeof lasts[0]; k++) {
+    char cmd[64], cid[16];
+    snprintf(cmd, sizeof cmd, "seq 1 %ld; echo done >&2", lasts[k]);
+    snprintf(cid, sizeof cid, "r%zu", k);
+    dbx_local_exec_opts o = {.command = cmd, .stdout_cap_bytes = 4096};
+    assert_int_equal(dbx_local_exec_start(f->d, "ht", cid, &o, NULL), DBX_OK);
+    dbx_local_cmd_status st = wait_cmd(f->d, "ht", cid);
+    assert_int_equal(st.state, DBX_LOCAL_CMD_FINISHED);
+    assert_int_equal(st.stdout_size, 4096); /* the file never grows past the cap */
+    char *full = NULL;
+    size_t cap = 0;
+    FILE *mf = open_memstream(&full, &cap);
+    for (long v = 1; v <= lasts[k]; v++) fprintf(mf, "%ld\n", v);
+    fclose(mf);
+    size_t n = strlen(full);
+    dbx_local_exec_result r;
+    assert_int_equal(dbx_local_exec_collect(f->d, "ht", cid, &r), DBX_OK);
+    assert_int_equal(r.stdout_total, n);
+    assert_int_equal(r.stdout_len, 4096);
+    assert_int_equal(r.stdout_head_len, 2048);
+    assert_int_equal(r.stdout_truncated, 1);
+    assert_memory_equal(r.stdout_buf, full, 2048);
+    assert_memory_equal(r.stdout_buf + 2048, full + n - 2048, 2048);
+    assert_string_equal((char *)r.stderr_buf, "done\n");
+    assert_int_equal(r.stderr_truncated, 0);
+    assert_int_equal(r.stderr_head_len, 5);
+    dbx_local_exec_result_cleanup(&r);
+    free(full);
+  }
+}
+
 static void test_local_detached_timeout_and_kill(void **state) {
   fixture *f = *state;
   make_empty(f->d, "dk");
@@ -1404,6 +1441,7 @@ int main(int argc, char **argv) {
       T(test_local_delete_deep_tree),
       T(test_local_threads_distinct_sandboxes),
       T(test_local_detached_start_poll_read_collect),
+      T(test_local_detached_keeps_head_and_tail),
       T(test_local_detached_timeout_and_kill),
       T(test_local_detached_survives_its_starter),
       T(test_local_detached_lost_supervisor),

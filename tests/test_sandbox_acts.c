@@ -193,6 +193,12 @@ static void mini_sh(void *ud, dbx_driver *drv, const char *sandbox, const dbx_dr
       buf_add(&line, "\n", 1);
     } else if (strcmp(cmd, "printf") == 0 && nw > first + 1) {
       sh_printf(&line, w + first, nw - first);
+    } else if (strcmp(cmd, "seq") == 0 && nw == first + 3) { /* seq FIRST LAST */
+      char num[32];
+      for (long v = atol(w[first + 1]), last = atol(w[first + 2]); v <= last; v++) {
+        int nn = snprintf(num, sizeof num, "%ld\n", v);
+        buf_add(&line, num, (size_t)nn);
+      }
     } else if (strcmp(cmd, "exit") == 0) {
       res->exit_code = nw > first + 1 ? atoi(w[first + 1]) : 0;
     } else if (strcmp(cmd, "sleep") == 0 && nw > first + 1) {
@@ -1863,6 +1869,192 @@ static void test_driver_strerror_and_names(void **state) {
   assert_false(dbx_drv_label_valid(&bad_k));
 }
 
+
+/* ---- output: head and tail with a mark, payload limit ---- */
+
+/* What the activity shows of full (n bytes) kept under cap per stream:
+ * the head, the mark line, the tail (ASCII input: no UTF-8 shift). */
+static char *head_tail_expected(const char *full, size_t n, size_t cap) {
+  size_t tail = DBX_DRV_TAIL_BYTES(cap), head = cap - tail;
+  if (n <= cap) return dbx_strndup(full, n);
+  char num[40], d[24];
+  int dn = snprintf(d, sizeof d, "%zu", n - cap), o = 0;
+  for (int i = 0; i < dn; i++) {
+    if (i > 0 && (dn - i) % 3 == 0) num[o++] = ',';
+    num[o++] = d[i];
+  }
+  num[o] = 0;
+  return dbx_asprintf("%.*s%s[\xe2\x80\xa6 %s bytes cut \xe2\x80\xa6]\n%s", (int)head, full,
+                      full[head - 1] == '\n' ? "" : "\n", num, full + n - tail);
+}
+
+static void test_sandbox_acts_exec_keeps_head_and_tail(void **state) {
+  (void)state;
+  char *id = make_sandbox("wf-headtail", NULL);
+  struct dbx_act a = act_for("wf-headtail");
+  /* 3.4 MB then the summary line a test run ends with */
+  char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"seq 1 500000; echo SUMMARY: 7 "
+                          "passed; echo to-err >&2\"}", id);
+  cJSON *o = ok(T(exec), &a, in);
+  size_t cap = 0, n = 0;
+  char *full = NULL;
+  FILE *mf = open_memstream(&full, &cap);
+  for (long v = 1; v <= 500000; v++) fprintf(mf, "%ld\n", v);
+  fprintf(mf, "SUMMARY: 7 passed\n");
+  fclose(mf);
+  n = strlen(full);
+  char *want = head_tail_expected(full, n, DBX_SANDBOX_OUTPUT_DEFAULT_BYTES);
+  const char *got = str(o, "stdout");
+  assert_true(strlen(got) > 2 * 131072);
+  assert_memory_equal(got, "1\n2\n3\n", 6);
+  assert_non_null(strstr(got, "bytes cut"));
+  assert_string_equal(got, want);
+  assert_int_equal((size_t)num(o, "stdout_bytes"), n);
+  assert_true(boolean(o, "stdout_truncated"));
+  /* stderr apart, whole */
+  assert_string_equal(str(o, "stderr"), "to-err\n");
+  assert_int_equal((int)num(o, "stderr_bytes"), 7);
+  assert_false(boolean(o, "stderr_truncated"));
+  assert_false(boolean(o, "timed_out"));
+  cJSON_Delete(o);
+  free(in);
+  free(want);
+  free(full);
+
+  /* a smaller cap of the step's own */
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"seq 1 3000\",\"max_output_bytes\":4096}",
+                    id);
+  o = ok(T(exec), &a, in);
+  mf = open_memstream(&full, &cap);
+  for (long v = 1; v <= 3000; v++) fprintf(mf, "%ld\n", v);
+  fclose(mf);
+  want = head_tail_expected(full, strlen(full), 4096);
+  assert_string_equal(str(o, "stdout"), want);
+  assert_non_null(strstr(str(o, "stdout"), "\n2999\n3000\n"));
+  cJSON_Delete(o);
+  free(in);
+  free(want);
+  free(full);
+
+  /* a cap over the limit is refused before anything runs */
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"touch ran\",\"max_output_bytes\":%zu}",
+                    id, DBX_SANDBOX_OUTPUT_MAX_BYTES + 1);
+  expect_message(failed(T(exec), &a, in, "InvalidInput", 1), "max_output_bytes");
+  free(in);
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"ran\"}", id);
+  free(failed(T(read_file), &a, in, "FileNotFound", 1));
+  free(in);
+  free(id);
+}
+
+static void test_sandbox_acts_exec_secret_cut_at_tail_start(void **state) {
+  (void)state;
+  const char *secret = "s3cr3t-Value-42";
+  setenv("DBX_TEST_TOKEN", secret, 1);
+  char *id = make_sandbox("wf-tailsecret", NULL);
+  struct dbx_act a = act_for("wf-tailsecret");
+  char as[1501], bs[1011];
+  memset(as, 'a', 1500), as[1500] = 0;
+  memset(bs, 'b', 1010), bs[1010] = 0;
+  /* 2525 bytes under a 2048 cap: the tail starts 14 bytes into the value */
+  char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"printf '%s'; printf '%%s' "
+                          "\\\"$T\\\"; printf '%s'\",\"max_output_bytes\":2048,"
+                          "\"env\":{\"T\":{\"secret\":\"DBX_TEST_TOKEN\"}}}",
+                          id, as, bs);
+  dbx_act_result r;
+  cJSON *o = NULL;
+  assert_int_equal(run(T(exec), &a, in, &r, &o), DBX_OK);
+  assert_null(r.failure_type);
+  assert_null(strstr(r.result_json, "3cr3t"));
+  assert_null(strstr(r.result_json, "Value-42"));
+  char *want = dbx_asprintf("%.1024s\n[\xe2\x80\xa6 bytes cut (count withheld) \xe2\x80\xa6]\n"
+                            "[redacted:DBX_TEST_TOKEN]%s", as, bs);
+  assert_string_equal(str(o, "stdout"), want);
+  assert_int_equal((int)num(o, "stdout_bytes"),
+                   (int)(1024 + strlen("[redacted:DBX_TEST_TOKEN]") + 1010));
+  assert_true(boolean(o, "stdout_truncated"));
+  free(want);
+  cJSON_Delete(o);
+  res_cleanup(&r);
+  free(in);
+  free(id);
+}
+
+static void test_sandbox_acts_read_file_capped_with_mark(void **state) {
+  (void)state;
+  char *id = make_sandbox("wf-readcap", NULL);
+  struct dbx_act a = act_for("wf-readcap");
+  size_t n = 1300000;
+  char *full = dbx_malloc(n + 1);
+  for (size_t i = 0; i < n; i++) full[i] = i < 700000 ? 'a' : 'b';
+  memcpy(full + n - 4, "END.", 4);
+  full[n] = 0;
+  char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"big.txt\",\"content\":\"%s\"}", id,
+                          full);
+  cJSON *o = ok(T(write_file), &a, in);
+  cJSON_Delete(o);
+  free(in);
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"big.txt\"}", id);
+  dbx_act_result r;
+  o = NULL;
+  assert_int_equal(run(T(read_file), &a, in, &r, &o), DBX_OK);
+  assert_true(strlen(r.result_json) <= DBX_SANDBOX_RESULT_MAX_BYTES);
+  char *want = head_tail_expected(full, n, DBX_SANDBOX_READ_MAX_BYTES);
+  assert_string_equal(str(o, "content"), want);
+  assert_non_null(strstr(str(o, "content"), "[\xe2\x80\xa6 251,424 bytes cut \xe2\x80\xa6]"));
+  assert_int_equal((size_t)num(o, "bytes"), n);
+  assert_true(boolean(o, "truncated"));
+  free(want);
+  cJSON_Delete(o);
+  res_cleanup(&r);
+  free(in);
+  /* a small file is whole */
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"s.txt\",\"content\":\"hi\"}", id);
+  cJSON_Delete(ok(T(write_file), &a, in));
+  free(in);
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"s.txt\"}", id);
+  o = ok(T(read_file), &a, in);
+  assert_string_equal(str(o, "content"), "hi");
+  assert_false(boolean(o, "truncated"));
+  cJSON_Delete(o);
+  free(in);
+  free(full);
+  free(id);
+}
+
+/* Escaping can make kept text six times larger in JSON: the result is cut
+ * further to fit, with the mark, never sent over the limit. */
+static void test_sandbox_acts_exec_result_fits_payload(void **state) {
+  (void)state;
+  char *id = make_sandbox("wf-fit", NULL);
+  struct dbx_act a = act_for("wf-fit");
+  char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"head -c 900000 /dev/zero | "
+                          "tr '\\\\000' '\\\\001'; head -c 900000 /dev/zero | tr '\\\\000' "
+                          "'\\\\002' >&2; echo; echo LAST\",\"max_output_bytes\":%zu}",
+                          id, DBX_SANDBOX_OUTPUT_MAX_BYTES);
+  dbx_act_result r;
+  cJSON *o = NULL;
+  assert_int_equal(run(T(exec), &a, in, &r, &o), DBX_OK);
+  assert_null(r.failure_type);
+  assert_true(strlen(r.result_json) <= DBX_SANDBOX_RESULT_MAX_BYTES);
+  assert_true(strlen(r.result_json) > DBX_SANDBOX_RESULT_MAX_BYTES / 2); /* not cut to nothing */
+  const char *out = str(o, "stdout"), *err = str(o, "stderr");
+  assert_int_equal(out[0], 1);
+  assert_non_null(strstr(out, " bytes cut \xe2\x80\xa6]\n"));
+  size_t ol = strlen(out);
+  assert_string_equal(out + ol - 6, "\nLAST\n");
+  assert_int_equal(err[0], 2);
+  assert_non_null(strstr(err, " bytes cut \xe2\x80\xa6]\n"));
+  assert_true(boolean(o, "stdout_truncated"));
+  assert_true(boolean(o, "stderr_truncated"));
+  assert_int_equal((int)num(o, "stdout_bytes"), 900006);
+  assert_int_equal((int)num(o, "stderr_bytes"), 900000);
+  cJSON_Delete(o);
+  res_cleanup(&r);
+  free(in);
+  free(id);
+}
+
 int main(int argc, char **argv) {
   dbx_local_supervisor_main(argc, argv); /* this binary is re-executed as the supervisor */
   /* every case; the local driver runs them all */
@@ -1893,6 +2085,10 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_driver_threads),
       cmocka_unit_test(test_sandbox_acts_derived_names_pinned),
       cmocka_unit_test(test_sandbox_acts_write_file_base64_strict),
+      cmocka_unit_test(test_sandbox_acts_exec_keeps_head_and_tail),
+      cmocka_unit_test(test_sandbox_acts_exec_secret_cut_at_tail_start),
+      cmocka_unit_test(test_sandbox_acts_read_file_capped_with_mark),
+      cmocka_unit_test(test_sandbox_acts_exec_result_fits_payload),
       cmocka_unit_test(test_sandbox_acts_input_nul_and_sizes),
   };
   /* the same cases on the memory driver, except those that need real
@@ -1922,6 +2118,9 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_sandbox_acts_derived_names_pinned),
       cmocka_unit_test(test_sandbox_acts_write_file_base64_strict),
       cmocka_unit_test(test_sandbox_acts_allocation_failures_clean),
+      cmocka_unit_test(test_sandbox_acts_exec_keeps_head_and_tail),
+      cmocka_unit_test(test_sandbox_acts_exec_secret_cut_at_tail_start),
+      cmocka_unit_test(test_sandbox_acts_read_file_capped_with_mark),
       cmocka_unit_test(test_sandbox_acts_input_nul_and_sizes),
   };
   const struct CMUnitTest process_tests[] = {

@@ -16,6 +16,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "base/codec.h"
 #include "base/json.h"
 #include "base/util.h"
 
@@ -180,6 +181,11 @@ static int env_ok(const cJSON *env, int secrets) {
 
 /* The values of a step's kind fields, as far as they can be told before the
  * run (paths and base64 are checked by the activity, in the sandbox). */
+/* The largest max_output_bytes: DBX_SANDBOX_OUTPUT_MAX_BYTES of
+ * activities/sandbox.h (workflows/ may not include it; tests/it_script_output
+ * checks that the two agree), so that a step's result fits one payload. */
+#define MAX_OUTPUT_BYTES ((size_t)768 * 1024)
+
 static int check_step_values(const cJSON *s, const char *name, const char *kind, char *err,
                              size_t n) {
   if (!is_bool(s, "continue_on_failure"))
@@ -196,6 +202,9 @@ static int check_step_values(const cJSON *s, const char *name, const char *kind,
                mo->valuedouble != (double)(int64_t)mo->valuedouble))
       return snprintf(err, n, "step '%s' (exec): max_output_bytes must be a whole number >= 1",
                       name), -1;
+    if (mo && mo->valuedouble > (double)MAX_OUTPUT_BYTES)
+      return snprintf(err, n, "step '%s' (exec): max_output_bytes is over the limit of %zu "
+                              "bytes per stream", name, MAX_OUTPUT_BYTES), -1;
   } else if (strcmp(kind, "write_file") == 0) {
     if (str_of(s, "content") && str_of(s, "content_b64"))
       return snprintf(err, n, "step '%s' (write_file): give content or content_b64, not both",
@@ -370,8 +379,38 @@ static char *output_json(const script *s) {
   return txt;
 }
 
+/* The Script's result is one payload too: past SUMMARY_MAX_BYTES, drop the
+ * output excerpts of the earliest steps (those that succeeded first), each
+ * marked "output_dropped", until it fits. A pure function of the summary,
+ * so replay agrees. */
+#define SUMMARY_MAX_BYTES ((size_t)1792 * 1024)
+static void fit_summary(script *s) {
+  static const char *const keys[] = {"stdout", "stderr", "output_excerpt", "content"};
+  char *all = cJSON_PrintUnformatted(s->out_steps);
+  size_t total = all ? strlen(all) : 0;
+  free(all);
+  for (int pass = 0; pass < 2 && total > SUMMARY_MAX_BYTES; pass++) {
+    cJSON *st;
+    cJSON_ArrayForEach(st, s->out_steps) {
+      if (total <= SUMMARY_MAX_BYTES) break;
+      if (pass == 0 && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(st, "ok"))) continue;
+      for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        cJSON *v = cJSON_DetachItemFromObjectCaseSensitive(st, keys[k]);
+        if (!v) continue;
+        char *t = cJSON_PrintUnformatted(v);
+        size_t vl = t ? strlen(t) + strlen(keys[k]) + 4 : 0; /* "key":value, */
+        total = total > vl ? total - vl : 0;
+        free(t);
+        cJSON_Delete(v);
+        if (!cJSON_HasObjectItem(st, "output_dropped")) cJSON_AddTrueToObject(st, "output_dropped");
+      }
+    }
+  }
+}
+
 static void finish(script *s, dbx_wf *wf) {
   s->phase = DONE;
+  fit_summary(s);
   char *out = output_json(s);
   if (out) dbx_wf_complete(wf, out);
   else dbx_wf_out_of_memory(wf); /* the task fails and is retried from history */
@@ -610,15 +649,119 @@ static void *script_create(dbx_wf *wf, const char *input_json, size_t len) {
   return s;
 }
 
-/* Last 2 KiB of stdout+stderr, not starting inside a UTF-8 sequence. */
-static char *excerpt(const cJSON *res) {
-  const char *out = str_of(res, "stdout"), *err = str_of(res, "stderr");
-  char *all = dbx_asprintf("%s%s", out ? out : "", err ? err : "");
-  if (!all) return NULL;
-  size_t n = strlen(all), from = n > 2048 ? n - 2048 : 0;
-  while (from < n && ((unsigned char)all[from] & 0xC0) == 0x80) from++;
-  memmove(all, all + from, n - from + 1);
-  return all;
+/* ---- the step summary ----
+ * What a step result shows people: each stream apart, as text (bytes that
+ * are not UTF-8, or NUL, become U+FFFD, never dropped), its last
+ * STREAM_EXCERPT_BYTES with a mark of what was cut, and why a step failed;
+ * output_excerpt, both streams' last EXCERPT_BYTES. */
+#define EXCERPT_BYTES 2048
+#define STREAM_EXCERPT_BYTES 1024
+
+/* p[0, n) as UTF-8 text, each byte of a broken sequence (and NUL) as U+FFFD.
+ * malloc'd, NUL-ended; NULL on OOM. */
+static char *lossy_text(const uint8_t *p, size_t n) {
+  char *t = malloc(n * 3 + 1);
+  size_t o = 0;
+  if (!t) return NULL;
+  for (size_t i = 0; i < n;) {
+    uint8_t c = p[i];
+    size_t l = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
+    if (l > 0 && c != 0 && i + l <= n && dbx_utf8_valid(p + i, l)) {
+      memcpy(t + o, p + i, l);
+      o += l, i += l;
+    } else {
+      memcpy(t + o, "\xef\xbf\xbd", 3);
+      o += 3, i++;
+    }
+  }
+  t[o] = 0;
+  return t;
+}
+
+/* The text of field name (text) or name_b64 (bytes, shown lossily) of res;
+ * "" when neither. malloc'd; NULL on OOM. */
+static char *field_text(const cJSON *res, const char *name) {
+  const char *txt = str_of(res, name);
+  if (txt) return dbx_strdup(txt);
+  char key[48];
+  snprintf(key, sizeof key, "%s_b64", name);
+  const char *b64 = str_of(res, key);
+  uint8_t *raw = NULL;
+  size_t n = 0;
+  if (!b64 || dbx_base64_decode(b64, strlen(b64), &raw, &n) != DBX_OK) return dbx_strdup("");
+  char *t = lossy_text(raw, n);
+  free(raw);
+  return t;
+}
+
+/* The last STREAM_EXCERPT_BYTES of text, from a character's start, after a mark
+ * "[… N bytes cut …]" line when text is longer (N: bytes of this text left
+ * out). In place; returns text. */
+static char *excerpt_of(char *text) {
+  size_t n = strlen(text), from = n > STREAM_EXCERPT_BYTES ? n - STREAM_EXCERPT_BYTES : 0;
+  if (from == 0) return text;
+  while (from < n && ((unsigned char)text[from] & 0xC0) == 0x80) from++;
+  char d[24], num[40];
+  int dn = snprintf(d, sizeof d, "%zu", from), k = 0;
+  for (int i = 0; i < dn; i++) {
+    if (i > 0 && (dn - i) % 3 == 0) num[k++] = ',';
+    num[k++] = d[i];
+  }
+  num[k] = 0;
+  char mark[64];
+  int ml = snprintf(mark, sizeof mark, "[\xe2\x80\xa6 %s bytes cut \xe2\x80\xa6]\n", num);
+  memmove(text + ml, text + from, n - from + 1); /* ml < STREAM_EXCERPT_BYTES < from */
+  memcpy(text, mark, (size_t)ml);
+  return text;
+}
+
+/* Add the excerpt of res's stream name under key; output_excerpt is both
+ * streams' last EXCERPT_BYTES (stdout's then stderr's, each starting on a
+ * line of its own), kept for existing readers. Returns 0 or -1 (OOM). */
+static int add_streams(cJSON *sum, const cJSON *res, const char *const *names,
+                       const char *const *keys, size_t nn, int with_joined) {
+  char *t[2] = {NULL, NULL};
+  int rc = 0;
+  for (size_t i = 0; i < nn && i < 2; i++) {
+    t[i] = field_text(res, names[i]);
+    if (!t[i]) rc = -1;
+  }
+  if (rc == 0 && with_joined && nn == 2) {
+    size_t ol = strlen(t[0]);
+    const char *sep = ol > 0 && t[0][ol - 1] != '\n' && t[1][0] ? "\n" : "";
+    char *all = dbx_asprintf("%s%s%s", t[0], sep, t[1]);
+    size_t n = all ? strlen(all) : 0, from = n > EXCERPT_BYTES ? n - EXCERPT_BYTES : 0;
+    while (all && from < n && ((unsigned char)all[from] & 0xC0) == 0x80) from++;
+    if (!all || !cJSON_AddStringToObject(sum, "output_excerpt", all + from)) rc = -1;
+    free(all);
+  }
+  for (size_t i = 0; rc == 0 && i < nn && i < 2; i++)
+    if (!cJSON_AddStringToObject(sum, keys[i], excerpt_of(t[i]))) rc = -1;
+  free(t[0]);
+  free(t[1]);
+  return rc;
+}
+
+/* Copy res's number or bool fields named in keys into sum, when present. */
+static void copy_fields(cJSON *sum, const cJSON *res, const char *const *keys, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(res, keys[i]);
+    if (cJSON_IsNumber(v) || cJSON_IsBool(v))
+      cJSON_AddItemToObject(sum, keys[i], cJSON_Duplicate(v, 0));
+  }
+}
+
+/* Why an exec that ran did not succeed, in words; NULL when it did. */
+static char *exec_reason(const cJSON *res) {
+  const cJSON *ec = cJSON_GetObjectItemCaseSensitive(res, "exit_code");
+  const cJSON *sg = cJSON_GetObjectItemCaseSensitive(res, "signal");
+  if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "timed_out")))
+    return dbx_asprintf("timed out (the command was killed)");
+  if (!cJSON_IsNumber(ec)) return dbx_asprintf("the result has no exit code");
+  if (ec->valuedouble == 0) return NULL;
+  if (cJSON_IsNumber(sg) && sg->valuedouble > 0)
+    return dbx_asprintf("killed by signal %d", (int)sg->valuedouble);
+  return dbx_asprintf("exit code %d", (int)ec->valuedouble);
 }
 
 static void record_step(script *s, const cJSON *st, const dbx_act_outcome *o, int *ok_out) {
@@ -626,13 +769,14 @@ static void record_step(script *s, const cJSON *st, const dbx_act_outcome *o, in
   cJSON *sum = cJSON_CreateObject();
   cJSON *res = o && o->status == DBX_ACT_COMPLETED ? cJSON_Parse(o->result_json) : NULL;
   int ok = o ? o->status == DBX_ACT_COMPLETED : 1;
+  char *reason = NULL;
   cJSON_AddStringToObject(sum, "name", str_of(st, "name"));
   cJSON_AddStringToObject(sum, "kind", kind);
   const cJSON *dur = res ? cJSON_GetObjectItemCaseSensitive(res, "duration_ms") : NULL;
   if (strcmp(kind, "exec") == 0 && res) {
     const cJSON *ec = cJSON_GetObjectItemCaseSensitive(res, "exit_code");
-    if (!cJSON_IsNumber(ec) || ec->valuedouble != 0) ok = 0;
-    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "timed_out"))) ok = 0;
+    reason = exec_reason(res);
+    if (reason) ok = 0;
     if (cJSON_IsNumber(ec)) cJSON_AddNumberToObject(sum, "exit_code", ec->valuedouble);
     else cJSON_AddNullToObject(sum, "exit_code");
   }
@@ -646,17 +790,28 @@ static void record_step(script *s, const cJSON *st, const dbx_act_outcome *o, in
                                                          : NULL;
   if (detail) cJSON_AddStringToObject(sum, "detail", detail);
   if (strcmp(kind, "exec") == 0 && res) {
-    char *ex = excerpt(res);
-    cJSON_AddStringToObject(sum, "output_excerpt", ex ? ex : "");
-    free(ex);
+    static const char *const f[] = {"timed_out", "signal", "stdout_bytes", "stderr_bytes",
+                                    "stdout_truncated", "stderr_truncated"};
+    copy_fields(sum, res, f, sizeof f / sizeof f[0]);
+    static const char *const names[] = {"stdout", "stderr"};
+    add_streams(sum, res, names, names, 2, 1);
+  }
+  if (strcmp(kind, "read_file") == 0 && res) {
+    static const char *const f[] = {"bytes", "truncated"};
+    copy_fields(sum, res, f, 2);
+    static const char *const names[] = {"content"};
+    add_streams(sum, res, names, names, 1, 0);
   }
   if (o && o->status != DBX_ACT_COMPLETED) {
     char *e = dbx_asprintf("%s%s%s", o->failure_type ? o->failure_type : "",
                            o->failure_type && *o->failure_type ? ": " : "",
                            o->failure_message ? o->failure_message : "");
     cJSON_AddStringToObject(sum, "error", e ? e : "");
-    free(e);
+    free(reason);
+    reason = e;
   }
+  if (!ok) cJSON_AddStringToObject(sum, "reason", reason ? reason : "failed");
+  free(reason);
   cJSON_AddItemToArray(s->out_steps, sum);
   cJSON_Delete(res);
   *ok_out = ok;
