@@ -19,40 +19,19 @@
 #define NS_DEFAULT "default"
 #define MAX_MSG (64 * 1024)
 
-typedef struct {
-  dbx_service *svc;
-  dbx_rpc_channel *ch;
-} fixture;
+typedef dbx_svct_fixture fixture;
 
 static int group_setup(void **state) {
-  dbx_rpc_global_init();
-  fixture *f = calloc(1, sizeof *f);
-  if (f == NULL) return -1;
   dbx_service_opts o;
   dbx_service_opts_init(&o);
   o.port = 0;
   o.max_message_bytes = MAX_MSG;
   o.no_sync = 1; /* durability is it_svc_crash's subject; this file checks answers */
-  char *err = NULL;
-  if (dbx_service_start(&o, &f->svc, &err) != DBX_OK) {
-    fprintf(stderr, "dbx_service_start: %s\n", err ? err : "?");
-    free(err);
-    free(f);
-    return -1;
-  }
-  f->ch = dbx_svct_connect(dbx_service_port(f->svc));
-  *state = f;
-  return 0;
+  return dbx_svct_fixture_start(&o, (dbx_svct_fixture **)state);
 }
 
 static int group_teardown(void **state) {
-  fixture *f = *state;
-  if (f) {
-    dbx_rpc_channel_destroy(f->ch);
-    dbx_service_stop(f->svc);
-    free(f);
-  }
-  dbx_rpc_global_shutdown();
+  dbx_svct_fixture_stop(*state);
   return 0;
 }
 

@@ -571,3 +571,31 @@ char *dbx_svct_await_result(struct dbx_client *c, const char *workflow_id, const
   if (result == NULL) fail_msg("workflow %s did not close within %d polls", workflow_id, polls);
   return result;
 }
+
+/* ------------------------------------------------------------ in-process service */
+
+int dbx_svct_fixture_start(const dbx_service_opts *o, dbx_svct_fixture **out) {
+  *out = NULL;
+  dbx_rpc_global_init();
+  dbx_svct_fixture *f = calloc(1, sizeof *f);
+  if (f == NULL) return -1;
+  char *err = NULL;
+  if (dbx_service_start(o, &f->svc, &err) != DBX_OK) {
+    fprintf(stderr, "dbx_service_start: %s\n", err ? err : "?");
+    free(err);
+    free(f);
+    return -1;
+  }
+  f->ch = dbx_svct_connect(dbx_service_port(f->svc));
+  *out = f;
+  return 0;
+}
+
+void dbx_svct_fixture_stop(dbx_svct_fixture *f) {
+  if (f) {
+    dbx_rpc_channel_destroy(f->ch);
+    dbx_service_stop(f->svc);
+    free(f);
+  }
+  dbx_rpc_global_shutdown();
+}

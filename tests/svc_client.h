@@ -16,6 +16,23 @@
 
 #include "rpc/rpc.h"
 #include "protos/pb.h"
+#include "service/service.h"
+
+/* ------------------------------------------------------------ in-process service */
+
+/* A test group's embedded service, started in this process, and a channel
+ * to it. */
+typedef struct {
+  dbx_service *svc;
+  dbx_rpc_channel *ch;
+} dbx_svct_fixture;
+
+/* For a cmocka group setup: dbx_rpc_global_init, dbx_service_start with o
+ * (borrowed) and dbx_svct_connect. Returns 0 with *out (release with
+ * dbx_svct_fixture_stop), or -1 after printing why on stderr. */
+int dbx_svct_fixture_start(const dbx_service_opts *o, dbx_svct_fixture **out);
+/* Channel, service, the struct, then dbx_rpc_global_shutdown. Accepts NULL. */
+void dbx_svct_fixture_stop(dbx_svct_fixture *f);
 
 /* ------------------------------------------------------------ calls */
 
