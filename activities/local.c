@@ -80,12 +80,26 @@ static void vfail(const dbx_local *d, dbx_drv_err kind, const char *fmt, va_list
   tl_err.kind = kind;
 }
 
+/* A full disk (or quota) is told by the errno of the call that failed: every
+ * site that reports a failed call ends its message with strerror(errno) (or
+ * of the errno it saved), so an i/o failure whose message ends with the text
+ * of ENOSPC or EDQUOT is DISK_FULL. */
+static int ends_with(const char *s, const char *tail) {
+  size_t n = strlen(s), t = strlen(tail);
+  return n >= t && strcmp(s + n - t, tail) == 0;
+}
+
 __attribute__((format(printf, 3, 4))) static dbx_err fail(const dbx_local *d, dbx_err e,
                                                           const char *fmt, ...) {
+  int en = errno;
   va_list ap;
   va_start(ap, fmt);
   vfail(d, DBX_DRV_OK, fmt, ap);
   va_end(ap);
+  if (e == DBX_EIO &&
+      (ends_with(tl_err.msg, strerror(ENOSPC)) || ends_with(tl_err.msg, strerror(EDQUOT))))
+    tl_err.kind = DBX_DRV_DISK_FULL;
+  errno = en; /* callers may still read it */
   return e;
 }
 
@@ -393,6 +407,54 @@ void dbx_local_exec_result_cleanup(dbx_local_exec_result *r) {
   memset(r, 0, sizeof *r);
 }
 
+/* The typed kind of a failed git (or cp, rm) from what it wrote to stderr,
+ * for the failures no retry mends; DBX_DRV_OK for the others (unreachable,
+ * refused, killed: worth a retry). git 2.x's words, in the C locale the
+ * tools run in. */
+static dbx_drv_err tool_kind(const char *err) {
+  if (err == NULL) return DBX_DRV_OK;
+  if (strstr(err, "No space left on device") || strstr(err, "Disk quota exceeded"))
+    return DBX_DRV_DISK_FULL;
+  if (strstr(err, "not a git repository") || strstr(err, "does not appear to be a git repository"))
+    return DBX_DRV_NOT_A_REPO;
+  if (strstr(err, "Repository not found") ||
+      (strstr(err, "repository '") && (strstr(err, "' does not exist") || strstr(err, "' not found"))))
+    return DBX_DRV_REPO_NOT_FOUND;
+  if (strstr(err, "invalid reference: ") || strstr(err, "did not match any file(s) known to git") ||
+      strstr(err, "not found in upstream") || strstr(err, "unknown revision") ||
+      (strstr(err, "src refspec") && strstr(err, "does not match any")))
+    return DBX_DRV_REF_NOT_FOUND;
+  return DBX_DRV_OK;
+}
+
+/* Before cloning loc: a local repository (an absolute path or file:// URL)
+ * that does not exist is REPO_NOT_FOUND, a folder that is no repository
+ * NOT_A_REPO (git itself says "does not exist" of both); DBX_DRV_OK for
+ * repositories and for what is not local (git answers for those). */
+static dbx_drv_err local_repo_kind(const char *loc) {
+  if (strncmp(loc, "file://", 7) == 0) loc += 7;
+  if (loc[0] != '/') return DBX_DRV_OK;
+  struct stat st;
+  if (stat(loc, &st) != 0) return errno == ENOENT || errno == ENOTDIR ? DBX_DRV_REPO_NOT_FOUND
+                                                                        : DBX_DRV_OK;
+  if (!S_ISDIR(st.st_mode)) return DBX_DRV_OK; /* a bundle file: git decides */
+  char *dotgit = dbx_asprintf("%s/.git", loc), *head = dbx_asprintf("%s/HEAD", loc),
+       *objs = dbx_asprintf("%s/objects", loc);
+  int repo = !dotgit || !head || !objs || access(dotgit, F_OK) == 0 ||
+             (access(head, F_OK) == 0 && stat(objs, &st) == 0 && S_ISDIR(st.st_mode));
+  free(dotgit);
+  free(head);
+  free(objs);
+  return repo ? DBX_DRV_OK : DBX_DRV_NOT_A_REPO;
+}
+
+/* A failed clone's precheck (local_repo_kind's kind k) as a failure. */
+static dbx_err fail_repo(const dbx_local *d, dbx_drv_err k, const char *what, const char *loc) {
+  if (k == DBX_DRV_REPO_NOT_FOUND)
+    return failk(d, DBX_EIO, k, "%s failed: repository '%s' does not exist", what, loc);
+  return failk(d, DBX_EIO, k, "%s failed: '%s' is not a git repository", what, loc);
+}
+
 /* Run a host tool (cp, git clone, rm) outside the sandbox with a fixed small
  * environment (no caller secrets, no git prompts); stderr goes to errmsg.
  * src (may be NULL) lends its cancellation poll. */
@@ -408,8 +470,8 @@ static dbx_err run_host_src(const dbx_local *d, char *const *argv, const char *w
   if (r.cancelled)
     rc = fail(d, DBX_ECANCELED, "%s: cancelled", what);
   else if (r.exit_code != 0)
-    rc = fail(d, DBX_EIO, "%s failed (exit %d): %.600s", what, r.exit_code,
-              (const char *)r.stderr_buf);
+    rc = failk(d, DBX_EIO, tool_kind((const char *)r.stderr_buf), "%s failed (exit %d): %.600s",
+               what, r.exit_code, (const char *)r.stderr_buf);
   dbx_local_exec_result_cleanup(&r);
   return rc;
 }
@@ -770,6 +832,11 @@ dbx_err dbx_local_sandbox_create(dbx_local *d, const char *id, const dbx_local_s
     break;
   case DBX_LOCAL_SOURCE_GIT: {
     /* workspace.tmp is fresh (the sandbox dir was cleared above). */
+    dbx_drv_err rk = local_repo_kind(src->location);
+    if (rk != DBX_DRV_OK) {
+      rc = fail_repo(d, rk, "git clone", src->location);
+      break;
+    }
     char *argv[] = {"git", "clone", "-q", "--", (char *)src->location, tmp, NULL};
     rc = run_host_src(d, argv, "git clone", src);
     if (rc == DBX_OK && src->ref && *src->ref) {
@@ -2248,8 +2315,9 @@ dbx_err dbx_local_git_commit_paths(dbx_local *d, const char *id, const char *rep
       goto out;
     }
     if (r.exit_code != 0 && !(i == 1 && r.exit_code == 1)) {
-      rc = fail(d, DBX_EIO, "git %s in sandbox '%s' failed (exit %d): %.600s", steps[i][0], id,
-                r.exit_code, (const char *)r.stderr_buf);
+      rc = failk(d, DBX_EIO, tool_kind((const char *)r.stderr_buf),
+                 "git %s in sandbox '%s' failed (exit %d): %.600s", steps[i][0], id,
+                 r.exit_code, (const char *)r.stderr_buf);
       goto out;
     }
     if (i == 3) {
@@ -2285,8 +2353,9 @@ static dbx_err git_step(dbx_local *d, const char *id, char *const *argv, const c
   dbx_err rc = sandbox_run_bind(d, id, argv, NULL, bind, bind_rw, cwd, git_env, 0, 4096, 8192,
                                 NULL, NULL, &r);
   if (rc == DBX_OK && r.exit_code != 0)
-    rc = fail(d, DBX_EIO, "%s in sandbox '%s' failed (exit %d): %.600s", what, id, r.exit_code,
-              (const char *)r.stderr_buf);
+    rc = failk(d, DBX_EIO, tool_kind((const char *)r.stderr_buf),
+               "%s in sandbox '%s' failed (exit %d): %.600s", what, id, r.exit_code,
+               (const char *)r.stderr_buf);
   dbx_local_exec_result_cleanup(&r);
   return rc;
 }
@@ -2325,6 +2394,11 @@ dbx_err dbx_local_git_clone(dbx_local *d, const char *id, const char *url, const
   char *rm[] = {"rm", "-rf", "--", (char *)base, NULL};
   if ((rc = git_step(d, id, rm, "clearing the clone target", NULL, 0, parent)) != DBX_OK)
     goto out;
+  dbx_drv_err rk = local_repo_kind(url);
+  if (rk != DBX_DRV_OK) {
+    rc = fail_repo(d, rk, "git clone", url);
+    goto out;
+  }
   char *clone[] = {GIT_SAFE, "clone", "-q", "--no-hardlinks", "--", (char *)url, (char *)base,
                    NULL};
   rc = git_step(d, id, clone, "git clone", git_host_path(d, url), 0, parent);

@@ -60,7 +60,10 @@ int dbx_local_supervisor_main(int argc, char **argv);
 dbx_driver *dbx_local_driver(dbx_local *d);
 /* The typed kind of the calling thread's last failure on d when its dbx_err
  * alone does not tell (DBX_DRV_NO_SANDBOX, DBX_DRV_PATH_REFUSED,
- * DBX_DRV_SOURCE_NOT_FOUND, DBX_DRV_SNAPSHOT_FAILED), else DBX_DRV_OK. */
+ * DBX_DRV_SOURCE_NOT_FOUND, DBX_DRV_SNAPSHOT_FAILED; with DBX_EIO, the
+ * failures no retry mends: DBX_DRV_REPO_NOT_FOUND, DBX_DRV_NOT_A_REPO,
+ * DBX_DRV_REF_NOT_FOUND from git's exit and words or the path checked
+ * before a clone, DBX_DRV_DISK_FULL from ENOSPC / EDQUOT), else DBX_DRV_OK. */
 dbx_drv_err dbx_local_errkind(const dbx_local *d);
 
 /* The environment variable of the explicit opt-out: "1" runs commands

@@ -119,6 +119,11 @@ static const struct {
     [DBX_DRV_STATE] = {"SandboxError", 0, MSG_WHAT_RC},
     [DBX_DRV_UNSUPPORTED] = {"Unsupported", 1, MSG_WHAT},
     [DBX_DRV_FAILED] = {"SandboxError", 0, MSG_WHAT_RC},
+    /* no retry mends these: the driver says which at the source */
+    [DBX_DRV_REPO_NOT_FOUND] = {"RepositoryNotFound", 1, MSG_WHAT_RC},
+    [DBX_DRV_NOT_A_REPO] = {"NotAGitRepository", 1, MSG_WHAT_RC},
+    [DBX_DRV_REF_NOT_FOUND] = {"RefNotFound", 1, MSG_WHAT_RC},
+    [DBX_DRV_DISK_FULL] = {"DiskFull", 1, MSG_WHAT_RC},
 };
 
 const char *dbx_sandbox_failure_type(dbx_drv_err e, int *non_retryable) {

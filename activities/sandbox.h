@@ -89,6 +89,16 @@
  *   OutcomeUnknown   non-retryable: the driver cannot tell whether the
  *                    operation happened; DBX_DRV_OUTCOME_UNKNOWN
  *   Unsupported      non-retryable: the driver lacks it; DBX_DRV_UNSUPPORTED
+ *   RepositoryNotFound non-retryable: a git source or clone names a
+ *                    repository that does not exist; DBX_DRV_REPO_NOT_FOUND
+ *   NotAGitRepository  non-retryable: a git source is no repository, or
+ *                    git_commit runs where there is none; DBX_DRV_NOT_A_REPO
+ *   RefNotFound      non-retryable: the source's ref (branch, tag, commit)
+ *                    does not exist; DBX_DRV_REF_NOT_FOUND
+ *   DiskFull         non-retryable: no space left on the device (or quota)
+ *                    while writing; DBX_DRV_DISK_FULL
+ *                    (these four read "<activity>: <what git or the system
+ *                    said> (<cause>)", the cause the code's text)
  *   SecretMissing    non-retryable: a {"secret": NAME} is unset in the worker's
  *                    environment (the message names NAME, never a value)
  *   CommandLost      retryable: exec's command lost its runner twice

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <pthread.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -1565,7 +1566,8 @@ static void test_driver_git_clone_commit_push(void **state) {
   assert_int_equal(OPS(file_read, "git-1", "src/stale.txt", 0, &data, &len), DBX_DRV_NOT_FOUND);
   assert_int_equal(OPS(git_clone, "git-1", repo, "../out", NULL), DBX_DRV_PATH_REFUSED);
   char *nope = dbx_asprintf("%s/no-such-repo", g_tmp);
-  assert_int_equal(OPS(git_clone, "git-1", nope, "other", NULL), DBX_DRV_FAILED);
+  /* issue 9: a missing repository is told apart from a failure worth a retry */
+  assert_int_equal(OPS(git_clone, "git-1", nope, "other", NULL), DBX_DRV_REPO_NOT_FOUND);
   free(nope);
 
   char *sha = NULL;
@@ -1581,7 +1583,7 @@ static void test_driver_git_clone_commit_push(void **state) {
   assert_int_equal(strlen(sha), 40);
   char *sha2 = NULL;
   assert_int_equal(OPS(git_commit, "git-1", NULL, "m", "A <a@b>", &sha2, &nothing),
-                   DBX_DRV_FAILED); /* the root is no repository */
+                   DBX_DRV_NOT_A_REPO); /* the root is no repository */
   assert_null(sha2);
 
   /* push to a bare repository (local) / a recorded remote (memory) */
@@ -1610,11 +1612,51 @@ static void test_driver_git_clone_commit_push(void **state) {
   free(pushed);
   assert_int_equal(OPS(git_push, "git-1", "none", bare, NULL), DBX_DRV_NOT_FOUND);
   assert_int_equal(OPS(file_write, "git-1", "plain/f", "x", 1), DBX_DRV_OK);
-  assert_int_equal(OPS(git_push, "git-1", "plain", bare, NULL), DBX_DRV_FAILED); /* no repository */
+  assert_int_equal(OPS(git_push, "git-1", "plain", bare, NULL), DBX_DRV_NOT_A_REPO); /* no repository */
   free(sha);
   free(bare);
   free(repo);
   assert_int_equal(OPS(del, "git-1"), DBX_DRV_OK);
+}
+
+/* Issue 9: failures no retry mends are non-retryable, typed, and name their
+ * cause: a repository that does not exist, a source or workspace that is no
+ * repository, a ref the repository lacks (the driver tells them apart, from
+ * git's exit and words or the path it checks before cloning). */
+static void test_sandbox_acts_unretryable_git_failures(void **state) {
+  (void)state;
+  struct dbx_act a = act_for("wf-unretry");
+  char *nope = dbx_asprintf("{\"source\":{\"kind\":\"git\",\"path\":\"%s/no-such-repo\"}}", g_tmp);
+  char *m = failed(T(create), &a, nope, "RepositoryNotFound", 1);
+  expect_message(dbx_strdup(m), "no-such-repo");
+  expect_message(m, "(repository not found)");
+  free(nope);
+  /* git_commit where the workspace is no repository */
+  char *id = make_sandbox("wf-unretry-2", NULL);
+  struct dbx_act b = act_for("wf-unretry-2");
+  char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"message\":\"m\"}", id);
+  expect_message(failed(T(git_commit), &b, in, "NotAGitRepository", 1), "not a git repository");
+  free(in);
+  free(id);
+  if (g_local) { /* host git: a plain folder as the source, and a ref that does not exist */
+    char *plain = dbx_asprintf("%s/plain-src", g_tmp);
+    assert_int_equal(mkdir(plain, 0755), 0);
+    in = dbx_asprintf("{\"resource\":\"p\",\"source\":{\"kind\":\"git\",\"path\":\"%s\"}}", plain);
+    expect_message(failed(T(create), &a, in, "NotAGitRepository", 1), "plain-src");
+    free(in);
+    char *repo = make_repo("repo-ref");
+    in = dbx_asprintf("{\"resource\":\"r\",\"source\":{\"kind\":\"git\",\"path\":\"%s\","
+                      "\"ref\":\"no-such-branch\"}}", repo);
+    expect_message(failed(T(create), &a, in, "RefNotFound", 1), "no-such-branch");
+    free(in);
+    /* the same repository at a ref it has is fine */
+    in = dbx_asprintf("{\"resource\":\"r2\",\"source\":{\"kind\":\"git\",\"path\":\"%s\","
+                      "\"ref\":\"main\"}}", repo);
+    cJSON_Delete(ok(T(create), &a, in));
+    free(in);
+    free(repo);
+    free(plain);
+  }
 }
 
 /* Every typed error a driver answers becomes its failure type by the table
@@ -1632,6 +1674,8 @@ static void test_sandbox_acts_failure_types_by_table(void **state) {
       {DBX_DRV_OUTCOME_UNKNOWN, "OutcomeUnknown", 1}, {DBX_DRV_TRANSIENT, "SandboxError", 0},
       {DBX_DRV_INVALID, "InvalidInput", 1},       {DBX_DRV_STATE, "SandboxError", 0},
       {DBX_DRV_UNSUPPORTED, "Unsupported", 1},    {DBX_DRV_FAILED, "SandboxError", 0},
+      {DBX_DRV_REPO_NOT_FOUND, "RepositoryNotFound", 1}, {DBX_DRV_NOT_A_REPO, "NotAGitRepository", 1},
+      {DBX_DRV_REF_NOT_FOUND, "RefNotFound", 1},  {DBX_DRV_DISK_FULL, "DiskFull", 1},
   };
   assert_int_equal(sizeof want / sizeof want[0], DBX_DRV_ERR_COUNT - 3); /* all but OK, CANCELED, NOMEM */
   char *id = make_sandbox("wf-table", NULL);
@@ -2082,6 +2126,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_driver_exec_ops),
       cmocka_unit_test(test_driver_checkpoint_restore),
       cmocka_unit_test(test_driver_git_clone_commit_push),
+      cmocka_unit_test(test_sandbox_acts_unretryable_git_failures),
       cmocka_unit_test(test_driver_threads),
       cmocka_unit_test(test_sandbox_acts_derived_names_pinned),
       cmocka_unit_test(test_sandbox_acts_write_file_base64_strict),
@@ -2112,6 +2157,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_driver_exec_ops),
       cmocka_unit_test(test_driver_checkpoint_restore),
       cmocka_unit_test(test_driver_git_clone_commit_push),
+      cmocka_unit_test(test_sandbox_acts_unretryable_git_failures),
       cmocka_unit_test(test_sandbox_acts_failure_types_by_table),
       cmocka_unit_test(test_sandbox_acts_exec_lost_restarts_once),
       cmocka_unit_test(test_driver_threads),
