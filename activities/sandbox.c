@@ -759,8 +759,90 @@ static void exec_cmd_id(dbx_act *a, char out[24]) {
   cJSON_Delete(d);
 }
 
+/* The live tail of a running command, for its heartbeat details (the
+ * service shows them in DescribeWorkflowExecution's pending activities;
+ * durabox run prints them while the step runs): the last EXEC_TAIL_LINES
+ * lines of each stream's last EXEC_TAIL_BYTES, secrets redacted as in the
+ * result, CR as a line break, other control bytes and NUL as spaces, as
+ * valid UTF-8. A stream is read only while under its cap (in order,
+ * driver.h "Capture"): past it the newest bytes' place in the ring is not
+ * known here, and its tail stays the last one read. Best effort: out of
+ * memory or a failed read leaves a tail out, never fails the exec. */
+#define EXEC_TAIL_BYTES 600
+#define EXEC_TAIL_LINES 3
+typedef struct {
+  const secret_env *sec;
+  size_t nsec;
+  size_t cap;       /* the streams' cap */
+  uint64_t seen[2]; /* the sizes the tails were read at */
+  char *tail[2];    /* malloc'd or NULL */
+} live_tail;
+
+static void live_tail_free(live_tail *lt) {
+  for (int i = 0; i < 2; i++) wipe_free(lt->tail[i]), lt->tail[i] = NULL;
+}
+
+/* The last lines of p[0, n) (cut: bytes came before p), cleaned as above:
+ * malloc'd text or NULL (OOM). */
+static char *last_lines(uint8_t *p, size_t n, int cut) {
+  for (size_t i = 0; i < n; i++) {
+    if (p[i] == '\r') p[i] = '\n';
+    else if ((p[i] < 0x20 && p[i] != '\n' && p[i] != '\t') || p[i] == 0x7f) p[i] = ' ';
+  }
+  size_t end = n;
+  while (end > 0 && p[end - 1] == '\n') end--;
+  size_t from = end;
+  int lines = 0;
+  while (from > 0 && !(p[from - 1] == '\n' && ++lines == EXEC_TAIL_LINES)) from--;
+  if (from == 0 && cut) { /* the first line is only its end: drop it unless alone */
+    size_t nl = 0;
+    while (nl < end && p[nl] != '\n') nl++;
+    if (nl < end) from = nl + 1;
+  }
+  return dbx_utf8_repair((const char *)p + from, end - from, NULL);
+}
+
+static void tail_read(dbx_driver *drv, const char *id, const char *cmd_id, live_tail *lt, int i,
+                      uint64_t size) {
+  if (size == lt->seen[i] || (size >= lt->cap && DBX_DRV_TAIL_BYTES(lt->cap) > 0)) return;
+  uint64_t off = size > EXEC_TAIL_BYTES ? size - EXEC_TAIL_BYTES : 0;
+  size_t want = (size_t)(size - off), n = 0;
+  uint8_t *buf = dbx_malloc(EXEC_TAIL_BYTES + 1);
+  if (buf == NULL) return;
+  if (CALL(drv, exec_attach, id, cmd_id, i + 1, off, buf, want, &n) != DBX_DRV_OK ||
+      redact(&buf, &n, lt->sec, lt->nsec, 1, off > 0) < 0) {
+    free(buf);
+    return;
+  }
+  char *t = last_lines(buf, n, off > 0);
+  memset(buf, 0, n);
+  free(buf);
+  if (t == NULL) return;
+  wipe_free(lt->tail[i]);
+  lt->tail[i] = t;
+  lt->seen[i] = size;
+}
+
+/* {cmd_id, stdout_offset, stderr_offset, stdout_tail?, stderr_tail?}:
+ * malloc'd, or NULL (OOM: the caller sends the details without tails). */
+static char *live_details(dbx_driver *drv, const char *id, const char *cmd_id,
+                          const dbx_drv_cmd_status *st, live_tail *lt) {
+  tail_read(drv, id, cmd_id, lt, 0, st->stdout_size);
+  tail_read(drv, id, cmd_id, lt, 1, st->stderr_size);
+  cJSON *o = cJSON_CreateObject();
+  int okb = o && cJSON_AddStringToObject(o, "cmd_id", cmd_id) &&
+            cJSON_AddNumberToObject(o, "stdout_offset", (double)st->stdout_size) &&
+            cJSON_AddNumberToObject(o, "stderr_offset", (double)st->stderr_size) &&
+            (!lt->tail[0] || cJSON_AddStringToObject(o, "stdout_tail", lt->tail[0])) &&
+            (!lt->tail[1] || cJSON_AddStringToObject(o, "stderr_tail", lt->tail[1]));
+  char *txt = okb ? cJSON_PrintUnformatted(o) : NULL;
+  cJSON_Delete(o);
+  return txt;
+}
+
 /* Start the command detached (or re-attach to it), heartbeat
- * {cmd_id, stdout_offset, stderr_offset} every EXEC_POLL_MS until it
+ * {cmd_id, stdout_offset, stderr_offset} and the live tail (live_details)
+ * every EXEC_POLL_MS until it
  * finishes, then collect its result. A cancel kills the command's group
  * (DBX_ECANCELED). A command whose supervisor vanished (LOST: killed, host
  * rebooted) is started again once, as any retry of a safe_to_retry step would;
@@ -768,7 +850,7 @@ static void exec_cmd_id(dbx_act *a, char out[24]) {
  * Other errors are the driver's. */
 static dbx_drv_err exec_detached(dbx_act *a, dbx_driver *drv, const char *id,
                                  const dbx_drv_exec_opts *opts, dbx_drv_exec_result *er,
-                                 int *lost) {
+                                 int *lost, live_tail *lt) {
   char cmd_id[24];
   exec_cmd_id(a, cmd_id);
   int adopted = 0, restarts = 0, starts = 0;
@@ -801,7 +883,10 @@ static dbx_drv_err exec_detached(dbx_act *a, dbx_driver *drv, const char *id,
     snprintf(details, sizeof details,
              "{\"cmd_id\":\"%s\",\"stdout_offset\":%llu,\"stderr_offset\":%llu}", cmd_id,
              (unsigned long long)st.stdout_size, (unsigned long long)st.stderr_size);
-    if (dbx_act_heartbeat(a, details)) {
+    char *live = live_details(drv, id, cmd_id, &st, lt);
+    int stop = dbx_act_heartbeat(a, live ? live : details);
+    if (live) wipe_free(live);
+    if (stop) {
       /* the worker stopping is no reason to lose the command: it runs on
        * under its supervisor and the next attempt re-attaches to it */
       if (!dbx_act_worker_stopping(a)) CALL(drv, exec_cancel, id, cmd_id);
@@ -917,7 +1002,9 @@ static dbx_err run_exec(dbx_act *a, const char *json, size_t len, dbx_act_result
   opts.stdout_cap_bytes = cap;
   opts.stderr_cap_bytes = cap;
   int lost = 0;
-  dbx_drv_err drc = exec_detached(a, drv, id, &opts, &er, &lost);
+  live_tail lt = {.sec = sec, .nsec = nsec, .cap = cap};
+  dbx_drv_err drc = exec_detached(a, drv, id, &opts, &er, &lost, &lt);
+  live_tail_free(&lt);
   if (drc == DBX_DRV_CANCELED) {
     rc = DBX_ECANCELED;
     goto out;

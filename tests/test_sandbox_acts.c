@@ -1619,6 +1619,36 @@ static void test_driver_git_clone_commit_push(void **state) {
   assert_int_equal(OPS(del, "git-1"), DBX_DRV_OK);
 }
 
+/* Issue 9: while the command runs, its heartbeat details carry the last
+ * lines of each stream (durabox run shows them), redacted like the result. */
+static void test_sandbox_acts_exec_heartbeat_tail(void **state) {
+  (void)state;
+  setenv("DBX_TAIL_TOKEN", "tail-s3cret-77", 1);
+  char *id = make_sandbox("wf-tail", NULL);
+  struct dbx_act a = act_for("wf-tail");
+  a.prev_details = "{}"; /* keep the heartbeats for reading (see run) */
+  char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"printf 'zero\\\\none\\\\ntwo\\\\n'; "
+                          "echo \\\"tok=$TOK\\\"; printf 'four\\\\r'; echo err-line >&2; sleep 1\","
+                          "\"env\":{\"TOK\":{\"secret\":\"DBX_TAIL_TOKEN\"}}}",
+                          id);
+  cJSON *o = ok(T(exec), &a, in);
+  assert_int_equal((int)num(o, "exit_code"), 0);
+  cJSON_Delete(o);
+  assert_non_null(a.last_details);
+  assert_null(strstr(a.last_details, "tail-s3cret"));
+  cJSON *d = cJSON_Parse(a.last_details);
+  assert_non_null(d);
+  assert_string_equal(str(d, "stdout_tail"), "two\ntok=[redacted:DBX_TAIL_TOKEN]\nfour");
+  assert_string_equal(str(d, "stderr_tail"), "err-line");
+  assert_true(num(d, "stdout_offset") > 0);
+  assert_non_null(cJSON_GetObjectItemCaseSensitive(d, "cmd_id"));
+  cJSON_Delete(d);
+  dbx_fake_act_cleanup(&a);
+  free(in);
+  free(id);
+  unsetenv("DBX_TAIL_TOKEN");
+}
+
 /* Issue 9: failures no retry mends are non-retryable, typed, and name their
  * cause: a repository that does not exist, a source or workspace that is no
  * repository, a ref the repository lacks (the driver tells them apart, from
@@ -2127,6 +2157,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_driver_checkpoint_restore),
       cmocka_unit_test(test_driver_git_clone_commit_push),
       cmocka_unit_test(test_sandbox_acts_unretryable_git_failures),
+      cmocka_unit_test(test_sandbox_acts_exec_heartbeat_tail),
       cmocka_unit_test(test_driver_threads),
       cmocka_unit_test(test_sandbox_acts_derived_names_pinned),
       cmocka_unit_test(test_sandbox_acts_write_file_base64_strict),
