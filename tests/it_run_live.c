@@ -164,7 +164,9 @@ static void test_run_retry_on_exit(void **state) {
   char *f = input_file("flaky.json",
                        "{\"steps\":[{\"name\":\"flaky\",\"kind\":\"exec\",\"command\":\"" FLAKY "\","
                        "\"retry_on_exit\":{\"codes\":[1],\"max_attempts\":4,\"backoff_s\":0.5}}]}");
-  int rc = run_file(f, NULL, &out, &err, NULL);
+  char *argv[] = {(char *)dbx_test_bin(), "run", f, "--workflow-id", "live-flaky", NULL};
+  char *env[] = {g_env_home, "TEMPORAL_ADDRESS", "DURABOX_WORKER_DB", NULL};
+  int rc = dbx_svct_proc_run(argv, env, CMD_TIMEOUT_MS, &out, &err);
   if (rc != 0) fail_msg("exit %d\n%s\n%s", rc, out, err);
   /* each retry as it happened, before the next run's start */
   const char *r1 = strstr(out, "RETRY flaky: attempt 1 of 4 exited with code 1 (retry_on_exit); next in 0.5 s\n");
@@ -175,6 +177,14 @@ static void test_run_retry_on_exit(void **state) {
   char *l = line_with(out, "ran 3 times (retry_on_exit)");
   if (l == NULL || strncmp(l, "flaky", 5) != 0) fail_msg("summary:\n%s", out);
   free(l);
+  free(out);
+  free(err);
+  /* the loop is the workflow's: its history (markers, timers, three execs)
+   * replays to the same commands */
+  char *rargv[] = {(char *)dbx_test_bin(), "replay", "--workflow-id", "live-flaky", NULL};
+  rc = dbx_svct_proc_run(rargv, env, CMD_TIMEOUT_MS, &out, &err);
+  if (rc != 0 || strstr(out, "deterministic: ") == NULL)
+    fail_msg("replay exited %d\n%s\n%s", rc, out, err);
   free(out);
   free(err);
   /* the result says it too */
