@@ -17,8 +17,10 @@
  *
  * sandbox.exec runs its command detached (driver.h exec_start) under an id
  * derived from workflow, run and activity ids, heartbeating
- * {cmd_id, stdout_offset, stderr_offset}; a retried attempt re-attaches to
- * the running or finished command instead of starting it again.
+ * {cmd_id, stdout_offset, stderr_offset, stdout_tail, stderr_tail} (the
+ * tails: the last lines, redacted, for people watching); a retried attempt
+ * re-attaches to the running or finished command instead of starting it
+ * again.
  *
  * Threading: a dbx_sandbox_acts is immutable after create; each type's ud
  * points at its slot {driver, op}; drivers are thread-safe (driver.h). */

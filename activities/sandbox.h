@@ -28,6 +28,12 @@
  *                           "stderr"|"stderr_b64", "stdout_truncated", "stderr_truncated",
  *                           "stdout_bytes", "stderr_bytes", "duration_ms"}
  *                       A non-zero exit is a result. See "Output" below.
+ *                       While the command runs, the heartbeat details are
+ *                       {"cmd_id", "stdout_offset", "stderr_offset",
+ *                       "stdout_tail"?, "stderr_tail"?}: the tails are the
+ *                       last 3 lines of each stream's last 600 bytes,
+ *                       secrets redacted, as UTF-8 text (durabox run shows
+ *                       them; read while a stream is under its cap).
  *                       *_bytes count all bytes the command wrote;
  *                       in a stream where a secret was redacted, the bytes
  *                       of the redacted text kept instead (so no value's
