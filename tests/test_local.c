@@ -1432,8 +1432,9 @@ static void test_local_host_fs_system(void **state) {
  * non-retryable DiskFull), not an i/o error worth five retries. A child
  * process mounts a 256 KiB tmpfs in a mount namespace of its own (as root,
  * or in a user namespace) and opens a driver there; skipped when neither is
- * allowed. Exit codes of the child: 0 ok, 77 no namespace, else the check. */
-static int disk_full_child(const char *dir) {
+ * allowed. Exit codes of the child: 0 ok, 77 no namespace, else the check.
+ * Both a write of the driver's own and a clone (git's words) are told. */
+static int disk_full_child(const char *dir, const char *big_repo) {
   if (syscall(SYS_unshare, CLONE_NEWNS) != 0) {
     uid_t uid = getuid();
     gid_t gid = getgid();
@@ -1475,6 +1476,11 @@ static int disk_full_child(const char *dir) {
     rc = 8;
   /* a small write still works once there is room (nothing was left behind) */
   if (rc == 0 && dbx_local_file_write(d, "full-1", "small.txt", "ok", 2) != DBX_OK) rc = 9;
+  /* a clone that fills the disk: git's "No space left on device" */
+  dbx_local_source gsrc = {.kind = DBX_LOCAL_SOURCE_GIT, .location = big_repo};
+  if (rc == 0 && dbx_local_sandbox_create(d, "full-2", &gsrc, NULL) != DBX_EIO) rc = 10;
+  else if (rc == 0 && dbx_local_errkind(d) != DBX_DRV_DISK_FULL) rc = 11;
+  else if (rc == 0 && strstr(dbx_local_errmsg(d), "git clone failed") == NULL) rc = 12;
   if (rc != 0) fprintf(stderr, "disk full child: check %d: %s\n", rc, dbx_local_errmsg(d));
   free(big);
   dbx_local_close(d);
@@ -1483,19 +1489,28 @@ static int disk_full_child(const char *dir) {
 
 static void test_local_disk_full(void **state) {
   (void)state;
-  char *dir = dbx_test_tmpdir("dbx-full");
+  char *dir = dbx_test_tmpdir("dbx-full"), *repo = dbx_test_tmpdir("dbx-full-repo");
+  /* 1 MiB that does not compress: its clone cannot fit in 256 KiB */
+  char *cmd = dbx_asprintf("cd %s && git init -q -b main . && head -c 1048576 /dev/urandom > big && "
+                           "git add big && git -c user.name=t -c user.email=t@e commit -q -m big",
+                           repo);
+  assert_int_equal(system(cmd), 0);
+  free(cmd);
   fflush(NULL);
   pid_t pid = fork();
   assert_true(pid >= 0);
   if (pid == 0) {
-    int rc = disk_full_child(dir);
-    free(dir); /* the child's copy (valgrind follows the child) */
+    int rc = disk_full_child(dir, repo);
+    free(dir); /* the child's copies (valgrind follows the child) */
+    free(repo);
     _exit(rc);
   }
   int st = 0;
   assert_int_equal(waitpid(pid, &st, 0), pid);
   dbx_test_rmrf(dir);
+  dbx_test_rmrf(repo);
   free(dir);
+  free(repo);
   assert_true(WIFEXITED(st));
   if (WEXITSTATUS(st) == 77) {
     printf("no mount namespace here: test_local_disk_full skipped\n");
