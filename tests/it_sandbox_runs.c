@@ -9,6 +9,7 @@
  *    create of the same run adopts;
  *  - `sandbox list` shows owner, state, kept, live and orphaned (a
  *    terminated run's, and one whose owner run the service does not know),
+ *    held (an unknown owner while a run of its workflow id is open),
  *    and says the owner state is unknown when no service answers;
  *  - an interrupted `sandbox rm` (failpoint local.delete.after_rename) leaves
  *    a half-deleted tree that list shows and `gc` removes, with the orphans,
@@ -347,17 +348,18 @@ static void test_sandbox_retried_create_adopts(void **state) {
   free(wdb2);
 }
 
-/* A sandbox in the home whose owner run the service never heard of. */
-static char *make_ghost(void) {
+/* A sandbox id in the home of workflow wf whose owner run the service never
+ * heard of; returns its workspace path. */
+static char *make_ghost(const char *id, const char *wf) {
   dbx_local *d = NULL;
   dbx_local_open_opts oo = {.unsandboxed = 1};
   assert_int_equal(dbx_local_open_with(g_home, &oo, &d), DBX_OK);
-  dbx_drv_label labels[] = {{"durabox.workflow_id", "ghost"},
+  dbx_drv_label labels[] = {{"durabox.workflow_id", wf},
                             {"durabox.run_id", "00000000-0000-4000-8000-000000000000"},
                             {"durabox.resource", "workspace"}};
   dbx_local_source src = {.kind = DBX_LOCAL_SOURCE_EMPTY, .labels = labels, .nlabels = 3};
-  assert_int_equal(dbx_local_sandbox_create(d, "dbx-ghost", &src, NULL), DBX_OK);
-  char *p = dbx_local_sandbox_path(d, "dbx-ghost");
+  assert_int_equal(dbx_local_sandbox_create(d, id, &src, NULL), DBX_OK);
+  char *p = dbx_local_sandbox_path(d, id);
   dbx_local_close(d);
   return p;
 }
@@ -389,7 +391,9 @@ static void test_sandbox_list_gc_rm(void **state) {
   cJSON *o2 = await_verdict("gc-orphan", "orphaned");
   assert_string_equal(jstr(o2, "owner_state"), "terminated");
   assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o2, "orphaned")));
-  char *ghost = make_ghost();
+  char *ghost = make_ghost("dbx-ghost", "ghost");
+  /* closed-or-unknown owner, but its workflow id has an open run: held */
+  char *held = make_ghost("dbx-held", "gc-live");
   /* an rm killed between its rename and its removal: a half-deleted tree */
   char *rm_argv[] = {(char *)dbx_test_bin(), "sandbox", "rm", (char *)jstr(k2, "sandbox_id"), NULL};
   char *rm_env[] = {g_env_home, g_env_addr, "DURABOX_FAILPOINTS=local.delete.after_rename=kill", NULL};
@@ -409,6 +413,11 @@ static void test_sandbox_list_gc_rm(void **state) {
   assert_string_equal(jstr(e, "owner_state"), "running");
   assert_string_equal(jstr(e, "verdict"), "live");
   assert_null(entry_by_id(l, jstr(k2, "sandbox_id")));
+  e = entry_by_id(l, "dbx-held");
+  assert_non_null(e);
+  assert_string_equal(jstr(e, "owner_state"), "not_found");
+  assert_string_equal(jstr(e, "verdict"), "held");
+  assert_string_equal(jstr(e, "open_run_id"), jstr(live, "run_id"));
   const cJSON *left = cJSON_GetObjectItemCaseSensitive(l, "leftovers");
   assert_int_equal(cJSON_GetArraySize(left), 1);
   const cJSON *tomb = cJSON_GetArrayItem(left, 0);
@@ -453,6 +462,7 @@ static void test_sandbox_list_gc_rm(void **state) {
   assert_false(is_dir(jstr(orph, "path")));
   assert_true(is_dir(jstr(k, "sandbox_path")));
   assert_true(is_dir(jstr(live, "path")));
+  assert_true(is_dir(held));
   l = list_json(NULL, NULL);
   assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(l, "leftovers")), 0);
   cJSON_Delete(l);
@@ -509,7 +519,13 @@ static void test_sandbox_list_gc_rm(void **state) {
   cJSON_Delete(live);
   cJSON_Delete(orph);
   cJSON_Delete(o2);
+  rc = durabox(NULL, &out, &err, "sandbox", "rm", "dbx-held", NULL);
+  assert_int_equal(rc, 0);
+  assert_false(is_dir(held));
+  free(out);
+  free(err);
   free(ghost);
+  free(held);
   free(tomb_path);
   free(fk);
   free(fk2);
