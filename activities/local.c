@@ -2480,6 +2480,16 @@ out:
 
 /* ---- disk use and leftovers (`durabox sandbox list / gc`) ---- */
 
+static int any_command_running(dbx_local *d, const char *sbdir);
+
+int dbx_local_sandbox_busy(dbx_local *d, const char *id) {
+  if (sb_check(d, id, 0) != DBX_OK) return 0;
+  char *dir = sb_dir(d, id);
+  int busy = dir ? any_command_running(d, dir) : 0;
+  free(dir);
+  return busy;
+}
+
 static _Thread_local uint64_t tl_disk_bytes;
 
 static int disk_one(const char *p, const struct stat *st, int flag, struct FTW *f) {

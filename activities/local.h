@@ -171,6 +171,10 @@ dbx_err dbx_local_sandbox_list(dbx_local *d, const dbx_drv_label *match, size_t 
  * DBX_ENOTFOUND, DBX_EINVAL, DBX_ENOMEM. */
 dbx_err dbx_local_sandbox_disk_bytes(dbx_local *d, const char *id, uint64_t *bytes);
 
+/* 1 when a detached command of sandbox id is running (its supervisor
+ * says so), else 0 (also for no such sandbox). */
+int dbx_local_sandbox_busy(dbx_local *d, const char *id);
+
 /* Leftovers: what an interrupted delete or create leaves behind, found and
  * finished by `durabox sandbox gc`. A delete first renames the sandbox's
  * folder (or a snapshot) to trash/<name>.<hex> (its tombstone: the sandbox is

@@ -13,6 +13,9 @@
  *             service, and no run of its workflow id is open (a reset run
  *             may go on with its predecessor's sandbox)
  *   held      like orphaned, but a run of its workflow id is open
+ *   busy      like orphaned with an owner unknown to the service, but a
+ *             command runs in it (its owner may be a run of another
+ *             service, such as `durabox run`'s embedded one)
  *   unknown   no service answered, or the sandbox names no owner
  * gc removes orphaned sandboxes and every leftover; nothing else. Without a
  * service it removes leftovers only and says why. docs/sandbox.md "Tools".
@@ -35,7 +38,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: durabox sandbox list|rm ID...|gc [flags]\n"
           "  list                  every sandbox: owner workflow and run, state, size on disk,\n"
-          "                        live/kept/orphaned/held/unknown, and the leftovers of\n"
+          "                        live/kept/orphaned/held/busy/unknown, and leftovers of\n"
           "                        interrupted deletes and creates\n"
           "  rm ID...              remove these sandboxes (refused while their owner run is\n"
           "                        open, unless --force)\n"
@@ -57,7 +60,7 @@ typedef struct {
   uint64_t bytes;
   char *path;              /* workspace path, NULL: none */
   char owner_state[32];    /* "running", "completed", ..., "not_found", "unknown" */
-  const char *verdict;     /* live, kept, orphaned, held, unknown */
+  const char *verdict;     /* live, kept, orphaned, held, busy, unknown */
   char open_run[64];       /* held: the open run of the workflow id */
 } sbx_row;
 
@@ -126,7 +129,10 @@ static void judge(sbx_ctx *c, sbx_row *w) {
     int wf_open = 0;
     owner_status(c, w->wf, NULL, latest, sizeof latest, &wf_open, w->open_run, sizeof w->open_run);
     if (!c->reachable) w->verdict = "unknown";
-    else w->verdict = wf_open ? "held" : "orphaned";
+    else if (wf_open) w->verdict = "held";
+    else if (strcmp(w->owner_state, "not_found") == 0 && dbx_local_sandbox_busy(c->local, w->id))
+      w->verdict = "busy"; /* maybe a run of another service: its command is at work */
+    else w->verdict = "orphaned";
   }
 }
 

@@ -9,7 +9,8 @@
  *    create of the same run adopts;
  *  - `sandbox list` shows owner, state, kept, live and orphaned (a
  *    terminated run's, and one whose owner run the service does not know),
- *    held (an unknown owner while a run of its workflow id is open),
+ *    held (an unknown owner while a run of its workflow id is open), busy
+ *    (an unknown owner, a command at work),
  *    and says the owner state is unknown when no service answers;
  *  - an interrupted `sandbox rm` (failpoint local.delete.after_rename) leaves
  *    a half-deleted tree that list shows and `gc` removes, with the orphans,
@@ -349,8 +350,9 @@ static void test_sandbox_retried_create_adopts(void **state) {
 }
 
 /* A sandbox id in the home of workflow wf whose owner run the service never
- * heard of; returns its workspace path. */
-static char *make_ghost(const char *id, const char *wf) {
+ * heard of, with a command running in it when busy; returns its workspace
+ * path. */
+static char *make_ghost(const char *id, const char *wf, int busy) {
   dbx_local *d = NULL;
   dbx_local_open_opts oo = {.unsandboxed = 1};
   assert_int_equal(dbx_local_open_with(g_home, &oo, &d), DBX_OK);
@@ -359,6 +361,18 @@ static char *make_ghost(const char *id, const char *wf) {
                             {"durabox.resource", "workspace"}};
   dbx_local_source src = {.kind = DBX_LOCAL_SOURCE_EMPTY, .labels = labels, .nlabels = 3};
   assert_int_equal(dbx_local_sandbox_create(d, id, &src, NULL), DBX_OK);
+  if (busy) {
+    dbx_local_exec_opts o = {.command = "sleep 300", .timeout_ms = 600000};
+    assert_int_equal(dbx_local_exec_start(d, id, "c1", &o, NULL), DBX_OK);
+    int64_t end = now_ms() + WAIT_MS;
+    dbx_local_cmd_status st = {0};
+    while (dbx_local_exec_poll(d, id, "c1", &st) == DBX_OK && st.state != DBX_LOCAL_CMD_RUNNING) {
+      if (now_ms() > end) fail_msg("the command in %s never ran", id);
+      struct timespec t = {0, 50 * 1000000};
+      nanosleep(&t, NULL);
+    }
+    assert_int_equal(st.state, DBX_LOCAL_CMD_RUNNING);
+  }
   char *p = dbx_local_sandbox_path(d, id);
   dbx_local_close(d);
   return p;
@@ -391,9 +405,11 @@ static void test_sandbox_list_gc_rm(void **state) {
   cJSON *o2 = await_verdict("gc-orphan", "orphaned");
   assert_string_equal(jstr(o2, "owner_state"), "terminated");
   assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o2, "orphaned")));
-  char *ghost = make_ghost("dbx-ghost", "ghost");
+  char *ghost = make_ghost("dbx-ghost", "ghost", 0);
   /* closed-or-unknown owner, but its workflow id has an open run: held */
-  char *held = make_ghost("dbx-held", "gc-live");
+  char *held = make_ghost("dbx-held", "gc-live", 0);
+  /* an owner the service does not know, and a command at work: busy */
+  char *busy = make_ghost("dbx-busy", "elsewhere", 1);
   /* an rm killed between its rename and its removal: a half-deleted tree */
   char *rm_argv[] = {(char *)dbx_test_bin(), "sandbox", "rm", (char *)jstr(k2, "sandbox_id"), NULL};
   char *rm_env[] = {g_env_home, g_env_addr, "DURABOX_FAILPOINTS=local.delete.after_rename=kill", NULL};
@@ -418,6 +434,9 @@ static void test_sandbox_list_gc_rm(void **state) {
   assert_string_equal(jstr(e, "owner_state"), "not_found");
   assert_string_equal(jstr(e, "verdict"), "held");
   assert_string_equal(jstr(e, "open_run_id"), jstr(live, "run_id"));
+  e = entry_by_id(l, "dbx-busy");
+  assert_non_null(e);
+  assert_string_equal(jstr(e, "verdict"), "busy");
   const cJSON *left = cJSON_GetObjectItemCaseSensitive(l, "leftovers");
   assert_int_equal(cJSON_GetArraySize(left), 1);
   const cJSON *tomb = cJSON_GetArrayItem(left, 0);
@@ -463,6 +482,7 @@ static void test_sandbox_list_gc_rm(void **state) {
   assert_true(is_dir(jstr(k, "sandbox_path")));
   assert_true(is_dir(jstr(live, "path")));
   assert_true(is_dir(held));
+  assert_true(is_dir(busy));
   l = list_json(NULL, NULL);
   assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(l, "leftovers")), 0);
   cJSON_Delete(l);
@@ -519,13 +539,15 @@ static void test_sandbox_list_gc_rm(void **state) {
   cJSON_Delete(live);
   cJSON_Delete(orph);
   cJSON_Delete(o2);
-  rc = durabox(NULL, &out, &err, "sandbox", "rm", "dbx-held", NULL);
+  rc = durabox(NULL, &out, &err, "sandbox", "rm", "dbx-held", "dbx-busy", NULL);
   assert_int_equal(rc, 0);
   assert_false(is_dir(held));
+  assert_false(is_dir(busy));
   free(out);
   free(err);
   free(ghost);
   free(held);
+  free(busy);
   free(tomb_path);
   free(fk);
   free(fk2);
@@ -559,8 +581,7 @@ static void test_sandbox_run_prints_kept_path(void **state) {
 }
 
 int main(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
+  dbx_local_supervisor_main(argc, argv); /* this binary starts a detached command */
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sandbox_two_runs_one_workflow_id),
       cmocka_unit_test(test_sandbox_reset_run_does_not_adopt),
