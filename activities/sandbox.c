@@ -608,6 +608,81 @@ static dbx_err succeed_fitted(dbx_act_result *res, cJSON *base, kept_out *k,
   }
 }
 
+/* ------------------------------------------------------------ identity */
+
+/* A sandbox per run (docs/sandbox.md "A sandbox per run"). The input field
+ * naming the run that owns the sandbox: the run that created the work
+ * (durabox.Script passes its own run id; a workflow that continues as new
+ * passes the first run's id on, so its continuations reopen its sandbox). */
+#define OWNER_FIELD "owner_run_id"
+
+/* *owner = the input's owner_run_id, else the activity's run id (borrowed).
+ * Returns 0, or -1 with InvalidInput recorded (not a string, empty, or no
+ * valid label value). */
+static int owner_of(dbx_act *a, const cJSON *in, const char **owner, dbx_act_result *res) {
+  if (get_str(in, OWNER_FIELD, 0, owner, res) != 0) return -1;
+  if (*owner == NULL) {
+    *owner = dbx_act_run_id(a);
+    if (*owner == NULL) *owner = "";
+    return 0;
+  }
+  dbx_drv_label l = {"durabox.run_id", *owner};
+  if ((*owner)[0] == '\0' || !dbx_drv_label_valid(&l)) {
+    fail(res, 1, "InvalidInput", "field '" OWNER_FIELD "' must be 1..255 bytes of text");
+    return -1;
+  }
+  return 0;
+}
+
+/* The optional boolean "keep" (the sandbox outlives its run: labelled
+ * durabox.keep, so no other run's cleanup removes it). 0 or -1 recorded. */
+static int get_keep(const cJSON *in, int *keep, dbx_act_result *res) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(in, "keep");
+  *keep = cJSON_IsTrue(v);
+  if (v == NULL || cJSON_IsNull(v) || cJSON_IsBool(v)) return 0;
+  fail(res, 1, "InvalidInput", "field 'keep' must be true or false");
+  return -1;
+}
+
+/* The sandbox id: "dbx-" + 16 hex digits of FNV-1a 64 over workflow id "/"
+ * owner run "/" resource, so two runs never share one and a retried create
+ * of the same run finds its own; owner NULL (an input without
+ * owner_run_id): over workflow id "/" resource, the id from before runs
+ * were part of it, kept so existing sandboxes and journals keep their
+ * names. */
+static void sandbox_id_of(const char *wf, const char *owner, const char *resource, char id[21]) {
+  uint64_t h = fnv1a(fnv1a(FNV_OFFSET, wf ? wf : ""), "/");
+  if (owner != NULL) h = fnv1a(fnv1a(h, owner), "/");
+  h = fnv1a(h, resource);
+  snprintf(id, 21, "dbx-%016llx", (unsigned long long)h);
+}
+
+/* A delete's guard: *other = 1 (and *by, borrowed from *labels) when
+ * sandbox id is marked kept (durabox.keep) by a run other than the
+ * deleting one (input owner_run_id, else the activity's run), so one run's
+ * cleanup never removes another run's kept sandbox. Unreadable labels
+ * (missing sandbox, driver error) guard nothing: the delete decides.
+ * Returns DBX_OK or DBX_ENOMEM; *labels: free with dbx_drv_labels_free. */
+static dbx_err kept_by_other(dbx_act *a, dbx_driver *drv, const cJSON *in, const char *id,
+                             dbx_drv_label **labels, size_t *n, const char **by, int *other) {
+  *other = 0;
+  *labels = NULL;
+  *n = 0;
+  const cJSON *o = cJSON_GetObjectItemCaseSensitive(in, OWNER_FIELD);
+  const char *me = cJSON_IsString(o) ? o->valuestring : dbx_act_run_id(a);
+  dbx_drv_err e = drv->ops->labels(drv->self, id, labels, n);
+  if (e == DBX_DRV_NOMEM) return DBX_ENOMEM;
+  if (e != DBX_DRV_OK) return DBX_OK;
+  int kept = 0;
+  *by = NULL;
+  for (size_t i = 0; i < *n; i++) {
+    if (strcmp((*labels)[i].key, "durabox.keep") == 0) kept = strcmp((*labels)[i].value, "true") == 0;
+    if (strcmp((*labels)[i].key, "durabox.run_id") == 0) *by = (*labels)[i].value;
+  }
+  *other = kept && *by != NULL && strcmp(*by, me ? me : "") != 0;
+  return DBX_OK;
+}
+
 /* ------------------------------------------------------------ create */
 
 static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_result *res,
@@ -695,16 +770,21 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
     goto out;
   }
 
-  const char *wf = dbx_act_workflow_id(a);
-  uint64_t h = fnv1a(fnv1a(fnv1a(FNV_OFFSET, wf ? wf : ""), "/"), resource);
+  const char *wf = dbx_act_workflow_id(a), *owner = NULL;
+  int keep = 0;
+  if (owner_of(a, in, &owner, res) != 0 || get_keep(in, &keep, res) != 0) goto out;
   char id[21];
-  snprintf(id, sizeof id, "dbx-%016llx", (unsigned long long)h);
+  sandbox_id_of(wf, cJSON_HasObjectItem(in, OWNER_FIELD) ? owner : NULL, resource, id);
   int adopted = 0;
-  /* labels say whose sandbox it is (list by labels finds a run's sandboxes);
-   * a workflow id that is no valid label value is left out */
-  dbx_drv_label labels[2] = {{"durabox.resource", resource}, {"durabox.workflow_id", wf ? wf : ""}};
+  /* labels say whose sandbox it is (`durabox sandbox list` reads them; list
+   * by labels finds a run's sandboxes); a value that is no valid label value
+   * is left out */
+  dbx_drv_label labels[4] = {{"durabox.resource", resource},
+                             {"durabox.workflow_id", wf ? wf : ""},
+                             {"durabox.run_id", owner},
+                             {"durabox.keep", keep ? "true" : ""}};
   size_t nlabels = 0;
-  for (size_t i = 0; i < 2; i++)
+  for (size_t i = 0; i < 4; i++)
     if (dbx_drv_label_valid(&labels[i]) && labels[i].value[0]) labels[nlabels++] = labels[i];
   dbx_drv_create_opts co = {.source = src, .labels = labels, .nlabels = nlabels};
   co.network = network && strcmp(network, "none") == 0 ? DBX_DRV_NET_NONE : DBX_DRV_NET_HOST;
@@ -1336,6 +1416,26 @@ static dbx_err run_life(dbx_act *a, const char *json, size_t len, dbx_act_result
   if (dbx_act_cancelled(a)) {
     rc = DBX_ECANCELED;
     goto out;
+  }
+  if (op == OP_DELETE) {
+    dbx_drv_label *lb = NULL;
+    size_t nl = 0;
+    const char *by = NULL;
+    int other = 0;
+    rc = kept_by_other(a, drv, in, id, &lb, &nl, &by, &other);
+    if (rc == DBX_OK && other) {
+      DBX_INFO(MOD, "sandbox %s: kept by run %s, not deleted", id, by);
+      cJSON *r = cJSON_CreateObject();
+      if (r == NULL || !cJSON_AddFalseToObject(r, "deleted") ||
+          !cJSON_AddStringToObject(r, "kept_by_run", by)) {
+        cJSON_Delete(r);
+        rc = DBX_ENOMEM;
+      } else {
+        rc = succeed(res, r);
+      }
+    }
+    dbx_drv_labels_free(lb, nl);
+    if (rc != DBX_OK || other) goto out;
   }
   dbx_drv_err drc = op == OP_STOP    ? CALL(drv, stop, id)
                     : op == OP_START ? CALL(drv, start, id)

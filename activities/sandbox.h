@@ -8,13 +8,20 @@
  *
  *   sandbox.create      {"resource"?: "workspace", "source"?: {"kind": "empty"|"dir"|"git"|
  *                        "snapshot", "path"|"url"|"ref"}, "env"?: {..},
- *                        "network"?: "host"|"none", "host_fs"?: "host"|"system"}
+ *                        "network"?: "host"|"none", "host_fs"?: "host"|"system",
+ *                        "owner_run_id"?: RUN, "keep"?: bool}
  *                       -> {"sandbox_id", "adopted", "path"}
  *                       The id is "dbx-" + 16 hex digits of FNV-1a 64 over
- *                       workflow id + "/" + resource, so a retried create adopts
- *                       what an earlier attempt made. A fresh sandbox is
- *                       labelled durabox.resource and durabox.workflow_id (when
- *                       a valid label value). "path" is the workspace's host
+ *                       workflow id + "/" + owner_run_id + "/" + resource
+ *                       (a sandbox per run: docs/sandbox.md), so a retried
+ *                       create of the same run adopts what an earlier attempt
+ *                       made and another run never does; without
+ *                       owner_run_id, over workflow id + "/" + resource (the
+ *                       id of earlier versions). A fresh sandbox is labelled
+ *                       durabox.resource, durabox.workflow_id, durabox.run_id
+ *                       (owner_run_id, else the activity's run) and, with
+ *                       "keep": true, durabox.keep = "true" (each when a valid
+ *                       label value). "path" is the workspace's host
  *                       path, absent when the driver has none. ("env" is
  *                       validated; the local driver keeps no per-sandbox
  *                       environment.) "network" "none": no network at all;
@@ -60,7 +67,10 @@
  *                       and commits just that. HOME and caches are outside the
  *                       workspace, so never staged.
  *   sandbox.stop / sandbox.start / sandbox.delete {"sandbox_id"} -> {}
- *                       (delete: a missing sandbox counts as done)
+ *                       (delete: a missing sandbox counts as done; a sandbox
+ *                       labelled kept by a run other than the input's
+ *                       "owner_run_id" (else the activity's run) is left and
+ *                       the result is {"deleted": false, "kept_by_run"})
  *
  * Output (exec's stdout and stderr, read_file's content). A stream over its
  * cap keeps its head and its tail (driver.h "Capture") with a mark between

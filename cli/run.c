@@ -510,6 +510,11 @@ static int print_summary(const char *result_json) {
            cJSON_IsTrue(ok) ? "passed" : "FAILED", (int)(end - p), p);
   }
   printf("\nscript %s\n", cJSON_IsString(status) ? status->valuestring : "?");
+  const cJSON *sid = cJSON_GetObjectItemCaseSensitive(j, "sandbox_id"),
+              *spath = cJSON_GetObjectItemCaseSensitive(j, "sandbox_path");
+  if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "sandbox_kept")) && cJSON_IsString(sid))
+    printf("sandbox kept: %s (%s; `durabox sandbox rm %s` removes it)\n",
+           cJSON_IsString(spath) ? spath->valuestring : sid->valuestring, sid->valuestring, sid->valuestring);
   cJSON_Delete(j);
   return failed;
 }

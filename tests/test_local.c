@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <linux/openat2.h>
 #include <time.h>
 #include <pthread.h>
@@ -25,6 +26,7 @@
 #include <sys/socket.h>
 
 #include "activities/local.h"
+#include "base/fs.h"
 #include "base/util.h"
 
 static int g_bwrap; /* mode of the group being run */
@@ -1519,6 +1521,91 @@ static void test_local_disk_full(void **state) {
   assert_int_equal(WEXITSTATUS(st), 0);
 }
 
+/* ---- leftovers: what interrupted deletes and creates leave (`durabox sandbox gc`) ---- */
+
+static const dbx_local_leftover *find_leftover(const dbx_local_leftover *l, size_t n,
+                                               dbx_local_leftover_kind kind, const char *name) {
+  for (size_t i = 0; i < n; i++)
+    if (l[i].kind == kind && strcmp(l[i].name, name) == 0) return &l[i];
+  return NULL;
+}
+
+/* The tombstone of a delete interrupted after its rename (trash/<id>.<hex>)
+ * and a half-made sandbox (no meta/source) are found with their size and
+ * removed; a half-made one whose create holds its lock, and complete
+ * sandboxes, are not leftovers. */
+static void test_local_leftovers_found_and_finished(void **state) {
+  fixture *f = *state;
+  make_empty(f->d, "live");
+  char big[10000];
+  memset(big, 'x', sizeof big);
+  assert_int_equal(dbx_local_file_write(f->d, "live", "big", big, sizeof big), DBX_OK);
+  uint64_t bytes = 0;
+  assert_int_equal(dbx_local_sandbox_disk_bytes(f->d, "live", &bytes), DBX_OK);
+  assert_true(bytes >= sizeof big);
+  assert_int_equal(dbx_local_sandbox_disk_bytes(f->d, "nosuch", &bytes), DBX_ENOTFOUND);
+  /* the state remove_tree leaves when killed between its rename and rm */
+  make_empty(f->d, "gone");
+  assert_int_equal(dbx_local_file_write(f->d, "gone", "a/b", big, sizeof big), DBX_OK);
+  char *from = dbx_asprintf("%s/sandboxes/gone", f->home);
+  char *tomb = dbx_asprintf("%s/trash/gone.1f2e", f->home);
+  assert_int_equal(rename(from, tomb), 0);
+  char *half = dbx_asprintf("%s/sandboxes/half/meta", f->home);
+  char *busy = dbx_asprintf("%s/sandboxes/busy/meta", f->home);
+  assert_int_equal(dbx_fs_mkdirs(half, 0755), DBX_OK);
+  assert_int_equal(dbx_fs_mkdirs(busy, 0755), DBX_OK);
+  char *lockp = dbx_asprintf("%s/locks/busy", f->home);
+  int lk = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  assert_true(lk >= 0);
+  assert_int_equal(flock(lk, LOCK_EX), 0); /* a create of "busy" under way */
+  dbx_local_leftover *l = NULL;
+  size_t n = 0;
+  assert_int_equal(dbx_local_leftovers(f->d, &l, &n), DBX_OK);
+  assert_int_equal(n, 2);
+  const dbx_local_leftover *t = find_leftover(l, n, DBX_LOCAL_LEFTOVER_TRASH, "gone.1f2e");
+  const dbx_local_leftover *h = find_leftover(l, n, DBX_LOCAL_LEFTOVER_PARTIAL, "half");
+  assert_non_null(t);
+  assert_non_null(h);
+  assert_string_equal(t->path, tomb);
+  assert_true(t->bytes >= sizeof big);
+  /* a delete of "gone" still at work holds its lock: not removed under it */
+  char *glock = dbx_asprintf("%s/locks/gone", f->home);
+  int gl = open(glock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  assert_true(gl >= 0);
+  assert_int_equal(flock(gl, LOCK_EX), 0);
+  assert_int_equal(dbx_local_leftover_remove(f->d, t), DBX_ESTATE);
+  assert_int_equal(access(tomb, F_OK), 0);
+  close(gl);
+  assert_int_equal(dbx_local_leftover_remove(f->d, t), DBX_OK);
+  assert_int_equal(dbx_local_leftover_remove(f->d, t), DBX_OK); /* gone already: done */
+  assert_int_equal(dbx_local_leftover_remove(f->d, h), DBX_OK);
+  assert_int_not_equal(access(tomb, F_OK), 0);
+  char *halfdir = dbx_asprintf("%s/sandboxes/half", f->home);
+  assert_int_not_equal(access(halfdir, F_OK), 0);
+  /* the busy one is removed only once its create let go, and a complete
+   * sandbox never through this door */
+  dbx_local_leftover bl = {.kind = DBX_LOCAL_LEFTOVER_PARTIAL, .name = "busy"};
+  assert_int_equal(dbx_local_leftover_remove(f->d, &bl), DBX_ESTATE);
+  dbx_local_leftover lv = {.kind = DBX_LOCAL_LEFTOVER_PARTIAL, .name = "live"};
+  assert_int_equal(dbx_local_leftover_remove(f->d, &lv), DBX_ESTATE);
+  assert_int_equal(dbx_local_sandbox_exists(f->d, "live", NULL), DBX_OK);
+  dbx_local_leftover bad = {.kind = DBX_LOCAL_LEFTOVER_TRASH, .name = "../x"};
+  assert_int_equal(dbx_local_leftover_remove(f->d, &bad), DBX_EINVAL);
+  close(lk);
+  dbx_local_leftovers_free(l, n);
+  assert_int_equal(dbx_local_leftovers(f->d, &l, &n), DBX_OK);
+  assert_int_equal(n, 1);
+  assert_string_equal(l[0].name, "busy");
+  dbx_local_leftovers_free(l, n);
+  free(from);
+  free(tomb);
+  free(half);
+  free(busy);
+  free(lockp);
+  free(glock);
+  free(halfdir);
+}
+
 int main(int argc, char **argv) {
   dbx_local_supervisor_main(argc, argv); /* this binary is re-executed as the supervisor */
   const struct CMUnitTest tests[] = {
@@ -1550,6 +1637,7 @@ int main(int argc, char **argv) {
       T(test_local_git_commit_paths),
       T(test_local_host_fs_system),
       T(test_local_disk_full),
+      T(test_local_leftovers_found_and_finished),
   };
   g_bwrap = 0;
   int failed = cmocka_run_group_tests_name("local_plain", tests, NULL, NULL);

@@ -2129,6 +2129,129 @@ static void test_sandbox_acts_exec_result_fits_payload(void **state) {
   free(id);
 }
 
+/* ---- a sandbox per run (docs/sandbox.md "A sandbox per run") ---- */
+
+/* FNV-1a 64 of text, computed here independently of the code under test. */
+static void fnv_id(const char *text, char out[32]) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (const char *s = text; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+  snprintf(out, 32, "dbx-%016llx", (unsigned long long)h);
+}
+
+/* The value of label key of sandbox id, or NULL; *l, *n hold the labels
+ * (those of an earlier call are freed first). */
+static const char *label_value(const char *id, const char *key, dbx_drv_label **l, size_t *n) {
+  dbx_drv_labels_free(*l, *n);
+  *l = NULL;
+  *n = 0;
+  assert_int_equal(g_drv->ops->labels(g_drv->self, id, l, n), DBX_DRV_OK);
+  for (size_t i = 0; i < *n; i++)
+    if (strcmp((*l)[i].key, key) == 0) return (*l)[i].value;
+  return NULL;
+}
+
+/* Two runs of one workflow id get two sandboxes; a retried create of the same
+ * run adopts its own; the owner run and keep are labelled. */
+static void test_sandbox_acts_create_per_run(void **state) {
+  (void)state;
+  struct dbx_act a = act_for("wf-runs");
+  a.run_id = "run-A";
+  const char *in_a = "{\"owner_run_id\":\"run-A\",\"keep\":true}";
+  cJSON *o1 = ok(T(create), &a, in_a);
+  a.attempt = 2; /* the same run's retried create */
+  cJSON *o2 = ok(T(create), &a, in_a);
+  struct dbx_act b = act_for("wf-runs");
+  b.run_id = "run-B";
+  cJSON *o3 = ok(T(create), &b, "{\"owner_run_id\":\"run-B\"}");
+  char want_a[32], want_b[32], legacy[32];
+  fnv_id("wf-runs/run-A/workspace", want_a);
+  fnv_id("wf-runs/run-B/workspace", want_b);
+  fnv_id("wf-runs/workspace", legacy);
+  assert_string_equal(str(o1, "sandbox_id"), want_a);
+  assert_string_equal(str(o2, "sandbox_id"), want_a);
+  assert_string_equal(str(o3, "sandbox_id"), want_b);
+  assert_string_not_equal(want_a, legacy);
+  assert_false(boolean(o1, "adopted"));
+  assert_true(boolean(o2, "adopted"));
+  assert_false(boolean(o3, "adopted")); /* a new run never adopts the earlier run's */
+  dbx_drv_label *l = NULL;
+  size_t n = 0;
+  assert_string_equal(label_value(want_a, "durabox.run_id", &l, &n), "run-A");
+  assert_string_equal(label_value(want_a, "durabox.keep", &l, &n), "true");
+  assert_string_equal(label_value(want_b, "durabox.run_id", &l, &n), "run-B");
+  assert_null(label_value(want_b, "durabox.keep", &l, &n));
+  assert_string_equal(label_value(want_b, "durabox.workflow_id", &l, &n), "wf-runs");
+  /* without owner_run_id: the old id, the activity's run as owner label */
+  struct dbx_act c = act_for("wf-runs");
+  c.run_id = "run-C";
+  cJSON *o4 = ok(T(create), &c, "{}");
+  assert_string_equal(str(o4, "sandbox_id"), legacy);
+  assert_string_equal(label_value(legacy, "durabox.run_id", &l, &n), "run-C");
+  dbx_drv_labels_free(l, n);
+  /* the owner run is part of the identity: a continued run naming the
+   * first run's id reopens that run's sandbox */
+  struct dbx_act cont = act_for("wf-runs");
+  cont.run_id = "run-A2";
+  cJSON *o5 = ok(T(create), &cont, in_a);
+  assert_string_equal(str(o5, "sandbox_id"), want_a);
+  assert_true(boolean(o5, "adopted"));
+  cJSON_Delete(o1);
+  cJSON_Delete(o2);
+  cJSON_Delete(o3);
+  cJSON_Delete(o4);
+  cJSON_Delete(o5);
+  expect_message(failed(T(create), &a, "{\"owner_run_id\":\"\"}", "InvalidInput", 1),
+                 "owner_run_id");
+  expect_message(failed(T(create), &a, "{\"owner_run_id\":7}", "InvalidInput", 1),
+                 "owner_run_id");
+  expect_message(failed(T(create), &a, "{\"owner_run_id\":\"a\\nb\"}", "InvalidInput", 1),
+                 "owner_run_id");
+  expect_message(failed(T(create), &a, "{\"keep\":\"yes\"}", "InvalidInput", 1), "keep");
+  dbx_fake_act_cleanup(&a);
+  dbx_fake_act_cleanup(&b);
+  dbx_fake_act_cleanup(&c);
+  dbx_fake_act_cleanup(&cont);
+}
+
+/* One run's cleanup never deletes another run's kept sandbox; the owner's
+ * own delete (or a sandbox not kept) still goes. */
+static void test_sandbox_acts_delete_leaves_other_runs_kept(void **state) {
+  (void)state;
+  struct dbx_act a = act_for("wf-keep");
+  a.run_id = "run-A";
+  cJSON *o = ok(T(create), &a, "{\"owner_run_id\":\"run-A\",\"keep\":true}");
+  char *id = dbx_strdup(str(o, "sandbox_id"));
+  cJSON_Delete(o);
+  o = ok(T(create), &a, "{\"owner_run_id\":\"run-A\",\"resource\":\"scratch\"}");
+  char *loose = dbx_strdup(str(o, "sandbox_id"));
+  cJSON_Delete(o);
+  struct dbx_act b = act_for("wf-keep");
+  b.run_id = "run-B";
+  char *in = dbx_asprintf("{\"sandbox_id\":\"%s\"}", id);
+  o = ok(T(delete), &b, in);
+  assert_false(boolean(o, "deleted"));
+  assert_string_equal(str(o, "kept_by_run"), "run-A");
+  cJSON_Delete(o);
+  assert_int_equal(g_drv->ops->exists(g_drv->self, id, NULL), DBX_DRV_OK);
+  /* a continued run of A naming its owner deletes it */
+  char *in_owner = dbx_asprintf("{\"sandbox_id\":\"%s\",\"owner_run_id\":\"run-A\"}", id);
+  cJSON_Delete(ok(T(delete), &b, in_owner));
+  assert_int_equal(g_drv->ops->exists(g_drv->self, id, NULL), DBX_DRV_NO_SANDBOX);
+  /* not kept: anyone's delete removes it, as before */
+  char *in_loose = dbx_asprintf("{\"sandbox_id\":\"%s\"}", loose);
+  o = ok(T(delete), &b, in_loose);
+  assert_null(cJSON_GetObjectItemCaseSensitive(o, "deleted"));
+  cJSON_Delete(o);
+  assert_int_equal(g_drv->ops->exists(g_drv->self, loose, NULL), DBX_DRV_NO_SANDBOX);
+  free(in);
+  free(in_owner);
+  free(in_loose);
+  free(id);
+  free(loose);
+  dbx_fake_act_cleanup(&a);
+  dbx_fake_act_cleanup(&b);
+}
+
 int main(int argc, char **argv) {
   dbx_local_supervisor_main(argc, argv); /* this binary is re-executed as the supervisor */
   /* every case; the local driver runs them all */
@@ -2166,6 +2289,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_sandbox_acts_read_file_capped_with_mark),
       cmocka_unit_test(test_sandbox_acts_exec_result_fits_payload),
       cmocka_unit_test(test_sandbox_acts_input_nul_and_sizes),
+      cmocka_unit_test(test_sandbox_acts_create_per_run),
+      cmocka_unit_test(test_sandbox_acts_delete_leaves_other_runs_kept),
   };
   /* the same cases on the memory driver, except those that need real
    * processes, a real shell or host git (fork, symlinks, base64(1), git log) */
@@ -2199,6 +2324,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_sandbox_acts_exec_secret_cut_at_tail_start),
       cmocka_unit_test(test_sandbox_acts_read_file_capped_with_mark),
       cmocka_unit_test(test_sandbox_acts_input_nul_and_sizes),
+      cmocka_unit_test(test_sandbox_acts_create_per_run),
+      cmocka_unit_test(test_sandbox_acts_delete_leaves_other_runs_kept),
   };
   const struct CMUnitTest process_tests[] = {
       cmocka_unit_test(test_driver_two_homes_one_process),

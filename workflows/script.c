@@ -32,6 +32,7 @@ typedef struct {
   int64_t step_seq;   /* the running step's activity, 0 for none (or a sleep) */
   int64_t delete_seq; /* sandbox.delete's sequence number, 0 before */
   char *sandbox_id;
+  char *sandbox_path; /* the workspace's host path from sandbox.create, NULL: none */
   const char *failed_step; /* borrowed from input */
   cJSON *out_steps;        /* owned */
   /* retry_on_exit of the running exec step: runs that ended with an exit
@@ -420,6 +421,7 @@ static void script_free(script *s) {
   cJSON_Delete(s->out_steps);
   cJSON_Delete(s->exit_codes);
   free(s->sandbox_id);
+  free(s->sandbox_path);
   free(s);
 }
 
@@ -461,6 +463,10 @@ static char *output_json(const script *s) {
   if (!o) return NULL;
   if (s->sandbox_id) cJSON_AddStringToObject(o, "sandbox_id", s->sandbox_id);
   else cJSON_AddNullToObject(o, "sandbox_id");
+  if (s->sandbox_id && s->keep) { /* where a kept sandbox stays (`durabox run` prints it) */
+    cJSON_AddTrueToObject(o, "sandbox_kept");
+    if (s->sandbox_path) cJSON_AddStringToObject(o, "sandbox_path", s->sandbox_path);
+  }
   cJSON_AddStringToObject(o, "status", s->phase == DONE || s->phase == DELETING
                                            ? (s->failed ? "failed" : "completed")
                                            : "running");
@@ -717,6 +723,9 @@ static void *script_create(dbx_wf *wf, const char *input_json, size_t len) {
   s->keep = sb ? cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sb, "keep")) : 0;
   cJSON *ci = cJSON_CreateObject();
   cJSON_AddStringToObject(ci, "resource", "workspace");
+  /* a sandbox per run: this run owns it (docs/sandbox.md "A sandbox per run") */
+  cJSON_AddStringToObject(ci, "owner_run_id", dbx_wf_run_id(wf));
+  if (s->keep) cJSON_AddTrueToObject(ci, "keep");
   const cJSON *src = sb ? cJSON_GetObjectItemCaseSensitive(sb, "source") : NULL;
   if (src) cJSON_AddItemToObject(ci, "source", cJSON_Duplicate(src, 1));
   else cJSON_AddItemToObject(ci, "source", cJSON_Parse("{\"kind\":\"empty\"}"));
@@ -1045,6 +1054,8 @@ static void script_on_activity(void *state, dbx_wf *wf, int64_t seq, const dbx_a
       return;
     }
     s->sandbox_id = dbx_strdup(id);
+    const char *path = str_of(res, "path");
+    if (path) s->sandbox_path = dbx_strdup(path);
     cJSON_Delete(res);
     s->phase = STEPS;
     run_step(s, wf);
