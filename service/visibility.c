@@ -35,6 +35,7 @@ static dbx_err fill_exec_info(RunState *rs, WorkflowExecutionInfo *info, Workflo
   info->history_size_bytes = rs->history_size_bytes;
   info->task_queue = rs->task_queue;
   info->first_run_id = rs->first_run_id;
+  info->state_transition_count = rs->state_transition_count;
   *memo = NULL;
   *sa = NULL;
   if (rs->memo.len && svc_pb_unpack(&Memo__D, rs->memo.data, rs->memo.len, (void **)memo) == DBX_ENOMEM)
@@ -76,6 +77,31 @@ dbx_err svc_h_describe_execution(ectx *c, job *j) {
   cfg.default_workflow_task_timeout = d_task;
   r.execution_config = &cfg;
   r.workflow_execution_info = &info;
+  /* root execution: stored since runs record it, else derived */
+  WorkflowExecution root = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  int has_parent = rs->parent && rs->parent->workflow_id[0];
+  root.workflow_id = rs->root_workflow_id[0] ? rs->root_workflow_id : has_parent ? rs->parent->workflow_id : rs->workflow_id;
+  root.run_id = rs->root_workflow_id[0] ? rs->root_run_id : has_parent ? rs->parent->run_id : rs->run_id;
+  info.root_execution = &root;
+  Duration exec_dur = INIT(GOOGLE__PROTOBUF__DURATION);
+  if (rs->close_time_ns && rs->close_time_ns >= rs->execution_time_ns) {
+    dbx_pb_duration_init_ms(&exec_dur, (rs->close_time_ns - rs->execution_time_ns) / 1000000);
+    info.execution_duration = &exec_dur;
+  }
+  Temporal__Api__Workflow__V1__WorkflowExecutionExtendedInfo ext =
+      INIT(TEMPORAL__API__WORKFLOW__V1__WORKFLOW_EXECUTION_EXTENDED_INFO);
+  Timestamp ext_ts[2] = {INIT(GOOGLE__PROTOBUF__TIMESTAMP), INIT(GOOGLE__PROTOBUF__TIMESTAMP)};
+  if (rs->execution_expiration_ns) {
+    dbx_pb_timestamp_init_ns(&ext_ts[0], rs->execution_expiration_ns);
+    ext.execution_expiration_time = &ext_ts[0];
+  }
+  if (rs->run_timeout_ms > 0) {
+    dbx_pb_timestamp_init_ns(&ext_ts[1], rs->start_time_ns + rs->run_timeout_ms * 1000000);
+    ext.run_expiration_time = &ext_ts[1];
+  }
+  ext.cancel_requested = rs->cancel_requested;
+  ext.original_start_time = &ts[0];
+  r.workflow_extended_info = &ext;
   ParentInfo *pi = rs->parent;
   WorkflowExecution pwe = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
   if (pi && pi->workflow_id[0]) {

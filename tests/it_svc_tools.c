@@ -5,7 +5,13 @@
  * - GetSystemInfo advertises only what the service does;
  * - GetClusterInfo (the Web UI's first call) names the cluster, version,
  *   stores and supported clients;
- * - grpc.health.v1.Health/Check answers SERVING (`operator cluster health`). */
+ * - grpc.health.v1.Health/Check answers SERVING (`operator cluster health`);
+ * - DeleteWorkflowExecution (a running run is terminated, then gone);
+ * - DescribeTaskQueue: pollers (identity, last access time), backlog;
+ * - the ...ById activity methods (`temporal activity complete|fail`);
+ * - cancel of a closed run: NOT_FOUND "workflow execution already completed";
+ * - Describe's root execution, state transition count, start delay, extended
+ *   info. */
 #include "tests/svc_client.h"
 
 #include <stdio.h>
@@ -161,12 +167,340 @@ static void test_tools_health_check(void **state) {
                    DBX_GRPC_UNIMPLEMENTED);
 }
 
+static int describe(dbx_rpc_channel *ch, const char *wfid, const char *run_id, DescribeWorkflowExecutionResponse **out) {
+  DescribeWorkflowExecutionRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__DESCRIBE_WORKFLOW_EXECUTION_REQUEST);
+  WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  we.workflow_id = (char *)wfid;
+  we.run_id = (char *)run_id;
+  q.namespace_ = "default";
+  q.execution = &we;
+  return dbx_svct_call(ch, "DescribeWorkflowExecution", &q.base, &DescribeWorkflowExecutionResponse__D, 5000,
+                       (void **)out, NULL);
+}
+
+static int delete_run(dbx_rpc_channel *ch, const char *wfid, const char *run_id) {
+  DeleteWorkflowExecutionRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__DELETE_WORKFLOW_EXECUTION_REQUEST);
+  WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  we.workflow_id = (char *)wfid;
+  we.run_id = (char *)run_id;
+  q.namespace_ = "default";
+  q.workflow_execution = &we;
+  return dbx_svct_call(ch, "DeleteWorkflowExecution", &q.base, &DeleteWorkflowExecutionResponse__D, 5000, NULL, NULL);
+}
+
+static int64_t count_query(dbx_rpc_channel *ch, const char *query) {
+  CountWorkflowExecutionsRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__COUNT_WORKFLOW_EXECUTIONS_REQUEST);
+  q.namespace_ = "default";
+  q.query = (char *)query;
+  CountWorkflowExecutionsResponse *r = NULL;
+  assert_int_equal(dbx_svct_call(ch, "CountWorkflowExecutions", &q.base, &CountWorkflowExecutionsResponse__D, 5000,
+                                 (void **)&r, NULL),
+                   DBX_GRPC_OK);
+  int64_t n = r->count;
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  return n;
+}
+
+static void test_tools_delete_workflow_execution(void **state) {
+  fixture *f = *state;
+  char *closed = dbx_svct_workflow_start(f->ch, "del-closed", "tq-del");
+  PollWorkflowTaskQueueResponse *t = dbx_svct_wft_poll(f->ch, "tq-del", 5000);
+  assert_true(t->task_token.len > 0);
+  dbx_svct_wft_complete_workflow(f->ch, t->task_token);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  char *running = dbx_svct_workflow_start(f->ch, "del-running", "tq-del");
+  assert_int_equal(count_query(f->ch, "WorkflowId = 'del-closed' OR WorkflowId = 'del-running'"), 2);
+
+  /* a closed run: gone from Describe, history and Count */
+  assert_int_equal(delete_run(f->ch, "del-closed", closed), DBX_GRPC_OK);
+  DescribeWorkflowExecutionResponse *d = NULL;
+  assert_int_equal(describe(f->ch, "del-closed", closed, &d), DBX_GRPC_NOT_FOUND);
+  assert_int_equal(describe(f->ch, "del-closed", "", &d), DBX_GRPC_NOT_FOUND);
+  GetWorkflowExecutionHistoryRequest hq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__GET_WORKFLOW_EXECUTION_HISTORY_REQUEST);
+  WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  we.workflow_id = "del-closed";
+  we.run_id = closed;
+  hq.namespace_ = "default";
+  hq.execution = &we;
+  assert_int_equal(dbx_svct_call(f->ch, "GetWorkflowExecutionHistory", &hq.base, NULL, 5000, NULL, NULL),
+                   DBX_GRPC_NOT_FOUND);
+  assert_int_equal(count_query(f->ch, "WorkflowId = 'del-closed'"), 0);
+  assert_int_equal(delete_run(f->ch, "del-closed", closed), DBX_GRPC_NOT_FOUND);
+
+  /* a running run (by workflow id alone): terminated, then gone; its
+   * queued workflow task is dropped, not handed out */
+  assert_int_equal(delete_run(f->ch, "del-running", ""), DBX_GRPC_OK);
+  assert_int_equal(describe(f->ch, "del-running", running, &d), DBX_GRPC_NOT_FOUND);
+  assert_int_equal(count_query(f->ch, "WorkflowId = 'del-running'"), 0);
+  t = dbx_svct_wft_poll(f->ch, "tq-del", 300);
+  assert_int_equal(t->task_token.len, 0);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  /* the workflow id is free again */
+  char *again = dbx_svct_workflow_start(f->ch, "del-running", "tq-del");
+  assert_string_not_equal(again, running);
+  free(again);
+  free(closed);
+  free(running);
+}
+
+static DescribeTaskQueueResponse *describe_tq(dbx_rpc_channel *ch, const char *tq, int type, int stats) {
+  DescribeTaskQueueRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__DESCRIBE_TASK_QUEUE_REQUEST);
+  TaskQueue t = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
+  t.name = (char *)tq;
+  q.namespace_ = "default";
+  q.task_queue = &t;
+  q.task_queue_type = type;
+  q.report_stats = stats;
+  DescribeTaskQueueResponse *r = NULL;
+  assert_int_equal(dbx_svct_call(ch, "DescribeTaskQueue", &q.base, &DescribeTaskQueueResponse__D, 5000, (void **)&r,
+                                 NULL),
+                   DBX_GRPC_OK);
+  return r;
+}
+
+static void test_tools_describe_task_queue(void **state) {
+  fixture *f = *state;
+  /* nobody polled yet */
+  DescribeTaskQueueResponse *r = describe_tq(f->ch, "tq-desc", TEMPORAL__API__ENUMS__V1__TASK_QUEUE_TYPE__TASK_QUEUE_TYPE_WORKFLOW, 1);
+  assert_int_equal(r->n_pollers, 0);
+  assert_non_null(r->stats);
+  assert_int_equal(r->stats->approximate_backlog_count, 0);
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  /* two queued workflow tasks: the backlog */
+  char *a = dbx_svct_workflow_start(f->ch, "tq-desc-1", "tq-desc");
+  char *b = dbx_svct_workflow_start(f->ch, "tq-desc-2", "tq-desc");
+  r = describe_tq(f->ch, "tq-desc", TEMPORAL__API__ENUMS__V1__TASK_QUEUE_TYPE__TASK_QUEUE_TYPE_WORKFLOW, 1);
+  assert_int_equal(r->stats->approximate_backlog_count, 2);
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  /* a workflow poll and an activity poll are seen with identity and time */
+  int64_t before = dbx_wall_ns() / 1000000000 - 1;
+  PollWorkflowTaskQueueResponse *t = dbx_svct_wft_poll(f->ch, "tq-desc", 5000);
+  assert_true(t->task_token.len > 0);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  PollActivityTaskQueueResponse *at = dbx_svct_activity_poll(f->ch, "tq-desc", 200);
+  assert_int_equal(at->task_token.len, 0);
+  protobuf_c_message_free_unpacked(&at->base, NULL);
+  r = describe_tq(f->ch, "tq-desc", TEMPORAL__API__ENUMS__V1__TASK_QUEUE_TYPE__TASK_QUEUE_TYPE_WORKFLOW, 1);
+  assert_int_equal(r->n_pollers, 1);
+  assert_string_equal(r->pollers[0]->identity, "it-workflow-worker");
+  assert_non_null(r->pollers[0]->last_access_time);
+  assert_true(r->pollers[0]->last_access_time->seconds >= before);
+  assert_true(r->pollers[0]->last_access_time->seconds <= dbx_wall_ns() / 1000000000 + 1);
+  assert_int_equal(r->stats->approximate_backlog_count, 1);
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  r = describe_tq(f->ch, "tq-desc", TEMPORAL__API__ENUMS__V1__TASK_QUEUE_TYPE__TASK_QUEUE_TYPE_ACTIVITY, 0);
+  assert_int_equal(r->n_pollers, 1);
+  assert_string_equal(r->pollers[0]->identity, "it-activity-worker");
+  assert_null(r->stats); /* not asked for */
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  /* another queue has its own pollers */
+  r = describe_tq(f->ch, "tq-desc-other", TEMPORAL__API__ENUMS__V1__TASK_QUEUE_TYPE__TASK_QUEUE_TYPE_WORKFLOW, 0);
+  assert_int_equal(r->n_pollers, 0);
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  free(a);
+  free(b);
+}
+
+/* A run with one started activity "act" on tq; returns the run id. */
+static char *run_with_started_activity(dbx_rpc_channel *ch, const char *wfid, const char *tq) {
+  char *rid = dbx_svct_workflow_start(ch, wfid, tq);
+  PollWorkflowTaskQueueResponse *t = dbx_svct_wft_poll(ch, tq, 5000);
+  assert_true(t->task_token.len > 0);
+  dbx_svct_wft_schedule_activity(ch, t->task_token, "act", tq, 60, 1);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  PollActivityTaskQueueResponse *at = dbx_svct_activity_poll(ch, tq, 5000);
+  assert_true(at->task_token.len > 0);
+  assert_string_equal(at->activity_id, "act");
+  protobuf_c_message_free_unpacked(&at->base, NULL);
+  return rid;
+}
+
+static const HistoryEvent *last_of(const dbx_svct_history *h, int type) {
+  const HistoryEvent *e = NULL;
+  for (size_t i = 0; i < h->n; i++)
+    if ((int)h->events[i]->event_type == type) e = h->events[i];
+  return e;
+}
+
+static void test_tools_activity_by_id(void **state) {
+  fixture *f = *state;
+  char *rid = run_with_started_activity(f->ch, "byid-1", "tq-byid-1");
+  Payload p = INIT(TEMPORAL__API__COMMON__V1__PAYLOAD);
+  Payload *pp[1] = {&p};
+  Payloads ps = INIT(TEMPORAL__API__COMMON__V1__PAYLOADS);
+  p.data.data = (uint8_t *)"\"hb\"";
+  p.data.len = 4;
+  ps.n_payloads = 1;
+  ps.payloads = pp;
+  /* heartbeat by id: details kept, shown by Describe */
+  RecordActivityTaskHeartbeatByIdRequest hq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RECORD_ACTIVITY_TASK_HEARTBEAT_BY_ID_REQUEST);
+  hq.namespace_ = "default";
+  hq.workflow_id = "byid-1";
+  hq.activity_id = "act";
+  hq.details = &ps;
+  RecordActivityTaskHeartbeatByIdResponse *hr = NULL;
+  assert_int_equal(dbx_svct_call(f->ch, "RecordActivityTaskHeartbeatById", &hq.base,
+                                 &RecordActivityTaskHeartbeatByIdResponse__D, 5000, (void **)&hr, NULL),
+                   DBX_GRPC_OK);
+  assert_false(hr->cancel_requested);
+  protobuf_c_message_free_unpacked(&hr->base, NULL);
+  DescribeWorkflowExecutionResponse *d = NULL;
+  assert_int_equal(describe(f->ch, "byid-1", rid, &d), DBX_GRPC_OK);
+  assert_int_equal(d->n_pending_activities, 1);
+  assert_int_equal(d->pending_activities[0]->heartbeat_details->payloads[0]->data.len, 4);
+  protobuf_c_message_free_unpacked(&d->base, NULL);
+  /* an unknown activity id is NOT_FOUND */
+  RespondActivityTaskCompletedByIdRequest cq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_ACTIVITY_TASK_COMPLETED_BY_ID_REQUEST);
+  cq.namespace_ = "default";
+  cq.workflow_id = "byid-1";
+  cq.run_id = rid;
+  cq.activity_id = "nope";
+  cq.result = &ps;
+  cq.identity = "cli-user";
+  assert_int_equal(dbx_svct_call(f->ch, "RespondActivityTaskCompletedById", &cq.base, NULL, 5000, NULL, NULL),
+                   DBX_GRPC_NOT_FOUND);
+  /* complete by id: ActivityTaskCompleted with the result and identity */
+  cq.activity_id = "act";
+  assert_int_equal(dbx_svct_call(f->ch, "RespondActivityTaskCompletedById", &cq.base, NULL, 5000, NULL, NULL),
+                   DBX_GRPC_OK);
+  dbx_svct_history h = {0};
+  dbx_svct_history_get(f->ch, "byid-1", rid, &h);
+  const HistoryEvent *e = last_of(&h, ET(ACTIVITY_TASK_COMPLETED));
+  assert_non_null(e);
+  assert_string_equal(e->activity_task_completed_event_attributes->identity, "cli-user");
+  assert_memory_equal(e->activity_task_completed_event_attributes->result->payloads[0]->data.data, "\"hb\"", 4);
+  assert_int_equal(dbx_svct_history_count(&h, ET(WORKFLOW_TASK_SCHEDULED)), 2);
+  dbx_svct_history_cleanup(&h);
+  /* a second completion: the activity is gone */
+  assert_int_equal(dbx_svct_call(f->ch, "RespondActivityTaskCompletedById", &cq.base, NULL, 5000, NULL, NULL),
+                   DBX_GRPC_NOT_FOUND);
+  free(rid);
+
+  /* fail by id (one attempt allowed): ActivityTaskFailed with the failure */
+  rid = run_with_started_activity(f->ch, "byid-2", "tq-byid-2");
+  Failure fl = INIT(TEMPORAL__API__FAILURE__V1__FAILURE);
+  fl.message = "failed from the CLI";
+  RespondActivityTaskFailedByIdRequest fq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_ACTIVITY_TASK_FAILED_BY_ID_REQUEST);
+  fq.namespace_ = "default";
+  fq.workflow_id = "byid-2";
+  fq.activity_id = "act";
+  assert_int_equal(dbx_svct_call(f->ch, "RespondActivityTaskFailedById", &fq.base, NULL, 5000, NULL, NULL),
+                   DBX_GRPC_INVALID_ARGUMENT); /* failure is required */
+  fq.failure = &fl;
+  assert_int_equal(dbx_svct_call(f->ch, "RespondActivityTaskFailedById", &fq.base, NULL, 5000, NULL, NULL),
+                   DBX_GRPC_OK);
+  dbx_svct_history_get(f->ch, "byid-2", rid, &h);
+  e = last_of(&h, ET(ACTIVITY_TASK_FAILED));
+  assert_non_null(e);
+  assert_string_equal(e->activity_task_failed_event_attributes->failure->message, "failed from the CLI");
+  dbx_svct_history_cleanup(&h);
+  free(rid);
+
+  /* cancel by id */
+  rid = run_with_started_activity(f->ch, "byid-3", "tq-byid-3");
+  RespondActivityTaskCanceledByIdRequest kq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_ACTIVITY_TASK_CANCELED_BY_ID_REQUEST);
+  kq.namespace_ = "default";
+  kq.workflow_id = "byid-3";
+  kq.activity_id = "act";
+  kq.identity = "cli-user";
+  assert_int_equal(dbx_svct_call(f->ch, "RespondActivityTaskCanceledById", &kq.base, NULL, 5000, NULL, NULL),
+                   DBX_GRPC_OK);
+  dbx_svct_history_get(f->ch, "byid-3", rid, &h);
+  e = last_of(&h, ET(ACTIVITY_TASK_CANCELED));
+  assert_non_null(e);
+  assert_string_equal(e->activity_task_canceled_event_attributes->identity, "cli-user");
+  dbx_svct_history_cleanup(&h);
+  free(rid);
+}
+
+static void test_tools_cancel_closed_run_not_found(void **state) {
+  fixture *f = *state;
+  char *rid = dbx_svct_workflow_start(f->ch, "cancel-closed", "tq-cc");
+  PollWorkflowTaskQueueResponse *t = dbx_svct_wft_poll(f->ch, "tq-cc", 5000);
+  dbx_svct_wft_complete_workflow(f->ch, t->task_token);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  RequestCancelWorkflowExecutionRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__REQUEST_CANCEL_WORKFLOW_EXECUTION_REQUEST);
+  WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  we.workflow_id = "cancel-closed";
+  q.namespace_ = "default";
+  q.workflow_execution = &we;
+  dbx_rpc_result raw;
+  memset(&raw, 0, sizeof raw);
+  assert_int_equal(dbx_svct_call(f->ch, "RequestCancelWorkflowExecution", &q.base, NULL, 5000, NULL, &raw),
+                   DBX_GRPC_NOT_FOUND);
+  assert_non_null(raw.message);
+  assert_true(strncmp(raw.message, "workflow execution already completed", 36) == 0);
+  char *url = dbx_svct_detail_type_url(&raw);
+  assert_non_null(url);
+  assert_true(dbx_svct_ends_with(url, "temporal.api.errordetails.v1.NotFoundFailure"));
+  free(url);
+  dbx_rpc_result_cleanup(&raw);
+  free(rid);
+}
+
+static void test_tools_describe_cli_fields(void **state) {
+  fixture *f = *state;
+  StartWorkflowExecutionRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__START_WORKFLOW_EXECUTION_REQUEST);
+  WorkflowType wt = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_TYPE);
+  TaskQueue t = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
+  Duration delay = INIT(GOOGLE__PROTOBUF__DURATION), run = INIT(GOOGLE__PROTOBUF__DURATION);
+  wt.name = "it.Workflow";
+  t.name = "tq-fields";
+  delay.seconds = 30;
+  run.seconds = 600;
+  q.namespace_ = "default";
+  q.workflow_id = "fields";
+  q.workflow_type = &wt;
+  q.task_queue = &t;
+  q.request_id = "fields-req";
+  q.workflow_start_delay = &delay;
+  q.workflow_run_timeout = &run;
+  StartWorkflowExecutionResponse *sr = NULL;
+  assert_int_equal(dbx_svct_call(f->ch, "StartWorkflowExecution", &q.base, &StartWorkflowExecutionResponse__D, 5000,
+                                 (void **)&sr, NULL),
+                   DBX_GRPC_OK);
+  DescribeWorkflowExecutionResponse *d = NULL;
+  assert_int_equal(describe(f->ch, "fields", sr->run_id, &d), DBX_GRPC_OK);
+  WorkflowExecutionInfo *i = d->workflow_execution_info;
+  assert_non_null(i->root_execution);
+  assert_string_equal(i->root_execution->workflow_id, "fields");
+  assert_string_equal(i->root_execution->run_id, sr->run_id);
+  assert_true(i->state_transition_count >= 1);
+  int64_t first = i->state_transition_count;
+  /* first workflow task backoff: execution time = start time + 30 s */
+  assert_int_equal(i->execution_time->seconds - i->start_time->seconds, 30);
+  assert_null(i->execution_duration);
+  assert_non_null(d->workflow_extended_info);
+  assert_non_null(d->workflow_extended_info->run_expiration_time);
+  assert_int_equal(d->workflow_extended_info->run_expiration_time->seconds - i->start_time->seconds, 600);
+  assert_false(d->workflow_extended_info->cancel_requested);
+  protobuf_c_message_free_unpacked(&d->base, NULL);
+  /* a cancel request: one more transition, shown in extended info */
+  RequestCancelWorkflowExecutionRequest cq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__REQUEST_CANCEL_WORKFLOW_EXECUTION_REQUEST);
+  WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  we.workflow_id = "fields";
+  cq.namespace_ = "default";
+  cq.workflow_execution = &we;
+  assert_int_equal(dbx_svct_call(f->ch, "RequestCancelWorkflowExecution", &cq.base, NULL, 5000, NULL, NULL),
+                   DBX_GRPC_OK);
+  assert_int_equal(describe(f->ch, "fields", sr->run_id, &d), DBX_GRPC_OK);
+  assert_true(d->workflow_execution_info->state_transition_count > first);
+  assert_true(d->workflow_extended_info->cancel_requested);
+  protobuf_c_message_free_unpacked(&d->base, NULL);
+  protobuf_c_message_free_unpacked(&sr->base, NULL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tools_describe_and_list_namespaces),
       cmocka_unit_test(test_tools_system_info_only_real_capabilities),
       cmocka_unit_test(test_tools_cluster_info),
       cmocka_unit_test(test_tools_health_check),
+      cmocka_unit_test(test_tools_delete_workflow_execution),
+      cmocka_unit_test(test_tools_describe_task_queue),
+      cmocka_unit_test(test_tools_activity_by_id),
+      cmocka_unit_test(test_tools_cancel_closed_run_not_found),
+      cmocka_unit_test(test_tools_describe_cli_fields),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
