@@ -240,6 +240,8 @@ static const struct {
   handler_fn fn;
 } other_handlers[] = {
     {"/grpc.health.v1.Health/Check", h_health_check},
+    {"/temporal.api.operatorservice.v1.OperatorService/AddSearchAttributes", svc_h_add_search_attributes},
+    {"/temporal.api.operatorservice.v1.OperatorService/ListSearchAttributes", svc_h_list_search_attributes},
 };
 
 dbx_err svc_handle_rpc(ectx *c, job *j) {

@@ -44,9 +44,11 @@ static dbx_err start_common(ectx *c, job *j, const start_args *a, char **run_id_
       return DBX_OK;
     }
   }
+  dbx_err rc = DBX_OK;
+  if (!svc_sa_check(c, j, a->ns, a->search_attributes, &rc)) return rc;
   char *cur = NULL;
   RunState *old = NULL;
-  dbx_err rc = svc_current_run_id(c, a->ns, a->workflow_id, &cur);
+  rc = svc_current_run_id(c, a->ns, a->workflow_id, &cur);
   if (rc != DBX_OK && rc != DBX_ENOTFOUND) return rc;
   if (cur) {
     rc = svc_run_load(c, a->ns, a->workflow_id, cur, &old);

@@ -23,6 +23,7 @@
 #include "rpc/rpc.h"
 #include "protos/pb.h"
 #include "service/service.h"
+#include "service/visquery.h"
 #include "store/store.h"
 
 /* Kinds of TimerRecord. */
@@ -369,6 +370,23 @@ dbx_err svc_activity_close(ectx *c, RunState *rs, ActivityInfo *ai, HistoryEvent
 dbx_err svc_activity_attempt_failed(ectx *c, RunState *rs, ActivityInfo *ai, Failure *failure,
                                 int timeout_type, Payloads *last_details);
 dbx_err svc_activity_queue_attempt(ectx *c, RunState *rs, ActivityInfo *ai);
+
+/* ---- custom search attributes (search_attrs.c) ---- */
+/* A namespace's custom search attributes: the predefined ones, then those
+ * added (names borrowed from stored). Free with svc_sa_defs_free. */
+typedef struct {
+  dbx_visq_sa_def *defs;
+  size_t n;
+  AddSearchAttributesRequest *stored;
+} svc_sa_defs;
+dbx_err svc_sa_defs_load(ectx *c, const char *ns, svc_sa_defs *out);
+void svc_sa_defs_free(svc_sa_defs *d);
+/* 1 when every attribute of sa is defined in ns; else 0 with the job
+ * refused (INVALID_ARGUMENT "search attribute X is not defined"), or 0 with
+ * *rc a store/memory error. */
+int svc_sa_check(ectx *c, job *j, const char *ns, const SearchAttributes *sa, dbx_err *rc);
+dbx_err svc_h_add_search_attributes(ectx *c, job *j);
+dbx_err svc_h_list_search_attributes(ectx *c, job *j);
 
 /* Namespace lookup: 1 if known. */
 int svc_ns_known(dbx_service *s, const char *ns);

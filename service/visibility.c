@@ -225,7 +225,11 @@ static dbx_err scan_runs(ectx *c, job *j, const char *ns, const char *qtext, run
   memset(out, 0, sizeof *out);
   char err[256];
   dbx_visq *vq = NULL;
-  dbx_err vrc = dbx_visq_create(qtext, &vq, err, sizeof err);
+  svc_sa_defs defs;
+  dbx_err vrc = svc_sa_defs_load(c, ns, &defs);
+  if (vrc != DBX_OK) return vrc;
+  vrc = dbx_visq_create_sa(qtext, defs.defs, defs.n, &vq, err, sizeof err);
+  svc_sa_defs_free(&defs);
   if (vrc == DBX_EINVAL) {
     svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: %s", j->method, err);
     return DBX_OK;
@@ -249,7 +253,36 @@ static dbx_err scan_runs(ectx *c, job *j, const char *ns, const char *qtext, run
                            .task_queue = rs->task_queue, .run_id = rs->run_id, .status = rs->status,
                            .start_time_ns = rs->start_time_ns, .close_time_ns = rs->close_time_ns,
                            .execution_time_ns = rs->execution_time_ns};
-    if (!dbx_visq_match(vq, &rec)) {
+    SearchAttributes *sa = NULL;
+    dbx_visq_sa_value *vals = NULL;
+    if (rs->search_attributes.len &&
+        svc_pb_unpack(&SearchAttributes__D, rs->search_attributes.data, rs->search_attributes.len, (void **)&sa) ==
+            DBX_ENOMEM) {
+      svc_runstate_free(rs);
+      rc = DBX_ENOMEM;
+      break;
+    }
+    if (sa && sa->n_indexed_fields) {
+      vals = dbx_calloc(sa->n_indexed_fields, sizeof *vals);
+      for (size_t i = 0; vals && i < sa->n_indexed_fields; i++) {
+        Payload *pv = sa->indexed_fields[i]->value;
+        vals[i].name = sa->indexed_fields[i]->key;
+        vals[i].json = pv ? (const char *)pv->data.data : NULL;
+        vals[i].json_len = pv ? pv->data.len : 0;
+      }
+      rec.sa = vals;
+      rec.n_sa = vals ? sa->n_indexed_fields : 0;
+    }
+    int match = !(sa && sa->n_indexed_fields && vals == NULL) && dbx_visq_match(vq, &rec);
+    int oom = sa && sa->n_indexed_fields && vals == NULL;
+    free(vals);
+    if (sa) protobuf_c_message_free_unpacked(&sa->base, NULL);
+    if (oom) {
+      svc_runstate_free(rs);
+      rc = DBX_ENOMEM;
+      break;
+    }
+    if (!match) {
       svc_runstate_free(rs);
       continue;
     }

@@ -277,6 +277,9 @@ out:
 static dbx_err cmd_upsert_search_attributes(ectx *c, job *j, RunState *rs, Command *cmd, wft_cmd *w) {
   dbx_err rc = DBX_OK;
   HistoryEvent *ev = NULL;
+  if (!svc_sa_check(c, j, rs->namespace_, cmd->upsert_workflow_search_attributes_command_attributes->search_attributes,
+                    &rc))
+    return rc; /* refused (UpsertWorkflowSearchAttributes names an undefined attribute), or a store error */
   ev = svc_event_new(ET(UPSERT_WORKFLOW_SEARCH_ATTRIBUTES));
   if (ev == NULL) return DBX_ENOMEM;
   ev->upsert_workflow_search_attributes_event_attributes->workflow_task_completed_event_id = w->completed_id;

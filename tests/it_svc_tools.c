@@ -11,7 +11,10 @@
  * - the ...ById activity methods (`temporal activity complete|fail`);
  * - cancel of a closed run: NOT_FOUND "workflow execution already completed";
  * - Describe's root execution, state transition count, start delay, extended
- *   info. */
+ *   info;
+ * - custom search attributes: AddSearchAttributes / ListSearchAttributes,
+ *   an undefined one refused at start, in an upsert and in a query; values
+ *   upserted from workflow code are what Describe, List and Count see. */
 #include "tests/svc_client.h"
 
 #include <stdio.h>
@@ -490,6 +493,232 @@ static void test_tools_describe_cli_fields(void **state) {
   protobuf_c_message_free_unpacked(&sr->base, NULL);
 }
 
+typedef Temporal__Api__Operatorservice__V1__AddSearchAttributesRequest__SearchAttributesEntry add_entry;
+typedef Temporal__Api__Common__V1__SearchAttributes__IndexedFieldsEntry sa_field;
+
+static int add_sa(dbx_rpc_channel *ch, const char *name, int type) {
+  AddSearchAttributesRequest q = INIT(TEMPORAL__API__OPERATORSERVICE__V1__ADD_SEARCH_ATTRIBUTES_REQUEST);
+  add_entry e = INIT(TEMPORAL__API__OPERATORSERVICE__V1__ADD_SEARCH_ATTRIBUTES_REQUEST__SEARCH_ATTRIBUTES_ENTRY);
+  add_entry *ep[1] = {&e};
+  e.key = (char *)name;
+  e.value = type;
+  q.namespace_ = "default";
+  q.n_search_attributes = 1;
+  q.search_attributes = ep;
+  return dbx_svct_call(ch, "/temporal.api.operatorservice.v1.OperatorService/AddSearchAttributes", &q.base,
+                       &AddSearchAttributesResponse__D, 5000, NULL, NULL);
+}
+
+/* SearchAttributes with one field whose payload is json (json/plain). */
+typedef struct {
+  SearchAttributes sa;
+  sa_field f;
+  sa_field *fp[1];
+  Payload p;
+  Temporal__Api__Common__V1__Payload__MetadataEntry m;
+  Temporal__Api__Common__V1__Payload__MetadataEntry *mp[1];
+} one_sa;
+
+static void one_sa_init(one_sa *o, const char *name, const char *json) {
+  SearchAttributes sa = INIT(TEMPORAL__API__COMMON__V1__SEARCH_ATTRIBUTES);
+  sa_field f = INIT(TEMPORAL__API__COMMON__V1__SEARCH_ATTRIBUTES__INDEXED_FIELDS_ENTRY);
+  Payload p = INIT(TEMPORAL__API__COMMON__V1__PAYLOAD);
+  Temporal__Api__Common__V1__Payload__MetadataEntry m = INIT(TEMPORAL__API__COMMON__V1__PAYLOAD__METADATA_ENTRY);
+  o->sa = sa;
+  o->f = f;
+  o->p = p;
+  o->m = m;
+  o->m.key = "encoding";
+  o->m.value.data = (uint8_t *)"json/plain";
+  o->m.value.len = 10;
+  o->mp[0] = &o->m;
+  o->p.n_metadata = 1;
+  o->p.metadata = o->mp;
+  o->p.data.data = (uint8_t *)json;
+  o->p.data.len = strlen(json);
+  o->f.key = (char *)name;
+  o->f.value = &o->p;
+  o->fp[0] = &o->f;
+  o->sa.n_indexed_fields = 1;
+  o->sa.indexed_fields = o->fp;
+}
+
+static int start_sa(dbx_rpc_channel *ch, const char *wfid, const char *tq, const one_sa *o, char **run_id,
+                    dbx_rpc_result *raw) {
+  StartWorkflowExecutionRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__START_WORKFLOW_EXECUTION_REQUEST);
+  WorkflowType wt = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_TYPE);
+  TaskQueue t = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
+  wt.name = "it.Workflow";
+  t.name = (char *)tq;
+  q.namespace_ = "default";
+  q.workflow_id = (char *)wfid;
+  q.workflow_type = &wt;
+  q.task_queue = &t;
+  q.request_id = (char *)wfid;
+  q.search_attributes = (SearchAttributes *)&o->sa;
+  StartWorkflowExecutionResponse *r = NULL;
+  int st = dbx_svct_call(ch, "StartWorkflowExecution", &q.base, &StartWorkflowExecutionResponse__D, 5000, (void **)&r,
+                         raw);
+  if (r) {
+    *run_id = strdup(r->run_id);
+    protobuf_c_message_free_unpacked(&r->base, NULL);
+  }
+  return st;
+}
+
+static int respond_upsert(dbx_rpc_channel *ch, ProtobufCBinaryData token, const one_sa *o, dbx_rpc_result *raw) {
+  Command cmd = INIT(TEMPORAL__API__COMMAND__V1__COMMAND);
+  UpsertWorkflowSearchAttributesCommandAttributes a =
+      INIT(TEMPORAL__API__COMMAND__V1__UPSERT_WORKFLOW_SEARCH_ATTRIBUTES_COMMAND_ATTRIBUTES);
+  a.search_attributes = (SearchAttributes *)&o->sa;
+  cmd.command_type = TEMPORAL__API__ENUMS__V1__COMMAND_TYPE__COMMAND_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES;
+  cmd.attributes_case = CMD(UPSERT_WORKFLOW_SEARCH_ATTRIBUTES);
+  cmd.upsert_workflow_search_attributes_command_attributes = &a;
+  RespondWorkflowTaskCompletedRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_WORKFLOW_TASK_COMPLETED_REQUEST);
+  Command *cmds[1] = {&cmd};
+  q.namespace_ = "default";
+  q.task_token = token;
+  q.identity = "it";
+  q.n_commands = 1;
+  q.commands = cmds;
+  return dbx_svct_call(ch, "RespondWorkflowTaskCompleted", &q.base, &RespondWorkflowTaskCompletedResponse__D, 5000,
+                       NULL, raw);
+}
+
+/* The JSON of attribute name in a Describe reply, or NULL. */
+static char *described_sa(dbx_rpc_channel *ch, const char *wfid, const char *name) {
+  DescribeWorkflowExecutionResponse *d = NULL;
+  assert_int_equal(describe(ch, wfid, "", &d), DBX_GRPC_OK);
+  char *out = NULL;
+  SearchAttributes *sa = d->workflow_execution_info->search_attributes;
+  for (size_t i = 0; sa && i < sa->n_indexed_fields; i++)
+    if (strcmp(sa->indexed_fields[i]->key, name) == 0)
+      out = strndup((const char *)sa->indexed_fields[i]->value->data.data, sa->indexed_fields[i]->value->data.len);
+  protobuf_c_message_free_unpacked(&d->base, NULL);
+  return out;
+}
+
+static int count_status(dbx_rpc_channel *ch, const char *query, dbx_rpc_result *raw) {
+  CountWorkflowExecutionsRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__COUNT_WORKFLOW_EXECUTIONS_REQUEST);
+  q.namespace_ = "default";
+  q.query = (char *)query;
+  return dbx_svct_call(ch, "CountWorkflowExecutions", &q.base, NULL, 5000, NULL, raw);
+}
+
+static void test_tools_search_attributes(void **state) {
+  fixture *f = *state;
+  /* register two; again with the same type is a no-op; another type, a
+   * system name or a bad type is refused */
+  assert_int_equal(add_sa(f->ch, "OrderId", TEMPORAL__API__ENUMS__V1__INDEXED_VALUE_TYPE__INDEXED_VALUE_TYPE_KEYWORD),
+                   DBX_GRPC_OK);
+  assert_int_equal(add_sa(f->ch, "Amount", TEMPORAL__API__ENUMS__V1__INDEXED_VALUE_TYPE__INDEXED_VALUE_TYPE_INT),
+                   DBX_GRPC_OK);
+  assert_int_equal(add_sa(f->ch, "OrderId", TEMPORAL__API__ENUMS__V1__INDEXED_VALUE_TYPE__INDEXED_VALUE_TYPE_KEYWORD),
+                   DBX_GRPC_OK);
+  assert_int_equal(add_sa(f->ch, "OrderId", TEMPORAL__API__ENUMS__V1__INDEXED_VALUE_TYPE__INDEXED_VALUE_TYPE_INT),
+                   DBX_GRPC_INVALID_ARGUMENT);
+  assert_int_equal(add_sa(f->ch, "WorkflowId", TEMPORAL__API__ENUMS__V1__INDEXED_VALUE_TYPE__INDEXED_VALUE_TYPE_KEYWORD),
+                   DBX_GRPC_INVALID_ARGUMENT);
+  assert_int_equal(add_sa(f->ch, "Bad", 42), DBX_GRPC_INVALID_ARGUMENT);
+  ListSearchAttributesRequest lq = INIT(TEMPORAL__API__OPERATORSERVICE__V1__LIST_SEARCH_ATTRIBUTES_REQUEST);
+  lq.namespace_ = "default";
+  ListSearchAttributesResponse *lr = NULL;
+  assert_int_equal(dbx_svct_call(f->ch, "/temporal.api.operatorservice.v1.OperatorService/ListSearchAttributes",
+                                 &lq.base, &ListSearchAttributesResponse__D, 5000, (void **)&lr, NULL),
+                   DBX_GRPC_OK);
+  int order = 0, amount = 0, ckw = 0, wid = 0, n_order = 0;
+  for (size_t i = 0; i < lr->n_custom_attributes; i++) {
+    const char *k = lr->custom_attributes[i]->key;
+    int v = (int)lr->custom_attributes[i]->value;
+    if (strcmp(k, "OrderId") == 0) order = v, n_order++;
+    if (strcmp(k, "Amount") == 0) amount = v;
+    if (strcmp(k, "CustomKeywordField") == 0) ckw = v;
+  }
+  for (size_t i = 0; i < lr->n_system_attributes; i++)
+    if (strcmp(lr->system_attributes[i]->key, "WorkflowId") == 0) wid = (int)lr->system_attributes[i]->value;
+  assert_int_equal(order, TEMPORAL__API__ENUMS__V1__INDEXED_VALUE_TYPE__INDEXED_VALUE_TYPE_KEYWORD);
+  assert_int_equal(n_order, 1);
+  assert_int_equal(amount, TEMPORAL__API__ENUMS__V1__INDEXED_VALUE_TYPE__INDEXED_VALUE_TYPE_INT);
+  assert_int_equal(ckw, TEMPORAL__API__ENUMS__V1__INDEXED_VALUE_TYPE__INDEXED_VALUE_TYPE_KEYWORD);
+  assert_int_equal(wid, TEMPORAL__API__ENUMS__V1__INDEXED_VALUE_TYPE__INDEXED_VALUE_TYPE_KEYWORD);
+  protobuf_c_message_free_unpacked(&lr->base, NULL);
+
+  /* an undefined attribute at start: refused as Temporal refuses it */
+  one_sa o;
+  one_sa_init(&o, "NoSuchAttr", "\"x\"");
+  char *rid = NULL;
+  dbx_rpc_result raw;
+  memset(&raw, 0, sizeof raw);
+  assert_int_equal(start_sa(f->ch, "sa-bad", "tq-sa", &o, &rid, &raw), DBX_GRPC_INVALID_ARGUMENT);
+  assert_string_equal(raw.message, "search attribute NoSuchAttr is not defined");
+  dbx_rpc_result_cleanup(&raw);
+  assert_null(rid);
+
+  /* start with OrderId o-1, upsert o-2 and Amount 5 from the workflow task */
+  one_sa_init(&o, "OrderId", "\"o-1\"");
+  assert_int_equal(start_sa(f->ch, "sa-1", "tq-sa", &o, &rid, NULL), DBX_GRPC_OK);
+  free(rid);
+  assert_int_equal(count_query(f->ch, "OrderId = 'o-1'"), 1);
+  PollWorkflowTaskQueueResponse *t = dbx_svct_wft_poll(f->ch, "tq-sa", 5000);
+  assert_true(t->task_token.len > 0);
+  one_sa bad;
+  one_sa_init(&bad, "NoSuchAttr", "1");
+  memset(&raw, 0, sizeof raw);
+  assert_int_equal(respond_upsert(f->ch, t->task_token, &bad, &raw), DBX_GRPC_INVALID_ARGUMENT);
+  assert_string_equal(raw.message, "search attribute NoSuchAttr is not defined");
+  dbx_rpc_result_cleanup(&raw);
+  one_sa_init(&o, "OrderId", "\"o-2\"");
+  assert_int_equal(respond_upsert(f->ch, t->task_token, &o, NULL), DBX_GRPC_OK);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  /* the upsert made no new workflow task; a signal does */
+  SignalWorkflowExecutionRequest sq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__SIGNAL_WORKFLOW_EXECUTION_REQUEST);
+  WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  we.workflow_id = "sa-1";
+  sq.namespace_ = "default";
+  sq.workflow_execution = &we;
+  sq.signal_name = "go";
+  assert_int_equal(dbx_svct_call(f->ch, "SignalWorkflowExecution", &sq.base, NULL, 5000, NULL, NULL), DBX_GRPC_OK);
+  t = dbx_svct_wft_poll(f->ch, "tq-sa", 5000);
+  assert_true(t->task_token.len > 0);
+  one_sa_init(&o, "Amount", "5");
+  assert_int_equal(respond_upsert(f->ch, t->task_token, &o, NULL), DBX_GRPC_OK);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+
+  char *v = described_sa(f->ch, "sa-1", "OrderId");
+  assert_string_equal(v, "\"o-2\"");
+  free(v);
+  v = described_sa(f->ch, "sa-1", "Amount");
+  assert_string_equal(v, "5");
+  free(v);
+  assert_int_equal(count_query(f->ch, "OrderId = 'o-1'"), 0);
+  assert_int_equal(count_query(f->ch, "OrderId = 'o-2'"), 1);
+  assert_int_equal(count_query(f->ch, "OrderId IN ('o-9', 'o-2') AND Amount > 3"), 1);
+  assert_int_equal(count_query(f->ch, "Amount >= 6"), 0);
+  assert_int_equal(count_query(f->ch, "Amount = '5'"), 1);
+  assert_int_equal(count_query(f->ch, "OrderId IS NOT NULL AND WorkflowId = 'sa-1'"), 1);
+  assert_int_equal(count_query(f->ch, "Amount IS NULL AND WorkflowId = 'sa-1'"), 0);
+  /* List shows the upserted values too */
+  ListWorkflowExecutionsRequest lw = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__LIST_WORKFLOW_EXECUTIONS_REQUEST);
+  lw.namespace_ = "default";
+  lw.query = "OrderId = 'o-2'";
+  ListWorkflowExecutionsResponse *lwr = NULL;
+  assert_int_equal(dbx_svct_call(f->ch, "ListWorkflowExecutions", &lw.base, &ListWorkflowExecutionsResponse__D, 5000,
+                                 (void **)&lwr, NULL),
+                   DBX_GRPC_OK);
+  assert_int_equal(lwr->n_executions, 1);
+  assert_string_equal(lwr->executions[0]->execution->workflow_id, "sa-1");
+  assert_int_equal(lwr->executions[0]->search_attributes->n_indexed_fields, 2);
+  protobuf_c_message_free_unpacked(&lwr->base, NULL);
+  /* an undefined attribute in a query */
+  memset(&raw, 0, sizeof raw);
+  assert_int_equal(count_status(f->ch, "NoSuchAttr = 'x'", &raw), DBX_GRPC_INVALID_ARGUMENT);
+  assert_non_null(strstr(raw.message, "search attribute NoSuchAttr is not defined"));
+  dbx_rpc_result_cleanup(&raw);
+  memset(&raw, 0, sizeof raw);
+  assert_int_equal(count_status(f->ch, "Amount = 'many'", &raw), DBX_GRPC_INVALID_ARGUMENT);
+  dbx_rpc_result_cleanup(&raw);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tools_describe_and_list_namespaces),
@@ -501,6 +730,7 @@ int main(void) {
       cmocka_unit_test(test_tools_activity_by_id),
       cmocka_unit_test(test_tools_cancel_closed_run_not_found),
       cmocka_unit_test(test_tools_describe_cli_fields),
+      cmocka_unit_test(test_tools_search_attributes),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
