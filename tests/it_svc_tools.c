@@ -717,6 +717,40 @@ static void test_tools_search_attributes(void **state) {
   memset(&raw, 0, sizeof raw);
   assert_int_equal(count_status(f->ch, "Amount = 'many'", &raw), DBX_GRPC_INVALID_ARGUMENT);
   dbx_rpc_result_cleanup(&raw);
+
+  /* upserting null removes an attribute, as Temporal's merge does */
+  assert_int_equal(dbx_svct_call(f->ch, "SignalWorkflowExecution", &sq.base, NULL, 5000, NULL, NULL), DBX_GRPC_OK);
+  t = dbx_svct_wft_poll(f->ch, "tq-sa", 5000);
+  assert_true(t->task_token.len > 0);
+  one_sa_init(&o, "Amount", "null");
+  assert_int_equal(respond_upsert(f->ch, t->task_token, &o, NULL), DBX_GRPC_OK);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  assert_null(described_sa(f->ch, "sa-1", "Amount"));
+  assert_int_equal(count_query(f->ch, "Amount IS NULL AND WorkflowId = 'sa-1'"), 1);
+
+  /* continue-as-new without search attributes: the new run keeps o-2 */
+  assert_int_equal(dbx_svct_call(f->ch, "SignalWorkflowExecution", &sq.base, NULL, 5000, NULL, NULL), DBX_GRPC_OK);
+  t = dbx_svct_wft_poll(f->ch, "tq-sa", 5000);
+  assert_true(t->task_token.len > 0);
+  Command cmd = INIT(TEMPORAL__API__COMMAND__V1__COMMAND);
+  ContinueAsNewWorkflowExecutionCommandAttributes can =
+      INIT(TEMPORAL__API__COMMAND__V1__CONTINUE_AS_NEW_WORKFLOW_EXECUTION_COMMAND_ATTRIBUTES);
+  cmd.command_type = TEMPORAL__API__ENUMS__V1__COMMAND_TYPE__COMMAND_TYPE_CONTINUE_AS_NEW_WORKFLOW_EXECUTION;
+  cmd.attributes_case = CMD(CONTINUE_AS_NEW_WORKFLOW_EXECUTION);
+  cmd.continue_as_new_workflow_execution_command_attributes = &can;
+  RespondWorkflowTaskCompletedRequest cq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_WORKFLOW_TASK_COMPLETED_REQUEST);
+  Command *cmds[1] = {&cmd};
+  cq.namespace_ = "default";
+  cq.task_token = t->task_token;
+  cq.n_commands = 1;
+  cq.commands = cmds;
+  assert_int_equal(dbx_svct_call(f->ch, "RespondWorkflowTaskCompleted", &cq.base, NULL, 5000, NULL, NULL), DBX_GRPC_OK);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  v = described_sa(f->ch, "sa-1", "OrderId"); /* the current run: the new one */
+  assert_string_equal(v, "\"o-2\"");
+  free(v);
+  assert_int_equal(count_query(f->ch, "OrderId = 'o-2' AND ExecutionStatus = 'Running'"), 1);
+  assert_int_equal(count_query(f->ch, "OrderId = 'o-2' AND ExecutionStatus = 'ContinuedAsNew'"), 1);
 }
 
 int main(void) {
