@@ -956,6 +956,8 @@ dbx_err dbx_service_start(const dbx_service_opts *o, dbx_service **out, char **e
       goto fail;
     }
   }
+  rc = svc_sa_opts_parse(s, o, &msg);
+  if (rc != DBX_OK) goto fail;
   if (pthread_create(&s->thread, NULL, engine_main, s) != 0) {
     msg = dbx_strdup("cannot start the engine thread");
     rc = DBX_ENOMEM;
@@ -996,6 +998,7 @@ fail:
   }
   free(s->namespaces);
   svc_pollers_free(s);
+  svc_sa_opts_free(s);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cond);
   free(s);
@@ -1060,6 +1063,7 @@ void dbx_service_stop(dbx_service *s) {
   }
   free(s->namespaces);
   svc_pollers_free(s);
+  svc_sa_opts_free(s);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cond);
   free(s);

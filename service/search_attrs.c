@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "service/svc.h"
 
@@ -56,6 +57,8 @@ static dbx_err registry_load(ectx *c, const char *ns, AddSearchAttributesRequest
   return rc == DBX_EINVAL ? DBX_OK : rc; /* a damaged row: as if none were added */
 }
 
+static const dbx_visq_sa_def *find_def(const dbx_visq_sa_def *defs, size_t n, const char *name);
+
 void svc_sa_defs_free(svc_sa_defs *d) {
   if (d == NULL) return;
   free(d->defs);
@@ -68,13 +71,17 @@ dbx_err svc_sa_defs_load(ectx *c, const char *ns, svc_sa_defs *out) {
   dbx_err rc = registry_load(c, ns, &out->stored);
   if (rc != DBX_OK) return rc;
   size_t n = N_PREDEFINED + (out->stored ? out->stored->n_search_attributes : 0);
+  n += c->svc->n_start_sa;
   out->defs = dbx_calloc(n + 1, sizeof *out->defs);
   if (out->defs == NULL) {
     svc_sa_defs_free(out);
     return DBX_ENOMEM;
   }
   for (size_t i = 0; i < N_PREDEFINED; i++) out->defs[out->n++] = predefined[i];
+  for (size_t i = 0; i < c->svc->n_start_sa; i++)
+    if (find_def(out->defs, out->n, c->svc->start_sa[i].name) == NULL) out->defs[out->n++] = c->svc->start_sa[i];
   for (size_t i = 0; out->stored && i < out->stored->n_search_attributes; i++) {
+    if (find_def(out->defs, out->n, out->stored->search_attributes[i]->key)) continue; /* also a start flag */
     out->defs[out->n].name = out->stored->search_attributes[i]->key;
     out->defs[out->n++].type = (int)out->stored->search_attributes[i]->value;
   }
@@ -222,4 +229,50 @@ dbx_err svc_h_list_search_attributes(ectx *c, job *j) {
   }
   protobuf_c_message_free_unpacked(&q->base, NULL);
   return rc;
+}
+
+/* ---- --search-attribute Name=Type ---- */
+
+static const char *const type_names[] = {NULL, "Text", "Keyword", "Int", "Double", "Bool", "Datetime", "KeywordList"};
+
+dbx_err svc_sa_opts_parse(dbx_service *s, const dbx_service_opts *o, char **msg) {
+  *msg = NULL;
+  if (o->n_search_attributes == 0) return DBX_OK;
+  s->start_sa = dbx_calloc(o->n_search_attributes, sizeof *s->start_sa);
+  if (s->start_sa == NULL) return DBX_ENOMEM;
+  for (size_t i = 0; i < o->n_search_attributes; i++) {
+    const char *spec = o->search_attributes[i] ? o->search_attributes[i] : "";
+    const char *eq = strchr(spec, '=');
+    int ty = 0;
+    for (int k = 1; eq && k <= DBX_VISQ_SA_KEYWORD_LIST; k++)
+      if (strcasecmp(eq + 1, type_names[k]) == 0) ty = k;
+    if (eq == NULL || eq == spec || ty == 0) {
+      *msg = dbx_asprintf("--search-attribute %s: expected Name=Type, Type one of Text, Keyword, Int, Double, Bool, "
+                          "Datetime, KeywordList",
+                          spec);
+      return DBX_EINVAL;
+    }
+    char *name = dbx_malloc((size_t)(eq - spec) + 1);
+    if (name == NULL) return DBX_ENOMEM;
+    memcpy(name, spec, (size_t)(eq - spec));
+    name[eq - spec] = '\0';
+    const dbx_visq_sa_def *have = find_def(predefined, N_PREDEFINED, name);
+    if (have == NULL) have = find_def(s->start_sa, s->n_start_sa, name);
+    if (find_def(system_attrs, N_SYSTEM, name) || (have && have->type != ty)) {
+      *msg = dbx_asprintf("--search-attribute %s: %s", spec,
+                          have ? "the name is defined with another type" : "the name is reserved by system");
+      free(name);
+      return DBX_EINVAL;
+    }
+    s->start_sa[s->n_start_sa].name = name;
+    s->start_sa[s->n_start_sa++].type = ty;
+  }
+  return DBX_OK;
+}
+
+void svc_sa_opts_free(dbx_service *s) {
+  for (size_t i = 0; i < s->n_start_sa; i++) free((char *)s->start_sa[i].name);
+  free(s->start_sa);
+  s->start_sa = NULL;
+  s->n_start_sa = 0;
 }

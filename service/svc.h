@@ -144,6 +144,8 @@ struct dbx_service {
   uint64_t epoch;
   int64_t next_timer_wall_ns;   /* earliest durable timer, INT64_MAX if none known */
   int64_t started_wall_ns;      /* this process's start: no heartbeat could arrive before it */
+  dbx_visq_sa_def *start_sa;    /* opts.search_attributes, parsed (names owned) */
+  size_t n_start_sa;
   poller_seen *pollers;         /* queue pollers seen in the last 5 minutes */
   size_t n_pollers;
 };
@@ -386,6 +388,10 @@ void svc_sa_defs_free(svc_sa_defs *d);
  * *rc a store/memory error. */
 int svc_sa_check(ectx *c, job *j, const char *ns, const SearchAttributes *sa, dbx_err *rc);
 dbx_err svc_h_add_search_attributes(ectx *c, job *j);
+/* At start: parse o->search_attributes into s->start_sa. DBX_OK, DBX_ENOMEM,
+ * DBX_EINVAL with *msg (malloc'd) naming the bad one. */
+dbx_err svc_sa_opts_parse(dbx_service *s, const dbx_service_opts *o, char **msg);
+void svc_sa_opts_free(dbx_service *s);
 dbx_err svc_h_list_search_attributes(ectx *c, job *j);
 
 /* Namespace lookup: 1 if known. */

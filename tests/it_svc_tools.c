@@ -33,6 +33,9 @@ static int group_setup(void **state) {
   static const char *const extra[] = {"tools-ns"};
   o.namespaces = extra;
   o.n_namespaces = 1;
+  static const char *const sas[] = {"StartFlagAttr=double", "CustomKeywordField=Keyword"};
+  o.search_attributes = sas;
+  o.n_search_attributes = 2;
   return dbx_svct_fixture_start(&o, (dbx_svct_fixture **)state);
 }
 
@@ -605,6 +608,27 @@ static int count_status(dbx_rpc_channel *ch, const char *query, dbx_rpc_result *
   return dbx_svct_call(ch, "CountWorkflowExecutions", &q.base, NULL, 5000, NULL, raw);
 }
 
+/* --search-attribute values the service cannot take fail its start. */
+static void test_tools_search_attribute_flag_refused(void **state) {
+  (void)state;
+  static const char *const bad[][1] = {{"NoType"}, {"X=Nope"}, {"=Keyword"}, {"WorkflowId=Keyword"},
+                                       {"CustomIntField=Keyword"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    dbx_service_opts o;
+    dbx_service_opts_init(&o);
+    o.no_sync = 1;
+    o.search_attributes = bad[i];
+    o.n_search_attributes = 1;
+    dbx_service *s = NULL;
+    char *msg = NULL;
+    assert_int_equal(dbx_service_start(&o, &s, &msg), DBX_EINVAL);
+    assert_null(s);
+    assert_non_null(msg);
+    assert_non_null(strstr(msg, "--search-attribute"));
+    free(msg);
+  }
+}
+
 static void test_tools_search_attributes(void **state) {
   fixture *f = *state;
   /* register two; again with the same type is a no-op; another type, a
@@ -626,10 +650,12 @@ static void test_tools_search_attributes(void **state) {
   assert_int_equal(dbx_svct_call(f->ch, "/temporal.api.operatorservice.v1.OperatorService/ListSearchAttributes",
                                  &lq.base, &ListSearchAttributesResponse__D, 5000, (void **)&lr, NULL),
                    DBX_GRPC_OK);
-  int order = 0, amount = 0, ckw = 0, wid = 0, n_order = 0;
+  int order = 0, amount = 0, ckw = 0, wid = 0, n_order = 0, flag = 0, n_ckw = 0;
   for (size_t i = 0; i < lr->n_custom_attributes; i++) {
     const char *k = lr->custom_attributes[i]->key;
     int v = (int)lr->custom_attributes[i]->value;
+    if (strcmp(k, "StartFlagAttr") == 0) flag = v;
+    if (strcmp(k, "CustomKeywordField") == 0) n_ckw++;
     if (strcmp(k, "OrderId") == 0) order = v, n_order++;
     if (strcmp(k, "Amount") == 0) amount = v;
     if (strcmp(k, "CustomKeywordField") == 0) ckw = v;
@@ -638,6 +664,8 @@ static void test_tools_search_attributes(void **state) {
     if (strcmp(lr->system_attributes[i]->key, "WorkflowId") == 0) wid = (int)lr->system_attributes[i]->value;
   assert_int_equal(order, TEMPORAL__API__ENUMS__V1__INDEXED_VALUE_TYPE__INDEXED_VALUE_TYPE_KEYWORD);
   assert_int_equal(n_order, 1);
+  assert_int_equal(n_ckw, 1);
+  assert_int_equal(flag, TEMPORAL__API__ENUMS__V1__INDEXED_VALUE_TYPE__INDEXED_VALUE_TYPE_DOUBLE);
   assert_int_equal(amount, TEMPORAL__API__ENUMS__V1__INDEXED_VALUE_TYPE__INDEXED_VALUE_TYPE_INT);
   assert_int_equal(ckw, TEMPORAL__API__ENUMS__V1__INDEXED_VALUE_TYPE__INDEXED_VALUE_TYPE_KEYWORD);
   assert_int_equal(wid, TEMPORAL__API__ENUMS__V1__INDEXED_VALUE_TYPE__INDEXED_VALUE_TYPE_KEYWORD);
@@ -765,6 +793,7 @@ int main(void) {
       cmocka_unit_test(test_tools_cancel_closed_run_not_found),
       cmocka_unit_test(test_tools_describe_cli_fields),
       cmocka_unit_test(test_tools_search_attributes),
+      cmocka_unit_test(test_tools_search_attribute_flag_refused),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
