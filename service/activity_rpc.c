@@ -35,10 +35,15 @@ static dbx_err load_activity(ectx *c, job *j, ProtobufCBinaryData token, RunStat
   return rc;
 }
 
-/* ById: the started attempt of activity_id in the run; NOT_FOUND as for a
- * stale token when the run is closed or the activity is not started. */
+/* ById: the current attempt of activity_id in the run; NOT_FOUND as for a
+ * stale token when the run is closed or there is no such activity. As
+ * Temporal's server, an outcome by id may end an attempt that no worker
+ * started (it is marked started now, by identity, so ActivityTaskStarted is
+ * written before the outcome); a heartbeat (started_only) needs a started
+ * one. */
 static dbx_err load_activity_by_id(ectx *c, job *j, const char *ns, const char *wfid, const char *run_id,
-                                   const char *activity_id, RunState **rs_out, ActivityInfo **ai_out) {
+                                   const char *activity_id, const char *identity, int started_only,
+                                   RunState **rs_out, ActivityInfo **ai_out) {
   *rs_out = NULL;
   *ai_out = NULL;
   if (!svc_check_ns(c, j, ns) || !svc_check_id(j, "activity_id", activity_id)) return DBX_OK;
@@ -51,13 +56,20 @@ static dbx_err load_activity_by_id(ectx *c, job *j, const char *ns, const char *
   ActivityInfo *ai = NULL;
   for (size_t i = 0; i < rs->n_activities; i++)
     if (strcmp(rs->activities[i]->activity_id, activity_id) == 0) ai = rs->activities[i];
-  if (rs->status != WS(RUNNING) || ai == NULL || ai->started_time_ns == 0) {
-    svc_fail_not_found(j,
-                       "activity task not found: not started, completed, or the run closed "
-                       "(workflow id %s, activity id %s)",
-                       wfid, activity_id);
+  if (rs->status != WS(RUNNING) || ai == NULL || (started_only && ai->started_time_ns == 0)) {
+    if (started_only)
+      svc_fail_not_found(j, "activity task not found: not started, completed, or the run closed (workflow id %s, activity id %s)",
+                         wfid, activity_id);
+    else
+      svc_fail_not_found(j, "activity task not found: completed, or the run closed (workflow id %s, activity id %s)",
+                         wfid, activity_id);
     svc_runstate_free(rs);
     return DBX_OK;
+  }
+  if (ai->started_time_ns == 0) { /* the queued task, if any, is stale from now on */
+    ai->started_time_ns = c->now_ns;
+    ai->queued = 0;
+    svc_pb_setstr(&ai->started_identity, identity);
   }
   *rs_out = rs;
   *ai_out = ai;
@@ -138,13 +150,14 @@ static dbx_err act_heartbeat(ectx *c, job *j, RunState *rs, ActivityInfo *ai, co
     protobuf_c_message_free_unpacked(&q->base, NULL);              \
     return rc;                                                     \
   }
-#define ACT_BY_ID(name, T, call)                                                                          \
+#define ACT_BY_ID(name, T, started_only, call)                                                             \
   dbx_err name(ectx *c, job *j) {                                                                         \
     T *q = svc_decode(j, &T##__D);                                                                        \
     if (q == NULL) return DBX_OK;                                                                         \
     RunState *rs = NULL;                                                                                  \
     ActivityInfo *ai = NULL;                                                                              \
-    dbx_err rc = load_activity_by_id(c, j, q->namespace_, q->workflow_id, q->run_id, q->activity_id, &rs, &ai); \
+    dbx_err rc = load_activity_by_id(c, j, q->namespace_, q->workflow_id, q->run_id, q->activity_id,     \
+                                     q->identity, started_only, &rs, &ai);                                \
     if (rc == DBX_OK && rs) rc = call;                                                                    \
     svc_runstate_free(rs);                                                                                \
     protobuf_c_message_free_unpacked(&q->base, NULL);                                                     \
@@ -155,7 +168,7 @@ ACT_BY_TOKEN(svc_h_activity_completed, RespondActivityTaskCompletedRequest, act_
 ACT_BY_TOKEN(svc_h_activity_failed, RespondActivityTaskFailedRequest, act_fail(c, j, rs, ai, q->failure, q->last_heartbeat_details))
 ACT_BY_TOKEN(svc_h_activity_canceled, RespondActivityTaskCanceledRequest, act_cancel(c, j, rs, ai, q->details, q->identity))
 ACT_BY_TOKEN(svc_h_heartbeat, RecordActivityTaskHeartbeatRequest, act_heartbeat(c, j, rs, ai, q->details))
-ACT_BY_ID(svc_h_activity_completed_by_id, RespondActivityTaskCompletedByIdRequest, act_complete(c, j, rs, ai, q->result, q->identity))
-ACT_BY_ID(svc_h_activity_failed_by_id, RespondActivityTaskFailedByIdRequest, act_fail(c, j, rs, ai, q->failure, q->last_heartbeat_details))
-ACT_BY_ID(svc_h_activity_canceled_by_id, RespondActivityTaskCanceledByIdRequest, act_cancel(c, j, rs, ai, q->details, q->identity))
-ACT_BY_ID(svc_h_heartbeat_by_id, RecordActivityTaskHeartbeatByIdRequest, act_heartbeat(c, j, rs, ai, q->details))
+ACT_BY_ID(svc_h_activity_completed_by_id, RespondActivityTaskCompletedByIdRequest, 0, act_complete(c, j, rs, ai, q->result, q->identity))
+ACT_BY_ID(svc_h_activity_failed_by_id, RespondActivityTaskFailedByIdRequest, 0, act_fail(c, j, rs, ai, q->failure, q->last_heartbeat_details))
+ACT_BY_ID(svc_h_activity_canceled_by_id, RespondActivityTaskCanceledByIdRequest, 0, act_cancel(c, j, rs, ai, q->details, q->identity))
+ACT_BY_ID(svc_h_heartbeat_by_id, RecordActivityTaskHeartbeatByIdRequest, 1, act_heartbeat(c, j, rs, ai, q->details))

@@ -417,6 +417,34 @@ static void test_tools_activity_by_id(void **state) {
   assert_string_equal(e->activity_task_canceled_event_attributes->identity, "cli-user");
   dbx_svct_history_cleanup(&h);
   free(rid);
+
+  /* an attempt no worker started: a heartbeat by id is NOT_FOUND; complete
+   * by id ends it (ActivityTaskStarted by the caller, then Completed), as
+   * Temporal's server does, and its queued task is not handed out */
+  rid = dbx_svct_workflow_start(f->ch, "byid-4", "tq-byid-4");
+  PollWorkflowTaskQueueResponse *t = dbx_svct_wft_poll(f->ch, "tq-byid-4", 5000);
+  assert_true(t->task_token.len > 0);
+  dbx_svct_wft_schedule_activity(f->ch, t->task_token, "act", "tq-byid-4", 60, 1);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  hq.workflow_id = "byid-4";
+  assert_int_equal(dbx_svct_call(f->ch, "RecordActivityTaskHeartbeatById", &hq.base, NULL, 5000, NULL, NULL),
+                   DBX_GRPC_NOT_FOUND);
+  cq.workflow_id = "byid-4";
+  cq.run_id = "";
+  assert_int_equal(dbx_svct_call(f->ch, "RespondActivityTaskCompletedById", &cq.base, NULL, 5000, NULL, NULL),
+                   DBX_GRPC_OK);
+  dbx_svct_history_get(f->ch, "byid-4", rid, &h);
+  const HistoryEvent *st = last_of(&h, ET(ACTIVITY_TASK_STARTED));
+  e = last_of(&h, ET(ACTIVITY_TASK_COMPLETED));
+  assert_non_null(st);
+  assert_non_null(e);
+  assert_string_equal(st->activity_task_started_event_attributes->identity, "cli-user");
+  assert_int_equal(e->activity_task_completed_event_attributes->started_event_id, st->event_id);
+  dbx_svct_history_cleanup(&h);
+  PollActivityTaskQueueResponse *at = dbx_svct_activity_poll(f->ch, "tq-byid-4", 300);
+  assert_int_equal(at->task_token.len, 0);
+  protobuf_c_message_free_unpacked(&at->base, NULL);
+  free(rid);
 }
 
 static void test_tools_cancel_closed_run_not_found(void **state) {
