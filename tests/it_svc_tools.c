@@ -14,9 +14,11 @@
  *   info;
  * - custom search attributes: AddSearchAttributes / ListSearchAttributes,
  *   an undefined one refused at start, in an upsert and in a query; values
- *   upserted from workflow code are what Describe, List and Count see. */
+ *   upserted from workflow code are what Describe, List and Count see;
+ *   `server start-dev --search-attribute Name=Type`. */
 #include "tests/svc_client.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +42,7 @@ static int group_setup(void **state) {
 }
 
 static int group_teardown(void **state) {
+  dbx_svct_proc_kill_all(); /* a server a failed test left running */
   dbx_svct_fixture_stop(*state);
   return 0;
 }
@@ -809,6 +812,53 @@ static void test_tools_search_attributes(void **state) {
   assert_int_equal(count_query(f->ch, "OrderId = 'o-2' AND ExecutionStatus = 'ContinuedAsNew'"), 1);
 }
 
+/* `durabox server start-dev --search-attribute Name=Type`: the attribute is
+ * listed and usable at start; a malformed one makes the command fail naming it. */
+static void test_tools_server_search_attribute_flag(void **state) {
+  (void)state;
+  const char *bin = dbx_test_bin();
+  char *dir = dbx_test_tmpdir("svc-tools-flag");
+  int port = dbx_svct_free_port();
+  char port_s[16];
+  snprintf(port_s, sizeof port_s, "%d", port);
+  char *const bad[] = {(char *)bin, "server", "start-dev", "--port", port_s, "--db-filename", dir,
+                       "--search-attribute", "Broken=Sometimes", NULL};
+  char *err = NULL;
+  int rc = dbx_svct_proc_run(bad, NULL, 20000, NULL, &err);
+  assert_int_not_equal(rc, 0);
+  assert_non_null(strstr(err, "--search-attribute Broken=Sometimes"));
+  free(err);
+  char *const good[] = {(char *)bin, "server", "start-dev", "--port", port_s, "--db-filename", dir,
+                        "--log-level", "warn", "--search-attribute", "FlagKw=Keyword",
+                        "--search-attribute=FlagInt=Int", NULL};
+  pid_t pid = dbx_svct_proc_spawn(good, NULL, NULL, NULL);
+  dbx_rpc_channel *ch = dbx_svct_connect(port);
+  ListSearchAttributesRequest lq = INIT(TEMPORAL__API__OPERATORSERVICE__V1__LIST_SEARCH_ATTRIBUTES_REQUEST);
+  lq.namespace_ = "default";
+  ListSearchAttributesResponse *lr = NULL;
+  assert_int_equal(dbx_svct_call(ch, "/temporal.api.operatorservice.v1.OperatorService/ListSearchAttributes", &lq.base,
+                                 &ListSearchAttributesResponse__D, 5000, (void **)&lr, NULL),
+                   DBX_GRPC_OK);
+  int kw = 0, in = 0;
+  for (size_t i = 0; i < lr->n_custom_attributes; i++) {
+    if (strcmp(lr->custom_attributes[i]->key, "FlagKw") == 0) kw = (int)lr->custom_attributes[i]->value;
+    if (strcmp(lr->custom_attributes[i]->key, "FlagInt") == 0) in = (int)lr->custom_attributes[i]->value;
+  }
+  assert_int_equal(kw, TEMPORAL__API__ENUMS__V1__INDEXED_VALUE_TYPE__INDEXED_VALUE_TYPE_KEYWORD);
+  assert_int_equal(in, TEMPORAL__API__ENUMS__V1__INDEXED_VALUE_TYPE__INDEXED_VALUE_TYPE_INT);
+  protobuf_c_message_free_unpacked(&lr->base, NULL);
+  one_sa o;
+  one_sa_init(&o, "FlagKw", "\"k\"");
+  char *rid = NULL;
+  assert_int_equal(start_sa(ch, "flag-sa", "tq-flag", &o, &rid, NULL), DBX_GRPC_OK);
+  free(rid);
+  assert_int_equal(count_query(ch, "FlagKw = 'k'"), 1);
+  dbx_rpc_channel_destroy(ch);
+  dbx_svct_proc_kill(pid, SIGKILL);
+  dbx_test_rmrf(dir);
+  free(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tools_describe_and_list_namespaces),
@@ -822,6 +872,7 @@ int main(void) {
       cmocka_unit_test(test_tools_describe_cli_fields),
       cmocka_unit_test(test_tools_search_attributes),
       cmocka_unit_test(test_tools_search_attribute_flag_refused),
+      cmocka_unit_test(test_tools_server_search_attribute_flag),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

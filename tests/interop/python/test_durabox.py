@@ -16,7 +16,7 @@ from datetime import timedelta
 import pytest
 from temporalio import activity, workflow
 from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
@@ -25,6 +25,7 @@ from temporalio.worker import Worker
 
 ORDER = SearchAttributeKey.for_keyword("DbxOrder")
 AMOUNT = SearchAttributeKey.for_int("DbxAmount")
+FLAGGED = SearchAttributeKey.for_text("DbxFlagText")  # given to the dev server as --search-attribute
 
 
 @activity.defn
@@ -116,7 +117,9 @@ def env(loop):
     binary = os.environ.get("DBX_BIN")
     assert binary, "DBX_BIN must name the durabox binary"
     e = loop.run_until_complete(
-        WorkflowEnvironment.start_local(dev_server_existing_path=binary, dev_server_log_level="warn")
+        WorkflowEnvironment.start_local(
+            dev_server_existing_path=binary, dev_server_log_level="warn", search_attributes=[FLAGGED]
+        )
     )
     yield e
     loop.run_until_complete(e.shutdown())
@@ -178,6 +181,10 @@ def test_search_attributes_upserted_then_listed(loop, env):
                 },
             )
         )
+        listed = await env.client.operator_service.list_search_attributes(ListSearchAttributesRequest(namespace="default"))
+        assert listed.custom_attributes["DbxOrder"] == IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
+        assert listed.custom_attributes["DbxAmount"] == IndexedValueType.INDEXED_VALUE_TYPE_INT
+        assert listed.custom_attributes["DbxFlagText"] == IndexedValueType.INDEXED_VALUE_TYPE_TEXT
         q = tq()
         wid = f"sa-{q}"
         undefined = SearchAttributeKey.for_keyword("DbxNeverAdded")
@@ -195,7 +202,9 @@ def test_search_attributes_upserted_then_listed(loop, env):
                 UpsertWorkflow.run,
                 id=wid,
                 task_queue=q,
-                search_attributes=TypedSearchAttributes([SearchAttributePair(ORDER, "o-1")]),
+                search_attributes=TypedSearchAttributes(
+                    [SearchAttributePair(ORDER, "o-1"), SearchAttributePair(FLAGGED, "from the flag")]
+                ),
             )
             assert (await env.client.count_workflows(f"DbxOrder IS NOT NULL AND WorkflowId = '{wid}'")).count == 1
             # the upsert is in the first workflow task: wait until Describe shows it
@@ -212,6 +221,9 @@ def test_search_attributes_upserted_then_listed(loop, env):
             assert listed == [wid]
             assert [w.id async for w in env.client.list_workflows(f"DbxOrder = 'o-1' AND WorkflowId = '{wid}'")] == []
             c = await env.client.count_workflows(f"DbxAmount >= 40 AND WorkflowId = '{wid}'")
+            assert c.count == 1
+            assert d.typed_search_attributes.get(FLAGGED) == "from the flag"  # kept through the upsert
+            c = await env.client.count_workflows(f"DbxFlagText = 'from the flag' AND WorkflowId = '{wid}'")
             assert c.count == 1
             await h.signal(UpsertWorkflow.release)
             assert await h.result() == "ok"
