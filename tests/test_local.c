@@ -347,30 +347,45 @@ static void test_local_exec_timeout_kills_group(void **state) {
 }
 
 /* Says "cancelled" from its third poll on (the first two let the command start). */
+/* Cancels at the third poll, once the command has written the pid of its
+ * background sleep (pidfile, when set): under load the shell may start
+ * after the third poll, and then there is no process to check. */
+typedef struct {
+  int polls;
+  const char *pidfile;
+} cancel_after;
+
 static int cancel_on_third_poll(void *ud) {
-  int *polls = ud;
-  return ++*polls >= 3;
+  cancel_after *c = ud;
+  if (++c->polls < 3) return 0;
+  struct stat sb;
+  return c->pidfile == NULL || (stat(c->pidfile, &sb) == 0 && sb.st_size > 0);
 }
 
 static void test_local_exec_cancel_kills_group(void **state) {
   fixture *f = *state;
   make_empty(f->d, "k1");
-  int polls = 0;
+  char *ws = dbx_local_sandbox_path(f->d, "k1");
+  char *pidfile = dbx_asprintf("%s/sl.pid", ws);
+  free(ws);
+  assert_non_null(pidfile);
+  cancel_after c = {.pidfile = pidfile};
   dbx_local_exec_opts o = {.command = "echo begin; sleep 30 & echo $! > sl.pid; wait; echo never",
                            .timeout_ms = 60000,
                            .cancelled = cancel_on_third_poll,
-                           .cancelled_ud = &polls};
+                           .cancelled_ud = &c};
   dbx_local_exec_result r;
   assert_int_equal(dbx_local_exec(f->d, "k1", &o, &r), DBX_OK);
   assert_int_equal(r.cancelled, 1);
   assert_int_equal(r.timed_out, 0);
-  assert_true(polls >= 3);
+  assert_true(c.polls >= 3);
   assert_null(strstr((char *)r.stdout_buf, "never"));
   assert_int_not_equal(r.exit_code, 0);
   dbx_local_exec_result_cleanup(&r);
   assert_true(dead(read_pid(f->d, "k1", "sl.pid")));
   /* a hook that never fires changes nothing */
-  polls = -1000000;
+  free(pidfile);
+  c = (cancel_after){.polls = -1000000};
   o.command = "echo ok";
   assert_int_equal(dbx_local_exec(f->d, "k1", &o, &r), DBX_OK);
   assert_int_equal(r.cancelled, 0);
