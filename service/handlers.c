@@ -231,6 +231,8 @@ static const struct {
     {"TerminateWorkflowExecution", svc_h_terminate},
     {"ResetWorkflowExecution", svc_h_reset},
     {"QueryWorkflow", svc_h_query},
+    {"UpdateWorkflowExecution", svc_h_update},
+    {"PollWorkflowExecutionUpdate", svc_h_poll_update},
     {"RespondQueryTaskCompleted", svc_h_respond_query},
 };
 

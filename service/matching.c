@@ -244,8 +244,12 @@ dbx_err svc_h_poll_workflow(ectx *c, job *j) {
                          rs->wft_scheduled_event_id, rs->wft_attempt, NULL);
     }
     svc_history_event_free(ev);
+    ProtocolMessage **msgs = NULL; /* admitted updates ride along (update.c) */
+    size_t n_msgs = 0;
+    if (rc == DBX_OK) rc = svc_update_messages(rs, &msgs, &n_msgs);
     if (rc == DBX_OK) rc = svc_run_save(c, rs);
     if (rc != DBX_OK) {
+      svc_update_messages_free(msgs, n_msgs);
       svc_runstate_free(rs);
       goto out;
     }
@@ -284,6 +288,8 @@ dbx_err svc_h_poll_workflow(ectx *c, job *j) {
       r.workflow_execution_task_queue = &wtq;
       r.scheduled_time = ts_sched;
       r.started_time = ts_start;
+      r.messages = msgs;
+      r.n_messages = n_msgs;
       if (last_id < rs->wft_started_event_id) {
         /* page token: next event id + the last id of this task's history, for GetWorkflowExecutionHistory */
         svc_page_token_make(page_tok, last_id + 1, rs->wft_started_event_id);
@@ -300,6 +306,7 @@ dbx_err svc_h_poll_workflow(ectx *c, job *j) {
     free(hist);
     free(ts_sched);
     free(ts_start);
+    svc_update_messages_free(msgs, n_msgs);
     svc_runstate_free(rs);
     goto out;
   }

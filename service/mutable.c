@@ -193,6 +193,8 @@ dbx_err svc_state_apply_event(RunState *rs, const HistoryEvent *ev) {
   case HEV(START_CHILD_WORKFLOW_EXECUTION_INITIATED): return child_initiated(rs, ev);
   case HEV(CHILD_WORKFLOW_EXECUTION_STARTED): return child_started(rs, ev);
   case HEV(WORKFLOW_EXECUTION_CANCEL_REQUESTED): rs->cancel_requested = 1; return DBX_OK;
+  case HEV(WORKFLOW_EXECUTION_UPDATE_ACCEPTED):
+  case HEV(WORKFLOW_EXECUTION_UPDATE_COMPLETED): return svc_update_apply_event(rs, ev);
   case HEV(WORKFLOW_TASK_SCHEDULED):
   case HEV(WORKFLOW_TASK_STARTED):
   case HEV(WORKFLOW_TASK_COMPLETED):

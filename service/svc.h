@@ -373,6 +373,27 @@ dbx_err svc_activity_attempt_failed(ectx *c, RunState *rs, ActivityInfo *ai, Fai
                                 int timeout_type, Payloads *last_details);
 dbx_err svc_activity_queue_attempt(ectx *c, RunState *rs, ActivityInfo *ai);
 
+/* ---- workflow updates (update.c) ---- */
+dbx_err svc_h_update(ectx *c, job *j);      /* UpdateWorkflowExecution */
+dbx_err svc_h_poll_update(ectx *c, job *j); /* PollWorkflowExecutionUpdate */
+/* Accepted / Completed update events into rs->updates (from
+ * svc_state_apply_event). DBX_OK, DBX_ENOMEM, DBX_EINVAL for NULL. */
+dbx_err svc_update_apply_event(RunState *rs, const HistoryEvent *ev);
+/* The protocol messages of the workflow task rs just started: one
+ * update.v1.Request per admitted update, marked as carried by this task (the
+ * caller saves rs). *out: free with svc_update_messages_free. DBX_OK or
+ * DBX_ENOMEM. */
+dbx_err svc_update_messages(RunState *rs, ProtocolMessage ***out, size_t *n);
+void svc_update_messages_free(ProtocolMessage **m, size_t n);
+/* 1 when an admitted update was not carried by the task started as event
+ * started_id (it came during it): the completion must schedule a new task. */
+int svc_update_wants_task(const RunState *rs, int64_t started_id);
+/* One protocol message of a RespondWorkflowTaskCompleted: Acceptance writes
+ * WorkflowExecutionUpdateAccepted, Response WorkflowExecutionUpdateCompleted,
+ * Rejection completes the update with its failure and writes nothing. A bad
+ * message sets the job's INVALID_ARGUMENT. m is borrowed. */
+dbx_err svc_update_message_apply(ectx *c, job *j, RunState *rs, const ProtocolMessage *m);
+
 /* ---- custom search attributes (search_attrs.c) ---- */
 /* A namespace's custom search attributes: the predefined ones, then those
  * added (names borrowed from stored). Free with svc_sa_defs_free. */

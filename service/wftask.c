@@ -48,6 +48,9 @@ typedef struct {
   const char *identity; /* the worker's, borrowed */
   int closed;           /* a command closed the run */
   int new_wft;          /* a command led to a non-command event: a new workflow task */
+  ProtocolMessage **msgs; /* the completion's protocol messages (updates), borrowed */
+  size_t n_msgs;
+  unsigned char *msg_used; /* per message: referenced by a PROTOCOL_MESSAGE command */
 } wft_cmd;
 
 static dbx_err cmd_schedule_activity(ectx *c, job *j, RunState *rs, Command *cmd, wft_cmd *w) {
@@ -719,6 +722,35 @@ out:
   return rc;
 }
 
+/* PROTOCOL_MESSAGE: the message it names, applied here, in command order. */
+static dbx_err cmd_protocol_message(ectx *c, job *j, RunState *rs, Command *cmd, wft_cmd *w) {
+  const char *id = cmd->protocol_message_command_attributes->message_id;
+  for (size_t i = 0; i < w->n_msgs; i++)
+    if (w->msgs[i]->id && strcmp(w->msgs[i]->id, id) == 0) return svc_update_message_apply(c, j, rs, w->msgs[i]);
+  svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "ProtocolMessage: no message with id %s in the completion", id);
+  return DBX_OK;
+}
+
+/* Mark the messages PROTOCOL_MESSAGE commands name; apply the others (a
+ * rejection has no command) before the commands. */
+static dbx_err apply_unreferenced_messages(ectx *c, job *j, RunState *rs, Command **cmds, size_t n_cmds, wft_cmd *w) {
+  if (w->n_msgs == 0) return DBX_OK;
+  w->msg_used = dbx_calloc(w->n_msgs, 1);
+  if (w->msg_used == NULL) return DBX_ENOMEM;
+  for (size_t k = 0; k < n_cmds; k++) {
+    if (cmds[k]->attributes_case != CMD(PROTOCOL_MESSAGE)) continue;
+    for (size_t i = 0; i < w->n_msgs; i++)
+      if (w->msgs[i]->id && strcmp(w->msgs[i]->id, cmds[k]->protocol_message_command_attributes->message_id) == 0)
+        w->msg_used[i] = 1;
+  }
+  for (size_t i = 0; i < w->n_msgs; i++) {
+    if (w->msg_used[i]) continue;
+    dbx_err rc = svc_update_message_apply(c, j, rs, w->msgs[i]);
+    if (rc != DBX_OK || j->status != DBX_GRPC_OK) return rc;
+  }
+  return DBX_OK;
+}
+
 /* One command: the function for its kind. w->closed is set when the run
  * closed, w->new_wft when the command led to a non-command event (a new
  * workflow task is needed). Sets the job status on a bad command. */
@@ -738,6 +770,7 @@ static dbx_err apply_command(ectx *c, job *j, RunState *rs, Command *cmd, wft_cm
   case CMD(START_CHILD_WORKFLOW_EXECUTION): return cmd_start_child(c, j, rs, cmd, w);
   case CMD(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION): return cmd_external(c, j, rs, cmd, w);
   case CMD(REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION): return cmd_external(c, j, rs, cmd, w);
+  case CMD(PROTOCOL_MESSAGE): return cmd_protocol_message(c, j, rs, cmd, w);
   default:
     svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "RespondWorkflowTaskCompleted: command type %d is not supported by this service",
                  (int)cmd->command_type);
@@ -802,6 +835,7 @@ dbx_err svc_h_wft_completed(ectx *c, job *j) {
   RespondWorkflowTaskCompletedRequest *q = svc_decode(j, &RespondWorkflowTaskCompletedRequest__D);
   if (q == NULL) return DBX_OK;
   RunState *rs = NULL;
+  wft_cmd w = {.identity = q->identity, .msgs = q->messages, .n_msgs = q->n_messages};
   dbx_err rc = load_wft(c, j, q->task_token, &rs);
   if (rc != DBX_OK || rs == NULL) goto out;
   int has_close = 0;
@@ -825,6 +859,7 @@ dbx_err svc_h_wft_completed(ectx *c, job *j) {
   a->started_event_id = rs->wft_started_event_id;
   a->identity = svc_pb_strdup(q->identity);
   if (q->sdk_metadata) a->sdk_metadata = PB_CLONE(Temporal__Api__Sdk__V1__WorkflowTaskCompletedMetadata, q->sdk_metadata);
+  int64_t started_id = rs->wft_started_event_id;
   rc = svc_event_append(c, rs, ev, 0); /* from here on events are written, not buffered */
   int64_t completed_id = ev->event_id;
   svc_history_event_free(ev);
@@ -832,7 +867,9 @@ dbx_err svc_h_wft_completed(ectx *c, job *j) {
   /* the event ended the task and set last_wft_started_event_id (mutable.c) */
   rs->wft_attempt = 1;
   rs->wft_backoff_until_ns = 0;
-  wft_cmd w = {.completed_id = completed_id, .identity = q->identity};
+  w.completed_id = completed_id;
+  rc = apply_unreferenced_messages(c, j, rs, q->commands, q->n_commands, &w);
+  if (rc != DBX_OK || j->status != DBX_GRPC_OK) goto out;
   for (size_t i = 0; i < q->n_commands && !w.closed; i++) {
     rc = apply_command(c, j, rs, q->commands[i], &w);
     if (rc != DBX_OK || j->status != DBX_GRPC_OK) goto out;
@@ -840,13 +877,16 @@ dbx_err svc_h_wft_completed(ectx *c, job *j) {
   if (!w.closed) {
     int flushed = 0;
     rc = svc_events_flush_buffer(c, rs, &flushed);
-    if (rc == DBX_OK && (flushed || w.new_wft || q->force_create_new_workflow_task)) rc = svc_wft_schedule(c, rs);
+    if (rc == DBX_OK && (flushed || w.new_wft || q->force_create_new_workflow_task ||
+                         svc_update_wants_task(rs, started_id)))
+      rc = svc_wft_schedule(c, rs);
     if (rc == DBX_OK) rc = check_history_limits(c, rs);
     if (rc == DBX_OK && rs->status == WS(RUNNING)) rc = svc_run_save(c, rs);
   }
   if (rc == DBX_OK) wake_for_queries(c, rs);
   if (rc == DBX_OK) j->status = DBX_GRPC_OK; /* empty RespondWorkflowTaskCompletedResponse */
 out:
+  free(w.msg_used);
   svc_runstate_free(rs);
   protobuf_c_message_free_unpacked(&q->base, NULL);
   return rc;
