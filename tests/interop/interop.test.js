@@ -10,6 +10,7 @@ const {
   CancelledFailure,
   TerminatedFailure,
   WorkflowExecutionAlreadyStartedError,
+  WorkflowUpdateFailedError,
 } = require('@temporalio/client');
 const { startSuite, withWorker, waitForEvent, uniqueName, NAMESPACE } = require('./lib/harness');
 const { seen } = require('./lib/activities');
@@ -249,5 +250,57 @@ describe('temporal typescript sdk interop', () => {
     assert.equal(err.workflowType, 'signalWorkflow');
     assert.equal(desc.runId, firstRunId);
     assert.equal(desc.status.name, 'COMPLETED');
+  });
+
+  test('(n) update accepted and completed: the handler result, Accepted/Completed events', T, async () => {
+    const workflowId = uniqueName('update');
+    const { first, second, again, result, history } = await withWorker(suite, 'update', async ({ client, taskQueue }) => {
+      const handle = await client.workflow.start('updateWorkflow', { taskQueue, workflowId });
+      const first = await handle.executeUpdate('add', { args: [5], updateId: 'add-5' });
+      const second = await handle.executeUpdate('add', { args: [7], updateId: 'add-7' });
+      // the same update id again: the recorded outcome, not a second run of the handler
+      const again = await handle.executeUpdate('add', { args: [7], updateId: 'add-7' });
+      await handle.signal('finish');
+      return { first, second, again, result: await handle.result(), history: await handle.fetchHistory() };
+    });
+    assert.equal(first, 5);
+    assert.equal(second, 12);
+    assert.equal(again, 12);
+    assert.equal(result, 12);
+    const accepted = history.events.filter((e) => e.workflowExecutionUpdateAcceptedEventAttributes != null);
+    const completed = history.events.filter((e) => e.workflowExecutionUpdateCompletedEventAttributes != null);
+    assert.deepEqual(
+      accepted.map((e) => e.workflowExecutionUpdateAcceptedEventAttributes.protocolInstanceId),
+      ['add-5', 'add-7']
+    );
+    assert.deepEqual(
+      completed.map((e) => e.workflowExecutionUpdateCompletedEventAttributes.meta.updateId),
+      ['add-5', 'add-7']
+    );
+    assert.equal(
+      Number(completed[0].workflowExecutionUpdateCompletedEventAttributes.acceptedEventId),
+      Number(accepted[0].eventId)
+    );
+  });
+
+  test('(o) update rejected by its validator: the caller gets the failure, no update event', T, async () => {
+    const workflowId = uniqueName('update-rejected');
+    const { err, after, result, history } = await withWorker(suite, 'update-rejected', async ({ client, taskQueue }) => {
+      const handle = await client.workflow.start('updateWorkflow', { taskQueue, workflowId });
+      const err = await handle.executeUpdate('add', { args: [-3] }).then(
+        () => null,
+        (e) => e
+      );
+      const after = await handle.executeUpdate('add', { args: [2] });
+      await handle.signal('finish');
+      return { err, after, result: await handle.result(), history: await handle.fetchHistory() };
+    });
+    assert.ok(err instanceof WorkflowUpdateFailedError, `expected WorkflowUpdateFailedError, got ${err}`);
+    assert.match(String(err.cause && err.cause.message), /amount must be positive, got -3/);
+    assert.equal(after, 2);
+    assert.equal(result, 2);
+    const accepted = history.events.filter((e) => e.workflowExecutionUpdateAcceptedEventAttributes != null);
+    assert.equal(accepted.length, 1); // only the valid update
+    assert.equal(accepted[0].workflowExecutionUpdateAcceptedEventAttributes.acceptedRequest.input.name, 'add');
   });
 });

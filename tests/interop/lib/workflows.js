@@ -86,6 +86,31 @@ async function queryWorkflow(label) {
   return state;
 }
 
+// (n), (o) a counter changed by the update 'add' (its validator refuses
+// non-positive amounts); the signal 'finish' ends it with the total.
+const addUpdate = wf.defineUpdate('add');
+async function updateWorkflow() {
+  let total = 0;
+  let finished = false;
+  wf.setHandler(
+    addUpdate,
+    (amount) => {
+      total += amount;
+      return total;
+    },
+    {
+      validator: (amount) => {
+        if (!(amount > 0)) throw new Error(`amount must be positive, got ${amount}`);
+      },
+    }
+  );
+  wf.setHandler(finishSignal, () => {
+    finished = true;
+  });
+  await wf.condition(() => finished);
+  return total;
+}
+
 // (h) parent and child.
 async function childWorkflow(n) {
   return n * 2;
@@ -125,4 +150,5 @@ module.exports = {
   parentWorkflow,
   counterWorkflow,
   longSleepWorkflow,
+  updateWorkflow,
 };
