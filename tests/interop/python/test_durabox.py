@@ -4,7 +4,9 @@ embedded service, started by the SDK's test environment as its dev server
 
 Scenarios: hello (an activity), signal, query, search attributes registered
 (OperatorService), upserted from workflow code and then listed / counted,
-a child workflow, continue-as-new. Each asserts the values that come back.
+a child workflow, continue-as-new, updates (accepted and completed, the
+same update id deduped, rejected by a validator, refused on a closed run).
+Each asserts the values that come back.
 Run by tests/interop/python/run.sh (scripts/setup.sh installs the pinned SDK
 into .cache/pyvenv)."""
 
@@ -254,5 +256,109 @@ def test_continue_as_new(loop, env):
             runs = [w async for w in env.client.list_workflows(f"WorkflowId = 'can-{q}'")]
             assert len(runs) == 4
             assert sum(1 for w in runs if w.status == WorkflowExecutionStatus.CONTINUED_AS_NEW) == 3
+
+    loop.run_until_complete(go())
+
+
+@workflow.defn
+class UpdateWorkflow:
+    """A total changed by the update `add` (its validator refuses amounts
+    that are not positive); the signal `finish` ends the run with it."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.done = False
+
+    @workflow.run
+    async def run(self) -> int:
+        await workflow.wait_condition(lambda: self.done)
+        return self.total
+
+    @workflow.update
+    async def add(self, amount: int) -> int:
+        self.total += amount
+        return self.total
+
+    @add.validator
+    def check_add(self, amount: int) -> None:
+        if amount <= 0:
+            raise ValueError(f"amount must be positive, got {amount}")
+
+    @workflow.signal
+    def finish(self) -> None:
+        self.done = True
+
+
+def update_worker(client: Client, q: str) -> Worker:
+    return Worker(client, task_queue=q, workflows=[UpdateWorkflow])
+
+
+def update_events(history, attr: str) -> list:
+    return [e for e in history.events if e.HasField(attr)]
+
+
+def test_update_accepted_and_completed(loop, env):
+    from temporalio.client import WorkflowUpdateStage
+
+    async def go():
+        q = tq()
+        async with update_worker(env.client, q):
+            h = await env.client.start_workflow(UpdateWorkflow.run, id=f"upd-{q}", task_queue=q)
+            assert await h.execute_update(UpdateWorkflow.add, 5, id="add-5") == 5
+            # wait for ACCEPTED only, then the result through PollWorkflowExecutionUpdate
+            uh = await h.start_update(UpdateWorkflow.add, 7, id="add-7", wait_for_stage=WorkflowUpdateStage.ACCEPTED)
+            assert await uh.result() == 12
+            # the same update id again: the recorded outcome, the handler does not run again
+            assert await h.execute_update(UpdateWorkflow.add, 7, id="add-7") == 12
+            await h.signal(UpdateWorkflow.finish)
+            assert await h.result() == 12
+            hist = await h.fetch_history()
+        acc = update_events(hist, "workflow_execution_update_accepted_event_attributes")
+        done = update_events(hist, "workflow_execution_update_completed_event_attributes")
+        assert [e.workflow_execution_update_accepted_event_attributes.protocol_instance_id for e in acc] == [
+            "add-5",
+            "add-7",
+        ]
+        assert [e.workflow_execution_update_completed_event_attributes.meta.update_id for e in done] == [
+            "add-5",
+            "add-7",
+        ]
+        assert done[0].workflow_execution_update_completed_event_attributes.accepted_event_id == acc[0].event_id
+
+    loop.run_until_complete(go())
+
+
+def test_update_rejected_by_validator(loop, env):
+    from temporalio.client import WorkflowUpdateFailedError
+
+    async def go():
+        q = tq()
+        async with update_worker(env.client, q):
+            h = await env.client.start_workflow(UpdateWorkflow.run, id=f"upd-rej-{q}", task_queue=q)
+            with pytest.raises(WorkflowUpdateFailedError) as ei:
+                await h.execute_update(UpdateWorkflow.add, -3)
+            assert "amount must be positive, got -3" in str(ei.value.cause)
+            assert await h.execute_update(UpdateWorkflow.add, 2) == 2
+            await h.signal(UpdateWorkflow.finish)
+            assert await h.result() == 2
+            hist = await h.fetch_history()
+        acc = update_events(hist, "workflow_execution_update_accepted_event_attributes")
+        assert len(acc) == 1  # the rejected update left no event
+        assert acc[0].workflow_execution_update_accepted_event_attributes.accepted_request.input.name == "add"
+
+    loop.run_until_complete(go())
+
+
+def test_update_of_a_closed_run_is_refused(loop, env):
+    async def go():
+        q = tq()
+        async with update_worker(env.client, q):
+            h = await env.client.start_workflow(UpdateWorkflow.run, id=f"upd-closed-{q}", task_queue=q)
+            await h.signal(UpdateWorkflow.finish)
+            assert await h.result() == 0
+            with pytest.raises(RPCError) as ei:
+                await h.execute_update(UpdateWorkflow.add, 1)
+            assert ei.value.status == RPCStatusCode.NOT_FOUND
+            assert "workflow execution already completed" in ei.value.message
 
     loop.run_until_complete(go())
