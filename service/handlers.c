@@ -233,6 +233,7 @@ static const struct {
     {"QueryWorkflow", svc_h_query},
     {"UpdateWorkflowExecution", svc_h_update},
     {"PollWorkflowExecutionUpdate", svc_h_poll_update},
+    {"ExecuteMultiOperation", svc_h_multi_operation},
     {"RespondQueryTaskCompleted", svc_h_respond_query},
 };
 

@@ -159,9 +159,7 @@ static dbx_err start_common(ectx *c, job *j, const start_args *a, char **run_id_
   return DBX_OK;
 }
 
-dbx_err svc_h_start(ectx *c, job *j) {
-  StartWorkflowExecutionRequest *q = svc_decode(j, &StartWorkflowExecutionRequest__D);
-  if (q == NULL) return DBX_OK;
+dbx_err svc_start_request(ectx *c, job *j, const StartWorkflowExecutionRequest *q, char **run_id, int *started) {
   start_args a = {.ns = q->namespace_,
                   .workflow_id = q->workflow_id,
                   .request_id = q->request_id,
@@ -180,9 +178,17 @@ dbx_err svc_h_start(ectx *c, job *j) {
                   .memo = q->memo,
                   .search_attributes = q->search_attributes,
                   .header = q->header};
+  *run_id = NULL;
+  *started = 0;
+  return start_common(c, j, &a, run_id, started);
+}
+
+dbx_err svc_h_start(ectx *c, job *j) {
+  StartWorkflowExecutionRequest *q = svc_decode(j, &StartWorkflowExecutionRequest__D);
+  if (q == NULL) return DBX_OK;
   char *run_id = NULL;
   int started = 0;
-  dbx_err rc = start_common(c, j, &a, &run_id, &started);
+  dbx_err rc = svc_start_request(c, j, q, &run_id, &started);
   if (rc == DBX_OK && run_id) {
     StartWorkflowExecutionResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__START_WORKFLOW_EXECUTION_RESPONSE);
     r.run_id = run_id;

@@ -375,6 +375,11 @@ dbx_err svc_activity_queue_attempt(ectx *c, RunState *rs, ActivityInfo *ai);
 
 /* ---- workflow updates (update.c) ---- */
 dbx_err svc_h_update(ectx *c, job *j);      /* UpdateWorkflowExecution */
+dbx_err svc_h_multi_operation(ectx *c, job *j); /* ExecuteMultiOperation: update-with-start */
+/* StartWorkflowExecution's work for a decoded request (lifecycle.c): *run_id
+ * (malloc'd) of the run started or, by the policies, reused (*started 0);
+ * NULL with the job's status set when refused. q is borrowed. */
+dbx_err svc_start_request(ectx *c, job *j, const StartWorkflowExecutionRequest *q, char **run_id, int *started);
 dbx_err svc_h_poll_update(ectx *c, job *j); /* PollWorkflowExecutionUpdate */
 /* Accepted / Completed update events into rs->updates (from
  * svc_state_apply_event). DBX_OK, DBX_ENOMEM, DBX_EINVAL for NULL. */

@@ -271,10 +271,29 @@ static void park_update(ectx *c, job *j, const RunState *rs) {
   if (j->park_key == NULL) svc_oom_mark();
 }
 
-/* Answer for update u of rs (poll: a PollWorkflowExecutionUpdateResponse,
- * else an UpdateWorkflowExecutionResponse): at once when the stage is
+/* How answer() replies: UpdateWorkflowExecutionResponse, the poll's, or
+ * ExecuteMultiOperation's pair (start: its start response). */
+enum { ANS_UPDATE, ANS_POLL, ANS_MULTI };
+
+static int reply_multi(job *j, UpdateWorkflowExecutionResponse *ur, StartWorkflowExecutionResponse *start) {
+  ExecuteMultiOperationResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__EXECUTE_MULTI_OPERATION_RESPONSE);
+  Temporal__Api__Workflowservice__V1__ExecuteMultiOperationResponse__Response r0 =
+      INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__EXECUTE_MULTI_OPERATION_RESPONSE__RESPONSE);
+  Temporal__Api__Workflowservice__V1__ExecuteMultiOperationResponse__Response r1 = r0;
+  Temporal__Api__Workflowservice__V1__ExecuteMultiOperationResponse__Response *rr[2] = {&r0, &r1};
+  r0.response_case = TEMPORAL__API__WORKFLOWSERVICE__V1__EXECUTE_MULTI_OPERATION_RESPONSE__RESPONSE__RESPONSE_START_WORKFLOW;
+  r0.start_workflow = start;
+  r1.response_case = TEMPORAL__API__WORKFLOWSERVICE__V1__EXECUTE_MULTI_OPERATION_RESPONSE__RESPONSE__RESPONSE_UPDATE_WORKFLOW;
+  r1.update_workflow = ur;
+  r.responses = rr;
+  r.n_responses = 2;
+  return svc_job_reply(j, &r.base);
+}
+
+/* Answer for update u of rs (as kind, ANS_*): at once when the stage is
  * reached or the run closed, else parked. */
-static dbx_err answer(ectx *c, job *j, const RunState *rs, const UpdateInfo *u, int wait, int poll) {
+static dbx_err answer(ectx *c, job *j, const RunState *rs, const UpdateInfo *u, int wait, int kind,
+                      StartWorkflowExecutionResponse *start) {
   if (wait == STAGE(UNSPECIFIED)) wait = STAGE(ACCEPTED);
   if (u->stage < wait && rs->status != WS(RUNNING)) {
     svc_fail_not_found(j, "workflow execution already completed (workflow id %s, run id %s)", rs->workflow_id,
@@ -292,7 +311,7 @@ static dbx_err answer(ectx *c, job *j, const RunState *rs, const UpdateInfo *u, 
       svc_pb_unpack(&UpdateOutcome__D, u->outcome.data, u->outcome.len, (void **)&o) != DBX_OK)
     return DBX_ENOMEM;
   int rc;
-  if (poll) {
+  if (kind == ANS_POLL) {
     PollWorkflowExecutionUpdateResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__POLL_WORKFLOW_EXECUTION_UPDATE_RESPONSE);
     r.update_ref = &ref;
     r.outcome = o;
@@ -303,7 +322,7 @@ static dbx_err answer(ectx *c, job *j, const RunState *rs, const UpdateInfo *u, 
     r.update_ref = &ref;
     r.outcome = o;
     r.stage = u->stage;
-    rc = svc_job_reply(j, &r.base);
+    rc = kind == ANS_MULTI ? reply_multi(j, &r, start) : svc_job_reply(j, &r.base);
   }
   if (o) protobuf_c_message_free_unpacked(&o->base, NULL);
   if (rc != 0) return DBX_ENOMEM;
@@ -334,9 +353,10 @@ static dbx_err admit(ectx *c, job *j, RunState *rs, const UpdateRequest *req) {
   return rc;
 }
 
-dbx_err svc_h_update(ectx *c, job *j) {
-  UpdateWorkflowExecutionRequest *q = svc_decode(j, &UpdateWorkflowExecutionRequest__D);
-  if (q == NULL) return DBX_OK;
+/* UpdateWorkflowExecution's work for a decoded request (kind ANS_UPDATE, or
+ * ANS_MULTI with the start's response). */
+static dbx_err update_request(ectx *c, job *j, const UpdateWorkflowExecutionRequest *q, int kind,
+                              StartWorkflowExecutionResponse *start) {
   RunState *rs = NULL;
   dbx_err rc = DBX_OK;
   if (!svc_check_ns(c, j, q->namespace_) || !wait_ok(j, q->wait_policy)) goto out;
@@ -361,9 +381,76 @@ dbx_err svc_h_update(ectx *c, job *j) {
     if (rc != DBX_OK) goto out;
     u = update_find(rs, req->meta->update_id);
   }
-  rc = answer(c, j, rs, u, q->wait_policy ? q->wait_policy->lifecycle_stage : STAGE(UNSPECIFIED), 0);
+  rc = answer(c, j, rs, u, q->wait_policy ? q->wait_policy->lifecycle_stage : STAGE(UNSPECIFIED), kind, start);
 out:
   svc_runstate_free(rs);
+  return rc;
+}
+
+dbx_err svc_h_update(ectx *c, job *j) {
+  UpdateWorkflowExecutionRequest *q = svc_decode(j, &UpdateWorkflowExecutionRequest__D);
+  if (q == NULL) return DBX_OK;
+  dbx_err rc = update_request(c, j, q, ANS_UPDATE, NULL);
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return rc;
+}
+
+#define MULTI_OP(x) TEMPORAL__API__WORKFLOWSERVICE__V1__EXECUTE_MULTI_OPERATION_REQUEST__OPERATION__OPERATION_##x
+
+/* Update-with-start as Temporal accepts it: a start (with a conflict policy)
+ * then an update of the same workflow id (no run id). */
+static int multi_shape_ok(job *j, const ExecuteMultiOperationRequest *q) {
+  const char *why = NULL;
+  if (q->n_operations != 2 || q->operations[0]->operation_case != MULTI_OP(START_WORKFLOW) ||
+      q->operations[1]->operation_case != MULTI_OP(UPDATE_WORKFLOW))
+    why = "operations must be a start_workflow then an update_workflow";
+  else if (q->operations[0]->start_workflow->workflow_id_conflict_policy ==
+           TEMPORAL__API__ENUMS__V1__WORKFLOW_ID_CONFLICT_POLICY__WORKFLOW_ID_CONFLICT_POLICY_UNSPECIFIED)
+    why = "the start operation needs a workflow_id_conflict_policy";
+  else if (q->operations[0]->start_workflow->cron_schedule[0] || q->operations[0]->start_workflow->workflow_start_delay)
+    why = "the start operation may have no cron_schedule or workflow_start_delay";
+  else if (q->operations[1]->update_workflow->workflow_execution == NULL ||
+           strcmp(q->operations[1]->update_workflow->workflow_execution->workflow_id,
+                  q->operations[0]->start_workflow->workflow_id) != 0 ||
+           q->operations[1]->update_workflow->workflow_execution->run_id[0])
+    why = "the update operation must name the start's workflow id and no run id";
+  if (why == NULL) return 1;
+  svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "ExecuteMultiOperation: %s", why);
+  return 0;
+}
+
+dbx_err svc_h_multi_operation(ectx *c, job *j) {
+  ExecuteMultiOperationRequest *q = svc_decode(j, &ExecuteMultiOperationRequest__D);
+  if (q == NULL) return DBX_OK;
+  dbx_err rc = DBX_OK;
+  char *run_id = NULL;
+  if (!svc_check_ns(c, j, q->namespace_) || !multi_shape_ok(j, q)) goto out;
+  StartWorkflowExecutionRequest *sq = q->operations[0]->start_workflow;
+  UpdateWorkflowExecutionRequest *uq = q->operations[1]->update_workflow;
+  /* the operations' namespace is the call's */
+  if (sq->namespace_[0] == '\0') svc_pb_setstr(&sq->namespace_, q->namespace_);
+  if (uq->namespace_[0] == '\0') svc_pb_setstr(&uq->namespace_, q->namespace_);
+  if (strcmp(sq->namespace_, q->namespace_) != 0 || strcmp(uq->namespace_, q->namespace_) != 0) {
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "ExecuteMultiOperation: an operation names another namespace");
+    goto out;
+  }
+  int started = 0;
+  rc = svc_start_request(c, j, sq, &run_id, &started);
+  if (rc != DBX_OK || run_id == NULL) goto out;
+  RunState *rs = NULL;
+  rc = svc_run_load(c, sq->namespace_, sq->workflow_id, run_id, &rs);
+  if (rc != DBX_OK) goto out;
+  /* a rerun of this very call (a waiter woken) finds the run its request started */
+  if (sq->request_id[0] && strcmp(rs->start_request_id, sq->request_id) == 0) started = 1;
+  int status = rs->status;
+  svc_runstate_free(rs);
+  StartWorkflowExecutionResponse sr = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__START_WORKFLOW_EXECUTION_RESPONSE);
+  sr.run_id = run_id;
+  sr.started = started;
+  sr.status = status;
+  rc = update_request(c, j, uq, ANS_MULTI, &sr);
+out:
+  free(run_id);
   protobuf_c_message_free_unpacked(&q->base, NULL);
   return rc;
 }
@@ -382,7 +469,7 @@ dbx_err svc_h_poll_update(ectx *c, job *j) {
     svc_fail_not_found(j, "update %s not found in workflow %s", q->update_ref->update_id, rs->workflow_id);
     goto out;
   }
-  rc = answer(c, j, rs, u, q->wait_policy ? q->wait_policy->lifecycle_stage : STAGE(UNSPECIFIED), 1);
+  rc = answer(c, j, rs, u, q->wait_policy ? q->wait_policy->lifecycle_stage : STAGE(UNSPECIFIED), ANS_POLL, NULL);
 out:
   svc_runstate_free(rs);
   protobuf_c_message_free_unpacked(&q->base, NULL);

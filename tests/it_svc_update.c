@@ -13,7 +13,10 @@
  * - a wait that reaches its deadline answers the stage reached so far;
  * - an update of a closed run is NOT_FOUND "workflow execution already
  *   completed"; a poll of an unknown update id is NOT_FOUND;
- * - bad requests (no update id, an unknown message id) are INVALID_ARGUMENT. */
+ * - bad requests (no update id, an unknown message id) are INVALID_ARGUMENT;
+ * - update-with-start (ExecuteMultiOperation): the start and the admitted
+ *   update in one call, the request in the run's first workflow task; a
+ *   start without a conflict policy is INVALID_ARGUMENT. */
 #include "tests/svc_client.h"
 
 #include <pthread.h>
@@ -394,11 +397,107 @@ static void test_update_wait_deadline_and_closed_run(void **state) {
   free(run_id);
 }
 
+static int multi_call(dbx_rpc_channel *ch, const char *wfid, const char *tq, int policy,
+                      ExecuteMultiOperationResponse **out) {
+  StartWorkflowExecutionRequest sq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__START_WORKFLOW_EXECUTION_REQUEST);
+  WorkflowType wt = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_TYPE);
+  TaskQueue t = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
+  wt.name = "it.Workflow";
+  t.name = (char *)tq;
+  sq.workflow_id = (char *)wfid;
+  sq.workflow_type = &wt;
+  sq.task_queue = &t;
+  sq.request_id = "multi-req-1";
+  sq.workflow_id_conflict_policy = policy;
+  UpdateWorkflowExecutionRequest uq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__UPDATE_WORKFLOW_EXECUTION_REQUEST);
+  WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  Temporal__Api__Update__V1__WaitPolicy wp = INIT(TEMPORAL__API__UPDATE__V1__WAIT_POLICY);
+  UpdateRequest req = INIT(TEMPORAL__API__UPDATE__V1__REQUEST);
+  Temporal__Api__Update__V1__Meta meta = INIT(TEMPORAL__API__UPDATE__V1__META);
+  Temporal__Api__Update__V1__Input in = INIT(TEMPORAL__API__UPDATE__V1__INPUT);
+  Payloads ps = INIT(TEMPORAL__API__COMMON__V1__PAYLOADS);
+  Payload p = INIT(TEMPORAL__API__COMMON__V1__PAYLOAD);
+  Payload *pp = &p;
+  p.data.data = (uint8_t *)"9";
+  p.data.len = 1;
+  ps.payloads = &pp;
+  ps.n_payloads = 1;
+  we.workflow_id = (char *)wfid;
+  wp.lifecycle_stage = STAGE(ADMITTED);
+  meta.update_id = "u-ws";
+  meta.identity = "it-client";
+  in.name = "setValue";
+  in.args = &ps;
+  req.meta = &meta;
+  req.input = &in;
+  uq.workflow_execution = &we;
+  uq.wait_policy = &wp;
+  uq.request = &req;
+  ExecuteMultiOperationRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__EXECUTE_MULTI_OPERATION_REQUEST);
+  Temporal__Api__Workflowservice__V1__ExecuteMultiOperationRequest__Operation o0 =
+      INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__EXECUTE_MULTI_OPERATION_REQUEST__OPERATION);
+  Temporal__Api__Workflowservice__V1__ExecuteMultiOperationRequest__Operation o1 = o0;
+  Temporal__Api__Workflowservice__V1__ExecuteMultiOperationRequest__Operation *ops[2] = {&o0, &o1};
+  o0.operation_case = TEMPORAL__API__WORKFLOWSERVICE__V1__EXECUTE_MULTI_OPERATION_REQUEST__OPERATION__OPERATION_START_WORKFLOW;
+  o0.start_workflow = &sq;
+  o1.operation_case = TEMPORAL__API__WORKFLOWSERVICE__V1__EXECUTE_MULTI_OPERATION_REQUEST__OPERATION__OPERATION_UPDATE_WORKFLOW;
+  o1.update_workflow = &uq;
+  q.namespace_ = "default"; /* the operations leave theirs empty: the call's applies */
+  q.operations = ops;
+  q.n_operations = 2;
+  *out = NULL;
+  return dbx_svct_call(ch, "ExecuteMultiOperation", &q.base, &ExecuteMultiOperationResponse__D, 5000, (void **)out,
+                       NULL);
+}
+
+static void test_update_with_start(void **state) {
+  fixture *f = *state;
+  ExecuteMultiOperationResponse *r = NULL;
+  assert_int_equal(multi_call(f->ch, "upd-ws", "tq-upd-ws", 0, &r), DBX_GRPC_INVALID_ARGUMENT);
+  DescribeWorkflowExecutionRequest dq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__DESCRIBE_WORKFLOW_EXECUTION_REQUEST);
+  WorkflowExecution dwe = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  dwe.workflow_id = "upd-ws";
+  dq.namespace_ = "default";
+  dq.execution = &dwe;
+  assert_int_equal(dbx_svct_call(f->ch, "DescribeWorkflowExecution", &dq.base, &DescribeWorkflowExecutionResponse__D,
+                                 5000, NULL, NULL),
+                   DBX_GRPC_NOT_FOUND); /* the refusal started nothing */
+  int use_existing = TEMPORAL__API__ENUMS__V1__WORKFLOW_ID_CONFLICT_POLICY__WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING;
+  assert_int_equal(multi_call(f->ch, "upd-ws", "tq-upd-ws", use_existing, &r), DBX_GRPC_OK);
+  assert_int_equal(r->n_responses, 2);
+  const StartWorkflowExecutionResponse *sr = r->responses[0]->start_workflow;
+  const UpdateWorkflowExecutionResponse *ur = r->responses[1]->update_workflow;
+  assert_non_null(sr);
+  assert_non_null(ur);
+  assert_true(sr->started);
+  assert_int_equal(ur->stage, STAGE(ADMITTED));
+  assert_string_equal(ur->update_ref->workflow_execution->run_id, sr->run_id);
+  char *run_id = strdup(sr->run_id);
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+
+  /* the run's first workflow task carries the update */
+  PollWorkflowTaskQueueResponse *t = dbx_svct_wft_poll(f->ch, "tq-upd-ws", 5000);
+  assert_true(t->task_token.len > 0);
+  assert_string_equal(t->workflow_execution->run_id, run_id);
+  const char *req_id = check_request_message(t, "u-ws", "9");
+  assert_int_equal(accept_and_respond(f->ch, t, "u-ws", req_id, "10"), DBX_GRPC_OK);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+
+  /* again (an SDK's retry): the same run, not started again, the outcome */
+  assert_int_equal(multi_call(f->ch, "upd-ws", "tq-upd-ws", use_existing, &r), DBX_GRPC_OK);
+  assert_string_equal(r->responses[0]->start_workflow->run_id, run_id);
+  assert_int_equal(r->responses[1]->update_workflow->stage, STAGE(COMPLETED));
+  assert_memory_equal(r->responses[1]->update_workflow->outcome->success->payloads[0]->data.data, "10", 2);
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  free(run_id);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_update_accepted_then_completed),
       cmocka_unit_test(test_update_rejected_by_validator),
       cmocka_unit_test(test_update_wait_deadline_and_closed_run),
+      cmocka_unit_test(test_update_with_start),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -11,6 +11,7 @@ const {
   TerminatedFailure,
   WorkflowExecutionAlreadyStartedError,
   WorkflowUpdateFailedError,
+  WithStartWorkflowOperation,
 } = require('@temporalio/client');
 const { startSuite, withWorker, waitForEvent, uniqueName, NAMESPACE } = require('./lib/harness');
 const { seen } = require('./lib/activities');
@@ -302,5 +303,29 @@ describe('temporal typescript sdk interop', () => {
     const accepted = history.events.filter((e) => e.workflowExecutionUpdateAcceptedEventAttributes != null);
     assert.equal(accepted.length, 1); // only the valid update
     assert.equal(accepted[0].workflowExecutionUpdateAcceptedEventAttributes.acceptedRequest.input.name, 'add');
+  });
+
+  test('(p) update-with-start: starts the run, then updates the running one', T, async () => {
+    const workflowId = uniqueName('update-with-start');
+    const r = await withWorker(suite, 'update-with-start', async ({ client, taskQueue }) => {
+      const op = () =>
+        new WithStartWorkflowOperation('updateWorkflow', {
+          workflowId,
+          taskQueue,
+          workflowIdConflictPolicy: 'USE_EXISTING',
+        });
+      const op1 = op();
+      const first = await client.workflow.executeUpdateWithStart('add', { args: [4], startWorkflowOperation: op1 });
+      const h1 = await op1.workflowHandle();
+      const op2 = op();
+      const second = await client.workflow.executeUpdateWithStart('add', { args: [6], startWorkflowOperation: op2 });
+      const h2 = await op2.workflowHandle();
+      await h2.signal('finish');
+      return { first, second, run1: h1.firstExecutionRunId, run2: h2.firstExecutionRunId, result: await h2.result() };
+    });
+    assert.equal(r.first, 4);
+    assert.equal(r.second, 10);
+    assert.equal(r.run1, r.run2); // USE_EXISTING: the second call updated the running run
+    assert.equal(r.result, 10);
   });
 });
