@@ -5,7 +5,8 @@ embedded service, started by the SDK's test environment as its dev server
 Scenarios: hello (an activity), signal, query, search attributes registered
 (OperatorService), upserted from workflow code and then listed / counted,
 a child workflow, continue-as-new, updates (accepted and completed, the
-same update id deduped, rejected by a validator, refused on a closed run).
+same update id deduped, rejected by a validator, refused on a closed run,
+update-with-start).
 Each asserts the values that come back.
 Run by tests/interop/python/run.sh (scripts/setup.sh installs the pinned SDK
 into .cache/pyvenv)."""
@@ -360,5 +361,38 @@ def test_update_of_a_closed_run_is_refused(loop, env):
                 await h.execute_update(UpdateWorkflow.add, 1)
             assert ei.value.status == RPCStatusCode.NOT_FOUND
             assert "workflow execution already completed" in ei.value.message
+
+    loop.run_until_complete(go())
+
+
+def test_update_with_start(loop, env):
+    from temporalio.client import WithStartWorkflowOperation
+    from temporalio.common import WorkflowIDConflictPolicy
+
+    async def go():
+        q = tq()
+        wid = f"upd-ws-{q}"
+
+        def op() -> WithStartWorkflowOperation:
+            return WithStartWorkflowOperation(
+                UpdateWorkflow.run, id=wid, task_queue=q, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING
+            )
+
+        async with update_worker(env.client, q):
+            op1 = op()
+            r = await env.client.execute_update_with_start_workflow(
+                UpdateWorkflow.add, 3, start_workflow_operation=op1
+            )
+            assert r == 3
+            op2 = op()
+            r = await env.client.execute_update_with_start_workflow(
+                UpdateWorkflow.add, 4, start_workflow_operation=op2
+            )
+            assert r == 7
+            h1 = await op1.workflow_handle()
+            h2 = await op2.workflow_handle()
+            assert h1.first_execution_run_id == h2.first_execution_run_id  # the second updated the running run
+            await h2.signal(UpdateWorkflow.finish)
+            assert await h2.result() == 7
 
     loop.run_until_complete(go())
