@@ -14,6 +14,8 @@
  * - an update of a closed run is NOT_FOUND "workflow execution already
  *   completed"; a poll of an unknown update id is NOT_FOUND;
  * - bad requests (no update id, an unknown message id) are INVALID_ARGUMENT;
+ * - an update admitted while a workflow task is started gets a new task
+ *   once that one completes;
  * - update-with-start (ExecuteMultiOperation): the start and the admitted
  *   update in one call, the request in the run's first workflow task; a
  *   start without a conflict policy is INVALID_ARGUMENT. */
@@ -397,6 +399,30 @@ static void test_update_wait_deadline_and_closed_run(void **state) {
   free(run_id);
 }
 
+static void test_update_during_a_started_task_gets_a_new_task(void **state) {
+  fixture *f = *state;
+  char *run_id = dbx_svct_workflow_start(f->ch, "upd-mid", "tq-upd-mid");
+  PollWorkflowTaskQueueResponse *t = dbx_svct_wft_poll(f->ch, "tq-upd-mid", 5000);
+  assert_true(t->task_token.len > 0);
+  assert_int_equal(t->n_messages, 0);
+  /* admitted while the first task is started: not in it */
+  assert_int_equal(update_call(f->ch, "upd-mid", "u-mid", "3", STAGE(ADMITTED), 5000, NULL), DBX_GRPC_OK);
+  dbx_svct_wft_start_timer(f->ch, t->task_token, "wait", 600);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  t = dbx_svct_wft_poll(f->ch, "tq-upd-mid", 5000);
+  assert_true(t->task_token.len > 0);
+  const char *req_id = check_request_message(t, "u-mid", "3");
+  /* a worker that leaves it unanswered gets it again in the next task only
+   * when something else asks for one: no task loop */
+  assert_int_equal(wft_respond(f->ch, t->task_token, NULL, 0, NULL, 0), DBX_GRPC_OK);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  t = dbx_svct_wft_poll(f->ch, "tq-upd-mid", 1500);
+  assert_int_equal(t->task_token.len, 0);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  (void)req_id;
+  free(run_id);
+}
+
 static int multi_call(dbx_rpc_channel *ch, const char *wfid, const char *tq, int policy,
                       ExecuteMultiOperationResponse **out) {
   StartWorkflowExecutionRequest sq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__START_WORKFLOW_EXECUTION_REQUEST);
@@ -497,6 +523,7 @@ int main(void) {
       cmocka_unit_test(test_update_accepted_then_completed),
       cmocka_unit_test(test_update_rejected_by_validator),
       cmocka_unit_test(test_update_wait_deadline_and_closed_run),
+      cmocka_unit_test(test_update_during_a_started_task_gets_a_new_task),
       cmocka_unit_test(test_update_with_start),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
