@@ -150,9 +150,9 @@ def copy_tree(src, dst):
 
 def create_sandbox(body, path):
     name = body.get("name") or ("sandbox-" + uuid.uuid4().hex[:8])
-    for s in STATE["sandboxes"].values():
+    for s in list(STATE["sandboxes"].values()):
         settle(s)
-    for s in STATE["sandboxes"].values():
+    for s in list(STATE["sandboxes"].values()):
         if s["name"] == name and not s.get("_vanished"):
             raise api_error(409, "Sandbox with name %s already exists" % name, path)
     snap = body.get("snapshot")
@@ -342,7 +342,7 @@ def reader(stream, buf):
 def run_command(sb, command):
     out, err = bytearray(), bytearray()
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.path.join(sb["_root"], "home"),
-           "LANG": "C.UTF-8"}
+           "LANG": "C.UTF-8", "GIT_CEILING_DIRECTORIES": os.path.realpath(sb["_root"])}
     env.update({k: v for k, v in (sb.get("env") or {}).items() if isinstance(v, str)})
     p = subprocess.Popen(["bash", "-c", command], cwd=os.path.join(sb["_root"], "work"), env=env,
                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -381,8 +381,10 @@ def resolve(sb, p, path, method):
 
 
 def git(args, cwd):
+    # never find a repository above the sandbox (the test's temp dir may lie in one)
+    ceiling = os.path.realpath(ARGS.root)
     r = subprocess.run(["git"] + args, cwd=cwd, capture_output=True, text=True,
-                       env=dict(os.environ, GIT_TERMINAL_PROMPT="0"))
+                       env=dict(os.environ, GIT_TERMINAL_PROMPT="0", GIT_CEILING_DIRECTORIES=ceiling))
     return r.returncode, (r.stdout + r.stderr).strip()
 
 
@@ -734,6 +736,13 @@ def main():
         os._exit(0)
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    parent = os.getppid()
+
+    def orphan_watch():  # the test that started us died without stopping us: stop too
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        stop()
+    threading.Thread(target=orphan_watch, daemon=True).start()
     srv.serve_forever()
 
 
