@@ -714,7 +714,7 @@ static dbx_drv_err dt_create(void *self, const char *name, const dbx_drv_create_
       goto out;
     }
     if (rc != DBX_DRV_NO_SANDBOX) goto out;
-    if (round >= 4 || now_ms() >= deadline) {
+    if (round >= 20 || now_ms() >= deadline) {
       rc = fail(d, DBX_DRV_TRANSIENT, "sandbox '%s': create did not settle (name taken, then gone)",
                 name);
       goto out;
@@ -738,6 +738,7 @@ static dbx_drv_err dt_create(void *self, const char *name, const dbx_drv_create_
         rc = we;
         goto out;
       }
+      if (we == DBX_DRV_NO_SANDBOX) sleep_ms(100 * (round + 1)); /* still being destroyed */
       continue;
     }
     if (r.status == 404 && o->source.kind == DBX_DRV_SOURCE_SNAPSHOT) {
