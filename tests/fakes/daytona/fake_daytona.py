@@ -31,8 +31,9 @@ counters count down per matching request):
   transition_ms: N       how long transitions take
   vanish: "<id or name>" the sandbox disappears (404 from then on)
 Control endpoints (no auth): GET /_control/log -> {"requests": [{"t", "method",
-"path", "status", "source", "sdk_version", "auth"}]} (auth is true/false,
-never the key), GET /_control/sandboxes -> {"items": [...]}, POST
+"path", "query", "status", "source", "sdk_version", "auth", "body"}]} (auth is
+true/false, never the key; body: a JSON request body, as Daytona would keep it
+- command texts, for instance), GET /_control/sandboxes -> {"items": [...]}, POST
 /_control/reset (forget the log).
 
 Usage: fake_daytona.py --root DIR [--port-file FILE] [--api-key KEY]
@@ -636,6 +637,8 @@ class Handler(BaseHTTPRequestHandler):
                  "source": self.headers.get("X-Daytona-Source"),
                  "sdk_version": self.headers.get("X-Daytona-SDK-Version"),
                  "auth": self.headers.get("Authorization") == "Bearer " + ARGS.api_key}
+        if (self.headers.get("Content-Type") or "").startswith("application/json") and raw:
+            entry["body"] = raw[:4000].decode("utf-8", errors="replace")  # what Daytona keeps
         if parts[:1] == ["_control"]:
             return self._control(method, parts[1:], raw)
         status = 500
