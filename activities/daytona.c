@@ -216,6 +216,10 @@ static dbx_drv_err req(cli_t *c, const char *method, const char *url, const char
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, r);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    /* libcurl resends a request that got nothing back on a reused connection
+     * (a stale keep-alive): right for calls safe to repeat, wrong for an exec
+     * start, so those go on a fresh connection */
+    if (!safe) curl_easy_setopt(h, CURLOPT_FRESH_CONNECT, 1L);
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
     if (strcmp(method, "GET") == 0) {
       curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);

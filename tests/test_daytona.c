@@ -477,6 +477,75 @@ static void test_daytona_checkpoint_then_create_from_it(void **state) {
   assert_int_equal(OPS(del, "ck-copy"), DBX_DRV_OK);
 }
 
+static void wait_cmd(const char *sb, const char *cmd) {
+  dbx_drv_cmd_status st = {0};
+  for (int i = 0; i < 2000; i++) {
+    assert_int_equal(OPS(exec_poll, sb, cmd, &st), DBX_DRV_OK);
+    if (st.state == DBX_DRV_CMD_FINISHED) return;
+    struct timespec ts = {0, 10 * 1000000};
+    nanosleep(&ts, NULL);
+  }
+  fail_msg("command %s did not finish", cmd);
+}
+
+static int count_requests(const char *method, const char *path_part, int status) {
+  cJSON *log = fake_log();
+  int n = 0;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItem(log, "requests")) {
+    n += strcmp(cJSON_GetObjectItem(e, "method")->valuestring, method) == 0 &&
+         strstr(cJSON_GetObjectItem(e, "path")->valuestring, path_part) != NULL &&
+         (status < 0 || cJSON_GetObjectItem(e, "status")->valueint == status);
+  }
+  cJSON_Delete(log);
+  return n;
+}
+
+/* A command start whose reply is lost after the daemon took it, or that
+ * meets an empty-body 502 before it: the driver reads the session to learn
+ * which, and the command runs exactly once either way. */
+static void test_daytona_exec_start_outcome_checked(void **state) {
+  (void)state;
+  dbx_drv_create_opts o = {0};
+  assert_int_equal(OPS(create, "ex-once", &o, NULL), DBX_DRV_OK);
+  dbx_drv_exec_opts eo = {.command = "echo x >> runs.txt"};
+  reset_log();
+  assert_int_equal(dbx_fake_daytona_faults(&g_fake, "{\"drop_reply\":{\"match\":\"/exec\",\"count\":1}}"), 0);
+  assert_int_equal(OPS(exec_start, "ex-once", "c-drop", &eo, NULL), DBX_DRV_OK);
+  wait_cmd("ex-once", "c-drop");
+  assert_int_equal(count_requests("POST", "/exec", -1), 1); /* not sent again */
+  reset_log();
+  assert_int_equal(dbx_fake_daytona_faults(&g_fake, "{\"empty_502\":{\"match\":\"/exec\",\"count\":1}}"), 0);
+  assert_int_equal(OPS(exec_start, "ex-once", "c-502", &eo, NULL), DBX_DRV_OK);
+  wait_cmd("ex-once", "c-502");
+  assert_int_equal(count_requests("POST", "/exec", 502), 1);
+  assert_int_equal(count_requests("POST", "/exec", 202), 1); /* sent again: it had not run */
+  uint8_t *data = NULL;
+  size_t len = 0;
+  assert_int_equal(OPS(file_read, "ex-once", "runs.txt", 0, &data, &len), DBX_DRV_OK);
+  assert_int_equal(len, 4);
+  assert_memory_equal(data, "x\nx\n", 4); /* once each */
+  free(data);
+  assert_int_equal(OPS(del, "ex-once"), DBX_DRV_OK);
+}
+
+/* 409 "state change in progress" on stop: the driver waits for the state
+ * to settle and decides again, until the stop goes through. */
+static void test_daytona_409_during_transition(void **state) {
+  (void)state;
+  dbx_drv_create_opts o = {0};
+  assert_int_equal(OPS(create, "tr-409", &o, NULL), DBX_DRV_OK);
+  reset_log();
+  assert_int_equal(dbx_fake_daytona_faults(&g_fake, "{\"lifecycle_409\":2}"), 0);
+  assert_int_equal(OPS(stop, "tr-409"), DBX_DRV_OK);
+  dbx_drv_state st = DBX_DRV_RUNNING;
+  assert_int_equal(OPS(exists, "tr-409", &st), DBX_DRV_OK);
+  assert_int_equal(st, DBX_DRV_STOPPED);
+  assert_int_equal(count_requests("POST", "/stop", 409), 2);
+  assert_int_equal(count_requests("POST", "/stop", 200), 1);
+  assert_int_equal(OPS(del, "tr-409"), DBX_DRV_OK);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_daytona_lost_create_reply_one_sandbox),
@@ -488,6 +557,8 @@ int main(void) {
       cmocka_unit_test(test_daytona_recreate_while_destroying),
       cmocka_unit_test(test_daytona_git_clone_commit_push),
       cmocka_unit_test(test_daytona_checkpoint_then_create_from_it),
+      cmocka_unit_test(test_daytona_exec_start_outcome_checked),
+      cmocka_unit_test(test_daytona_409_during_transition),
   };
   return cmocka_run_group_tests_name("daytona", tests, setup, teardown);
 }

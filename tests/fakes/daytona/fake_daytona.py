@@ -30,6 +30,11 @@ counters count down per matching request):
                          forever
   transition_ms: N       how long transitions take
   vanish: "<id or name>" the sandbox disappears (404 from then on)
+  drop_reply: {"match": "substring of the path", "count": N}
+                         the next N matching requests are done, then the
+                         connection is closed without a reply
+  lifecycle_409: N       the next N start/stop/snapshot calls answer 409
+                         "Sandbox state change in progress" (nothing done)
 Control endpoints (no auth): GET /_control/log -> {"requests": [{"t", "method",
 "path", "query", "status", "source", "sdk_version", "auth", "body"}]} (auth is
 true/false, never the key; body: a JSON request body, as Daytona would keep it
@@ -227,6 +232,9 @@ def handle_api(h, method, parts, query, body):
             return dto(sb)
         op = parts[2] if len(parts) == 3 else None
         if method == "POST" and op in ("start", "stop", "snapshot"):
+            if f.get("lifecycle_409", 0) > 0:
+                f["lifecycle_409"] -= 1
+                raise api_error(409, "Sandbox state change in progress", path)
             if in_transition(sb):
                 raise api_error(409, "Sandbox state change in progress", path)
             if op == "start":
@@ -665,9 +673,19 @@ class Handler(BaseHTTPRequestHandler):
                 else:
                     raise api_error(404, "Cannot %s %s" % (method, u.path), u.path)
             status = 200
+            if self._drop_after(u.path):
+                raise Drop()
             self._reply(200, res)
         except Reply as r:
             status = r.status
+            if r.status < 300 and self._drop_after(u.path):
+                status = 0
+                self.close_connection = True
+                try:
+                    self.connection.shutdown(2)
+                except OSError:
+                    pass
+                return
             self._reply(r.status, r.body, r.headers, r.raw)
         except Drop:
             status = 0
@@ -683,6 +701,15 @@ class Handler(BaseHTTPRequestHandler):
         finally:
             with LOCK:
                 entry["status"] = status
+
+    def _drop_after(self, path):
+        """drop_reply fault: the work is done, the reply never sent."""
+        with LOCK:
+            d = STATE["faults"].get("drop_reply")
+            if d and d.get("count", 0) > 0 and d.get("match", "") in path:
+                d["count"] -= 1
+                return True
+        return False
 
     def _control(self, method, parts, raw):
         with LOCK:
