@@ -59,7 +59,8 @@
  * cancelled callback) up to the state deadline, then answers TRANSIENT.
  *
  * Thread safety: every op from any number of threads (driver.h). Error
- * messages are per thread. */
+ * messages are per thread. Not across fork(): the connection cache holds
+ * sockets, so a child process opens its own driver. */
 #ifndef DBX_ACTIVITIES_DAYTONA_H
 #define DBX_ACTIVITIES_DAYTONA_H
 

@@ -2174,10 +2174,18 @@ static void test_daytona_exec_retry_reattaches(void **state) {
                           "\"echo x >> n.txt; sleep 1; echo done\",\"timeout_s\":60}", id);
   pid_t child = fork();
   assert_true(child >= 0);
-  if (child == 0) {
+  if (child == 0) { /* another worker: its own driver (and connections) */
+    dbx_daytona_opts o = {.api_url = g_fake.api_url, .api_key = DBX_FAKE_DAYTONA_KEY,
+                          .state_wait_ms = 20000};
+    dbx_daytona *d2 = NULL;
+    dbx_sandbox_acts *acts2 = NULL;
+    if (dbx_daytona_open(&o, &d2, NULL) != DBX_OK ||
+        dbx_sandbox_acts_create(dbx_daytona_driver(d2), &acts2) != DBX_OK)
+      _exit(1);
+    const dbx_activity_type *ex = dbx_sandbox_acts_type(acts2, "sandbox.exec");
     dbx_act_result r = {0};
     a.prev_details = "{}";
-    T(exec)->run(&a, in, strlen(in), &r, T(exec)->ud);
+    ex->run(&a, in, strlen(in), &r, ex->ud);
     _exit(0);
   }
   uint8_t *data = NULL;
