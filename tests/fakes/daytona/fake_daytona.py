@@ -617,6 +617,10 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     def _reply(self, status, body=None, headers=None, raw=None):
+        e = getattr(self, "_entry", None)
+        if e is not None:  # logged before the client can see the reply
+            with LOCK:
+                e["status"] = status
         data = raw if raw is not None else (b"" if body is None else json.dumps(body).encode())
         self.send_response(status)
         ctype = "application/json"
@@ -644,11 +648,14 @@ class Handler(BaseHTTPRequestHandler):
                  "query": u.query,
                  "source": self.headers.get("X-Daytona-Source"),
                  "sdk_version": self.headers.get("X-Daytona-SDK-Version"),
-                 "auth": self.headers.get("Authorization") == "Bearer " + ARGS.api_key}
+                 "auth": self.headers.get("Authorization") == "Bearer " + ARGS.api_key,
+                 "status": -1}  # -1: no reply yet
         if (self.headers.get("Content-Type") or "").startswith("application/json") and raw:
             entry["body"] = raw[:4000].decode("utf-8", errors="replace")  # what Daytona keeps
+        self._entry = None
         if parts[:1] == ["_control"]:
             return self._control(method, parts[1:], raw)
+        self._entry = entry
         status = 500
         try:
             with LOCK:
@@ -680,6 +687,8 @@ class Handler(BaseHTTPRequestHandler):
             status = r.status
             if r.status < 300 and self._drop_after(u.path):
                 status = 0
+                with LOCK:
+                    entry["status"] = 0
                 self.close_connection = True
                 try:
                     self.connection.shutdown(2)
@@ -689,6 +698,8 @@ class Handler(BaseHTTPRequestHandler):
             self._reply(r.status, r.body, r.headers, r.raw)
         except Drop:
             status = 0
+            with LOCK:
+                entry["status"] = 0
             self.close_connection = True
             try:
                 self.connection.shutdown(2)
