@@ -355,6 +355,25 @@ static void test_daytona_quota_live_sandboxes(void **state) {
   assert_int_equal(qd->ops->create(qd->self, "quota-2", &o, NULL), DBX_DRV_OK);
   assert_int_equal(qd->ops->del(qd->self, "quota-2"), DBX_DRV_OK);
   dbx_daytona_close(q);
+
+  /* creates per minute: the third of a limit of 2 waits, then gives up */
+  dbx_daytona_opts ro = {.api_url = g_fake.api_url, .api_key = DBX_FAKE_DAYTONA_KEY,
+                         .creates_per_min = 2, .state_wait_ms = 1500};
+  dbx_daytona *r = NULL;
+  assert_int_equal(dbx_daytona_open(&ro, &r, NULL), DBX_OK);
+  dbx_driver *rd = dbx_daytona_driver(r);
+  assert_int_equal(rd->ops->create(rd->self, "rate-1", &o, NULL), DBX_DRV_OK);
+  assert_int_equal(rd->ops->create(rd->self, "rate-2", &o, NULL), DBX_DRV_OK);
+  t0 = dbx_mono_ns();
+  assert_int_equal(rd->ops->create(rd->self, "rate-3", &o, NULL), DBX_DRV_TRANSIENT);
+  assert_true((dbx_mono_ns() - t0) / 1000000 >= 1400);
+  assert_non_null(strstr(rd->ops->errmsg(rd->self), "creates per minute"));
+  assert_int_equal(count_named("rate-3"), 0);
+  /* an adoption is no create: it does not count */
+  assert_int_equal(rd->ops->create(rd->self, "rate-1", &o, NULL), DBX_DRV_OK);
+  assert_int_equal(rd->ops->del(rd->self, "rate-1"), DBX_DRV_OK);
+  assert_int_equal(rd->ops->del(rd->self, "rate-2"), DBX_DRV_OK);
+  dbx_daytona_close(r);
 }
 
 /* Deleted and made again under one name at once: the create meets 409
