@@ -39,7 +39,12 @@
 /* The typed errors. The activity layer maps each to a Temporal failure type
  * (sandbox.h "Failures") by a table; the column says which. The texts of
  * STATE and FAILED are those of DBX_ESTATE and DBX_EIO (base/err.h): failure
- * messages read "<what>: <detail> (i/o error)" as before the interface. */
+ * messages read "<what>: <detail> (i/o error)" as before the interface.
+ * The last four are failures no retry can mend, told apart by the driver at
+ * their source (git's exit status and words, the path checked before a
+ * clone, ENOSPC / EDQUOT of a write): a repository that does not exist, a
+ * folder or remote that is no git repository, a branch / tag / commit the
+ * repository lacks, a full disk (or quota). */
 #define DBX_DRV_ERR_MAP(XX)                                                                  \
   XX(DBX_DRV_OK, "success")                                                                  \
   XX(DBX_DRV_NO_SANDBOX, "no such sandbox")                  /* SandboxNotFound */           \
@@ -55,7 +60,11 @@
   XX(DBX_DRV_CANCELED, "canceled")                           /* the activity is cancelled */ \
   XX(DBX_DRV_UNSUPPORTED, "not supported by this driver")    /* Unsupported */               \
   XX(DBX_DRV_NOMEM, "out of memory")                         /* DBX_ENOMEM */                \
-  XX(DBX_DRV_FAILED, "i/o error")                            /* SandboxError (retryable) */
+  XX(DBX_DRV_FAILED, "i/o error")                            /* SandboxError (retryable) */\
+  XX(DBX_DRV_REPO_NOT_FOUND, "repository not found")         /* RepositoryNotFound */        \
+  XX(DBX_DRV_NOT_A_REPO, "not a git repository")             /* NotAGitRepository */         \
+  XX(DBX_DRV_REF_NOT_FOUND, "no such branch, tag or commit") /* RefNotFound */               \
+  XX(DBX_DRV_DISK_FULL, "no space left on device")           /* DiskFull */
 
 typedef enum {
 #define XX(name, msg) name,
@@ -200,7 +209,9 @@ typedef struct dbx_driver_ops {
    * already exists with the same source (*adopted = 1, nothing changes).
    * A partial sandbox left by an interrupted create is cleared and made
    * again. adopted may be NULL. Also SOURCE_NOT_FOUND (source dir, repo or
-   * snapshot missing), CONFLICT (name taken with another source),
+   * snapshot missing; a GIT source: REPO_NOT_FOUND), NOT_A_REPO (a GIT
+   * source that is no repository), REF_NOT_FOUND (its ref does not exist),
+   * DISK_FULL, CONFLICT (name taken with another source),
    * UNSUPPORTED (source kind), CANCELED (o->cancelled said so). */
   dbx_drv_err (*create)(void *self, const char *name, const dbx_drv_create_opts *o,
                         int *adopted);
@@ -275,15 +286,17 @@ typedef struct dbx_driver_ops {
 
   /* Clone url (a repository path or URL) into path (relative, non-empty;
    * a partial or earlier target there is removed first), then check out ref
-   * when given. SOURCE_NOT_FOUND is not used: a failed clone is FAILED with
-   * git's words. PATH_REFUSED, STATE. */
+   * when given. SOURCE_NOT_FOUND is not used: a failed clone is
+   * REPO_NOT_FOUND (no such repository), NOT_A_REPO (url is none),
+   * REF_NOT_FOUND (no such ref), DISK_FULL, or FAILED with git's words
+   * (unreachable, refused: worth a retry). PATH_REFUSED, STATE. */
   dbx_drv_err (*git_clone)(void *self, const char *name, const char *url, const char *path,
                            const char *ref);
   /* git add -A and commit in the repository at repo_path (relative; NULL:
    * the workspace root), author and committer "Name <email>". *sha: hex,
    * malloc'd (free()); NULL with *nothing = 1 when there was nothing to
-   * commit. NOT_FOUND (no repo_path folder), FAILED (git's words: not a
-   * repository, ...). */
+   * commit. NOT_FOUND (no repo_path folder), NOT_A_REPO, DISK_FULL, FAILED
+   * (git's words). */
   dbx_drv_err (*git_commit)(void *self, const char *name, const char *repo_path,
                             const char *message, const char *author, char **sha, int *nothing);
   /* git_commit staging and committing only the npaths paths (relative to
@@ -296,8 +309,9 @@ typedef struct dbx_driver_ops {
                                   const char *author, char **sha, int *nothing);
   /* git push the current branch (branch NULL) or branch of repo_path (NULL:
    * root) to remote (a remote name, repository path or URL; NULL: origin).
-   * NOT_FOUND (no repo_path folder), FAILED (rejected, unreachable, not a
-   * repository: git's words). */
+   * NOT_FOUND (no repo_path folder), NOT_A_REPO (repo_path or remote is
+   * none), REPO_NOT_FOUND, REF_NOT_FOUND (no such branch), FAILED (rejected,
+   * unreachable: git's words). */
   dbx_drv_err (*git_push)(void *self, const char *name, const char *repo_path, const char *remote,
                           const char *branch);
 

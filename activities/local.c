@@ -45,6 +45,7 @@
 
 #include "activities/driver.h"
 #include "base/alloc.h"
+#include "base/failpoint.h"
 #include "base/fs.h"
 #include "base/util.h"
 
@@ -80,12 +81,26 @@ static void vfail(const dbx_local *d, dbx_drv_err kind, const char *fmt, va_list
   tl_err.kind = kind;
 }
 
+/* A full disk (or quota) is told by the errno of the call that failed: every
+ * site that reports a failed call ends its message with strerror(errno) (or
+ * of the errno it saved), so an i/o failure whose message ends with the text
+ * of ENOSPC or EDQUOT is DISK_FULL. */
+static int ends_with(const char *s, const char *tail) {
+  size_t n = strlen(s), t = strlen(tail);
+  return n >= t && strcmp(s + n - t, tail) == 0;
+}
+
 __attribute__((format(printf, 3, 4))) static dbx_err fail(const dbx_local *d, dbx_err e,
                                                           const char *fmt, ...) {
+  int en = errno;
   va_list ap;
   va_start(ap, fmt);
   vfail(d, DBX_DRV_OK, fmt, ap);
   va_end(ap);
+  if (e == DBX_EIO &&
+      (ends_with(tl_err.msg, strerror(ENOSPC)) || ends_with(tl_err.msg, strerror(EDQUOT))))
+    tl_err.kind = DBX_DRV_DISK_FULL;
+  errno = en; /* callers may still read it */
   return e;
 }
 
@@ -393,6 +408,54 @@ void dbx_local_exec_result_cleanup(dbx_local_exec_result *r) {
   memset(r, 0, sizeof *r);
 }
 
+/* The typed kind of a failed git (or cp, rm) from what it wrote to stderr,
+ * for the failures no retry mends; DBX_DRV_OK for the others (unreachable,
+ * refused, killed: worth a retry). git 2.x's words, in the C locale the
+ * tools run in. */
+static dbx_drv_err tool_kind(const char *err) {
+  if (err == NULL) return DBX_DRV_OK;
+  if (strstr(err, "No space left on device") || strstr(err, "Disk quota exceeded"))
+    return DBX_DRV_DISK_FULL;
+  if (strstr(err, "not a git repository") || strstr(err, "does not appear to be a git repository"))
+    return DBX_DRV_NOT_A_REPO;
+  if (strstr(err, "Repository not found") ||
+      (strstr(err, "repository '") && (strstr(err, "' does not exist") || strstr(err, "' not found"))))
+    return DBX_DRV_REPO_NOT_FOUND;
+  if (strstr(err, "invalid reference: ") || strstr(err, "did not match any file(s) known to git") ||
+      strstr(err, "not found in upstream") || strstr(err, "unknown revision") ||
+      (strstr(err, "src refspec") && strstr(err, "does not match any")))
+    return DBX_DRV_REF_NOT_FOUND;
+  return DBX_DRV_OK;
+}
+
+/* Before cloning loc: a local repository (an absolute path or file:// URL)
+ * that does not exist is REPO_NOT_FOUND, a folder that is no repository
+ * NOT_A_REPO (git itself says "does not exist" of both); DBX_DRV_OK for
+ * repositories and for what is not local (git answers for those). */
+static dbx_drv_err local_repo_kind(const char *loc) {
+  if (strncmp(loc, "file://", 7) == 0) loc += 7;
+  if (loc[0] != '/') return DBX_DRV_OK;
+  struct stat st;
+  if (stat(loc, &st) != 0) return errno == ENOENT || errno == ENOTDIR ? DBX_DRV_REPO_NOT_FOUND
+                                                                        : DBX_DRV_OK;
+  if (!S_ISDIR(st.st_mode)) return DBX_DRV_OK; /* a bundle file: git decides */
+  char *dotgit = dbx_asprintf("%s/.git", loc), *head = dbx_asprintf("%s/HEAD", loc),
+       *objs = dbx_asprintf("%s/objects", loc);
+  int repo = !dotgit || !head || !objs || access(dotgit, F_OK) == 0 ||
+             (access(head, F_OK) == 0 && stat(objs, &st) == 0 && S_ISDIR(st.st_mode));
+  free(dotgit);
+  free(head);
+  free(objs);
+  return repo ? DBX_DRV_OK : DBX_DRV_NOT_A_REPO;
+}
+
+/* A failed clone's precheck (local_repo_kind's kind k) as a failure. */
+static dbx_err fail_repo(const dbx_local *d, dbx_drv_err k, const char *what, const char *loc) {
+  if (k == DBX_DRV_REPO_NOT_FOUND)
+    return failk(d, DBX_EIO, k, "%s failed: repository '%s' does not exist", what, loc);
+  return failk(d, DBX_EIO, k, "%s failed: '%s' is not a git repository", what, loc);
+}
+
 /* Run a host tool (cp, git clone, rm) outside the sandbox with a fixed small
  * environment (no caller secrets, no git prompts); stderr goes to errmsg.
  * src (may be NULL) lends its cancellation poll. */
@@ -408,8 +471,8 @@ static dbx_err run_host_src(const dbx_local *d, char *const *argv, const char *w
   if (r.cancelled)
     rc = fail(d, DBX_ECANCELED, "%s: cancelled", what);
   else if (r.exit_code != 0)
-    rc = fail(d, DBX_EIO, "%s failed (exit %d): %.600s", what, r.exit_code,
-              (const char *)r.stderr_buf);
+    rc = failk(d, DBX_EIO, tool_kind((const char *)r.stderr_buf), "%s failed (exit %d): %.600s",
+               what, r.exit_code, (const char *)r.stderr_buf);
   dbx_local_exec_result_cleanup(&r);
   return rc;
 }
@@ -579,6 +642,8 @@ void dbx_local_close(dbx_local *d) {
 }
 
 int dbx_local_bwrap_enabled(const dbx_local *d) { return d->use_bwrap; }
+
+const char *dbx_local_home(const dbx_local *d) { return d->home; }
 
 dbx_err dbx_local_bwrap_set(dbx_local *d, int on) {
   if (on && d->bwrap == NULL) return fail(d, DBX_EUNSUPPORTED, "bwrap is not usable here");
@@ -770,6 +835,11 @@ dbx_err dbx_local_sandbox_create(dbx_local *d, const char *id, const dbx_local_s
     break;
   case DBX_LOCAL_SOURCE_GIT: {
     /* workspace.tmp is fresh (the sandbox dir was cleared above). */
+    dbx_drv_err rk = local_repo_kind(src->location);
+    if (rk != DBX_DRV_OK) {
+      rc = fail_repo(d, rk, "git clone", src->location);
+      break;
+    }
     char *argv[] = {"git", "clone", "-q", "--", (char *)src->location, tmp, NULL};
     rc = run_host_src(d, argv, "git clone", src);
     if (rc == DBX_OK && src->ref && *src->ref) {
@@ -865,6 +935,9 @@ static dbx_err remove_tree(dbx_local *d, const char *path, const char *what) {
   if (rename(path, t) != 0) {
     if (errno != ENOENT) rc = fail(d, DBX_EIO, "cannot remove '%s': %s", path, strerror(errno));
   } else {
+    /* an interrupt from here leaves trash/<what>.<hex>: the tombstone that
+     * dbx_local_leftovers finds and dbx_local_leftover_remove finishes */
+    DBX_FAILPOINT("local.delete.after_rename");
     rc = rmrf(d, t);
   }
   free(t);
@@ -2248,8 +2321,9 @@ dbx_err dbx_local_git_commit_paths(dbx_local *d, const char *id, const char *rep
       goto out;
     }
     if (r.exit_code != 0 && !(i == 1 && r.exit_code == 1)) {
-      rc = fail(d, DBX_EIO, "git %s in sandbox '%s' failed (exit %d): %.600s", steps[i][0], id,
-                r.exit_code, (const char *)r.stderr_buf);
+      rc = failk(d, DBX_EIO, tool_kind((const char *)r.stderr_buf),
+                 "git %s in sandbox '%s' failed (exit %d): %.600s", steps[i][0], id,
+                 r.exit_code, (const char *)r.stderr_buf);
       goto out;
     }
     if (i == 3) {
@@ -2285,8 +2359,9 @@ static dbx_err git_step(dbx_local *d, const char *id, char *const *argv, const c
   dbx_err rc = sandbox_run_bind(d, id, argv, NULL, bind, bind_rw, cwd, git_env, 0, 4096, 8192,
                                 NULL, NULL, &r);
   if (rc == DBX_OK && r.exit_code != 0)
-    rc = fail(d, DBX_EIO, "%s in sandbox '%s' failed (exit %d): %.600s", what, id, r.exit_code,
-              (const char *)r.stderr_buf);
+    rc = failk(d, DBX_EIO, tool_kind((const char *)r.stderr_buf),
+               "%s in sandbox '%s' failed (exit %d): %.600s", what, id, r.exit_code,
+               (const char *)r.stderr_buf);
   dbx_local_exec_result_cleanup(&r);
   return rc;
 }
@@ -2325,6 +2400,11 @@ dbx_err dbx_local_git_clone(dbx_local *d, const char *id, const char *url, const
   char *rm[] = {"rm", "-rf", "--", (char *)base, NULL};
   if ((rc = git_step(d, id, rm, "clearing the clone target", NULL, 0, parent)) != DBX_OK)
     goto out;
+  dbx_drv_err rk = local_repo_kind(url);
+  if (rk != DBX_DRV_OK) {
+    rc = fail_repo(d, rk, "git clone", url);
+    goto out;
+  }
   char *clone[] = {GIT_SAFE, "clone", "-q", "--no-hardlinks", "--", (char *)url, (char *)base,
                    NULL};
   rc = git_step(d, id, clone, "git clone", git_host_path(d, url), 0, parent);
@@ -2470,6 +2550,188 @@ out:
   *ids = v;
   *n = cnt;
   return DBX_OK;
+}
+
+/* ---- disk use and leftovers (`durabox sandbox list / gc`) ---- */
+
+static int any_command_running(dbx_local *d, const char *sbdir);
+
+int dbx_local_sandbox_busy(dbx_local *d, const char *id) {
+  if (sb_check(d, id, 0) != DBX_OK) return 0;
+  char *dir = sb_dir(d, id);
+  int busy = dir ? any_command_running(d, dir) : 0;
+  free(dir);
+  return busy;
+}
+
+static _Thread_local uint64_t tl_disk_bytes;
+
+static int disk_one(const char *p, const struct stat *st, int flag, struct FTW *f) {
+  (void)p;
+  (void)f;
+  if (flag != FTW_NS) tl_disk_bytes += (uint64_t)st->st_blocks * 512;
+  return 0;
+}
+
+/* Bytes on disk (allocated blocks) of the tree at path; unreadable parts
+ * count as 0. */
+static uint64_t tree_disk_bytes(const char *path) {
+  tl_disk_bytes = 0;
+  (void)nftw(path, disk_one, 32, FTW_PHYS);
+  return tl_disk_bytes;
+}
+
+dbx_err dbx_local_sandbox_disk_bytes(dbx_local *d, const char *id, uint64_t *bytes) {
+  *bytes = 0;
+  dbx_err rc = sb_check(d, id, 0);
+  if (rc != DBX_OK) return rc;
+  char *dir = sb_dir(d, id);
+  if (dir == NULL) return DBX_ENOMEM;
+  *bytes = tree_disk_bytes(dir);
+  free(dir);
+  return DBX_OK;
+}
+
+void dbx_local_leftovers_free(dbx_local_leftover *l, size_t n) {
+  for (size_t i = 0; l && i < n; i++) {
+    free(l[i].name);
+    free(l[i].path);
+  }
+  free(l);
+}
+
+/* flock locks/<id> without waiting: the fd (close to unlock), -1 when
+ * another holds it (busy) or it cannot be taken, -2 when id has no lock file
+ * and create is 0 (nobody ever locked it). */
+static int lock_id_try(const dbx_local *d, const char *id, int create) {
+  char *p = dbx_asprintf("%s/locks/%s", d->home, id);
+  if (p == NULL) return -1;
+  int fd = open(p, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0644);
+  free(p);
+  if (fd < 0) return errno == ENOENT && !create ? -2 : -1;
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* Appends one leftover (takes name and path). -1 on OOM (both freed). */
+static int leftover_push(dbx_local_leftover **v, size_t *n, size_t *cap,
+                         dbx_local_leftover_kind kind, char *name, char *path) {
+  if (name == NULL || path == NULL) goto bad;
+  if (*n == *cap) {
+    size_t nc = *cap ? *cap * 2 : 8;
+    dbx_local_leftover *nv = dbx_realloc(*v, nc * sizeof *nv);
+    if (nv == NULL) goto bad;
+    *v = nv;
+    *cap = nc;
+  }
+  (*v)[*n] = (dbx_local_leftover){.kind = kind, .name = name, .path = path,
+                                  .bytes = tree_disk_bytes(path)};
+  (*n)++;
+  return 0;
+bad:
+  free(name);
+  free(path);
+  return -1;
+}
+
+/* The leftovers of kind among the entries of home/sub. */
+static dbx_err leftovers_in(dbx_local *d, const char *sub, dbx_local_leftover_kind kind,
+                            dbx_local_leftover **v, size_t *n, size_t *cap) {
+  char *dir = dbx_asprintf("%s/%s", d->home, sub);
+  DIR *dp = dir ? opendir(dir) : NULL;
+  dbx_err rc = DBX_OK;
+  if (dp == NULL) {
+    rc = dir == NULL ? DBX_ENOMEM
+         : errno == ENOENT ? DBX_OK
+                           : fail(d, DBX_EIO, "cannot list '%s': %s", dir, strerror(errno));
+    free(dir);
+    return rc;
+  }
+  for (const struct dirent *e = readdir(dp); e != NULL; e = readdir(dp)) {
+    if (e->d_name[0] == '.') continue;
+    if (kind == DBX_LOCAL_LEFTOVER_PARTIAL) {
+      /* a sandbox folder without meta/source: an interrupted create; one
+       * whose create is under way holds its lock and is no leftover */
+      if (!valid_name(e->d_name) || sb_check(d, e->d_name, 0) != DBX_ENOTFOUND) continue;
+      int fd = lock_id_try(d, e->d_name, 0);
+      if (fd == -1) continue;
+      if (fd >= 0) close(fd);
+    }
+    if (leftover_push(v, n, cap, kind, dbx_strdup(e->d_name),
+                      dbx_asprintf("%s/%s", dir, e->d_name)) != 0) {
+      rc = DBX_ENOMEM;
+      break;
+    }
+  }
+  closedir(dp);
+  free(dir);
+  return rc;
+}
+
+dbx_err dbx_local_leftovers(dbx_local *d, dbx_local_leftover **out, size_t *n) {
+  dbx_local_leftover *v = NULL;
+  size_t cnt = 0, cap = 0;
+  *out = NULL;
+  *n = 0;
+  dbx_err rc = leftovers_in(d, "trash", DBX_LOCAL_LEFTOVER_TRASH, &v, &cnt, &cap);
+  if (rc == DBX_OK) rc = leftovers_in(d, "sandboxes", DBX_LOCAL_LEFTOVER_PARTIAL, &v, &cnt, &cap);
+  if (rc != DBX_OK) {
+    dbx_local_leftovers_free(v, cnt);
+    return rc;
+  }
+  *out = v;
+  *n = cnt;
+  return DBX_OK;
+}
+
+dbx_err dbx_local_leftover_remove(dbx_local *d, const dbx_local_leftover *l) {
+  if (l == NULL || l->name == NULL || strchr(l->name, '/') != NULL || l->name[0] == '.' ||
+      (l->kind != DBX_LOCAL_LEFTOVER_TRASH && l->kind != DBX_LOCAL_LEFTOVER_PARTIAL))
+    return fail(d, DBX_EINVAL, "invalid leftover");
+  dbx_err rc = DBX_OK;
+  char *path = NULL, *id = NULL;
+  int fd = -2;
+  if (l->kind == DBX_LOCAL_LEFTOVER_TRASH) {
+    /* trash/<id>.<hex>: a delete still removing it holds the lock of <id> */
+    id = dbx_strdup(l->name);
+    char *dot = id ? strrchr(id, '.') : NULL;
+    if (dot) *dot = '\0';
+    path = dbx_asprintf("%s/trash/%s", d->home, l->name);
+    if (id == NULL || path == NULL) {
+      rc = DBX_ENOMEM;
+      goto out;
+    }
+    if (valid_name(id) && (fd = lock_id_try(d, id, 0)) == -1) {
+      rc = fail(d, DBX_ESTATE, "'%s' is being removed right now", l->name);
+      goto out;
+    }
+    rc = access(path, F_OK) == 0 ? rmrf(d, path) : DBX_OK;
+  } else {
+    if (!valid_name(l->name)) {
+      rc = fail(d, DBX_EINVAL, "invalid sandbox id '%s'", l->name);
+      goto out;
+    }
+    if ((fd = lock_id_try(d, l->name, 1)) < 0) {
+      rc = fail(d, DBX_ESTATE, "sandbox '%s' is being created right now", l->name);
+      goto out;
+    }
+    rc = sb_check(d, l->name, 0);
+    if (rc == DBX_OK) { /* completed meanwhile: a sandbox, no leftover */
+      rc = fail(d, DBX_ESTATE, "sandbox '%s' is complete now: not removed", l->name);
+      goto out;
+    }
+    if (rc != DBX_ENOTFOUND) goto out;
+    path = sb_dir(d, l->name);
+    rc = path ? remove_tree(d, path, l->name) : DBX_ENOMEM;
+  }
+out:
+  if (fd >= 0) close(fd);
+  free(path);
+  free(id);
+  return rc;
 }
 
 /* ---- restore ---- */

@@ -60,7 +60,10 @@ int dbx_local_supervisor_main(int argc, char **argv);
 dbx_driver *dbx_local_driver(dbx_local *d);
 /* The typed kind of the calling thread's last failure on d when its dbx_err
  * alone does not tell (DBX_DRV_NO_SANDBOX, DBX_DRV_PATH_REFUSED,
- * DBX_DRV_SOURCE_NOT_FOUND, DBX_DRV_SNAPSHOT_FAILED), else DBX_DRV_OK. */
+ * DBX_DRV_SOURCE_NOT_FOUND, DBX_DRV_SNAPSHOT_FAILED; with DBX_EIO, the
+ * failures no retry mends: DBX_DRV_REPO_NOT_FOUND, DBX_DRV_NOT_A_REPO,
+ * DBX_DRV_REF_NOT_FOUND from git's exit and words or the path checked
+ * before a clone, DBX_DRV_DISK_FULL from ENOSPC / EDQUOT), else DBX_DRV_OK. */
 dbx_drv_err dbx_local_errkind(const dbx_local *d);
 
 /* The environment variable of the explicit opt-out: "1" runs commands
@@ -92,6 +95,8 @@ void dbx_local_close(dbx_local *d);
  * until that thread's next call into this module. Never NULL. d NULL: the
  * message of the calling thread's last failed open ("" if none). */
 const char *dbx_local_errmsg(const dbx_local *d);
+/* The home directory (absolute; borrowed, valid until dbx_local_close). */
+const char *dbx_local_home(const dbx_local *d);
 /* 1 if commands run under bubblewrap, else 0. */
 int dbx_local_bwrap_enabled(const dbx_local *d);
 /* Turn bubblewrap off (on = 0) or back on. Call before sharing the handle.
@@ -164,6 +169,45 @@ dbx_err dbx_local_sandbox_labels(dbx_local *d, const char *id, dbx_drv_label **l
  * DBX_EIO, DBX_ENOMEM. */
 dbx_err dbx_local_sandbox_list(dbx_local *d, const dbx_drv_label *match, size_t nmatch,
                                char ***ids, size_t *n);
+/* Bytes the sandbox takes on disk (allocated blocks of its folder:
+ * workspace, home, meta, command logs; unreadable parts count 0). DBX_OK,
+ * DBX_ENOTFOUND, DBX_EINVAL, DBX_ENOMEM. */
+dbx_err dbx_local_sandbox_disk_bytes(dbx_local *d, const char *id, uint64_t *bytes);
+
+/* 1 when a detached command of sandbox id is running (its supervisor
+ * says so), else 0 (also for no such sandbox). */
+int dbx_local_sandbox_busy(dbx_local *d, const char *id);
+
+/* Leftovers: what an interrupted delete or create leaves behind, found and
+ * finished by `durabox sandbox gc`. A delete first renames the sandbox's
+ * folder (or a snapshot) to trash/<name>.<hex> (its tombstone: the sandbox is
+ * gone at once) and then removes that tree; an interrupt in between leaves the
+ * tombstone. A create that was interrupted leaves sandboxes/<id> without
+ * meta/source (the next create of the id clears it; one whose create holds
+ * its lock is under way and not listed). */
+typedef enum {
+  DBX_LOCAL_LEFTOVER_TRASH = 0, /* trash/<name>: a half-deleted tree */
+  DBX_LOCAL_LEFTOVER_PARTIAL    /* sandboxes/<name>: a half-created sandbox */
+} dbx_local_leftover_kind;
+
+typedef struct {
+  dbx_local_leftover_kind kind;
+  char *name;     /* the entry's name (malloc'd) */
+  char *path;     /* its absolute path (malloc'd) */
+  uint64_t bytes; /* on disk */
+} dbx_local_leftover;
+
+/* Every leftover now. *out: free with dbx_local_leftovers_free(*out, *n).
+ * DBX_OK, DBX_EIO (a folder unreadable), DBX_ENOMEM. */
+dbx_err dbx_local_leftovers(dbx_local *d, dbx_local_leftover **out, size_t *n);
+/* Accepts NULL. */
+void dbx_local_leftovers_free(dbx_local_leftover *l, size_t n);
+/* Remove one leftover (l borrowed; only kind and name are read). A tombstone
+ * that is gone already counts as done. DBX_OK, DBX_EINVAL (bad name or
+ * kind), DBX_ESTATE (a delete or create of it is under way right now, or the
+ * partial sandbox completed meanwhile: nothing removed), DBX_EIO. */
+dbx_err dbx_local_leftover_remove(dbx_local *d, const dbx_local_leftover *l);
+
 /* Replace the workspace with snapshot ref: a verified copy is made next to
  * it and exchanged with it in one rename (renameat2 RENAME_EXCHANGE), so a
  * failure leaves the old workspace. Refuses while a detached command runs

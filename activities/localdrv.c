@@ -20,6 +20,9 @@ static dbx_drv_err from_err(dbx_local *d, dbx_err e) {
   if ((k == DBX_DRV_NO_SANDBOX || k == DBX_DRV_SOURCE_NOT_FOUND) && e == DBX_ENOTFOUND) return k;
   if (k == DBX_DRV_PATH_REFUSED && e == DBX_EINVAL) return k;
   if (k == DBX_DRV_SNAPSHOT_FAILED && e == DBX_EIO) return k;
+  if ((k == DBX_DRV_REPO_NOT_FOUND || k == DBX_DRV_NOT_A_REPO || k == DBX_DRV_REF_NOT_FOUND ||
+       k == DBX_DRV_DISK_FULL) && e == DBX_EIO)
+    return k;
   switch (e) {
   case DBX_ENOMEM: return DBX_DRV_NOMEM;
   case DBX_EINVAL: return DBX_DRV_INVALID;

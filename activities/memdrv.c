@@ -434,6 +434,11 @@ static dbx_drv_err md_create(void *self, const char *name, const dbx_drv_create_
   const fmap *from = NULL;
   if (src->kind == DBX_DRV_SOURCE_DIR || src->kind == DBX_DRV_SOURCE_GIT) {
     mnamed *h = named_find(m->srcs, m->nsrcs, src->location);
+    if (h == NULL && src->kind == DBX_DRV_SOURCE_GIT) { /* as the local driver's clone */
+      rc = fail(m, DBX_DRV_REPO_NOT_FOUND, "git clone failed: repository '%s' does not exist",
+                src->location);
+      goto out;
+    }
     if (h == NULL) {
       rc = fail(m, DBX_DRV_SOURCE_NOT_FOUND, "source '%s' not found", src->location);
       goto out;
@@ -969,8 +974,8 @@ static dbx_drv_err md_git_clone(void *self, const char *name, const char *url, c
   if (rc == DBX_DRV_OK) rc = sb_get(m, name, 1, &s);
   mnamed *src = rc == DBX_DRV_OK ? named_find(m->srcs, m->nsrcs, url) : NULL;
   if (rc == DBX_DRV_OK && src == NULL)
-    rc = fail(m, DBX_DRV_FAILED, "git clone in sandbox '%s' failed: repository '%.200s' not found",
-              name, url);
+    rc = fail(m, DBX_DRV_REPO_NOT_FOUND,
+              "git clone in sandbox '%s' failed: repository '%.200s' does not exist", name, url);
   if (rc == DBX_DRV_OK) {
     fmap_remove_tree(&s->files, p); /* a partial or earlier target */
     mrepo *r = repo_find(s, p);
@@ -1019,7 +1024,7 @@ static dbx_drv_err md_git_commit(void *self, const char *name, const char *repo_
     rc = fail(m, DBX_DRV_NOT_FOUND, "path '%.200s' not found", repo_path);
   mrepo *r = rc == DBX_DRV_OK ? repo_find(s, p) : NULL;
   if (rc == DBX_DRV_OK && r == NULL)
-    rc = fail(m, DBX_DRV_FAILED, "git commit in sandbox '%s' failed: '%s' is not a git repository",
+    rc = fail(m, DBX_DRV_NOT_A_REPO, "git commit in sandbox '%s' failed: '%s' is not a git repository",
               name, p[0] ? p : ".");
   if (rc == DBX_DRV_OK) {
     uint64_t t = tree_hash(&s->files, p);
@@ -1053,7 +1058,7 @@ static dbx_drv_err md_git_push(void *self, const char *name, const char *repo_pa
     rc = fail(m, DBX_DRV_NOT_FOUND, "path '%.200s' not found", repo_path);
   mrepo *r = rc == DBX_DRV_OK ? repo_find(s, p) : NULL;
   if (rc == DBX_DRV_OK && r == NULL)
-    rc = fail(m, DBX_DRV_FAILED, "git push in sandbox '%s' failed: '%s' is not a git repository",
+    rc = fail(m, DBX_DRV_NOT_A_REPO, "git push in sandbox '%s' failed: '%s' is not a git repository",
               name, p[0] ? p : ".");
   if (rc == DBX_DRV_OK) {
     mpush *slot = NULL;

@@ -17,8 +17,10 @@
  *
  * sandbox.exec runs its command detached (driver.h exec_start) under an id
  * derived from workflow, run and activity ids, heartbeating
- * {cmd_id, stdout_offset, stderr_offset}; a retried attempt re-attaches to
- * the running or finished command instead of starting it again.
+ * {cmd_id, stdout_offset, stderr_offset, stdout_tail, stderr_tail} (the
+ * tails: the last lines, redacted, for people watching); a retried attempt
+ * re-attaches to the running or finished command instead of starting it
+ * again.
  *
  * Threading: a dbx_sandbox_acts is immutable after create; each type's ud
  * points at its slot {driver, op}; drivers are thread-safe (driver.h). */
@@ -119,6 +121,11 @@ static const struct {
     [DBX_DRV_STATE] = {"SandboxError", 0, MSG_WHAT_RC},
     [DBX_DRV_UNSUPPORTED] = {"Unsupported", 1, MSG_WHAT},
     [DBX_DRV_FAILED] = {"SandboxError", 0, MSG_WHAT_RC},
+    /* no retry mends these: the driver says which at the source */
+    [DBX_DRV_REPO_NOT_FOUND] = {"RepositoryNotFound", 1, MSG_WHAT_RC},
+    [DBX_DRV_NOT_A_REPO] = {"NotAGitRepository", 1, MSG_WHAT_RC},
+    [DBX_DRV_REF_NOT_FOUND] = {"RefNotFound", 1, MSG_WHAT_RC},
+    [DBX_DRV_DISK_FULL] = {"DiskFull", 1, MSG_WHAT_RC},
 };
 
 const char *dbx_sandbox_failure_type(dbx_drv_err e, int *non_retryable) {
@@ -601,6 +608,81 @@ static dbx_err succeed_fitted(dbx_act_result *res, cJSON *base, kept_out *k,
   }
 }
 
+/* ------------------------------------------------------------ identity */
+
+/* A sandbox per run (docs/sandbox.md "A sandbox per run"). The input field
+ * naming the run that owns the sandbox: the run that created the work
+ * (durabox.Script passes its own run id; a workflow that continues as new
+ * passes the first run's id on, so its continuations reopen its sandbox). */
+#define OWNER_FIELD "owner_run_id"
+
+/* *owner = the input's owner_run_id, else the activity's run id (borrowed).
+ * Returns 0, or -1 with InvalidInput recorded (not a string, empty, or no
+ * valid label value). */
+static int owner_of(dbx_act *a, const cJSON *in, const char **owner, dbx_act_result *res) {
+  if (get_str(in, OWNER_FIELD, 0, owner, res) != 0) return -1;
+  if (*owner == NULL) {
+    *owner = dbx_act_run_id(a);
+    if (*owner == NULL) *owner = "";
+    return 0;
+  }
+  dbx_drv_label l = {"durabox.run_id", *owner};
+  if ((*owner)[0] == '\0' || !dbx_drv_label_valid(&l)) {
+    fail(res, 1, "InvalidInput", "field '" OWNER_FIELD "' must be 1..255 bytes of text");
+    return -1;
+  }
+  return 0;
+}
+
+/* The optional boolean "keep" (the sandbox outlives its run: labelled
+ * durabox.keep, so no other run's cleanup removes it). 0 or -1 recorded. */
+static int get_keep(const cJSON *in, int *keep, dbx_act_result *res) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(in, "keep");
+  *keep = cJSON_IsTrue(v);
+  if (v == NULL || cJSON_IsNull(v) || cJSON_IsBool(v)) return 0;
+  fail(res, 1, "InvalidInput", "field 'keep' must be true or false");
+  return -1;
+}
+
+/* The sandbox id: "dbx-" + 16 hex digits of FNV-1a 64 over workflow id "/"
+ * owner run "/" resource, so two runs never share one and a retried create
+ * of the same run finds its own; owner NULL (an input without
+ * owner_run_id): over workflow id "/" resource, the id from before runs
+ * were part of it, kept so existing sandboxes and journals keep their
+ * names. */
+static void sandbox_id_of(const char *wf, const char *owner, const char *resource, char id[21]) {
+  uint64_t h = fnv1a(fnv1a(FNV_OFFSET, wf ? wf : ""), "/");
+  if (owner != NULL) h = fnv1a(fnv1a(h, owner), "/");
+  h = fnv1a(h, resource);
+  snprintf(id, 21, "dbx-%016llx", (unsigned long long)h);
+}
+
+/* A delete's guard: *other = 1 (and *by, borrowed from *labels) when
+ * sandbox id is marked kept (durabox.keep) by a run other than the
+ * deleting one (input owner_run_id, else the activity's run), so one run's
+ * cleanup never removes another run's kept sandbox. Unreadable labels
+ * (missing sandbox, driver error) guard nothing: the delete decides.
+ * Returns DBX_OK or DBX_ENOMEM; *labels: free with dbx_drv_labels_free. */
+static dbx_err kept_by_other(dbx_act *a, dbx_driver *drv, const cJSON *in, const char *id,
+                             dbx_drv_label **labels, size_t *n, const char **by, int *other) {
+  *other = 0;
+  *labels = NULL;
+  *n = 0;
+  const cJSON *o = cJSON_GetObjectItemCaseSensitive(in, OWNER_FIELD);
+  const char *me = cJSON_IsString(o) ? o->valuestring : dbx_act_run_id(a);
+  dbx_drv_err e = drv->ops->labels(drv->self, id, labels, n);
+  if (e == DBX_DRV_NOMEM) return DBX_ENOMEM;
+  if (e != DBX_DRV_OK) return DBX_OK;
+  int kept = 0;
+  *by = NULL;
+  for (size_t i = 0; i < *n; i++) {
+    if (strcmp((*labels)[i].key, "durabox.keep") == 0) kept = strcmp((*labels)[i].value, "true") == 0;
+    if (strcmp((*labels)[i].key, "durabox.run_id") == 0) *by = (*labels)[i].value;
+  }
+  *other = kept && *by != NULL && strcmp(*by, me ? me : "") != 0;
+  return DBX_OK;
+}
+
 /* ------------------------------------------------------------ create */
 
 static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_result *res,
@@ -688,16 +770,21 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
     goto out;
   }
 
-  const char *wf = dbx_act_workflow_id(a);
-  uint64_t h = fnv1a(fnv1a(fnv1a(FNV_OFFSET, wf ? wf : ""), "/"), resource);
+  const char *wf = dbx_act_workflow_id(a), *owner = NULL;
+  int keep = 0;
+  if (owner_of(a, in, &owner, res) != 0 || get_keep(in, &keep, res) != 0) goto out;
   char id[21];
-  snprintf(id, sizeof id, "dbx-%016llx", (unsigned long long)h);
+  sandbox_id_of(wf, cJSON_HasObjectItem(in, OWNER_FIELD) ? owner : NULL, resource, id);
   int adopted = 0;
-  /* labels say whose sandbox it is (list by labels finds a run's sandboxes);
-   * a workflow id that is no valid label value is left out */
-  dbx_drv_label labels[2] = {{"durabox.resource", resource}, {"durabox.workflow_id", wf ? wf : ""}};
+  /* labels say whose sandbox it is (`durabox sandbox list` reads them; list
+   * by labels finds a run's sandboxes); a value that is no valid label value
+   * is left out */
+  dbx_drv_label labels[4] = {{"durabox.resource", resource},
+                             {"durabox.workflow_id", wf ? wf : ""},
+                             {"durabox.run_id", owner},
+                             {"durabox.keep", keep ? "true" : ""}};
   size_t nlabels = 0;
-  for (size_t i = 0; i < 2; i++)
+  for (size_t i = 0; i < 4; i++)
     if (dbx_drv_label_valid(&labels[i]) && labels[i].value[0]) labels[nlabels++] = labels[i];
   dbx_drv_create_opts co = {.source = src, .labels = labels, .nlabels = nlabels};
   co.network = network && strcmp(network, "none") == 0 ? DBX_DRV_NET_NONE : DBX_DRV_NET_HOST;
@@ -754,8 +841,90 @@ static void exec_cmd_id(dbx_act *a, char out[24]) {
   cJSON_Delete(d);
 }
 
+/* The live tail of a running command, for its heartbeat details (the
+ * service shows them in DescribeWorkflowExecution's pending activities;
+ * durabox run prints them while the step runs): the last EXEC_TAIL_LINES
+ * lines of each stream's last EXEC_TAIL_BYTES, secrets redacted as in the
+ * result, CR as a line break, other control bytes and NUL as spaces, as
+ * valid UTF-8. A stream is read only while under its cap (in order,
+ * driver.h "Capture"): past it the newest bytes' place in the ring is not
+ * known here, and its tail stays the last one read. Best effort: out of
+ * memory or a failed read leaves a tail out, never fails the exec. */
+#define EXEC_TAIL_BYTES 600
+#define EXEC_TAIL_LINES 3
+typedef struct {
+  const secret_env *sec;
+  size_t nsec;
+  size_t cap;       /* the streams' cap */
+  uint64_t seen[2]; /* the sizes the tails were read at */
+  char *tail[2];    /* malloc'd or NULL */
+} live_tail;
+
+static void live_tail_free(live_tail *lt) {
+  for (int i = 0; i < 2; i++) wipe_free(lt->tail[i]), lt->tail[i] = NULL;
+}
+
+/* The last lines of p[0, n) (cut: bytes came before p), cleaned as above:
+ * malloc'd text or NULL (OOM). */
+static char *last_lines(uint8_t *p, size_t n, int cut) {
+  for (size_t i = 0; i < n; i++) {
+    if (p[i] == '\r') p[i] = '\n';
+    else if ((p[i] < 0x20 && p[i] != '\n' && p[i] != '\t') || p[i] == 0x7f) p[i] = ' ';
+  }
+  size_t end = n;
+  while (end > 0 && p[end - 1] == '\n') end--;
+  size_t from = end;
+  int lines = 0;
+  while (from > 0 && !(p[from - 1] == '\n' && ++lines == EXEC_TAIL_LINES)) from--;
+  if (from == 0 && cut) { /* the first line is only its end: drop it unless alone */
+    size_t nl = 0;
+    while (nl < end && p[nl] != '\n') nl++;
+    if (nl < end) from = nl + 1;
+  }
+  return dbx_utf8_repair((const char *)p + from, end - from, NULL);
+}
+
+static void tail_read(dbx_driver *drv, const char *id, const char *cmd_id, live_tail *lt, int i,
+                      uint64_t size) {
+  if (size == lt->seen[i] || (size >= lt->cap && DBX_DRV_TAIL_BYTES(lt->cap) > 0)) return;
+  uint64_t off = size > EXEC_TAIL_BYTES ? size - EXEC_TAIL_BYTES : 0;
+  size_t want = (size_t)(size - off), n = 0;
+  uint8_t *buf = dbx_malloc(EXEC_TAIL_BYTES + 1);
+  if (buf == NULL) return;
+  if (CALL(drv, exec_attach, id, cmd_id, i + 1, off, buf, want, &n) != DBX_DRV_OK ||
+      redact(&buf, &n, lt->sec, lt->nsec, 1, off > 0) < 0) {
+    free(buf);
+    return;
+  }
+  char *t = last_lines(buf, n, off > 0);
+  memset(buf, 0, n);
+  free(buf);
+  if (t == NULL) return;
+  wipe_free(lt->tail[i]);
+  lt->tail[i] = t;
+  lt->seen[i] = size;
+}
+
+/* {cmd_id, stdout_offset, stderr_offset, stdout_tail?, stderr_tail?}:
+ * malloc'd, or NULL (OOM: the caller sends the details without tails). */
+static char *live_details(dbx_driver *drv, const char *id, const char *cmd_id,
+                          const dbx_drv_cmd_status *st, live_tail *lt) {
+  tail_read(drv, id, cmd_id, lt, 0, st->stdout_size);
+  tail_read(drv, id, cmd_id, lt, 1, st->stderr_size);
+  cJSON *o = cJSON_CreateObject();
+  int okb = o && cJSON_AddStringToObject(o, "cmd_id", cmd_id) &&
+            cJSON_AddNumberToObject(o, "stdout_offset", (double)st->stdout_size) &&
+            cJSON_AddNumberToObject(o, "stderr_offset", (double)st->stderr_size) &&
+            (!lt->tail[0] || cJSON_AddStringToObject(o, "stdout_tail", lt->tail[0])) &&
+            (!lt->tail[1] || cJSON_AddStringToObject(o, "stderr_tail", lt->tail[1]));
+  char *txt = okb ? cJSON_PrintUnformatted(o) : NULL;
+  cJSON_Delete(o);
+  return txt;
+}
+
 /* Start the command detached (or re-attach to it), heartbeat
- * {cmd_id, stdout_offset, stderr_offset} every EXEC_POLL_MS until it
+ * {cmd_id, stdout_offset, stderr_offset} and the live tail (live_details)
+ * every EXEC_POLL_MS until it
  * finishes, then collect its result. A cancel kills the command's group
  * (DBX_ECANCELED). A command whose supervisor vanished (LOST: killed, host
  * rebooted) is started again once, as any retry of a safe_to_retry step would;
@@ -763,7 +932,7 @@ static void exec_cmd_id(dbx_act *a, char out[24]) {
  * Other errors are the driver's. */
 static dbx_drv_err exec_detached(dbx_act *a, dbx_driver *drv, const char *id,
                                  const dbx_drv_exec_opts *opts, dbx_drv_exec_result *er,
-                                 int *lost) {
+                                 int *lost, live_tail *lt) {
   char cmd_id[24];
   exec_cmd_id(a, cmd_id);
   int adopted = 0, restarts = 0, starts = 0;
@@ -796,7 +965,10 @@ static dbx_drv_err exec_detached(dbx_act *a, dbx_driver *drv, const char *id,
     snprintf(details, sizeof details,
              "{\"cmd_id\":\"%s\",\"stdout_offset\":%llu,\"stderr_offset\":%llu}", cmd_id,
              (unsigned long long)st.stdout_size, (unsigned long long)st.stderr_size);
-    if (dbx_act_heartbeat(a, details)) {
+    char *live = live_details(drv, id, cmd_id, &st, lt);
+    int stop = dbx_act_heartbeat(a, live ? live : details);
+    if (live) wipe_free(live);
+    if (stop) {
       /* the worker stopping is no reason to lose the command: it runs on
        * under its supervisor and the next attempt re-attaches to it */
       if (!dbx_act_worker_stopping(a)) CALL(drv, exec_cancel, id, cmd_id);
@@ -912,7 +1084,9 @@ static dbx_err run_exec(dbx_act *a, const char *json, size_t len, dbx_act_result
   opts.stdout_cap_bytes = cap;
   opts.stderr_cap_bytes = cap;
   int lost = 0;
-  dbx_drv_err drc = exec_detached(a, drv, id, &opts, &er, &lost);
+  live_tail lt = {.sec = sec, .nsec = nsec, .cap = cap};
+  dbx_drv_err drc = exec_detached(a, drv, id, &opts, &er, &lost, &lt);
+  live_tail_free(&lt);
   if (drc == DBX_DRV_CANCELED) {
     rc = DBX_ECANCELED;
     goto out;
@@ -1242,6 +1416,26 @@ static dbx_err run_life(dbx_act *a, const char *json, size_t len, dbx_act_result
   if (dbx_act_cancelled(a)) {
     rc = DBX_ECANCELED;
     goto out;
+  }
+  if (op == OP_DELETE) {
+    dbx_drv_label *lb = NULL;
+    size_t nl = 0;
+    const char *by = NULL;
+    int other = 0;
+    rc = kept_by_other(a, drv, in, id, &lb, &nl, &by, &other);
+    if (rc == DBX_OK && other) {
+      DBX_INFO(MOD, "sandbox %s: kept by run %s, not deleted", id, by);
+      cJSON *r = cJSON_CreateObject();
+      if (r == NULL || !cJSON_AddFalseToObject(r, "deleted") ||
+          !cJSON_AddStringToObject(r, "kept_by_run", by)) {
+        cJSON_Delete(r);
+        rc = DBX_ENOMEM;
+      } else {
+        rc = succeed(res, r);
+      }
+    }
+    dbx_drv_labels_free(lb, nl);
+    if (rc != DBX_OK || other) goto out;
   }
   dbx_drv_err drc = op == OP_STOP    ? CALL(drv, stop, id)
                     : op == OP_START ? CALL(drv, start, id)

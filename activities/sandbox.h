@@ -8,13 +8,20 @@
  *
  *   sandbox.create      {"resource"?: "workspace", "source"?: {"kind": "empty"|"dir"|"git"|
  *                        "snapshot", "path"|"url"|"ref"}, "env"?: {..},
- *                        "network"?: "host"|"none", "host_fs"?: "host"|"system"}
+ *                        "network"?: "host"|"none", "host_fs"?: "host"|"system",
+ *                        "owner_run_id"?: RUN, "keep"?: bool}
  *                       -> {"sandbox_id", "adopted", "path"}
  *                       The id is "dbx-" + 16 hex digits of FNV-1a 64 over
- *                       workflow id + "/" + resource, so a retried create adopts
- *                       what an earlier attempt made. A fresh sandbox is
- *                       labelled durabox.resource and durabox.workflow_id (when
- *                       a valid label value). "path" is the workspace's host
+ *                       workflow id + "/" + owner_run_id + "/" + resource
+ *                       (a sandbox per run: docs/sandbox.md), so a retried
+ *                       create of the same run adopts what an earlier attempt
+ *                       made and another run never does; without
+ *                       owner_run_id, over workflow id + "/" + resource (the
+ *                       id of earlier versions). A fresh sandbox is labelled
+ *                       durabox.resource, durabox.workflow_id, durabox.run_id
+ *                       (owner_run_id, else the activity's run) and, with
+ *                       "keep": true, durabox.keep = "true" (each when a valid
+ *                       label value). "path" is the workspace's host
  *                       path, absent when the driver has none. ("env" is
  *                       validated; the local driver keeps no per-sandbox
  *                       environment.) "network" "none": no network at all;
@@ -28,6 +35,12 @@
  *                           "stderr"|"stderr_b64", "stdout_truncated", "stderr_truncated",
  *                           "stdout_bytes", "stderr_bytes", "duration_ms"}
  *                       A non-zero exit is a result. See "Output" below.
+ *                       While the command runs, the heartbeat details are
+ *                       {"cmd_id", "stdout_offset", "stderr_offset",
+ *                       "stdout_tail"?, "stderr_tail"?}: the tails are the
+ *                       last 3 lines of each stream's last 600 bytes,
+ *                       secrets redacted, as UTF-8 text (durabox run shows
+ *                       them; read while a stream is under its cap).
  *                       *_bytes count all bytes the command wrote;
  *                       in a stream where a secret was redacted, the bytes
  *                       of the redacted text kept instead (so no value's
@@ -54,7 +67,10 @@
  *                       and commits just that. HOME and caches are outside the
  *                       workspace, so never staged.
  *   sandbox.stop / sandbox.start / sandbox.delete {"sandbox_id"} -> {}
- *                       (delete: a missing sandbox counts as done)
+ *                       (delete: a missing sandbox counts as done; a sandbox
+ *                       labelled kept by a run other than the input's
+ *                       "owner_run_id" (else the activity's run) is left and
+ *                       the result is {"deleted": false, "kept_by_run"})
  *
  * Output (exec's stdout and stderr, read_file's content). A stream over its
  * cap keeps its head and its tail (driver.h "Capture") with a mark between
@@ -89,6 +105,16 @@
  *   OutcomeUnknown   non-retryable: the driver cannot tell whether the
  *                    operation happened; DBX_DRV_OUTCOME_UNKNOWN
  *   Unsupported      non-retryable: the driver lacks it; DBX_DRV_UNSUPPORTED
+ *   RepositoryNotFound non-retryable: a git source or clone names a
+ *                    repository that does not exist; DBX_DRV_REPO_NOT_FOUND
+ *   NotAGitRepository  non-retryable: a git source is no repository, or
+ *                    git_commit runs where there is none; DBX_DRV_NOT_A_REPO
+ *   RefNotFound      non-retryable: the source's ref (branch, tag, commit)
+ *                    does not exist; DBX_DRV_REF_NOT_FOUND
+ *   DiskFull         non-retryable: no space left on the device (or quota)
+ *                    while writing; DBX_DRV_DISK_FULL
+ *                    (these four read "<activity>: <what git or the system
+ *                    said> (<cause>)", the cause the code's text)
  *   SecretMissing    non-retryable: a {"secret": NAME} is unset in the worker's
  *                    environment (the message names NAME, never a value)
  *   CommandLost      retryable: exec's command lost its runner twice

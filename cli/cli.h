@@ -16,6 +16,8 @@ int dbx_cli_run(int argc, char **argv);
 int dbx_cli_worker(int argc, char **argv);
 /* durabox replay --workflow-id ID [...]: offline replay from the worker store. */
 int dbx_cli_replay(int argc, char **argv);
+/* durabox sandbox list|rm|gc: the local sandboxes and their owner runs (cli/sandbox.c). */
+int dbx_cli_sandbox(int argc, char **argv);
 /* durabox approval list|grant: approvals of repeated at_most_once calls (cli/approval.c). */
 int dbx_cli_approval(int argc, char **argv);
 /* Default worker store directory (malloc'd, free()): $DURABOX_WORKER_DB, else

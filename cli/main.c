@@ -26,6 +26,7 @@ static void usage(FILE *f) {
           "  replay             replay a recorded run offline and check determinism\n"
           "  workflow ...       start|execute|show|describe|list|result|query|signal|cancel|terminate\n"
           "  approval ...       list|grant: let a refused repeat of an at_most_once call run once\n"
+          "  sandbox ...        list|rm|gc: the local sandboxes, their owner runs, orphans\n"
           "  version            print the version\n");
 }
 
@@ -38,6 +39,7 @@ static int dispatch(int argc, char **argv) {
   if (strcmp(cmd, "dev") == 0) return dbx_cli_dev(argc - 1, argv + 1);
   if (strcmp(cmd, "approval") == 0) return dbx_cli_approval(argc - 1, argv + 1);
   if (strcmp(cmd, "run") == 0) return dbx_cli_run(argc - 1, argv + 1);
+  if (strcmp(cmd, "sandbox") == 0) return dbx_cli_sandbox(argc - 1, argv + 1);
   fprintf(stderr, "durabox: unknown command '%s'\n", cmd);
   usage(stderr);
   return 2;

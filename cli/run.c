@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -42,13 +43,32 @@ typedef struct {
   int64_t sched_id;
   char *type;
   char *label;
+  char *activity_id;
   int64_t started_ns;
 } live_step;
+
+/* The live status of the running step (issue 9: "while a step runs, durabox
+ * run shows elapsed time and its latest output lines"): refreshed every
+ * LIVE_REFRESH_MS from DescribeWorkflowExecution, whose pending activity
+ * carries sandbox.exec's last heartbeat details (activities/sandbox.c: the
+ * last lines of each stream). On a terminal a block of lines redrawn in
+ * place; otherwise one plain line at most every LIVE_PLAIN_EVERY_NS, from
+ * that long into the step. */
+#define LIVE_REFRESH_MS 1000
+#define LIVE_PLAIN_EVERY_NS (5 * 1000000000LL)
+#define LIVE_LINES 3
 
 typedef struct {
   live_step *steps;
   size_t n;
   int tty;
+  int64_t running;        /* sched_id of the step in flight, 0 = none */
+  int drawn;              /* lines of the status block on screen (tty) */
+  int64_t last_plain_ns;  /* when the last plain status line was printed */
+  uint64_t seen_off[2];   /* stream sizes at the last refresh */
+  int recent;             /* the stream that grew last: 0 stdout, 1 stderr */
+  int64_t wait_until_ns;  /* a retry_on_exit wait: when the next run is due */
+  char *wait_step;        /* its step (malloc'd) */
 } live_view;
 
 static live_step *find_step(live_view *v, int64_t id) {
@@ -80,7 +100,48 @@ static char *label_for(const char *type, const char *input_json) {
   return lbl ? lbl : dbx_strdup("");
 }
 
+/* Erase the status block (tty) so that event lines print in its place. */
+static void live_clear(live_view *v) {
+  if (v->tty && v->drawn > 0) printf("\033[%dA\r\033[J", v->drawn);
+  v->drawn = 0;
+}
+
+/* m:ss, or h:mm:ss from an hour. */
+static void elapsed_str(int64_t ns, char *out, size_t n) {
+  long long s = ns > 0 ? ns / 1000000000LL : 0;
+  if (s >= 3600) snprintf(out, n, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
+  else snprintf(out, n, "%lld:%02lld", s / 60, s % 60);
+}
+
+/* The marker durabox.Script records before it runs an exec step again
+ * (retry_on_exit): "attempt N of M exited with code C; next in X s". */
+static void on_marker(live_view *v, const MarkerRecordedEventAttributes *m) {
+  if (m == NULL || m->marker_name == NULL || strcmp(m->marker_name, "durabox.exec_retry") != 0)
+    return;
+  for (size_t i = 0; i < m->n_details; i++) {
+    if (m->details[i]->key == NULL || strcmp(m->details[i]->key, "data") != 0) continue;
+    char *txt = dbx_payloads_to_json(m->details[i]->value);
+    cJSON *j = cJSON_Parse(txt ? txt : "null");
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "step"),
+                *at = cJSON_GetObjectItemCaseSensitive(j, "attempt"),
+                *of = cJSON_GetObjectItemCaseSensitive(j, "of"),
+                *ec = cJSON_GetObjectItemCaseSensitive(j, "exit_code"),
+                *bo = cJSON_GetObjectItemCaseSensitive(j, "backoff_s");
+    if (cJSON_IsString(st) && cJSON_IsNumber(at) && cJSON_IsNumber(of) && cJSON_IsNumber(ec)) {
+      double b = cJSON_IsNumber(bo) ? bo->valuedouble : 0;
+      printf("  RETRY %s: attempt %d of %d exited with code %d (retry_on_exit); next in %g s\n",
+             st->valuestring, at->valueint, of->valueint, ec->valueint, b);
+      free(v->wait_step);
+      v->wait_step = dbx_strdup(st->valuestring);
+      v->wait_until_ns = dbx_mono_ns() + (int64_t)(b * 1e9);
+    }
+    cJSON_Delete(j);
+    free(txt);
+  }
+}
+
 static void on_event(live_view *v, const HistoryEvent *e) {
+  live_clear(v);
   switch (e->attributes_case) {
   case HEV(ACTIVITY_TASK_SCHEDULED): {
     const ActivityTaskScheduledEventAttributes *a = e->activity_task_scheduled_event_attributes;
@@ -95,7 +156,13 @@ static void on_event(live_view *v, const HistoryEvent *e) {
     s->sched_id = e->event_id;
     s->type = dbx_strdup(a->activity_type ? a->activity_type->name : "?");
     s->label = label_for(s->type, in);
+    s->activity_id = dbx_strdup(a->activity_id ? a->activity_id : "");
     s->started_ns = dbx_mono_ns();
+    v->running = e->event_id;
+    v->last_plain_ns = s->started_ns;
+    v->seen_off[0] = v->seen_off[1] = 0;
+    v->recent = 0;
+    v->wait_until_ns = 0;
     free(in);
     printf("  [%s] %-20s %s ...\n", a->activity_id, s->type, s->label);
     break;
@@ -103,6 +170,7 @@ static void on_event(live_view *v, const HistoryEvent *e) {
   case HEV(ACTIVITY_TASK_COMPLETED): {
     live_step *s = find_step(v, e->activity_task_completed_event_attributes->scheduled_event_id);
     if (s == NULL) break;
+    if (v->running == s->sched_id) v->running = 0;
     char *r = dbx_payloads_to_json(e->activity_task_completed_event_attributes->result);
     cJSON *j = cJSON_Parse(r ? r : "null");
     const cJSON *ec = cJSON_GetObjectItemCaseSensitive(j, "exit_code");
@@ -125,12 +193,17 @@ static void on_event(live_view *v, const HistoryEvent *e) {
     const Failure *f = e->attributes_case == HEV(ACTIVITY_TASK_FAILED) ? e->activity_task_failed_event_attributes->failure
                                                                       : e->activity_task_timed_out_event_attributes->failure;
     live_step *s = find_step(v, sid);
+    if (s && v->running == s->sched_id) v->running = 0;
     char *msg = one_line(f && f->message ? f->message : "failed", 400);
     printf("  FAIL %-20s %s: %s\n", s ? s->type : "?", s ? s->label : "", msg ? msg : "failed");
     free(msg);
     break;
   }
+  case HEV(MARKER_RECORDED):
+    on_marker(v, e->marker_recorded_event_attributes);
+    break;
   case HEV(TIMER_STARTED):
+    if (v->wait_until_ns) break; /* retry_on_exit's wait: the RETRY line said it */
     printf("  ...  sleeping %llds\n", (long long)(e->timer_started_event_attributes->start_to_fire_timeout
                                                       ? e->timer_started_event_attributes->start_to_fire_timeout->seconds
                                                       : 0));
@@ -145,22 +218,148 @@ static void live_free(live_view *v) {
   for (size_t i = 0; i < v->n; i++) {
     free(v->steps[i].type);
     free(v->steps[i].label);
+    free(v->steps[i].activity_id);
   }
   free(v->steps);
+  free(v->wait_step);
+}
+
+/* The last n lines of text (no trailing newline) into lines[], each cut to
+ * a screen's width; returns how many. Pointers into a copy the caller frees
+ * (*buf). */
+static int last_lines_of(const char *text, int n, char **buf, const char **lines) {
+  *buf = dbx_strdup(text ? text : "");
+  if (*buf == NULL) return 0;
+  char *p = *buf;
+  for (char *q = p; *q; q++)
+    if (*q == '\t') *q = ' '; /* one column each: the block's height stays known */
+  size_t len = strlen(p);
+  while (len > 0 && p[len - 1] == '\n') p[--len] = '\0';
+  int k = 0;
+  char *end = p + len;
+  while (k < n && end > p) {
+    char *b = end;
+    while (b > p && b[-1] != '\n') b--;
+    lines[k++] = b;
+    if (b > p) b[-1] = '\0';
+    end = b > p ? b - 1 : p;
+  }
+  for (int i = 0; i < k / 2; i++) { /* oldest first */
+    const char *t = lines[i];
+    lines[i] = lines[k - 1 - i];
+    lines[k - 1 - i] = t;
+  }
+  return k;
+}
+
+/* Bytes of s that fill at most cols columns (one per character; tabs as
+ * one), ending at a character's start. */
+static int fit_cols(const char *s, int cols) {
+  int n = 0, used = 0;
+  while (s[n] && used < cols) {
+    n++;
+    while (((unsigned char)s[n] & 0xC0) == 0x80) n++;
+    used++;
+  }
+  return n;
+}
+
+/* Refresh the status of the running step (see live_view). */
+static void live_refresh(live_view *v, dbx_client *c, const char *wfid, const char *run_id) {
+  int64_t now = dbx_mono_ns();
+  live_step *s = v->running ? find_step(v, v->running) : NULL;
+  char head[512], el[32];
+  char *tail = NULL, *buf = NULL, *why = NULL;
+  const char *lines[LIVE_LINES];
+  int nl = 0;
+  if (s == NULL && v->wait_until_ns && v->wait_step) { /* retry_on_exit's wait */
+    double left = (double)(v->wait_until_ns - now) / 1e9;
+    snprintf(head, sizeof head, "  ...  %s: waiting to run again, next in %.0f s", v->wait_step,
+             left > 0 ? left : 0);
+  } else if (s != NULL) {
+    DescribeWorkflowExecutionResponse *d = NULL;
+    if (dbx_client_describe(c, wfid, run_id, &d, NULL) == DBX_OK && d) {
+      for (size_t i = 0; i < d->n_pending_activities; i++) {
+        const PendingActivityInfo *pa = d->pending_activities[i];
+        if (pa->activity_id == NULL || strcmp(pa->activity_id, s->activity_id) != 0) continue;
+        if (pa->attempt > 1) /* the service retries it: say so, and why */
+          why = dbx_asprintf(", attempt %d%s%d%s%.200s", pa->attempt,
+                             pa->maximum_attempts > 0 ? " of " : "",
+                             pa->maximum_attempts > 0 ? pa->maximum_attempts : 0,
+                             pa->last_failure && pa->last_failure->message ? "; last: " : "",
+                             pa->last_failure && pa->last_failure->message
+                                 ? pa->last_failure->message : "");
+        char *hb = pa->heartbeat_details ? dbx_payloads_to_json(pa->heartbeat_details) : NULL;
+        cJSON *j = cJSON_Parse(hb ? hb : "null");
+        static const char *const offs[2] = {"stdout_offset", "stderr_offset"};
+        static const char *const tails[2] = {"stdout_tail", "stderr_tail"};
+        for (int k = 0; k < 2; k++) {
+          const cJSON *o = cJSON_GetObjectItemCaseSensitive(j, offs[k]);
+          uint64_t off = cJSON_IsNumber(o) ? (uint64_t)o->valuedouble : 0;
+          if (off > v->seen_off[k]) v->recent = k, v->seen_off[k] = off;
+        }
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, tails[v->recent]);
+        if (!cJSON_IsString(t)) t = cJSON_GetObjectItemCaseSensitive(j, tails[!v->recent]);
+        if (cJSON_IsString(t)) tail = dbx_strdup(t->valuestring);
+        cJSON_Delete(j);
+        free(hb);
+      }
+    }
+    dbx_client_msg_free(d);
+    elapsed_str(now - s->started_ns, el, sizeof el);
+    snprintf(head, sizeof head, "  ...  %s %s: running %s%s", s->type, s->label, el,
+             why ? why : "");
+    nl = last_lines_of(tail, LIVE_LINES, &buf, lines);
+  } else {
+    return;
+  }
+  if (v->tty) {
+    live_clear(v);
+    /* each line within the screen's width, so the block's height is its
+     * line count (cut at a character's start) */
+    struct winsize ws;
+    int cols = ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 20 ? ws.ws_col - 1 : 79;
+    printf("%.*s\n", fit_cols(head, cols), head);
+    for (int i = 0; i < nl; i++) printf("       | %.*s\n", fit_cols(lines[i], cols - 9), lines[i]);
+    v->drawn = 1 + nl;
+  } else if (now - v->last_plain_ns >= LIVE_PLAIN_EVERY_NS) {
+    v->last_plain_ns = now;
+    char *one = nl > 0 ? one_line(lines[nl - 1], 200) : NULL;
+    printf("%s%s%s\n", head, one ? "; last output: " : "", one ? one : "");
+    free(one);
+  }
+  fflush(stdout);
+  free(why);
+  free(tail);
+  free(buf);
 }
 
 /* Follow the run's history until it closes, printing steps. */
 static void follow(dbx_client *c, const char *wfid, const char *run_id, const char *hint_address,
                    dbx_rpc_cancel *cancel) {
   live_view v = {0};
+  v.tty = isatty(STDOUT_FILENO);
+  int64_t refreshed_ns = dbx_mono_ns();
   uint8_t *tok = NULL;
   size_t tok_len = 0;
   for (;;) {
+    /* a short long-poll: between events, the running step's status */
     dbx_client_history_opts o = {.wait_new_event = 1, .page_token = tok, .page_token_len = tok_len,
-                                 .cancel = cancel};
+                                 .cancel = cancel, .timeout_ms = LIVE_REFRESH_MS};
     dbx_client_history h = {0};
     char *err = NULL;
     dbx_err e = dbx_client_get_history(c, wfid, run_id, &o, &h, &err);
+    int64_t now = dbx_mono_ns();
+    if (now - refreshed_ns >= LIVE_REFRESH_MS * 900000LL && h.n == 0 &&
+        !dbx_rpc_cancel_fired(cancel) && (e == DBX_OK || e == DBX_ETIMEDOUT)) {
+      refreshed_ns = now;
+      live_refresh(&v, c, wfid, run_id);
+    }
+    if (e == DBX_ETIMEDOUT && !dbx_rpc_cancel_fired(cancel)) {
+      free(err);
+      dbx_client_history_cleanup(&h);
+      continue;
+    }
     free(tok);
     tok = NULL;
     tok_len = 0;
@@ -186,6 +385,8 @@ static void follow(dbx_client *c, const char *wfid, const char *run_id, const ch
     dbx_client_history_cleanup(&h);
     if (tok == NULL) break;
   }
+  live_clear(&v);
+  fflush(stdout);
   live_free(&v);
 }
 
@@ -283,12 +484,15 @@ static int print_summary(const char *result_json) {
                 *dur = cJSON_GetObjectItemCaseSensitive(s, "duration_ms"),
                 *att = cJSON_GetObjectItemCaseSensitive(s, "attempts"),
                 *det = cJSON_GetObjectItemCaseSensitive(s, "detail"); /* git_commit sha, checkpoint ref */
-    char exit_s[16] = "-", dur_s[32] = "-";
+    char exit_s[16] = "-", dur_s[32] = "-", runs_s[64] = "";
+    const cJSON *runs = cJSON_GetObjectItemCaseSensitive(s, "runs"); /* retry_on_exit */
+    if (cJSON_IsNumber(runs))
+      snprintf(runs_s, sizeof runs_s, "ran %d times (retry_on_exit)", runs->valueint);
     if (cJSON_IsNumber(ec)) snprintf(exit_s, sizeof exit_s, "%d", ec->valueint);
     if (cJSON_IsNumber(dur)) snprintf(dur_s, sizeof dur_s, "%.1f", dur->valuedouble / 1000.0);
     printf("%-24s %-12s %-6s %-6s %-10s %-9d %s\n", cJSON_IsString(name) ? name->valuestring : "",
            cJSON_IsString(kind) ? kind->valuestring : "", cJSON_IsTrue(ok) ? "yes" : "NO", exit_s, dur_s,
-           cJSON_IsNumber(att) ? att->valueint : 0, cJSON_IsString(det) ? det->valuestring : "");
+           cJSON_IsNumber(att) ? att->valueint : 0, cJSON_IsString(det) ? det->valuestring : runs_s);
   }
   /* the end of each exec step's output: a few lines when it passed, more when it failed */
   cJSON_ArrayForEach(s, steps) {
@@ -306,6 +510,11 @@ static int print_summary(const char *result_json) {
            cJSON_IsTrue(ok) ? "passed" : "FAILED", (int)(end - p), p);
   }
   printf("\nscript %s\n", cJSON_IsString(status) ? status->valuestring : "?");
+  const cJSON *sid = cJSON_GetObjectItemCaseSensitive(j, "sandbox_id"),
+              *spath = cJSON_GetObjectItemCaseSensitive(j, "sandbox_path");
+  if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "sandbox_kept")) && cJSON_IsString(sid))
+    printf("sandbox kept: %s (%s; `durabox sandbox rm %s` removes it)\n",
+           cJSON_IsString(spath) ? spath->valuestring : sid->valuestring, sid->valuestring, sid->valuestring);
   cJSON_Delete(j);
   return failed;
 }

@@ -4,7 +4,7 @@
  * (e.g. @temporalio/testing's createLocal with an existing-path executable)
  * can start it in place of Temporal's: --ip, --port, --namespace (repeatable),
  * --db-filename (an LMDB directory here), --headless, --log-format,
- * --log-level, --dynamic-config-value K=V, --search-attribute, --ui-port,
+ * --log-level, --dynamic-config-value K=V, --search-attribute Name=Type, --ui-port,
  * --http-port, --metrics-port. Flags may be written --flag value or
  * --flag=value. Stops on SIGINT/SIGTERM after answering parked polls. */
 #include <errno.h>
@@ -40,7 +40,9 @@ static void usage(FILE *f) {
           "  --api-key KEY                 require 'authorization: Bearer KEY'\n"
           "  --tls-cert FILE --tls-key FILE serve TLS\n"
           "  --no-sync                     do not sync commits (benchmarks only: loses data on a crash)\n"
-          "  --headless, --ui-port, --http-port, --metrics-port, --search-attribute: accepted, unused\n");
+          "  --search-attribute NAME=TYPE  a custom search attribute (Text, Keyword, Int, Double, Bool,\n"
+          "                                Datetime, KeywordList) in every namespace\n"
+          "  --headless, --ui-port, --http-port, --metrics-port: accepted, unused\n");
 }
 
 int dbx_cli_server(int argc, char **argv) {
@@ -60,11 +62,16 @@ int dbx_cli_server(int argc, char **argv) {
   dbx_service_opts_init(&o);
   o.port = 7233;
   const char **namespaces = calloc((size_t)argc, sizeof *namespaces);
-  size_t n_ns = 0;
+  const char **search_attrs = calloc((size_t)argc, sizeof *search_attrs);
+  size_t n_ns = 0, n_sa = 0;
   const char *tls_cert = NULL, *tls_key = NULL;
   int rc = 2;
   char *cert_pem = NULL, *key_pem = NULL;
-  if (namespaces == NULL) return 1;
+  if (namespaces == NULL || search_attrs == NULL) {
+    free(namespaces);
+    free(search_attrs);
+    return 1;
+  }
   for (int i = 2; i < argc; i++) {
     char *arg = argv[i];
     char *val = NULL;
@@ -145,7 +152,10 @@ int dbx_cli_server(int argc, char **argv) {
     } else if (strcmp(arg, "--tls-key") == 0) {
       NEED_VALUE();
       tls_key = val;
-    } else if (strcmp(arg, "--search-attribute") == 0 || strcmp(arg, "--ui-port") == 0 ||
+    } else if (strcmp(arg, "--search-attribute") == 0) {
+      NEED_VALUE();
+      search_attrs[n_sa++] = val;
+    } else if (strcmp(arg, "--ui-port") == 0 ||
                strcmp(arg, "--http-port") == 0 || strcmp(arg, "--metrics-port") == 0 ||
                strcmp(arg, "--ui-ip") == 0 || strcmp(arg, "--ui-public-path") == 0 || strcmp(arg, "--sqlite-pragma") == 0) {
       NEED_VALUE();
@@ -174,6 +184,8 @@ int dbx_cli_server(int argc, char **argv) {
   }
   o.namespaces = namespaces;
   o.n_namespaces = n_ns;
+  o.search_attributes = search_attrs;
+  o.n_search_attributes = n_sa;
 
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
@@ -198,6 +210,7 @@ int dbx_cli_server(int argc, char **argv) {
   rc = 0;
 out:
   free(namespaces);
+  free(search_attrs);
   free(cert_pem);
   free(key_pem);
   return rc;

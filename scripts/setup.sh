@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything durabox needs on a fresh Debian 12 machine (as root, or
-# with sudo available): C libraries from Debian's packages, and the pinned
-# npm packages of the interop tests. Safe to run again.
+# with sudo available): C libraries from Debian's packages, the pinned npm
+# packages of the TypeScript interop tests and the pinned Python packages of
+# the Python ones (a venv in .cache/pyvenv). Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -52,11 +53,35 @@ fi
 # deletes and refetches node_modules) is skipped.
 if [ -f tests/interop/package.json ]; then
   stamp=tests/interop/node_modules/.package-lock.json
-  if [ -f "$stamp" ] && [ "$stamp" -nt tests/interop/package-lock.json ]; then
+  if [ -L tests/interop/node_modules ]; then
+    # a link to another checkout's packages (a git worktree): npm ci would
+    # empty that checkout's node_modules through the link
+    echo "setup: tests/interop/node_modules is a link; left as it is"
+  elif [ -f "$stamp" ] && [ "$stamp" -nt tests/interop/package-lock.json ]; then
     echo "setup: npm packages up to date"
   else
     echo "setup: npm packages for tests/interop"
     (cd tests/interop && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+fi
+# Temporal's Python SDK for tests/interop/python, pinned in its
+# requirements.txt, in a venv under .cache/pyvenv (kept between runs: rebuilt
+# only when the pins change).
+if [ -f tests/interop/python/requirements.txt ]; then
+  req=tests/interop/python/requirements.txt
+  venv=.cache/pyvenv
+  if [ -x "$venv/bin/python" ] && [ -f "$venv/.requirements" ] && cmp -s "$req" "$venv/.requirements"; then
+    echo "setup: python packages up to date"
+  else
+    { command -v python3 >/dev/null && python3 -m venv --help >/dev/null 2>&1; } || {
+      $SUDO apt-get update -q
+      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends python3 python3-venv python3-pip
+    }
+    echo "setup: python packages for tests/interop/python into $venv"
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$req"
+    cp "$req" "$venv/.requirements"
   fi
 fi
 echo "setup: done"

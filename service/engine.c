@@ -543,6 +543,9 @@ static void apply_after_commit(dbx_service *s, batch *b, job **ready) {
     case NOTE_RUN:
       if (n->key) wake_parked(s, PARK_HISTORY, n->key, n->len, -1, ready);
       break;
+    case NOTE_POLLER:
+      if (n->key) svc_pollers_note(s, n->key, n->len, n->message ? n->message : "", dbx_wall_ns());
+      break;
     case NOTE_QUERY_NEW:
       if (n->q) {
         n->q->next = s->queries;
@@ -953,6 +956,8 @@ dbx_err dbx_service_start(const dbx_service_opts *o, dbx_service **out, char **e
       goto fail;
     }
   }
+  rc = svc_sa_opts_parse(s, o, &msg);
+  if (rc != DBX_OK) goto fail;
   if (pthread_create(&s->thread, NULL, engine_main, s) != 0) {
     msg = dbx_strdup("cannot start the engine thread");
     rc = DBX_ENOMEM;
@@ -992,6 +997,8 @@ fail:
     free(s->namespaces[i].id);
   }
   free(s->namespaces);
+  svc_pollers_free(s);
+  svc_sa_opts_free(s);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cond);
   free(s);
@@ -1055,6 +1062,8 @@ void dbx_service_stop(dbx_service *s) {
     free(s->namespaces[i].id);
   }
   free(s->namespaces);
+  svc_pollers_free(s);
+  svc_sa_opts_free(s);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cond);
   free(s);

@@ -18,34 +18,73 @@
 #include "service/svc.h"
 
 #define SERVER_VERSION "1.25.0"
+/* The one cluster, named as Temporal's dev server names its own. */
+#define CLUSTER_NAME "active"
+#define CLUSTER_ID "6d1ee0f4-3c2a-4b8e-9f1a-6475726162ff"
 
 static dbx_err h_get_system_info(ectx *c, job *j) {
   (void)c;
   GetSystemInfoResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__GET_SYSTEM_INFO_RESPONSE);
   Temporal__Api__Workflowservice__V1__GetSystemInfoResponse__Capabilities cap =
       INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__GET_SYSTEM_INFO_RESPONSE__CAPABILITIES);
+  /* Only what this service does (docs/compatibility.md): no schedules, no
+   * worker versioning, no eager workflow start, no GROUP BY in Count. */
   cap.signal_and_query_header = 1;
   cap.internal_error_differentiation = 1;
   cap.activity_failure_include_heartbeat = 1;
-  cap.supports_schedules = 1;
   cap.encoded_failure_attributes = 1;
-  cap.build_id_based_versioning = 1;
   cap.upsert_memo = 1;
-  cap.eager_workflow_start = 1;
   cap.sdk_metadata = 1;
-  cap.count_group_by_execution_status = 1;
   r.server_version = SERVER_VERSION;
   r.capabilities = &cap;
   svc_job_reply(j, &r.base);
   return DBX_OK;
 }
 
-static void fill_ns_info(dbx_service *s, size_t i, NamespaceInfo *info, NamespaceConfig *cfg, Duration *ttl) {
-  info->name = s->namespaces[i].name;
-  info->id = s->namespaces[i].id;
-  info->state = TEMPORAL__API__ENUMS__V1__NAMESPACE_STATE__NAMESPACE_STATE_REGISTERED;
-  dbx_pb_duration_init_ms(ttl, 24 * 3600 * 1000LL);
-  cfg->workflow_execution_retention_ttl = ttl;
+/* The parts of a DescribeNamespaceResponse that Temporal's CLI reads
+ * (replication_config, archival states, retention); pointers into one
+ * caller-owned set of structs. */
+typedef struct {
+  DescribeNamespaceResponse r;
+  NamespaceInfo info;
+  NamespaceConfig cfg;
+  Duration ttl;
+  NamespaceReplicationConfig repl;
+  ClusterReplicationConfig cluster;
+  ClusterReplicationConfig *clusters[1];
+} ns_reply;
+
+static void fill_ns_info(dbx_service *s, size_t i, ns_reply *n) {
+  DescribeNamespaceResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__DESCRIBE_NAMESPACE_RESPONSE);
+  NamespaceInfo info = INIT(TEMPORAL__API__NAMESPACE__V1__NAMESPACE_INFO);
+  NamespaceConfig cfg = INIT(TEMPORAL__API__NAMESPACE__V1__NAMESPACE_CONFIG);
+  Duration ttl = INIT(GOOGLE__PROTOBUF__DURATION);
+  NamespaceReplicationConfig repl = INIT(TEMPORAL__API__REPLICATION__V1__NAMESPACE_REPLICATION_CONFIG);
+  ClusterReplicationConfig cl = INIT(TEMPORAL__API__REPLICATION__V1__CLUSTER_REPLICATION_CONFIG);
+  n->r = r;
+  n->info = info;
+  n->cfg = cfg;
+  n->ttl = ttl;
+  n->repl = repl;
+  n->cluster = cl;
+  n->info.name = s->namespaces[i].name;
+  n->info.id = s->namespaces[i].id;
+  n->info.state = TEMPORAL__API__ENUMS__V1__NAMESPACE_STATE__NAMESPACE_STATE_REGISTERED;
+  dbx_pb_duration_init_ms(&n->ttl, 24 * 3600 * 1000LL);
+  n->cfg.workflow_execution_retention_ttl = &n->ttl;
+  n->cfg.history_archival_state = TEMPORAL__API__ENUMS__V1__ARCHIVAL_STATE__ARCHIVAL_STATE_DISABLED;
+  n->cfg.visibility_archival_state = TEMPORAL__API__ENUMS__V1__ARCHIVAL_STATE__ARCHIVAL_STATE_DISABLED;
+  n->cluster.cluster_name = CLUSTER_NAME;
+  n->clusters[0] = &n->cluster;
+  n->repl.active_cluster_name = CLUSTER_NAME;
+  n->repl.n_clusters = 1;
+  n->repl.clusters = n->clusters;
+  n->repl.state = TEMPORAL__API__ENUMS__V1__REPLICATION_STATE__REPLICATION_STATE_NORMAL;
+  n->r.namespace_info = &n->info;
+  n->r.config = &n->cfg;
+  n->r.replication_config = &n->repl;
+  n->r.is_global_namespace = 0;
+  n->r.failover_version = 0;
 }
 
 static dbx_err h_describe_namespace(ectx *c, job *j) {
@@ -59,14 +98,9 @@ static dbx_err h_describe_namespace(ectx *c, job *j) {
   if (idx == SIZE_MAX) {
     svc_check_ns(c, j, q->namespace_[0] ? q->namespace_ : q->id);
   } else {
-    DescribeNamespaceResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__DESCRIBE_NAMESPACE_RESPONSE);
-    NamespaceInfo info = INIT(TEMPORAL__API__NAMESPACE__V1__NAMESPACE_INFO);
-    NamespaceConfig cfg = INIT(TEMPORAL__API__NAMESPACE__V1__NAMESPACE_CONFIG);
-    Duration ttl = INIT(GOOGLE__PROTOBUF__DURATION);
-    fill_ns_info(c->svc, idx, &info, &cfg, &ttl);
-    r.namespace_info = &info;
-    r.config = &cfg;
-    svc_job_reply(j, &r.base);
+    ns_reply n;
+    fill_ns_info(c->svc, idx, &n);
+    svc_job_reply(j, &n.r.base);
   }
   protobuf_c_message_free_unpacked(&q->base, NULL);
   return DBX_OK;
@@ -76,25 +110,12 @@ static dbx_err h_list_namespaces(ectx *c, job *j) {
   ListNamespacesRequest *q = svc_decode(j, &ListNamespacesRequest__D);
   if (q == NULL) return DBX_OK;
   size_t n = c->svc->n_namespaces;
-  DescribeNamespaceResponse *items = dbx_calloc(n, sizeof *items);
-  DescribeNamespaceResponse **ptrs = dbx_calloc(n, sizeof *ptrs);
-  NamespaceInfo *infos = dbx_calloc(n, sizeof *infos);
-  NamespaceConfig *cfgs = dbx_calloc(n, sizeof *cfgs);
-  Duration *ttls = dbx_calloc(n, sizeof *ttls);
-  if (items && ptrs && infos && cfgs && ttls) {
+  ns_reply *items = dbx_calloc(n + 1, sizeof *items);
+  DescribeNamespaceResponse **ptrs = dbx_calloc(n + 1, sizeof *ptrs);
+  if (items && ptrs) {
     for (size_t i = 0; i < n; i++) {
-      DescribeNamespaceResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__DESCRIBE_NAMESPACE_RESPONSE);
-      NamespaceInfo info = INIT(TEMPORAL__API__NAMESPACE__V1__NAMESPACE_INFO);
-      NamespaceConfig cfg = INIT(TEMPORAL__API__NAMESPACE__V1__NAMESPACE_CONFIG);
-      Duration ttl = INIT(GOOGLE__PROTOBUF__DURATION);
-      items[i] = r;
-      infos[i] = info;
-      cfgs[i] = cfg;
-      ttls[i] = ttl;
-      fill_ns_info(c->svc, i, &infos[i], &cfgs[i], &ttls[i]);
-      items[i].namespace_info = &infos[i];
-      items[i].config = &cfgs[i];
-      ptrs[i] = &items[i];
+      fill_ns_info(c->svc, i, &items[i]);
+      ptrs[i] = &items[i].r;
     }
     ListNamespacesResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__LIST_NAMESPACES_RESPONSE);
     r.n_namespaces = n;
@@ -105,9 +126,62 @@ static dbx_err h_list_namespaces(ectx *c, job *j) {
   }
   free(items);
   free(ptrs);
-  free(infos);
-  free(cfgs);
-  free(ttls);
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return DBX_OK;
+}
+
+/* GetClusterInfo: the first call of Temporal's Web UI. Supported clients as
+ * Temporal's server lists them (its version checker's table). */
+static dbx_err h_get_cluster_info(ectx *c, job *j) {
+  (void)c;
+  GetClusterInfoRequest *q = svc_decode(j, &GetClusterInfoRequest__D);
+  if (q == NULL) return DBX_OK;
+  static const char *const clients[][2] = {
+      {"temporal-go", "<2.0.0"},     {"temporal-java", "<2.0.0"},   {"temporal-php", "<2.0.0"},
+      {"temporal-typescript", "<2.0.0"}, {"temporal-python", "<2.0.0"}, {"temporal-cli", "<2.0.0"},
+      {"temporal-server", "<2.0.0"}, {"temporal-ui", "<3.0.0"},
+  };
+  enum { NC = sizeof clients / sizeof clients[0] };
+  Temporal__Api__Workflowservice__V1__GetClusterInfoResponse__SupportedClientsEntry ent[NC], *entp[NC];
+  for (size_t i = 0; i < NC; i++) {
+    Temporal__Api__Workflowservice__V1__GetClusterInfoResponse__SupportedClientsEntry e =
+        INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__GET_CLUSTER_INFO_RESPONSE__SUPPORTED_CLIENTS_ENTRY);
+    ent[i] = e;
+    ent[i].key = (char *)clients[i][0];
+    ent[i].value = (char *)clients[i][1];
+    entp[i] = &ent[i];
+  }
+  GetClusterInfoResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__GET_CLUSTER_INFO_RESPONSE);
+  r.n_supported_clients = NC;
+  r.supported_clients = entp;
+  r.server_version = SERVER_VERSION;
+  r.cluster_id = CLUSTER_ID;
+  r.cluster_name = CLUSTER_NAME;
+  r.history_shard_count = 1;
+  r.persistence_store = "lmdb";
+  r.visibility_store = "durabox";
+  r.initial_failover_version = 1;
+  r.failover_version_increment = 10;
+  svc_job_reply(j, &r.base);
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return DBX_OK;
+}
+
+/* grpc.health.v1.Health/Check (`temporal operator cluster health`): SERVING
+ * for the whole server ("") and the services it answers; NOT_FOUND for any
+ * other, as gRPC's health protocol asks. */
+static dbx_err h_health_check(ectx *c, job *j) {
+  (void)c;
+  HealthCheckRequest *q = svc_decode(j, &HealthCheckRequest__D);
+  if (q == NULL) return DBX_OK;
+  if (q->service[0] == '\0' || strcmp(q->service, "temporal.api.workflowservice.v1.WorkflowService") == 0 ||
+      strcmp(q->service, "temporal.api.operatorservice.v1.OperatorService") == 0) {
+    HealthCheckResponse r = INIT(GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE);
+    r.status = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+    svc_job_reply(j, &r.base);
+  } else {
+    svc_job_fail(j, DBX_GRPC_NOT_FOUND, "unknown service %s", q->service);
+  }
   protobuf_c_message_free_unpacked(&q->base, NULL);
   return DBX_OK;
 }
@@ -128,6 +202,7 @@ static const struct {
   handler_fn fn;
 } handlers[] = {
     {"GetSystemInfo", h_get_system_info},
+    {"GetClusterInfo", h_get_cluster_info},
     {"DescribeNamespace", h_describe_namespace},
     {"ListNamespaces", h_list_namespaces},
     {"StartWorkflowExecution", svc_h_start},
@@ -139,6 +214,12 @@ static const struct {
     {"RespondActivityTaskCompleted", svc_h_activity_completed},
     {"RespondActivityTaskFailed", svc_h_activity_failed},
     {"RespondActivityTaskCanceled", svc_h_activity_canceled},
+    {"RecordActivityTaskHeartbeatById", svc_h_heartbeat_by_id},
+    {"RespondActivityTaskCompletedById", svc_h_activity_completed_by_id},
+    {"RespondActivityTaskFailedById", svc_h_activity_failed_by_id},
+    {"RespondActivityTaskCanceledById", svc_h_activity_canceled_by_id},
+    {"DeleteWorkflowExecution", svc_h_delete},
+    {"DescribeTaskQueue", svc_h_describe_task_queue},
     {"GetWorkflowExecutionHistory", svc_h_get_history},
     {"GetWorkflowExecutionHistoryReverse", svc_h_get_history_reverse},
     {"DescribeWorkflowExecution", svc_h_describe_execution},
@@ -153,6 +234,16 @@ static const struct {
     {"RespondQueryTaskCompleted", svc_h_respond_query},
 };
 
+/* Methods of other services, by full path. */
+static const struct {
+  const char *method;
+  handler_fn fn;
+} other_handlers[] = {
+    {"/grpc.health.v1.Health/Check", h_health_check},
+    {"/temporal.api.operatorservice.v1.OperatorService/AddSearchAttributes", svc_h_add_search_attributes},
+    {"/temporal.api.operatorservice.v1.OperatorService/ListSearchAttributes", svc_h_list_search_attributes},
+};
+
 dbx_err svc_handle_rpc(ectx *c, job *j) {
   if (j->call == NULL) { /* internal jobs only: no client can name one */
     if (j->method && strcmp(j->method, SVC_METHOD_TASK_UNDELIVERED) == 0) return svc_h_task_undelivered(c, j);
@@ -164,6 +255,9 @@ dbx_err svc_handle_rpc(ectx *c, job *j) {
       if (strcmp(handlers[i].method, j->method) == 0) return handlers[i].fn(c, j);
     if (strcmp(j->method, "ShutdownWorker") == 0) return h_empty(c, j, &ShutdownWorkerRequest__D);
     if (strcmp(j->method, "ResetStickyTaskQueue") == 0) return h_empty(c, j, &ResetStickyTaskQueueRequest__D);
+  } else {
+    for (size_t i = 0; i < sizeof other_handlers / sizeof other_handlers[0]; i++)
+      if (strcmp(other_handlers[i].method, j->method) == 0) return other_handlers[i].fn(c, j);
   }
   svc_job_fail(j, DBX_GRPC_UNIMPLEMENTED, "unknown method %s", j->method);
   return DBX_OK;

@@ -44,9 +44,11 @@ static dbx_err start_common(ectx *c, job *j, const start_args *a, char **run_id_
       return DBX_OK;
     }
   }
+  dbx_err rc = DBX_OK;
+  if (!svc_sa_check(c, j, a->ns, a->search_attributes, &rc)) return rc;
   char *cur = NULL;
   RunState *old = NULL;
-  dbx_err rc = svc_current_run_id(c, a->ns, a->workflow_id, &cur);
+  rc = svc_current_run_id(c, a->ns, a->workflow_id, &cur);
   if (rc != DBX_OK && rc != DBX_ENOTFOUND) return rc;
   if (cur) {
     rc = svc_run_load(c, a->ns, a->workflow_id, cur, &old);
@@ -328,6 +330,28 @@ dbx_err svc_h_terminate(ectx *c, job *j) {
   rc = svc_load_execution(c, j, q->namespace_, q->workflow_execution, &rs);
   if (rc != DBX_OK || rs == NULL || !running_or_fail(j, rs)) goto out;
   rc = svc_run_terminate(c, rs, q->reason, q->identity);
+  if (rc == DBX_OK) j->status = DBX_GRPC_OK;
+out:
+  svc_runstate_free(rs);
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return rc;
+}
+
+/* DeleteWorkflowExecution: as Temporal's server, a running run is terminated
+ * first ("Delete workflow execution", identity of the request's sender:
+ * none here), then the run is gone; Describe, history and List no longer
+ * know it. Temporal deletes asynchronously; here it is done when the call
+ * answers. */
+dbx_err svc_h_delete(ectx *c, job *j) {
+  DeleteWorkflowExecutionRequest *q = svc_decode(j, &DeleteWorkflowExecutionRequest__D);
+  if (q == NULL) return DBX_OK;
+  RunState *rs = NULL;
+  dbx_err rc = DBX_OK;
+  if (!svc_check_ns(c, j, q->namespace_)) goto out;
+  rc = svc_load_execution(c, j, q->namespace_, q->workflow_execution, &rs);
+  if (rc != DBX_OK || rs == NULL) goto out;
+  if (rs->status == WS(RUNNING)) rc = svc_run_terminate(c, rs, "Delete workflow execution", "");
+  if (rc == DBX_OK) rc = svc_run_delete(c, rs);
   if (rc == DBX_OK) j->status = DBX_GRPC_OK;
 out:
   svc_runstate_free(rs);

@@ -7,6 +7,135 @@
 
 #include "service/svc.h"
 
+#define POLLER_TTL_NS (5LL * 60 * 1000000000) /* Temporal forgets a poller after 5 minutes */
+
+/* Remember that identity polls (ns, tq, kind), once the batch commits. */
+static void note_poller(ectx *c, const char *ns, const char *tq, int kind, const char *identity) {
+  note *n = svc_note_new(c, NOTE_POLLER);
+  if (n == NULL) return; /* marked: the job fails */
+  n->key = svc_queue_key(ns, tq, kind, &n->len);
+  n->message = svc_pb_strdup(identity);
+  if (n->key == NULL || n->message == NULL) svc_oom_mark();
+}
+
+void svc_pollers_note(dbx_service *s, const char *key, size_t key_len, const char *identity, int64_t now_ns) {
+  size_t w = 0;
+  poller_seen *found = NULL;
+  for (size_t i = 0; i < s->n_pollers; i++) { /* drop the stale ones while looking */
+    poller_seen *p = &s->pollers[i];
+    if (now_ns - p->last_ns > POLLER_TTL_NS) {
+      free(p->key);
+      free(p->identity);
+      continue;
+    }
+    s->pollers[w] = *p;
+    if (p->key_len == key_len && memcmp(p->key, key, key_len) == 0 && strcmp(p->identity, identity) == 0)
+      found = &s->pollers[w];
+    w++;
+  }
+  s->n_pollers = w;
+  if (found) {
+    found->last_ns = now_ns;
+    return;
+  }
+  poller_seen *np = dbx_realloc(s->pollers, (s->n_pollers + 1) * sizeof *np);
+  if (np == NULL) return;
+  s->pollers = np;
+  poller_seen e = {dbx_malloc(key_len), key_len, dbx_strdup(identity), now_ns};
+  if (e.key == NULL || e.identity == NULL) {
+    free(e.key);
+    free(e.identity);
+    return;
+  }
+  memcpy(e.key, key, key_len);
+  s->pollers[s->n_pollers++] = e;
+}
+
+void svc_pollers_free(dbx_service *s) {
+  for (size_t i = 0; i < s->n_pollers; i++) {
+    free(s->pollers[i].key);
+    free(s->pollers[i].identity);
+  }
+  free(s->pollers);
+  s->pollers = NULL;
+  s->n_pollers = 0;
+}
+
+/* Queued tasks of a queue key (the backlog; stale entries included, as
+ * Temporal's approximate count includes them). */
+static dbx_err count_tasks(ectx *c, const char *prefix, size_t pl, int64_t *n) {
+  *n = 0;
+  dbx_cursor *cur = NULL;
+  dbx_err rc = dbx_store_cursor_open(c->txn, c->svc->t_tasks, &cur);
+  dbx_val k, v;
+  if (rc == DBX_OK) rc = dbx_store_cursor_seek(cur, prefix, pl, &k, &v);
+  for (; rc == DBX_OK; rc = dbx_store_cursor_next(cur, &k, &v)) {
+    if (k.size != pl + 9 || memcmp(k.data, prefix, pl) != 0) break;
+    (*n)++;
+  }
+  dbx_store_cursor_close(cur);
+  return rc == DBX_ENOTFOUND ? DBX_OK : rc;
+}
+
+static dbx_err describe_tq_reply(ectx *c, job *j, DescribeTaskQueueRequest *q, int kind) {
+  size_t pl;
+  char *prefix = svc_queue_key(q->namespace_, q->task_queue->name, kind, &pl);
+  if (prefix == NULL) return DBX_ENOMEM;
+  int64_t backlog = 0;
+  dbx_err rc = count_tasks(c, prefix, pl, &backlog);
+  dbx_service *s = c->svc;
+  PollerInfo *pi = dbx_calloc(s->n_pollers + 1, sizeof *pi);
+  PollerInfo **pp = dbx_calloc(s->n_pollers + 1, sizeof *pp);
+  Timestamp *ts = dbx_calloc(s->n_pollers + 1, sizeof *ts);
+  if (rc == DBX_OK && (!pi || !pp || !ts)) rc = DBX_ENOMEM;
+  size_t n = 0;
+  for (size_t i = 0; rc == DBX_OK && i < s->n_pollers; i++) {
+    poller_seen *p = &s->pollers[i];
+    if (p->key_len != pl || memcmp(p->key, prefix, pl) != 0 || c->now_ns - p->last_ns > POLLER_TTL_NS) continue;
+    PollerInfo x = INIT(TEMPORAL__API__TASKQUEUE__V1__POLLER_INFO);
+    pi[n] = x;
+    dbx_pb_timestamp_init_ns(&ts[n], p->last_ns);
+    pi[n].last_access_time = &ts[n];
+    pi[n].identity = p->identity;
+    pp[n] = &pi[n];
+    n++;
+  }
+  if (rc == DBX_OK) {
+    DescribeTaskQueueResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__DESCRIBE_TASK_QUEUE_RESPONSE);
+    TaskQueueStats st = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE_STATS);
+    r.n_pollers = n;
+    r.pollers = pp;
+    st.approximate_backlog_count = backlog;
+    if (q->report_stats) r.stats = &st;
+    svc_job_reply(j, &r.base);
+  }
+  free(prefix);
+  free(pi);
+  free(pp);
+  free(ts);
+  return rc;
+}
+
+/* DescribeTaskQueue: the pollers seen in the last 5 minutes (identity, last
+ * poll time) and, with report_stats, the backlog. Workflow type unless
+ * task_queue_type says activity. */
+dbx_err svc_h_describe_task_queue(ectx *c, job *j) {
+  DescribeTaskQueueRequest *q = svc_decode(j, &DescribeTaskQueueRequest__D);
+  if (q == NULL) return DBX_OK;
+  dbx_err rc = DBX_OK;
+  if (svc_check_ns(c, j, q->namespace_) &&
+      svc_check_id(j, "task_queue.name", q->task_queue ? q->task_queue->name : NULL)) {
+    int kind = q->task_queue_type == TEMPORAL__API__ENUMS__V1__TASK_QUEUE_TYPE__TASK_QUEUE_TYPE_ACTIVITY ? TASK_ACTIVITY
+                                                                                                       : TASK_WORKFLOW;
+    if (q->task_queue_type == TEMPORAL__API__ENUMS__V1__TASK_QUEUE_TYPE__TASK_QUEUE_TYPE_NEXUS)
+      svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "DescribeTaskQueue: Nexus task queues are not supported");
+    else
+      rc = describe_tq_reply(c, j, q, kind);
+  }
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return rc;
+}
+
 static void park_poll(ectx *c, job *j, const char *ns, const char *tq, int kind) {
   svc_job_reset(j);
   j->park = PARK_POLL;
@@ -63,6 +192,7 @@ dbx_err svc_h_poll_workflow(ectx *c, job *j) {
   dbx_err rc = DBX_OK;
   if (!svc_check_ns(c, j, q->namespace_)) goto out;
   if (!svc_check_id(j, "task_queue.name", q->task_queue ? q->task_queue->name : NULL)) goto out;
+  note_poller(c, q->namespace_, q->task_queue->name, TASK_WORKFLOW, q->identity);
   if (q->task_queue->kind == TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_STICKY) {
     /* stickiness is not used: the normal queue carries every task with full history */
     park_poll(c, j, q->namespace_, "\x01sticky", TASK_WORKFLOW);
@@ -184,6 +314,7 @@ dbx_err svc_h_poll_activity(ectx *c, job *j) {
   dbx_err rc = DBX_OK;
   if (!svc_check_ns(c, j, q->namespace_)) goto out;
   if (!svc_check_id(j, "task_queue.name", q->task_queue ? q->task_queue->name : NULL)) goto out;
+  note_poller(c, q->namespace_, q->task_queue->name, TASK_ACTIVITY, q->identity);
   for (;;) {
     TaskRecord *tr = NULL;
     rc = take_task(c, q->namespace_, q->task_queue->name, TASK_ACTIVITY, &tr);

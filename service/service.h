@@ -46,6 +46,12 @@ typedef struct {
   const char *tls_cert_pem;     /* PEM text; NULL = plaintext */
   const char *tls_key_pem;
   dbx_history_limits limits;    /* zeros = defaults */
+  /* Custom search attributes every namespace has while the service runs, as
+   * Temporal's `--search-attribute Name=Type` (Type: Text, Keyword, Int,
+   * Double, Bool, Datetime, KeywordList, case-insensitive); borrowed for
+   * dbx_service_start. A malformed one fails the start with DBX_EINVAL. */
+  const char *const *search_attributes;
+  size_t n_search_attributes;
 } dbx_service_opts;
 
 /* Fill opts with defaults (limits included). */

@@ -273,6 +273,7 @@ dbx_err svc_current_run_id(ectx *c, const char *ns, const char *wfid, char **out
 
 dbx_err svc_run_save(ectx *c, RunState *rs) {
   if (svc_oom_peek()) return DBX_ENOMEM; /* rs may miss a field: never stored */
+  rs->state_transition_count++;
   size_t kl;
   char *k = svc_run_key(rs->namespace_, rs->workflow_id, rs->run_id, &kl);
   if (k == NULL) return DBX_ENOMEM;
@@ -623,6 +624,24 @@ dbx_err svc_wft_schedule(ectx *c, RunState *rs) {
 
 /* ------------------------------------------------------------ run start */
 
+/* The root of rs's parent chain: its parent's root (the parent itself when
+ * that is a root, or was stored without one), else rs itself. */
+static dbx_err root_set(ectx *c, RunState *rs) {
+  if (rs->parent == NULL || rs->parent->workflow_id[0] == '\0') {
+    svc_pb_setstr(&rs->root_workflow_id, rs->workflow_id);
+    svc_pb_setstr(&rs->root_run_id, rs->run_id);
+    return svc_oom_peek() ? DBX_ENOMEM : DBX_OK;
+  }
+  RunState *p = NULL;
+  dbx_err rc = svc_run_load(c, rs->parent->namespace_, rs->parent->workflow_id, rs->parent->run_id, &p);
+  if (rc != DBX_OK && rc != DBX_ENOTFOUND) return rc;
+  int has_root = p && p->root_workflow_id[0];
+  svc_pb_setstr(&rs->root_workflow_id, has_root ? p->root_workflow_id : rs->parent->workflow_id);
+  svc_pb_setstr(&rs->root_run_id, has_root ? p->root_run_id : rs->parent->run_id);
+  svc_runstate_free(p);
+  return svc_oom_peek() ? DBX_ENOMEM : DBX_OK;
+}
+
 dbx_err svc_run_start(ectx *c, const run_start_args *a, RunState **out) {
   *out = NULL;
   WorkflowExecutionStartedEventAttributes *st = a->started;
@@ -655,6 +674,9 @@ dbx_err svc_run_start(ectx *c, const run_start_args *a, RunState **out) {
     rs->parent = PB_CLONE(ParentInfo, a->parent);
     if (rs->parent == NULL) goto out;
   }
+  rc = root_set(c, rs);
+  if (rc != DBX_OK) goto out;
+  rc = DBX_ENOMEM;
   if (st->memo) {
     size_t n = protobuf_c_message_get_packed_size(&st->memo->base);
     rs->memo.data = dbx_malloc(n ? n : 1);
@@ -900,4 +922,40 @@ out:
   *out = buf;
   *len = n;
   return DBX_OK;
+}
+
+/* ------------------------------------------------------------ run delete */
+
+dbx_err svc_run_delete(ectx *c, RunState *rs) {
+  uint8_t prefix[8];
+  be64(prefix, rs->run_seq);
+  dbx_cursor *cur = NULL;
+  dbx_err rc = dbx_store_cursor_open(c->txn, c->svc->t_history, &cur);
+  dbx_val k, v;
+  if (rc == DBX_OK) rc = dbx_store_cursor_seek(cur, prefix, sizeof prefix, &k, &v);
+  while (rc == DBX_OK && k.size >= sizeof prefix && memcmp(k.data, prefix, sizeof prefix) == 0) {
+    rc = dbx_store_cursor_del(cur);
+    if (rc == DBX_OK) rc = dbx_store_cursor_seek(cur, prefix, sizeof prefix, &k, &v);
+  }
+  dbx_store_cursor_close(cur);
+  if (rc == DBX_ENOTFOUND) rc = DBX_OK;
+  size_t kl = 0;
+  char *key = NULL;
+  if (rc == DBX_OK) {
+    key = svc_run_key(rs->namespace_, rs->workflow_id, rs->run_id, &kl);
+    rc = key ? dbx_store_del(c->txn, c->svc->t_runs, key, kl) : DBX_ENOMEM;
+    free(key);
+  }
+  if (rc == DBX_ENOTFOUND) rc = DBX_OK;
+  char *cur_id = NULL;
+  dbx_err crc = rc == DBX_OK ? svc_current_run_id(c, rs->namespace_, rs->workflow_id, &cur_id) : DBX_ENOTFOUND;
+  if (crc == DBX_OK && strcmp(cur_id, rs->run_id) == 0) {
+    key = svc_exec_key(rs->namespace_, rs->workflow_id, &kl);
+    rc = key ? dbx_store_del(c->txn, c->svc->t_execs, key, kl) : DBX_ENOMEM;
+    free(key);
+  } else if (crc != DBX_OK && crc != DBX_ENOTFOUND) {
+    rc = crc;
+  }
+  free(cur_id);
+  return rc;
 }

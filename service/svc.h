@@ -23,6 +23,7 @@
 #include "rpc/rpc.h"
 #include "protos/pb.h"
 #include "service/service.h"
+#include "service/visquery.h"
 #include "store/store.h"
 
 /* Kinds of TimerRecord. */
@@ -97,12 +98,21 @@ struct note {
 };
 /* NOTE_TASK: one task enqueued, wakes one parked poller of its queue;
  * NOTE_QUEUE: wakes every parked poller of the queue (queries waiting). */
-enum { NOTE_TASK = 1, NOTE_RUN, NOTE_QUERY_ANSWER, NOTE_QUERY_NEW, NOTE_QUERY_DISPATCHED, NOTE_QUEUE };
+/* NOTE_POLLER: a poll arrived (key: queue key, len; message: identity), for
+ * DescribeTaskQueue's pollers. */
+enum { NOTE_TASK = 1, NOTE_RUN, NOTE_QUERY_ANSWER, NOTE_QUERY_NEW, NOTE_QUERY_DISPATCHED, NOTE_QUEUE, NOTE_POLLER };
 
 typedef struct {
   char *name;
   char *id;
 } ns_entry;
+
+typedef struct {                /* a poller seen lately (memory only; DescribeTaskQueue) */
+  char *key;                    /* queue key (svc_queue_key) */
+  size_t key_len;
+  char *identity;
+  int64_t last_ns;              /* wall clock of its latest poll */
+} poller_seen;
 
 struct dbx_service {
   dbx_service_opts opts;
@@ -134,6 +144,10 @@ struct dbx_service {
   uint64_t epoch;
   int64_t next_timer_wall_ns;   /* earliest durable timer, INT64_MAX if none known */
   int64_t started_wall_ns;      /* this process's start: no heartbeat could arrive before it */
+  dbx_visq_sa_def *start_sa;    /* opts.search_attributes, parsed (names owned) */
+  size_t n_start_sa;
+  poller_seen *pollers;         /* queue pollers seen in the last 5 minutes */
+  size_t n_pollers;
 };
 
 /* The context of one batch run. */
@@ -170,9 +184,15 @@ int svc_fire_due_timers(ectx *c, int max, dbx_err *err);
  * job in ctx: sets the job's reply or gRPC status; returns DBX_OK, or a store
  * error that aborts the batch. */
 dbx_err svc_h_activity_canceled(ectx *c, job *j);
+dbx_err svc_h_activity_canceled_by_id(ectx *c, job *j);
+dbx_err svc_h_activity_completed_by_id(ectx *c, job *j);
+dbx_err svc_h_activity_failed_by_id(ectx *c, job *j);
+dbx_err svc_h_heartbeat_by_id(ectx *c, job *j);
 dbx_err svc_h_activity_completed(ectx *c, job *j);
 dbx_err svc_h_activity_failed(ectx *c, job *j);
 dbx_err svc_h_count(ectx *c, job *j);
+dbx_err svc_h_delete(ectx *c, job *j);
+dbx_err svc_h_describe_task_queue(ectx *c, job *j);
 dbx_err svc_h_describe_execution(ectx *c, job *j);
 dbx_err svc_h_get_history(ectx *c, job *j);
 dbx_err svc_h_get_history_reverse(ectx *c, job *j);
@@ -190,6 +210,10 @@ dbx_err svc_h_start(ectx *c, job *j);
 dbx_err svc_h_terminate(ectx *c, job *j);
 dbx_err svc_h_wft_completed(ectx *c, job *j);
 dbx_err svc_h_wft_failed(ectx *c, job *j);
+/* After commit (engine thread): a poll of queue key from identity at now_ns
+ * (NOTE_POLLER). Best effort: an entry that cannot be allocated is skipped. */
+void svc_pollers_note(dbx_service *s, const char *key, size_t key_len, const char *identity, int64_t now_ns);
+void svc_pollers_free(dbx_service *s);
 /* Internal (call NULL): a poll reply carrying the task j->handoff was not
  * delivered; put the task back for the next poller (matching.c). */
 dbx_err svc_h_task_undelivered(ectx *c, job *j);
@@ -285,6 +309,10 @@ dbx_err svc_run_close(ectx *c, RunState *rs, HistoryEvent *ev, int status);
 /* Terminate a loaded running run (saves it; a closed run is left alone).
  * Returns DBX_OK, DBX_ENOMEM or a store error. */
 dbx_err svc_run_terminate(ectx *c, RunState *rs, const char *reason, const char *identity);
+/* Delete a closed run: its history, its state and, when it is the workflow
+ * id's current run, the pointer to it (DeleteWorkflowExecution). Tasks and
+ * timers still naming it find no run and are dropped when they come due. */
+dbx_err svc_run_delete(ectx *c, RunState *rs);
 /* Request cancellation of the current run of (ns, wfid), if it runs. */
 dbx_err svc_child_request_cancel(ectx *c, const char *ns, const char *wfid);
 
@@ -344,6 +372,27 @@ dbx_err svc_activity_close(ectx *c, RunState *rs, ActivityInfo *ai, HistoryEvent
 dbx_err svc_activity_attempt_failed(ectx *c, RunState *rs, ActivityInfo *ai, Failure *failure,
                                 int timeout_type, Payloads *last_details);
 dbx_err svc_activity_queue_attempt(ectx *c, RunState *rs, ActivityInfo *ai);
+
+/* ---- custom search attributes (search_attrs.c) ---- */
+/* A namespace's custom search attributes: the predefined ones, then those
+ * added (names borrowed from stored). Free with svc_sa_defs_free. */
+typedef struct {
+  dbx_visq_sa_def *defs;
+  size_t n;
+  AddSearchAttributesRequest *stored;
+} svc_sa_defs;
+dbx_err svc_sa_defs_load(ectx *c, const char *ns, svc_sa_defs *out);
+void svc_sa_defs_free(svc_sa_defs *d);
+/* 1 when every attribute of sa is defined in ns; else 0 with the job
+ * refused (INVALID_ARGUMENT "search attribute X is not defined"), or 0 with
+ * *rc a store/memory error. */
+int svc_sa_check(ectx *c, job *j, const char *ns, const SearchAttributes *sa, dbx_err *rc);
+dbx_err svc_h_add_search_attributes(ectx *c, job *j);
+/* At start: parse o->search_attributes into s->start_sa. DBX_OK, DBX_ENOMEM,
+ * DBX_EINVAL with *msg (malloc'd) naming the bad one. */
+dbx_err svc_sa_opts_parse(dbx_service *s, const dbx_service_opts *o, char **msg);
+void svc_sa_opts_free(dbx_service *s);
+dbx_err svc_h_list_search_attributes(ectx *c, job *j);
 
 /* Namespace lookup: 1 if known. */
 int svc_ns_known(dbx_service *s, const char *ns);

@@ -35,6 +35,7 @@ static dbx_err fill_exec_info(RunState *rs, WorkflowExecutionInfo *info, Workflo
   info->history_size_bytes = rs->history_size_bytes;
   info->task_queue = rs->task_queue;
   info->first_run_id = rs->first_run_id;
+  info->state_transition_count = rs->state_transition_count;
   *memo = NULL;
   *sa = NULL;
   if (rs->memo.len && svc_pb_unpack(&Memo__D, rs->memo.data, rs->memo.len, (void **)memo) == DBX_ENOMEM)
@@ -76,6 +77,31 @@ dbx_err svc_h_describe_execution(ectx *c, job *j) {
   cfg.default_workflow_task_timeout = d_task;
   r.execution_config = &cfg;
   r.workflow_execution_info = &info;
+  /* root execution: stored since runs record it, else derived */
+  WorkflowExecution root = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  int has_parent = rs->parent && rs->parent->workflow_id[0];
+  root.workflow_id = rs->root_workflow_id[0] ? rs->root_workflow_id : has_parent ? rs->parent->workflow_id : rs->workflow_id;
+  root.run_id = rs->root_workflow_id[0] ? rs->root_run_id : has_parent ? rs->parent->run_id : rs->run_id;
+  info.root_execution = &root;
+  Duration exec_dur = INIT(GOOGLE__PROTOBUF__DURATION);
+  if (rs->close_time_ns && rs->close_time_ns >= rs->execution_time_ns) {
+    dbx_pb_duration_init_ms(&exec_dur, (rs->close_time_ns - rs->execution_time_ns) / 1000000);
+    info.execution_duration = &exec_dur;
+  }
+  Temporal__Api__Workflow__V1__WorkflowExecutionExtendedInfo ext =
+      INIT(TEMPORAL__API__WORKFLOW__V1__WORKFLOW_EXECUTION_EXTENDED_INFO);
+  Timestamp ext_ts[2] = {INIT(GOOGLE__PROTOBUF__TIMESTAMP), INIT(GOOGLE__PROTOBUF__TIMESTAMP)};
+  if (rs->execution_expiration_ns) {
+    dbx_pb_timestamp_init_ns(&ext_ts[0], rs->execution_expiration_ns);
+    ext.execution_expiration_time = &ext_ts[0];
+  }
+  if (rs->run_timeout_ms > 0) {
+    dbx_pb_timestamp_init_ns(&ext_ts[1], rs->start_time_ns + rs->run_timeout_ms * 1000000);
+    ext.run_expiration_time = &ext_ts[1];
+  }
+  ext.cancel_requested = rs->cancel_requested;
+  ext.original_start_time = &ts[0];
+  r.workflow_extended_info = &ext;
   ParentInfo *pi = rs->parent;
   WorkflowExecution pwe = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
   if (pi && pi->workflow_id[0]) {
@@ -199,7 +225,11 @@ static dbx_err scan_runs(ectx *c, job *j, const char *ns, const char *qtext, run
   memset(out, 0, sizeof *out);
   char err[256];
   dbx_visq *vq = NULL;
-  dbx_err vrc = dbx_visq_create(qtext, &vq, err, sizeof err);
+  svc_sa_defs defs;
+  dbx_err vrc = svc_sa_defs_load(c, ns, &defs);
+  if (vrc != DBX_OK) return vrc;
+  vrc = dbx_visq_create_sa(qtext, defs.defs, defs.n, &vq, err, sizeof err);
+  svc_sa_defs_free(&defs);
   if (vrc == DBX_EINVAL) {
     svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: %s", j->method, err);
     return DBX_OK;
@@ -223,7 +253,36 @@ static dbx_err scan_runs(ectx *c, job *j, const char *ns, const char *qtext, run
                            .task_queue = rs->task_queue, .run_id = rs->run_id, .status = rs->status,
                            .start_time_ns = rs->start_time_ns, .close_time_ns = rs->close_time_ns,
                            .execution_time_ns = rs->execution_time_ns};
-    if (!dbx_visq_match(vq, &rec)) {
+    SearchAttributes *sa = NULL;
+    dbx_visq_sa_value *vals = NULL;
+    if (rs->search_attributes.len &&
+        svc_pb_unpack(&SearchAttributes__D, rs->search_attributes.data, rs->search_attributes.len, (void **)&sa) ==
+            DBX_ENOMEM) {
+      svc_runstate_free(rs);
+      rc = DBX_ENOMEM;
+      break;
+    }
+    if (sa && sa->n_indexed_fields) {
+      vals = dbx_calloc(sa->n_indexed_fields, sizeof *vals);
+      for (size_t i = 0; vals && i < sa->n_indexed_fields; i++) {
+        Payload *pv = sa->indexed_fields[i]->value;
+        vals[i].name = sa->indexed_fields[i]->key;
+        vals[i].json = pv ? (const char *)pv->data.data : NULL;
+        vals[i].json_len = pv ? pv->data.len : 0;
+      }
+      rec.sa = vals;
+      rec.n_sa = vals ? sa->n_indexed_fields : 0;
+    }
+    int match = !(sa && sa->n_indexed_fields && vals == NULL) && dbx_visq_match(vq, &rec);
+    int oom = sa && sa->n_indexed_fields && vals == NULL;
+    free(vals);
+    if (sa) protobuf_c_message_free_unpacked(&sa->base, NULL);
+    if (oom) {
+      svc_runstate_free(rs);
+      rc = DBX_ENOMEM;
+      break;
+    }
+    if (!match) {
       svc_runstate_free(rs);
       continue;
     }

@@ -25,7 +25,7 @@
 
 /* ---- the compiled tree ---- */
 
-typedef enum { A_STR, A_STATUS, A_TIME } atype;
+typedef enum { A_STR, A_STATUS, A_TIME, A_NUM, A_BOOL } atype;
 
 typedef enum {
   AT_WORKFLOW_ID,
@@ -36,6 +36,7 @@ typedef enum {
   AT_START_TIME,
   AT_CLOSE_TIME,
   AT_EXECUTION_TIME,
+  AT_CUSTOM, /* a custom search attribute: node's sa_name, values from the record's sa */
 } attr_id;
 
 static const struct {
@@ -63,7 +64,8 @@ typedef enum {
 typedef struct value {
   const char *s; /* A_STR: decoded text, NUL-terminated */
   size_t len;
-  int64_t n; /* A_STATUS: status number; A_TIME: ns since the epoch */
+  int64_t n; /* A_STATUS: status number; A_TIME: ns since the epoch; A_BOOL: 0/1 */
+  double d;  /* A_NUM */
   struct value *next; /* IN lists */
 } value;
 
@@ -77,6 +79,8 @@ typedef struct node {
   atype type;
   op_id op;
   value *vals; /* one value; IN: a list; BETWEEN: low then high */
+  const char *sa_name; /* AT_CUSTOM */
+  int sa_list;         /* AT_CUSTOM of a KeywordList: any element matches */
 } node;
 
 typedef struct block {
@@ -121,6 +125,8 @@ typedef struct {
   char *errbuf;
   size_t errlen;
   dbx_visq *q;
+  const dbx_visq_sa_def *defs;
+  size_t n_defs;
 } parser;
 
 static void fail(parser *p, size_t pos, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -360,17 +366,53 @@ static int parse_time(const char *s, size_t n, int64_t *ns) {
 
 static node *parse_or(parser *p);
 
+/* v->s as a number (A_NUM) or true/false (A_BOOL); 0 after failing. */
+static int scalar_value(parser *p, const token *t, atype ty, value *v) {
+  char b[56];
+  if (ty == A_BOOL) {
+    if (v->len == 4 && strncasecmp(v->s, "true", 4) == 0) v->n = 1;
+    else if (v->len == 5 && strncasecmp(v->s, "false", 5) == 0) v->n = 0;
+    else {
+      fail(p, t->pos, "expected true or false, found %s", describe(p, t, b));
+      return 0;
+    }
+    return 1;
+  }
+  char *end = NULL;
+  v->d = strtod(v->s, &end);
+  if (v->len == 0 || end != v->s + v->len) {
+    fail(p, t->pos, "expected a number, found %s", describe(p, t, b));
+    return 0;
+  }
+  return 1;
+}
+
 /* A value for an attribute of type ty at the current token; advances. */
 static value *parse_value(parser *p, atype ty) {
   char b[56];
   token t = p->tok;
   if (p->failed) return NULL;
+  if ((ty == A_NUM && t.kind == T_NUMBER) || (ty == A_BOOL && t.kind == T_IDENT)) {
+    value *v = qalloc(p->q, sizeof(value));
+    char *txt = v ? qalloc(p->q, t.len + 1) : NULL;
+    if (txt == NULL) {
+      fail_oom(p, t.pos);
+      return NULL;
+    }
+    memcpy(txt, p->src + t.pos, t.len);
+    v->s = txt;
+    v->len = t.len;
+    if (!scalar_value(p, &t, ty, v)) return NULL;
+    next(p);
+    return v;
+  }
   if (t.kind != T_STRING) {
     fail(p, t.pos, "expected a quoted value, found %s", describe(p, &t, b));
     return NULL;
   }
   value *v = string_value(p, &t);
   if (v == NULL) return NULL;
+  if ((ty == A_NUM || ty == A_BOOL) && !scalar_value(p, &t, ty, v)) return NULL;
   if (ty == A_STATUS) {
     size_t k;
     for (k = 1; k < sizeof status_names / sizeof *status_names; k++)
@@ -408,8 +450,16 @@ static node *parse_pred(parser *p) {
   for (k = 0; k < sizeof attrs / sizeof *attrs; k++)
     if (strlen(attrs[k].name) == at.len && memcmp(attrs[k].name, p->src + at.pos, at.len) == 0)
       break;
-  if (k == sizeof attrs / sizeof *attrs) {
-    fail(p, at.pos, "unknown attribute %s", describe(p, &at, b));
+  size_t ci = SIZE_MAX;
+  for (size_t i = 0; k == sizeof attrs / sizeof *attrs && i < p->n_defs; i++)
+    if (strlen(p->defs[i].name) == at.len && memcmp(p->defs[i].name, p->src + at.pos, at.len) == 0) ci = i;
+  if (k == sizeof attrs / sizeof *attrs && ci == SIZE_MAX) {
+    if (p->defs) {
+      char raw[48];
+      fail(p, at.pos, "search attribute %s is not defined", show(p, at.pos, at.len, raw));
+    } else {
+      fail(p, at.pos, "unknown attribute %s", describe(p, &at, b));
+    }
     return NULL;
   }
   node *n = qalloc(p->q, sizeof(node));
@@ -418,9 +468,28 @@ static node *parse_pred(parser *p) {
     return NULL;
   }
   n->kind = N_PRED;
-  n->attr = attrs[k].id;
-  n->type = attrs[k].type;
-  const char *aname = attrs[k].name;
+  const char *aname;
+  if (ci != SIZE_MAX) {
+    int ty = p->defs[ci].type;
+    char *nm = qalloc(p->q, at.len + 1);
+    if (nm == NULL) {
+      fail_oom(p, at.pos);
+      return NULL;
+    }
+    memcpy(nm, p->src + at.pos, at.len);
+    n->attr = AT_CUSTOM;
+    n->sa_name = nm;
+    n->sa_list = ty == DBX_VISQ_SA_KEYWORD_LIST;
+    n->type = ty == DBX_VISQ_SA_INT || ty == DBX_VISQ_SA_DOUBLE ? A_NUM
+              : ty == DBX_VISQ_SA_BOOL                          ? A_BOOL
+              : ty == DBX_VISQ_SA_DATETIME                      ? A_TIME
+                                                                : A_STR;
+    aname = nm;
+  } else {
+    n->attr = attrs[k].id;
+    n->type = attrs[k].type;
+    aname = attrs[k].name;
+  }
   next(p);
   token ot = p->tok;
   if (p->failed) return NULL;
@@ -584,6 +653,11 @@ static void parse_query(parser *p) {
 }
 
 dbx_err dbx_visq_create(const char *query, dbx_visq **out, char *errbuf, size_t errlen) {
+  return dbx_visq_create_sa(query, NULL, 0, out, errbuf, errlen);
+}
+
+dbx_err dbx_visq_create_sa(const char *query, const dbx_visq_sa_def *defs, size_t n_defs, dbx_visq **out,
+                           char *errbuf, size_t errlen) {
   if (errbuf != NULL && errlen > 0) errbuf[0] = '\0';
   if (out == NULL) {
     if (errbuf != NULL && errlen > 0) snprintf(errbuf, errlen, "invalid query: no output pointer");
@@ -603,7 +677,7 @@ dbx_err dbx_visq_create(const char *query, dbx_visq **out, char *errbuf, size_t 
     return DBX_ENOMEM;
   }
   q->order_desc = 1;
-  parser p = {.src = query, .len = len, .errbuf = errbuf, .errlen = errlen, .q = q};
+  parser p = {.src = query, .len = len, .errbuf = errbuf, .errlen = errlen, .q = q, .defs = defs, .n_defs = n_defs};
   parse_query(&p);
   if (p.failed) {
     dbx_visq_destroy(q);
@@ -638,7 +712,122 @@ static int cmp_num(int64_t a, int64_t b) {
   return a < b ? -1 : a > b;
 }
 
+/* ---- custom search attribute values (JSON text) ---- */
+
+/* One JSON scalar at js[*i..n): a string (decoded into buf, at most cap-1
+ * bytes; longer ones are cut), a number, true/false or null. Sets *kind
+ * 's', 'n', 'b', 'z' and advances *i; 0 when it is not a scalar. */
+static int json_scalar(const char *js, size_t n, size_t *i, char *buf, size_t cap, size_t *blen, double *num,
+                       int *kind) {
+  while (*i < n && is_blank(js[*i])) (*i)++;
+  if (*i >= n) return 0;
+  if (js[*i] == '"') {
+    size_t o = 0;
+    for ((*i)++; *i < n && js[*i] != '"'; (*i)++) {
+      char c = js[*i];
+      if (c == '\\' && *i + 1 < n) {
+        c = js[++(*i)];
+        c = c == 'n' ? '\n' : c == 't' ? '\t' : c == 'r' ? '\r' : c;
+      }
+      if (o + 1 < cap) buf[o++] = c;
+    }
+    if (*i >= n) return 0;
+    (*i)++;
+    buf[o] = '\0';
+    *blen = o;
+    *kind = 's';
+    return 1;
+  }
+  if (n - *i >= 4 && memcmp(js + *i, "true", 4) == 0) {
+    *i += 4;
+    *num = 1;
+    *kind = 'b';
+    return 1;
+  }
+  if (n - *i >= 5 && memcmp(js + *i, "false", 5) == 0) {
+    *i += 5;
+    *num = 0;
+    *kind = 'b';
+    return 1;
+  }
+  if (n - *i >= 4 && memcmp(js + *i, "null", 4) == 0) {
+    *i += 4;
+    *kind = 'z';
+    return 1;
+  }
+  char tmp[64];
+  size_t k = 0;
+  while (*i < n && k + 1 < sizeof tmp && (is_digit(js[*i]) || strchr("+-.eE", js[*i]))) tmp[k++] = js[(*i)++];
+  tmp[k] = '\0';
+  char *end = NULL;
+  *num = strtod(tmp, &end);
+  if (k == 0 || end != tmp + k) return 0;
+  *kind = 'n';
+  return 1;
+}
+
+/* Does one scalar of a custom attribute satisfy n? */
+static int eval_custom_scalar(const node *n, const char *s, size_t slen, double num, int kind) {
+  value sv = {.s = s, .len = slen};
+  int64_t t = 0;
+  if (n->type == A_STR && kind != 's') return 0;
+  if (n->type == A_NUM && kind != 'n') return 0;
+  if (n->type == A_BOOL && kind != 'b') return 0;
+  if (n->type == A_TIME && (kind != 's' || parse_time(s, slen, &t) != 0)) return 0;
+  switch (n->op) {
+  case OP_IN:
+    for (const value *v = n->vals; v != NULL; v = v->next) {
+      if (n->type == A_STR ? cmp_str(s, v) == 0 && strlen(s) == slen
+          : n->type == A_NUM ? num == v->d
+          : n->type == A_BOOL ? (int64_t)num == v->n
+                              : t == v->n)
+        return 1;
+    }
+    return 0;
+  case OP_PREFIX: return n->type == A_STR && strncmp(s, n->vals->s, n->vals->len) == 0;
+  case OP_BETWEEN: return t >= n->vals->n && t <= n->vals->next->n;
+  default: break;
+  }
+  int c = n->type == A_STR    ? -cmp_str(n->vals->s, &sv)
+          : n->type == A_NUM  ? (num < n->vals->d ? -1 : num > n->vals->d)
+          : n->type == A_BOOL ? cmp_num((int64_t)num, n->vals->n)
+                              : cmp_num(t, n->vals->n);
+  return cmp_result(c, n->op);
+}
+
+static int eval_custom(const node *n, const dbx_visq_record *r) {
+  const dbx_visq_sa_value *sv = NULL;
+  for (size_t i = 0; r->sa && i < r->n_sa; i++)
+    if (strcmp(r->sa[i].name, n->sa_name) == 0) sv = &r->sa[i];
+  const char *js = sv ? sv->json : NULL;
+  size_t len = sv ? sv->json_len : 0, i = 0;
+  while (i < len && is_blank(js[i])) i++;
+  int present = sv && i < len && !(len - i >= 4 && memcmp(js + i, "null", 4) == 0) &&
+                !(len - i >= 2 && js[i] == '[' && js[i + 1] == ']');
+  if (n->op == OP_NULL) return !present;
+  if (n->op == OP_NOTNULL) return present;
+  if (!present) return 0;
+  char buf[1024];
+  size_t blen = 0;
+  double num = 0;
+  int kind = 0;
+  if (js[i] != '[') return json_scalar(js, len, &i, buf, sizeof buf, &blen, &num, &kind) &&
+                           eval_custom_scalar(n, buf, blen, num, kind);
+  /* a list: any element (KeywordList, and SDKs that send one-element lists) */
+  i++;
+  for (;;) {
+    if (!json_scalar(js, len, &i, buf, sizeof buf, &blen, &num, &kind)) return 0;
+    int m = eval_custom_scalar(n, buf, blen, num, kind);
+    if (n->op == OP_NE ? !m : m) return n->op != OP_NE;
+    while (i < len && is_blank(js[i])) i++;
+    if (i < len && js[i] == ']') return n->op == OP_NE; /* every element differed */
+    if (i >= len || js[i] != ',') return 0;             /* not a list: matches nothing */
+    i++;
+  }
+}
+
 static int eval_pred(const node *n, const dbx_visq_record *r) {
+  if (n->attr == AT_CUSTOM) return eval_custom(n, r);
   const char *s = NULL;
   int64_t x = 0;
   int present;
@@ -651,6 +840,7 @@ static int eval_pred(const node *n, const dbx_visq_record *r) {
   case AT_START_TIME: x = r->start_time_ns; break;
   case AT_CLOSE_TIME: x = r->close_time_ns; break;
   case AT_EXECUTION_TIME: x = r->execution_time_ns; break;
+  case AT_CUSTOM: break;
   }
   present = n->type == A_STR ? s != NULL : x != 0;
   if (n->op == OP_NULL) return !present;

@@ -32,6 +32,32 @@ enum {
   DBX_VISQ_STATUS_TIMED_OUT = 7,
 };
 
+/* Custom search attribute types: Temporal's enums.v1.IndexedValueType. */
+enum {
+  DBX_VISQ_SA_TEXT = 1,
+  DBX_VISQ_SA_KEYWORD = 2,
+  DBX_VISQ_SA_INT = 3,
+  DBX_VISQ_SA_DOUBLE = 4,
+  DBX_VISQ_SA_BOOL = 5,
+  DBX_VISQ_SA_DATETIME = 6,
+  DBX_VISQ_SA_KEYWORD_LIST = 7,
+};
+
+/* A registered custom search attribute (name and DBX_VISQ_SA_* type). */
+typedef struct {
+  const char *name;
+  int type;
+} dbx_visq_sa_def;
+
+/* A run's value of a custom search attribute: the JSON text of its payload
+ * (json/plain, as the SDKs encode them: "text", 12, 1.5, true,
+ * "2024-01-02T03:04:05Z", or a list of those). */
+typedef struct {
+  const char *name;
+  const char *json;
+  size_t json_len;
+} dbx_visq_sa_value;
+
 /* One workflow execution as visibility sees it; all pointers borrowed for the
  * call. Absent values: a NULL string, status 0 (UNSPECIFIED), a time of 0
  * (e.g. close_time_ns of a running workflow). Every comparison with an absent
@@ -45,6 +71,8 @@ typedef struct {
   int64_t start_time_ns;
   int64_t close_time_ns;
   int64_t execution_time_ns;
+  const dbx_visq_sa_value *sa; /* custom search attributes, n_sa of them (may be NULL) */
+  size_t n_sa;
 } dbx_visq_record;
 
 /* A compiled query. Immutable; free with dbx_visq_destroy(). */
@@ -58,6 +86,14 @@ typedef struct dbx_visq dbx_visq;
  * Returns DBX_OK; DBX_EINVAL (query refused, or out == NULL; *out = NULL);
  * DBX_ENOMEM (*out = NULL). */
 dbx_err dbx_visq_create(const char *query, dbx_visq **out, char *errbuf, size_t errlen);
+/* dbx_visq_create that also knows the custom search attributes defs[0..n)
+ * (borrowed for the call; names are copied). A value of an Int or Double
+ * attribute is a number (quoted or not), of a Bool one true/false, of a
+ * Datetime one an RFC 3339 string; Keyword, Text and KeywordList take
+ * strings (a KeywordList matches when any element does). A name neither
+ * built in nor in defs is refused: "search attribute X is not defined". */
+dbx_err dbx_visq_create_sa(const char *query, const dbx_visq_sa_def *defs, size_t n, dbx_visq **out, char *errbuf,
+                           size_t errlen);
 
 /* 1 when record r satisfies q, else 0. q == NULL matches every record;
  * r == NULL matches nothing. */

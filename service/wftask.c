@@ -243,6 +243,14 @@ out:
  * the others stay (Temporal: UpsertWorkflowSearchAttributes and
  * ModifyWorkflowProperties, as DescribeWorkflowExecution then shows them). */
 typedef Temporal__Api__Common__V1__Memo__FieldsEntry map_entry;
+
+/* An upserted value that removes its key, as Temporal's merge: no payload,
+ * empty data, JSON null or an empty JSON list. */
+static int payload_is_removal(const Payload *p) {
+  if (p == NULL || p->data.len == 0) return 1;
+  return (p->data.len == 4 && memcmp(p->data.data, "null", 4) == 0) ||
+         (p->data.len == 2 && memcmp(p->data.data, "[]", 2) == 0);
+}
 static dbx_err upsert_packed_map(ProtobufCBinaryData *dst, const ProtobufCMessageDescriptor *d,
                                  map_entry **upd, size_t n_upd) {
   Memo *cur = dst->len ? (Memo *)protobuf_c_message_unpack(d, NULL, dst->len, dst->data) : NULL;
@@ -255,7 +263,8 @@ static dbx_err upsert_packed_map(ProtobufCBinaryData *dst, const ProtobufCMessag
     for (size_t k = 0; k < n_upd; k++) replaced |= strcmp(cur->fields[i]->key, upd[k]->key) == 0;
     if (!replaced) all[n++] = cur->fields[i];
   }
-  for (size_t k = 0; k < n_upd; k++) all[n++] = upd[k];
+  for (size_t k = 0; k < n_upd; k++)
+    if (!payload_is_removal(upd[k]->value)) all[n++] = upd[k];
   Memo m = INIT(TEMPORAL__API__COMMON__V1__MEMO);
   m.base.descriptor = d; /* SearchAttributes: indexed_fields is the same one field */
   m.n_fields = n;
@@ -277,6 +286,9 @@ out:
 static dbx_err cmd_upsert_search_attributes(ectx *c, job *j, RunState *rs, Command *cmd, wft_cmd *w) {
   dbx_err rc = DBX_OK;
   HistoryEvent *ev = NULL;
+  if (!svc_sa_check(c, j, rs->namespace_, cmd->upsert_workflow_search_attributes_command_attributes->search_attributes,
+                    &rc))
+    return rc; /* refused (UpsertWorkflowSearchAttributes names an undefined attribute), or a store error */
   ev = svc_event_new(ET(UPSERT_WORKFLOW_SEARCH_ATTRIBUTES));
   if (ev == NULL) return DBX_ENOMEM;
   ev->upsert_workflow_search_attributes_event_attributes->workflow_task_completed_event_id = w->completed_id;
@@ -349,10 +361,20 @@ static dbx_err cmd_cancel(ectx *c, job *j, RunState *rs, Command *cmd, wft_cmd *
   return rc;
 }
 
+/* Continue-as-new without memo / search attributes keeps the run's current
+ * ones (as Temporal: the new run starts with what the old one had, upserts
+ * included). NULL when the run has none; marked on OOM. */
+static void *carried(const ProtobufCBinaryData *packed, const ProtobufCMessageDescriptor *d) {
+  void *m = NULL;
+  if (packed->len) svc_pb_unpack(d, packed->data, packed->len, &m);
+  return m;
+}
+
 static dbx_err cmd_continue_as_new(ectx *c, job *j, RunState *rs, Command *cmd, wft_cmd *w) {
   dbx_err rc = DBX_OK;
   HistoryEvent *ev = NULL;
   ContinueAsNewWorkflowExecutionCommandAttributes *a = cmd->continue_as_new_workflow_execution_command_attributes;
+  if (!svc_sa_check(c, j, rs->namespace_, a->search_attributes, &rc)) return rc;
   char *new_run = svc_new_uuid();
   ev = svc_event_new(ET(WORKFLOW_EXECUTION_CONTINUED_AS_NEW));
   HistoryEvent *sev = svc_event_new(ET(WORKFLOW_EXECUTION_STARTED));
@@ -400,8 +422,9 @@ static dbx_err cmd_continue_as_new(ectx *c, job *j, RunState *rs, Command *cmd, 
     st->retry_policy = PB_CLONE(RetryPolicy, a->retry_policy);
     st->attempt = 1;
     st->first_workflow_task_backoff = PB_CLONE(Duration, a->backoff_start_interval);
-    st->memo = PB_CLONE(Memo, a->memo);
-    st->search_attributes = PB_CLONE(SearchAttributes, a->search_attributes);
+    st->memo = a->memo ? PB_CLONE(Memo, a->memo) : carried(&rs->memo, &Memo__D);
+    st->search_attributes = a->search_attributes ? PB_CLONE(SearchAttributes, a->search_attributes)
+                                                 : carried(&rs->search_attributes, &SearchAttributes__D);
     st->header = PB_CLONE(Header, a->header);
     if (rs->parent && rs->parent->workflow_id[0]) {
       st->parent_workflow_namespace = svc_pb_strdup(rs->parent->namespace_);
@@ -500,6 +523,7 @@ static dbx_err cmd_start_child(ectx *c, job *j, RunState *rs, Command *cmd, wft_
   if (!svc_check_id(j, "StartChildWorkflowExecution.workflow_id", a->workflow_id)) return DBX_OK;
   if (!svc_check_id(j, "StartChildWorkflowExecution.workflow_type.name", a->workflow_type ? a->workflow_type->name : NULL))
     return DBX_OK;
+  if (!svc_sa_check(c, j, cns, a->search_attributes, &rc)) return rc;
   const char *ctq = a->task_queue && a->task_queue->name[0] ? a->task_queue->name : rs->task_queue;
   ev = svc_event_new(ET(START_CHILD_WORKFLOW_EXECUTION_INITIATED));
   if (ev == NULL) return DBX_ENOMEM;

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <pthread.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -1594,7 +1595,8 @@ static void test_driver_git_clone_commit_push(void **state) {
   assert_int_equal(OPS(file_read, "git-1", "src/stale.txt", 0, &data, &len), DBX_DRV_NOT_FOUND);
   assert_int_equal(OPS(git_clone, "git-1", repo, "../out", NULL), DBX_DRV_PATH_REFUSED);
   char *nope = dbx_asprintf("%s/no-such-repo", g_tmp);
-  assert_int_equal(OPS(git_clone, "git-1", nope, "other", NULL), DBX_DRV_FAILED);
+  /* issue 9: a missing repository is told apart from a failure worth a retry */
+  assert_int_equal(OPS(git_clone, "git-1", nope, "other", NULL), DBX_DRV_REPO_NOT_FOUND);
   free(nope);
 
   char *sha = NULL;
@@ -1610,7 +1612,7 @@ static void test_driver_git_clone_commit_push(void **state) {
   assert_int_equal(strlen(sha), 40);
   char *sha2 = NULL;
   assert_int_equal(OPS(git_commit, "git-1", NULL, "m", "A <a@b>", &sha2, &nothing),
-                   DBX_DRV_FAILED); /* the root is no repository */
+                   DBX_DRV_NOT_A_REPO); /* the root is no repository */
   assert_null(sha2);
 
   /* push to a bare repository (local) / a recorded remote (memory) */
@@ -1639,11 +1641,81 @@ static void test_driver_git_clone_commit_push(void **state) {
   free(pushed);
   assert_int_equal(OPS(git_push, "git-1", "none", bare, NULL), DBX_DRV_NOT_FOUND);
   assert_int_equal(OPS(file_write, "git-1", "plain/f", "x", 1), DBX_DRV_OK);
-  assert_int_equal(OPS(git_push, "git-1", "plain", bare, NULL), DBX_DRV_FAILED); /* no repository */
+  assert_int_equal(OPS(git_push, "git-1", "plain", bare, NULL), DBX_DRV_NOT_A_REPO); /* no repository */
   free(sha);
   free(bare);
   free(repo);
   assert_int_equal(OPS(del, "git-1"), DBX_DRV_OK);
+}
+
+/* Issue 9: while the command runs, its heartbeat details carry the last
+ * lines of each stream (durabox run shows them), redacted like the result. */
+static void test_sandbox_acts_exec_heartbeat_tail(void **state) {
+  (void)state;
+  setenv("DBX_TAIL_TOKEN", "tail-s3cret-77", 1);
+  char *id = make_sandbox("wf-tail", NULL);
+  struct dbx_act a = act_for("wf-tail");
+  a.prev_details = "{}"; /* keep the heartbeats for reading (see run) */
+  char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"printf 'zero\\\\none\\\\ntwo\\\\n'; "
+                          "echo \\\"tok=$TOK\\\"; printf 'four\\\\r'; echo err-line >&2; sleep 1\","
+                          "\"env\":{\"TOK\":{\"secret\":\"DBX_TAIL_TOKEN\"}}}",
+                          id);
+  cJSON *o = ok(T(exec), &a, in);
+  assert_int_equal((int)num(o, "exit_code"), 0);
+  cJSON_Delete(o);
+  assert_non_null(a.last_details);
+  assert_null(strstr(a.last_details, "tail-s3cret"));
+  cJSON *d = cJSON_Parse(a.last_details);
+  assert_non_null(d);
+  assert_string_equal(str(d, "stdout_tail"), "two\ntok=[redacted:DBX_TAIL_TOKEN]\nfour");
+  assert_string_equal(str(d, "stderr_tail"), "err-line");
+  assert_true(num(d, "stdout_offset") > 0);
+  assert_non_null(cJSON_GetObjectItemCaseSensitive(d, "cmd_id"));
+  cJSON_Delete(d);
+  dbx_fake_act_cleanup(&a);
+  free(in);
+  free(id);
+  unsetenv("DBX_TAIL_TOKEN");
+}
+
+/* Issue 9: failures no retry mends are non-retryable, typed, and name their
+ * cause: a repository that does not exist, a source or workspace that is no
+ * repository, a ref the repository lacks (the driver tells them apart, from
+ * git's exit and words or the path it checks before cloning). */
+static void test_sandbox_acts_unretryable_git_failures(void **state) {
+  (void)state;
+  struct dbx_act a = act_for("wf-unretry");
+  char *nope = dbx_asprintf("{\"source\":{\"kind\":\"git\",\"path\":\"%s/no-such-repo\"}}", g_tmp);
+  char *m = failed(T(create), &a, nope, "RepositoryNotFound", 1);
+  expect_message(dbx_strdup(m), "no-such-repo");
+  expect_message(m, "(repository not found)");
+  free(nope);
+  /* git_commit where the workspace is no repository */
+  char *id = make_sandbox("wf-unretry-2", NULL);
+  struct dbx_act b = act_for("wf-unretry-2");
+  char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"message\":\"m\"}", id);
+  expect_message(failed(T(git_commit), &b, in, "NotAGitRepository", 1), "not a git repository");
+  free(in);
+  free(id);
+  if (g_local) { /* host git: a plain folder as the source, and a ref that does not exist */
+    char *plain = dbx_asprintf("%s/plain-src", g_tmp);
+    assert_int_equal(mkdir(plain, 0755), 0);
+    in = dbx_asprintf("{\"resource\":\"p\",\"source\":{\"kind\":\"git\",\"path\":\"%s\"}}", plain);
+    expect_message(failed(T(create), &a, in, "NotAGitRepository", 1), "plain-src");
+    free(in);
+    char *repo = make_repo("repo-ref");
+    in = dbx_asprintf("{\"resource\":\"r\",\"source\":{\"kind\":\"git\",\"path\":\"%s\","
+                      "\"ref\":\"no-such-branch\"}}", repo);
+    expect_message(failed(T(create), &a, in, "RefNotFound", 1), "no-such-branch");
+    free(in);
+    /* the same repository at a ref it has is fine */
+    in = dbx_asprintf("{\"resource\":\"r2\",\"source\":{\"kind\":\"git\",\"path\":\"%s\","
+                      "\"ref\":\"main\"}}", repo);
+    cJSON_Delete(ok(T(create), &a, in));
+    free(in);
+    free(repo);
+    free(plain);
+  }
 }
 
 /* Every typed error a driver answers becomes its failure type by the table
@@ -1661,6 +1733,8 @@ static void test_sandbox_acts_failure_types_by_table(void **state) {
       {DBX_DRV_OUTCOME_UNKNOWN, "OutcomeUnknown", 1}, {DBX_DRV_TRANSIENT, "SandboxError", 0},
       {DBX_DRV_INVALID, "InvalidInput", 1},       {DBX_DRV_STATE, "SandboxError", 0},
       {DBX_DRV_UNSUPPORTED, "Unsupported", 1},    {DBX_DRV_FAILED, "SandboxError", 0},
+      {DBX_DRV_REPO_NOT_FOUND, "RepositoryNotFound", 1}, {DBX_DRV_NOT_A_REPO, "NotAGitRepository", 1},
+      {DBX_DRV_REF_NOT_FOUND, "RefNotFound", 1},  {DBX_DRV_DISK_FULL, "DiskFull", 1},
   };
   assert_int_equal(sizeof want / sizeof want[0], DBX_DRV_ERR_COUNT - 3); /* all but OK, CANCELED, NOMEM */
   char *id = make_sandbox("wf-table", NULL);
@@ -2084,6 +2158,129 @@ static void test_sandbox_acts_exec_result_fits_payload(void **state) {
   free(id);
 }
 
+/* ---- a sandbox per run (docs/sandbox.md "A sandbox per run") ---- */
+
+/* FNV-1a 64 of text, computed here independently of the code under test. */
+static void fnv_id(const char *text, char out[32]) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (const char *s = text; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+  snprintf(out, 32, "dbx-%016llx", (unsigned long long)h);
+}
+
+/* The value of label key of sandbox id, or NULL; *l, *n hold the labels
+ * (those of an earlier call are freed first). */
+static const char *label_value(const char *id, const char *key, dbx_drv_label **l, size_t *n) {
+  dbx_drv_labels_free(*l, *n);
+  *l = NULL;
+  *n = 0;
+  assert_int_equal(g_drv->ops->labels(g_drv->self, id, l, n), DBX_DRV_OK);
+  for (size_t i = 0; i < *n; i++)
+    if (strcmp((*l)[i].key, key) == 0) return (*l)[i].value;
+  return NULL;
+}
+
+/* Two runs of one workflow id get two sandboxes; a retried create of the same
+ * run adopts its own; the owner run and keep are labelled. */
+static void test_sandbox_acts_create_per_run(void **state) {
+  (void)state;
+  struct dbx_act a = act_for("wf-runs");
+  a.run_id = "run-A";
+  const char *in_a = "{\"owner_run_id\":\"run-A\",\"keep\":true}";
+  cJSON *o1 = ok(T(create), &a, in_a);
+  a.attempt = 2; /* the same run's retried create */
+  cJSON *o2 = ok(T(create), &a, in_a);
+  struct dbx_act b = act_for("wf-runs");
+  b.run_id = "run-B";
+  cJSON *o3 = ok(T(create), &b, "{\"owner_run_id\":\"run-B\"}");
+  char want_a[32], want_b[32], legacy[32];
+  fnv_id("wf-runs/run-A/workspace", want_a);
+  fnv_id("wf-runs/run-B/workspace", want_b);
+  fnv_id("wf-runs/workspace", legacy);
+  assert_string_equal(str(o1, "sandbox_id"), want_a);
+  assert_string_equal(str(o2, "sandbox_id"), want_a);
+  assert_string_equal(str(o3, "sandbox_id"), want_b);
+  assert_string_not_equal(want_a, legacy);
+  assert_false(boolean(o1, "adopted"));
+  assert_true(boolean(o2, "adopted"));
+  assert_false(boolean(o3, "adopted")); /* a new run never adopts the earlier run's */
+  dbx_drv_label *l = NULL;
+  size_t n = 0;
+  assert_string_equal(label_value(want_a, "durabox.run_id", &l, &n), "run-A");
+  assert_string_equal(label_value(want_a, "durabox.keep", &l, &n), "true");
+  assert_string_equal(label_value(want_b, "durabox.run_id", &l, &n), "run-B");
+  assert_null(label_value(want_b, "durabox.keep", &l, &n));
+  assert_string_equal(label_value(want_b, "durabox.workflow_id", &l, &n), "wf-runs");
+  /* without owner_run_id: the old id, the activity's run as owner label */
+  struct dbx_act c = act_for("wf-runs");
+  c.run_id = "run-C";
+  cJSON *o4 = ok(T(create), &c, "{}");
+  assert_string_equal(str(o4, "sandbox_id"), legacy);
+  assert_string_equal(label_value(legacy, "durabox.run_id", &l, &n), "run-C");
+  dbx_drv_labels_free(l, n);
+  /* the owner run is part of the identity: a continued run naming the
+   * first run's id reopens that run's sandbox */
+  struct dbx_act cont = act_for("wf-runs");
+  cont.run_id = "run-A2";
+  cJSON *o5 = ok(T(create), &cont, in_a);
+  assert_string_equal(str(o5, "sandbox_id"), want_a);
+  assert_true(boolean(o5, "adopted"));
+  cJSON_Delete(o1);
+  cJSON_Delete(o2);
+  cJSON_Delete(o3);
+  cJSON_Delete(o4);
+  cJSON_Delete(o5);
+  expect_message(failed(T(create), &a, "{\"owner_run_id\":\"\"}", "InvalidInput", 1),
+                 "owner_run_id");
+  expect_message(failed(T(create), &a, "{\"owner_run_id\":7}", "InvalidInput", 1),
+                 "owner_run_id");
+  expect_message(failed(T(create), &a, "{\"owner_run_id\":\"a\\nb\"}", "InvalidInput", 1),
+                 "owner_run_id");
+  expect_message(failed(T(create), &a, "{\"keep\":\"yes\"}", "InvalidInput", 1), "keep");
+  dbx_fake_act_cleanup(&a);
+  dbx_fake_act_cleanup(&b);
+  dbx_fake_act_cleanup(&c);
+  dbx_fake_act_cleanup(&cont);
+}
+
+/* One run's cleanup never deletes another run's kept sandbox; the owner's
+ * own delete (or a sandbox not kept) still goes. */
+static void test_sandbox_acts_delete_leaves_other_runs_kept(void **state) {
+  (void)state;
+  struct dbx_act a = act_for("wf-keep");
+  a.run_id = "run-A";
+  cJSON *o = ok(T(create), &a, "{\"owner_run_id\":\"run-A\",\"keep\":true}");
+  char *id = dbx_strdup(str(o, "sandbox_id"));
+  cJSON_Delete(o);
+  o = ok(T(create), &a, "{\"owner_run_id\":\"run-A\",\"resource\":\"scratch\"}");
+  char *loose = dbx_strdup(str(o, "sandbox_id"));
+  cJSON_Delete(o);
+  struct dbx_act b = act_for("wf-keep");
+  b.run_id = "run-B";
+  char *in = dbx_asprintf("{\"sandbox_id\":\"%s\"}", id);
+  o = ok(T(delete), &b, in);
+  assert_false(boolean(o, "deleted"));
+  assert_string_equal(str(o, "kept_by_run"), "run-A");
+  cJSON_Delete(o);
+  assert_int_equal(g_drv->ops->exists(g_drv->self, id, NULL), DBX_DRV_OK);
+  /* a continued run of A naming its owner deletes it */
+  char *in_owner = dbx_asprintf("{\"sandbox_id\":\"%s\",\"owner_run_id\":\"run-A\"}", id);
+  cJSON_Delete(ok(T(delete), &b, in_owner));
+  assert_int_equal(g_drv->ops->exists(g_drv->self, id, NULL), DBX_DRV_NO_SANDBOX);
+  /* not kept: anyone's delete removes it, as before */
+  char *in_loose = dbx_asprintf("{\"sandbox_id\":\"%s\"}", loose);
+  o = ok(T(delete), &b, in_loose);
+  assert_null(cJSON_GetObjectItemCaseSensitive(o, "deleted"));
+  cJSON_Delete(o);
+  assert_int_equal(g_drv->ops->exists(g_drv->self, loose, NULL), DBX_DRV_NO_SANDBOX);
+  free(in);
+  free(in_owner);
+  free(in_loose);
+  free(id);
+  free(loose);
+  dbx_fake_act_cleanup(&a);
+  dbx_fake_act_cleanup(&b);
+}
+
 /* ------------------------------------------------- the daytona driver */
 
 /* A checkpoint whose capture fails silently (no snapshot record, the
@@ -2242,6 +2439,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_driver_exec_ops),
       cmocka_unit_test(test_driver_checkpoint_restore),
       cmocka_unit_test(test_driver_git_clone_commit_push),
+      cmocka_unit_test(test_sandbox_acts_unretryable_git_failures),
+      cmocka_unit_test(test_sandbox_acts_exec_heartbeat_tail),
       cmocka_unit_test(test_driver_threads),
       cmocka_unit_test(test_sandbox_acts_derived_names_pinned),
       cmocka_unit_test(test_sandbox_acts_write_file_base64_strict),
@@ -2250,6 +2449,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_sandbox_acts_read_file_capped_with_mark),
       cmocka_unit_test(test_sandbox_acts_exec_result_fits_payload),
       cmocka_unit_test(test_sandbox_acts_input_nul_and_sizes),
+      cmocka_unit_test(test_sandbox_acts_create_per_run),
+      cmocka_unit_test(test_sandbox_acts_delete_leaves_other_runs_kept),
   };
   /* the same cases on the memory driver, except those that need real
    * processes, a real shell or host git (fork, symlinks, base64(1), git log) */
@@ -2272,6 +2473,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_driver_exec_ops),
       cmocka_unit_test(test_driver_checkpoint_restore),
       cmocka_unit_test(test_driver_git_clone_commit_push),
+      cmocka_unit_test(test_sandbox_acts_unretryable_git_failures),
       cmocka_unit_test(test_sandbox_acts_failure_types_by_table),
       cmocka_unit_test(test_sandbox_acts_exec_lost_restarts_once),
       cmocka_unit_test(test_driver_threads),
@@ -2282,6 +2484,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_sandbox_acts_exec_secret_cut_at_tail_start),
       cmocka_unit_test(test_sandbox_acts_read_file_capped_with_mark),
       cmocka_unit_test(test_sandbox_acts_input_nul_and_sizes),
+      cmocka_unit_test(test_sandbox_acts_create_per_run),
+      cmocka_unit_test(test_sandbox_acts_delete_leaves_other_runs_kept),
   };
   const struct CMUnitTest process_tests[] = {
       cmocka_unit_test(test_driver_two_homes_one_process),
@@ -2317,6 +2521,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_sandbox_acts_read_file_capped_with_mark),
       cmocka_unit_test(test_sandbox_acts_exec_result_fits_payload),
       cmocka_unit_test(test_sandbox_acts_input_nul_and_sizes),
+      cmocka_unit_test(test_sandbox_acts_create_per_run),
+      cmocka_unit_test(test_sandbox_acts_delete_leaves_other_runs_kept),
       cmocka_unit_test(test_daytona_checkpoint_failures_typed),
       cmocka_unit_test(test_daytona_exec_split_utf8_exact),
       cmocka_unit_test(test_daytona_sandbox_gone_typed),

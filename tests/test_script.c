@@ -189,6 +189,55 @@ static void test_json_text_check_ordinals(void **state) {
   assert_int_equal(dbx_json_text_check(NULL, 0, 0, &at), DBX_JSON_OK);
 }
 
+/* An exec step's retry_on_exit, checked before anything runs. */
+#define R(extra, roe) "{\"steps\":[{\"name\":\"t\",\"kind\":\"exec\",\"command\":\"make test\"" extra \
+                      ",\"retry_on_exit\":" roe "}]}"
+static void test_script_retry_on_exit_checked(void **state) {
+  (void)state;
+  assert_string_equal(check(R("", "{\"codes\":[1,2],\"max_attempts\":3,\"backoff_s\":2}")), "");
+  assert_string_equal(check(R("", "{\"codes\":\"any\",\"max_attempts\":2}")), "");
+  assert_string_equal(check(R("", "{\"codes\":[1],\"max_attempts\":100,\"backoff_s\":0}")), "");
+  assert_string_equal(
+      check(R(",\"retry_class\":\"at_most_once\"", "{\"codes\":\"any\",\"max_attempts\":2}")),
+      "step 't': retry_on_exit runs the command again, which an at_most_once step must never "
+      "do; drop one of them");
+  assert_string_equal(check(R("", "true")),
+                      "step 't' (exec): retry_on_exit must be an object {\"codes\", "
+                      "\"max_attempts\", \"backoff_s\"}");
+  assert_string_equal(check(R("", "{\"max_attempts\":3}")),
+                      "step 't' (exec): retry_on_exit.codes is required: a list of exit codes "
+                      "(1..255) or \"any\"");
+  const char *bad_codes[] = {"[]", "[0]", "[256]", "[1.5]", "[\"1\"]", "\"all\"", "3"};
+  for (size_t i = 0; i < sizeof bad_codes / sizeof bad_codes[0]; i++) {
+    char in[256];
+    snprintf(in, sizeof in, R("", "{\"codes\":%s,\"max_attempts\":3}"), bad_codes[i]);
+    const char *m = check(in);
+    if (strstr(m, "retry_on_exit.codes") == NULL) fail_msg("codes %s: '%s'", bad_codes[i], m);
+  }
+  assert_string_equal(check(R("", "{\"codes\":\"any\"}")),
+                      "step 't' (exec): retry_on_exit.max_attempts is required: a whole number "
+                      "of runs in all, from 2 to 100");
+  assert_string_equal(check(R("", "{\"codes\":\"any\",\"max_attempts\":1}")),
+                      "step 't' (exec): retry_on_exit.max_attempts is required: a whole number "
+                      "of runs in all, from 2 to 100");
+  assert_string_equal(check(R("", "{\"codes\":\"any\",\"max_attempts\":101}")),
+                      "step 't' (exec): retry_on_exit.max_attempts is required: a whole number "
+                      "of runs in all, from 2 to 100");
+  assert_string_equal(check(R("", "{\"codes\":\"any\",\"max_attempts\":3,\"backoff_s\":-1}")),
+                      "step 't' (exec): retry_on_exit.backoff_s must be a number of seconds from "
+                      "0 to 3600");
+  assert_string_equal(check(R("", "{\"codes\":\"any\",\"max_attempts\":3,\"backoff_s\":3601}")),
+                      "step 't' (exec): retry_on_exit.backoff_s must be a number of seconds from "
+                      "0 to 3600");
+  assert_string_equal(check(R("", "{\"codes\":\"any\",\"max_attempts\":3,\"backof_s\":1}")),
+                      "step 't' (exec): retry_on_exit: unknown field \"backof_s\" (codes, "
+                      "max_attempts, backoff_s)");
+  /* only exec steps take it */
+  assert_string_equal(check("{\"steps\":[{\"name\":\"r\",\"kind\":\"read_file\",\"path\":\"f\","
+                            "\"retry_on_exit\":{\"codes\":\"any\",\"max_attempts\":2}}]}"),
+                      "step 'r' (read_file): unknown field \"retry_on_exit\"");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_script_nul_refused_in_values_and_keys),
@@ -198,6 +247,7 @@ int main(void) {
       cmocka_unit_test(test_script_size_limits_at_the_boundary),
       cmocka_unit_test(test_script_step_count_and_name_length),
       cmocka_unit_test(test_json_text_check_ordinals),
+      cmocka_unit_test(test_script_retry_on_exit_checked),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

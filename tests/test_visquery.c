@@ -513,6 +513,90 @@ static void test_visquery_fuzz_never_crashes(void **state) {
   assert_true(invalid > 10000);
 }
 
+/* Custom search attributes (dbx_visq_create_sa): typed values from the
+ * records' JSON, lists, null, an undefined name, and values that are not
+ * JSON of the type (no match, no crash). */
+static const dbx_visq_sa_def SA_DEFS[] = {
+    {"Kw", DBX_VISQ_SA_KEYWORD}, {"N", DBX_VISQ_SA_INT},       {"D", DBX_VISQ_SA_DOUBLE},
+    {"B", DBX_VISQ_SA_BOOL},     {"T", DBX_VISQ_SA_DATETIME}, {"L", DBX_VISQ_SA_KEYWORD_LIST},
+};
+
+static unsigned sa_matches(const char *q, const dbx_visq_record *recs, size_t n) {
+  char err[256];
+  dbx_visq *v = NULL;
+  dbx_err rc = dbx_visq_create_sa(q, SA_DEFS, sizeof SA_DEFS / sizeof *SA_DEFS, &v, err, sizeof err);
+  if (rc != DBX_OK) fail_msg("query <%s> refused: %s", q, err);
+  unsigned m = 0;
+  for (unsigned i = 0; i < n; i++)
+    if (dbx_visq_match(v, &recs[i])) m |= 1u << i;
+  dbx_visq_destroy(v);
+  return m;
+}
+
+#define SAV(name, json) {name, json, sizeof(json) - 1}
+
+static void test_visquery_custom_search_attributes(void **state) {
+  (void)state;
+  static const dbx_visq_sa_value a[] = {SAV("Kw", "\"order-1\""), SAV("N", "12"), SAV("D", "1.5"),
+                                        SAV("B", "true"), SAV("T", "\"2024-01-02T03:04:05Z\""),
+                                        SAV("L", "[\"x\", \"y\"]")};
+  static const dbx_visq_sa_value b[] = {SAV("Kw", "[\"order-2\"]"), SAV("N", "-3"), SAV("B", "false"),
+                                        SAV("L", "[]"), SAV("D", "null")};
+  static const dbx_visq_sa_value c[] = {SAV("Kw", "12"), SAV("N", "\"twelve\""), SAV("T", "\"yesterday\""),
+                                        SAV("L", "[\"x\""), SAV("B", "[tru")};
+  dbx_visq_record r[3] = {R[0], R[1], R[2]};
+  r[0].sa = a;
+  r[0].n_sa = sizeof a / sizeof *a;
+  r[1].sa = b;
+  r[1].n_sa = sizeof b / sizeof *b;
+  r[2].sa = c;
+  r[2].n_sa = sizeof c / sizeof *c;
+  assert_int_equal(sa_matches("Kw = 'order-1'", r, 3), R0);
+  assert_int_equal(sa_matches("Kw = 'order-2'", r, 3), R1); /* a one-element list */
+  assert_int_equal(sa_matches("Kw STARTS_WITH 'order-'", r, 3), R0 | R1);
+  assert_int_equal(sa_matches("Kw IN ('order-2', 'zz')", r, 3), R1);
+  assert_int_equal(sa_matches("N > 0", r, 3), R0);
+  assert_int_equal(sa_matches("N <= 12", r, 3), R0 | R1);
+  assert_int_equal(sa_matches("N = '12'", r, 3), R0);
+  assert_int_equal(sa_matches("N IN (1, -3)", r, 3), R1);
+  assert_int_equal(sa_matches("D >= 1.25", r, 3), R0);
+  assert_int_equal(sa_matches("D IS NULL", r, 3), R1 | R2); /* null, and absent */
+  assert_int_equal(sa_matches("B = true", r, 3), R0);
+  assert_int_equal(sa_matches("B = 'false'", r, 3), R1);
+  assert_int_equal(sa_matches("T > '2024-01-01T00:00:00Z'", r, 3), R0);
+  assert_int_equal(sa_matches("T BETWEEN '2024-01-02T00:00:00Z' AND '2024-01-03T00:00:00Z'", r, 3), R0);
+  assert_int_equal(sa_matches("L = 'y'", r, 3), R0);
+  assert_int_equal(sa_matches("L != 'x'", r, 3), 0); /* R1's empty list is absent */
+  assert_int_equal(sa_matches("L != 'z'", r, 3), R0);
+  assert_int_equal(sa_matches("L IS NOT NULL", r, 3), R0 | R2);
+  assert_int_equal(sa_matches("Kw = 'order-1' AND WorkflowId = 'order-1'", r, 3), R0);
+  char err[256];
+  dbx_visq *v = NULL;
+  assert_int_equal(dbx_visq_create_sa("Nope = 'x'", SA_DEFS, 6, &v, err, sizeof err), DBX_EINVAL);
+  assert_string_equal(err, "invalid query at 1: search attribute Nope is not defined");
+  assert_int_equal(dbx_visq_create_sa("N = 'many'", SA_DEFS, 6, &v, err, sizeof err), DBX_EINVAL);
+  assert_string_equal(err, "invalid query at 5: expected a number, found 'many'");
+  assert_int_equal(dbx_visq_create_sa("B = maybe", SA_DEFS, 6, &v, err, sizeof err), DBX_EINVAL);
+  assert_string_equal(err, "invalid query at 5: expected true or false, found 'maybe'");
+  assert_null(v);
+  /* arbitrary bytes as a record's JSON: evaluation never crashes */
+  static const char *qs[] = {"Kw = 'a'", "N > 1", "D < 2", "B = true", "T IS NULL", "L != 'q'", "L IN ('a')"};
+  char js[64];
+  for (int it = 0; it < 20000; it++) {
+    size_t n = rnd() % sizeof js;
+    for (size_t i = 0; i < n; i++) js[i] = "[]\",\\ 0123456789.-etruefalsnul"[rnd() % 30];
+    dbx_visq_sa_value one[6];
+    for (int k = 0; k < 6; k++) one[k] = (dbx_visq_sa_value){SA_DEFS[k].name, js, n};
+    dbx_visq_record x = R[0];
+    x.sa = one;
+    x.n_sa = 6;
+    assert_int_equal(dbx_visq_create_sa(qs[it % 7], SA_DEFS, 6, &v, NULL, 0), DBX_OK);
+    int m = dbx_visq_match(v, &x);
+    assert_true(m == 0 || m == 1);
+    dbx_visq_destroy(v);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_visquery_empty_matches_all),
@@ -531,6 +615,7 @@ int main(void) {
       cmocka_unit_test(test_visquery_api_misuse),
       cmocka_unit_test(test_visquery_doc_examples_compile),
       cmocka_unit_test(test_visquery_fuzz_never_crashes),
+      cmocka_unit_test(test_visquery_custom_search_attributes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -32,8 +32,16 @@ typedef struct {
   int64_t step_seq;   /* the running step's activity, 0 for none (or a sleep) */
   int64_t delete_seq; /* sandbox.delete's sequence number, 0 before */
   char *sandbox_id;
+  char *sandbox_path; /* the workspace's host path from sandbox.create, NULL: none */
   const char *failed_step; /* borrowed from input */
   cJSON *out_steps;        /* owned */
+  /* retry_on_exit of the running exec step: runs that ended with an exit
+   * code it retries (their codes in exit_codes, owned), the timer before
+   * the next run (0: none), when that timer fires (workflow time) */
+  int runs;
+  cJSON *exit_codes;
+  int64_t retry_timer_seq;
+  int64_t retry_at_ms;
 } script;
 
 static const char *str_of(const cJSON *o, const char *k) {
@@ -118,7 +126,8 @@ static const struct {
   const char *kind;
   const char *const fields[8];
 } STEP_FIELDS[] = {
-    {"exec", {"command", "env", "cwd", "timeout_s", "max_output_bytes", "heartbeat_timeout_s"}},
+    {"exec", {"command", "env", "cwd", "timeout_s", "max_output_bytes", "heartbeat_timeout_s",
+              "retry_on_exit"}},
     {"write_file", {"path", "content", "content_b64"}},
     {"read_file", {"path"}},
     {"checkpoint", {NULL}},
@@ -186,6 +195,56 @@ static int env_ok(const cJSON *env, int secrets) {
  * checks that the two agree), so that a step's result fits one payload. */
 #define MAX_OUTPUT_BYTES ((size_t)768 * 1024)
 
+/* An exec step's "retry_on_exit": {"codes": [1, 2] | "any", "max_attempts":
+ * N, "backoff_s": S}: run the command again, after S seconds, while it exits
+ * with one of codes (any non-zero one for "any"), up to N runs in all. */
+#define RETRY_EXIT_MAX_ATTEMPTS 100
+#define RETRY_EXIT_MAX_BACKOFF_S 3600.0
+static int check_retry_on_exit(const cJSON *s, const char *name, char *err, size_t n) {
+  const cJSON *r = cJSON_GetObjectItemCaseSensitive(s, "retry_on_exit");
+  if (r == NULL) return 0;
+  if (!cJSON_IsObject(r))
+    return snprintf(err, n, "step '%s' (exec): retry_on_exit must be an object {\"codes\", "
+                            "\"max_attempts\", \"backoff_s\"}", name), -1;
+  static const char *const fields[] = {"codes", "max_attempts", "backoff_s", NULL};
+  int dup = 0;
+  const char *unk = bad_field(r, fields, NULL, &dup);
+  char where[160];
+  snprintf(where, sizeof where, "step '%s' (exec): retry_on_exit", name);
+  if (unk) return field_error(err, n, where, unk, dup, "codes, max_attempts, backoff_s");
+  const char *rc = str_of(s, "retry_class");
+  if (rc && strcmp(rc, "at_most_once") == 0)
+    return snprintf(err, n, "step '%s': retry_on_exit runs the command again, which an "
+                            "at_most_once step must never do; drop one of them", name), -1;
+  const cJSON *codes = cJSON_GetObjectItemCaseSensitive(r, "codes");
+  if (cJSON_IsString(codes) && strcmp(codes->valuestring, "any") == 0) {
+    /* any non-zero exit */
+  } else if (cJSON_IsArray(codes) && cJSON_GetArraySize(codes) > 0 &&
+             cJSON_GetArraySize(codes) <= 255) {
+    const cJSON *c;
+    cJSON_ArrayForEach(c, codes) {
+      if (!cJSON_IsNumber(c) || c->valuedouble < 1 || c->valuedouble > 255 ||
+          c->valuedouble != (double)(int)c->valuedouble)
+        return snprintf(err, n, "%s.codes: each code must be a whole number from 1 to 255", where),
+               -1;
+    }
+  } else {
+    return snprintf(err, n, "%s.codes is required: a list of exit codes (1..255) or \"any\"",
+                    where), -1;
+  }
+  const cJSON *ma = cJSON_GetObjectItemCaseSensitive(r, "max_attempts");
+  if (!cJSON_IsNumber(ma) || ma->valuedouble < 2 || ma->valuedouble > RETRY_EXIT_MAX_ATTEMPTS ||
+      ma->valuedouble != (double)(int)ma->valuedouble)
+    return snprintf(err, n, "%s.max_attempts is required: a whole number of runs in all, from 2 "
+                            "to %d", where, RETRY_EXIT_MAX_ATTEMPTS), -1;
+  const cJSON *bo = cJSON_GetObjectItemCaseSensitive(r, "backoff_s");
+  if (bo && (!cJSON_IsNumber(bo) || !(bo->valuedouble >= 0) ||
+             bo->valuedouble > RETRY_EXIT_MAX_BACKOFF_S))
+    return snprintf(err, n, "%s.backoff_s must be a number of seconds from 0 to %.0f", where,
+                    RETRY_EXIT_MAX_BACKOFF_S), -1;
+  return 0;
+}
+
 static int check_step_values(const cJSON *s, const char *name, const char *kind, char *err,
                              size_t n) {
   if (!is_bool(s, "continue_on_failure"))
@@ -205,6 +264,7 @@ static int check_step_values(const cJSON *s, const char *name, const char *kind,
     if (mo && mo->valuedouble > (double)MAX_OUTPUT_BYTES)
       return snprintf(err, n, "step '%s' (exec): max_output_bytes is over the limit of %zu "
                               "bytes per stream", name, MAX_OUTPUT_BYTES), -1;
+    if (check_retry_on_exit(s, name, err, n) != 0) return -1;
   } else if (strcmp(kind, "write_file") == 0) {
     if (str_of(s, "content") && str_of(s, "content_b64"))
       return snprintf(err, n, "step '%s' (write_file): give content or content_b64, not both",
@@ -359,8 +419,43 @@ static void script_free(script *s) {
   if (!s) return;
   cJSON_Delete(s->input);
   cJSON_Delete(s->out_steps);
+  cJSON_Delete(s->exit_codes);
   free(s->sandbox_id);
+  free(s->sandbox_path);
   free(s);
+}
+
+/* While a step runs: {"name", "kind", "index"} of it for the
+ * progress query, with "run" and "max_runs" for an exec step with
+ * retry_on_exit, and "retry": {"attempt" (the run that failed), "of",
+ * "exit_code", "next_at_ms" (workflow time, ms since the epoch),
+ * "backoff_s"} while it waits to run again. NULL when no step runs. */
+static cJSON *current_json(const script *s) {
+  if (s->phase != STEPS || s->cur >= s->nsteps) return NULL;
+  const cJSON *st = cJSON_GetArrayItem(s->steps, s->cur);
+  cJSON *c = cJSON_CreateObject();
+  if (!c) return NULL;
+  cJSON_AddStringToObject(c, "name", str_of(st, "name"));
+  cJSON_AddStringToObject(c, "kind", str_of(st, "kind"));
+  cJSON_AddNumberToObject(c, "index", s->cur);
+  const cJSON *r = cJSON_GetObjectItemCaseSensitive(st, "retry_on_exit");
+  if (r) {
+    int of = (int)num_or(r, "max_attempts", 2);
+    cJSON_AddNumberToObject(c, "run", s->runs + 1);
+    cJSON_AddNumberToObject(c, "max_runs", of);
+    if (s->retry_timer_seq > 0) {
+      cJSON *w = cJSON_AddObjectToObject(c, "retry");
+      const cJSON *last = cJSON_GetArrayItem(s->exit_codes, cJSON_GetArraySize(s->exit_codes) - 1);
+      if (w) {
+        cJSON_AddNumberToObject(w, "attempt", s->runs);
+        cJSON_AddNumberToObject(w, "of", of);
+        cJSON_AddNumberToObject(w, "exit_code", last ? last->valuedouble : 0);
+        cJSON_AddNumberToObject(w, "next_at_ms", (double)s->retry_at_ms);
+        cJSON_AddNumberToObject(w, "backoff_s", num_or(r, "backoff_s", 1));
+      }
+    }
+  }
+  return c;
 }
 
 static char *output_json(const script *s) {
@@ -368,12 +463,18 @@ static char *output_json(const script *s) {
   if (!o) return NULL;
   if (s->sandbox_id) cJSON_AddStringToObject(o, "sandbox_id", s->sandbox_id);
   else cJSON_AddNullToObject(o, "sandbox_id");
+  if (s->sandbox_id && s->keep) { /* where a kept sandbox stays (`durabox run` prints it) */
+    cJSON_AddTrueToObject(o, "sandbox_kept");
+    if (s->sandbox_path) cJSON_AddStringToObject(o, "sandbox_path", s->sandbox_path);
+  }
   cJSON_AddStringToObject(o, "status", s->phase == DONE || s->phase == DELETING
                                            ? (s->failed ? "failed" : "completed")
                                            : "running");
   if (s->failed_step) cJSON_AddStringToObject(o, "failed_step", s->failed_step);
   else cJSON_AddNullToObject(o, "failed_step");
   cJSON_AddItemToObject(o, "steps", cJSON_Duplicate(s->out_steps, 1));
+  cJSON *cur = current_json(s);
+  if (cur) cJSON_AddItemToObject(o, "current", cur);
   char *txt = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   return txt;
@@ -473,7 +574,8 @@ static void run_step(script *s, dbx_wf *wf) {
       return;
     }
     static const char *const drop[] = {"name", "kind", "retry_class", "continue_on_failure",
-                                       "heartbeat_timeout_s", "retry", "schedule_to_close_s"};
+                                       "heartbeat_timeout_s", "retry", "schedule_to_close_s",
+                                       "retry_on_exit"};
     for (size_t i = 0; i < sizeof drop / sizeof *drop; i++)
       cJSON_DeleteItemFromObjectCaseSensitive(in, drop[i]);
     cJSON_AddStringToObject(in, "sandbox_id", s->sandbox_id ? s->sandbox_id : "");
@@ -621,6 +723,9 @@ static void *script_create(dbx_wf *wf, const char *input_json, size_t len) {
   s->keep = sb ? cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sb, "keep")) : 0;
   cJSON *ci = cJSON_CreateObject();
   cJSON_AddStringToObject(ci, "resource", "workspace");
+  /* a sandbox per run: this run owns it (docs/sandbox.md "A sandbox per run") */
+  cJSON_AddStringToObject(ci, "owner_run_id", dbx_wf_run_id(wf));
+  if (s->keep) cJSON_AddTrueToObject(ci, "keep");
   const cJSON *src = sb ? cJSON_GetObjectItemCaseSensitive(sb, "source") : NULL;
   if (src) cJSON_AddItemToObject(ci, "source", cJSON_Duplicate(src, 1));
   else cJSON_AddItemToObject(ci, "source", cJSON_Parse("{\"kind\":\"empty\"}"));
@@ -817,10 +922,81 @@ static void record_step(script *s, const cJSON *st, const dbx_act_outcome *o, in
   *ok_out = ok;
 }
 
+/* 1 when the exec step st with "retry_on_exit" is to run again after its
+ * outcome o (a completed run whose exit code it lists, not a timeout, runs
+ * left); *code: that exit code. */
+static int exit_retry_due(const script *s, const cJSON *st, const dbx_act_outcome *o, int *code) {
+  const cJSON *r = cJSON_GetObjectItemCaseSensitive(st, "retry_on_exit");
+  if (!r || !o || o->status != DBX_ACT_COMPLETED) return 0;
+  if (s->runs + 1 >= (int)num_or(r, "max_attempts", 2)) return 0;
+  cJSON *res = cJSON_Parse(o->result_json);
+  const cJSON *ec = cJSON_GetObjectItemCaseSensitive(res, "exit_code");
+  int due = cJSON_IsNumber(ec) && ec->valuedouble != 0 &&
+            !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "timed_out"));
+  *code = due ? (int)ec->valuedouble : 0;
+  const cJSON *codes = cJSON_GetObjectItemCaseSensitive(r, "codes");
+  if (due && cJSON_IsArray(codes)) {
+    int listed_code = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, codes) if ((int)c->valuedouble == *code) listed_code = 1;
+    due = listed_code;
+  }
+  cJSON_Delete(res);
+  return due;
+}
+
+/* Run the exec step again after its backoff: a marker
+ * "durabox.exec_retry" {"step", "attempt", "of", "exit_code", "backoff_s"}
+ * says so in history (durabox run shows it), then a durable timer (none for
+ * a backoff of 0). Deterministic: everything comes from history. */
+static void exit_retry(script *s, dbx_wf *wf, const cJSON *st, int code) {
+  const cJSON *r = cJSON_GetObjectItemCaseSensitive(st, "retry_on_exit");
+  double backoff = num_or(r, "backoff_s", 1);
+  if (!s->exit_codes && !(s->exit_codes = cJSON_CreateArray())) {
+    dbx_wf_out_of_memory(wf);
+    return;
+  }
+  cJSON_AddItemToArray(s->exit_codes, cJSON_CreateNumber(code));
+  s->runs++;
+  cJSON *m = cJSON_CreateObject();
+  cJSON_AddStringToObject(m, "step", str_of(st, "name"));
+  cJSON_AddNumberToObject(m, "attempt", s->runs);
+  cJSON_AddNumberToObject(m, "of", (int)num_or(r, "max_attempts", 2));
+  cJSON_AddNumberToObject(m, "exit_code", code);
+  cJSON_AddNumberToObject(m, "backoff_s", backoff);
+  char *txt = cJSON_PrintUnformatted(m);
+  cJSON_Delete(m);
+  if (!txt) {
+    dbx_wf_out_of_memory(wf);
+    return;
+  }
+  (void)dbx_wf_marker_record(wf, "durabox.exec_retry", txt);
+  free(txt);
+  s->step_seq = 0;
+  int64_t ms = (int64_t)(backoff * 1000.0);
+  if (ms <= 0) {
+    run_step(s, wf);
+    return;
+  }
+  s->retry_at_ms = dbx_wf_now_ms(wf) + ms;
+  s->retry_timer_seq = dbx_wf_start_timer(wf, ms);
+}
+
 static void step_done(script *s, dbx_wf *wf, const dbx_act_outcome *o) {
   const cJSON *st = cJSON_GetArrayItem(s->steps, s->cur);
-  int ok = 0;
+  int ok = 0, code = 0;
+  if (exit_retry_due(s, st, o, &code)) {
+    exit_retry(s, wf, st, code);
+    return;
+  }
   record_step(s, st, o, &ok);
+  if (s->runs > 0) { /* the runs before the last, for the summary */
+    cJSON *sum = cJSON_GetArrayItem(s->out_steps, cJSON_GetArraySize(s->out_steps) - 1);
+    cJSON_AddNumberToObject(sum, "runs", s->runs + 1);
+    cJSON_AddItemToObject(sum, "retried_exit_codes", s->exit_codes);
+    s->exit_codes = NULL;
+    s->runs = 0;
+  }
   if (!ok && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(st, "continue_on_failure"))) {
     s->failed = 1;
     s->failed_step = str_of(st, "name");
@@ -878,6 +1054,8 @@ static void script_on_activity(void *state, dbx_wf *wf, int64_t seq, const dbx_a
       return;
     }
     s->sandbox_id = dbx_strdup(id);
+    const char *path = str_of(res, "path");
+    if (path) s->sandbox_path = dbx_strdup(path);
     cJSON_Delete(res);
     s->phase = STEPS;
     run_step(s, wf);
@@ -906,9 +1084,14 @@ static void script_on_activity(void *state, dbx_wf *wf, int64_t seq, const dbx_a
 }
 
 static void script_on_timer(void *state, dbx_wf *wf, int64_t seq) {
-  (void)seq;
   script *s = state;
-  if (s->phase == STEPS) step_done(s, wf, NULL);
+  if (s->phase != STEPS) return;
+  if (s->retry_timer_seq > 0 && seq == s->retry_timer_seq) { /* retry_on_exit's wait */
+    s->retry_timer_seq = 0;
+    run_step(s, wf);
+    return;
+  }
+  step_done(s, wf, NULL);
 }
 
 static void script_on_cancel(void *state, dbx_wf *wf) {
@@ -926,6 +1109,10 @@ static void script_on_cancel(void *state, dbx_wf *wf) {
   /* the running step is asked to stop too (an exec kills its command); its
    * outcome no longer matters. Deleting the sandbox stops what still runs. */
   if (s->phase == STEPS && s->step_seq > 0) (void)dbx_wf_cancel_activity(wf, s->step_seq);
+  if (s->phase == STEPS && s->retry_timer_seq > 0) { /* no run comes after the wait */
+    (void)dbx_wf_cancel_timer(wf, s->retry_timer_seq);
+    s->retry_timer_seq = 0;
+  }
   if (s->sandbox_id && !s->keep && s->phase != DELETING) {
     schedule_delete(s, wf, CANCELLING);
     return;
