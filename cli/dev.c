@@ -22,9 +22,10 @@ static void on_signal(int sig) {
 
 int dbx_cli_dev(int argc, char **argv) {
   dbx_embed_opts o = {.port = 7233, .task_queue = "durabox", .start_service = 1, .start_worker = 1};
-  const char *level = NULL;
+  const char *level = NULL, *sandbox = NULL;
   const dbx_cli_flag fl[] = {
       {"--ip", NULL, DBX_CLI_FLAG_STR, &o.ip, 0, 0},
+      {"--sandbox", NULL, DBX_CLI_FLAG_STR, &sandbox, 0, 0},
       {"--port", "-p", DBX_CLI_FLAG_INT, &o.port, 0, 65535},
       {"--db-filename", "-f", DBX_CLI_FLAG_STR, &o.db_path, 0, 0},
       {"--worker-db", NULL, DBX_CLI_FLAG_STR, &o.worker_db, 0, 0},
@@ -38,12 +39,14 @@ int dbx_cli_dev(int argc, char **argv) {
     if (r > 0) continue;
     if (dbx_cli_flag_is_help(argv[i])) {
       printf("usage: durabox dev [--ip A] [--port N] [--db-filename DIR] [--worker-db DIR] [--task-queue Q]\n"
-             "                   [--namespace NS] [--log-level L]   (--flag value or --flag=value)\n"
+             "                   [--namespace NS] [--log-level L] [--sandbox local|daytona]\n"
+             "                   (--flag value or --flag=value)\n"
              "  without --db-filename the service's store is temporary: workflows are gone when it stops\n");
       return 0;
     }
     return dbx_cli_flag_unknown("durabox dev", argv[i]);
   }
+  if (sandbox) setenv("DURABOX_SANDBOX", sandbox, 1); /* the driver choice, read by cli/kit.c */
   if (level) {
     dbx_log_level l;
     if (dbx_log_level_parse(level, &l) != 0) {

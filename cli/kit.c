@@ -4,16 +4,40 @@
 #include "cli/kit.h"
 
 #include <stdlib.h>
+#include <string.h>
 
+#include "activities/daytona.h"
 #include "activities/local.h"
 #include "activities/sandbox.h"
 #include "base/util.h"
 #include "workflows/builtin.h"
 
+/* --sandbox daytona (DURABOX_SANDBOX=daytona): the Daytona driver. */
+static dbx_err kit_open_daytona(dbx_cli_kit *k, char **errmsg) {
+  const char *why = NULL;
+  dbx_err e = dbx_daytona_open(NULL, &k->daytona, &why);
+  if (e == DBX_OK) e = dbx_sandbox_acts_create(dbx_daytona_driver(k->daytona), &k->acts);
+  if (e != DBX_OK) {
+    if (errmsg)
+      *errmsg = dbx_asprintf("cannot use Daytona sandboxes: %s",
+                             why && *why ? why : dbx_strerror(e));
+    dbx_cli_kit_close(k);
+  }
+  return e;
+}
+
 dbx_err dbx_cli_kit_open(const char *home, dbx_cli_kit *k, char **errmsg) {
   k->local = NULL;
+  k->daytona = NULL;
   k->acts = NULL;
   if (errmsg) *errmsg = NULL;
+  const char *which = getenv("DURABOX_SANDBOX");
+  if (which && *which && strcmp(which, "local") != 0) {
+    if (strcmp(which, "daytona") == 0) return kit_open_daytona(k, errmsg);
+    if (errmsg)
+      *errmsg = dbx_asprintf("unknown sandbox driver '%.60s' (local or daytona)", which);
+    return DBX_EINVAL;
+  }
   /* DURABOX_UNSANDBOXED=1 (the opt-out from bubblewrap) is read by the driver */
   dbx_err e = dbx_local_open(home, &k->local);
   const char *why = e != DBX_OK ? dbx_local_errmsg(NULL) : "";
@@ -38,6 +62,8 @@ dbx_err dbx_cli_kit_register(const dbx_cli_kit *k, dbx_worker *w) {
 void dbx_cli_kit_close(dbx_cli_kit *k) {
   dbx_sandbox_acts_destroy(k->acts);
   dbx_local_close(k->local);
+  dbx_daytona_close(k->daytona);
   k->acts = NULL;
   k->local = NULL;
+  k->daytona = NULL;
 }

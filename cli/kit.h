@@ -13,15 +13,21 @@
 #include "worker/worker.h"
 
 struct dbx_local;
+struct dbx_daytona;
 struct dbx_sandbox_acts;
 
 typedef struct {
-  struct dbx_local *local;       /* the local sandbox driver (owned) */
+  struct dbx_local *local;       /* the local sandbox driver (owned), or NULL */
+  struct dbx_daytona *daytona;   /* the Daytona driver (owned), or NULL */
   struct dbx_sandbox_acts *acts; /* the sandbox activity types over it (owned) */
 } dbx_cli_kit;
 
-/* Open the local driver over home (borrowed; NULL: $DURABOX_HOME, else
- * ~/.local/share/durabox) and the activity types on it. *k is zeroed first.
+/* Open the sandbox driver chosen by $DURABOX_SANDBOX ("local", the default,
+ * or "daytona"; the commands' --sandbox flag sets it) and the activity types
+ * on it. local: over home (borrowed; NULL: $DURABOX_HOME, else
+ * ~/.local/share/durabox). daytona: Daytona's API from DAYTONA_API_KEY,
+ * DAYTONA_API_URL, DAYTONA_TARGET (activities/daytona.h); home is unused.
+ * An unknown driver name is DBX_EINVAL. *k is zeroed first.
  * errmsg (may be NULL): on failure a malloc'd message naming home and the
  * driver's reason, free with free(). Returns DBX_OK, or the driver's error
  * (DBX_EINVAL, DBX_EIO, DBX_EUNSUPPORTED: no usable bubblewrap and no

@@ -523,6 +523,7 @@ int dbx_cli_run(int argc, char **argv) {
   dbx_cli_conn conn;
   dbx_cli_conn_init(&conn);
   const char *file = NULL, *wfid = NULL, *type = "durabox.Script", *tq = "durabox", *db = NULL, *wdb = NULL;
+  const char *sandbox = NULL;
   double pickup_s = 10;
   const dbx_cli_flag fl[] = {
       {"--workflow-id", "-w", DBX_CLI_FLAG_STR, &wfid, 0, 0},
@@ -531,6 +532,7 @@ int dbx_cli_run(int argc, char **argv) {
       {"--db-filename", NULL, DBX_CLI_FLAG_STR, &db, 0, 0},
       {"--worker-db", NULL, DBX_CLI_FLAG_STR, &wdb, 0, 0},
       {"--pickup-timeout", NULL, DBX_CLI_FLAG_NUM, &pickup_s, 0, 86400},
+      {"--sandbox", NULL, DBX_CLI_FLAG_STR, &sandbox, 0, 0},
   };
   for (int i = 1; i < argc; i++) {
     int r = dbx_cli_conn_flag(&conn, argc, argv, &i);
@@ -541,6 +543,7 @@ int dbx_cli_run(int argc, char **argv) {
     if (dbx_cli_flag_is_help(a)) {
       printf("usage: durabox run FILE [--workflow-id ID] [--type T] [--task-queue Q] [--output json]\n"
              "       [--address HOST:PORT] [--tls | --tls-ca F] [--api-key K] [--pickup-timeout S] ...\n"
+             "       [--sandbox local|daytona]   (the embedded worker's sandboxes: DURABOX_SANDBOX)\n"
              "       (no address: embedded service + worker in this process; --flag=value works too)\n");
       return 0;
     } else if (a[0] == '-' && a[1] != '\0') {
@@ -552,6 +555,7 @@ int dbx_cli_run(int argc, char **argv) {
       return 2;
     }
   }
+  if (sandbox) setenv("DURABOX_SANDBOX", sandbox, 1); /* the driver choice, read by cli/kit.c */
   if (conn.address == NULL && dbx_workflows_builtin_find(type) == NULL) {
     /* the embedded worker serves the built-in types only: no worker would ever take it */
     fprintf(stderr, "durabox run: --type %s: the embedded worker serves only the built-in types (", type);

@@ -51,6 +51,8 @@ static void worker_usage(FILE *f) {
           "  --db DIR              worker store (DURABOX_WORKER_DB; default $DURABOX_HOME/worker,\n"
           "                        DURABOX_HOME defaulting to ~/.local/share/durabox)\n"
           "  --sandbox-home DIR    local sandboxes (DURABOX_HOME)\n"
+          "  --sandbox DRIVER      local (default) or daytona (DURABOX_SANDBOX; daytona reads\n"
+          "                        DAYTONA_API_KEY, DAYTONA_API_URL, DAYTONA_TARGET)\n"
           "  --activity-slots N    concurrent activities (default 8)\n"
           "  --log-level LEVEL     debug|info|warn|error\n"
           "flags are written --flag value or --flag=value; a service that cannot be reached is\n"
@@ -118,7 +120,7 @@ int dbx_cli_worker(int argc, char **argv) {
   const char *api_key = env_or("TEMPORAL_API_KEY", NULL);
   const char *ca = env_or("TEMPORAL_TLS_CA", NULL), *cert = env_or("TEMPORAL_TLS_CERT", NULL),
              *key = env_or("TEMPORAL_TLS_KEY", NULL);
-  const char *tq = "durabox", *db = NULL, *home = NULL;
+  const char *tq = "durabox", *db = NULL, *home = NULL, *sandbox = NULL;
   const char *level = NULL;
   int tls = 0, slots = 0;
   const dbx_cli_flag fl[] = {
@@ -131,6 +133,7 @@ int dbx_cli_worker(int argc, char **argv) {
       {"--api-key", NULL, DBX_CLI_FLAG_STR, &api_key, 0, 0},
       {"--db", NULL, DBX_CLI_FLAG_STR, &db, 0, 0},
       {"--sandbox-home", NULL, DBX_CLI_FLAG_STR, &home, 0, 0},
+      {"--sandbox", NULL, DBX_CLI_FLAG_STR, &sandbox, 0, 0},
       {"--activity-slots", NULL, DBX_CLI_FLAG_INT, &slots, 1, 4096},
       {"--tls", NULL, DBX_CLI_FLAG_BOOL, &tls, 0, 0},
       {"--log-level", NULL, DBX_CLI_FLAG_STR, &level, 0, 0},
@@ -191,6 +194,7 @@ int dbx_cli_worker(int argc, char **argv) {
     fprintf(stderr, "durabox worker: %s\n", err ? err : dbx_strerror(e));
     goto out;
   }
+  if (sandbox) setenv("DURABOX_SANDBOX", sandbox, 1); /* read by the kit */
   e = dbx_cli_kit_open(home, &kit, &err);
   if (e != DBX_OK) {
     fprintf(stderr, "durabox worker: %s\n", err ? err : dbx_strerror(e));

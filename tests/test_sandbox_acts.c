@@ -28,6 +28,7 @@
 #include <cmocka.h>
 #include <cjson/cJSON.h>
 
+#include "activities/daytona.h"
 #include "activities/driver.h"
 #include "activities/local.h"
 #include "activities/memdrv.h"
@@ -35,6 +36,7 @@
 #include "base/alloc.h"
 #include "base/util.h"
 #include "tests/act_fake.h"
+#include "tests/fakes/daytona/fake.h"
 #include "tests/testutil.h"
 
 static char *g_home;
@@ -43,6 +45,8 @@ static char *g_tmp; /* for host-side fixtures (a git repository) */
 /* The driver of the group being run, and the activity types over it. */
 static dbx_local *g_local;   /* the local group's driver, else NULL */
 static dbx_memdrv *g_mem;    /* the memory group's driver, else NULL */
+static dbx_daytona *g_dt;    /* the daytona group's driver (over the fake), else NULL */
+static dbx_fake_daytona g_fake;
 static dbx_driver *g_drv;
 static dbx_sandbox_acts *g_acts;
 
@@ -261,10 +265,35 @@ static int mem_setup(void **state) {
   return dbx_sandbox_acts_create(g_drv, &g_acts) == DBX_OK ? 0 : -1;
 }
 
+/* The Daytona driver against the fake server (tests/fakes/daytona), started
+ * here as a subprocess on an ephemeral loopback port: a missing python3 or
+ * fake fails the group's setup (every test of it fails; none is skipped). */
+static int daytona_setup(void **state) {
+  (void)state;
+  common_setup();
+  if (dbx_fake_daytona_start(&g_fake, g_tmp) != 0) {
+    fprintf(stderr, "daytona group: %s\n", g_fake.why);
+    return -1;
+  }
+  if (dbx_fake_daytona_faults(&g_fake, "{\"transition_ms\":60}") != 0) return -1;
+  dbx_daytona_opts o = {.api_url = g_fake.api_url, .api_key = DBX_FAKE_DAYTONA_KEY,
+                        .state_wait_ms = 20000, .snapshot_wait_ms = 3000};
+  const char *why = NULL;
+  if (dbx_daytona_open(&o, &g_dt, &why) != DBX_OK) {
+    fprintf(stderr, "daytona group: %s\n", why ? why : "open failed");
+    return -1;
+  }
+  g_drv = dbx_daytona_driver(g_dt);
+  return dbx_sandbox_acts_create(g_drv, &g_acts) == DBX_OK ? 0 : -1;
+}
+
 static int group_teardown(void **state) {
   (void)state;
   dbx_sandbox_acts_destroy(g_acts);
   g_acts = NULL;
+  dbx_daytona_close(g_dt);
+  g_dt = NULL;
+  dbx_fake_daytona_stop(&g_fake);
   dbx_local_close(g_local);
   dbx_memdrv_destroy(g_mem);
   g_local = NULL;
@@ -2252,6 +2281,137 @@ static void test_sandbox_acts_delete_leaves_other_runs_kept(void **state) {
   dbx_fake_act_cleanup(&b);
 }
 
+/* ------------------------------------------------- the daytona driver */
+
+/* A checkpoint whose capture fails silently (no snapshot record, the
+ * sandbox back to started: Daytona issue #4990) or that stays pending is
+ * SnapshotFailed within the deadline (3 s here), never a success. */
+static void test_daytona_checkpoint_failures_typed(void **state) {
+  (void)state;
+  char *id = make_sandbox("wf-dt-snap", NULL);
+  struct dbx_act a = act_for("wf-dt-snap");
+  char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"name\":\"dt-snap-silent\"}", id);
+  assert_int_equal(dbx_fake_daytona_faults(&g_fake, "{\"snapshot_mode\":\"silent_fail\"}"), 0);
+  int64_t t0 = dbx_mono_ns();
+  expect_message(failed(T(checkpoint), &a, in, "SnapshotFailed", 0), "no snapshot exists");
+  int64_t ms = (dbx_mono_ns() - t0) / 1000000;
+  assert_true(ms < 3000 + 2000);
+  free(in);
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"name\":\"dt-snap-stuck\"}", id);
+  assert_int_equal(dbx_fake_daytona_faults(&g_fake, "{\"snapshot_mode\":\"stuck\"}"), 0);
+  t0 = dbx_mono_ns();
+  expect_message(failed(T(checkpoint), &a, in, "SnapshotFailed", 0), "still pending");
+  ms = (dbx_mono_ns() - t0) / 1000000;
+  assert_true(ms >= 3000 && ms < 3000 + 3000);
+  free(in);
+  /* and when captures work: a ref, the same on a retry */
+  assert_int_equal(dbx_fake_daytona_faults(&g_fake, "{\"snapshot_mode\":\"ok\"}"), 0);
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"name\":\"dt-snap-ok\"}", id);
+  cJSON *o = ok(T(checkpoint), &a, in);
+  assert_string_equal(str(o, "ref"), "dt-snap-ok");
+  cJSON_Delete(o);
+  o = ok(T(checkpoint), &a, in);
+  assert_string_equal(str(o, "ref"), "dt-snap-ok");
+  cJSON_Delete(o);
+  free(in);
+  free(id);
+}
+
+/* Multi-byte characters written in pieces (a 3-byte and a 4-byte one split
+ * across writes, with pauses between) come back byte-exact. */
+static void test_daytona_exec_split_utf8_exact(void **state) {
+  (void)state;
+  char *id = make_sandbox("wf-dt-utf8", NULL);
+  struct dbx_act a = act_for("wf-dt-utf8");
+  char *in = dbx_asprintf(
+      "{\"sandbox_id\":\"%s\",\"command\":\"printf 'a\\\\342\\\\202'; sleep 0.3; "
+      "printf '\\\\254b\\\\360\\\\237'; sleep 0.3; printf '\\\\230\\\\200\\\\n'; "
+      "printf '\\\\303' >&2; sleep 0.2; printf '\\\\251' >&2\"}",
+      id);
+  cJSON *o = ok(T(exec), &a, in);
+  assert_string_equal(str(o, "stdout"), "a\xe2\x82\xac" "b\xf0\x9f\x98\x80\n");
+  assert_string_equal(str(o, "stderr"), "\xc3\xa9");
+  assert_int_equal((int)num(o, "stdout_bytes"), 10);
+  cJSON_Delete(o);
+  free(in);
+  free(id);
+}
+
+/* A sandbox that disappears under a workflow is the non-retryable
+ * SandboxNotFound, for every kind of step. */
+static void test_daytona_sandbox_gone_typed(void **state) {
+  (void)state;
+  char *id = make_sandbox("wf-dt-gone", NULL);
+  struct dbx_act a = act_for("wf-dt-gone");
+  char *f = dbx_asprintf("{\"vanish\":\"%s\"}", id);
+  assert_int_equal(dbx_fake_daytona_faults(&g_fake, f), 0);
+  free(f);
+  char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"true\"}", id);
+  expect_message(failed(T(exec), &a, in, "SandboxNotFound", 1), id);
+  free(in);
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"f\",\"content\":\"x\"}", id);
+  free(failed(T(write_file), &a, in, "SandboxNotFound", 1));
+  free(in);
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\"}", id);
+  free(failed(T(stop), &a, in, "SandboxNotFound", 1));
+  cJSON_Delete(ok(T(delete), &a, in)); /* gone counts as deleted */
+  free(in);
+  free(id);
+}
+
+/* A worker killed mid-command (the child running attempt 1 is SIGKILLed
+ * once the command began): attempt 2 re-attaches to the same session
+ * command; the side effect happened once. */
+static void test_daytona_exec_retry_reattaches(void **state) {
+  (void)state;
+  char *id = make_sandbox("wf-dt-reattach", NULL);
+  struct dbx_act a = act_for("wf-dt-reattach");
+  a.activity_id = "5";
+  char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":"
+                          "\"echo x >> n.txt; sleep 1; echo done\",\"timeout_s\":60}", id);
+  pid_t child = fork();
+  assert_true(child >= 0);
+  if (child == 0) { /* another worker: its own driver (and connections) */
+    dbx_daytona_opts o = {.api_url = g_fake.api_url, .api_key = DBX_FAKE_DAYTONA_KEY,
+                          .state_wait_ms = 20000};
+    dbx_daytona *d2 = NULL;
+    dbx_sandbox_acts *acts2 = NULL;
+    if (dbx_daytona_open(&o, &d2, NULL) != DBX_OK ||
+        dbx_sandbox_acts_create(dbx_daytona_driver(d2), &acts2) != DBX_OK)
+      _exit(1);
+    const dbx_activity_type *ex = dbx_sandbox_acts_type(acts2, "sandbox.exec");
+    dbx_act_result r = {0};
+    a.prev_details = "{}";
+    ex->run(&a, in, strlen(in), &r, ex->ud);
+    _exit(0);
+  }
+  uint8_t *data = NULL;
+  size_t len = 0;
+  for (int i = 0; i < 1000; i++) { /* until the command wrote its line */
+    if (OPS(file_read, id, "n.txt", 0, &data, &len) == DBX_DRV_OK) break;
+    struct timespec ts = {0, 10 * 1000000};
+    nanosleep(&ts, NULL);
+  }
+  assert_non_null(data);
+  free(data);
+  kill(child, SIGKILL);
+  waitpid(child, NULL, 0);
+  a.attempt = 2;
+  a.prev_details = "{}";
+  cJSON *o = ok(T(exec), &a, in);
+  assert_int_equal(num(o, "exit_code"), 0);
+  assert_string_equal(str(o, "stdout"), "done\n");
+  cJSON_Delete(o);
+  free(in);
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"n.txt\"}", id);
+  o = ok(T(read_file), &a, in);
+  assert_string_equal(str(o, "content"), "x\n");
+  cJSON_Delete(o);
+  dbx_fake_act_cleanup(&a);
+  free(in);
+  free(id);
+}
+
 int main(int argc, char **argv) {
   dbx_local_supervisor_main(argc, argv); /* this binary is re-executed as the supervisor */
   /* every case; the local driver runs them all */
@@ -2331,9 +2491,50 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_driver_two_homes_one_process),
       cmocka_unit_test(test_driver_strerror_and_names),
   };
+  /* the memory group's cases but those its driver alone can do (injected
+   * failures, lost commands, the allocation walk), restore (Daytona restores
+   * by a create from the snapshot: test_daytona.c), git against memory
+   * sources (test_daytona.c has it with real repositories), and binary
+   * command output (Daytona's logs are JSON text: bytes that are no UTF-8
+   * arrive as U+FFFD); plus the daytona cases */
+  const struct CMUnitTest daytona_tests[] = {
+      cmocka_unit_test(test_sandbox_acts_register_all),
+      cmocka_unit_test(test_sandbox_acts_create_adopts_derived_id),
+      cmocka_unit_test(test_sandbox_acts_exec_env_and_secret_redacted),
+      cmocka_unit_test(test_sandbox_acts_exec_timeout),
+      cmocka_unit_test(test_sandbox_acts_invalid_input_names_field),
+      cmocka_unit_test(test_sandbox_acts_not_found),
+      cmocka_unit_test(test_sandbox_acts_checkpoint_stable_across_retries),
+      cmocka_unit_test(test_sandbox_acts_stop_start_delete),
+      cmocka_unit_test(test_sandbox_acts_cancelled_runs_nothing),
+      cmocka_unit_test(test_sandbox_acts_exec_cancel_kills_command),
+      cmocka_unit_test(test_sandbox_acts_exec_worker_stop_leaves_command_running),
+      cmocka_unit_test(test_sandbox_acts_cwd_missing_and_folder_read),
+      cmocka_unit_test(test_driver_lifecycle_labels_list),
+      cmocka_unit_test(test_driver_files_upload_download),
+      cmocka_unit_test(test_driver_exec_ops),
+      cmocka_unit_test(test_driver_threads),
+      cmocka_unit_test(test_sandbox_acts_derived_names_pinned),
+      cmocka_unit_test(test_sandbox_acts_write_file_base64_strict),
+      cmocka_unit_test(test_sandbox_acts_exec_keeps_head_and_tail),
+      cmocka_unit_test(test_sandbox_acts_exec_secret_cut_at_tail_start),
+      cmocka_unit_test(test_sandbox_acts_read_file_capped_with_mark),
+      cmocka_unit_test(test_sandbox_acts_exec_result_fits_payload),
+      cmocka_unit_test(test_sandbox_acts_input_nul_and_sizes),
+      cmocka_unit_test(test_sandbox_acts_create_per_run),
+      cmocka_unit_test(test_sandbox_acts_delete_leaves_other_runs_kept),
+      cmocka_unit_test(test_daytona_checkpoint_failures_typed),
+      cmocka_unit_test(test_daytona_exec_split_utf8_exact),
+      cmocka_unit_test(test_daytona_sandbox_gone_typed),
+      cmocka_unit_test(test_daytona_exec_retry_reattaches),
+  };
+  /* DBX_TEST_FILTER=pattern (cmocka's glob) runs only matching tests, while iterating */
+  if (getenv("DBX_TEST_FILTER")) cmocka_set_test_filter(getenv("DBX_TEST_FILTER"));
   int failed_n = cmocka_run_group_tests_name("sandbox_acts_local", local_tests, local_setup,
                                              group_teardown);
   failed_n += cmocka_run_group_tests_name("sandbox_acts_memory", memory_tests, mem_setup,
+                                          group_teardown);
+  failed_n += cmocka_run_group_tests_name("sandbox_acts_daytona", daytona_tests, daytona_setup,
                                           group_teardown);
   failed_n += cmocka_run_group_tests_name("sandbox_drivers", process_tests, NULL, NULL);
   return failed_n;
