@@ -1694,9 +1694,28 @@ static dbx_err apply_events(dbx_wf_run *r, HistoryEvent *const *events, size_t n
   return DBX_OK;
 }
 
+/* 1 when e's attributes (a oneof) are none or the ones of its event_type:
+ * the code reads the attributes member its event_type names, so a history
+ * from outside (a service, a worker store) that sets another member is
+ * refused, not read as the wrong type. By name: EVENT_TYPE_X has the
+ * attributes field x_event_attributes. */
+static int attributes_match(const HistoryEvent *e) {
+  if (e->attributes_case == 0) return 1;
+  const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field(&HistoryEvent__D, e->attributes_case);
+  const ProtobufCEnumValue *v =
+      protobuf_c_enum_descriptor_get_value(&temporal__api__enums__v1__event_type__descriptor, e->event_type);
+  if (!f || !v || strncmp(v->name, "EVENT_TYPE_", 11) != 0) return 0;
+  const char *a = v->name + 11, *b = f->name;
+  for (; *a; a++, b++)
+    if (*b != (*a >= 'A' && *a <= 'Z' ? *a - 'A' + 'a' : *a)) return 0;
+  return strcmp(b, "_event_attributes") == 0;
+}
+
 dbx_err dbx_wf_run_apply(dbx_wf_run *r, HistoryEvent *const *events, size_t n,
                          int64_t started_event_id) {
   if (!r || (n && !events)) return DBX_EINVAL;
+  for (size_t i = 0; i < n; i++)
+    if (!events[i] || !attributes_match(events[i])) return DBX_EINVAL; /* malformed history */
   if (r->bad) return DBX_ESTATE;
   if (r->oom) return DBX_ENOMEM;
   dbx_err rc = apply_events(r, events, n, started_event_id);

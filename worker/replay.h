@@ -54,7 +54,8 @@ void dbx_wf_run_destroy(dbx_wf_run *r); /* accepts NULL */
  * then a trailing WorkflowTaskStarted is activated as the current task.
  * Returns DBX_OK; DBX_ESTATE on non-determinism (message in dbx_wf_run_error,
  * failing event in dbx_wf_run_error_event); DBX_EINVAL for a history that is
- * not contiguous with what was applied (drop the cache and replay); DBX_ENOMEM
+ * not contiguous with what was applied (drop the cache and replay), or with
+ * an event whose attributes are not those of its event_type; DBX_ENOMEM
  * (an allocation failed, also one the workflow code's command asked for: the
  * run is then partly applied and every later call returns DBX_ENOMEM again;
  * destroy it and replay, never send its commands). */
