@@ -1041,7 +1041,8 @@ static void update_request(dbx_wf_run *r, const UpdateRequest *rq, const char *m
       return;
     }
     char *m = dbx_asprintf("update '%s' is not handled by workflow type '%s'", name, r->t->name);
-    update_reject(r, rq, msg_id, seq_ev, "UnknownUpdate", m ? m : "unknown update");
+    if (m) update_reject(r, rq, msg_id, seq_ev, "UnknownUpdate", m);
+    else oom(r);
     free(m);
     return;
   }
@@ -1051,14 +1052,17 @@ static void update_request(dbx_wf_run *r, const UpdateRequest *rq, const char *m
     return;
   }
   size_t len = strlen(json);
-  if (validate && (!usable(r) || d->validate)) {
-    char *why = usable(r) ? d->validate(r->state, json, len) : dbx_strdup("the workflow is closing");
-    if (why) {
-      update_reject(r, rq, msg_id, seq_ev, "ValidationError", why);
-      free(why);
-      free(json);
-      return;
-    }
+  if (validate && !usable(r)) { /* the code ended the run in this activation */
+    update_reject(r, rq, msg_id, seq_ev, "WorkflowClosing", "the workflow is closing");
+    free(json);
+    return;
+  }
+  char *why = validate && d->validate ? d->validate(r->state, json, len) : NULL;
+  if (why) {
+    update_reject(r, rq, msg_id, seq_ev, "ValidationError", why);
+    free(why);
+    free(json);
+    return;
   }
   if (grow((void **)&r->upds, &r->cap_upds, r->nupds + 1, sizeof *r->upds)) {
     free(json);
