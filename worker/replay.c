@@ -16,8 +16,14 @@
  * delivers first ends it, and a signal cancels the timer. A replayed
  * activation first reads ahead the markers its task recorded (lookahead[]),
  * which marker, side-effect and version calls consume. pending[] lists what
- * the code waits on, for __stack_trace. After a non-determinism error the
- * run refuses further work (bad != 0).
+ * the code waits on, for __stack_trace. Updates: after an activation's jobs,
+ * its update requests run (run_updates): new ones from the task's protocol
+ * messages (validated; a rejection is a message in rejects[], nothing else),
+ * replayed ones from the Accepted events its task's completion recorded; an
+ * acceptance and a response are PROTOCOL_MESSAGE commands in the FIFO that
+ * carry their message and are matched by the Accepted / Completed events
+ * (update id); upds[] maps handles to update ids. After a non-determinism
+ * error the run refuses further work (bad != 0).
  * No I/O and no clocks here: time comes from WorkflowTaskStarted events. */
 #include "worker/replay.h"
 
