@@ -4,7 +4,8 @@
  * (UpdateWorkflowExecution, wait stage COMPLETED; PollWorkflowExecutionUpdate):
  * an update accepted and completed with its result; a validator's
  * rejection (the caller gets the failure, history no event); an unknown
- * update name rejected; a long-running update completed after an activity,
+ * update name rejected; update-with-start handled in the run's first
+ * workflow task; a long-running update completed after an activity,
  * where the worker process that accepted it is killed with SIGKILL while the
  * activity runs and a new worker (no cache: a full replay) completes it; the
  * resulting history replays deterministically offline.
@@ -513,12 +514,85 @@ static void test_update_long_running_survives_worker_kill(void **st) {
   free(rid);
 }
 
+/* Update-with-start (ExecuteMultiOperation): the run's first workflow task
+ * carries the update; the handler runs right after create, in that task. */
+static void test_update_with_start_in_first_task(void **st) {
+  (void)st;
+  StartWorkflowExecutionRequest sq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__START_WORKFLOW_EXECUTION_REQUEST);
+  WorkflowType wt = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_TYPE);
+  TaskQueue tq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
+  wt.name = "t.Counter";
+  tq.name = "updq";
+  sq.workflow_id = "upd-ws";
+  sq.workflow_type = &wt;
+  sq.task_queue = &tq;
+  sq.request_id = "upd-ws-req";
+  sq.workflow_id_conflict_policy =
+      TEMPORAL__API__ENUMS__V1__WORKFLOW_ID_CONFLICT_POLICY__WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING;
+  UpdateWorkflowExecutionRequest uq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__UPDATE_WORKFLOW_EXECUTION_REQUEST);
+  WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  Temporal__Api__Update__V1__WaitPolicy wp = INIT(TEMPORAL__API__UPDATE__V1__WAIT_POLICY);
+  UpdateRequest req = INIT(TEMPORAL__API__UPDATE__V1__REQUEST);
+  Temporal__Api__Update__V1__Meta meta = INIT(TEMPORAL__API__UPDATE__V1__META);
+  Temporal__Api__Update__V1__Input in = INIT(TEMPORAL__API__UPDATE__V1__INPUT);
+  in.args = dbx_payloads_from_json("3", 1);
+  assert_non_null(in.args);
+  in.name = "add";
+  meta.update_id = "w1";
+  meta.identity = "it-client";
+  req.meta = &meta;
+  req.input = &in;
+  we.workflow_id = "upd-ws";
+  wp.lifecycle_stage = UPD_STAGE(ACCEPTED);
+  uq.workflow_execution = &we;
+  uq.wait_policy = &wp;
+  uq.request = &req;
+  ExecuteMultiOperationRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__EXECUTE_MULTI_OPERATION_REQUEST);
+  Temporal__Api__Workflowservice__V1__ExecuteMultiOperationRequest__Operation o0 =
+      INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__EXECUTE_MULTI_OPERATION_REQUEST__OPERATION);
+  Temporal__Api__Workflowservice__V1__ExecuteMultiOperationRequest__Operation o1 = o0;
+  Temporal__Api__Workflowservice__V1__ExecuteMultiOperationRequest__Operation *ops[2] = {&o0, &o1};
+  o0.operation_case = TEMPORAL__API__WORKFLOWSERVICE__V1__EXECUTE_MULTI_OPERATION_REQUEST__OPERATION__OPERATION_START_WORKFLOW;
+  o0.start_workflow = &sq;
+  o1.operation_case = TEMPORAL__API__WORKFLOWSERVICE__V1__EXECUTE_MULTI_OPERATION_REQUEST__OPERATION__OPERATION_UPDATE_WORKFLOW;
+  o1.update_workflow = &uq;
+  q.namespace_ = "default";
+  q.operations = ops;
+  q.n_operations = 2;
+  ExecuteMultiOperationResponse *r = NULL;
+  assert_int_equal(dbx_svct_call(g_ch, "ExecuteMultiOperation", &q.base, &ExecuteMultiOperationResponse__D, 10000,
+                                 (void **)&r, NULL),
+                   0);
+  assert_int_equal(r->n_responses, 2);
+  assert_true(r->responses[0]->start_workflow->started);
+  char *rid = strdup(r->responses[0]->start_workflow->run_id);
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  dbx_payloads_free(in.args);
+  char *a = update_result("upd-ws", "w1", "add", "3");
+  assert_string_equal(a, "{\"counter\":3}");
+  dbx_client_history h;
+  history("upd-ws", rid, &h);
+  /* started, task scheduled / started / completed, then the acceptance */
+  assert_true(h.n > 5);
+  assert_int_equal(h.events[3]->event_type, ET(WORKFLOW_TASK_COMPLETED));
+  assert_int_equal(h.events[4]->event_type, ET(WORKFLOW_EXECUTION_UPDATE_ACCEPTED));
+  assert_int_equal(h.events[5]->event_type, ET(WORKFLOW_EXECUTION_UPDATE_COMPLETED));
+  dbx_client_history_cleanup(&h);
+  char *res = finish("upd-ws", rid);
+  assert_string_equal(res, "{\"counter\":3}");
+  assert_replays("upd-ws", rid);
+  free(res);
+  free(a);
+  free(rid);
+}
+
 int main(int argc, char **argv) {
   if (argc == 5 && strcmp(argv[1], "--worker") == 0) return worker_main(argv[2], argv[3], argv[4]);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_update_completed_with_result),
       cmocka_unit_test(test_update_rejected_by_validator),
       cmocka_unit_test(test_update_unknown_name_rejected),
+      cmocka_unit_test(test_update_with_start_in_first_task),
       cmocka_unit_test(test_update_long_running_survives_worker_kill),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
