@@ -492,7 +492,9 @@ dbx_err dbx_wft_answer_build_(const dbx_workflow_type *type, const PollWorkflowT
       rc = dbx_wf_run_create(type, wid, rid, run);
       if (rc != DBX_OK) return rc;
     }
+    dbx_wf_run_set_messages(*run, t->messages, t->n_messages);
     rc = dbx_wf_run_apply(*run, evs, n, t->started_event_id);
+    dbx_wf_run_set_messages(*run, NULL, 0);
     if (rc != DBX_EINVAL) break;
     dbx_wf_run_destroy(*run); /* not contiguous with the cache: replay from scratch */
     *run = NULL;
@@ -509,11 +511,18 @@ dbx_err dbx_wft_answer_build_(const dbx_workflow_type *type, const PollWorkflowT
   }
   rc = dbx_wf_run_commands(*run, &out->cmds_, &out->ncmds_);
   if (rc != DBX_OK) return rc;
+  rc = dbx_wf_run_messages(*run, &out->msgs_, &out->nmsgs_);
+  if (rc != DBX_OK) {
+    dbx_wft_answer_cleanup_(out);
+    return rc;
+  }
   RespondWorkflowTaskCompletedRequest *rq = &out->completed;
   *rq = (RespondWorkflowTaskCompletedRequest)INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_WORKFLOW_TASK_COMPLETED_REQUEST);
   rq->task_token = t->task_token;
   rq->commands = out->cmds_;
   rq->n_commands = out->ncmds_;
+  rq->messages = out->msgs_;
+  rq->n_messages = out->nmsgs_;
   rq->identity = (char *)identity;
   rq->namespace_ = (char *)ns;
   if (t->n_queries) {
@@ -534,6 +543,7 @@ void dbx_wft_answer_cleanup_(dbx_wft_answer_ *a) {
   if (!a) return;
   query_results_free(a->qres_, a->nqres_);
   dbx_wf_run_commands_free(a->cmds_, a->ncmds_);
+  dbx_wf_run_messages_free(a->msgs_, a->nmsgs_);
   free(a->msg_);
   memset(a, 0, sizeof *a);
 }
