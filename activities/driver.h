@@ -292,7 +292,11 @@ typedef struct dbx_driver_ops {
   /* git add -A and commit in the repository at repo_path (relative; NULL:
    * the workspace root), author and committer "Name <email>". *sha: hex,
    * malloc'd (free()); NULL with *nothing = 1 when there was nothing to
-   * commit. NOT_FOUND (no repo_path folder), FAILED (git's words: not a
+   * commit. Idempotent by trailer: when message's last line is
+   * "Durabox-Commit: <token> <attempt>" and a recent commit of HEAD carries
+   * that token with a lower attempt, nothing is committed and *sha is that
+   * commit's (a retried commit that had landed).
+   * NOT_FOUND (no repo_path folder), FAILED (git's words: not a
    * repository, ...). */
   dbx_drv_err (*git_commit)(void *self, const char *name, const char *repo_path,
                             const char *message, const char *author, char **sha, int *nothing);

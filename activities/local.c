@@ -2459,6 +2459,63 @@ static dbx_err git_commit_argv(const char *const *verb, const char *const *paths
   return DBX_OK;
 }
 
+/* Idempotent commits: a message whose last line is a trailer
+ * "Durabox-Commit: <token> <attempt>" (sandbox.git_commit adds one naming
+ * its activity and attempt) is a retry of every commit whose message has
+ * the same token with a lower attempt. When one of the last
+ * COMMIT_LANDED_DEPTH commits of HEAD is such a commit (it landed before
+ * its attempt's result was recorded), *sha_out is its sha and nothing is
+ * committed. A repository without commits has none. */
+#define COMMIT_TRAILER "Durabox-Commit: "
+#define COMMIT_LANDED_DEPTH "200"
+static const char *landed_in(const char *body, size_t len, const char *key, size_t klen,
+                             long attempt) {
+  for (const char *l = body; l && l < body + len; l = memchr(l, '\n', (size_t)(body + len - l))) {
+    if (*l == '\n') l++;
+    if ((size_t)(body + len - l) > klen && memcmp(l, key, klen) == 0) {
+      long k = strtol(l + klen, NULL, 10);
+      if (k > 0 && k < attempt) return l;
+    }
+  }
+  return NULL;
+}
+
+static dbx_err commit_landed(dbx_local *d, const char *id, const char *repo_path,
+                             const char *message, const char *const *env, char **sha_out) {
+  const char *t = strstr(message, "\n" COMMIT_TRAILER), *next;
+  while (t && (next = strstr(t + 1, "\n" COMMIT_TRAILER)) != NULL) t = next;
+  if (t == NULL || strchr(t + 1, '\n') != NULL) return DBX_OK;
+  const char *sp = strrchr(t + 1, ' ');
+  long attempt = sp ? strtol(sp + 1, NULL, 10) : 0;
+  if (attempt <= 1) return DBX_OK; /* a first attempt retries nothing */
+  size_t klen = (size_t)(sp + 1 - (t + 1)); /* "Durabox-Commit: <token> " */
+  char *argv[] = {"git", "log", "-n", COMMIT_LANDED_DEPTH, "--format=%H%x00%B%x00", "HEAD", "--",
+                  NULL};
+  dbx_local_exec_result r = {0};
+  dbx_err rc = sandbox_run(d, id, argv, NULL, repo_path && *repo_path ? repo_path : NULL, env, 0,
+                           (size_t)4 << 20, 4096, NULL, NULL, &r);
+  if (rc != DBX_OK || r.exit_code != 0) { /* exit 128: no HEAD yet */
+    dbx_local_exec_result_cleanup(&r);
+    return rc;
+  }
+  const char *p = (const char *)r.stdout_buf, *end = p + r.stdout_len;
+  while (p < end && *sha_out == NULL) {
+    while (p < end && (*p == '\n' || *p == '\0')) p++;
+    const char *sha = p, *z = memchr(p, '\0', (size_t)(end - p));
+    if (z == NULL) break;
+    const char *body = z + 1, *bz = memchr(body, '\0', (size_t)(end - body));
+    if (bz == NULL) break;
+    if (landed_in(body, (size_t)(bz - body), t + 1, klen, attempt)) {
+      *sha_out = dbx_strndup(sha, (size_t)(z - sha));
+      if (*sha_out == NULL) rc = DBX_ENOMEM;
+      else DBX_INFO("local", "sandbox %s: commit %s already landed (%s)", id, *sha_out, t + 1);
+    }
+    p = bz + 1;
+  }
+  dbx_local_exec_result_cleanup(&r);
+  return rc;
+}
+
 dbx_err dbx_local_git_commit_paths(dbx_local *d, const char *id, const char *repo_path,
                                    const char *const *paths, size_t npaths, const char *message,
                                    const char *author, char **sha_out, int *nothing_to_commit) {
@@ -2496,6 +2553,8 @@ dbx_err dbx_local_git_commit_paths(dbx_local *d, const char *id, const char *rep
   /* Staged: every change (new, modified, deleted; .gitignore respected) of
    * the repository, or of the given paths only; the commit holds just those
    * (with paths: git commit --only), whatever else the index had. */
+  if ((rc = commit_landed(d, id, repo_path, message, env, sha_out)) != DBX_OK || *sha_out)
+    goto out;
   static const char *const add[] = {"add", "-A", NULL};
   static const char *const diff[] = {"diff", "--cached", "--quiet", NULL};
   const char *const commit[] = {"commit", "-q", "--no-verify", "-m", message, NULL};

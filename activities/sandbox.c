@@ -1200,7 +1200,7 @@ static dbx_err run_git_commit(dbx_act *a, const char *json, size_t len, dbx_act_
                               void *ud) {
   dbx_driver *drv = DRV(ud);
   dbx_err rc = DBX_OK;
-  char *sha = NULL;
+  char *sha = NULL, *msg = NULL;
   const char **paths = NULL;
   size_t npaths = 0;
   cJSON *in = parse_input(json, len, res);
@@ -1232,10 +1232,25 @@ static dbx_err run_git_commit(dbx_act *a, const char *json, size_t len, dbx_act_
     rc = DBX_ECANCELED;
     goto out;
   }
+  /* The trailer names this activity and attempt: a later attempt (a retry
+   * of a commit that landed before its result was recorded) finds it in
+   * HEAD's history and reports its sha (driver.h git_commit) instead of
+   * "nothing to commit". */
+  uint64_t h = fnv1a(FNV_OFFSET, dbx_act_workflow_id(a));
+  h = fnv1a(fnv1a(h, "\x1f"), dbx_act_run_id(a));
+  h = fnv1a(fnv1a(h, "\x1f"), dbx_act_activity_id(a));
+  size_t ml = strlen(message);
+  while (ml > 0 && (message[ml - 1] == '\n' || message[ml - 1] == ' ')) ml--;
+  msg = dbx_asprintf("%.*s\n\nDurabox-Commit: c%016llx %d", (int)ml, message,
+                     (unsigned long long)h, (int)dbx_act_attempt(a));
+  if (msg == NULL) {
+    rc = DBX_ENOMEM;
+    goto out;
+  }
   int nothing = 0;
-  dbx_drv_err drc = npaths > 0 ? CALL(drv, git_commit_paths, id, NULL, paths, npaths, message,
+  dbx_drv_err drc = npaths > 0 ? CALL(drv, git_commit_paths, id, NULL, paths, npaths, msg,
                                       author, &sha, &nothing)
-                               : CALL(drv, git_commit, id, NULL, message, author, &sha, &nothing);
+                               : CALL(drv, git_commit, id, NULL, msg, author, &sha, &nothing);
   if (drc != DBX_DRV_OK) {
     rc = fail_drv(res, drv, drc, "sandbox.git_commit", id);
   } else {
@@ -1253,6 +1268,7 @@ static dbx_err run_git_commit(dbx_act *a, const char *json, size_t len, dbx_act_
   }
 out:
   free(sha);
+  free(msg);
   free(paths);
   cJSON_Delete(in);
   return rc;
