@@ -51,6 +51,8 @@ typedef struct {
   pid_t worker[2];
 } rig;
 
+static rig g_rig; /* one test at a time; the teardown stops what a failed test left */
+
 static void nap_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
   nanosleep(&ts, NULL);
@@ -91,6 +93,7 @@ static void rig_up(rig *r, int unsandboxed) {
 }
 
 static void rig_down(rig *r) {
+  if (r->svc == NULL) return; /* already down */
   for (int i = 0; i < 2; i++)
     if (r->worker[i] > 0) {
       kill(r->worker[i], SIGCONT);
@@ -105,6 +108,14 @@ static void rig_down(rig *r) {
     free(all[i]);
   }
   dbx_rpc_global_shutdown();
+  memset(r, 0, sizeof *r);
+}
+
+/* After every test, also one that failed half-way: no worker outlives it. */
+static int rig_teardown(void **state) {
+  (void)state;
+  rig_down(&g_rig);
+  return 0;
 }
 
 /* Contents of the first file matching home/pattern, or NULL. */
@@ -193,18 +204,17 @@ static const char *step_error(cJSON *j) {
 /* 1. */
 static void test_amo_supervisor_killed_outcome_unknown(void **state) {
   (void)state;
-  rig r;
-  rig_up(&r, 0);
-  char *rid = start(&r, "amo-sup",
+  rig_up(&g_rig, 0);
+  char *rid = start(&g_rig, "amo-sup",
                     "{\"sandbox\":{\"keep\":true},\"steps\":[{\"name\":\"send\",\"kind\":\"exec\","
                     "\"retry_class\":\"at_most_once\",\"command\":\"echo start >> n.txt; sleep 6; "
                     "echo end >> n.txt\",\"timeout_s\":60,\"heartbeat_timeout_s\":5}]}");
-  assert_true(wait_content(r.home, N_TXT, "start\n", 60000));
-  long sup = recorded_pid(r.home, "supervisor"), grp = recorded_pid(r.home, "pgid");
+  assert_true(wait_content(g_rig.home, N_TXT, "start\n", 60000));
+  long sup = recorded_pid(g_rig.home, "supervisor"), grp = recorded_pid(g_rig.home, "pgid");
   assert_true(sup > 1);
   assert_true(grp > 1);
   assert_int_equal(kill((pid_t)sup, SIGKILL), 0);
-  cJSON *j = result(&r, "amo-sup", rid);
+  cJSON *j = result(&g_rig, "amo-sup", rid);
   assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "status")), "failed");
   assert_non_null(strstr(step_error(j), "OutcomeUnknown"));
   assert_non_null(strstr(step_error(j), "may have run"));
@@ -214,67 +224,65 @@ static void test_amo_supervisor_killed_outcome_unknown(void **state) {
    * time its first copy would have written "end", the file has one line */
   assert_true(group_gone(grp, 10000));
   nap_ms(6500);
-  char *m = read_glob(r.home, N_TXT);
+  char *m = read_glob(g_rig.home, N_TXT);
   assert_non_null(m);
   assert_string_equal(m, "start\n");
   free(m);
   free(rid);
-  rig_down(&r);
+  rig_down(&g_rig);
 }
 
 /* 2. */
 static void test_safe_supervisor_killed_never_overlaps(void **state) {
   (void)state;
-  rig r;
-  rig_up(&r, 1);
+  rig_up(&g_rig, 1);
   /* an outside lock held by every copy while it runs: a second copy that
    * finds it taken runs beside a live first one */
-  char *rid = start(&r, "safe-sup",
+  char *rid = start(&g_rig, "safe-sup",
                     "{\"sandbox\":{\"keep\":true},\"steps\":[{\"name\":\"build\",\"kind\":\"exec\","
                     "\"command\":\"exec 9>>lk; flock -n 9 || echo overlap >> bad.txt; "
                     "echo start >> n.txt; sleep 4; echo end >> n.txt; echo built\","
                     "\"timeout_s\":60,\"heartbeat_timeout_s\":5}]}");
-  assert_true(wait_content(r.home, N_TXT, "start\n", 60000));
-  long sup = recorded_pid(r.home, "supervisor");
+  assert_true(wait_content(g_rig.home, N_TXT, "start\n", 60000));
+  long sup = recorded_pid(g_rig.home, "supervisor");
   assert_true(sup > 1);
   assert_int_equal(kill((pid_t)sup, SIGKILL), 0);
-  cJSON *j = result(&r, "safe-sup", rid);
+  cJSON *j = result(&g_rig, "safe-sup", rid);
   assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "status")), "completed");
   assert_true(cJSON_IsTrue(cJSON_GetObjectItem(step0(j), "ok")));
   cJSON_Delete(j);
-  char *m = read_glob(r.home, N_TXT);
+  char *m = read_glob(g_rig.home, N_TXT);
   assert_non_null(m);
   assert_string_equal(m, "start\nstart\nend\n"); /* the first copy never wrote "end" */
   free(m);
-  m = read_glob(r.home, "sandboxes/*/workspace/bad.txt");
+  m = read_glob(g_rig.home, "sandboxes/*/workspace/bad.txt");
   assert_null(m);
   free(rid);
-  rig_down(&r);
+  rig_down(&g_rig);
 }
 
 /* 3. */
 static void test_stale_attempt_leaves_reattached_command(void **state) {
   (void)state;
-  rig r;
-  rig_up(&r, 0);
-  char *rid = start(&r, "stale",
+  rig_up(&g_rig, 0);
+  char *rid = start(&g_rig, "stale",
                     "{\"sandbox\":{\"keep\":true},\"steps\":[{\"name\":\"build\",\"kind\":\"exec\","
                     "\"command\":\"echo start >> n.txt; sleep 20; echo end >> n.txt; echo built\","
                     "\"timeout_s\":90,\"heartbeat_timeout_s\":2}]}");
-  assert_true(wait_content(r.home, N_TXT, "start\n", 60000));
-  r.worker[1] = spawn_worker(&r, 1, 0);
-  assert_int_equal(kill(r.worker[0], SIGSTOP), 0);
+  assert_true(wait_content(g_rig.home, N_TXT, "start\n", 60000));
+  g_rig.worker[1] = spawn_worker(&g_rig, 1, 0);
+  assert_int_equal(kill(g_rig.worker[0], SIGSTOP), 0);
   /* the second worker's attempt claims the command (fencing record) */
   int claimed = 0;
   for (int t = 0; t < 40000 && !claimed; t += 50) {
-    char *o = read_glob(r.home, "sandboxes/*/meta/cmds/.owner-*");
+    char *o = read_glob(g_rig.home, "sandboxes/*/meta/cmds/.owner-*");
     claimed = o && atoi(o) >= 2;
     free(o);
     if (!claimed) nap_ms(50);
   }
   assert_true(claimed);
-  assert_int_equal(kill(r.worker[0], SIGCONT), 0); /* its attempt 1 is stale now */
-  cJSON *j = result(&r, "stale", rid);
+  assert_int_equal(kill(g_rig.worker[0], SIGCONT), 0); /* its attempt 1 is stale now */
+  cJSON *j = result(&g_rig, "stale", rid);
   assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "status")), "completed");
   cJSON *s = step0(j);
   assert_true(cJSON_IsTrue(cJSON_GetObjectItem(s, "ok")));
@@ -282,31 +290,30 @@ static void test_stale_attempt_leaves_reattached_command(void **state) {
   assert_true(cJSON_GetObjectItem(s, "attempts")->valuedouble >= 2);
   assert_non_null(strstr(cJSON_GetStringValue(cJSON_GetObjectItem(s, "output_excerpt")), "built"));
   cJSON_Delete(j);
-  char *m = read_glob(r.home, N_TXT);
+  char *m = read_glob(g_rig.home, N_TXT);
   assert_string_equal(m, "start\nend\n"); /* one run, never killed, never restarted */
   free(m);
   free(rid);
-  rig_down(&r);
+  rig_down(&g_rig);
 }
 
 /* 4. */
 static void test_amo_paused_worker_says_outcome_unknown(void **state) {
   (void)state;
-  rig r;
-  rig_up(&r, 0);
-  char *rid = start(&r, "amo-pause",
+  rig_up(&g_rig, 0);
+  char *rid = start(&g_rig, "amo-pause",
                     "{\"sandbox\":{\"keep\":true},\"steps\":[{\"name\":\"send\",\"kind\":\"exec\","
                     "\"retry_class\":\"at_most_once\",\"command\":\"echo start >> n.txt; sleep 40; "
                     "echo end >> n.txt\",\"timeout_s\":90,\"heartbeat_timeout_s\":2}]}");
-  assert_true(wait_content(r.home, N_TXT, "start\n", 60000));
-  long grp = recorded_pid(r.home, "pgid");
+  assert_true(wait_content(g_rig.home, N_TXT, "start\n", 60000));
+  long grp = recorded_pid(g_rig.home, "pgid");
   assert_true(grp > 1);
-  assert_int_equal(kill(r.worker[0], SIGSTOP), 0);
-  dbx_rpc_channel *ch = dbx_svct_connect(dbx_service_port(r.svc));
+  assert_int_equal(kill(g_rig.worker[0], SIGSTOP), 0);
+  dbx_rpc_channel *ch = dbx_svct_connect(dbx_service_port(g_rig.svc));
   assert_true(dbx_svct_history_wait_for(ch, "amo-pause", rid, ET(ACTIVITY_TASK_TIMED_OUT), 30000));
   dbx_rpc_channel_destroy(ch);
-  assert_int_equal(kill(r.worker[0], SIGCONT), 0);
-  cJSON *j = result(&r, "amo-pause", rid);
+  assert_int_equal(kill(g_rig.worker[0], SIGCONT), 0);
+  cJSON *j = result(&g_rig, "amo-pause", rid);
   assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "status")), "failed");
   const char *e = step_error(j);
   assert_true(strncmp(e, "OutcomeUnknown", 14) == 0);
@@ -314,45 +321,44 @@ static void test_amo_paused_worker_says_outcome_unknown(void **state) {
   cJSON_Delete(j);
   /* the resumed worker's timed-out attempt still owns the command: stopped */
   assert_true(group_gone(grp, 15000));
-  char *m = read_glob(r.home, N_TXT);
+  char *m = read_glob(g_rig.home, N_TXT);
   assert_string_equal(m, "start\n");
   free(m);
   free(rid);
-  rig_down(&r);
+  rig_down(&g_rig);
 }
 
 /* 5. */
 static void test_vanished_sandbox_fails_typed_and_stops(void **state) {
   (void)state;
-  rig r;
-  rig_up(&r, 0);
-  char *rid = start(&r, "gone",
+  rig_up(&g_rig, 0);
+  char *rid = start(&g_rig, "gone",
                     "{\"sandbox\":{\"keep\":true},\"steps\":[{\"name\":\"build\",\"kind\":\"exec\","
                     "\"command\":\"echo start >> n.txt; sleep 40; echo end >> n.txt\","
                     "\"timeout_s\":90,\"heartbeat_timeout_s\":5}]}");
-  assert_true(wait_content(r.home, N_TXT, "start\n", 60000));
-  long grp = recorded_pid(r.home, "pgid");
+  assert_true(wait_content(g_rig.home, N_TXT, "start\n", 60000));
+  long grp = recorded_pid(g_rig.home, "pgid");
   assert_true(grp > 1);
-  char *sbs = dbx_asprintf("%s/sandboxes", r.home);
+  char *sbs = dbx_asprintf("%s/sandboxes", g_rig.home);
   dbx_test_rmrf(sbs); /* from outside, not through durabox */
   free(sbs);
-  cJSON *j = result(&r, "gone", rid);
+  cJSON *j = result(&g_rig, "gone", rid);
   assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "status")), "failed");
   assert_true(strncmp(step_error(j), "SandboxNotFound", 15) == 0);
   assert_int_equal((int)cJSON_GetObjectItem(step0(j), "attempts")->valuedouble, 1);
   cJSON_Delete(j);
   assert_true(group_gone(grp, 10000));
   free(rid);
-  rig_down(&r);
+  rig_down(&g_rig);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_amo_supervisor_killed_outcome_unknown),
-      cmocka_unit_test(test_safe_supervisor_killed_never_overlaps),
-      cmocka_unit_test(test_stale_attempt_leaves_reattached_command),
-      cmocka_unit_test(test_amo_paused_worker_says_outcome_unknown),
-      cmocka_unit_test(test_vanished_sandbox_fails_typed_and_stops),
+      cmocka_unit_test_teardown(test_amo_supervisor_killed_outcome_unknown, rig_teardown),
+      cmocka_unit_test_teardown(test_safe_supervisor_killed_never_overlaps, rig_teardown),
+      cmocka_unit_test_teardown(test_stale_attempt_leaves_reattached_command, rig_teardown),
+      cmocka_unit_test_teardown(test_amo_paused_worker_says_outcome_unknown, rig_teardown),
+      cmocka_unit_test_teardown(test_vanished_sandbox_fails_typed_and_stops, rig_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
