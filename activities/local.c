@@ -1702,6 +1702,8 @@ static int spawn_recorded(int dfd, int lfd, const cmd_spec *sp, int out_w, int e
     goto out;
   }
   if (pid == 0) { /* the child: only async-signal-safe calls until exec */
+    close(go[1]); /* else a supervisor killed now would leave us waiting forever */
+    close(ep[0]);
     setpgid(0, 0);
     char c;
     ssize_t r;
@@ -2122,12 +2124,14 @@ static dbx_err owner_claim(dbx_local *d, const char *dir, const char *cmd_id, in
   return DBX_OK;
 }
 
-/* Wait (up to STOP_WAIT_MS) until nothing of command dir runs, then remove
+#define CLEAR_WAIT_MS 1000
+/* Wait (up to CLEAR_WAIT_MS) until nothing of command dir runs, then remove
  * its files so that it can start again; *dfd is reopened on the new folder
  * and *st polled (PENDING). */
 static dbx_err clear_killed(dbx_local *d, int *dfd, const char *dir, const char *cmd_id,
                             dbx_local_cmd_status *st) {
-  int64_t until = dbx_mono_ns() + (int64_t)STOP_WAIT_MS * 1000000;
+  /* short: the caller cannot heartbeat meanwhile; a kill takes ~100 ms */
+  int64_t until = dbx_mono_ns() + (int64_t)CLEAR_WAIT_MS * 1000000;
   dbx_err rc;
   while ((rc = poll_at(d, *dfd, cmd_id, st)) == DBX_OK && st->state == DBX_LOCAL_CMD_RUNNING &&
          dbx_mono_ns() < until)
