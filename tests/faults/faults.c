@@ -301,8 +301,9 @@ static int lmdb_stat(const char *dir, char names[32][64], int *nn, long *main_en
 /* LMDB's own tools, then a store/ walk of every named table. 0 = consistent.
  * Two states of a store whose service was killed before its first commit are
  * not damage, and the service opens both (LMDB initialises them):
- *  - data.mdb of zero bytes (killed between creating the file and LMDB
- *    writing its first pages): mdb_stat cannot open it read-only;
+ *  - no data.mdb at all (killed before LMDB created it), or one of zero
+ *    bytes (killed between creating the file and LMDB writing its first
+ *    pages): mdb_stat cannot open it read-only;
  *  - an environment where no transaction was ever committed (mdb_stat -e's
  *    "Last transaction ID: 0") and so the main database is empty ("Entries:
  *    0": no named table): mdb_dump -a refuses it ("does not contain multiple
@@ -315,6 +316,8 @@ static int fsck(const char *dir, int is_worker) {
   char *data = dbx_asprintf("%s/data.mdb", dir);
   struct stat sb;
   int never_written = data && stat(data, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size == 0;
+  /* killed before LMDB even created data.mdb (a slow start, e.g. under ASan) */
+  if (data && stat(data, &sb) != 0 && errno == ENOENT) never_written = 1;
   free(data);
   if (never_written) return 0;
   char names[32][64];
