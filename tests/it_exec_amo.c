@@ -18,7 +18,9 @@
  *      the step says OutcomeUnknown, "may have run", not "Heartbeat timeout",
  *      and once the worker resumes the command is stopped;
  *   5. a sandbox removed from outside while a command runs: the step fails
- *      SandboxNotFound (non-retryable) and the command is stopped. */
+ *      SandboxNotFound (non-retryable) and the command is stopped;
+ *   6. the worker killed after git_commit's commit landed, before its result
+ *      was recorded: the retry reports that commit's sha (one commit). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <glob.h>
@@ -58,18 +60,25 @@ static void nap_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
-static pid_t spawn_worker(rig *r, int i, int unsandboxed) {
+static pid_t spawn_worker_fp(rig *r, int i, int unsandboxed, const char *failpoints) {
   char *argv[] = {(char *)dbx_test_bin(), "worker", "--address", r->addr, "--task-queue", "amo",
                   "--db", r->wrk[i], "--sandbox-home", r->home, "--log-level", "error", NULL};
   size_t n = 0;
   while (environ[n]) n++;
   char **envp = calloc(n + 2, sizeof *envp);
   for (size_t k = 0; k < n; k++) envp[k] = environ[k];
+  char *fp = failpoints ? dbx_asprintf("DURABOX_FAILPOINTS=%s", failpoints) : NULL;
   if (unsandboxed) envp[n] = "DURABOX_UNSANDBOXED=1";
+  else if (fp) envp[n] = fp;
   pid_t pid = -1;
   assert_int_equal(posix_spawn(&pid, argv[0], NULL, NULL, argv, envp), 0);
   free(envp);
+  free(fp);
   return pid;
+}
+
+static pid_t spawn_worker(rig *r, int i, int unsandboxed) {
+  return spawn_worker_fp(r, i, unsandboxed, NULL);
 }
 
 static void rig_up(rig *r, int unsandboxed) {
@@ -352,6 +361,48 @@ static void test_vanished_sandbox_fails_typed_and_stops(void **state) {
   rig_down(&g_rig);
 }
 
+/* 6. The worker dies right after git_commit's commit landed (failpoint
+ * worker.activity.after_effect, its third hit: create, exec, git_commit),
+ * before the result is journaled; the retry reports that commit's sha. */
+static void test_git_commit_retry_after_worker_death_reports_sha(void **state) {
+  (void)state;
+  rig_up(&g_rig, 0);
+  kill(g_rig.worker[0], SIGKILL);
+  waitpid(g_rig.worker[0], NULL, 0);
+  g_rig.worker[0] = spawn_worker_fp(&g_rig, 0, 0, "worker.activity.after_effect=kill:after=2");
+  char *rid = start(&g_rig, "gitc",
+                    "{\"sandbox\":{\"keep\":true},\"steps\":[{\"name\":\"prep\",\"kind\":\"exec\","
+                    "\"command\":\"git init -q -b main . && git -c user.name=t -c user.email=t@e "
+                    "commit -q --allow-empty -m init && echo two > a.txt\"},"
+                    "{\"name\":\"commit\",\"kind\":\"git_commit\",\"message\":\"add a\"}]}");
+  int st = 0;
+  for (int t = 0; t < 60000 && waitpid(g_rig.worker[0], &st, WNOHANG) == 0; t += 20) nap_ms(20);
+  assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL); /* at the failpoint */
+  g_rig.worker[0] = spawn_worker(&g_rig, 0, 0);
+  cJSON *j = result(&g_rig, "gitc", rid);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "status")), "completed");
+  cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "steps"), 1);
+  assert_true(cJSON_IsTrue(cJSON_GetObjectItem(c, "ok")));
+  assert_int_equal((int)cJSON_GetObjectItem(c, "attempts")->valuedouble, 2);
+  const char *sha = cJSON_GetStringValue(cJSON_GetObjectItem(c, "detail"));
+  assert_non_null(sha);
+  /* the workspace's own history: init and that one commit */
+  char *cmd = dbx_asprintf("cd %s/sandboxes/*/workspace && git rev-list --count HEAD && "
+                           "git rev-parse HEAD", g_rig.home);
+  FILE *pf = popen(cmd, "r");
+  char out[256] = "";
+  size_t n = pf ? fread(out, 1, sizeof out - 1, pf) : 0;
+  if (pf) pclose(pf);
+  out[n] = '\0';
+  char *want = dbx_asprintf("2\n%s\n", sha);
+  assert_string_equal(out, want);
+  free(want);
+  free(cmd);
+  cJSON_Delete(j);
+  free(rid);
+  rig_down(&g_rig);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(test_amo_supervisor_killed_outcome_unknown, rig_teardown),
@@ -359,6 +410,8 @@ int main(void) {
       cmocka_unit_test_teardown(test_stale_attempt_leaves_reattached_command, rig_teardown),
       cmocka_unit_test_teardown(test_amo_paused_worker_says_outcome_unknown, rig_teardown),
       cmocka_unit_test_teardown(test_vanished_sandbox_fails_typed_and_stops, rig_teardown),
+      cmocka_unit_test_teardown(test_git_commit_retry_after_worker_death_reports_sha,
+                                rig_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
