@@ -1793,6 +1793,7 @@ static int supervise_run(int dfd, int lfd, const cmd_spec *sp) {
     close(errp[0]);
     goto status;
   }
+  start = dbx_mono_ns(); /* the timeout counts from the command's start, not the record's fsync */
   st[0].in = outp[0];
   st[1].in = errp[0];
   fcntl(outp[0], F_SETFL, O_NONBLOCK);
