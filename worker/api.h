@@ -371,6 +371,18 @@ int dbx_act_cancelled(const dbx_act *a);
  * the next attempt re-attaches. */
 int dbx_act_worker_stopping(const dbx_act *a);
 int32_t dbx_act_attempt(const dbx_act *a);
+/* The class this attempt runs under: the stricter of its type's and the one
+ * the workflow scheduled it with (an at_most_once step of a safe_to_retry
+ * type is at_most_once). Work that cannot tell whether its effect already
+ * happened must then fail OutcomeUnknown rather than do it again. */
+dbx_retry_class dbx_act_retry_class(const dbx_act *a);
+/* 1 when the cancellation is this attempt being out of date: its start-to-
+ * close or heartbeat timeout passed, or the service no longer knows it. A
+ * newer attempt may then be running the same work (on this worker or
+ * another): work shared with it (a detached command) must only be stopped
+ * under a fence (driver.h exec_cancel_as), never unconditionally. 0 for a
+ * cancel request and for the worker stopping. */
+int dbx_act_superseded(const dbx_act *a);
 const char *dbx_act_workflow_id(const dbx_act *a);
 const char *dbx_act_run_id(const dbx_act *a);
 const char *dbx_act_activity_id(const dbx_act *a);

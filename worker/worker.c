@@ -694,6 +694,10 @@ int dbx_act_worker_stopping(const dbx_act *a) {
          !atomic_load(&a->timed_out) && !atomic_load(&a->abandoned);
 }
 int32_t dbx_act_attempt(const dbx_act *a) { return a->task->attempt; }
+int dbx_act_superseded(const dbx_act *a) {
+  return atomic_load(&a->cancelled) && !atomic_load(&a->cancel_requested) &&
+         (atomic_load(&a->timed_out) || atomic_load(&a->abandoned));
+}
 const char *dbx_act_workflow_id(const dbx_act *a) { return a->task->workflow_execution->workflow_id; }
 const char *dbx_act_run_id(const dbx_act *a) { return a->task->workflow_execution->run_id; }
 const char *dbx_act_activity_id(const dbx_act *a) { return a->task->activity_id; }
@@ -905,6 +909,10 @@ static dbx_retry_class task_retry_class(const PollActivityTaskQueueResponse *t,
     if (d->len == 14 && memcmp(d->data, "\"at_most_once\"", 14) == 0) return DBX_AT_MOST_ONCE;
   }
   return type_class;
+}
+
+dbx_retry_class dbx_act_retry_class(const dbx_act *a) {
+  return task_retry_class(a->task, a->type ? a->type->retry_class : DBX_SAFE_TO_RETRY);
 }
 
 static void run_activity(dbx_act *a) {
