@@ -2,7 +2,8 @@
 # Install everything durabox needs on a fresh Debian 12 machine (as root, or
 # with sudo available): C libraries from Debian's packages, the pinned npm
 # packages of the TypeScript interop tests and the pinned Python packages of
-# the Python ones (a venv in .cache/pyvenv). Safe to run again.
+# the Python ones (a venv in .cache/pyvenv), and Temporal's dev server (built
+# with go into .cache/temporal-<version>). Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,7 +13,7 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 pkgs=(build-essential cmake ninja-build pkg-config git
       libgrpc-dev protobuf-c-compiler libprotobuf-c-dev protobuf-compiler libprotobuf-dev
       liblmdb-dev lmdb-utils libssl-dev libcurl4-openssl-dev libcjson-dev libyaml-dev libcmocka-dev
-      valgrind bubblewrap ca-certificates
+      valgrind bubblewrap ca-certificates jq
       clang libclang-rt-14-dev) # the libFuzzer build (build-fuzz): clang 14 and its fuzzer runtime
 missing=()
 for p in "${pkgs[@]}"; do
@@ -84,5 +85,14 @@ if [ -f tests/interop/python/requirements.txt ]; then
     "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$req"
     cp "$req" "$venv/.requirements"
   fi
+fi
+# Temporal's real dev server (its CLI, `temporal server start-dev`), built
+# from the Go module proxy at the version pinned in tests/interop/
+# temporal-server.sh and cached in .cache/temporal-<version> (rebuilt only
+# when the pin changes): the interop tests run the same suites against it.
+# Needs go >= 1.23 on PATH (the machine's go in /usr/local/go is used too).
+if [ -x tests/interop/temporal-server.sh ]; then
+  if ! command -v go >/dev/null && [ -x /usr/local/go/bin/go ]; then PATH="/usr/local/go/bin:$PATH"; fi
+  tests/interop/temporal-server.sh >/dev/null
 fi
 echo "setup: done"
