@@ -9,7 +9,7 @@
  * - DeleteWorkflowExecution (a running run is terminated, then gone);
  * - DescribeTaskQueue: pollers (identity, last access time), backlog;
  * - the ...ById activity methods (`temporal activity complete|fail`);
- * - cancel of a closed run: NOT_FOUND "workflow execution already completed";
+ * - cancel of a closed run: a no-op success, as Temporal's server (v1.29) answers;
  * - Describe's root execution, state transition count, start delay, extended
  *   info;
  * - custom search attributes: AddSearchAttributes / ListSearchAttributes,
@@ -450,28 +450,33 @@ static void test_tools_activity_by_id(void **state) {
   free(rid);
 }
 
-static void test_tools_cancel_closed_run_not_found(void **state) {
+static void test_tools_cancel_closed_run_is_noop(void **state) {
   fixture *f = *state;
   char *rid = dbx_svct_workflow_start(f->ch, "cancel-closed", "tq-cc");
   PollWorkflowTaskQueueResponse *t = dbx_svct_wft_poll(f->ch, "tq-cc", 5000);
   dbx_svct_wft_complete_workflow(f->ch, t->task_token);
   protobuf_c_message_free_unpacked(&t->base, NULL);
+  dbx_svct_history before, after;
+  dbx_svct_history_get(f->ch, "cancel-closed", rid, &before);
   RequestCancelWorkflowExecutionRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__REQUEST_CANCEL_WORKFLOW_EXECUTION_REQUEST);
   WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
   we.workflow_id = "cancel-closed";
   q.namespace_ = "default";
   q.workflow_execution = &we;
-  dbx_rpc_result raw;
-  memset(&raw, 0, sizeof raw);
-  assert_int_equal(dbx_svct_call(f->ch, "RequestCancelWorkflowExecution", &q.base, NULL, 5000, NULL, &raw),
+  /* Temporal's server (v1.29): a cancel of a closed run is a success that
+   * changes nothing */
+  assert_int_equal(dbx_svct_call(f->ch, "RequestCancelWorkflowExecution", &q.base, NULL, 5000, NULL, NULL),
+                   DBX_GRPC_OK);
+  dbx_svct_history_get(f->ch, "cancel-closed", rid, &after);
+  assert_int_equal(after.n, before.n);
+  assert_int_equal(dbx_svct_history_count(&after, ET(WORKFLOW_EXECUTION_CANCEL_REQUESTED)), 0);
+  assert_int_equal(dbx_svct_workflow_status(f->ch, "cancel-closed", rid), WS(COMPLETED));
+  dbx_svct_history_cleanup(&before);
+  dbx_svct_history_cleanup(&after);
+  /* a workflow id that never ran is still NOT_FOUND */
+  we.workflow_id = "cancel-never-started";
+  assert_int_equal(dbx_svct_call(f->ch, "RequestCancelWorkflowExecution", &q.base, NULL, 5000, NULL, NULL),
                    DBX_GRPC_NOT_FOUND);
-  assert_non_null(raw.message);
-  assert_true(strncmp(raw.message, "workflow execution already completed", 36) == 0);
-  char *url = dbx_svct_detail_type_url(&raw);
-  assert_non_null(url);
-  assert_true(dbx_svct_ends_with(url, "temporal.api.errordetails.v1.NotFoundFailure"));
-  free(url);
-  dbx_rpc_result_cleanup(&raw);
   free(rid);
 }
 
@@ -868,7 +873,7 @@ int main(void) {
       cmocka_unit_test(test_tools_delete_workflow_execution),
       cmocka_unit_test(test_tools_describe_task_queue),
       cmocka_unit_test(test_tools_activity_by_id),
-      cmocka_unit_test(test_tools_cancel_closed_run_not_found),
+      cmocka_unit_test(test_tools_cancel_closed_run_is_noop),
       cmocka_unit_test(test_tools_describe_cli_fields),
       cmocka_unit_test(test_tools_search_attributes),
       cmocka_unit_test(test_tools_search_attribute_flag_refused),
