@@ -107,6 +107,13 @@ static dbx_err describe_tq_reply(ectx *c, job *j, DescribeTaskQueueRequest *q, i
     r.pollers = pp;
     st.approximate_backlog_count = backlog;
     if (q->report_stats) r.stats = &st;
+    /* the deprecated status (Temporal's CLI reads it in --legacy-mode): the
+     * backlog; durabox hands out no task id blocks, so the levels are 0 */
+    TaskQueueStatus tqs = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE_STATUS);
+    TaskIdBlock blk = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_ID_BLOCK);
+    tqs.backlog_count_hint = backlog;
+    tqs.task_id_block = &blk;
+    if (q->include_task_queue_status) r.task_queue_status = &tqs;
     svc_job_reply(j, &r.base);
   }
   free(prefix);

@@ -252,6 +252,8 @@ static void test_tools_delete_workflow_execution(void **state) {
   free(running);
 }
 
+/* stats: 1 report_stats, 2 include_task_queue_status (deprecated; Temporal's
+ * CLI asks for it in --legacy-mode), or both */
 static DescribeTaskQueueResponse *describe_tq(dbx_rpc_channel *ch, const char *tq, int type, int stats) {
   DescribeTaskQueueRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__DESCRIBE_TASK_QUEUE_REQUEST);
   TaskQueue t = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
@@ -259,7 +261,8 @@ static DescribeTaskQueueResponse *describe_tq(dbx_rpc_channel *ch, const char *t
   q.namespace_ = "default";
   q.task_queue = &t;
   q.task_queue_type = type;
-  q.report_stats = stats;
+  q.report_stats = (stats & 1) != 0;
+  q.include_task_queue_status = (stats & 2) != 0;
   DescribeTaskQueueResponse *r = NULL;
   assert_int_equal(dbx_svct_call(ch, "DescribeTaskQueue", &q.base, &DescribeTaskQueueResponse__D, 5000, (void **)&r,
                                  NULL),
@@ -280,6 +283,13 @@ static void test_tools_describe_task_queue(void **state) {
   char *b = dbx_svct_workflow_start(f->ch, "tq-desc-2", "tq-desc");
   r = describe_tq(f->ch, "tq-desc", TEMPORAL__API__ENUMS__V1__TASK_QUEUE_TYPE__TASK_QUEUE_TYPE_WORKFLOW, 1);
   assert_int_equal(r->stats->approximate_backlog_count, 2);
+  assert_null(r->task_queue_status); /* not asked for */
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  r = describe_tq(f->ch, "tq-desc", TEMPORAL__API__ENUMS__V1__TASK_QUEUE_TYPE__TASK_QUEUE_TYPE_WORKFLOW, 2);
+  assert_null(r->stats);
+  assert_non_null(r->task_queue_status);
+  assert_int_equal(r->task_queue_status->backlog_count_hint, 2);
+  assert_non_null(r->task_queue_status->task_id_block);
   protobuf_c_message_free_unpacked(&r->base, NULL);
   /* a workflow poll and an activity poll are seen with identity and time */
   int64_t before = dbx_wall_ns() / 1000000000 - 1;

@@ -84,6 +84,10 @@ session() {
     workflow describe -w cli-quick
   rec show '[.[0].events[].eventType]' workflow show -w cli-quick
   rec describe-missing 'length' workflow describe -w no-such-workflow
+  # --legacy-mode reads the deprecated task_queue_status (the CLI shows it as
+  # taskQueues, one partition)
+  rec tq-describe-legacy '.[0] | {partitions: (.taskQueues | length)}' \
+    task-queue describe -t durabox --legacy-mode
   for w in cli-cancel cli-terminate cli-activity cli-update; do
     rec "start-$w" '.[0] | {workflowId}' workflow start -w "$w" --type durabox.Script -t durabox --input "$slow"
   done
