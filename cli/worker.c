@@ -254,7 +254,6 @@ static int replay_load(const char *file, const dbx_cli_conn *conn, const char *d
       free(err);
       return 2;
     }
-    *run = strdup(file);
     return 0;
   }
   if (conn->address) {
@@ -377,8 +376,11 @@ int dbx_cli_replay(int argc, char **argv) {
     goto out;
   }
   if (rep.deterministic) {
-    printf("deterministic: %zu events, %zu commands matched (%s run %s)\n", rep.events,
-           rep.commands_matched, file ? file : wid, run ? run : "");
+    if (file)
+      printf("deterministic: %zu events, %zu commands matched (%s)\n", rep.events, rep.commands_matched, file);
+    else
+      printf("deterministic: %zu events, %zu commands matched (%s run %s)\n", rep.events, rep.commands_matched, wid,
+             run ? run : "");
     rc = 0;
   } else {
     printf("%s\n", rep.message);

@@ -12,6 +12,9 @@
  *    whole and replays;
  *  - reset by --type FirstWorkflowTask and by --event-id: a new run of the
  *    same workflow id that the worker runs to completion;
+ *  - a signal after the reset point is re-applied with its request id, so
+ *    resending it to the new run is deduplicated;
+ *  - a hand-made history in Temporal CLI's style (tests/data) replays;
  *  - bad history files exit 2 with a message naming the problem. */
 #include <signal.h>
 #include <stdio.h>
@@ -374,6 +377,78 @@ static void test_reset(void **state) {
   free(run1);
 }
 
+/* SignalWorkflowExecution of the latest run of wid with request id req. */
+static void signal_req(dbx_rpc_channel *ch, const char *wid, const char *req) {
+  WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  we.workflow_id = (char *)wid;
+  SignalWorkflowExecutionRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__SIGNAL_WORKFLOW_EXECUTION_REQUEST);
+  q.namespace_ = "default";
+  q.workflow_execution = &we;
+  q.signal_name = "poke";
+  q.request_id = (char *)req;
+  q.identity = "it_replay_reset";
+  assert_int_equal(dbx_svct_call(ch, "SignalWorkflowExecution", &q.base, &SignalWorkflowExecutionResponse__D, 10000,
+                                 NULL, NULL),
+                   DBX_GRPC_OK);
+}
+
+/* A signal after the reset point is re-applied to the new run with its
+ * request id: sending it again (same id) adds nothing, a new id does. */
+static void test_reset_reapplies_signals_deduplicated(void **state) {
+  (void)state;
+  char *f = file_of("sleep.json", "{\"steps\":[{\"name\":\"z\",\"kind\":\"sleep\",\"seconds\":600}]}");
+  char *out = NULL, *err = NULL;
+  int rc = durabox(&out, &err, "workflow", "start", "--type=durabox.Script", "--task-queue=durabox", "-w", "rr-sig",
+                   "--input-file", f, "--address", g_addr, NULL);
+  if (rc != 0) fail_msg("start exited %d: %s", rc, err);
+  free(out);
+  free(err);
+  free(f);
+  dbx_rpc_channel *ch = dbx_svct_connect(atoi(strchr(g_addr, ':') + 1));
+  assert_true(dbx_svct_history_wait_for(ch, "rr-sig", NULL, ET(TIMER_STARTED), 60000));
+  signal_req(ch, "rr-sig", "req-one");
+  signal_req(ch, "rr-sig", "req-one"); /* a resend: deduplicated */
+  rc = durabox(&out, &err, "workflow", "reset", "-w", "rr-sig", "--type", "FirstWorkflowTask", "--output", "json",
+               "--address", g_addr, NULL);
+  if (rc != 0) fail_msg("reset exited %d\n%s\n%s", rc, out, err);
+  cJSON *j = cJSON_Parse(out);
+  char *run = strdup(cJSON_GetStringValue(cJSON_GetObjectItem(j, "runId")));
+  cJSON_Delete(j);
+  free(out);
+  free(err);
+  signal_req(ch, "rr-sig", "req-one"); /* the new run knows this id */
+  signal_req(ch, "rr-sig", "req-two");
+  dbx_svct_history h = {0};
+  dbx_svct_history_get(ch, "rr-sig", run, &h);
+  assert_int_equal(dbx_svct_history_count(&h, ET(WORKFLOW_EXECUTION_SIGNALED)), 2);
+  assert_int_equal(dbx_svct_history_count(&h, ET(WORKFLOW_TASK_FAILED)), 1);
+  dbx_svct_history_cleanup(&h);
+  /* the worker takes the new run up again: its timer is started anew */
+  assert_true(dbx_svct_history_wait_for(ch, "rr-sig", run, ET(TIMER_STARTED), 60000));
+  rc = durabox(&out, &err, "workflow", "terminate", "-w", "rr-sig", "--address", g_addr, NULL);
+  assert_int_equal(rc, 0);
+  free(out);
+  free(err);
+  free(run);
+  dbx_rpc_channel_destroy(ch);
+}
+
+/* A history in the form Temporal's CLI writes (2-space indent, nanosecond
+ * times, fields of newer Temporal versions, empty headers): tests/data. */
+static void test_temporal_cli_fixture_replays(void **state) {
+  (void)state;
+  const char *src = getenv("DBX_SOURCE_DIR");
+  assert_non_null(src);
+  char p[4096];
+  snprintf(p, sizeof p, "%s/tests/data/temporal_cli_script.json", src);
+  char *out = NULL, *err = NULL;
+  int rc = durabox(&out, &err, "replay", "--history", p, NULL);
+  if (rc != 0 || strstr(out, "deterministic: 29 events, 5 commands matched") == NULL)
+    fail_msg("fixture replay exited %d\n%s\n%s", rc, out, err);
+  free(out);
+  free(err);
+}
+
 int main(void) {
   dbx_rpc_global_init();
   const struct CMUnitTest tests[] = {
@@ -381,6 +456,8 @@ int main(void) {
       cmocka_unit_test(test_export_and_replay),
       cmocka_unit_test(test_reset),
       cmocka_unit_test(test_long_history_pages),
+      cmocka_unit_test(test_reset_reapplies_signals_deduplicated),
+      cmocka_unit_test(test_temporal_cli_fixture_replays),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
