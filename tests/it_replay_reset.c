@@ -14,7 +14,8 @@
  *    same workflow id that the worker runs to completion;
  *  - a signal after the reset point is re-applied with its request id, so
  *    resending it to the new run is deduplicated;
- *  - a hand-made history in Temporal CLI's style (tests/data) replays;
+ *  - a hand-made history in Temporal CLI's style and one written by
+ *    Temporal's Python SDK (tests/data) replay;
  *  - bad history files exit 2 with a message naming the problem. */
 #include <signal.h>
 #include <stdio.h>
@@ -103,7 +104,7 @@ static int teardown(void **state) {
 static void run_script(const char *wid, const char *input) {
   char *f = file_of("input.json", input), *out = NULL, *err = NULL;
   int rc = durabox(&out, &err, "workflow", "execute", "--type=durabox.Script", "--task-queue=durabox",
-                   "--workflow-id", wid, "--input-file", f, "--address", g_addr, NULL);
+                   "--workflow-id", wid, "--input-file", f, "--pickup-timeout", "120", "--address", g_addr, NULL);
   if (rc != 0) fail_msg("execute %s exited %d\n%s\n%s", wid, rc, out, err);
   free(out);
   free(err);
@@ -445,6 +446,14 @@ static void test_temporal_cli_fixture_replays(void **state) {
   int rc = durabox(&out, &err, "replay", "--history", p, NULL);
   if (rc != 0 || strstr(out, "deterministic: 29 events, 5 commands matched") == NULL)
     fail_msg("fixture replay exited %d\n%s\n%s", rc, out, err);
+  free(out);
+  free(err);
+  /* written by Temporal's Python SDK (WorkflowHistory.to_json, protobuf's
+   * json_format) from a raw export */
+  snprintf(p, sizeof p, "%s/tests/data/temporalio_python_history.json", src);
+  rc = durabox(&out, &err, "replay", "--history", p, NULL);
+  if (rc != 0 || strstr(out, "deterministic: 29 events, 5 commands matched") == NULL)
+    fail_msg("temporalio fixture replay exited %d\n%s\n%s", rc, out, err);
   free(out);
   free(err);
 }
