@@ -23,6 +23,7 @@
 #include "cli/embed.h"
 #include "cli/flags.h"
 #include "cli/kit.h"
+#include "cli/pbjson.h"
 #include "rpc/rpc.h"
 #include "worker/replay.h"
 #include "worker/worker.h"
@@ -224,20 +225,112 @@ out:
 /* ------------------------------------------------------------ replay */
 
 #define REPLAY_USAGE                                                                          \
-  "usage: durabox replay --workflow-id ID [--run-id R] [--namespace NS] [--db DIR]\n"            \
-  "  replays a run recorded in the worker store (default $DURABOX_HOME/worker) and checks\n"     \
-  "  that the workflow code issues the same commands (exit 0 deterministic, 1 not)\n"
+  "usage: durabox replay --workflow-id ID [--run-id R] [--namespace NS] [--db DIR | --address A]\n" \
+  "       durabox replay --history FILE.json\n"                                                   \
+  "  replays a run against the workflow code built in (durabox.Script, ...) and checks that\n"    \
+  "  it issues the same commands (exit 0 deterministic; 1 not, naming the first event that\n"    \
+  "  differs; 2 usage or input errors). The run comes from FILE (Temporal's JSON history:\n"     \
+  "  `durabox workflow show --output json`, `temporal workflow show --output json`), from the\n" \
+  "  service at --address/TEMPORAL_ADDRESS (every page; --tls etc. as the workflow verbs), or\n" \
+  "  with --db or no address from the worker store (default $DURABOX_HOME/worker)\n"
+
+/* The events of the run: from the JSON file, the service or the store. */
+static int replay_load(const char *file, const dbx_cli_conn *conn, const char *db, const char *wid, const char *rid,
+                       HistoryEvent ***evs, size_t *n, char **run, int *from_store) {
+  char *err = NULL;
+  dbx_err e;
+  *from_store = 0;
+  if (file) {
+    size_t len = 0;
+    char *text = dbx_cli_read_file(file, &len);
+    if (text == NULL) {
+      fprintf(stderr, "durabox replay: cannot read %s: %s\n", file, strerror(errno));
+      return 2;
+    }
+    e = dbx_pb_history_from_json(text, len, evs, n, &err);
+    free(text);
+    if (e != DBX_OK) {
+      fprintf(stderr, "durabox replay: %s: %s\n", file, err ? err : dbx_strerror(e));
+      free(err);
+      return 2;
+    }
+    return 0;
+  }
+  if (conn->address) {
+    dbx_client_opts co;
+    dbx_cli_conn_client_opts(conn, &co);
+    dbx_client *c = NULL;
+    if (dbx_client_create(&co, &c) != DBX_OK) {
+      fprintf(stderr, "durabox replay: cannot create a client for %s\n", conn->address);
+      return 2;
+    }
+    dbx_client_history h = {0};
+    e = dbx_client_get_history(c, wid, rid, NULL, &h, &err); /* every page */
+    if (e == DBX_OK && h.n == 0) e = DBX_ENOTFOUND;
+    if (e != DBX_OK) {
+      dbx_cli_report("replay", conn->address, e, err);
+      dbx_client_history_cleanup(&h);
+      dbx_client_destroy(c);
+      free(err);
+      return 2;
+    }
+    /* own the events: pack and unpack each (the pages belong to h) */
+    *evs = calloc(h.n, sizeof **evs);
+    for (size_t i = 0; *evs && i < h.n; i++) {
+      size_t sz = protobuf_c_message_get_packed_size(&h.events[i]->base);
+      uint8_t *buf = malloc(sz ? sz : 1);
+      if (buf) protobuf_c_message_pack(&h.events[i]->base, buf);
+      (*evs)[i] = buf ? (HistoryEvent *)protobuf_c_message_unpack(&HistoryEvent__D, NULL, sz, buf) : NULL;
+      free(buf);
+      if ((*evs)[i] == NULL) break;
+      *n = i + 1;
+    }
+    int ok = *evs && *n == h.n;
+    dbx_client_history_cleanup(&h);
+    dbx_client_destroy(c);
+    if (!ok) {
+      fprintf(stderr, "durabox replay: out of memory\n");
+      return 2;
+    }
+    *run = strdup(rid ? rid : "(latest)");
+    return 0;
+  }
+  struct stat sb;
+  if (!db || stat(db, &sb) != 0) {
+    fprintf(stderr, "durabox replay: no worker store at %s\n", db ? db : "?");
+    return 2;
+  }
+  dbx_wstore *s = NULL;
+  e = dbx_wstore_open(db, 0, &s, &err);
+  if (e != DBX_OK) {
+    fprintf(stderr, "durabox replay: %s\n", err ? err : dbx_strerror(e));
+    free(err);
+    return 2;
+  }
+  e = dbx_wstore_history_load(s, conn->namespace_, wid, rid, evs, n, run);
+  dbx_wstore_close(s);
+  if (e != DBX_OK) {
+    fprintf(stderr, "durabox replay: no recorded history for %s%s%s in namespace %s (%s)\n", wid,
+            rid ? " run " : "", rid ? rid : "", conn->namespace_, dbx_strerror(e));
+    return 2;
+  }
+  *from_store = 1;
+  return 0;
+}
 
 int dbx_cli_replay(int argc, char **argv) {
-  const char *wid = NULL, *rid = NULL, *ns = env_or("TEMPORAL_NAMESPACE", "default"), *db = NULL;
+  const char *wid = NULL, *rid = NULL, *db = NULL, *file = NULL;
+  dbx_cli_conn conn;
+  dbx_cli_conn_init(&conn);
   const dbx_cli_flag fl[] = {
       {"--workflow-id", "-w", DBX_CLI_FLAG_STR, &wid, 0, 0},
       {"--run-id", "-r", DBX_CLI_FLAG_STR, &rid, 0, 0},
-      {"--namespace", "-n", DBX_CLI_FLAG_STR, &ns, 0, 0},
       {"--db", NULL, DBX_CLI_FLAG_STR, &db, 0, 0},
+      {"--history", NULL, DBX_CLI_FLAG_STR, &file, 0, 0},
   };
   for (int i = 1; i < argc; i++) {
-    int r = dbx_cli_flag_take("durabox replay", fl, sizeof fl / sizeof fl[0], argc, argv, &i);
+    int r = dbx_cli_conn_flag(&conn, argc, argv, &i);
+    if (r == 0) r = dbx_cli_flag_take("durabox replay", fl, sizeof fl / sizeof fl[0], argc, argv, &i);
     if (r < 0) return 2;
     if (r > 0) continue;
     if (dbx_cli_flag_is_help(argv[i])) {
@@ -248,32 +341,23 @@ int dbx_cli_replay(int argc, char **argv) {
     fprintf(stderr, REPLAY_USAGE);
     return 2;
   }
-  if (!wid) {
+  if ((wid == NULL) == (file == NULL)) {
     fprintf(stderr, REPLAY_USAGE);
     return 2;
   }
-  char *dbdef = db ? NULL : dbx_cli_worker_db_default(), *err = NULL, *run = NULL;
+  if (db) conn.address = NULL; /* --db: the store, whatever TEMPORAL_ADDRESS says */
+  if (!file && conn.address && dbx_cli_conn_load(&conn) != 0) {
+    dbx_cli_conn_cleanup(&conn);
+    return 2;
+  }
+  char *dbdef = db ? NULL : dbx_cli_worker_db_default(), *run = NULL;
   if (!db) db = dbdef;
-  dbx_wstore *s = NULL;
   HistoryEvent **evs = NULL;
   size_t n = 0;
-  int rc = 2;
-  struct stat sb;
-  if (!db || stat(db, &sb) != 0) {
-    fprintf(stderr, "durabox replay: no worker store at %s\n", db ? db : "?");
-    goto out;
-  }
-  dbx_err e = dbx_wstore_open(db, 0, &s, &err);
-  if (e != DBX_OK) {
-    fprintf(stderr, "durabox replay: %s\n", err ? err : dbx_strerror(e));
-    goto out;
-  }
-  e = dbx_wstore_history_load(s, ns, wid, rid, &evs, &n, &run);
-  if (e != DBX_OK) {
-    fprintf(stderr, "durabox replay: no recorded history for %s%s%s in namespace %s (%s)\n", wid,
-            rid ? " run " : "", rid ? rid : "", ns, dbx_strerror(e));
-    goto out;
-  }
+  int from_store = 0;
+  int rc = replay_load(file, &conn, db, wid, rid, &evs, &n, &run, &from_store);
+  if (rc != 0) goto out;
+  rc = 2;
   const char *type = NULL;
   if (evs[0]->event_type == ET(WORKFLOW_EXECUTION_STARTED) &&
       evs[0]->workflow_execution_started_event_attributes &&
@@ -285,25 +369,31 @@ int dbx_cli_replay(int argc, char **argv) {
     goto out;
   }
   dbx_replay_report rep;
-  e = dbx_replay_run(t, evs, n, &rep);
+  dbx_err e = dbx_replay_run(t, evs, n, &rep);
   if (e != DBX_OK) {
     fprintf(stderr, "durabox replay: %s%s%s\n", dbx_strerror(e), *rep.message ? ": " : "",
             rep.message);
     goto out;
   }
   if (rep.deterministic) {
-    printf("deterministic: %zu events, %zu commands matched (%s run %s)\n", rep.events,
-           rep.commands_matched, wid, run);
+    if (file)
+      printf("deterministic: %zu events, %zu commands matched (%s)\n", rep.events, rep.commands_matched, file);
+    else
+      printf("deterministic: %zu events, %zu commands matched (%s run %s)\n", rep.events, rep.commands_matched, wid,
+             run ? run : "");
     rc = 0;
   } else {
     printf("%s\n", rep.message);
+    if (!strstr(rep.message, "event")) printf("first non-deterministic event: %lld\n", (long long)rep.event_id);
     rc = 1;
   }
 out:
-  dbx_wstore_history_free(evs, n);
-  dbx_wstore_close(s);
+  if (from_store)
+    dbx_wstore_history_free(evs, n);
+  else
+    dbx_pb_history_free(evs, n);
   free(run);
-  free(err);
   free(dbdef);
+  dbx_cli_conn_cleanup(&conn);
   return rc;
 }

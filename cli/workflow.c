@@ -12,6 +12,7 @@
 #include "cli/conn.h"
 #include "cli/flags.h"
 #include "cli/pbjson.h"
+#include "base/util.h"
 #include "rpc/rpc.h"
 
 static void usage(FILE *f) {
@@ -21,7 +22,12 @@ static void usage(FILE *f) {
           "  execute   like start, then wait for the result; when no worker has taken the first\n"
           "            workflow task within --pickup-timeout S (default 10), or a worker failed it\n"
           "            (e.g. a type it does not serve), says so and exits 1\n"
-          "  show      --workflow-id ID [--run-id R] [--follow]\n"
+          "  show      --workflow-id ID [--run-id R] [--follow]   (--output json: Temporal's JSON history\n"
+          "            {\"events\": [...]}, every page; --no-json-shorthand-payloads: payloads as\n"
+          "            {metadata, data}; with --follow one event per line)\n"
+          "  reset     --workflow-id ID [--run-id R] (--event-id E | --type FirstWorkflowTask|\n"
+          "            LastWorkflowTask|LastContinuedAsNew) [--reason TEXT]: a new run from the point\n"
+          "            (signals after it re-applied); prints the new run id\n"
           "  describe  --workflow-id ID [--run-id R]\n"
           "  list      [--query Q]   (--output json: one JSON array)\n"
           "  result    --workflow-id ID [--run-id R]   (waits for the run to close; exit 1 unless it\n"
@@ -41,6 +47,8 @@ typedef struct {
   const char *workflow_id, *run_id, *type, *task_queue, *input, *input_file, *query, *name, *reason;
   const char *address; /* for dbx_cli_report's hint */
   int follow;
+  int raw_payloads;      /* show: --no-json-shorthand-payloads */
+  double event_id;       /* reset: --event-id (0: not given) */
   int json;              /* --output json */
   double pickup_timeout; /* execute: seconds for the first workflow task to be taken */
   double retry_for;      /* result: seconds to retry an unreachable service */
@@ -139,12 +147,20 @@ static void print_event(const HistoryEvent *e, int json) {
 static int cmd_show(dbx_client *c, const wf_args *a, int json) {
   dbx_client_history h = {0};
   char *err = NULL;
-  dbx_err e = dbx_client_get_history(c, a->workflow_id, a->run_id, NULL, &h, &err);
+  dbx_err e = dbx_client_get_history(c, a->workflow_id, a->run_id, NULL, &h, &err); /* every page */
   if (e != DBX_OK) {
     report(a, "show", e, err);
     free(err);
     dbx_client_history_cleanup(&h);
     return 1;
+  }
+  if (json && !a->follow) { /* Temporal's JSON history document */
+    cJSON *doc = dbx_pb_history_to_json(h.events, h.n, a->raw_payloads);
+    dbx_client_history_cleanup(&h);
+    if (doc == NULL) return 1;
+    dbx_cli_json_print(doc, 1);
+    cJSON_Delete(doc);
+    return 0;
   }
   for (size_t i = 0; i < h.n; i++) print_event(h.events[i], json);
   int64_t next = h.n ? h.events[h.n - 1]->event_id + 1 : 1;
@@ -451,8 +467,108 @@ static int cmd_query(dbx_client *c, const wf_args *a, const char *in) {
   return 0;
 }
 
+/* The workflow task event a --type reset point names in events[0..n):
+ * the first or last WorkflowTaskCompleted; 0 when there is none. */
+static int64_t reset_point(HistoryEvent *const *evs, size_t n, int last) {
+  int64_t id = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (evs[i]->event_type != ET(WORKFLOW_TASK_COMPLETED)) continue;
+    id = evs[i]->event_id;
+    if (!last) break;
+  }
+  return id;
+}
+
+/* reset: ResetWorkflowExecution of (workflow id, run) at --event-id or at
+ * the point --type names (LastContinuedAsNew: the last completed workflow
+ * task of the run that continued as new into this one). */
+static int cmd_reset(dbx_client *c, const wf_args *a) {
+  int64_t ev = (int64_t)a->event_id;
+  char *run = a->run_id && *a->run_id ? strdup(a->run_id) : NULL, *err = NULL;
+  int rc = 1;
+  if ((ev > 0) == (a->type != NULL)) {
+    fprintf(stderr, "durabox workflow reset: give one of --event-id E or --type "
+                    "FirstWorkflowTask|LastWorkflowTask|LastContinuedAsNew\n");
+    free(run);
+    return 2;
+  }
+  if (a->type) {
+    int first = strcmp(a->type, "FirstWorkflowTask") == 0, last = strcmp(a->type, "LastWorkflowTask") == 0;
+    int can = strcmp(a->type, "LastContinuedAsNew") == 0;
+    if (!first && !last && !can) {
+      fprintf(stderr, "durabox workflow reset: --type %s is not FirstWorkflowTask, LastWorkflowTask or "
+                      "LastContinuedAsNew\n", a->type);
+      free(run);
+      return 2;
+    }
+    dbx_client_history h = {0};
+    dbx_err e = dbx_client_get_history(c, a->workflow_id, run, NULL, &h, &err);
+    if (e == DBX_OK && can) {
+      const WorkflowExecutionStartedEventAttributes *st =
+          h.n ? h.events[0]->workflow_execution_started_event_attributes : NULL;
+      const char *prev = st ? st->continued_execution_run_id : NULL;
+      if (prev == NULL || !*prev) {
+        fprintf(stderr, "durabox workflow reset: run of %s did not start from a continue-as-new\n", a->workflow_id);
+        dbx_client_history_cleanup(&h);
+        free(run);
+        return 1;
+      }
+      free(run);
+      run = strdup(prev);
+      dbx_client_history_cleanup(&h);
+      memset(&h, 0, sizeof h);
+      e = dbx_client_get_history(c, a->workflow_id, run, NULL, &h, &err);
+    }
+    if (e != DBX_OK) {
+      report(a, "reset", e, err);
+      dbx_client_history_cleanup(&h);
+      goto out;
+    }
+    ev = reset_point(h.events, h.n, !first);
+    dbx_client_history_cleanup(&h);
+    if (ev == 0) {
+      fprintf(stderr, "durabox workflow reset: the run has no completed workflow task to reset to\n");
+      goto out;
+    }
+  }
+  char req_id[DBX_UUID_LEN + 1];
+  if (dbx_uuid_v4(req_id) != DBX_OK) goto out;
+  WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  we.workflow_id = (char *)a->workflow_id;
+  we.run_id = run ? run : "";
+  ResetWorkflowExecutionRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESET_WORKFLOW_EXECUTION_REQUEST);
+  q.namespace_ = (char *)dbx_client_namespace(c);
+  q.workflow_execution = &we;
+  q.reason = (char *)(a->reason ? a->reason : "durabox workflow reset");
+  q.workflow_task_finish_event_id = ev;
+  q.request_id = req_id;
+  ResetWorkflowExecutionResponse *r = NULL;
+  dbx_err e = dbx_client_call(c, "ResetWorkflowExecution", &q.base, &ResetWorkflowExecutionResponse__D, 30000, NULL,
+                              (ProtobufCMessage **)&r, &err);
+  if (e != DBX_OK) {
+    report(a, "reset", e, err);
+    goto out;
+  }
+  if (a->json) {
+    cJSON *o = cJSON_CreateObject();
+    if (o && cJSON_AddStringToObject(o, "workflowId", a->workflow_id) &&
+        cJSON_AddStringToObject(o, "runId", r->run_id ? r->run_id : "") &&
+        cJSON_AddNumberToObject(o, "eventId", (double)ev))
+      dbx_cli_json_print(o, 0);
+    cJSON_Delete(o);
+  } else {
+    printf("reset workflow %s at event %lld: new run %s\n", a->workflow_id, (long long)ev, r->run_id ? r->run_id : "");
+  }
+  dbx_client_msg_free(r);
+  rc = 0;
+out:
+  free(err);
+  free(run);
+  return rc;
+}
+
 static const char *const k_verbs[] = {"start", "execute", "show", "describe", "list", "result",
-                                      "query", "signal", "cancel", "terminate"};
+                                      "query", "signal", "cancel", "terminate", "reset"};
 
 /* Flags into a and conn; 0, 2 (usage error, printed) or -1 (--help printed). */
 static int parse_flags(const char *sub, int argc, char **argv, wf_args *a, dbx_cli_conn *conn) {
@@ -467,6 +583,8 @@ static int parse_flags(const char *sub, int argc, char **argv, wf_args *a, dbx_c
       {"--name", NULL, DBX_CLI_FLAG_STR, &a->name, 0, 0},
       {"--reason", NULL, DBX_CLI_FLAG_STR, &a->reason, 0, 0},
       {"--follow", "-f", DBX_CLI_FLAG_BOOL, &a->follow, 0, 0},
+      {"--no-json-shorthand-payloads", NULL, DBX_CLI_FLAG_BOOL, &a->raw_payloads, 0, 0},
+      {"--event-id", "-e", DBX_CLI_FLAG_NUM, &a->event_id, 1, 1e15},
       {"--pickup-timeout", NULL, DBX_CLI_FLAG_NUM, &a->pickup_timeout, 0, 86400},
       {"--retry-for", NULL, DBX_CLI_FLAG_NUM, &a->retry_for, 0, 86400},
   };
@@ -575,6 +693,8 @@ int dbx_cli_workflow(int argc, char **argv) {
     free(run_id);
   } else if (strcmp(sub, "show") == 0) {
     rc = cmd_show(c, &a, conn.json);
+  } else if (strcmp(sub, "reset") == 0) {
+    rc = cmd_reset(c, &a);
   } else if (strcmp(sub, "describe") == 0) {
     rc = cmd_describe(c, &a, conn.json);
   } else if (strcmp(sub, "list") == 0) {

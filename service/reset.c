@@ -61,6 +61,15 @@ static RunState *new_run_state(ectx *c, const RunState *base, const char *new_ru
   nrs->execution_expiration_ns = base->execution_expiration_ns;
   nrs->wft_attempt = 1;
   if (base->parent) nrs->parent = PB_CLONE(ParentInfo, base->parent);
+  /* the base run's signals all reach the new run (the prefix's, and the later
+   * ones re-applied), so their request ids go with them: a resent signal is
+   * still a duplicate */
+  nrs->signal_request_ids = base->n_signal_request_ids ? dbx_calloc(base->n_signal_request_ids, sizeof(char *)) : NULL;
+  for (size_t i = 0; nrs->signal_request_ids && i < base->n_signal_request_ids; i++) {
+    nrs->signal_request_ids[i] = dbx_strdup(base->signal_request_ids[i]);
+    if (nrs->signal_request_ids[i] == NULL) break;
+    nrs->n_signal_request_ids = i + 1;
+  }
   nrs->memo.data = base->memo.len ? dbx_malloc(base->memo.len) : NULL;
   if (nrs->memo.data) {
     memcpy(nrs->memo.data, base->memo.data, base->memo.len);

@@ -1,0 +1,472 @@
+/* Integration test of `durabox workflow reset`, `workflow show --output json`
+ * (Temporal's JSON history) and `durabox replay` (issue 12, "Reset and
+ * replay"), through the binary against a spawned `durabox dev` (embedded
+ * service and the C worker, real durabox.Script runs on the local sandbox):
+ *  - export -> replay --history passes, so does replay from the service
+ *    (--address, every page) and the raw-payload export, and a history
+ *    rewritten the way other exporters write it (short enum names, ids as
+ *    numbers);
+ *  - a history whose activity type was changed reports nondeterminism at
+ *    that event's id, exit 1;
+ *  - a run longer than one history page (the service's 1000 events) exports
+ *    whole and replays;
+ *  - reset by --type FirstWorkflowTask and by --event-id: a new run of the
+ *    same workflow id that the worker runs to completion;
+ *  - a signal after the reset point is re-applied with its request id, so
+ *    resending it to the new run is deduplicated;
+ *  - a hand-made history in Temporal CLI's style and one written by
+ *    Temporal's Python SDK (tests/data) replay;
+ *  - bad history files exit 2 with a message naming the problem. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "tests/svc_client.h"
+
+#define CMD_TIMEOUT_MS 150000
+
+static char *g_home, *g_env_home, *g_dir, *g_sdb, *g_wdb;
+static char g_addr[64];
+static pid_t g_dev;
+
+static int durabox(char **out, char **err, ...) {
+  char *argv[32];
+  int k = 0;
+  argv[k++] = (char *)dbx_test_bin();
+  va_list ap;
+  va_start(ap, err);
+  const char *a;
+  while ((a = va_arg(ap, const char *)) != NULL && k < 31) argv[k++] = (char *)a;
+  va_end(ap);
+  argv[k] = NULL;
+  char *env[] = {g_env_home, "TEMPORAL_ADDRESS", "DURABOX_WORKER_DB", NULL};
+  return dbx_svct_proc_run(argv, env, CMD_TIMEOUT_MS, out, err);
+}
+
+static char *path_of(const char *name) {
+  size_t n = strlen(g_dir) + strlen(name) + 2;
+  char *p = malloc(n);
+  assert_non_null(p);
+  snprintf(p, n, "%s/%s", g_dir, name);
+  return p;
+}
+
+static char *file_of(const char *name, const char *text) {
+  char *p = path_of(name);
+  dbx_svct_file_write(p, text);
+  return p;
+}
+
+static int setup(void **state) {
+  (void)state;
+  g_home = dbx_test_tmpdir("itrr-home");
+  g_dir = dbx_test_tmpdir("itrr-files");
+  g_sdb = dbx_test_tmpdir("itrr-svc");
+  g_wdb = dbx_test_tmpdir("itrr-wrk");
+  size_t n = strlen(g_home) + 16;
+  g_env_home = malloc(n);
+  snprintf(g_env_home, n, "DURABOX_HOME=%s", g_home);
+  int port = dbx_svct_free_port();
+  char port_s[16];
+  snprintf(port_s, sizeof port_s, "%d", port);
+  snprintf(g_addr, sizeof g_addr, "127.0.0.1:%d", port);
+  char *dargv[] = {(char *)dbx_test_bin(), "dev", "--port", port_s, "--db-filename", g_sdb,
+                   "--worker-db", g_wdb, "--log-level", "warn", NULL};
+  char *denv[] = {g_env_home, NULL};
+  g_dev = dbx_svct_proc_spawn(dargv, denv, NULL, NULL);
+  dbx_rpc_channel_destroy(dbx_svct_connect(port));
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  kill(g_dev, SIGTERM);
+  dbx_svct_proc_wait(g_dev, 30000);
+  dbx_svct_proc_kill_all();
+  dbx_test_rmrf(g_home);
+  dbx_test_rmrf(g_dir);
+  dbx_test_rmrf(g_sdb);
+  dbx_test_rmrf(g_wdb);
+  free(g_home);
+  free(g_dir);
+  free(g_sdb);
+  free(g_wdb);
+  free(g_env_home);
+  return 0;
+}
+
+/* Start a durabox.Script run of input and wait for its result (exit 0). */
+static void run_script(const char *wid, const char *input) {
+  char *f = file_of("input.json", input), *out = NULL, *err = NULL;
+  int rc = durabox(&out, &err, "workflow", "execute", "--type=durabox.Script", "--task-queue=durabox",
+                   "--workflow-id", wid, "--input-file", f, "--pickup-timeout", "120", "--address", g_addr, NULL);
+  if (rc != 0) fail_msg("execute %s exited %d\n%s\n%s", wid, rc, out, err);
+  free(out);
+  free(err);
+  free(f);
+}
+
+/* `workflow show --output json` of wid (extra: one more flag or NULL) into
+ * file name; returns the parsed document. */
+static cJSON *export_to(const char *wid, const char *run, const char *extra, const char *name) {
+  char *out = NULL, *err = NULL;
+  int rc = run ? durabox(&out, &err, "workflow", "show", "-w", wid, "-r", run, "--output", "json", "--address", g_addr,
+                         NULL)
+               : durabox(&out, &err, "workflow", "show", "-w", wid, "--output", "json", "--address", g_addr, extra,
+                         NULL);
+  if (rc != 0) fail_msg("show exited %d: %s", rc, err);
+  char *p = file_of(name, out);
+  free(p);
+  cJSON *j = cJSON_Parse(out);
+  if (j == NULL) fail_msg("show --output json is not one JSON document:\n%.2000s", out);
+  free(out);
+  free(err);
+  return j;
+}
+
+static void write_json(const char *name, const cJSON *j) {
+  char *t = cJSON_Print(j), *p = file_of(name, t);
+  free(t);
+  free(p);
+}
+
+/* Run `replay --history name`; returns the exit status, *out its stdout. */
+static int replay_file(const char *name, char **out, char **err) {
+  char *p = path_of(name);
+  int rc = durabox(out, err, "replay", "--history", p, NULL);
+  free(p);
+  return rc;
+}
+
+static const char *k_two_steps =
+    "{\"steps\":[{\"name\":\"a\",\"kind\":\"write_file\",\"path\":\"a.txt\",\"content\":\"one\"},"
+    "{\"name\":\"b\",\"kind\":\"exec\",\"command\":\"cat a.txt\"}]}";
+
+static void test_export_and_replay(void **state) {
+  (void)state;
+  run_script("rr-export", k_two_steps);
+  cJSON *doc = export_to("rr-export", NULL, NULL, "h.json");
+  cJSON *evs = cJSON_GetObjectItem(doc, "events");
+  assert_true(cJSON_IsArray(evs));
+  assert_true(cJSON_GetArraySize(evs) > 10);
+  cJSON *e0 = cJSON_GetArrayItem(evs, 0);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(e0, "eventId")), "1");
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(e0, "eventType")),
+                      "EVENT_TYPE_WORKFLOW_EXECUTION_STARTED");
+  cJSON *wt = cJSON_GetObjectItem(cJSON_GetObjectItem(e0, "workflowExecutionStartedEventAttributes"), "workflowType");
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(wt, "name")), "durabox.Script");
+  char *out = NULL, *err = NULL;
+  int rc = replay_file("h.json", &out, &err);
+  if (rc != 0 || strstr(out, "deterministic: ") == NULL) fail_msg("replay exited %d\n%s\n%s", rc, out, err);
+  free(out);
+  free(err);
+  /* from the service */
+  rc = durabox(&out, &err, "replay", "--workflow-id", "rr-export", "--address", g_addr, NULL);
+  if (rc != 0 || strstr(out, "deterministic: ") == NULL) fail_msg("replay from service exited %d\n%s\n%s", rc, out, err);
+  free(out);
+  free(err);
+  /* raw payloads: {"metadata": {"encoding": base64}, "data": base64} */
+  cJSON *raw = export_to("rr-export", NULL, "--no-json-shorthand-payloads", "raw.json");
+  cJSON *in = cJSON_GetObjectItem(
+      cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(raw, "events"), 0), "workflowExecutionStartedEventAttributes"),
+      "input");
+  cJSON *p0 = cJSON_GetArrayItem(cJSON_GetObjectItem(in, "payloads"), 0);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(p0, "metadata"), "encoding")),
+                      "anNvbi9wbGFpbg==");
+  assert_true(cJSON_IsString(cJSON_GetObjectItem(p0, "data")));
+  cJSON_Delete(raw);
+  rc = replay_file("raw.json", &out, &err);
+  if (rc != 0) fail_msg("raw replay exited %d\n%s\n%s", rc, out, err);
+  free(out);
+  free(err);
+  /* as other exporters write it: short enum names, ids as numbers */
+  cJSON *e;
+  cJSON_ArrayForEach(e, evs) {
+    const char *t = cJSON_GetStringValue(cJSON_GetObjectItem(e, "eventType"));
+    char shortname[128];
+    snprintf(shortname, sizeof shortname, "%s", t + strlen("EVENT_TYPE_"));
+    cJSON_ReplaceItemInObject(e, "eventType", cJSON_CreateString(shortname));
+    double id = atof(cJSON_GetStringValue(cJSON_GetObjectItem(e, "eventId")));
+    cJSON_ReplaceItemInObject(e, "eventId", cJSON_CreateNumber(id));
+  }
+  write_json("other.json", doc);
+  rc = replay_file("other.json", &out, &err);
+  if (rc != 0) fail_msg("rewritten history replay exited %d\n%s\n%s", rc, out, err);
+  free(out);
+  free(err);
+  /* tampered: the exec step's activity type changed */
+  long tampered = 0;
+  cJSON_ArrayForEach(e, evs) {
+    cJSON *a = cJSON_GetObjectItem(e, "activityTaskScheduledEventAttributes");
+    cJSON *at = a ? cJSON_GetObjectItem(a, "activityType") : NULL;
+    if (at && strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(at, "name")), "sandbox.exec") == 0) {
+      cJSON_ReplaceItemInObject(at, "name", cJSON_CreateString("sandbox.exec_changed"));
+      tampered = (long)cJSON_GetNumberValue(cJSON_GetObjectItem(e, "eventId"));
+      break;
+    }
+  }
+  assert_true(tampered > 0);
+  write_json("tampered.json", doc);
+  rc = replay_file("tampered.json", &out, &err);
+  assert_int_equal(rc, 1);
+  char want[64];
+  snprintf(want, sizeof want, "nondeterminism at event %ld:", tampered);
+  if (strstr(out, want) == NULL) fail_msg("tampered replay does not say '%s':\n%s", want, out);
+  free(out);
+  free(err);
+  cJSON_Delete(doc);
+}
+
+static void test_bad_history_files(void **state) {
+  (void)state;
+  static const struct {
+    const char *text, *says;
+  } cases[] = {
+      {"not json at all", "not valid JSON (near byte 0)"},
+      {"{\"foo\": 1}", "expected an object {\"events\": [...]}"},
+      {"{\"events\": []}", "the history has no events"},
+      {"{\"events\": [{\"eventId\": \"x1\"}]}", "events[0].eventId: expected a 64-bit integer"},
+      {"{\"events\": [{\"eventId\": \"1\", \"eventType\": \"NO_SUCH_TYPE\"}]}", "events[0].eventType: not a value"},
+      {"{\"events\": [{\"eventId\": \"2\", \"eventType\": \"EVENT_TYPE_WORKFLOW_EXECUTION_STARTED\", "
+       "\"workflowExecutionStartedEventAttributes\": {}}]}",
+       "events[0]: eventId is 2, expected 1"},
+      {"{\"events\": [{\"eventId\": \"1\", \"eventType\": \"EVENT_TYPE_TIMER_STARTED\", "
+       "\"workflowExecutionStartedEventAttributes\": {}}]}",
+       "not those of its eventType"},
+      {"{\"events\": [{\"eventId\": \"1\", \"eventType\": \"EVENT_TYPE_WORKFLOW_EXECUTION_STARTED\", "
+       "\"eventTime\": \"yesterday\", \"workflowExecutionStartedEventAttributes\": {}}]}",
+       "events[0].eventTime: not an RFC 3339 time"},
+      {"{\"events\": [{\"eventId\": \"1\", \"eventType\": \"EVENT_TYPE_WORKFLOW_EXECUTION_STARTED\", "
+       "\"workflowExecutionStartedEventAttributes\": {\"input\": {\"payloads\": [{\"data\": \"%%%\"}]}}}]}",
+       "events[0].workflowExecutionStartedEventAttributes.input.payloads[0].data: not valid base64"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *p = file_of("bad.json", cases[i].text), *out = NULL, *err = NULL;
+    int rc = durabox(&out, &err, "replay", "--history", p, NULL);
+    if (rc != 2 || strstr(err, cases[i].says) == NULL || strstr(err, p) == NULL)
+      fail_msg("case %zu: exit %d, stderr '%s' (want 2 and '%s')", i, rc, err, cases[i].says);
+    free(out);
+    free(err);
+    free(p);
+  }
+  char *out = NULL, *err = NULL;
+  int rc = durabox(&out, &err, "replay", "--history", "/nonexistent/h.json", NULL);
+  assert_int_equal(rc, 2);
+  assert_non_null(strstr(err, "cannot read /nonexistent/h.json"));
+  free(out);
+  free(err);
+}
+
+static void test_long_history_pages(void **state) {
+  (void)state;
+  /* 180 write_file steps: 6 events a step, more than one 1000-event page */
+  size_t cap = 64 + 180 * 96;
+  char *in = malloc(cap);
+  assert_non_null(in);
+  size_t k = (size_t)snprintf(in, cap, "{\"steps\":[");
+  for (int i = 0; i < 180; i++)
+    k += (size_t)snprintf(in + k, cap - k, "%s{\"name\":\"s%d\",\"kind\":\"write_file\",\"path\":\"f%d\",\"content\":\"x\"}",
+                          i ? "," : "", i, i);
+  snprintf(in + k, cap - k, "]}");
+  run_script("rr-long", in);
+  free(in);
+  cJSON *doc = export_to("rr-long", NULL, NULL, "long.json");
+  int n = cJSON_GetArraySize(cJSON_GetObjectItem(doc, "events"));
+  if (n <= 1000) fail_msg("only %d events", n);
+  cJSON *last = cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "events"), n - 1);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(last, "eventType")),
+                      "EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED");
+  cJSON_Delete(doc);
+  char *out = NULL, *err = NULL;
+  int rc = replay_file("long.json", &out, &err);
+  if (rc != 0) fail_msg("long replay exited %d\n%s\n%s", rc, out, err);
+  free(out);
+  free(err);
+  rc = durabox(&out, &err, "replay", "-w", "rr-long", "--address", g_addr, NULL);
+  if (rc != 0) fail_msg("long replay from the service exited %d\n%s\n%s", rc, out, err);
+  char want[64];
+  snprintf(want, sizeof want, "deterministic: %d events", n);
+  if (strstr(out, want) == NULL) fail_msg("want '%s':\n%s", want, out);
+  free(out);
+  free(err);
+}
+
+/* The history of run of wid as events, with the reset's marks checked:
+ * WorkflowTaskFailed RESET_WORKFLOW and a completed close event. */
+static void assert_reset_run_completed(const char *wid, const char *run) {
+  char *out = NULL, *err = NULL;
+  int rc = durabox(&out, &err, "workflow", "result", "-w", wid, "-r", run, "--address", g_addr, NULL);
+  if (rc != 0) fail_msg("result of the reset run exited %d\n%s\n%s", rc, out, err);
+  free(out);
+  free(err);
+  cJSON *doc = export_to(wid, run, NULL, "reset.json");
+  cJSON *e;
+  int failed_reset = 0;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItem(doc, "events")) {
+    cJSON *f = cJSON_GetObjectItem(e, "workflowTaskFailedEventAttributes");
+    if (f && strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(f, "cause")),
+                    "WORKFLOW_TASK_FAILED_CAUSE_RESET_WORKFLOW") == 0)
+      failed_reset = 1;
+  }
+  assert_true(failed_reset);
+  cJSON_Delete(doc);
+  rc = replay_file("reset.json", &out, &err);
+  if (rc != 0) fail_msg("replay of the reset run exited %d\n%s\n%s", rc, out, err);
+  free(out);
+  free(err);
+}
+
+static void test_reset(void **state) {
+  (void)state;
+  run_script("rr-reset", k_two_steps);
+  char *out = NULL, *err = NULL;
+  int rc = durabox(&out, &err, "workflow", "reset", "-w", "rr-reset", "--type", "FirstWorkflowTask", "--reason",
+                   "try again", "--output", "json", "--address", g_addr, NULL);
+  if (rc != 0) fail_msg("reset exited %d\n%s\n%s", rc, out, err);
+  cJSON *j = cJSON_Parse(out);
+  const char *run = cJSON_GetStringValue(cJSON_GetObjectItem(j, "runId"));
+  if (run == NULL || strlen(run) < 8) fail_msg("no runId in %s", out);
+  assert_int_equal((int)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "eventId")), 4); /* first WorkflowTaskCompleted */
+  char *run1 = strdup(run);
+  cJSON_Delete(j);
+  free(out);
+  free(err);
+  assert_reset_run_completed("rr-reset", run1);
+  /* by event id: the last workflow task of the new run, text output */
+  cJSON *doc = export_to("rr-reset", run1, NULL, "r1.json");
+  long last_wtc = 0;
+  cJSON *e;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItem(doc, "events")) {
+    if (strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(e, "eventType")), "EVENT_TYPE_WORKFLOW_TASK_COMPLETED") == 0)
+      last_wtc = atol(cJSON_GetStringValue(cJSON_GetObjectItem(e, "eventId")));
+  }
+  cJSON_Delete(doc);
+  assert_true(last_wtc > 4);
+  char ev[32];
+  snprintf(ev, sizeof ev, "%ld", last_wtc);
+  rc = durabox(&out, &err, "workflow", "reset", "-w", "rr-reset", "--event-id", ev, "--address", g_addr, NULL);
+  if (rc != 0) fail_msg("reset --event-id exited %d\n%s\n%s", rc, out, err);
+  const char *p = strstr(out, "new run ");
+  if (p == NULL) fail_msg("no new run in: %s", out);
+  char run2[64];
+  snprintf(run2, sizeof run2, "%.*s", (int)strcspn(p + 8, "\n"), p + 8);
+  assert_string_not_equal(run2, run1);
+  free(out);
+  free(err);
+  assert_reset_run_completed("rr-reset", run2);
+  /* usage errors */
+  rc = durabox(&out, &err, "workflow", "reset", "-w", "rr-reset", "--address", g_addr, NULL);
+  assert_int_equal(rc, 2);
+  assert_non_null(strstr(err, "give one of --event-id"));
+  free(out);
+  free(err);
+  rc = durabox(&out, &err, "workflow", "reset", "-w", "rr-reset", "--type", "Middle", "--address", g_addr, NULL);
+  assert_int_equal(rc, 2);
+  free(out);
+  free(err);
+  /* a reset point that is no workflow task event: the service's message */
+  rc = durabox(&out, &err, "workflow", "reset", "-w", "rr-reset", "--event-id", "1", "--address", g_addr, NULL);
+  assert_int_equal(rc, 1);
+  assert_non_null(strstr(err, "out of range"));
+  free(out);
+  free(err);
+  free(run1);
+}
+
+/* SignalWorkflowExecution of the latest run of wid with request id req. */
+static void signal_req(dbx_rpc_channel *ch, const char *wid, const char *req) {
+  WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  we.workflow_id = (char *)wid;
+  SignalWorkflowExecutionRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__SIGNAL_WORKFLOW_EXECUTION_REQUEST);
+  q.namespace_ = "default";
+  q.workflow_execution = &we;
+  q.signal_name = "poke";
+  q.request_id = (char *)req;
+  q.identity = "it_replay_reset";
+  assert_int_equal(dbx_svct_call(ch, "SignalWorkflowExecution", &q.base, &SignalWorkflowExecutionResponse__D, 10000,
+                                 NULL, NULL),
+                   DBX_GRPC_OK);
+}
+
+/* A signal after the reset point is re-applied to the new run with its
+ * request id: sending it again (same id) adds nothing, a new id does. */
+static void test_reset_reapplies_signals_deduplicated(void **state) {
+  (void)state;
+  char *f = file_of("sleep.json", "{\"steps\":[{\"name\":\"z\",\"kind\":\"sleep\",\"seconds\":600}]}");
+  char *out = NULL, *err = NULL;
+  int rc = durabox(&out, &err, "workflow", "start", "--type=durabox.Script", "--task-queue=durabox", "-w", "rr-sig",
+                   "--input-file", f, "--address", g_addr, NULL);
+  if (rc != 0) fail_msg("start exited %d: %s", rc, err);
+  free(out);
+  free(err);
+  free(f);
+  dbx_rpc_channel *ch = dbx_svct_connect(atoi(strchr(g_addr, ':') + 1));
+  assert_true(dbx_svct_history_wait_for(ch, "rr-sig", NULL, ET(TIMER_STARTED), 60000));
+  signal_req(ch, "rr-sig", "req-one");
+  signal_req(ch, "rr-sig", "req-one"); /* a resend: deduplicated */
+  rc = durabox(&out, &err, "workflow", "reset", "-w", "rr-sig", "--type", "FirstWorkflowTask", "--output", "json",
+               "--address", g_addr, NULL);
+  if (rc != 0) fail_msg("reset exited %d\n%s\n%s", rc, out, err);
+  cJSON *j = cJSON_Parse(out);
+  char *run = strdup(cJSON_GetStringValue(cJSON_GetObjectItem(j, "runId")));
+  cJSON_Delete(j);
+  free(out);
+  free(err);
+  signal_req(ch, "rr-sig", "req-one"); /* the new run knows this id */
+  signal_req(ch, "rr-sig", "req-two");
+  dbx_svct_history h = {0};
+  dbx_svct_history_get(ch, "rr-sig", run, &h);
+  assert_int_equal(dbx_svct_history_count(&h, ET(WORKFLOW_EXECUTION_SIGNALED)), 2);
+  assert_int_equal(dbx_svct_history_count(&h, ET(WORKFLOW_TASK_FAILED)), 1);
+  dbx_svct_history_cleanup(&h);
+  /* the worker takes the new run up again: its timer is started anew */
+  assert_true(dbx_svct_history_wait_for(ch, "rr-sig", run, ET(TIMER_STARTED), 60000));
+  rc = durabox(&out, &err, "workflow", "terminate", "-w", "rr-sig", "--address", g_addr, NULL);
+  assert_int_equal(rc, 0);
+  free(out);
+  free(err);
+  free(run);
+  dbx_rpc_channel_destroy(ch);
+}
+
+/* A history in the form Temporal's CLI writes (2-space indent, nanosecond
+ * times, fields of newer Temporal versions, empty headers): tests/data. */
+static void test_temporal_cli_fixture_replays(void **state) {
+  (void)state;
+  const char *src = getenv("DBX_SOURCE_DIR");
+  assert_non_null(src);
+  char p[4096];
+  snprintf(p, sizeof p, "%s/tests/data/temporal_cli_script.json", src);
+  char *out = NULL, *err = NULL;
+  int rc = durabox(&out, &err, "replay", "--history", p, NULL);
+  if (rc != 0 || strstr(out, "deterministic: 29 events, 5 commands matched") == NULL)
+    fail_msg("fixture replay exited %d\n%s\n%s", rc, out, err);
+  free(out);
+  free(err);
+  /* written by Temporal's Python SDK (WorkflowHistory.to_json, protobuf's
+   * json_format) from a raw export */
+  snprintf(p, sizeof p, "%s/tests/data/temporalio_python_history.json", src);
+  rc = durabox(&out, &err, "replay", "--history", p, NULL);
+  if (rc != 0 || strstr(out, "deterministic: 29 events, 5 commands matched") == NULL)
+    fail_msg("temporalio fixture replay exited %d\n%s\n%s", rc, out, err);
+  free(out);
+  free(err);
+}
+
+int main(void) {
+  dbx_rpc_global_init();
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_bad_history_files),
+      cmocka_unit_test(test_export_and_replay),
+      cmocka_unit_test(test_reset),
+      cmocka_unit_test(test_long_history_pages),
+      cmocka_unit_test(test_reset_reapplies_signals_deduplicated),
+      cmocka_unit_test(test_temporal_cli_fixture_replays),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
