@@ -685,11 +685,106 @@ static dbx_err kept_by_other(dbx_act *a, dbx_driver *drv, const cJSON *in, const
 
 /* ------------------------------------------------------------ create */
 
+/* The create's sizes and Daytona's intervals (docs/sandbox.md "Sizes"). */
+typedef struct {
+  uint32_t cpu, memory_gib, disk_gib;
+  int32_t autos[3];
+  int has[3];
+} create_sizes;
+
+/* "resources": "small" | "medium" | "large" | {"cpu", "memory_gib",
+ * "disk_gib"} (whole numbers >= 1, each optional). */
+static const struct {
+  const char *name;
+  uint32_t cpu, memory_gib, disk_gib;
+} size_classes[] = {{"small", 1, 1, 3}, {"medium", 2, 4, 8}, {"large", 4, 8, 10}};
+#define SIZE_MAX_UNITS 1024
+#define AUTO_MAX_MINUTES (60 * 24 * 365)
+static const char *const auto_fields[3] = {"auto_stop_minutes", "auto_archive_minutes",
+                                           "auto_delete_minutes"};
+
+static int get_sizes(const cJSON *in, create_sizes *sz, dbx_act_result *res) {
+  const cJSON *r = cJSON_GetObjectItemCaseSensitive(in, "resources");
+  if (cJSON_IsString(r)) {
+    size_t i = 0;
+    while (i < 3 && strcmp(size_classes[i].name, r->valuestring) != 0) i++;
+    if (i == 3) {
+      fail(res, 1, "InvalidInput",
+           "field 'resources': '%.60s' is not one of small, medium, large", r->valuestring);
+      return -1;
+    }
+    sz->cpu = size_classes[i].cpu;
+    sz->memory_gib = size_classes[i].memory_gib;
+    sz->disk_gib = size_classes[i].disk_gib;
+  } else if (cJSON_IsObject(r)) {
+    static const char *const k[3] = {"cpu", "memory_gib", "disk_gib"};
+    uint32_t *dst[3] = {&sz->cpu, &sz->memory_gib, &sz->disk_gib};
+    for (const cJSON *f = r->child; f; f = f->next) {
+      int i = 0;
+      while (i < 3 && strcmp(f->string, k[i]) != 0) i++;
+      if (i == 3 || !cJSON_IsNumber(f) || f->valuedouble < 1 ||
+          f->valuedouble > SIZE_MAX_UNITS || f->valuedouble != (double)(int)f->valuedouble) {
+        fail(res, 1, "InvalidInput",
+             i == 3 ? "field 'resources': unknown field '%.60s' (cpu, memory_gib, disk_gib)"
+                    : "field 'resources.%.60s' must be a whole number from 1 to 1024",
+             f->string);
+        return -1;
+      }
+      *dst[i] = (uint32_t)f->valuedouble;
+    }
+  } else if (r != NULL && !cJSON_IsNull(r)) {
+    fail(res, 1, "InvalidInput",
+         "field 'resources' must be small, medium, large or {cpu, memory_gib, disk_gib}");
+    return -1;
+  }
+  for (int i = 0; i < 3; i++) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(in, auto_fields[i]);
+    if (v == NULL || cJSON_IsNull(v)) continue;
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > AUTO_MAX_MINUTES ||
+        v->valuedouble != (double)(int)v->valuedouble) {
+      fail(res, 1, "InvalidInput", "field '%s' must be a whole number of minutes from 0 to %d",
+           auto_fields[i], AUTO_MAX_MINUTES);
+      return -1;
+    }
+    sz->autos[i] = (int32_t)v->valuedouble;
+    sz->has[i] = 1;
+  }
+  return 0;
+}
+
+/* {"unenforced": [...]} of the create's result: the options given that the
+ * driver took without enforcing them. 0 or -1 (OOM). */
+static int add_unenforced(cJSON *o, unsigned bits) {
+  static const struct {
+    unsigned bit;
+    const char *name;
+  } names[] = {{DBX_DRV_UNENFORCED_CPU, "cpu"},
+               {DBX_DRV_UNENFORCED_MEMORY, "memory_gib"},
+               {DBX_DRV_UNENFORCED_DISK, "disk_gib"},
+               {DBX_DRV_UNENFORCED_AUTO_STOP, "auto_stop_minutes"},
+               {DBX_DRV_UNENFORCED_AUTO_ARCHIVE, "auto_archive_minutes"},
+               {DBX_DRV_UNENFORCED_AUTO_DELETE, "auto_delete_minutes"}};
+  if (bits == 0) return 0;
+  cJSON *arr = cJSON_AddArrayToObject(o, "unenforced");
+  if (arr == NULL) return -1;
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    if (!(bits & names[i].bit)) continue;
+    cJSON *v = cJSON_CreateString(names[i].name);
+    if (v == NULL || !cJSON_AddItemToArray(arr, v)) {
+      cJSON_Delete(v);
+      return -1;
+    }
+  }
+  return 0;
+}
+
 static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_result *res,
                           void *ud) {
   dbx_driver *drv = DRV(ud);
   dbx_err rc = DBX_OK;
   char *path = NULL;
+  char **envv = NULL;
+  size_t nenv = 0;
   cJSON *in = parse_input(json, len, res);
   if (in == NULL) return DBX_OK;
   if (dbx_act_cancelled(a)) {
@@ -750,8 +845,29 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
         rc = fail(res, 1, "InvalidInput", "field 'env.%.100s' must be a string", e->string);
         goto out;
       }
+      if (e->string[0] == '\0' || strchr(e->string, '=') != NULL) {
+        rc = fail(res, 1, "InvalidInput", "field 'env': '%.100s' is not a variable name",
+                  e->string);
+        goto out;
+      }
+    }
+    /* the sandbox's own environment, for every exec step (driver.h) */
+    int n = cJSON_GetArraySize(env);
+    envv = dbx_calloc((size_t)n + 1, sizeof *envv);
+    if (envv == NULL) {
+      rc = DBX_ENOMEM;
+      goto out;
+    }
+    cJSON_ArrayForEach(e, env) {
+      if ((envv[nenv] = dbx_asprintf("%s=%s", e->string, e->valuestring)) == NULL) {
+        rc = DBX_ENOMEM;
+        goto out;
+      }
+      nenv++;
     }
   }
+  create_sizes sz = {0};
+  if (get_sizes(in, &sz, res) != 0) goto out;
 
   /* "network": "host" (default) or "none"; see docs/sandbox.md */
   const char *network = NULL;
@@ -787,6 +903,13 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
   for (size_t i = 0; i < 4; i++)
     if (dbx_drv_label_valid(&labels[i]) && labels[i].value[0]) labels[nlabels++] = labels[i];
   dbx_drv_create_opts co = {.source = src, .labels = labels, .nlabels = nlabels};
+  unsigned unenforced = 0;
+  co.env = (const char *const *)envv;
+  co.cpu = sz.cpu, co.memory_gib = sz.memory_gib, co.disk_gib = sz.disk_gib;
+  co.auto_stop_minutes = sz.has[0] ? &sz.autos[0] : NULL;
+  co.auto_archive_minutes = sz.has[1] ? &sz.autos[1] : NULL;
+  co.auto_delete_minutes = sz.has[2] ? &sz.autos[2] : NULL;
+  co.unenforced = &unenforced;
   co.network = network && strcmp(network, "none") == 0 ? DBX_DRV_NET_NONE : DBX_DRV_NET_HOST;
   co.host_fs = host_fs && strcmp(host_fs, "system") == 0 ? DBX_DRV_FS_SYSTEM : DBX_DRV_FS_HOST;
   /* a copy or clone may take minutes: heartbeat while it runs, so a dead
@@ -804,13 +927,19 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
   cJSON *o = cJSON_CreateObject();
   if (o == NULL || !cJSON_AddStringToObject(o, "sandbox_id", id) ||
       !cJSON_AddBoolToObject(o, "adopted", adopted) ||
-      (path != NULL && !cJSON_AddStringToObject(o, "path", path))) {
+      (path != NULL && !cJSON_AddStringToObject(o, "path", path)) ||
+      add_unenforced(o, unenforced) != 0) {
     cJSON_Delete(o);
     rc = DBX_ENOMEM;
     goto out;
   }
+  if (unenforced)
+    DBX_WARN(MOD, "sandbox %s: the %s driver does not enforce some of its sizes or intervals "
+             "(see the create's \"unenforced\")", id, drv->name);
   rc = succeed(res, o);
 out:
+  for (size_t i = 0; i < nenv; i++) free(envv[i]);
+  free(envv);
   free(path);
   cJSON_Delete(in);
   return rc;

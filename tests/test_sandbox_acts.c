@@ -2412,6 +2412,127 @@ static void test_daytona_exec_retry_reattaches(void **state) {
   free(id);
 }
 
+
+/* The sandbox's own env (sandbox.create "env") reaches every exec step,
+ * under the step's env (which wins for a name both have). */
+static void test_sandbox_acts_create_env_seen_by_step(void **state) {
+  (void)state;
+  struct dbx_act a = act_for("wf-sbenv");
+  cJSON *o = ok(T(create), &a,
+                "{\"resource\":\"workspace\",\"source\":{\"kind\":\"empty\"},"
+                "\"env\":{\"SB_A\":\"one\",\"SB_B\":\"two\"}}");
+  char *id = dbx_strdup(str(o, "sandbox_id"));
+  cJSON_Delete(o);
+  char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"printf '%%s|%%s' "
+                          "\\\"$SB_A\\\" \\\"$SB_B\\\"\",\"env\":{\"SB_B\":\"step\"}}", id);
+  o = ok(T(exec), &a, in);
+  assert_int_equal((int)num(o, "exit_code"), 0);
+  assert_string_equal(str(o, "stdout"), "one|step");
+  cJSON_Delete(o);
+  free(in);
+  /* a step without env of its own sees the sandbox's alone */
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"printf '%%s' \\\"$SB_B\\\"\"}", id);
+  o = ok(T(exec), &a, in);
+  assert_string_equal(str(o, "stdout"), "two");
+  cJSON_Delete(o);
+  free(in);
+  /* a secret is a step's business: the sandbox's env takes strings only
+   * (Daytona keeps a sandbox's env in the clear) and names no value */
+  setenv("DBX_SBENV_SECRET", "sbenv-s3cret-9", 1);
+  struct dbx_act b = act_for("wf-sbenv-2");
+  char *m = failed(T(create), &b,
+                   "{\"resource\":\"workspace\",\"env\":{\"T\":{\"secret\":\"DBX_SBENV_SECRET\"}}}",
+                   "InvalidInput", 1);
+  assert_null(strstr(m, "sbenv-s3cret-9"));
+  expect_message(m, "field 'env.T' must be a string");
+  expect_message(failed(T(create), &b, "{\"resource\":\"workspace\",\"env\":{\"A=B\":\"x\"}}",
+                        "InvalidInput", 1),
+                 "is not a variable name");
+  unsetenv("DBX_SBENV_SECRET");
+  free(id);
+}
+
+/* Sizes and intervals: validated, sent to the driver; what a driver takes
+ * without enforcing is listed in the result ("unenforced"), never hidden. */
+static void test_sandbox_acts_create_sizes(void **state) {
+  (void)state;
+  struct dbx_act a = act_for("wf-sizes");
+  cJSON *o = ok(T(create), &a,
+                "{\"resource\":\"workspace\",\"resources\":\"medium\","
+                "\"auto_stop_minutes\":30,\"auto_archive_minutes\":60,\"auto_delete_minutes\":0}");
+  const cJSON *u = cJSON_GetObjectItemCaseSensitive(o, "unenforced");
+  char *us = u ? cJSON_PrintUnformatted(u) : dbx_strdup("[]");
+  if (g_local)
+    assert_string_equal(us, "[\"cpu\",\"disk_gib\",\"auto_stop_minutes\",\"auto_archive_minutes\","
+                            "\"auto_delete_minutes\"]");
+  else if (g_mem)
+    assert_string_equal(us, "[\"cpu\",\"memory_gib\",\"disk_gib\",\"auto_stop_minutes\","
+                            "\"auto_archive_minutes\",\"auto_delete_minutes\"]");
+  else
+    assert_string_equal(us, "[]"); /* the fake builds with the sizes asked */
+  free(us);
+  if (g_dt) { /* the create's body as Daytona's API names the fields */
+    char *log = dbx_fake_daytona_call(&g_fake, "GET", "/_control/log", NULL);
+    assert_non_null(log);
+    char *want = dbx_asprintf("\\\"name\\\":\\\"%s\\\"", str(o, "sandbox_id"));
+    const char *at = strstr(log, want);
+    assert_non_null(at);
+    const char *end = strstr(at, "}\"");
+    assert_non_null(end);
+    char *body = dbx_strndup(at, (size_t)(end - at));
+    const char *fields[] = {"\\\"cpu\\\":2", "\\\"memory\\\":4", "\\\"disk\\\":8",
+                            "\\\"autoStopInterval\\\":30", "\\\"autoArchiveInterval\\\":60",
+                            "\\\"autoDeleteInterval\\\":0"};
+    for (size_t i = 0; i < 6; i++)
+      if (strstr(body, fields[i]) == NULL) fail_msg("create body '%s' lacks %s", body, fields[i]);
+    free(body);
+    free(want);
+    free(log);
+  }
+  cJSON_Delete(o);
+  struct dbx_act b = act_for("wf-sizes-bad");
+  expect_message(failed(T(create), &b, "{\"resources\":\"huge\"}", "InvalidInput", 1),
+                 "'huge' is not one of small, medium, large");
+  expect_message(failed(T(create), &b, "{\"resources\":{\"cpu\":0}}", "InvalidInput", 1),
+                 "field 'resources.cpu' must be a whole number from 1 to 1024");
+  expect_message(failed(T(create), &b, "{\"resources\":{\"gpu\":1}}", "InvalidInput", 1),
+                 "unknown field 'gpu'");
+  expect_message(failed(T(create), &b, "{\"auto_stop_minutes\":-1}", "InvalidInput", 1),
+                 "field 'auto_stop_minutes' must be a whole number of minutes");
+}
+
+/* Local: memory_gib is each exec process's address-space limit. */
+static void test_sandbox_acts_local_memory_limit(void **state) {
+  (void)state;
+  struct dbx_act a = act_for("wf-memlimit");
+  cJSON *o = ok(T(create), &a, "{\"resource\":\"workspace\",\"resources\":{\"memory_gib\":1}}");
+  char *id = dbx_strdup(str(o, "sandbox_id"));
+  cJSON_Delete(o);
+  /* 16 MiB fits; 1.5 GiB does not */
+  char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"python3 -c 'x = bytearray(16 << 20); "
+                          "print(len(x))'\"}", id);
+  o = ok(T(exec), &a, in);
+  assert_int_equal((int)num(o, "exit_code"), 0);
+  assert_string_equal(str(o, "stdout"), "16777216\n");
+  cJSON_Delete(o);
+  free(in);
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"python3 -c 'x = bytearray(1536 << 20); "
+                    "print(len(x))'\"}", id);
+  o = ok(T(exec), &a, in);
+  assert_int_not_equal((int)num(o, "exit_code"), 0);
+  assert_non_null(strstr(str(o, "stderr"), "MemoryError"));
+  assert_string_equal(str(o, "stdout"), "");
+  cJSON_Delete(o);
+  free(in);
+  /* the limit is set in the command's shell: ulimit -v shows it (KiB) */
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"ulimit -v\"}", id);
+  o = ok(T(exec), &a, in);
+  assert_string_equal(str(o, "stdout"), "1048576\n");
+  cJSON_Delete(o);
+  free(in);
+  free(id);
+}
+
 int main(int argc, char **argv) {
   dbx_local_supervisor_main(argc, argv); /* this binary is re-executed as the supervisor */
   /* every case; the local driver runs them all */
@@ -2451,6 +2572,9 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_sandbox_acts_input_nul_and_sizes),
       cmocka_unit_test(test_sandbox_acts_create_per_run),
       cmocka_unit_test(test_sandbox_acts_delete_leaves_other_runs_kept),
+      cmocka_unit_test(test_sandbox_acts_create_env_seen_by_step),
+      cmocka_unit_test(test_sandbox_acts_create_sizes),
+      cmocka_unit_test(test_sandbox_acts_local_memory_limit),
   };
   /* the same cases on the memory driver, except those that need real
    * processes, a real shell or host git (fork, symlinks, base64(1), git log) */
@@ -2486,6 +2610,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_sandbox_acts_input_nul_and_sizes),
       cmocka_unit_test(test_sandbox_acts_create_per_run),
       cmocka_unit_test(test_sandbox_acts_delete_leaves_other_runs_kept),
+      cmocka_unit_test(test_sandbox_acts_create_env_seen_by_step),
+      cmocka_unit_test(test_sandbox_acts_create_sizes),
   };
   const struct CMUnitTest process_tests[] = {
       cmocka_unit_test(test_driver_two_homes_one_process),
@@ -2527,6 +2653,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_daytona_exec_split_utf8_exact),
       cmocka_unit_test(test_daytona_sandbox_gone_typed),
       cmocka_unit_test(test_daytona_exec_retry_reattaches),
+      cmocka_unit_test(test_sandbox_acts_create_env_seen_by_step),
+      cmocka_unit_test(test_sandbox_acts_create_sizes),
   };
   /* DBX_TEST_FILTER=pattern (cmocka's glob) runs only matching tests, while iterating */
   if (getenv("DBX_TEST_FILTER")) cmocka_set_test_filter(getenv("DBX_TEST_FILTER"));
