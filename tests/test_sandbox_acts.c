@@ -37,6 +37,7 @@
 #include "base/util.h"
 #include "tests/act_fake.h"
 #include "tests/fakes/daytona/fake.h"
+#include "base/fs.h"
 #include "tests/testutil.h"
 
 static char *g_home;
@@ -2533,6 +2534,85 @@ static void test_sandbox_acts_local_memory_limit(void **state) {
   free(id);
 }
 
+
+/* Files uploaded at create and downloaded by the delete, before the
+ * sandbox goes; a failed download is reported and the delete still runs. */
+static void test_sandbox_acts_upload_download_transfers(void **state) {
+  (void)state;
+  char *up = dbx_asprintf("%s/up-%d.txt", g_tmp, (int)getpid());
+  FILE *f = fopen(up, "w");
+  assert_non_null(f);
+  fputs("hello upload\n", f);
+  fclose(f);
+  struct dbx_act a = act_for("wf-xfer");
+  char *in = dbx_asprintf("{\"resource\":\"workspace\",\"upload\":[{\"from\":\"%s\","
+                          "\"to\":\"in/data.txt\"}]}", up);
+  cJSON *o = ok(T(create), &a, in);
+  free(in);
+  assert_int_equal((int)num(o, "uploaded"), 1);
+  char *id = dbx_strdup(str(o, "sandbox_id"));
+  cJSON_Delete(o);
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"in/data.txt\"}", id);
+  o = ok(T(read_file), &a, in);
+  assert_string_equal(str(o, "content"), "hello upload\n");
+  cJSON_Delete(o);
+  free(in);
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"out/report.txt\",\"content\":\"report ok\"}",
+                    id);
+  cJSON_Delete(ok(T(write_file), &a, in));
+  free(in);
+  char *dl = dbx_asprintf("%s/dl-%d/sub/report.txt", g_tmp, (int)getpid());
+  char *dl2 = dbx_asprintf("%s/dl-%d/missing.txt", g_tmp, (int)getpid());
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"download\":[{\"from\":\"out/report.txt\",\"to\":\"%s\"},"
+                    "{\"from\":\"missing.txt\",\"to\":\"%s\"}]}", id, dl, dl2);
+  o = ok(T(delete), &a, in);
+  free(in);
+  const cJSON *got = cJSON_GetObjectItemCaseSensitive(o, "downloaded");
+  assert_int_equal(cJSON_GetArraySize(got), 1);
+  assert_string_equal(cJSON_GetArrayItem(got, 0)->valuestring, dl);
+  const cJSON *bad = cJSON_GetObjectItemCaseSensitive(o, "download_failed");
+  assert_int_equal(cJSON_GetArraySize(bad), 1);
+  assert_string_equal(str(cJSON_GetArrayItem(bad, 0), "from"), "missing.txt");
+  cJSON_Delete(o);
+  char *text = NULL;
+  assert_int_equal(dbx_fs_read_all(dl, &text, NULL), DBX_OK);
+  assert_string_equal(text, "report ok");
+  free(text);
+  assert_int_equal(access(dl2, F_OK), -1);
+  assert_int_equal(g_drv->ops->exists(g_drv->self, id, NULL), DBX_DRV_NO_SANDBOX);
+  free(id);
+
+  /* an upload that cannot be done fails the create and leaves no sandbox */
+  struct dbx_act b = act_for("wf-xfer-missing");
+  in = dbx_asprintf("{\"resource\":\"workspace\",\"upload\":[{\"from\":\"%s.nope\",\"to\":\"x\"}]}",
+                    up);
+  expect_message(failed(T(create), &b, in, "FileNotFound", 1), ".nope");
+  free(in);
+  char idm[32];
+  o = NULL;
+  { /* the id that create derived: the same input without the upload */
+    struct dbx_act c = act_for("wf-xfer-missing");
+    o = ok(T(create), &c, "{\"resource\":\"workspace\"}");
+    assert_false(boolean(o, "adopted")); /* made afresh: the failed one was removed */
+    snprintf(idm, sizeof idm, "%s", str(o, "sandbox_id"));
+    cJSON_Delete(o);
+  }
+  /* bad shapes are refused before anything is made */
+  expect_message(failed(T(create), &b, "{\"upload\":[{\"from\":\"/etc/hostname\",\"to\":\"../x\"}]}",
+                        "PathRefused", 1), "leaves the workspace");
+  expect_message(failed(T(create), &b, "{\"upload\":[{\"from\":\"rel\",\"to\":\"x\"}]}",
+                        "InvalidInput", 1), "is not absolute");
+  expect_message(failed(T(create), &b, "{\"upload\":[]}", "InvalidInput", 1),
+                 "field 'upload' must be an array of 1 to 100");
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"download\":[{\"from\":\"a\"}]}", idm);
+  expect_message(failed(T(delete), &b, in, "InvalidInput", 1), "field 'download[0]' must be");
+  free(in);
+  unlink(up);
+  free(up);
+  free(dl);
+  free(dl2);
+}
+
 int main(int argc, char **argv) {
   dbx_local_supervisor_main(argc, argv); /* this binary is re-executed as the supervisor */
   /* every case; the local driver runs them all */
@@ -2574,6 +2654,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_sandbox_acts_delete_leaves_other_runs_kept),
       cmocka_unit_test(test_sandbox_acts_create_env_seen_by_step),
       cmocka_unit_test(test_sandbox_acts_create_sizes),
+      cmocka_unit_test(test_sandbox_acts_upload_download_transfers),
       cmocka_unit_test(test_sandbox_acts_local_memory_limit),
   };
   /* the same cases on the memory driver, except those that need real
@@ -2612,6 +2693,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_sandbox_acts_delete_leaves_other_runs_kept),
       cmocka_unit_test(test_sandbox_acts_create_env_seen_by_step),
       cmocka_unit_test(test_sandbox_acts_create_sizes),
+      cmocka_unit_test(test_sandbox_acts_upload_download_transfers),
   };
   const struct CMUnitTest process_tests[] = {
       cmocka_unit_test(test_driver_two_homes_one_process),
@@ -2655,6 +2737,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_daytona_exec_retry_reattaches),
       cmocka_unit_test(test_sandbox_acts_create_env_seen_by_step),
       cmocka_unit_test(test_sandbox_acts_create_sizes),
+      cmocka_unit_test(test_sandbox_acts_upload_download_transfers),
   };
   /* DBX_TEST_FILTER=pattern (cmocka's glob) runs only matching tests, while iterating */
   if (getenv("DBX_TEST_FILTER")) cmocka_set_test_filter(getenv("DBX_TEST_FILTER"));
