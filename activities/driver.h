@@ -171,6 +171,8 @@ typedef struct {
   int64_t timeout_ms;      /* 0: none; on expiry the command is killed, timed_out = 1 */
   size_t stdout_cap_bytes; /* bytes kept per stream; 0: 1 MiB (see "Capture" below) */
   size_t stderr_cap_bytes;
+  int32_t attempt;         /* exec_start: the activity attempt (>= 1) that starts or
+                            * re-attaches, for fencing (exec_cancel_as); 0: none */
 } dbx_drv_exec_opts;
 
 /* Capture. Of a stream longer than its cap, a driver keeps the head (the
@@ -293,6 +295,14 @@ typedef struct dbx_driver_ops {
   /* Forget a command that does not run (a LOST one before starting it
    * again). Missing: OK. STATE: it is running. */
   dbx_drv_err (*exec_forget)(void *self, const char *name, const char *cmd_id);
+  /* Fencing (optional: NULL where the driver keeps no owner; callers then use
+   * exec_cancel). exec_cancel on behalf of attempt, unless a newer attempt
+   * has claimed cmd_id (exec_start with a higher o->attempt): then nothing
+   * happens and *superseded = 1. A claim and this check never interleave. An
+   * exec_start by an older attempt than the owner answers STATE, and one by
+   * a newer attempt starts anew a command an older attempt had killed. */
+  dbx_drv_err (*exec_cancel_as)(void *self, const char *name, const char *cmd_id,
+                                int32_t attempt, int *superseded);
 
   /* -- files (Daytona: /files) -- */
 
@@ -326,8 +336,12 @@ typedef struct dbx_driver_ops {
   /* git add -A and commit in the repository at repo_path (relative; NULL:
    * the workspace root), author and committer "Name <email>". *sha: hex,
    * malloc'd (free()); NULL with *nothing = 1 when there was nothing to
-   * commit. NOT_FOUND (no repo_path folder), NOT_A_REPO, DISK_FULL, FAILED
-   * (git's words). */
+   * commit. Idempotent by trailer: when message's last line is
+   * "Durabox-Commit: <token> <attempt>" and a recent commit of HEAD carries
+   * that token with a lower attempt, nothing is committed and *sha is that
+   * commit's (a retried commit that had landed).
+   * NOT_FOUND (no repo_path folder), NOT_A_REPO, DISK_FULL, FAILED (git's
+   * words). */
   dbx_drv_err (*git_commit)(void *self, const char *name, const char *repo_path,
                             const char *message, const char *author, char **sha, int *nothing);
   /* git_commit staging and committing only the npaths paths (relative to

@@ -1792,8 +1792,140 @@ static void sup_drain(sup_stream *s) {
   }
 }
 
+/* Start time of process pid (field 22 of /proc/<pid>/stat, clock ticks since
+ * boot), or 0 when it does not exist (or is a zombie: nothing of it runs).
+ * Together with the pid it names one process: a reused pid has another. */
+static unsigned long long proc_starttime(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%lld/stat", (long long)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char *p = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+  if (p == NULL || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X') return 0;
+  p += 2;
+  for (int field = 3; field < 22; field++) { /* p is at field 3 (the state) */
+    p = strchr(p, ' ');
+    if (p == NULL) return 0;
+    p++;
+  }
+  return strtoull(p, NULL, 10);
+}
+
+/* Read "pid starttime" from file name of dfd; 1 when the process it names
+ * is alive (and *pid set), 0 when it is gone, -1 when there is no record. */
+static int recorded_alive(int dfd, const char *name, pid_t *pid) {
+  int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char text[64];
+  ssize_t n = read(fd, text, sizeof text - 1);
+  close(fd);
+  if (n <= 0) return -1;
+  text[n] = '\0';
+  long long p = 0;
+  unsigned long long t = 0;
+  if (sscanf(text, "%lld %llu", &p, &t) != 2 || p <= 1) return -1;
+  *pid = (pid_t)p;
+  return t != 0 && proc_starttime((pid_t)p) == t;
+}
+
+/* The command's folder was removed from outside (the sandbox deleted under
+ * it, not through the driver): nothing can read its status, so the
+ * supervisor stops the command rather than leave it running unseen. */
+static int cmd_vanished(int dfd) {
+  struct stat sb;
+  return fstat(dfd, &sb) == 0 && sb.st_nlink == 0;
+}
+
+/* S2: start the command in a process group of its own and record it durably
+ * in "pgid" ("pid starttime") BEFORE it runs: the child is forked (S2 is
+ * single-threaded), makes its group and waits on a pipe until the record is
+ * on disk; a supervisor killed before that leaves a child that reads EOF and
+ * exits without running anything. The child inherits the command folder's
+ * lock as fd 4 (open file description shared with S2), and so does every
+ * process the command starts: the lock is free only once all of them have
+ * exited, whatever killed the supervisor (poll_at: LOST means nothing of the
+ * command runs). Returns 0 (*out = the command's pid) or an errno. */
+#define CMD_LOCK_FD 4
+static int spawn_recorded(int dfd, int lfd, const cmd_spec *sp, int out_w, int err_w,
+                          pid_t *out) {
+  int go[2] = {-1, -1}, ep[2] = {-1, -1}, e = 0;
+  if (pipe2(go, O_CLOEXEC) != 0 || pipe2(ep, O_CLOEXEC) != 0) {
+    e = errno;
+    goto out;
+  }
+  pid_t pid = fork();
+  if (pid < 0) {
+    e = errno;
+    goto out;
+  }
+  if (pid == 0) { /* the child: only async-signal-safe calls until exec */
+    close(go[1]); /* else a supervisor killed now would leave us waiting forever */
+    close(ep[0]);
+    setpgid(0, 0);
+    char c;
+    ssize_t r;
+    do {
+      r = read(go[0], &c, 1);
+    } while (r < 0 && errno == EINTR);
+    if (r != 1) _exit(127);
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    for (int s = 1; s < 32; s++)
+      if (s != SIGKILL && s != SIGSTOP) sigaction(s, &dfl, NULL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    int a = fcntl(out_w, F_DUPFD_CLOEXEC, 10), b = fcntl(err_w, F_DUPFD_CLOEXEC, 10),
+        l = fcntl(lfd, F_DUPFD_CLOEXEC, 10), nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    int bad = a < 0 || b < 0 || l < 0 || nul < 0 || fchdir(3) != 0 || dup2(nul, 0) < 0 ||
+              dup2(a, 1) < 0 || dup2(b, 2) < 0 || dup2(l, CMD_LOCK_FD) < 0;
+    if (!bad) execvpe(sp->argv[0], sp->argv, sp->envp);
+    int err = errno ? errno : EIO;
+    ssize_t w = write(ep[1], &err, sizeof err);
+    (void)w;
+    _exit(127);
+  }
+  setpgid(pid, pid); /* also here: the group exists before S2 ever signals it */
+  close(go[0]);
+  go[0] = -1;
+  close(ep[1]);
+  ep[1] = -1;
+  char rec[64];
+  int rl = snprintf(rec, sizeof rec, "%lld %llu\n", (long long)pid, proc_starttime(pid));
+  if (write_atomic(dfd, "pgid", rec, (size_t)rl) != 0 || write(go[1], "g", 1) != 1) {
+    e = errno ? errno : EIO;
+    kill(pid, SIGKILL);
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+    goto out;
+  }
+  int child_err = 0;
+  ssize_t r;
+  do {
+    r = read(ep[0], &child_err, sizeof child_err);
+  } while (r < 0 && errno == EINTR);
+  if (r == (ssize_t)sizeof child_err) { /* exec failed; the child exits 127 */
+    e = child_err;
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+    goto out;
+  }
+  *out = pid;
+out:
+  for (int i = 0; i < 2; i++) {
+    if (go[i] >= 0) close(go[i]);
+    if (ep[i] >= 0) close(ep[i]);
+  }
+  return e;
+}
+
 /* S2: run the command, write status. Returns the process exit code. */
-static int supervise_run(int dfd, const cmd_spec *sp) {
+static int supervise_run(int dfd, int lfd, const cmd_spec *sp) {
   int rc = 0, outp[2] = {-1, -1}, errp[2] = {-1, -1}, pidfd = -1;
   sup_stream st[2] = {{.in = -1, .file = -1}, {.in = -1, .file = -1}};
   int exit_code = 0, sig = 0, timed_out = 0, killed = 0;
@@ -1811,18 +1943,7 @@ static int supervise_run(int dfd, const cmd_spec *sp) {
     exit_code = 127;
     goto status;
   }
-  posix_spawn_file_actions_t fa;
-  posix_spawnattr_t attr;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, outp[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, errp[1], 2);
-  posix_spawn_file_actions_addfchdir_np(&fa, 3);
-  posix_spawnattr_init(&attr);
-  set_sigdefaults(&attr);
-  int e = posix_spawnp(&pid, sp->argv[0], &fa, &attr, sp->argv, sp->envp);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
+  int e = spawn_recorded(dfd, lfd, sp, outp[1], errp[1], &pid);
   close(outp[1]);
   close(errp[1]);
   if (e != 0) {
@@ -1833,6 +1954,7 @@ static int supervise_run(int dfd, const cmd_spec *sp) {
     close(errp[0]);
     goto status;
   }
+  start = dbx_mono_ns(); /* the timeout counts from the command's start, not the record's fsync */
   st[0].in = outp[0];
   st[1].in = errp[0];
   fcntl(outp[0], F_SETFL, O_NONBLOCK);
@@ -1846,7 +1968,7 @@ static int supervise_run(int dfd, const cmd_spec *sp) {
     if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid)
       break;
     int64_t now = dbx_mono_ns();
-    if (!killed && phase < 2 && faccessat(dfd, "kill", F_OK, 0) == 0) {
+    if (!killed && phase < 2 && (faccessat(dfd, "kill", F_OK, 0) == 0 || cmd_vanished(dfd))) {
       killpg(pid, SIGKILL);
       killed = 1;
       phase = 2;
@@ -1952,10 +2074,11 @@ static int supervise_main(const char *dir) {
     close(nul);
   }
   fcntl(3, F_SETFD, FD_CLOEXEC); /* the cwd; the command gets it by fchdir only */
-  char me[32];
-  int ml = snprintf(me, sizeof me, "%lld\n", (long long)getpid());
-  write_atomic(dfd, "supervisor", me, (size_t)ml); /* for operators; not used to signal */
-  int rc = supervise_run(dfd, &sp);
+  char me[64];
+  int ml = snprintf(me, sizeof me, "%lld %llu\n", (long long)getpid(),
+                    proc_starttime(getpid()));
+  write_atomic(dfd, "supervisor", me, (size_t)ml); /* who supervises: poll_at's orphan check */
+  int rc = supervise_run(dfd, lfd, &sp);
   free(sp.argv);
   free(sp.envp);
   free(b.p);
@@ -2012,6 +2135,72 @@ static dbx_err cmd_open(dbx_local *d, const char *id, const char *cmd_id, int *d
   return fail(d, DBX_EIO, "command '%s' of sandbox '%s': %s", cmd_id, id, strerror(e));
 }
 
+/* A supervisor killed (SIGKILL, OOM killer) leaves the lock held by its
+ * command's processes, now unsupervised (no timeout, no capture, no status
+ * will come). Kill their group, so that the command reads LOST once they are
+ * all gone, never while one of them runs. Under bwrap the kernel has done it
+ * already (--die-with-parent, then the PID namespace's end). The group is
+ * signalled only when its leader is the recorded process or no process has
+ * that pid (the id is then still reserved by the group's other members);
+ * another process with that pid means the group is empty and the pid reused. */
+static void reap_orphan(int dfd) {
+  pid_t sup = 0, cmd = 0;
+  if (faccessat(dfd, "status", F_OK, 0) == 0) return;
+  if (recorded_alive(dfd, "supervisor", &sup) != 0) return; /* alive, or not yet recorded */
+  int r = recorded_alive(dfd, "pgid", &cmd);
+  if (r == 1 || (r == 0 && proc_starttime(cmd) == 0)) kill(-cmd, SIGKILL);
+}
+
+/* ---- fencing: which attempt owns a command ----
+ * cmds/.owner-<cmd_id> holds the highest attempt that claimed the command
+ * (dbx_local_exec_opts.attempt). It is read and written under an flock of
+ * itself, and a kill asked by an attempt (dbx_local_exec_kill_as) takes the
+ * same lock, so a claim and a fenced kill never interleave. It is outside the
+ * command's folder, so it outlives dbx_local_exec_forget. */
+static int owner_open(const char *cmd_path) {
+  const char *slash = strrchr(cmd_path, '/');
+  if (slash == NULL) return -1;
+  char *p = dbx_asprintf("%.*s/.owner-%s", (int)(slash - cmd_path), cmd_path, slash + 1);
+  if (p == NULL) return -1;
+  int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  free(p);
+  if (fd >= 0 && flock(fd, LOCK_EX) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static int32_t owner_read(int fd) {
+  char t[32] = "";
+  ssize_t n = pread(fd, t, sizeof t - 1, 0);
+  if (n <= 0) return 0;
+  t[n] = '\0';
+  long v = strtol(t, NULL, 10);
+  return v > 0 && v < INT32_MAX ? (int32_t)v : 0;
+}
+
+static int owner_write(int fd, int32_t attempt) {
+  char t[32];
+  int n = snprintf(t, sizeof t, "%d\n", (int)attempt);
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, t, (size_t)n, 0) != n) return -1;
+  return fsync(fd);
+}
+
+/* The attempt that asked for the kill of this command ("kill N"), 0 when
+ * none did or the kill was not an attempt's (sandbox delete). */
+static int32_t kill_asker(int dfd) {
+  int fd = openat(dfd, "kill", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char t[32] = "";
+  ssize_t n = read(fd, t, sizeof t - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  t[n] = '\0';
+  long v = 0;
+  return sscanf(t, "kill %ld", &v) == 1 && v > 0 && v < INT32_MAX ? (int32_t)v : 0;
+}
+
 static dbx_err poll_at(dbx_local *d, int dfd, const char *cmd_id, dbx_local_cmd_status *st) {
   memset(st, 0, sizeof *st);
   st->stdout_size = file_size_at(dfd, "stdout");
@@ -2025,6 +2214,7 @@ static dbx_err poll_at(dbx_local *d, int dfd, const char *cmd_id, dbx_local_cmd_
   int lfd = openat(dfd, "lock", O_RDONLY | O_CLOEXEC);
   if (lfd >= 0 && flock(lfd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
     close(lfd);
+    reap_orphan(dfd);
     st->state = DBX_LOCAL_CMD_RUNNING;
     return DBX_OK;
   }
@@ -2079,12 +2269,53 @@ dbx_err dbx_local_exec_poll(dbx_local *d, const char *id, const char *cmd_id,
   return rc;
 }
 
+/* Claim command dir (of cmd_id) for attempt: refused (DBX_ESTATE) when a
+ * newer attempt owns it. *ofd: the owner file, locked until closed. */
+static dbx_err owner_claim(dbx_local *d, const char *dir, const char *cmd_id, int32_t attempt,
+                           int *ofd) {
+  *ofd = owner_open(dir);
+  if (*ofd < 0) return fail(d, DBX_EIO, "cannot lock the owner of command '%s': %s", cmd_id,
+                            strerror(errno));
+  int32_t owner = owner_read(*ofd);
+  if (owner > attempt)
+    return fail(d, DBX_ESTATE, "command '%s' belongs to attempt %d; attempt %d is superseded",
+                cmd_id, (int)owner, (int)attempt);
+  if (owner < attempt && owner_write(*ofd, attempt) != 0)
+    return fail(d, DBX_EIO, "cannot record the owner of command '%s': %s", cmd_id,
+                strerror(errno));
+  return DBX_OK;
+}
+
+#define CLEAR_WAIT_MS 1000
+/* Wait (up to CLEAR_WAIT_MS) until nothing of command dir runs, then remove
+ * its files so that it can start again; *dfd is reopened on the new folder
+ * and *st polled (PENDING). */
+static dbx_err clear_killed(dbx_local *d, int *dfd, const char *dir, const char *cmd_id,
+                            dbx_local_cmd_status *st) {
+  /* short: the caller cannot heartbeat meanwhile; a kill takes ~100 ms */
+  int64_t until = dbx_mono_ns() + (int64_t)CLEAR_WAIT_MS * 1000000;
+  dbx_err rc;
+  while ((rc = poll_at(d, *dfd, cmd_id, st)) == DBX_OK && st->state == DBX_LOCAL_CMD_RUNNING &&
+         dbx_mono_ns() < until)
+    nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+  if (rc != DBX_OK) return rc;
+  if (st->state == DBX_LOCAL_CMD_RUNNING)
+    return fail(d, DBX_ESTATE, "command '%s' is still stopping", cmd_id);
+  DBX_INFO("local", "command %s: killed for a superseded attempt; starting it again", cmd_id);
+  close(*dfd);
+  *dfd = -1;
+  if ((rc = rmrf(d, dir)) != DBX_OK) return rc;
+  if (mkdir_p(dir) != 0 || (*dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+    return fail(d, DBX_EIO, "cannot create '%s': %s", dir, strerror(errno));
+  return poll_at(d, *dfd, cmd_id, st);
+}
+
 dbx_err dbx_local_exec_start(dbx_local *d, const char *id, const char *cmd_id,
                              const dbx_local_exec_opts *opts, int *adopted) {
   dbx_err rc;
   char *dir = NULL, *script = NULL;
   strvec env = {0}, argv = {0};
-  int cwdfd = -1, dfd = -1, sv[2] = {-1, -1};
+  int cwdfd = -1, dfd = -1, sv[2] = {-1, -1}, ofd = -1;
   sbuf spec = {0};
   pid_t pid = -1;
   int fa_ok = 0, attr_ok = 0;
@@ -2106,8 +2337,19 @@ dbx_err dbx_local_exec_start(dbx_local *d, const char *id, const char *cmd_id,
     rc = fail(d, DBX_EIO, "cannot open '%s': %s", dir, strerror(errno));
     goto out;
   }
+  if (opts->attempt > 0 && (rc = owner_claim(d, dir, cmd_id, opts->attempt, &ofd)) != DBX_OK)
+    goto out;
   dbx_local_cmd_status st;
   if ((rc = poll_at(d, dfd, cmd_id, &st)) != DBX_OK) goto out;
+  if (st.state != DBX_LOCAL_CMD_PENDING && opts->attempt > 0 && kill_asker(dfd) > 0 &&
+      kill_asker(dfd) < opts->attempt) {
+    /* killed at the request of a superseded attempt (its worker paused past
+     * its heartbeat timeout, say): not this attempt's doing, so run it anew
+     * once nothing of the old run is left (a later attempt exists only for
+     * a safe_to_retry activity) */
+    rc = clear_killed(d, &dfd, dir, cmd_id, &st);
+    if (rc != DBX_OK) goto out;
+  }
   if (st.state != DBX_LOCAL_CMD_PENDING) {
     if (adopted) *adopted = 1;
     goto out;
@@ -2201,6 +2443,7 @@ out:
   sv_free(&argv);
   if (cwdfd >= 0) close(cwdfd);
   if (dfd >= 0) close(dfd);
+  if (ofd >= 0) close(ofd); /* releases the owner lock, after the start */
   free(script);
   free(dir);
   return rc;
@@ -2228,12 +2471,38 @@ dbx_err dbx_local_exec_read(dbx_local *d, const char *id, const char *cmd_id, in
 }
 
 dbx_err dbx_local_exec_kill(dbx_local *d, const char *id, const char *cmd_id) {
-  int dfd;
+  return dbx_local_exec_kill_as(d, id, cmd_id, 0, NULL);
+}
+
+dbx_err dbx_local_exec_kill_as(dbx_local *d, const char *id, const char *cmd_id, int32_t attempt,
+                               int *superseded) {
+  int dfd, ofd = -1;
+  if (superseded) *superseded = 0;
   dbx_err rc = cmd_open(d, id, cmd_id, &dfd);
   if (rc == DBX_ENOTFOUND) return DBX_OK;
   if (rc != DBX_OK) return rc;
-  if (write_atomic(dfd, "kill", "kill\n", 5) != 0)
+  char text[32];
+  int tl = snprintf(text, sizeof text, attempt > 0 ? "kill %d\n" : "kill\n", (int)attempt);
+  if (attempt > 0) {
+    char *dir = cmd_dir(d, id, cmd_id);
+    ofd = dir ? owner_open(dir) : -1;
+    free(dir);
+    if (ofd < 0) {
+      rc = fail(d, DBX_EIO, "cannot lock the owner of command '%s'", cmd_id);
+      goto out;
+    }
+    int32_t owner = owner_read(ofd);
+    if (owner > attempt) { /* a newer attempt re-attached: not ours to kill */
+      DBX_INFO("local", "command %s belongs to attempt %d: not killed for attempt %d", cmd_id,
+               (int)owner, (int)attempt);
+      if (superseded) *superseded = 1;
+      goto out;
+    }
+  }
+  if (write_atomic(dfd, "kill", text, (size_t)tl) != 0)
     rc = fail(d, DBX_EIO, "cannot ask command '%s' to stop: %s", cmd_id, strerror(errno));
+out:
+  if (ofd >= 0) close(ofd);
   close(dfd);
   return rc;
 }
@@ -2357,6 +2626,63 @@ static dbx_err git_commit_argv(const char *const *verb, const char *const *paths
   return DBX_OK;
 }
 
+/* Idempotent commits: a message whose last line is a trailer
+ * "Durabox-Commit: <token> <attempt>" (sandbox.git_commit adds one naming
+ * its activity and attempt) is a retry of every commit whose message has
+ * the same token with a lower attempt. When one of the last
+ * COMMIT_LANDED_DEPTH commits of HEAD is such a commit (it landed before
+ * its attempt's result was recorded), *sha_out is its sha and nothing is
+ * committed. A repository without commits has none. */
+#define COMMIT_TRAILER "Durabox-Commit: "
+#define COMMIT_LANDED_DEPTH "200"
+static const char *landed_in(const char *body, size_t len, const char *key, size_t klen,
+                             long attempt) {
+  for (const char *l = body; l && l < body + len; l = memchr(l, '\n', (size_t)(body + len - l))) {
+    if (*l == '\n') l++;
+    if ((size_t)(body + len - l) > klen && memcmp(l, key, klen) == 0) {
+      long k = strtol(l + klen, NULL, 10);
+      if (k > 0 && k < attempt) return l;
+    }
+  }
+  return NULL;
+}
+
+static dbx_err commit_landed(dbx_local *d, const char *id, const char *repo_path,
+                             const char *message, const char *const *env, char **sha_out) {
+  const char *t = strstr(message, "\n" COMMIT_TRAILER), *next;
+  while (t && (next = strstr(t + 1, "\n" COMMIT_TRAILER)) != NULL) t = next;
+  if (t == NULL || strchr(t + 1, '\n') != NULL) return DBX_OK;
+  const char *sp = strrchr(t + 1, ' ');
+  long attempt = sp ? strtol(sp + 1, NULL, 10) : 0;
+  if (attempt <= 1) return DBX_OK; /* a first attempt retries nothing */
+  size_t klen = (size_t)(sp + 1 - (t + 1)); /* "Durabox-Commit: <token> " */
+  char *argv[] = {"git", "log", "-n", COMMIT_LANDED_DEPTH, "--format=%H%x00%B%x00", "HEAD", "--",
+                  NULL};
+  dbx_local_exec_result r = {0};
+  dbx_err rc = sandbox_run(d, id, argv, NULL, repo_path && *repo_path ? repo_path : NULL, env, 0,
+                           0, (size_t)4 << 20, 4096, NULL, NULL, &r);
+  if (rc != DBX_OK || r.exit_code != 0) { /* exit 128: no HEAD yet */
+    dbx_local_exec_result_cleanup(&r);
+    return rc;
+  }
+  const char *p = (const char *)r.stdout_buf, *end = p + r.stdout_len;
+  while (p < end && *sha_out == NULL) {
+    while (p < end && (*p == '\n' || *p == '\0')) p++;
+    const char *sha = p, *z = memchr(p, '\0', (size_t)(end - p));
+    if (z == NULL) break;
+    const char *body = z + 1, *bz = memchr(body, '\0', (size_t)(end - body));
+    if (bz == NULL) break;
+    if (landed_in(body, (size_t)(bz - body), t + 1, klen, attempt)) {
+      *sha_out = dbx_strndup(sha, (size_t)(z - sha));
+      if (*sha_out == NULL) rc = DBX_ENOMEM;
+      else DBX_INFO("local", "sandbox %s: commit %s already landed (%s)", id, *sha_out, t + 1);
+    }
+    p = bz + 1;
+  }
+  dbx_local_exec_result_cleanup(&r);
+  return rc;
+}
+
 dbx_err dbx_local_git_commit_paths(dbx_local *d, const char *id, const char *repo_path,
                                    const char *const *paths, size_t npaths, const char *message,
                                    const char *author, char **sha_out, int *nothing_to_commit) {
@@ -2394,6 +2720,8 @@ dbx_err dbx_local_git_commit_paths(dbx_local *d, const char *id, const char *rep
   /* Staged: every change (new, modified, deleted; .gitignore respected) of
    * the repository, or of the given paths only; the commit holds just those
    * (with paths: git commit --only), whatever else the index had. */
+  if ((rc = commit_landed(d, id, repo_path, message, env, sha_out)) != DBX_OK || *sha_out)
+    goto out;
   static const char *const add[] = {"add", "-A", NULL};
   static const char *const diff[] = {"diff", "--cached", "--quiet", NULL};
   const char *const commit[] = {"commit", "-q", "--no-verify", "-m", message, NULL};

@@ -256,6 +256,9 @@ typedef struct {
    * has cancelled = 1. */
   int (*cancelled)(void *ud);
   void *cancelled_ud;
+  /* dbx_local_exec_start only: the attempt (>= 1) of the activity that
+   * starts or re-attaches (fencing, see "detached commands"); 0: none. */
+  int32_t attempt;
 } dbx_local_exec_opts;
 
 typedef struct {
@@ -316,7 +319,22 @@ void dbx_local_exec_result_cleanup(dbx_local_exec_result *r);
  *   cmds/<cmd_id>/status           written last (temp + fsync + rename + fsync
  *                                  of the folder): exit code, signal,
  *                                  timed_out, killed, byte totals, duration
- *   cmds/<cmd_id>/lock             flock'ed by the supervisor while it lives
+ *   cmds/<cmd_id>/lock             flock'ed by the supervisor and inherited by
+ *                                  every process of the command (fd 4): free
+ *                                  only once all of them have exited
+ *   cmds/<cmd_id>/supervisor, pgid "pid starttime" of the supervisor and of
+ *                                  the command's group leader; pgid is durable
+ *                                  before the command runs
+ *   cmds/.owner-<cmd_id>           the highest attempt that claimed it (fencing)
+ * A supervisor killed while its command runs: the command's processes die
+ * with it under bwrap; unsandboxed, a poll kills the orphaned group. Either
+ * way the command is RUNNING while any of its processes lives and LOST only
+ * once none does, so a LOST command can be started again without overlap.
+ * Fencing: a start with opts.attempt = N claims the command for attempt N;
+ * a start by an older attempt is then refused (DBX_ESTATE), a kill asked by
+ * one (dbx_local_exec_kill_as) is ignored, and a command an older attempt had
+ * killed is started again for attempt N once it has stopped (never adopted
+ * with its killed status).
  * The environment (which may hold secrets) reaches the supervisor through a
  * pipe, never a file. cmd_id is caller-chosen (deterministic, e.g. from the
  * activity's identity), a name like sandbox ids. Command folders live until
@@ -371,6 +389,11 @@ dbx_err dbx_local_exec_read(dbx_local *d, const char *id, const char *cmd_id, in
  * poll to see it finish. A finished or missing command is left alone
  * (DBX_OK). Returns DBX_OK, DBX_EINVAL, DBX_EIO. */
 dbx_err dbx_local_exec_kill(dbx_local *d, const char *id, const char *cmd_id);
+/* dbx_local_exec_kill on behalf of attempt (>= 1; 0: as exec_kill): nothing
+ * happens (*superseded = 1; superseded may be NULL) when a newer attempt has
+ * claimed the command. Atomic with the claims of dbx_local_exec_start. */
+dbx_err dbx_local_exec_kill_as(dbx_local *d, const char *id, const char *cmd_id, int32_t attempt,
+                               int *superseded);
 /* Fill *res (as dbx_local_exec would have) from a FINISHED command's files.
  * Release with dbx_local_exec_result_cleanup(). DBX_OK, DBX_EINVAL,
  * DBX_ENOTFOUND, DBX_ESTATE (not finished), DBX_EIO, DBX_ENOMEM. */

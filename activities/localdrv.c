@@ -114,7 +114,8 @@ static dbx_local_exec_opts exec_opts(const dbx_drv_exec_opts *o) {
                            .env = o->env,
                            .timeout_ms = o->timeout_ms,
                            .stdout_cap_bytes = o->stdout_cap_bytes,
-                           .stderr_cap_bytes = o->stderr_cap_bytes};
+                           .stderr_cap_bytes = o->stderr_cap_bytes,
+                           .attempt = o->attempt};
   return l;
 }
 
@@ -173,6 +174,11 @@ static dbx_drv_err ld_exec_result(void *self, const char *name, const char *cmd_
 
 static dbx_drv_err ld_exec_cancel(void *self, const char *name, const char *cmd_id) {
   return from_err(self, dbx_local_exec_kill(self, name, cmd_id));
+}
+
+static dbx_drv_err ld_exec_cancel_as(void *self, const char *name, const char *cmd_id,
+                                     int32_t attempt, int *superseded) {
+  return from_err(self, dbx_local_exec_kill_as(self, name, cmd_id, attempt, superseded));
 }
 
 static dbx_drv_err ld_exec_forget(void *self, const char *name, const char *cmd_id) {
@@ -254,6 +260,7 @@ const dbx_driver_ops dbx_local_driver_ops = {
     .exec_result = ld_exec_result,
     .exec_cancel = ld_exec_cancel,
     .exec_forget = ld_exec_forget,
+    .exec_cancel_as = ld_exec_cancel_as,
     .file_read = ld_file_read,
     .file_write = ld_file_write,
     .upload = ld_upload,

@@ -1144,25 +1144,40 @@ static char *live_details(dbx_driver *drv, const char *id, const char *cmd_id,
 /* Start the command detached (or re-attach to it), heartbeat
  * {cmd_id, stdout_offset, stderr_offset} and the live tail (live_details)
  * every EXEC_POLL_MS until it
- * finishes, then collect its result. A cancel kills the command's group
- * (DBX_ECANCELED). A command whose supervisor vanished (LOST: killed, host
- * rebooted) is started again once, as any retry of a safe_to_retry step would;
- * vanishing twice (or never launching) is DBX_DRV_FAILED with *lost = 1.
- * Other errors are the driver's. */
+ * finishes, then collect its result. Every start claims the command for this
+ * attempt (opts->attempt; driver.h exec_cancel_as): an attempt that learns it
+ * is out of date (dbx_act_superseded) asks for the kill on its own behalf,
+ * which the driver ignores once a newer attempt has re-attached. A cancel
+ * request kills the command's group (DBX_ECANCELED). A command whose supervisor vanished (LOST:
+ * the driver says so only once nothing of it runs) is, for a safe_to_retry
+ * attempt, started again once; vanishing twice (or never launching) is
+ * DBX_DRV_FAILED with *lost = 1. For an at_most_once attempt a LOST command
+ * is never started again: DBX_DRV_OUTCOME_UNKNOWN with *lost = 2. A command
+ * whose sandbox vanished (its folder removed under it) is NO_SANDBOX. Other
+ * errors are the driver's. */
 static dbx_drv_err exec_detached(dbx_act *a, dbx_driver *drv, const char *id,
                                  const dbx_drv_exec_opts *opts, dbx_drv_exec_result *er,
                                  int *lost, live_tail *lt) {
   char cmd_id[24];
   exec_cmd_id(a, cmd_id);
   int adopted = 0, restarts = 0, starts = 0;
+  int amo = dbx_act_retry_class(a) == DBX_AT_MOST_ONCE;
   dbx_drv_err rc = CALL(drv, exec_start, id, cmd_id, opts, &adopted);
   if (rc != DBX_DRV_OK) return rc;
   if (adopted) DBX_INFO(MOD, "sandbox %s: re-attached to command %s", id, cmd_id);
   for (;;) {
     dbx_drv_cmd_status st;
     rc = CALL(drv, exec_poll, id, cmd_id, &st);
+    if (rc == DBX_DRV_NOT_FOUND && CALL(drv, exists, id, NULL) == DBX_DRV_NO_SANDBOX)
+      return DBX_DRV_NO_SANDBOX;
     if (rc != DBX_DRV_OK) return rc;
     if (st.state == DBX_DRV_CMD_FINISHED) break;
+    if (st.state == DBX_DRV_CMD_LOST && amo) {
+      DBX_WARN(MOD, "sandbox %s: at_most_once command %s lost its supervisor; not run again",
+               id, cmd_id);
+      *lost = 2;
+      return DBX_DRV_OUTCOME_UNKNOWN;
+    }
     if (st.state == DBX_DRV_CMD_LOST) {
       if (restarts++ > 0) {
         *lost = 1;
@@ -1190,7 +1205,17 @@ static dbx_drv_err exec_detached(dbx_act *a, dbx_driver *drv, const char *id,
     if (stop) {
       /* the worker stopping is no reason to lose the command: it runs on
        * under its supervisor and the next attempt re-attaches to it */
-      if (!dbx_act_worker_stopping(a)) CALL(drv, exec_cancel, id, cmd_id);
+      if (dbx_act_worker_stopping(a)) return DBX_DRV_CANCELED;
+      /* a cancel request reaches the live attempt only: kill outright; an
+       * out-of-date attempt kills only what no newer attempt has claimed */
+      int superseded = 0;
+      if (dbx_act_superseded(a) && drv->ops->exec_cancel_as)
+        CALL(drv, exec_cancel_as, id, cmd_id, opts->attempt, &superseded);
+      else
+        CALL(drv, exec_cancel, id, cmd_id);
+      if (superseded)
+        DBX_INFO(MOD, "sandbox %s: command %s belongs to a newer attempt; left running", id,
+                 cmd_id);
       return DBX_DRV_CANCELED;
     }
     struct timespec ts = {0, (long)EXEC_POLL_MS * 1000000};
@@ -1302,12 +1327,19 @@ static dbx_err run_exec(dbx_act *a, const char *json, size_t len, dbx_act_result
   size_t cap = max_out >= 1 ? (size_t)max_out : DBX_SANDBOX_OUTPUT_DEFAULT_BYTES;
   opts.stdout_cap_bytes = cap;
   opts.stderr_cap_bytes = cap;
+  opts.attempt = dbx_act_attempt(a) > 0 ? dbx_act_attempt(a) : 0;
   int lost = 0;
   live_tail lt = {.sec = sec, .nsec = nsec, .cap = cap};
   dbx_drv_err drc = exec_detached(a, drv, id, &opts, &er, &lost, &lt);
   live_tail_free(&lt);
   if (drc == DBX_DRV_CANCELED) {
     rc = DBX_ECANCELED;
+    goto out;
+  }
+  if (lost == 2) {
+    rc = fail(res, 1, "OutcomeUnknown",
+              "sandbox.exec: the command's supervisor died while it ran, so the command may "
+              "have run; an at_most_once step is not started again");
     goto out;
   }
   if (lost) { /* the supervisor vanished twice: report, let retries decide */
@@ -1561,7 +1593,7 @@ static dbx_err run_git_commit(dbx_act *a, const char *json, size_t len, dbx_act_
                               void *ud) {
   dbx_driver *drv = DRV(ud);
   dbx_err rc = DBX_OK;
-  char *sha = NULL;
+  char *sha = NULL, *msg = NULL;
   const char **paths = NULL;
   size_t npaths = 0;
   cJSON *in = parse_input(json, len, res);
@@ -1593,10 +1625,25 @@ static dbx_err run_git_commit(dbx_act *a, const char *json, size_t len, dbx_act_
     rc = DBX_ECANCELED;
     goto out;
   }
+  /* The trailer names this activity and attempt: a later attempt (a retry
+   * of a commit that landed before its result was recorded) finds it in
+   * HEAD's history and reports its sha (driver.h git_commit) instead of
+   * "nothing to commit". */
+  uint64_t h = fnv1a(FNV_OFFSET, dbx_act_workflow_id(a));
+  h = fnv1a(fnv1a(h, "\x1f"), dbx_act_run_id(a));
+  h = fnv1a(fnv1a(h, "\x1f"), dbx_act_activity_id(a));
+  size_t ml = strlen(message);
+  while (ml > 0 && (message[ml - 1] == '\n' || message[ml - 1] == ' ')) ml--;
+  msg = dbx_asprintf("%.*s\n\nDurabox-Commit: c%016llx %d", (int)ml, message,
+                     (unsigned long long)h, (int)dbx_act_attempt(a));
+  if (msg == NULL) {
+    rc = DBX_ENOMEM;
+    goto out;
+  }
   int nothing = 0;
-  dbx_drv_err drc = npaths > 0 ? CALL(drv, git_commit_paths, id, NULL, paths, npaths, message,
+  dbx_drv_err drc = npaths > 0 ? CALL(drv, git_commit_paths, id, NULL, paths, npaths, msg,
                                       author, &sha, &nothing)
-                               : CALL(drv, git_commit, id, NULL, message, author, &sha, &nothing);
+                               : CALL(drv, git_commit, id, NULL, msg, author, &sha, &nothing);
   if (drc != DBX_DRV_OK) {
     rc = fail_drv(res, drv, drc, "sandbox.git_commit", id);
   } else {
@@ -1614,6 +1661,7 @@ static dbx_err run_git_commit(dbx_act *a, const char *json, size_t len, dbx_act_
   }
 out:
   free(sha);
+  free(msg);
   free(paths);
   cJSON_Delete(in);
   return rc;

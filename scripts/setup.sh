@@ -12,7 +12,8 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 pkgs=(build-essential cmake ninja-build pkg-config git
       libgrpc-dev protobuf-c-compiler libprotobuf-c-dev protobuf-compiler libprotobuf-dev
       liblmdb-dev lmdb-utils libssl-dev libcurl4-openssl-dev libcjson-dev libyaml-dev libcmocka-dev
-      valgrind bubblewrap ca-certificates)
+      valgrind bubblewrap ca-certificates
+      clang libclang-rt-14-dev) # the libFuzzer build (build-fuzz): clang 14 and its fuzzer runtime
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

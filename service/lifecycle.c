@@ -43,6 +43,10 @@ static dbx_err start_common(ectx *c, job *j, const start_args *a, char **run_id_
       svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: %s is negative", j->method, dn[i]);
       return DBX_OK;
     }
+    if (ds[i] && dbx_pb_duration_ms(ds[i]) > MAX_TIMEOUT_MS) {
+      svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: %s is longer than 100 years", j->method, dn[i]);
+      return DBX_OK;
+    }
   }
   dbx_err rc = DBX_OK;
   if (!svc_sa_check(c, j, a->ns, a->search_attributes, &rc)) return rc;

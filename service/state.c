@@ -642,6 +642,14 @@ static dbx_err root_set(ectx *c, RunState *rs) {
   return svc_oom_peek() ? DBX_ENOMEM : DBX_OK;
 }
 
+/* A run's timeout or backoff in ms, at most MAX_TIMEOUT_MS: the start
+ * request is checked (lifecycle.c), but continue-as-new and child commands
+ * carry their own durations, and every one is added to a ns clock below. */
+static int64_t run_timeout_ms(const Duration *d) {
+  int64_t ms = dbx_pb_duration_ms(d);
+  return ms > MAX_TIMEOUT_MS ? MAX_TIMEOUT_MS : ms;
+}
+
 dbx_err svc_run_start(ectx *c, const run_start_args *a, RunState **out) {
   *out = NULL;
   WorkflowExecutionStartedEventAttributes *st = a->started;
@@ -659,11 +667,11 @@ dbx_err svc_run_start(ectx *c, const run_start_args *a, RunState **out) {
   rs->status = WS(RUNNING);
   rs->next_event_id = 1;
   rs->start_time_ns = c->now_ns;
-  int64_t backoff_ms = dbx_pb_duration_ms(st->first_workflow_task_backoff);
+  int64_t backoff_ms = run_timeout_ms(st->first_workflow_task_backoff);
   rs->execution_time_ns = c->now_ns + (backoff_ms > 0 ? backoff_ms * 1000000 : 0);
-  rs->run_timeout_ms = dbx_pb_duration_ms(st->workflow_run_timeout);
-  rs->execution_timeout_ms = dbx_pb_duration_ms(st->workflow_execution_timeout);
-  rs->task_timeout_ms = dbx_pb_duration_ms(st->workflow_task_timeout);
+  rs->run_timeout_ms = run_timeout_ms(st->workflow_run_timeout);
+  rs->execution_timeout_ms = run_timeout_ms(st->workflow_execution_timeout);
+  rs->task_timeout_ms = run_timeout_ms(st->workflow_task_timeout);
   if (rs->task_timeout_ms <= 0) rs->task_timeout_ms = 10000;
   rs->wft_attempt = 1;
   if (a->execution_expiration_ns > 0)

@@ -228,6 +228,9 @@ int svc_job_set_handoff(job *j, int kind, const RunState *rs, int64_t scheduled_
   "type.googleapis.com/temporal.api.errordetails.v1.WorkflowExecutionAlreadyStartedFailure"
 #define QUERY_FAILED_URL "type.googleapis.com/temporal.api.errordetails.v1.QueryFailedFailure"
 #define MAX_ID_BYTES 1000
+/* Longest timeout, delay or interval a request may ask for: 100 years, so a
+ * clock reading in ns plus any of them in ns stays far inside int64. */
+#define MAX_TIMEOUT_MS (100LL * 365 * 24 * 3600 * 1000)
 #define HISTORY_PAGE_BYTES (4u << 20)
 
 /* ---- request checks (check.c); each sets the job's status on refusal */

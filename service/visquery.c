@@ -327,7 +327,7 @@ static int parse_time(const char *s, size_t n, int64_t *ns) {
     size_t k = 0;
     i++;
     while (i < n && is_digit(s[i]) && k < 10) {
-      frac = frac * 10 + (s[i] - '0');
+      if (k < 9) frac = frac * 10 + (s[i] - '0'); /* a 10th digit is refused below, not added */
       i++;
       k++;
     }

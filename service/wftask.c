@@ -38,7 +38,8 @@ static void fill_retry_policy(RetryPolicy *p) {
   if (p->backoff_coefficient < 1.0) p->backoff_coefficient = 2.0;
   if (p->maximum_interval == NULL || dbx_pb_duration_ms(p->maximum_interval) <= 0) {
     free(p->maximum_interval);
-    p->maximum_interval = svc_duration_new_ms(100 * dbx_pb_duration_ms(p->initial_interval));
+    int64_t ii = dbx_pb_duration_ms(p->initial_interval); /* saturates at INT64_MAX / 2 */
+    p->maximum_interval = svc_duration_new_ms(ii > MAX_TIMEOUT_MS ? ii : 100 * ii);
   }
 }
 
@@ -69,6 +70,11 @@ static dbx_err cmd_schedule_activity(ectx *c, job *j, RunState *rs, Command *cmd
           st2c = dbx_pb_duration_ms(a->start_to_close_timeout), hb = dbx_pb_duration_ms(a->heartbeat_timeout);
   if (s2c < 0 || s2s < 0 || st2c < 0 || hb < 0) {
     svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "ScheduleActivityTask %s: a timeout is negative", a->activity_id);
+    return DBX_OK;
+  }
+  if (s2c > MAX_TIMEOUT_MS || s2s > MAX_TIMEOUT_MS || st2c > MAX_TIMEOUT_MS || hb > MAX_TIMEOUT_MS) {
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "ScheduleActivityTask %s: a timeout is longer than 100 years",
+                 a->activity_id);
     return DBX_OK;
   }
   if (s2c == 0 && st2c == 0) {
@@ -159,8 +165,9 @@ static dbx_err cmd_start_timer(ectx *c, job *j, RunState *rs, Command *cmd, wft_
   StartTimerCommandAttributes *a = cmd->start_timer_command_attributes;
   if (!svc_check_id(j, "StartTimer.timer_id", a->timer_id)) return DBX_OK;
   int64_t ms = dbx_pb_duration_ms(a->start_to_fire_timeout);
-  if (ms <= 0) {
-    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "StartTimer %s: start_to_fire_timeout must be positive", a->timer_id);
+  if (ms <= 0 || ms > MAX_TIMEOUT_MS) {
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "StartTimer %s: start_to_fire_timeout must be positive and at most 100 years",
+                 a->timer_id);
     return DBX_OK;
   }
   if (svc_timer_find(rs, a->timer_id)) {

@@ -26,6 +26,8 @@ const char *dbx_act_heartbeat_details(const dbx_act *a) { return a->prev_details
 int dbx_act_cancelled(const dbx_act *a) { return a->cancelled; }
 int dbx_act_worker_stopping(const dbx_act *a) { return a->cancelled && a->worker_stopping; }
 int32_t dbx_act_attempt(const dbx_act *a) { return a->attempt; }
+dbx_retry_class dbx_act_retry_class(const dbx_act *a) { return a->retry_class; }
+int dbx_act_superseded(const dbx_act *a) { return a->cancelled && a->superseded; }
 const char *dbx_act_workflow_id(const dbx_act *a) { return a->workflow_id; }
 const char *dbx_act_run_id(const dbx_act *a) { return a->run_id; }
 const char *dbx_act_activity_id(const dbx_act *a) { return a->activity_id; }

@@ -24,6 +24,8 @@ struct dbx_act {
   char *last_details;      /* copy of the last heartbeat; free with dbx_fake_act_cleanup */
   int heartbeats;          /* number of dbx_act_heartbeat calls */
   int cancel_at_heartbeat; /* > 0: that heartbeat and later ones report cancellation */
+  dbx_retry_class retry_class; /* dbx_act_retry_class (zeroed: safe_to_retry) */
+  int superseded;          /* with cancelled: the attempt timed out or is gone (dbx_act_superseded) */
 };
 
 /* Frees last_details. */

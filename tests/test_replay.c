@@ -1259,6 +1259,230 @@ static void test_replay_queries_builtins_and_handlers(void **st) {
   free_history(h, n);
 }
 
+/* ---- updates: validator, handler, a handle completed later, replay */
+
+typedef struct {
+  int64_t n, pending;
+} ustate;
+
+static char *u_validate(void *st, const char *json, size_t len) {
+  (void)st, (void)len;
+  return atoi(json) < 0 ? dbx_asprintf("negative %s", json) : NULL;
+}
+static void u_inc(void *st, dbx_wf *wf, int64_t h, const char *json, size_t len) {
+  (void)len;
+  ustate *u = st;
+  int v = atoi(json);
+  u->n += v;
+  if (v == 0) { /* long-running: answered when the timer fires */
+    u->pending = h;
+    dbx_wf_start_timer(wf, 1000);
+    return;
+  }
+  char *r = dbx_asprintf("{\"n\":%lld}", (long long)u->n);
+  assert_int_equal(dbx_wf_update_complete(wf, h, r), 0);
+  assert_int_equal(dbx_wf_update_complete(wf, h, r), -1);
+  free(r);
+}
+static void u_on_timer(void *st, dbx_wf *wf, int64_t seq) {
+  (void)seq;
+  ustate *u = st;
+  assert_string_equal(dbx_wf_update_id(wf, u->pending), "u4");
+  assert_int_equal(dbx_wf_update_fail(wf, u->pending, "Late", "timer"), 0);
+}
+static void u_on_signal(void *st, dbx_wf *wf, const char *name, const char *json, size_t len) {
+  (void)wf, (void)name, (void)json, (void)len;
+  ((ustate *)st)->n *= 10;
+}
+static void *u_create(dbx_wf *wf, const char *in, size_t len) {
+  (void)wf, (void)in, (void)len;
+  return calloc(1, sizeof(ustate));
+}
+static const dbx_wf_update_def u_defs[] = {{"inc", u_validate, u_inc, "add"}, {NULL, NULL, NULL, NULL}};
+static const dbx_workflow_type upd_wf = {.name = "test.Upd", .create = u_create, .on_timer = u_on_timer,
+                                         .on_signal = u_on_signal, .destroy = t_destroy, .updates = u_defs};
+static const dbx_workflow_type upd_wf_none = {.name = "test.Upd", .create = u_create, .on_timer = u_on_timer,
+                                              .on_signal = u_on_signal, .destroy = t_destroy};
+
+static ProtobufCMessage *u_request(const char *uid, const char *name, const char *arg) {
+  UpdateRequest rq = INIT(TEMPORAL__API__UPDATE__V1__REQUEST);
+  Temporal__Api__Update__V1__Meta meta = INIT(TEMPORAL__API__UPDATE__V1__META);
+  Temporal__Api__Update__V1__Input in = INIT(TEMPORAL__API__UPDATE__V1__INPUT);
+  meta.update_id = (char *)uid;
+  in.name = (char *)name;
+  in.args = dbx_payloads_from_json(arg, strlen(arg));
+  rq.meta = &meta;
+  rq.input = &in;
+  ProtobufCMessage *m = dbx_pb_clone(&rq.base);
+  dbx_payloads_free(in.args);
+  assert_non_null(m);
+  return m;
+}
+
+static ProtocolMessage *u_message(const char *uid, const char *name, const char *arg, int64_t seq_ev) {
+  ProtocolMessage m = INIT(TEMPORAL__API__PROTOCOL__V1__MESSAGE);
+  Any any = INIT(GOOGLE__PROTOBUF__ANY);
+  ProtobufCMessage *rq = u_request(uid, name, arg);
+  char id[64];
+  snprintf(id, sizeof id, "%s/request", uid);
+  any.type_url = "type.googleapis.com/temporal.api.update.v1.Request";
+  any.value.data = dbx_pb_pack(rq, &any.value.len);
+  m.id = id;
+  m.protocol_instance_id = (char *)uid;
+  m.sequencing_id_case = TEMPORAL__API__PROTOCOL__V1__MESSAGE__SEQUENCING_ID_EVENT_ID;
+  m.event_id = seq_ev;
+  m.body = &any;
+  ProtocolMessage *out = (ProtocolMessage *)dbx_pb_clone(&m.base);
+  free(any.value.data);
+  protobuf_c_message_free_unpacked(rq, NULL);
+  assert_non_null(out);
+  return out;
+}
+
+static HistoryEvent *ev_upd_accepted(int64_t id, const char *uid, const char *arg) {
+  HistoryEvent *e = ev_base(id, ET(WORKFLOW_EXECUTION_UPDATE_ACCEPTED));
+  WorkflowExecutionUpdateAcceptedEventAttributes a =
+      INIT(TEMPORAL__API__HISTORY__V1__WORKFLOW_EXECUTION_UPDATE_ACCEPTED_EVENT_ATTRIBUTES);
+  a.protocol_instance_id = (char *)uid;
+  a.accepted_request_message_id = "x/request";
+  a.accepted_request = (UpdateRequest *)u_request(uid, "inc", arg);
+  e->attributes_case = HEV(WORKFLOW_EXECUTION_UPDATE_ACCEPTED);
+  e->workflow_execution_update_accepted_event_attributes = &a;
+  HistoryEvent *r = finish(e);
+  protobuf_c_message_free_unpacked(&a.accepted_request->base, NULL);
+  return r;
+}
+
+static HistoryEvent *ev_upd_completed(int64_t id, const char *uid) {
+  HistoryEvent *e = ev_base(id, ET(WORKFLOW_EXECUTION_UPDATE_COMPLETED));
+  WorkflowExecutionUpdateCompletedEventAttributes a =
+      INIT(TEMPORAL__API__HISTORY__V1__WORKFLOW_EXECUTION_UPDATE_COMPLETED_EVENT_ATTRIBUTES);
+  Temporal__Api__Update__V1__Meta meta = INIT(TEMPORAL__API__UPDATE__V1__META);
+  meta.update_id = (char *)uid;
+  a.meta = &meta;
+  e->attributes_case = HEV(WORKFLOW_EXECUTION_UPDATE_COMPLETED);
+  e->workflow_execution_update_completed_event_attributes = &a;
+  return finish(e);
+}
+
+/* The body of message m (unpacked with d; free it). */
+static ProtobufCMessage *u_body(const ProtocolMessage *m, const ProtobufCMessageDescriptor *d, const char *kind) {
+  char url[96];
+  snprintf(url, sizeof url, "type.googleapis.com/temporal.api.update.v1.%s", kind);
+  assert_non_null(m->body);
+  assert_string_equal(m->body->type_url, url);
+  ProtobufCMessage *b = dbx_pb_unpack(d, m->body->value.data, m->body->value.len);
+  assert_non_null(b);
+  return b;
+}
+
+static void test_replay_updates_accept_reject_and_replay(void **st) {
+  (void)st;
+  HistoryEvent *h[16];
+  size_t n = 0;
+  h[n++] = ev_started(1);
+  h[n++] = ev_plain(2, ET(WORKFLOW_TASK_SCHEDULED));
+  h[n++] = ev_signal(3, "s"); /* signals run before the task's updates: 0 * 10, then + 2 */
+  h[n++] = ev_plain(4, ET(WORKFLOW_TASK_STARTED));
+  ProtocolMessage *msgs[4] = {u_message("u1", "inc", "2", 3), u_message("u2", "zz", "1", 3),
+                              u_message("u3", "inc", "-1", 3), u_message("u4", "inc", "0", 3)};
+  dbx_wf_run *r = NULL;
+  assert_int_equal(dbx_wf_run_create(&upd_wf, "w", "r", &r), DBX_OK);
+  dbx_wf_run_set_messages(r, msgs, 4);
+  assert_int_equal(dbx_wf_run_apply(r, h, n, 4), DBX_OK);
+  dbx_wf_run_set_messages(r, NULL, 0);
+  Command **cmds = NULL;
+  size_t nc = 0;
+  assert_int_equal(dbx_wf_run_commands(r, &cmds, &nc), DBX_OK);
+  assert_int_equal(nc, 4);
+  const char *want_ids[] = {"u1/accept", "u1/response", "u4/accept"};
+  for (size_t i = 0; i < 3; i++) {
+    assert_int_equal(cmds[i]->command_type, CT(PROTOCOL_MESSAGE));
+    assert_string_equal(cmds[i]->protocol_message_command_attributes->message_id, want_ids[i]);
+  }
+  assert_int_equal(cmds[3]->command_type, CT(START_TIMER));
+  dbx_wf_run_commands_free(cmds, nc);
+  ProtocolMessage **out = NULL;
+  size_t nm = 0;
+  assert_int_equal(dbx_wf_run_messages(r, &out, &nm), DBX_OK);
+  assert_int_equal(nm, 5);
+  assert_string_equal(out[0]->id, "u2/reject");
+  UpdateRejection *rej = (UpdateRejection *)u_body(out[0], &UpdateRejection__D, "Rejection");
+  assert_string_equal(rej->failure->message, "update 'zz' is not handled by workflow type 'test.Upd'");
+  assert_string_equal(rej->failure->application_failure_info->type, "UnknownUpdate");
+  assert_string_equal(rej->rejected_request_message_id, "u2/request");
+  assert_int_equal(rej->rejected_request_sequencing_event_id, 3);
+  protobuf_c_message_free_unpacked(&rej->base, NULL);
+  assert_string_equal(out[1]->id, "u3/reject");
+  rej = (UpdateRejection *)u_body(out[1], &UpdateRejection__D, "Rejection");
+  assert_string_equal(rej->failure->message, "negative -1");
+  assert_string_equal(rej->failure->application_failure_info->type, "ValidationError");
+  protobuf_c_message_free_unpacked(&rej->base, NULL);
+  assert_string_equal(out[2]->id, "u1/accept");
+  assert_string_equal(out[2]->protocol_instance_id, "u1");
+  UpdateAcceptance *acc = (UpdateAcceptance *)u_body(out[2], &UpdateAcceptance__D, "Acceptance");
+  assert_string_equal(acc->accepted_request_message_id, "u1/request");
+  assert_string_equal(acc->accepted_request->meta->update_id, "u1");
+  protobuf_c_message_free_unpacked(&acc->base, NULL);
+  assert_string_equal(out[3]->id, "u1/response");
+  UpdateResponse *resp = (UpdateResponse *)u_body(out[3], &UpdateResponse__D, "Response");
+  assert_int_equal(resp->outcome->value_case, TEMPORAL__API__UPDATE__V1__OUTCOME__VALUE_SUCCESS);
+  char *res = dbx_payloads_to_json(resp->outcome->success);
+  assert_string_equal(res, "{\"n\":2}");
+  free(res);
+  assert_string_equal(resp->meta->update_id, "u1");
+  protobuf_c_message_free_unpacked(&resp->base, NULL);
+  assert_string_equal(out[4]->id, "u4/accept");
+  dbx_wf_run_messages_free(out, nm);
+  /* what the service recorded; then the timer's task, on the cached run */
+  h[n++] = ev_plain(5, ET(WORKFLOW_TASK_COMPLETED));
+  h[n++] = ev_upd_accepted(6, "u1", "2");
+  h[n++] = ev_upd_completed(7, "u1");
+  h[n++] = ev_upd_accepted(8, "u4", "0");
+  h[n++] = ev_timer_started(9, "1");
+  h[n++] = ev_timer_fired(10, "1", 9);
+  h[n++] = ev_plain(11, ET(WORKFLOW_TASK_SCHEDULED));
+  h[n++] = ev_plain(12, ET(WORKFLOW_TASK_STARTED));
+  assert_int_equal(dbx_wf_run_apply(r, h, n, 12), DBX_OK);
+  assert_int_equal(dbx_wf_run_commands_matched(r), 4);
+  assert_int_equal(dbx_wf_run_commands(r, &cmds, &nc), DBX_OK);
+  assert_int_equal(nc, 1);
+  assert_string_equal(cmds[0]->protocol_message_command_attributes->message_id, "u4/response");
+  dbx_wf_run_commands_free(cmds, nc);
+  assert_int_equal(dbx_wf_run_messages(r, &out, &nm), DBX_OK);
+  assert_int_equal(nm, 1); /* the first task's rejections are not sent again */
+  resp = (UpdateResponse *)u_body(out[0], &UpdateResponse__D, "Response");
+  assert_int_equal(resp->outcome->value_case, TEMPORAL__API__UPDATE__V1__OUTCOME__VALUE_FAILURE);
+  assert_string_equal(resp->outcome->failure->message, "timer");
+  protobuf_c_message_free_unpacked(&resp->base, NULL);
+  dbx_wf_run_messages_free(out, nm);
+  dbx_wf_run_destroy(r);
+  h[n++] = ev_plain(13, ET(WORKFLOW_TASK_COMPLETED));
+  h[n++] = ev_upd_completed(14, "u4");
+  /* a fresh replay rebuilds both updates at their Accepted events (the
+   * validator does not run: nothing is rejected) */
+  dbx_replay_report rep;
+  assert_int_equal(dbx_replay_run(&upd_wf, h, n, &rep), DBX_OK);
+  if (!rep.deterministic) fail_msg("%s", rep.message);
+  assert_int_equal(rep.commands_matched, 5);
+  /* code without the handler cannot replay it */
+  assert_int_equal(dbx_replay_run(&upd_wf_none, h, n, &rep), DBX_OK);
+  assert_false(rep.deterministic);
+  assert_int_equal(rep.event_id, 6);
+  assert_non_null(strstr(rep.message, "accepted update 'inc'"));
+  /* a history whose Completed names another update */
+  HistoryEvent *keep = h[6];
+  h[6] = ev_upd_completed(7, "u9");
+  assert_int_equal(dbx_replay_run(&upd_wf, h, n, &rep), DBX_OK);
+  assert_false(rep.deterministic);
+  assert_int_equal(rep.event_id, 7);
+  assert_non_null(strstr(rep.message, "completed update 'inc' (update id u1)"));
+  protobuf_c_message_free_unpacked(&h[6]->base, NULL);
+  h[6] = keep;
+  for (size_t i = 0; i < 4; i++) protobuf_c_message_free_unpacked(&msgs[i]->base, NULL);
+  free_history(h, n);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup(test_replay_clean, setup),
@@ -1283,6 +1507,7 @@ int main(void) {
       cmocka_unit_test_setup(test_replay_kind_fail_and_cancel_workflow, setup),
       cmocka_unit_test_setup(test_replay_events_without_attributes, setup),
       cmocka_unit_test_setup(test_replay_queries_builtins_and_handlers, setup),
+      cmocka_unit_test_setup(test_replay_updates_accept_reject_and_replay, setup),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -881,6 +881,61 @@ static void test_sandbox_acts_not_found(void **state) {
                  "/nonexistent/dbx/dir");
 }
 
+/* A retry of a commit that landed before its attempt's result was recorded
+ * (the worker died after git commit) reports that commit's sha instead of
+ * "nothing to commit", and commits nothing more; another activity's commit
+ * of the same change is not taken for it. */
+static void test_sandbox_acts_git_commit_retry_finds_landed(void **state) {
+  (void)state;
+  char *repo = dbx_asprintf("%s/repo-retry", g_tmp);
+  char *cmd = dbx_asprintf("git init -q -b main %s && cd %s && echo one > a.txt && git add a.txt && "
+                           "git -c user.name=t -c user.email=t@e commit -q -m init",
+                           repo, repo);
+  assert_int_equal(system(cmd), 0);
+  free(cmd);
+  char *src = dbx_asprintf("{\"kind\":\"git\",\"path\":\"%s\"}", repo);
+  char *id = make_sandbox("wf-git-retry", src);
+  struct dbx_act a = act_for("wf-git-retry");
+  char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"a.txt\",\"content\":\"two\\n\"}", id);
+  cJSON_Delete(ok(T(write_file), &a, in));
+  free(in);
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"message\":\"change a\\n\"}", id);
+  a.activity_id = "7";
+  cJSON *o = ok(T(git_commit), &a, in);
+  char *sha = dbx_strdup(str(o, "sha"));
+  assert_int_equal(strlen(sha), 40);
+  cJSON_Delete(o);
+  a.attempt = 2; /* the retry */
+  o = ok(T(git_commit), &a, in);
+  assert_false(boolean(o, "nothing_to_commit"));
+  assert_string_equal(str(o, "sha"), sha);
+  cJSON_Delete(o);
+  /* HEAD is still that commit, one on top of init */
+  char *q = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"git rev-list --count HEAD; "
+                         "git rev-parse HEAD; git log -1 --format=%%s\"}", id);
+  o = ok(T(exec), &a, q);
+  char *want = dbx_asprintf("2\n%s\nchange a\n", sha);
+  assert_string_equal(str(o, "stdout"), want);
+  free(want);
+  cJSON_Delete(o);
+  /* a first attempt of another activity: nothing to commit, not that sha */
+  a.activity_id = "8";
+  a.attempt = 1;
+  o = ok(T(git_commit), &a, in);
+  assert_true(boolean(o, "nothing_to_commit"));
+  cJSON_Delete(o);
+  a.attempt = 3; /* nor does a retry of it find activity 7's commit */
+  o = ok(T(git_commit), &a, in);
+  assert_true(boolean(o, "nothing_to_commit"));
+  cJSON_Delete(o);
+  free(q);
+  free(in);
+  free(sha);
+  free(id);
+  free(src);
+  free(repo);
+}
+
 static void test_sandbox_acts_git_commit_sha(void **state) {
   (void)state;
   char *repo = dbx_asprintf("%s/repo", g_tmp);
@@ -2628,6 +2683,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_sandbox_acts_invalid_input_names_field),
       cmocka_unit_test(test_sandbox_acts_not_found),
       cmocka_unit_test(test_sandbox_acts_git_commit_sha),
+      cmocka_unit_test(test_sandbox_acts_git_commit_retry_finds_landed),
       cmocka_unit_test(test_sandbox_acts_checkpoint_stable_across_retries),
       cmocka_unit_test(test_sandbox_acts_stop_start_delete),
       cmocka_unit_test(test_sandbox_acts_cancelled_runs_nothing),

@@ -640,11 +640,149 @@ static void test_worker_oom_activity_result(void **state) {
   free(dir);
 }
 
+/* ---- a workflow task carrying update requests: one accepted and answered,
+ * one rejected by its validator, one of an unknown name */
+
+static char *upd_validate(void *st, const char *json, size_t len) {
+  (void)st, (void)len;
+  return json[0] == '-' ? strdup("negative") : NULL; /* libc: the hook is for the worker's allocations */
+}
+static void upd_run(void *st, dbx_wf *wf, int64_t h, const char *json, size_t len) {
+  (void)st;
+  char r[64];
+  snprintf(r, sizeof r, "{\"got\":%.*s}", (int)len, json);
+  dbx_wf_update_complete(wf, h, r);
+}
+static const dbx_wf_update_def upd_defs[] = {{"set", upd_validate, upd_run, NULL}, {NULL, NULL, NULL, NULL}};
+static void *upd_create(dbx_wf *wf, const char *in, size_t len) {
+  (void)wf, (void)in, (void)len;
+  return malloc(1);
+}
+static const dbx_workflow_type upd_wf = {.name = "oom.Kinds", .create = upd_create, .destroy = k_destroy,
+                                         .updates = upd_defs};
+
+static ProtocolMessage *upd_message(const char *uid, const char *name, const char *arg) {
+  UpdateRequest rq = INIT(TEMPORAL__API__UPDATE__V1__REQUEST);
+  Temporal__Api__Update__V1__Meta meta = INIT(TEMPORAL__API__UPDATE__V1__META);
+  Temporal__Api__Update__V1__Input in = INIT(TEMPORAL__API__UPDATE__V1__INPUT);
+  Temporal__Api__Common__V1__Payload pl = INIT(TEMPORAL__API__COMMON__V1__PAYLOAD);
+  Temporal__Api__Common__V1__Payload *pp = &pl;
+  Payloads ps = INIT(TEMPORAL__API__COMMON__V1__PAYLOADS);
+  pl.data.data = (uint8_t *)arg;
+  pl.data.len = strlen(arg);
+  ps.payloads = &pp;
+  ps.n_payloads = 1;
+  meta.update_id = (char *)uid;
+  in.name = (char *)name;
+  in.args = &ps;
+  rq.meta = &meta;
+  rq.input = &in;
+  ProtocolMessage m = INIT(TEMPORAL__API__PROTOCOL__V1__MESSAGE);
+  Any any = INIT(GOOGLE__PROTOBUF__ANY);
+  any.type_url = "type.googleapis.com/temporal.api.update.v1.Request";
+  any.value.len = protobuf_c_message_get_packed_size(&rq.base);
+  any.value.data = malloc(any.value.len + 1);
+  protobuf_c_message_pack(&rq.base, any.value.data);
+  m.id = (char *)uid;
+  m.protocol_instance_id = (char *)uid;
+  m.body = &any;
+  size_t len = protobuf_c_message_get_packed_size(&m.base);
+  uint8_t *buf = malloc(len + 1);
+  protobuf_c_message_pack(&m.base, buf);
+  free(any.value.data);
+  ProtocolMessage *out = (ProtocolMessage *)protobuf_c_message_unpack(&ProtocolMessage__D, NULL, len, buf);
+  free(buf);
+  assert_non_null(out);
+  return out;
+}
+
+static dbx_err upd_answer(const PollWorkflowTaskQueueResponse *t, HistoryEvent **h, size_t n, answer *out) {
+  memset(out, 0, sizeof *out);
+  dbx_wf_run *r = NULL;
+  dbx_wft_answer_ a;
+  dbx_err rc = dbx_wft_answer_build_(&upd_wf, t, h, n, NS, "oom-tester", &r, &a);
+  if (rc == DBX_OK) {
+    out->failed = a.failed;
+    if (a.failed) snprintf(out->type, sizeof out->type, "%s", a.failed_rq.failure->application_failure_info->type);
+    out->packed = dbx_pb_pack(a.failed ? &a.failed_rq.base : &a.completed.base, &out->len);
+    if (!out->packed) rc = DBX_ENOMEM;
+  }
+  dbx_wft_answer_cleanup_(&a);
+  dbx_wf_run_destroy(r);
+  return rc;
+}
+
+static void test_worker_oom_update_task(void **state) {
+  (void)state;
+  HistoryEvent *h[3] = {wf_started(1), finish(ev(2, ET(WORKFLOW_TASK_SCHEDULED))), wft_started(3, 0)};
+  ProtocolMessage *msgs[3] = {upd_message("u1", "set", "7"), upd_message("u2", "set", "-1"),
+                              upd_message("u3", "nope", "1")};
+  PollWorkflowTaskQueueResponse t = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__POLL_WORKFLOW_TASK_QUEUE_RESPONSE);
+  WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  WorkflowType wt = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_TYPE);
+  we.workflow_id = "wf-upd";
+  we.run_id = RID;
+  wt.name = "oom.Kinds";
+  t.workflow_execution = &we;
+  t.workflow_type = &wt;
+  t.started_event_id = 3;
+  t.messages = msgs;
+  t.n_messages = 3;
+  answer want, got;
+  assert_int_equal(upd_answer(&t, h, 3, &want), DBX_OK);
+  assert_int_equal(want.failed, 0);
+  RespondWorkflowTaskCompletedRequest *done = (RespondWorkflowTaskCompletedRequest *)
+      protobuf_c_message_unpack(&RespondWorkflowTaskCompletedRequest__D, NULL, want.len, want.packed);
+  assert_non_null(done);
+  assert_int_equal(done->n_commands, 2);
+  assert_int_equal(done->commands[0]->command_type, CT(PROTOCOL_MESSAGE));
+  assert_string_equal(done->commands[0]->protocol_message_command_attributes->message_id, "u1/accept");
+  assert_string_equal(done->commands[1]->protocol_message_command_attributes->message_id, "u1/response");
+  assert_int_equal(done->n_messages, 4);
+  assert_string_equal(done->messages[0]->id, "u2/reject");
+  assert_string_equal(done->messages[1]->id, "u3/reject");
+  assert_string_equal(done->messages[2]->id, "u1/accept");
+  assert_string_equal(done->messages[3]->id, "u1/response");
+  protobuf_c_message_free_unpacked(&done->base, NULL);
+  long n = 1, failing = 0;
+  for (;; n++) {
+    dbx_alloc_fail_at(n);
+    dbx_err rc = upd_answer(&t, h, 3, &got);
+    int hit = dbx_alloc_failed();
+    dbx_alloc_fail_at(0);
+    if (!hit) {
+      assert_int_equal(rc, DBX_OK);
+      assert_int_equal(got.len, want.len);
+      assert_memory_equal(got.packed, want.packed, want.len);
+      free(got.packed);
+      break;
+    }
+    failing++;
+    /* never a completion other than the never-failed one */
+    if (rc == DBX_OK && got.failed) {
+      assert_string_equal(got.type, "WorkerError");
+    } else if (rc == DBX_OK) {
+      assert_int_equal(got.len, want.len);
+      assert_memory_equal(got.packed, want.packed, want.len);
+    } else {
+      assert_int_equal(rc, DBX_ENOMEM);
+    }
+    free(got.packed);
+    assert_true(n < MAX_SWEEP);
+  }
+  assert_true(failing > 20);
+  print_message("update task: %ld allocations failed one at a time\n", failing);
+  free(want.packed);
+  for (size_t i = 0; i < 3; i++) protobuf_c_message_free_unpacked(&msgs[i]->base, NULL);
+  free_history(h, 3);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_worker_oom_workflow_task),
       cmocka_unit_test(test_worker_oom_code_out_of_memory_fails_the_task),
       cmocka_unit_test(test_worker_oom_activity_result),
+      cmocka_unit_test(test_worker_oom_update_task),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -144,6 +144,32 @@ typedef struct {
   const char *description;
 } dbx_wf_query_def;
 
+/* Added: an update handler by name (Temporal: workflow updates; see
+ * dbx_workflow_type.updates). An update request arrives in a workflow task
+ * (a protocol message); after the activation's other callbacks (activity
+ * outcomes, timers, signals, ...) it is validated, then accepted or rejected:
+ *  - validate (may be NULL = accept all): runs only when the request is new,
+ *    never on replay; it gets no dbx_wf and must not change state. Return
+ *    NULL to accept, or a malloc'd message to reject (the caller gets an
+ *    ApplicationFailure of type "ValidationError" with that message; nothing
+ *    is written to history).
+ *  - fn runs once, at acceptance (WorkflowExecutionUpdateAccepted), with the
+ *    update's handle and its first argument (JSON, borrowed; "null" when
+ *    none). It may issue commands like a signal handler. The update stays
+ *    open until the code calls dbx_wf_update_complete or dbx_wf_update_fail
+ *    with the handle, in this callback or any later one (after an activity,
+ *    a timer, ...): keep the handle in the state.
+ * On replay the handler runs again in the activation of the workflow task
+ * whose completion recorded the Accepted event (with the request recorded
+ * there), at the same place, so handles and commands repeat exactly. A
+ * request whose name has no entry is rejected ("UnknownUpdate"). */
+typedef struct {
+  const char *name;
+  char *(*validate)(void *state, const char *args_json, size_t len);
+  void (*fn)(void *state, dbx_wf *wf, int64_t update, const char *args_json, size_t len);
+  const char *description;
+} dbx_wf_update_def;
+
 typedef struct {
   const char *name;                /* workflow type name, e.g. "durabox.Script" */
   /* Create the state from the input JSON (borrowed). May issue commands.
@@ -176,6 +202,9 @@ typedef struct {
   const dbx_wf_signal_def *signals;
   /* Per-name query handlers, ended by name NULL; tried before on_query. */
   const dbx_wf_query_def *queries;
+  /* Added: update handlers, ended by name NULL; NULL = none (every update is
+   * rejected as unknown). */
+  const dbx_wf_update_def *updates;
 } dbx_workflow_type;
 
 /* Commands (each returns a sequence number used as the activity/timer id:
@@ -276,6 +305,18 @@ int64_t dbx_wf_history_length(const dbx_wf *wf);
 int64_t dbx_wf_history_size_bytes(const dbx_wf *wf);
 int dbx_wf_continue_as_new_suggested(const dbx_wf *wf);
 
+/* Added: end the accepted update `update` (a handle given to its handler)
+ * with a result (JSON copied; NULL = null) or a failure (ApplicationFailure
+ * with type and message, copied; NULL = ""): the UpdateWorkflowExecution
+ * caller gets it (event WorkflowExecutionUpdateCompleted, matched on replay
+ * by update id). Complete updates before ending the run. Returns 0, or -1
+ * (unknown handle, the update already ended, the run completed, OOM). */
+int dbx_wf_update_complete(dbx_wf *wf, int64_t update, const char *result_json);
+int dbx_wf_update_fail(dbx_wf *wf, int64_t update, const char *type, const char *message);
+/* Added: the update id (Temporal: Meta.update_id) of handle update, borrowed
+ * for the run's life; NULL for an unknown handle. */
+const char *dbx_wf_update_id(const dbx_wf *wf, int64_t update);
+
 /* End the run: result JSON copied (NULL = null). */
 void dbx_wf_complete(dbx_wf *wf, const char *result_json);
 void dbx_wf_fail(dbx_wf *wf, const char *type, const char *message);
@@ -330,6 +371,18 @@ int dbx_act_cancelled(const dbx_act *a);
  * the next attempt re-attaches. */
 int dbx_act_worker_stopping(const dbx_act *a);
 int32_t dbx_act_attempt(const dbx_act *a);
+/* The class this attempt runs under: the stricter of its type's and the one
+ * the workflow scheduled it with (an at_most_once step of a safe_to_retry
+ * type is at_most_once). Work that cannot tell whether its effect already
+ * happened must then fail OutcomeUnknown rather than do it again. */
+dbx_retry_class dbx_act_retry_class(const dbx_act *a);
+/* 1 when the cancellation is this attempt being out of date: its start-to-
+ * close or heartbeat timeout passed, or the service no longer knows it. A
+ * newer attempt may then be running the same work (on this worker or
+ * another): work shared with it (a detached command) must only be stopped
+ * under a fence (driver.h exec_cancel_as), never unconditionally. 0 for a
+ * cancel request and for the worker stopping. */
+int dbx_act_superseded(const dbx_act *a);
 const char *dbx_act_workflow_id(const dbx_act *a);
 const char *dbx_act_run_id(const dbx_act *a);
 const char *dbx_act_activity_id(const dbx_act *a);

@@ -16,8 +16,14 @@
  * delivers first ends it, and a signal cancels the timer. A replayed
  * activation first reads ahead the markers its task recorded (lookahead[]),
  * which marker, side-effect and version calls consume. pending[] lists what
- * the code waits on, for __stack_trace. After a non-determinism error the
- * run refuses further work (bad != 0).
+ * the code waits on, for __stack_trace. Updates: after an activation's jobs,
+ * its update requests run (run_updates): new ones from the task's protocol
+ * messages (validated; a rejection is a message in rejects[], nothing else),
+ * replayed ones from the Accepted events its task's completion recorded; an
+ * acceptance and a response are PROTOCOL_MESSAGE commands in the FIFO that
+ * carry their message and are matched by the Accepted / Completed events
+ * (update id); upds[] maps handles to update ids. After a non-determinism
+ * error the run refuses further work (bad != 0).
  * No I/O and no clocks here: time comes from WorkflowTaskStarted events. */
 #include "worker/replay.h"
 
@@ -32,18 +38,33 @@
 
 typedef enum {
   K_ACT = 1, K_TIMER, K_COMPLETE, K_FAIL, K_CANCEL, K_ACT_CANCEL,
-  K_TIMER_CANCEL, K_MARKER, K_CHILD, K_CANCEL_EXT, K_SIGNAL_EXT, K_UPSERT_SA, K_MEMO, K_CAN
+  K_TIMER_CANCEL, K_MARKER, K_CHILD, K_CANCEL_EXT, K_SIGNAL_EXT, K_UPSERT_SA, K_MEMO, K_CAN,
+  K_UPD_ACCEPT, K_UPD_RESPOND /* PROTOCOL_MESSAGE commands: an update's acceptance / response */
 } cmd_kind;
 
 typedef struct {
   cmd_kind kind;
   int64_t seq;
   char *type;  /* activity / child workflow type, marker name, signal name */
-  char *ident; /* child / external workflow id */
+  char *ident; /* child / external workflow id, update id */
   uint8_t *packed;
   size_t len;
   int64_t activation;
+  uint8_t *msg; /* K_UPD_*: the packed ProtocolMessage the command names */
+  size_t msg_len;
 } pcmd;
+
+/* An accepted update; its handle is its index + 1 (acceptance order). */
+typedef struct {
+  char *id, *name;
+  int done; /* its response was issued */
+} upd;
+
+/* A packed ProtocolMessage to send with this task (an update's rejection). */
+typedef struct {
+  uint8_t *packed;
+  size_t len;
+} pmsg;
 
 typedef enum { J_ACT = 1, J_TIMER, J_SIGNAL, J_CANCEL, J_CHILD, J_EXT } job_kind;
 
@@ -134,6 +155,12 @@ struct dbx_wf {
   int look_ready;
   char **scratch; /* values returned to the code, freed at the next activation */
   size_t nscratch, cap_scratch;
+  upd *upds;
+  size_t nupds, cap_upds;
+  pmsg *rejects; /* rejections of the current activation */
+  size_t nrejects, cap_rejects;
+  ProtocolMessage *const *msgs; /* the task's messages (borrowed: dbx_wf_run_set_messages) */
+  size_t nmsgs;
   int64_t err_event;
   char err[512];
 };
@@ -178,6 +205,11 @@ static void job_free(job *j) {
   free(j->json);
 }
 
+static void rejects_clear(dbx_wf_run *r) {
+  for (size_t i = 0; i < r->nrejects; i++) free(r->rejects[i].packed);
+  r->nrejects = 0;
+}
+
 static void look_clear(dbx_wf_run *r) {
   for (size_t i = 0; i < r->nlook; i++) {
     free(r->look[i].name);
@@ -195,7 +227,15 @@ void dbx_wf_run_destroy(dbx_wf_run *r) {
   for (size_t i = 0; i < r->ncmds; i++) {
     free(r->cmds[i].type);
     free(r->cmds[i].packed);
+    free(r->cmds[i].msg);
   }
+  for (size_t i = 0; i < r->nupds; i++) {
+    free(r->upds[i].id);
+    free(r->upds[i].name);
+  }
+  free(r->upds);
+  rejects_clear(r);
+  free(r->rejects);
   for (size_t i = 0; i < r->njobs; i++) job_free(&r->jobs[i]);
   for (size_t i = 0; i < r->ncmds; i++) free(r->cmds[i].ident);
   for (size_t i = 0; i < r->nkids; i++) {
@@ -856,6 +896,275 @@ void dbx_wf_continue_as_new(dbx_wf *wf, const char *input_json, const dbx_contin
   dbx_payloads_free(a.input);
 }
 
+/* ------------------------------------------------------------ updates */
+
+#define UPD_URL "type.googleapis.com/temporal.api.update.v1."
+
+/* A packed ProtocolMessage for update id: "<id>/<suffix>", body type_url
+ * UPD_URL<kind> holding body (packed). Returns malloc'd bytes or NULL. */
+static uint8_t *update_message(const char *id, const char *suffix, const char *kind,
+                               const ProtobufCMessage *body, size_t *len) {
+  ProtocolMessage m = INIT(TEMPORAL__API__PROTOCOL__V1__MESSAGE);
+  Any any = INIT(GOOGLE__PROTOBUF__ANY);
+  char *mid = dbx_asprintf("%s/%s", id, suffix);
+  char *url = dbx_asprintf(UPD_URL "%s", kind);
+  uint8_t *out = NULL;
+  any.value.data = dbx_pb_pack(body, &any.value.len);
+  if (!mid || !url || !any.value.data) goto out;
+  m.id = mid;
+  m.protocol_instance_id = (char *)id;
+  any.type_url = url;
+  m.body = &any;
+  out = dbx_pb_pack(&m.base, len);
+out:
+  free(mid);
+  free(url);
+  free(any.value.data);
+  return out;
+}
+
+static upd *update_get(const dbx_wf *wf, int64_t h) {
+  return wf && h >= 1 && (size_t)h <= wf->nupds ? &wf->upds[h - 1] : NULL;
+}
+
+const char *dbx_wf_update_id(const dbx_wf *wf, int64_t update) {
+  upd *u = update_get(wf, update);
+  return u ? u->id : NULL;
+}
+
+/* A PROTOCOL_MESSAGE command naming "<id>/<suffix>" with its message. */
+static int64_t push_update_cmd(dbx_wf *wf, cmd_kind kind, int64_t h, const char *suffix, uint8_t *msg,
+                               size_t msg_len) {
+  upd *u = update_get(wf, h);
+  Command c = INIT(TEMPORAL__API__COMMAND__V1__COMMAND);
+  Temporal__Api__Command__V1__ProtocolMessageCommandAttributes a =
+      INIT(TEMPORAL__API__COMMAND__V1__PROTOCOL_MESSAGE_COMMAND_ATTRIBUTES);
+  char *mid = dbx_asprintf("%s/%s", u->id, suffix);
+  if (!msg || !mid) {
+    free(msg);
+    free(mid);
+    return oom(wf);
+  }
+  a.message_id = mid;
+  c.command_type = CT(PROTOCOL_MESSAGE);
+  c.attributes_case = CMD(PROTOCOL_MESSAGE);
+  c.protocol_message_command_attributes = &a;
+  int64_t rc = push_cmd_id(wf, kind, h, u->name, u->id, &c);
+  free(mid);
+  if (rc < 0) {
+    free(msg);
+    return rc;
+  }
+  wf->cmds[wf->ncmds - 1].msg = msg;
+  wf->cmds[wf->ncmds - 1].msg_len = msg_len;
+  return rc;
+}
+
+static int update_end(dbx_wf *wf, int64_t h, UpdateOutcome *o) {
+  upd *u = update_get(wf, h);
+  if (!usable(wf) || !u || u->done) return -1;
+  UpdateResponse resp = INIT(TEMPORAL__API__UPDATE__V1__RESPONSE);
+  Temporal__Api__Update__V1__Meta meta = INIT(TEMPORAL__API__UPDATE__V1__META);
+  meta.update_id = u->id;
+  meta.identity = "";
+  resp.meta = &meta;
+  resp.outcome = o;
+  size_t len = 0;
+  uint8_t *msg = update_message(u->id, "response", "Response", &resp.base, &len);
+  if (push_update_cmd(wf, K_UPD_RESPOND, h, "response", msg, len) < 0) return -1;
+  u->done = 1;
+  return 0;
+}
+
+int dbx_wf_update_complete(dbx_wf *wf, int64_t update, const char *result_json) {
+  if (!usable(wf) || !update_get(wf, update)) return -1;
+  UpdateOutcome o = INIT(TEMPORAL__API__UPDATE__V1__OUTCOME);
+  o.value_case = TEMPORAL__API__UPDATE__V1__OUTCOME__VALUE_SUCCESS;
+  o.success = dbx_payloads_from_json(result_json, result_json ? strlen(result_json) : 0);
+  if (!o.success) return oom(wf);
+  int rc = update_end(wf, update, &o);
+  dbx_payloads_free(o.success);
+  return rc;
+}
+
+int dbx_wf_update_fail(dbx_wf *wf, int64_t update, const char *type, const char *message) {
+  UpdateOutcome o = INIT(TEMPORAL__API__UPDATE__V1__OUTCOME);
+  Failure f = INIT(TEMPORAL__API__FAILURE__V1__FAILURE);
+  ApplicationFailureInfo ai = INIT(TEMPORAL__API__FAILURE__V1__APPLICATION_FAILURE_INFO);
+  f.message = (char *)(message ? message : "");
+  f.source = "durabox";
+  ai.type = (char *)(type ? type : "");
+  f.failure_info_case = FI(APPLICATION_FAILURE_INFO);
+  f.application_failure_info = &ai;
+  o.value_case = TEMPORAL__API__UPDATE__V1__OUTCOME__VALUE_FAILURE;
+  o.failure = &f;
+  return update_end(wf, update, &o);
+}
+
+/* Answer request rq (message msg_id, sequencing event seq_ev) with a
+ * Rejection carrying an ApplicationFailure (type, message); sent with this
+ * task's completion, nothing in history. */
+static void update_reject(dbx_wf_run *r, const UpdateRequest *rq, const char *msg_id, int64_t seq_ev,
+                          const char *type, const char *message) {
+  UpdateRejection rej = INIT(TEMPORAL__API__UPDATE__V1__REJECTION);
+  Failure f = INIT(TEMPORAL__API__FAILURE__V1__FAILURE);
+  ApplicationFailureInfo ai = INIT(TEMPORAL__API__FAILURE__V1__APPLICATION_FAILURE_INFO);
+  f.message = (char *)message;
+  f.source = "durabox";
+  ai.type = (char *)type;
+  ai.non_retryable = 1;
+  f.failure_info_case = FI(APPLICATION_FAILURE_INFO);
+  f.application_failure_info = &ai;
+  rej.rejected_request_message_id = (char *)msg_id;
+  rej.rejected_request_sequencing_event_id = seq_ev;
+  rej.rejected_request = (UpdateRequest *)rq;
+  rej.failure = &f;
+  if (grow((void **)&r->rejects, &r->cap_rejects, r->nrejects + 1, sizeof *r->rejects)) {
+    oom(r);
+    return;
+  }
+  pmsg *p = &r->rejects[r->nrejects];
+  p->packed = update_message(rq->meta->update_id, "reject", "Rejection", &rej.base, &p->len);
+  if (!p->packed) oom(r);
+  else r->nrejects++;
+}
+
+/* One update request: new (validate = 1: from this task's messages; the
+ * validator decides) or replayed (validate = 0: from a recorded Accepted
+ * event). Accepting = the acceptance command, then the handler. */
+static void update_request(dbx_wf_run *r, const UpdateRequest *rq, const char *msg_id, int64_t seq_ev,
+                           int validate, int64_t event_id) {
+  if (!rq || !rq->meta || !rq->meta->update_id || !rq->input) return;
+  const char *id = rq->meta->update_id, *name = rq->input->name ? rq->input->name : "";
+  for (size_t i = 0; i < r->nupds; i++)
+    if (strcmp(r->upds[i].id, id) == 0) return; /* delivered again: answered already */
+  const dbx_wf_update_def *d = r->t->updates;
+  while (d && d->name && strcmp(d->name, name) != 0) d++;
+  if (!d || !d->name || !d->fn) {
+    if (!validate) {
+      set_bad(r, event_id, "nondeterminism at event %lld: history accepted update '%s', workflow code has no handler for it",
+              (long long)event_id, name);
+      return;
+    }
+    char *m = dbx_asprintf("update '%s' is not handled by workflow type '%s'", name, r->t->name);
+    if (m) update_reject(r, rq, msg_id, seq_ev, "UnknownUpdate", m);
+    else oom(r);
+    free(m);
+    return;
+  }
+  char *json = rq->input->args ? dbx_payloads_to_json(rq->input->args) : dbx_strdup("null");
+  if (!json) {
+    oom(r);
+    return;
+  }
+  size_t len = strlen(json);
+  if (validate && !usable(r)) { /* the code ended the run in this activation */
+    update_reject(r, rq, msg_id, seq_ev, "WorkflowClosing", "the workflow is closing");
+    free(json);
+    return;
+  }
+  char *why = validate && d->validate ? d->validate(r->state, json, len) : NULL;
+  if (why) {
+    update_reject(r, rq, msg_id, seq_ev, "ValidationError", why);
+    free(why);
+    free(json);
+    return;
+  }
+  if (grow((void **)&r->upds, &r->cap_upds, r->nupds + 1, sizeof *r->upds)) {
+    free(json);
+    oom(r);
+    return;
+  }
+  upd *u = &r->upds[r->nupds];
+  u->id = dbx_strdup(id);
+  u->name = dbx_strdup(name);
+  u->done = 0;
+  if (!u->id || !u->name) {
+    free(u->id);
+    free(u->name);
+    free(json);
+    oom(r);
+    return;
+  }
+  int64_t h = (int64_t)++r->nupds;
+  UpdateAcceptance acc = INIT(TEMPORAL__API__UPDATE__V1__ACCEPTANCE);
+  acc.accepted_request_message_id = (char *)(msg_id ? msg_id : "");
+  acc.accepted_request_sequencing_event_id = seq_ev;
+  acc.accepted_request = (UpdateRequest *)rq;
+  size_t mlen = 0;
+  uint8_t *msg = update_message(id, "accept", "Acceptance", &acc.base, &mlen);
+  if (push_update_cmd(r, K_UPD_ACCEPT, h, "accept", msg, mlen) >= 0 && usable(r))
+    d->fn(r->state, r, h, json, len);
+  free(json);
+}
+
+/* The activation's update requests, after its other callbacks: replayed,
+ * the Accepted events its task's completion recorded (events[i] is its
+ * WorkflowTaskStarted); new, the task's protocol messages. */
+static void run_updates(dbx_wf_run *r, int replaying, HistoryEvent *const *events, size_t i, size_t n) {
+  if (replaying) {
+    for (size_t k = i + 1; k < n && r->state && !r->bad && !r->oom; k++) {
+      const HistoryEvent *e = events[k];
+      if (e->event_type == ET(WORKFLOW_TASK_STARTED)) break;
+      const WorkflowExecutionUpdateAcceptedEventAttributes *a =
+          e->workflow_execution_update_accepted_event_attributes;
+      if (e->event_type == ET(WORKFLOW_EXECUTION_UPDATE_ACCEPTED) && a)
+        update_request(r, a->accepted_request, a->accepted_request_message_id,
+                       a->accepted_request_sequencing_event_id, 0, e->event_id);
+    }
+    return;
+  }
+  for (size_t k = 0; k < r->nmsgs && r->state && !r->bad && !r->oom; k++) {
+    const ProtocolMessage *m = r->msgs[k];
+    if (!m || !m->body || !m->body->type_url || strcmp(m->body->type_url, UPD_URL "Request") != 0) continue;
+    UpdateRequest *rq = (UpdateRequest *)dbx_pb_unpack(&UpdateRequest__D, m->body->value.data, m->body->value.len);
+    if (!rq) { /* OOM (or bytes the service never sends): no answer, the task is retried */
+      oom(r);
+      return;
+    }
+    int64_t seq_ev = m->sequencing_id_case == TEMPORAL__API__PROTOCOL__V1__MESSAGE__SEQUENCING_ID_EVENT_ID ? m->event_id : 0;
+    update_request(r, rq, m->id, seq_ev, 1, 0);
+    protobuf_c_message_free_unpacked(&rq->base, NULL);
+  }
+}
+
+void dbx_wf_run_set_messages(dbx_wf_run *r, ProtocolMessage *const *msgs, size_t n) {
+  if (!r) return;
+  r->msgs = msgs;
+  r->nmsgs = msgs ? n : 0;
+}
+
+dbx_err dbx_wf_run_messages(const dbx_wf_run *r, ProtocolMessage ***out, size_t *n) {
+  *out = NULL;
+  *n = 0;
+  size_t cnt = r->nrejects;
+  for (size_t i = r->head; i < r->ncmds; i++) cnt += r->cmds[i].msg != NULL;
+  if (!cnt) return DBX_OK;
+  ProtocolMessage **arr = dbx_calloc(cnt, sizeof *arr);
+  if (!arr) return DBX_ENOMEM;
+  size_t k = 0;
+  for (size_t i = 0; i < r->nrejects; i++)
+    if (!(arr[k++] = (ProtocolMessage *)dbx_pb_unpack(&ProtocolMessage__D, r->rejects[i].packed, r->rejects[i].len)))
+      goto fail;
+  for (size_t i = r->head; i < r->ncmds; i++)
+    if (r->cmds[i].msg &&
+        !(arr[k++] = (ProtocolMessage *)dbx_pb_unpack(&ProtocolMessage__D, r->cmds[i].msg, r->cmds[i].msg_len)))
+      goto fail;
+  *out = arr;
+  *n = cnt;
+  return DBX_OK;
+fail:
+  dbx_wf_run_messages_free(arr, k);
+  return DBX_ENOMEM;
+}
+
+void dbx_wf_run_messages_free(ProtocolMessage **m, size_t n) {
+  if (!m) return;
+  for (size_t i = 0; i < n; i++)
+    if (m[i]) protobuf_c_message_free_unpacked(&m[i]->base, NULL);
+  free(m);
+}
+
 int64_t dbx_wf_history_length(const dbx_wf *wf) { return wf->hist_len; }
 int64_t dbx_wf_history_size_bytes(const dbx_wf *wf) { return wf->hist_bytes; }
 int dbx_wf_continue_as_new_suggested(const dbx_wf *wf) { return wf->suggest_can; }
@@ -1055,7 +1364,16 @@ static char *metadata(const dbx_wf_run *r) {
     sb_str(&b, d->description);
     SB_LIT(&b, "}");
   }
-  SB_LIT(&b, "],\"updateDefinitions\":[]},\"currentDetails\":\"\"}");
+  SB_LIT(&b, "],\"updateDefinitions\":[");
+  for (const dbx_wf_update_def *d = r->t->updates; d && d->name; d++) {
+    if (d != r->t->updates) SB_LIT(&b, ",");
+    SB_LIT(&b, "{\"name\":");
+    sb_str(&b, d->name);
+    SB_LIT(&b, ",\"description\":");
+    sb_str(&b, d->description);
+    SB_LIT(&b, "}");
+  }
+  SB_LIT(&b, "]},\"currentDetails\":\"\"}");
   return sb_done(&b);
 }
 
@@ -1112,6 +1430,8 @@ static void describe_cmd(const pcmd *p, char *buf, size_t n, int with_id) {
   case K_UPSERT_SA: snprintf(buf, n, "upserted search attributes"); break;
   case K_MEMO: snprintf(buf, n, "modified the memo"); break;
   case K_CAN: snprintf(buf, n, "continued as new"); break;
+  case K_UPD_ACCEPT: snprintf(buf, n, "accepted update '%s' (update id %s)", p->type, p->ident); break;
+  case K_UPD_RESPOND: snprintf(buf, n, "completed update '%s' (update id %s)", p->type, p->ident); break;
   }
 }
 
@@ -1150,7 +1470,9 @@ static int is_command_event(int t) {
   case ET(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED):
   case ET(REQUEST_CANCEL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED):
   case ET(UPSERT_WORKFLOW_SEARCH_ATTRIBUTES):
-  case ET(WORKFLOW_PROPERTIES_MODIFIED): return 1;
+  case ET(WORKFLOW_PROPERTIES_MODIFIED):
+  case ET(WORKFLOW_EXECUTION_UPDATE_ACCEPTED):
+  case ET(WORKFLOW_EXECUTION_UPDATE_COMPLETED): return 1;
   default: return 0;
   }
 }
@@ -1194,6 +1516,13 @@ static void match_command_event(dbx_wf_run *r, const HistoryEvent *e) {
         e->request_cancel_external_workflow_execution_initiated_event_attributes;
     snprintf(hist, sizeof hist, "%s (workflow id %s)", hname,
              a->workflow_execution ? a->workflow_execution->workflow_id : "");
+  } else if (t == ET(WORKFLOW_EXECUTION_UPDATE_ACCEPTED) && e->workflow_execution_update_accepted_event_attributes) {
+    snprintf(hist, sizeof hist, "%s (update id %s)", hname,
+             e->workflow_execution_update_accepted_event_attributes->protocol_instance_id);
+  } else if (t == ET(WORKFLOW_EXECUTION_UPDATE_COMPLETED) && e->workflow_execution_update_completed_event_attributes &&
+             e->workflow_execution_update_completed_event_attributes->meta) {
+    snprintf(hist, sizeof hist, "%s (update id %s)", hname,
+             e->workflow_execution_update_completed_event_attributes->meta->update_id);
   }
   if (r->head >= r->ncmds) {
     set_bad(r, e->event_id, "nondeterminism at event %lld: history has %s, workflow code issued no command",
@@ -1284,6 +1613,16 @@ static void match_command_event(dbx_wf_run *r, const HistoryEvent *e) {
   }
   case ET(UPSERT_WORKFLOW_SEARCH_ATTRIBUTES): ok = p->kind == K_UPSERT_SA; break;
   case ET(WORKFLOW_PROPERTIES_MODIFIED): ok = p->kind == K_MEMO; break;
+  case ET(WORKFLOW_EXECUTION_UPDATE_ACCEPTED): {
+    const WorkflowExecutionUpdateAcceptedEventAttributes *a = e->workflow_execution_update_accepted_event_attributes;
+    ok = p->kind == K_UPD_ACCEPT && a && a->protocol_instance_id && strcmp(a->protocol_instance_id, p->ident) == 0;
+    break;
+  }
+  case ET(WORKFLOW_EXECUTION_UPDATE_COMPLETED): {
+    const WorkflowExecutionUpdateCompletedEventAttributes *a = e->workflow_execution_update_completed_event_attributes;
+    ok = p->kind == K_UPD_RESPOND && a && a->meta && a->meta->update_id && strcmp(a->meta->update_id, p->ident) == 0;
+    break;
+  }
   case ET(WORKFLOW_EXECUTION_CONTINUED_AS_NEW): ok = p->kind == K_CAN; break;
   case ET(WORKFLOW_EXECUTION_COMPLETED): ok = p->kind == K_COMPLETE; break;
   case ET(WORKFLOW_EXECUTION_FAILED): ok = p->kind == K_FAIL; break;
@@ -1591,6 +1930,7 @@ static void activate(dbx_wf_run *r, const HistoryEvent *e, int replaying, Histor
   r->hist_bytes = ws ? ws->history_size_bytes : 0;
   r->suggest_can = ws ? ws->suggest_continue_as_new : 0;
   look_clear(r);
+  rejects_clear(r);
   r->look_ready = 0;
   r->act_events = replaying ? events : NULL;
   r->act_i = i;
@@ -1623,6 +1963,7 @@ static void activate(dbx_wf_run *r, const HistoryEvent *e, int replaying, Histor
   }
   for (size_t k = 0; k < r->njobs; k++) job_free(&r->jobs[k]);
   r->njobs = 0;
+  run_updates(r, replaying, events, i, n);
   r->act_events = NULL; /* borrowed for this call only */
 }
 
@@ -1694,11 +2035,31 @@ static dbx_err apply_events(dbx_wf_run *r, HistoryEvent *const *events, size_t n
   return DBX_OK;
 }
 
+/* 1 when e's attributes (a oneof) are none or the ones of its event_type:
+ * the code reads the attributes member its event_type names, so a history
+ * from outside (a service, a worker store) that sets another member is
+ * refused, not read as the wrong type. By name: EVENT_TYPE_X has the
+ * attributes field x_event_attributes. */
+static int attributes_match(const HistoryEvent *e) {
+  if (e->attributes_case == 0) return 1;
+  const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field(&HistoryEvent__D, e->attributes_case);
+  const ProtobufCEnumValue *v =
+      protobuf_c_enum_descriptor_get_value(&temporal__api__enums__v1__event_type__descriptor, e->event_type);
+  if (!f || !v || strncmp(v->name, "EVENT_TYPE_", 11) != 0) return 0;
+  const char *a = v->name + 11, *b = f->name;
+  for (; *a; a++, b++)
+    if (*b != (*a >= 'A' && *a <= 'Z' ? *a - 'A' + 'a' : *a)) return 0;
+  return strcmp(b, "_event_attributes") == 0;
+}
+
 dbx_err dbx_wf_run_apply(dbx_wf_run *r, HistoryEvent *const *events, size_t n,
                          int64_t started_event_id) {
   if (!r || (n && !events)) return DBX_EINVAL;
+  for (size_t i = 0; i < n; i++)
+    if (!events[i] || !attributes_match(events[i])) return DBX_EINVAL; /* malformed history */
   if (r->bad) return DBX_ESTATE;
   if (r->oom) return DBX_ENOMEM;
+  rejects_clear(r);
   dbx_err rc = apply_events(r, events, n, started_event_id);
   if (rc == DBX_ENOMEM) r->oom = 1; /* partly applied: never used again */
   return rc;

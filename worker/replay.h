@@ -14,6 +14,7 @@
  * Requested, MarkerRecorded, StartChildWorkflowExecutionInitiated,
  * SignalExternal/RequestCancelExternalWorkflowExecutionInitiated,
  * UpsertWorkflowSearchAttributes, WorkflowPropertiesModified,
+ * WorkflowExecutionUpdateAccepted/Completed (update id),
  * WorkflowExecutionCompleted/Failed/Canceled/ContinuedAsNew) pops the oldest
  * unmatched command, which must be of the same kind and identity (activity
  * id AND type; timer id; marker name; child workflow id AND type; target
@@ -54,7 +55,8 @@ void dbx_wf_run_destroy(dbx_wf_run *r); /* accepts NULL */
  * then a trailing WorkflowTaskStarted is activated as the current task.
  * Returns DBX_OK; DBX_ESTATE on non-determinism (message in dbx_wf_run_error,
  * failing event in dbx_wf_run_error_event); DBX_EINVAL for a history that is
- * not contiguous with what was applied (drop the cache and replay); DBX_ENOMEM
+ * not contiguous with what was applied (drop the cache and replay), or with
+ * an event whose attributes are not those of its event_type; DBX_ENOMEM
  * (an allocation failed, also one the workflow code's command asked for: the
  * run is then partly applied and every later call returns DBX_ENOMEM again;
  * destroy it and replay, never send its commands). */
@@ -63,6 +65,18 @@ dbx_err dbx_wf_run_apply(dbx_wf_run *r, HistoryEvent *const *events, size_t n,
 int64_t dbx_wf_run_last_event_id(const dbx_wf_run *r);
 const char *dbx_wf_run_error(const dbx_wf_run *r);     /* "" when none; run's life */
 int64_t dbx_wf_run_error_event(const dbx_wf_run *r);   /* 0 when none */
+/* Added (updates): the protocol messages of the workflow task being
+ * processed (PollWorkflowTaskQueueResponse.messages), borrowed until the next
+ * dbx_wf_run_apply returns; its current (not replayed) activation handles
+ * the update requests among them. n = 0 / msgs NULL: none. */
+void dbx_wf_run_set_messages(dbx_wf_run *r, ProtocolMessage *const *msgs, size_t n);
+/* Added: the protocol messages to send with the commands
+ * (RespondWorkflowTaskCompletedRequest.messages): the rejections of the
+ * last activation, then the acceptances and responses the unsent
+ * PROTOCOL_MESSAGE commands name. *out: malloc'd array of unpacked messages;
+ * free with dbx_wf_run_messages_free. DBX_OK or DBX_ENOMEM. */
+dbx_err dbx_wf_run_messages(const dbx_wf_run *r, ProtocolMessage ***out, size_t *n);
+void dbx_wf_run_messages_free(ProtocolMessage **m, size_t n);
 /* Commands issued and not yet matched by history: the ones to send.
  * *out: malloc'd array of unpacked Commands; free with dbx_wf_run_commands_free. */
 dbx_err dbx_wf_run_commands(const dbx_wf_run *r, Command ***out, size_t *n);

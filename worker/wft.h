@@ -25,6 +25,8 @@ typedef struct {
   ApplicationFailureInfo info_;
   Command **cmds_;
   size_t ncmds_;
+  ProtocolMessage **msgs_; /* update acceptances, rejections, responses */
+  size_t nmsgs_;
   void *qres_;
   size_t nqres_;
   char *msg_;

@@ -492,7 +492,9 @@ dbx_err dbx_wft_answer_build_(const dbx_workflow_type *type, const PollWorkflowT
       rc = dbx_wf_run_create(type, wid, rid, run);
       if (rc != DBX_OK) return rc;
     }
+    dbx_wf_run_set_messages(*run, t->messages, t->n_messages);
     rc = dbx_wf_run_apply(*run, evs, n, t->started_event_id);
+    dbx_wf_run_set_messages(*run, NULL, 0);
     if (rc != DBX_EINVAL) break;
     dbx_wf_run_destroy(*run); /* not contiguous with the cache: replay from scratch */
     *run = NULL;
@@ -509,11 +511,18 @@ dbx_err dbx_wft_answer_build_(const dbx_workflow_type *type, const PollWorkflowT
   }
   rc = dbx_wf_run_commands(*run, &out->cmds_, &out->ncmds_);
   if (rc != DBX_OK) return rc;
+  rc = dbx_wf_run_messages(*run, &out->msgs_, &out->nmsgs_);
+  if (rc != DBX_OK) {
+    dbx_wft_answer_cleanup_(out);
+    return rc;
+  }
   RespondWorkflowTaskCompletedRequest *rq = &out->completed;
   *rq = (RespondWorkflowTaskCompletedRequest)INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_WORKFLOW_TASK_COMPLETED_REQUEST);
   rq->task_token = t->task_token;
   rq->commands = out->cmds_;
   rq->n_commands = out->ncmds_;
+  rq->messages = out->msgs_;
+  rq->n_messages = out->nmsgs_;
   rq->identity = (char *)identity;
   rq->namespace_ = (char *)ns;
   if (t->n_queries) {
@@ -534,6 +543,7 @@ void dbx_wft_answer_cleanup_(dbx_wft_answer_ *a) {
   if (!a) return;
   query_results_free(a->qres_, a->nqres_);
   dbx_wf_run_commands_free(a->cmds_, a->ncmds_);
+  dbx_wf_run_messages_free(a->msgs_, a->nmsgs_);
   free(a->msg_);
   memset(a, 0, sizeof *a);
 }
@@ -684,6 +694,10 @@ int dbx_act_worker_stopping(const dbx_act *a) {
          !atomic_load(&a->timed_out) && !atomic_load(&a->abandoned);
 }
 int32_t dbx_act_attempt(const dbx_act *a) { return a->task->attempt; }
+int dbx_act_superseded(const dbx_act *a) {
+  return atomic_load(&a->cancelled) && !atomic_load(&a->cancel_requested) &&
+         (atomic_load(&a->timed_out) || atomic_load(&a->abandoned));
+}
 const char *dbx_act_workflow_id(const dbx_act *a) { return a->task->workflow_execution->workflow_id; }
 const char *dbx_act_run_id(const dbx_act *a) { return a->task->workflow_execution->run_id; }
 const char *dbx_act_activity_id(const dbx_act *a) { return a->task->activity_id; }
@@ -895,6 +909,10 @@ static dbx_retry_class task_retry_class(const PollActivityTaskQueueResponse *t,
     if (d->len == 14 && memcmp(d->data, "\"at_most_once\"", 14) == 0) return DBX_AT_MOST_ONCE;
   }
   return type_class;
+}
+
+dbx_retry_class dbx_act_retry_class(const dbx_act *a) {
+  return task_retry_class(a->task, a->type ? a->type->retry_class : DBX_SAFE_TO_RETRY);
 }
 
 static void run_activity(dbx_act *a) {

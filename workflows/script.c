@@ -1012,7 +1012,20 @@ static void record_step(script *s, const cJSON *st, const dbx_act_outcome *o, in
     static const char *const names[] = {"content"};
     add_streams(sum, res, names, names, 1, 0);
   }
-  if (o && o->status != DBX_ACT_COMPLETED) {
+  const char *rcl = str_of(st, "retry_class");
+  if (o && o->status == DBX_ACT_TIMED_OUT && o->attempts > 0 && rcl &&
+      strcmp(rcl, "at_most_once") == 0) {
+    /* its only attempt started and then went silent (worker killed, paused
+     * or cut off): whether the effect happened is unknown, not a timeout */
+    char *e = dbx_asprintf("OutcomeUnknown: the step's only attempt started and timed out "
+                           "(%s), so the command may have run; an at_most_once step is not "
+                           "started again",
+                           o->failure_message && *o->failure_message ? o->failure_message
+                                                                      : "timeout");
+    cJSON_AddStringToObject(sum, "error", e ? e : "OutcomeUnknown");
+    free(reason);
+    reason = e;
+  } else if (o && o->status != DBX_ACT_COMPLETED) {
     char *e = dbx_asprintf("%s%s%s", o->failure_type ? o->failure_type : "",
                            o->failure_type && *o->failure_type ? ": " : "",
                            o->failure_message ? o->failure_message : "");

@@ -32,6 +32,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -130,6 +131,7 @@ static struct {
   int fsck_runs, fsck_fail;
   int lost_events, dup_amo, amo_missing, lost_results, amo_unknown, ok, unfinished;
   long amo_execs, safe_execs, history_reads;
+  int sup_kills, sup_none, pauses, overlaps;
 } st;
 
 static int fp_index(const char *name) {
@@ -174,6 +176,10 @@ static void *counter_thread(void *arg) {
     wf *w = wf_find(wid);
     if (w && strcmp(kind, "amo") == 0) w->amo_count++, st.amo_execs++;
     if (w && strcmp(kind, "safe") == 0) w->safe_count++, st.safe_execs++;
+    if (strcmp(kind, "overlap") == 0) { /* a safe copy found the last one's lock held */
+      st.overlaps++;
+      fprintf(stderr, "CONCURRENT DUPLICATE %s: a safe_to_retry command ran beside itself\n", wid);
+    }
     pthread_mutex_unlock(&mu);
   }
 }
@@ -188,7 +194,8 @@ typedef struct {
   char *store;       /* its LMDB directory */
 } proc;
 
-static proc procs[2];
+#define N_PROCS 3 /* the service and two workers on one task queue */
+static proc procs[N_PROCS];
 static int port, counter_port;
 static char *fp_log;
 static long fp_log_off;
@@ -294,8 +301,9 @@ static int lmdb_stat(const char *dir, char names[32][64], int *nn, long *main_en
 /* LMDB's own tools, then a store/ walk of every named table. 0 = consistent.
  * Two states of a store whose service was killed before its first commit are
  * not damage, and the service opens both (LMDB initialises them):
- *  - data.mdb of zero bytes (killed between creating the file and LMDB
- *    writing its first pages): mdb_stat cannot open it read-only;
+ *  - no data.mdb at all (killed before LMDB created it), or one of zero
+ *    bytes (killed between creating the file and LMDB writing its first
+ *    pages): mdb_stat cannot open it read-only;
  *  - an environment where no transaction was ever committed (mdb_stat -e's
  *    "Last transaction ID: 0") and so the main database is empty ("Entries:
  *    0": no named table): mdb_dump -a refuses it ("does not contain multiple
@@ -308,6 +316,8 @@ static int fsck(const char *dir, int is_worker) {
   char *data = dbx_asprintf("%s/data.mdb", dir);
   struct stat sb;
   int never_written = data && stat(data, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size == 0;
+  /* killed before LMDB even created data.mdb (a slow start, e.g. under ASan) */
+  if (data && stat(data, &sb) != 0 && errno == ENOENT) never_written = 1;
   free(data);
   if (never_written) return 0;
   char names[32][64];
@@ -416,11 +426,12 @@ static void wf_start_one(void) {
       "\"retry\":{\"maximum_attempts\":0,\"maximum_interval_s\":4},\"schedule_to_close_s\":600,"
       "\"steps\":["
       "{\"name\":\"safe\",\"kind\":\"exec\",\"timeout_s\":2,\"heartbeat_timeout_s\":3,\"command\":"
-      "\"bash -c 'echo safe %s >/dev/tcp/127.0.0.1/%d'\"},"
+      "\"exec 9>>safe.lock; flock -n 9 || bash -c 'echo overlap %s >/dev/tcp/127.0.0.1/%d'; "
+      "bash -c 'echo safe %s >/dev/tcp/127.0.0.1/%d'; sleep 0.4\"},"
       "{\"name\":\"amo\",\"kind\":\"exec\",\"timeout_s\":2,\"heartbeat_timeout_s\":3,\"retry_class\":\"at_most_once\","
-      "\"command\":\"bash -c 'echo amo %s >/dev/tcp/127.0.0.1/%d'\"},"
+      "\"command\":\"bash -c 'echo amo %s >/dev/tcp/127.0.0.1/%d'; sleep 0.4\"},"
       "{\"name\":\"result\",\"kind\":\"exec\",\"timeout_s\":2,\"heartbeat_timeout_s\":3,\"command\":\"echo R=$((%d*%d))\"}]}",
-      wid, counter_port, wid, counter_port, a, b);
+      wid, counter_port, wid, counter_port, wid, counter_port, a, b);
   /* One run per workflow id, however often the start is retried: a fixed
    * request id (the service answers a retry with the run it started, also
    * after that run closed) and REJECT_DUPLICATE (3). Without them a start
@@ -608,7 +619,7 @@ static void kill_ext(proc *p) {
 }
 
 static void keep_alive(void) {
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < N_PROCS; i++) {
     char name[128];
     int by_fp = 0;
     if (procs[i].pid > 0) reap(&procs[i], &by_fp, name, sizeof name);
@@ -616,9 +627,104 @@ static void keep_alive(void) {
   }
 }
 
+/* Reap (and restart unarmed) every process but skip that died meanwhile. */
+static void reap_others(const proc *skip) {
+  for (int i = 0; i < N_PROCS; i++) {
+    proc *o = &procs[i];
+    char oname[128];
+    int o_fp = 0;
+    if (o != skip && o->pid > 0 && reap(o, &o_fp, oname, sizeof oname)) proc_start(o, NULL);
+  }
+}
+
+/* A live exec supervisor of a command still running (no status), or 0:
+ * its pid from the command's "supervisor" file, checked against the
+ * process's own argv[0] so that a reused pid is never signalled. */
+static pid_t find_supervisor(void) {
+  char *pat = dbx_asprintf("%s/home/sandboxes/*/meta/cmds/*/supervisor", opt.dir);
+  glob_t g;
+  pid_t found = 0;
+  if (glob(pat, 0, NULL, &g) == 0) {
+    size_t start = g.gl_pathc ? (size_t)(rnd() % g.gl_pathc) : 0;
+    for (size_t k = 0; k < g.gl_pathc && !found; k++) {
+      const char *f = g.gl_pathv[(start + k) % g.gl_pathc];
+      char *status = dbx_asprintf("%.*s/status", (int)(strrchr(f, '/') - f), f);
+      int done = access(status, F_OK) == 0;
+      free(status);
+      FILE *fp = done ? NULL : fopen(f, "r");
+      long pid = 0;
+      if (fp && fscanf(fp, "%ld", &pid) != 1) pid = 0;
+      if (fp) fclose(fp);
+      if (pid <= 1) continue;
+      char cpath[64], argv0[64] = "";
+      snprintf(cpath, sizeof cpath, "/proc/%ld/cmdline", pid);
+      FILE *cf = fopen(cpath, "r");
+      if (cf && fgets(argv0, sizeof argv0, cf) && strcmp(argv0, "durabox-supervise") == 0)
+        found = (pid_t)pid;
+      if (cf) fclose(cf);
+    }
+  }
+  globfree(&g);
+  free(pat);
+  return found;
+}
+
+/* Kill one running command's supervisor (SIGKILL) as soon as one runs
+ * (within --round-s), then let the workload go on for a second. */
+static void round_supervisor(int r) {
+  double deadline = now_s() + opt.round_s;
+  pid_t sup = 0;
+  while (!(sup = find_supervisor()) && now_s() < deadline) {
+    reap_others(NULL);
+    tick(1);
+    sleep_ms(20);
+  }
+  if (sup && kill(sup, SIGKILL) == 0) st.sup_kills++;
+  else st.sup_none++;
+  if (opt.verbose) fprintf(stderr, "round %d: supervisor %d %s\n", r, (int)sup, sup ? "killed" : "none");
+  for (double end = now_s() + 1; now_s() < end;) {
+    reap_others(NULL);
+    tick(1);
+    sleep_ms(100);
+  }
+}
+
+/* Pause one worker (SIGSTOP) past the exec steps' heartbeat timeout (3 s),
+ * so that the service gives its attempts to the other worker, then resume
+ * it: its stale attempts must leave the commands alone. */
+static void round_pause(int r) {
+  proc *p = &procs[1 + (int)(rnd() % 2)];
+  if (p->pid <= 0) proc_start(p, NULL);
+  sleep_ms((int)(rnd() % 500));
+  if (kill(p->pid, SIGSTOP) != 0) return;
+  st.pauses++;
+  if (opt.verbose) fprintf(stderr, "round %d: %s paused\n", r, p->name);
+  for (double end = now_s() + 4.5; now_s() < end;) {
+    reap_others(p);
+    tick(1);
+    sleep_ms(100);
+  }
+  kill(p->pid, SIGCONT);
+  for (double end = now_s() + 1; now_s() < end;) {
+    reap_others(NULL);
+    tick(1);
+    sleep_ms(100);
+  }
+}
+
+/* Round r: r % 4 picks the fault: 0 the service, 1 a worker (the two in
+ * turn) killed and restarted armed with a failpoint; 2 an exec supervisor
+ * killed; 3 a worker paused past its heartbeat timeout. */
 static void round_run(int r) {
-  int idx = r % 2; /* 0 service, 1 worker */
-  proc *p = &procs[idx];
+  int kind = r % 4;
+  if (kind == 2 || kind == 3) {
+    if (kind == 2) round_supervisor(r);
+    else round_pause(r);
+    st.rounds++;
+    return;
+  }
+  int idx = kind; /* 0 service, 1 worker (stats) */
+  proc *p = idx == 0 ? &procs[0] : &procs[1 + (r / 4) % 2];
   const char *fp = idx == 0 ? SVC_FPS[rnd() % N_SVC_FPS] : WRK_FPS[rnd() % N_WRK_FPS];
   char spec[160];
   snprintf(spec, sizeof spec, "%s=kill:after=%d", fp, (int)(rnd() % (uint64_t)(opt.max_after + 1)));
@@ -640,10 +746,7 @@ static void round_run(int r) {
       kill_ext(p);
       break;
     }
-    proc *o = &procs[1 - idx];
-    char oname[128];
-    int o_fp = 0;
-    if (o->pid > 0 && reap(o, &o_fp, oname, sizeof oname)) proc_start(o, NULL);
+    reap_others(p);
     tick(1);
     sleep_ms(100);
   }
@@ -701,13 +804,13 @@ int main(int argc, char **argv) {
 
   procs[0] = (proc){.name = "service", .store = dbx_asprintf("%s/service-db", opt.dir)};
   procs[1] = (proc){.name = "worker", .store = dbx_asprintf("%s/worker-db", opt.dir)};
+  procs[2] = (proc){.name = "worker2", .store = dbx_asprintf("%s/worker2-db", opt.dir)};
   dbx_rpc_global_init();
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
   dbx_client_opts co = {.address = addr, .identity = "dbx-faults"};
   if (dbx_client_create(&co, &cl) != DBX_OK) return fprintf(stderr, "client\n"), 2;
-  proc_start(&procs[0], NULL);
-  proc_start(&procs[1], NULL);
+  for (int i = 0; i < N_PROCS; i++) proc_start(&procs[i], NULL);
   double t0 = now_s();
   struct sigaction sa = {.sa_handler = on_stop};
   sigemptyset(&sa.sa_mask);
@@ -734,12 +837,13 @@ int main(int argc, char **argv) {
   for (int i = 0; i < n_wfs; i++) wfs[i].reverify = 1;
   for (int i = 0; i < n_wfs; i++) wf_check(&wfs[i]); /* every history once more */
   double secs = now_s() - t0;
-  for (int i = 0; i < 2; i++)
+  for (int i = 0; i < N_PROCS; i++)
     if (procs[i].pid > 0) {
+      kill(procs[i].pid, SIGCONT);
       kill(procs[i].pid, SIGKILL);
       waitpid(procs[i].pid, NULL, 0);
       procs[i].pid = 0;
-      if (fsck(procs[i].store, i == 1) != 0) st.fsck_fail++;
+      if (fsck(procs[i].store, i != 0) != 0) st.fsck_fail++;
     }
   sleep_ms(300); /* late counter connections from killed sandboxes */
   pthread_mutex_lock(&mu);
@@ -768,6 +872,9 @@ int main(int argc, char **argv) {
          st.kills_ext[0], st.kills_fp[1], st.kills_ext[1]);
   printf("  armed failpoint not reached     service %d, worker %d\n", st.not_reached[0],
          st.not_reached[1]);
+  printf("  exec supervisors killed         %d (no running command found in a round: %d)\n",
+         st.sup_kills, st.sup_none);
+  printf("  workers paused past heartbeat   %d\n", st.pauses);
   for (size_t i = 0; i < N_SVC_FPS + N_WRK_FPS; i++)
     printf("    %-34s %d\n", i < N_SVC_FPS ? SVC_FPS[i] : WRK_FPS[i - N_SVC_FPS], st.fp_kills[i]);
   printf("  workflows                       %d\n", n_wfs);
@@ -779,13 +886,14 @@ int main(int argc, char **argv) {
   printf("  at_most_once duplicates         %d\n", st.dup_amo);
   printf("  at_most_once ok without effect  %d\n", st.amo_missing);
   printf("  safe_to_retry executions        %ld\n", st.safe_execs);
+  printf("  concurrent duplicates (safe)    %d\n", st.overlaps);
   printf("  history reads                   %ld\n", st.history_reads);
   printf("  lost acknowledged events        %d\n", st.lost_events);
   printf("  store checks (failures)         %d (%d)\n", st.fsck_runs, st.fsck_fail);
   printf("  unexpected deaths               %d\n", st.deaths_unexpected);
   pthread_mutex_unlock(&mu);
   int bad = st.dup_amo || st.amo_missing || st.lost_results || st.unfinished || st.lost_events ||
-            st.fsck_fail || st.deaths_unexpected;
+            st.fsck_fail || st.deaths_unexpected || st.overlaps;
   printf("verdict: %s\n", bad ? "FAIL" : "PASS");
   fflush(stdout);
   _exit(bad ? 1 : 0); /* the counter thread is blocked in accept */
