@@ -633,6 +633,16 @@ static char *create_body(dbx_daytona *d, const char *name, const dbx_drv_create_
   }
   if (ok && o->network == DBX_DRV_NET_NONE) ok = cJSON_AddBoolToObject(b, "networkBlockAll", 1) != NULL;
   if (ok && d->target) ok = cJSON_AddStringToObject(b, "target", d->target) != NULL;
+  /* sizes: cores and GB as Daytona counts them; intervals in minutes */
+  if (ok && o->cpu) ok = cJSON_AddNumberToObject(b, "cpu", o->cpu) != NULL;
+  if (ok && o->memory_gib) ok = cJSON_AddNumberToObject(b, "memory", o->memory_gib) != NULL;
+  if (ok && o->disk_gib) ok = cJSON_AddNumberToObject(b, "disk", o->disk_gib) != NULL;
+  if (ok && o->auto_stop_minutes)
+    ok = cJSON_AddNumberToObject(b, "autoStopInterval", *o->auto_stop_minutes) != NULL;
+  if (ok && o->auto_archive_minutes)
+    ok = cJSON_AddNumberToObject(b, "autoArchiveInterval", *o->auto_archive_minutes) != NULL;
+  if (ok && o->auto_delete_minutes)
+    ok = cJSON_AddNumberToObject(b, "autoDeleteInterval", *o->auto_delete_minutes) != NULL;
   char *s = ok ? cJSON_PrintUnformatted(b) : NULL;
   cJSON_Delete(b);
   return s;
@@ -692,6 +702,20 @@ static dbx_drv_err adopt(cli_t *c, const char *name, const char *key, sbinfo *s,
   return rc;
 }
 
+/* Daytona honours sizes only when it builds from an image (a snapshot
+ * brings its own): tell the caller of each size the started sandbox lacks. */
+static void unenforced_sizes(const sbinfo *s, const dbx_drv_create_opts *o) {
+  if (o->unenforced == NULL) return;
+  const char *keys[] = {"cpu", "memory", "disk"};
+  uint32_t want[] = {o->cpu, o->memory_gib, o->disk_gib};
+  unsigned bits[] = {DBX_DRV_UNENFORCED_CPU, DBX_DRV_UNENFORCED_MEMORY, DBX_DRV_UNENFORCED_DISK};
+  for (int i = 0; i < 3; i++) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(s->dto, keys[i]);
+    if (want[i] && (!cJSON_IsNumber(v) || v->valuedouble < (double)want[i]))
+      *o->unenforced |= bits[i];
+  }
+}
+
 static dbx_drv_err dt_create(void *self, const char *name, const dbx_drv_create_opts *o,
                              int *adopted) {
   dbx_daytona *d = self;
@@ -702,6 +726,7 @@ static dbx_drv_err dt_create(void *self, const char *name, const dbx_drv_create_
   if (adopted) *adopted = 0;
   dbx_drv_err rc = check_create(d, name, o);
   if (rc != DBX_DRV_OK) return rc;
+  if (o->unenforced) *o->unenforced = 0;
   if (o->cancelled && o->cancelled(o->cancelled_ud))
     return fail(d, DBX_DRV_CANCELED, "sandbox '%s': create cancelled", name);
   if (!cli_open(d, &c) || (key = source_key(o)) == NULL || (url = api(d, "%s", "/sandbox")) == NULL ||
@@ -760,6 +785,7 @@ static dbx_drv_err dt_create(void *self, const char *name, const dbx_drv_create_
    * sandbox for a later create to adopt) */
   sb_clear(&s);
   rc = sb_wait(&c, name, "started", deadline, o->cancelled, o->cancelled_ud, &s);
+  if (rc == DBX_DRV_OK) unenforced_sizes(&s, o);
   if (rc == DBX_DRV_OK && o->source.kind == DBX_DRV_SOURCE_GIT) rc = clone_source(&c, name, &o->source);
   if (rc == DBX_DRV_OK && o->source.kind == DBX_DRV_SOURCE_DIR)
     rc = upload_source(&c, name, o->source.location);

@@ -121,8 +121,31 @@ typedef struct {
   dbx_drv_host_fs host_fs;     /* likewise */
   const dbx_drv_label *labels; /* set on a fresh sandbox; an adopted one keeps its own */
   size_t nlabels;
-  const char *const *env;      /* NULL-terminated "NAME=value" (Daytona: env); the local
-                                * driver keeps no per-sandbox environment and ignores it */
+  const char *const *env;      /* NULL-terminated "NAME=value", the sandbox's own
+                                * environment: every exec command sees it, under its own
+                                * exec env (which wins for a name both have). Daytona: the
+                                * create's `env` (kept by Daytona in the clear: no secrets
+                                * here); local: meta/env; memory: kept per sandbox. An
+                                * adopted sandbox keeps its own. */
+  /* Sizes; 0: the driver's default. cpu in cores, memory_gib and disk_gib
+   * in GiB. Daytona: the create's `cpu`, `memory`, `disk` (honoured when it
+   * builds from an image; a snapshot brings its own). Local: memory_gib is
+   * each exec process's address-space limit (RLIMIT_AS); cpu and disk are
+   * not enforced (DBX_DRV_UNENFORCED_*). An adopted sandbox keeps its own. */
+  uint32_t cpu;
+  uint32_t memory_gib;
+  uint32_t disk_gib;
+  /* Daytona's lifecycle intervals in minutes (borrowed; NULL: Daytona's
+   * default): autoStopInterval (0: never), autoArchiveInterval (0: the
+   * maximum), autoDeleteInterval (0: at stop; -1: never). The local and
+   * memory drivers do not enforce them (DBX_DRV_UNENFORCED_*). */
+  const int32_t *auto_stop_minutes;
+  const int32_t *auto_archive_minutes;
+  const int32_t *auto_delete_minutes;
+  /* Optional (NULL: not asked): create sets *unenforced to the
+   * DBX_DRV_UNENFORCED_* bits of the options above that were given and that
+   * this driver takes without enforcing them (the activity reports them). */
+  unsigned *unenforced;
   /* Optional: polled (about every 50 ms) from the calling thread while a
    * long create (copy, clone, image pull) runs; nonzero stops it and create
    * answers DBX_DRV_CANCELED, leaving no partial sandbox that a later create
@@ -130,6 +153,14 @@ typedef struct {
   int (*cancelled)(void *ud);
   void *cancelled_ud;
 } dbx_drv_create_opts;
+
+/* Bits of dbx_drv_create_opts.unenforced. */
+#define DBX_DRV_UNENFORCED_CPU 0x01u
+#define DBX_DRV_UNENFORCED_MEMORY 0x02u
+#define DBX_DRV_UNENFORCED_DISK 0x04u
+#define DBX_DRV_UNENFORCED_AUTO_STOP 0x08u
+#define DBX_DRV_UNENFORCED_AUTO_ARCHIVE 0x10u
+#define DBX_DRV_UNENFORCED_AUTO_DELETE 0x20u
 
 typedef enum { DBX_DRV_RUNNING = 0, DBX_DRV_STOPPED } dbx_drv_state;
 

@@ -732,6 +732,33 @@ static char *labels_text(const dbx_local_source *src) {
   return t;
 }
 
+/* meta/env: the entries, each ended by a NUL; meta/limits: "memory_mib N\n".
+ * Each only when there is something to keep. 0 or -1 (errno). */
+static int write_env_limits(const char *meta, const dbx_local_source *src) {
+  size_t len = 0;
+  for (size_t i = 0; src->env && src->env[i]; i++) len += strlen(src->env[i]) + 1;
+  if (len > 0) {
+    char *buf = dbx_malloc(len), *p = buf;
+    if (buf == NULL) return -1;
+    for (size_t i = 0; src->env[i]; i++) {
+      size_t l = strlen(src->env[i]) + 1;
+      memcpy(p, src->env[i], l);
+      p += l;
+    }
+    int dfd = open(meta, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int rc = dfd >= 0 ? write_atomic(dfd, "env", buf, len) : -1;
+    if (dfd >= 0) close(dfd);
+    free(buf);
+    if (rc != 0) return -1;
+  }
+  if (src->memory_mib > 0) {
+    char t[64];
+    snprintf(t, sizeof t, "memory_mib %llu\n", (unsigned long long)src->memory_mib);
+    if (write_small(meta, "limits", t) != 0) return -1;
+  }
+  return 0;
+}
+
 static int is_dir(const char *p) {
   struct stat st;
   return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
@@ -753,6 +780,9 @@ dbx_err dbx_local_sandbox_create(dbx_local *d, const char *id, const dbx_local_s
   for (size_t i = 0; i < src->nlabels; i++)
     if (!dbx_drv_label_valid(&src->labels[i]))
       return fail(d, DBX_EINVAL, "sandbox '%s': label %zu is not a valid key and value", id, i);
+  for (size_t i = 0; src->env && src->env[i]; i++)
+    if (src->env[i][0] == '=' || strchr(src->env[i], '=') == NULL)
+      return fail(d, DBX_EINVAL, "sandbox '%s': environment entry %zu is not NAME=value", id, i);
   if (src->network != DBX_DRV_NET_HOST && src->network != DBX_DRV_NET_NONE)
     return fail(d, DBX_EINVAL, "sandbox '%s': unknown network setting %d", id, (int)src->network);
   if (src->host_fs != DBX_DRV_FS_HOST && src->host_fs != DBX_DRV_FS_SYSTEM)
@@ -860,8 +890,10 @@ dbx_err dbx_local_sandbox_create(dbx_local *d, const char *id, const dbx_local_s
     rc = DBX_ENOMEM;
     goto out;
   }
-  /* meta/labels only when there are labels (its absence means none) */
+  /* meta/labels only when there are labels (its absence means none); the
+   * same for meta/env and meta/limits */
   if ((src->nlabels > 0 && write_small(meta, "labels", labels) != 0) ||
+      write_env_limits(meta, src) != 0 ||
       write_small(meta, "state", "running\n") != 0 ||
       write_small(meta, "source", want) != 0) {
     rc = fail(d, DBX_EIO, "cannot write metadata of '%s': %s", id, strerror(errno));
@@ -1341,33 +1373,71 @@ static void sv_free(strvec *s) {
 
 static int sv_pushs(strvec *s, const char *x) { return sv_push(s, dbx_strdup(x)); }
 
-/* Build the environment: base, then declared entries replacing same names.
- * home: the sandbox's HOME (outside its workspace). */
-static dbx_err build_env(const dbx_local *d, const char *home, const char *const *decl,
-                         strvec *env) {
+/* Set entry ("NAME=value") in env, replacing an entry of the same name. */
+static dbx_err env_set(const dbx_local *d, strvec *env, const char *entry) {
+  const char *eq = strchr(entry, '=');
+  if (eq == NULL || eq == entry)
+    return fail(d, DBX_EINVAL, "environment entry '%.100s' is not NAME=value", entry);
+  size_t kl = (size_t)(eq - entry) + 1;
+  for (size_t j = 0; j < env->n; j++) {
+    if (strncmp(env->v[j], entry, kl) != 0) continue;
+    char *x = dbx_strdup(entry);
+    if (x == NULL) return DBX_ENOMEM;
+    free(env->v[j]);
+    env->v[j] = x;
+    return DBX_OK;
+  }
+  return sv_pushs(env, entry) ? DBX_ENOMEM : DBX_OK;
+}
+
+/* Build the environment: base, then the sandbox's own entries (sbenv:
+ * sbenv_len bytes of NUL-ended entries, meta/env), then the declared ones,
+ * each replacing same names. home: the sandbox's HOME (outside its
+ * workspace). */
+static dbx_err build_env(const dbx_local *d, const char *home, const char *sbenv,
+                         size_t sbenv_len, const char *const *decl, strvec *env) {
   if (sv_pushs(env, "PATH=" SAFE_PATH) || sv_push(env, dbx_asprintf("HOME=%s", home)) ||
       sv_push(env, dbx_asprintf("XDG_CACHE_HOME=%s/.cache", home)) ||
       sv_push(env, dbx_asprintf("XDG_CONFIG_HOME=%s/.config", home)) ||
       sv_pushs(env, "LANG=C.UTF-8") || sv_pushs(env, "TERM=dumb"))
     return DBX_ENOMEM;
-  for (size_t i = 0; decl && decl[i]; i++) {
-    const char *eq = strchr(decl[i], '=');
-    if (eq == NULL || eq == decl[i])
-      return fail(d, DBX_EINVAL, "environment entry '%.100s' is not NAME=value", decl[i]);
-    size_t kl = (size_t)(eq - decl[i]) + 1;
-    size_t j = 0;
-    for (; j < env->n; j++)
-      if (strncmp(env->v[j], decl[i], kl) == 0) break;
-    if (j < env->n) {
-      char *x = dbx_strdup(decl[i]);
-      if (x == NULL) return DBX_ENOMEM;
-      free(env->v[j]);
-      env->v[j] = x;
-    } else if (sv_pushs(env, decl[i])) {
-      return DBX_ENOMEM;
-    }
-  }
+  dbx_err rc;
+  for (size_t at = 0; sbenv && at < sbenv_len; at += strlen(sbenv + at) + 1)
+    if (sbenv[at] && (rc = env_set(d, env, sbenv + at)) != DBX_OK) return rc;
+  for (size_t i = 0; decl && decl[i]; i++)
+    if ((rc = env_set(d, env, decl[i])) != DBX_OK) return rc;
   return DBX_OK;
+}
+
+/* An exec command's share of the sandbox's meta: its environment (meta/env,
+ * *env malloc'd with *len bytes, NULL when none) and its memory limit in
+ * MiB (meta/limits, 0 when none). DBX_OK, DBX_ENOMEM, DBX_EIO. */
+static dbx_err step_meta(const dbx_local *d, const char *id, char **env, size_t *len,
+                         uint64_t *memory_mib) {
+  *env = NULL, *len = 0, *memory_mib = 0;
+  char *pe = dbx_asprintf("%s/sandboxes/%s/meta/env", d->home, id);
+  char *pl = dbx_asprintf("%s/sandboxes/%s/meta/limits", d->home, id), *lim = NULL;
+  dbx_err rc = pe && pl ? DBX_OK : DBX_ENOMEM;
+  if (rc == DBX_OK) {
+    rc = dbx_fs_read_all(pe, env, len);
+    if (rc == DBX_ENOTFOUND) rc = DBX_OK;
+    else if (rc != DBX_OK && rc != DBX_ENOMEM)
+      rc = fail(d, DBX_EIO, "cannot read '%s': %s", pe, strerror(errno));
+  }
+  if (rc == DBX_OK) {
+    rc = read_meta(d, pl, &lim);
+    if (rc == DBX_ENOTFOUND) rc = DBX_OK;
+    unsigned long long v = 0;
+    if (rc == DBX_OK && lim && sscanf(lim, "memory_mib %llu", &v) == 1) *memory_mib = v;
+  }
+  if (rc != DBX_OK) {
+    free(*env);
+    *env = NULL, *len = 0;
+  }
+  free(pe);
+  free(pl);
+  free(lim);
+  return rc;
 }
 
 /* bwrap arguments of what a command sees of the host's files: the whole
@@ -1401,11 +1471,13 @@ static int push_host_root(strvec *argv, int system) {
  * On DBX_OK the caller owns argv, env (sv_free) and *cwdfd_out (close). */
 static dbx_err sandbox_prepare(dbx_local *d, const char *id, char *const *cmd,
                                const char *script, const char *bind, int bind_rw,
-                               const char *cwd, const char *const *decl_env, strvec *argv_out,
-                               strvec *env_out, int *cwdfd_out) {
+                               const char *cwd, const char *const *decl_env, int step,
+                               strvec *argv_out, strvec *env_out, int *cwdfd_out) {
   dbx_err rc;
   int root = -1, cwdfd = -1;
-  char *ws = NULL, *abscwd = NULL, *home = NULL;
+  char *ws = NULL, *abscwd = NULL, *home = NULL, *sbenv = NULL;
+  size_t sbenv_len = 0;
+  uint64_t memory_mib = 0;
   strvec env = {0}, argv = {0};
   *cwdfd_out = -1;
   if (cwd && *cwd && (rc = path_check(d, cwd, 0)) != DBX_OK) return rc;
@@ -1444,7 +1516,9 @@ static dbx_err sandbox_prepare(dbx_local *d, const char *id, char *const *cmd,
     rc = DBX_ENOMEM;
     goto out;
   }
-  if ((rc = build_env(d, home, decl_env, &env)) != DBX_OK) goto out;
+  /* an exec command (step) gets the sandbox's env and memory limit */
+  if (step && (rc = step_meta(d, id, &sbenv, &sbenv_len, &memory_mib)) != DBX_OK) goto out;
+  if ((rc = build_env(d, home, sbenv, sbenv_len, decl_env, &env)) != DBX_OK) goto out;
   if (d->use_bwrap) {
     /* Own PID namespace and /proc: host processes (the worker, its
      * environment) are invisible. The durabox home is hidden but for this
@@ -1467,6 +1541,17 @@ static dbx_err sandbox_prepare(dbx_local *d, const char *id, char *const *cmd,
     if (sv_pushs(&argv, "--chdir") || sv_pushs(&argv, abscwd) || sv_pushs(&argv, "--"))
       goto oom;
   }
+  if (memory_mib > 0) {
+    /* RLIMIT_AS of the command's shell and all it starts (bwrap itself is
+     * not limited); a shell that cannot set it runs nothing (exit 125) */
+    char lim[160];
+    snprintf(lim, sizeof lim,
+             "ulimit -v %llu || { echo 'durabox: cannot set the memory limit' >&2; exit 125; }; "
+             "exec \"$@\"", (unsigned long long)memory_mib * 1024);
+    if (sv_pushs(&argv, "/bin/sh") || sv_pushs(&argv, "-c") || sv_pushs(&argv, lim) ||
+        sv_pushs(&argv, "durabox-limit"))
+      goto oom;
+  }
   for (size_t i = 0; cmd[i]; i++)
     if (sv_pushs(&argv, cmd[i])) goto oom;
   *argv_out = argv;
@@ -1487,21 +1572,23 @@ out:
   free(ws);
   free(home);
   free(abscwd);
+  if (sbenv) memset(sbenv, 0, sbenv_len);
+  free(sbenv);
   return rc;
 }
 
 /* sandbox_run with one more host path bound into bubblewrap (bind_rw: writable). */
 static dbx_err sandbox_run_bind(dbx_local *d, const char *id, char *const *cmd,
                                 const char *script, const char *bind, int bind_rw,
-                                const char *cwd, const char *const *decl_env,
+                                const char *cwd, const char *const *decl_env, int step,
                                 int64_t timeout_ms, size_t cap_out, size_t cap_err,
                                 int (*cancelled)(void *), void *cancelled_ud,
                                 dbx_local_exec_result *res) {
   strvec env = {0}, argv = {0};
   int cwdfd = -1;
   memset(res, 0, sizeof *res);
-  dbx_err rc = sandbox_prepare(d, id, cmd, script, bind, bind_rw, cwd, decl_env, &argv, &env,
-                               &cwdfd);
+  dbx_err rc = sandbox_prepare(d, id, cmd, script, bind, bind_rw, cwd, decl_env, step, &argv,
+                               &env, &cwdfd);
   if (rc != DBX_OK) return rc;
   run_spec s = {.argv = argv.v, .envp = env.v, .cwd_fd = cwdfd, .timeout_ms = timeout_ms,
                 .cap = {cap_out ? cap_out : DEFAULT_CAP_BYTES, cap_err ? cap_err : DEFAULT_CAP_BYTES},
@@ -1515,10 +1602,11 @@ static dbx_err sandbox_run_bind(dbx_local *d, const char *id, char *const *cmd,
 
 /* Run argv in sandbox id (bwrap or plain), cwd relative (checked), env built. */
 static dbx_err sandbox_run(dbx_local *d, const char *id, char *const *cmd, const char *script,
-                           const char *cwd, const char *const *decl_env, int64_t timeout_ms,
-                           size_t cap_out, size_t cap_err, int (*cancelled)(void *),
-                           void *cancelled_ud, dbx_local_exec_result *res) {
-  return sandbox_run_bind(d, id, cmd, script, NULL, 0, cwd, decl_env, timeout_ms, cap_out,
+                           const char *cwd, const char *const *decl_env, int step,
+                           int64_t timeout_ms, size_t cap_out, size_t cap_err,
+                           int (*cancelled)(void *), void *cancelled_ud,
+                           dbx_local_exec_result *res) {
+  return sandbox_run_bind(d, id, cmd, script, NULL, 0, cwd, decl_env, step, timeout_ms, cap_out,
                           cap_err, cancelled, cancelled_ud, res);
 }
 
@@ -1546,7 +1634,7 @@ dbx_err dbx_local_exec(dbx_local *d, const char *id, const dbx_local_exec_opts *
     cmd[1] = script;
     cmd[2] = NULL;
   }
-  rc = sandbox_run(d, id, cmd, script, opts->cwd, opts->env, opts->timeout_ms,
+  rc = sandbox_run(d, id, cmd, script, opts->cwd, opts->env, 1, opts->timeout_ms,
                    opts->stdout_cap_bytes, opts->stderr_cap_bytes, opts->cancelled,
                    opts->cancelled_ud, res);
   if (script) {
@@ -2277,7 +2365,8 @@ dbx_err dbx_local_exec_start(dbx_local *d, const char *id, const char *cmd_id,
     cmd[1] = script;
     cmd[2] = NULL;
   }
-  rc = sandbox_prepare(d, id, cmd, script, NULL, 0, opts->cwd, opts->env, &argv, &env, &cwdfd);
+  rc = sandbox_prepare(d, id, cmd, script, NULL, 0, opts->cwd, opts->env, 1, &argv, &env,
+                       &cwdfd);
   if (rc != DBX_OK) goto out;
   if (sb_add(&spec, SPEC_MAGIC) || sb_addnum(&spec, opts->timeout_ms) ||
       sb_addnum(&spec, (long long)opts->stdout_cap_bytes) ||
@@ -2571,7 +2660,7 @@ static dbx_err commit_landed(dbx_local *d, const char *id, const char *repo_path
                   NULL};
   dbx_local_exec_result r = {0};
   dbx_err rc = sandbox_run(d, id, argv, NULL, repo_path && *repo_path ? repo_path : NULL, env, 0,
-                           (size_t)4 << 20, 4096, NULL, NULL, &r);
+                           0, (size_t)4 << 20, 4096, NULL, NULL, &r);
   if (rc != DBX_OK || r.exit_code != 0) { /* exit 128: no HEAD yet */
     dbx_local_exec_result_cleanup(&r);
     return rc;
@@ -2642,7 +2731,7 @@ dbx_err dbx_local_git_commit_paths(dbx_local *d, const char *id, const char *rep
     sv_free(&argv);
     if ((rc = git_commit_argv(steps[i], paths, i < 3 ? npaths : 0, &argv)) != DBX_OK) goto out;
     rc = sandbox_run(d, id, argv.v, NULL, repo_path && *repo_path ? repo_path : NULL, env, 0,
-                     4096, 4096, NULL, NULL, &r);
+                     0, 4096, 4096, NULL, NULL, &r);
     if (rc != DBX_OK) goto out;
     if (i == 1 && r.exit_code == 0) {
       *nothing_to_commit = 1;
@@ -2684,8 +2773,8 @@ static const char *const git_env[] = {"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBA
 static dbx_err git_step(dbx_local *d, const char *id, char *const *argv, const char *what,
                         const char *bind, int bind_rw, const char *cwd) {
   dbx_local_exec_result r = {0};
-  dbx_err rc = sandbox_run_bind(d, id, argv, NULL, bind, bind_rw, cwd, git_env, 0, 4096, 8192,
-                                NULL, NULL, &r);
+  dbx_err rc = sandbox_run_bind(d, id, argv, NULL, bind, bind_rw, cwd, git_env, 0, 0, 4096,
+                                8192, NULL, NULL, &r);
   if (rc == DBX_OK && r.exit_code != 0)
     rc = failk(d, DBX_EIO, tool_kind((const char *)r.stderr_buf),
                "%s in sandbox '%s' failed (exit %d): %.600s", what, id, r.exit_code,

@@ -132,6 +132,18 @@ typedef struct {
   /* What its commands see of the host's files (kept likewise).
    * DBX_DRV_FS_SYSTEM needs bubblewrap: DBX_EUNSUPPORTED without it. */
   dbx_drv_host_fs host_fs;
+  /* The sandbox's own environment (borrowed; NULL-terminated "NAME=value";
+   * NULL: none), kept in its meta (meta/env) and given to every exec
+   * command of the sandbox (dbx_local_exec, dbx_local_exec_start) under the
+   * command's own env, which wins for a name both have. Not given to the git
+   * steps. An adopted sandbox keeps its own. Not part of the identity. */
+  const char *const *env;
+  /* The address-space limit (RLIMIT_AS, set by `ulimit -v` in the shell
+   * before the command runs) of each exec command's processes, in MiB; 0:
+   * none. Per process, not a total; kept in meta/limits; an adopted
+   * sandbox keeps its own. cpu count, disk size and Daytona's auto-stop /
+   * archive / delete are not enforced here (docs/sandbox.md). */
+  uint64_t memory_mib;
 } dbx_local_source;
 
 /* Create sandbox id from src (running). Idempotent: if id exists with the

@@ -52,7 +52,15 @@ static dbx_drv_err ld_create(void *self, const char *name, const dbx_drv_create_
                           .labels = o->labels,
                           .nlabels = o->nlabels,
                           .network = o->network,
-                          .host_fs = o->host_fs};
+                          .host_fs = o->host_fs,
+                          .env = o->env,
+                          .memory_mib = (uint64_t)o->memory_gib * 1024};
+  if (o->unenforced)
+    *o->unenforced = (o->cpu ? DBX_DRV_UNENFORCED_CPU : 0) |
+                     (o->disk_gib ? DBX_DRV_UNENFORCED_DISK : 0) |
+                     (o->auto_stop_minutes ? DBX_DRV_UNENFORCED_AUTO_STOP : 0) |
+                     (o->auto_archive_minutes ? DBX_DRV_UNENFORCED_AUTO_ARCHIVE : 0) |
+                     (o->auto_delete_minutes ? DBX_DRV_UNENFORCED_AUTO_DELETE : 0);
   switch (o->source.kind) {
   case DBX_DRV_SOURCE_EMPTY: src.kind = DBX_LOCAL_SOURCE_EMPTY; break;
   case DBX_DRV_SOURCE_DIR: src.kind = DBX_LOCAL_SOURCE_DIR; break;

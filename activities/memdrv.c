@@ -67,6 +67,7 @@ typedef struct {
   size_t ncmds;
   mrepo *repos;
   size_t nrepos;
+  char **env; /* the sandbox's own "NAME=value" entries, NULL-terminated, or NULL */
 } msb;
 
 typedef struct {
@@ -351,6 +352,8 @@ static void sb_free(msb *s) {
     free(s->repos[i].url);
   }
   free(s->repos);
+  for (size_t i = 0; s->env && s->env[i]; i++) free(s->env[i]);
+  free(s->env);
   free(s);
 }
 
@@ -477,6 +480,31 @@ static dbx_drv_err md_create(void *self, const char *name, const dbx_drv_create_
       }
     }
   }
+  size_t nenv = 0;
+  while (o->env && o->env[nenv]) nenv++;
+  for (size_t i = 0; i < nenv; i++)
+    if (o->env[i][0] == '=' || strchr(o->env[i], '=') == NULL) {
+      rc = fail(m, DBX_DRV_INVALID, "environment entry '%.100s' is not NAME=value", o->env[i]);
+      goto out;
+    }
+  if (nenv > 0) {
+    if ((s->env = dbx_calloc(nenv + 1, sizeof *s->env)) == NULL) {
+      rc = DBX_DRV_NOMEM;
+      goto out;
+    }
+    for (size_t i = 0; i < nenv; i++)
+      if ((s->env[i] = dbx_strdup(o->env[i])) == NULL) {
+        rc = DBX_DRV_NOMEM;
+        goto out;
+      }
+  }
+  if (o->unenforced)
+    *o->unenforced = (o->cpu ? DBX_DRV_UNENFORCED_CPU : 0) |
+                     (o->memory_gib ? DBX_DRV_UNENFORCED_MEMORY : 0) |
+                     (o->disk_gib ? DBX_DRV_UNENFORCED_DISK : 0) |
+                     (o->auto_stop_minutes ? DBX_DRV_UNENFORCED_AUTO_STOP : 0) |
+                     (o->auto_archive_minutes ? DBX_DRV_UNENFORCED_AUTO_ARCHIVE : 0) |
+                     (o->auto_delete_minutes ? DBX_DRV_UNENFORCED_AUTO_DELETE : 0);
   if (from && fmap_copy_into(&s->files, from, "", "") != 0) {
     rc = DBX_DRV_NOMEM;
     goto out;
@@ -631,6 +659,7 @@ static dbx_drv_err md_exec_start(void *self, const char *name, const char *cmd_i
   msb *s;
   mcmd *c = NULL;
   char *cwd = NULL;
+  size_t merged_own = 0;
   if (adopted) *adopted = 0;
   pthread_mutex_lock(&m->mu);
   dbx_drv_err rc = injected(m, "exec_start");
@@ -650,6 +679,25 @@ static dbx_drv_err md_exec_start(void *self, const char *name, const char *cmd_i
   for (size_t i = 0; rc == DBX_DRV_OK && o->env && o->env[i]; i++)
     if (strchr(o->env[i], '=') == NULL || o->env[i][0] == '=')
       rc = fail(m, DBX_DRV_INVALID, "environment entry '%.100s' is not NAME=value", o->env[i]);
+  /* the command sees the sandbox's env under its own (the command's wins) */
+  const char **merged = NULL;
+  if (rc == DBX_DRV_OK && s->env) {
+    size_t ns = 0, nc = 0, k = 0;
+    while (s->env[ns]) ns++;
+    while (o->env && o->env[nc]) nc++;
+    merged = dbx_calloc(ns + nc + 1, sizeof *merged);
+    if (merged == NULL) rc = DBX_DRV_NOMEM;
+    for (size_t i = 0; merged && i < ns; i++) {
+      size_t kl = (size_t)(strchr(s->env[i], '=') - s->env[i]) + 1;
+      int shadowed = 0;
+      for (size_t j = 0; j < nc; j++)
+        if (strncmp(o->env[j], s->env[i], kl) == 0) shadowed = 1;
+      if (!shadowed && (merged[k] = dbx_strdup(s->env[i])) == NULL) rc = DBX_DRV_NOMEM;
+      if (!shadowed) k++;
+    }
+    for (size_t j = 0; merged && j < nc; j++) merged[k++] = o->env[j]; /* borrowed */
+    merged_own = k - nc;
+  }
   if (rc == DBX_DRV_OK) {
     c = dbx_calloc(1, sizeof *c);
     mcmd **nv = dbx_realloc(s->cmds, (s->ncmds + 1) * sizeof *nv);
@@ -669,9 +717,17 @@ static dbx_drv_err md_exec_start(void *self, const char *name, const char *cmd_i
   }
   pthread_mutex_unlock(&m->mu);
   free(cwd);
-  if (rc != DBX_DRV_OK) return rc;
+  if (rc != DBX_DRV_OK) {
+    for (size_t i = 0; merged && i < merged_own; i++) free((char *)merged[i]);
+    free(merged);
+    return rc;
+  }
+  dbx_drv_exec_opts eo = *o;
+  if (merged) eo.env = merged;
   dbx_memdrv_exec_out out = {0};
-  if (m->exec) m->exec(m->exec_ud, &m->drv, name, o, &out);
+  if (m->exec) m->exec(m->exec_ud, &m->drv, name, &eo, &out);
+  for (size_t i = 0; merged && i < merged_own; i++) free((char *)merged[i]);
+  free(merged);
   /* the sandbox may have been deleted meanwhile (and c with it) */
   pthread_mutex_lock(&m->mu);
   msb *again = sb_find(m, name);

@@ -38,6 +38,7 @@
 #include "base/alloc.h"
 #include "base/codec.h"
 #include "base/failpoint.h"
+#include "base/fs.h"
 #include "base/hash.h"
 #include "base/json.h"
 #include "base/util.h"
@@ -608,6 +609,71 @@ static dbx_err succeed_fitted(dbx_act_result *res, cJSON *base, kept_out *k,
   }
 }
 
+
+/* ------------------------------------------------------- transfers */
+
+/* "upload" of sandbox.create ({"from": host path, "to": sandbox path}) and
+ * "download" of sandbox.delete ({"from": sandbox path, "to": host path}):
+ * 1..TRANSFERS_MAX pairs; a host path is absolute, a sandbox path relative
+ * to the workspace (not leaving it). */
+#define TRANSFERS_MAX 100
+typedef struct {
+  const char *from, *to; /* borrowed from the input */
+} transfer;
+
+static int get_transfers(const cJSON *in, const char *field, int upload, transfer **out,
+                         size_t *n, dbx_act_result *res) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(in, field);
+  *out = NULL;
+  *n = 0;
+  if (v == NULL || cJSON_IsNull(v)) return 0;
+  int cnt = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+  if (cnt < 1 || cnt > TRANSFERS_MAX) {
+    fail(res, 1, "InvalidInput", "field '%s' must be an array of 1 to %d {\"from\", \"to\"}",
+         field, TRANSFERS_MAX);
+    return -1;
+  }
+  transfer *t = dbx_calloc((size_t)cnt, sizeof *t);
+  if (t == NULL) {
+    fail(res, 0, "SandboxError", "out of memory");
+    return -1;
+  }
+  const cJSON *e;
+  size_t i = 0;
+  cJSON_ArrayForEach(e, v) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(e, "from");
+    const cJSON *to = cJSON_GetObjectItemCaseSensitive(e, "to");
+    const char *host = NULL, *sb = NULL;
+    if (!cJSON_IsObject(e) || cJSON_GetArraySize(e) != 2 || !cJSON_IsString(f) ||
+        !cJSON_IsString(to) || !f->valuestring[0] || !to->valuestring[0]) {
+      fail(res, 1, "InvalidInput", "field '%s[%zu]' must be {\"from\": path, \"to\": path}",
+           field, i);
+      goto bad;
+    }
+    host = upload ? f->valuestring : to->valuestring;
+    sb = upload ? to->valuestring : f->valuestring;
+    if (host[0] != '/') {
+      fail(res, 1, "InvalidInput", "field '%s[%zu].%s': host path '%.200s' is not absolute",
+           field, i, upload ? "from" : "to", host);
+      goto bad;
+    }
+    if (path_escapes(sb)) {
+      fail(res, 1, "PathRefused", "field '%s[%zu].%s': path '%.200s' leaves the workspace",
+           field, i, upload ? "to" : "from", sb);
+      goto bad;
+    }
+    t[i].from = f->valuestring;
+    t[i].to = to->valuestring;
+    i++;
+  }
+  *out = t;
+  *n = i;
+  return 0;
+bad:
+  free(t);
+  return -1;
+}
+
 /* ------------------------------------------------------------ identity */
 
 /* A sandbox per run (docs/sandbox.md "A sandbox per run"). The input field
@@ -685,11 +751,107 @@ static dbx_err kept_by_other(dbx_act *a, dbx_driver *drv, const cJSON *in, const
 
 /* ------------------------------------------------------------ create */
 
+/* The create's sizes and Daytona's intervals (docs/sandbox.md "Sizes"). */
+typedef struct {
+  uint32_t cpu, memory_gib, disk_gib;
+  int32_t autos[3];
+  int has[3];
+} create_sizes;
+
+/* "resources": "small" | "medium" | "large" | {"cpu", "memory_gib",
+ * "disk_gib"} (whole numbers >= 1, each optional). */
+static const struct {
+  const char *name;
+  uint32_t cpu, memory_gib, disk_gib;
+} size_classes[] = {{"small", 1, 1, 3}, {"medium", 2, 4, 8}, {"large", 4, 8, 10}};
+#define SIZE_MAX_UNITS 1024
+#define AUTO_MAX_MINUTES (60 * 24 * 365)
+static const char *const auto_fields[3] = {"auto_stop_minutes", "auto_archive_minutes",
+                                           "auto_delete_minutes"};
+
+static int get_sizes(const cJSON *in, create_sizes *sz, dbx_act_result *res) {
+  const cJSON *r = cJSON_GetObjectItemCaseSensitive(in, "resources");
+  if (cJSON_IsString(r)) {
+    size_t i = 0;
+    while (i < 3 && strcmp(size_classes[i].name, r->valuestring) != 0) i++;
+    if (i == 3) {
+      fail(res, 1, "InvalidInput",
+           "field 'resources': '%.60s' is not one of small, medium, large", r->valuestring);
+      return -1;
+    }
+    sz->cpu = size_classes[i].cpu;
+    sz->memory_gib = size_classes[i].memory_gib;
+    sz->disk_gib = size_classes[i].disk_gib;
+  } else if (cJSON_IsObject(r)) {
+    static const char *const k[3] = {"cpu", "memory_gib", "disk_gib"};
+    uint32_t *dst[3] = {&sz->cpu, &sz->memory_gib, &sz->disk_gib};
+    for (const cJSON *f = r->child; f; f = f->next) {
+      int i = 0;
+      while (i < 3 && strcmp(f->string, k[i]) != 0) i++;
+      if (i == 3 || !cJSON_IsNumber(f) || f->valuedouble < 1 ||
+          f->valuedouble > SIZE_MAX_UNITS || f->valuedouble != (double)(int)f->valuedouble) {
+        fail(res, 1, "InvalidInput",
+             i == 3 ? "field 'resources': unknown field '%.60s' (cpu, memory_gib, disk_gib)"
+                    : "field 'resources.%.60s' must be a whole number from 1 to 1024",
+             f->string);
+        return -1;
+      }
+      *dst[i] = (uint32_t)f->valuedouble;
+    }
+  } else if (r != NULL && !cJSON_IsNull(r)) {
+    fail(res, 1, "InvalidInput",
+         "field 'resources' must be small, medium, large or {cpu, memory_gib, disk_gib}");
+    return -1;
+  }
+  for (int i = 0; i < 3; i++) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(in, auto_fields[i]);
+    if (v == NULL || cJSON_IsNull(v)) continue;
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > AUTO_MAX_MINUTES ||
+        v->valuedouble != (double)(int)v->valuedouble) {
+      fail(res, 1, "InvalidInput", "field '%s' must be a whole number of minutes from 0 to %d",
+           auto_fields[i], AUTO_MAX_MINUTES);
+      return -1;
+    }
+    sz->autos[i] = (int32_t)v->valuedouble;
+    sz->has[i] = 1;
+  }
+  return 0;
+}
+
+/* {"unenforced": [...]} of the create's result: the options given that the
+ * driver took without enforcing them. 0 or -1 (OOM). */
+static int add_unenforced(cJSON *o, unsigned bits) {
+  static const struct {
+    unsigned bit;
+    const char *name;
+  } names[] = {{DBX_DRV_UNENFORCED_CPU, "cpu"},
+               {DBX_DRV_UNENFORCED_MEMORY, "memory_gib"},
+               {DBX_DRV_UNENFORCED_DISK, "disk_gib"},
+               {DBX_DRV_UNENFORCED_AUTO_STOP, "auto_stop_minutes"},
+               {DBX_DRV_UNENFORCED_AUTO_ARCHIVE, "auto_archive_minutes"},
+               {DBX_DRV_UNENFORCED_AUTO_DELETE, "auto_delete_minutes"}};
+  if (bits == 0) return 0;
+  cJSON *arr = cJSON_AddArrayToObject(o, "unenforced");
+  if (arr == NULL) return -1;
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    if (!(bits & names[i].bit)) continue;
+    cJSON *v = cJSON_CreateString(names[i].name);
+    if (v == NULL || !cJSON_AddItemToArray(arr, v)) {
+      cJSON_Delete(v);
+      return -1;
+    }
+  }
+  return 0;
+}
+
 static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_result *res,
                           void *ud) {
   dbx_driver *drv = DRV(ud);
   dbx_err rc = DBX_OK;
   char *path = NULL;
+  char **envv = NULL;
+  size_t nenv = 0, nups = 0;
+  transfer *ups = NULL;
   cJSON *in = parse_input(json, len, res);
   if (in == NULL) return DBX_OK;
   if (dbx_act_cancelled(a)) {
@@ -750,8 +912,30 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
         rc = fail(res, 1, "InvalidInput", "field 'env.%.100s' must be a string", e->string);
         goto out;
       }
+      if (e->string[0] == '\0' || strchr(e->string, '=') != NULL) {
+        rc = fail(res, 1, "InvalidInput", "field 'env': '%.100s' is not a variable name",
+                  e->string);
+        goto out;
+      }
+    }
+    /* the sandbox's own environment, for every exec step (driver.h) */
+    int n = cJSON_GetArraySize(env);
+    envv = dbx_calloc((size_t)n + 1, sizeof *envv);
+    if (envv == NULL) {
+      rc = DBX_ENOMEM;
+      goto out;
+    }
+    cJSON_ArrayForEach(e, env) {
+      if ((envv[nenv] = dbx_asprintf("%s=%s", e->string, e->valuestring)) == NULL) {
+        rc = DBX_ENOMEM;
+        goto out;
+      }
+      nenv++;
     }
   }
+  create_sizes sz = {0};
+  if (get_sizes(in, &sz, res) != 0) goto out;
+  if (get_transfers(in, "upload", 1, &ups, &nups, res) != 0) goto out;
 
   /* "network": "host" (default) or "none"; see docs/sandbox.md */
   const char *network = NULL;
@@ -787,6 +971,13 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
   for (size_t i = 0; i < 4; i++)
     if (dbx_drv_label_valid(&labels[i]) && labels[i].value[0]) labels[nlabels++] = labels[i];
   dbx_drv_create_opts co = {.source = src, .labels = labels, .nlabels = nlabels};
+  unsigned unenforced = 0;
+  co.env = (const char *const *)envv;
+  co.cpu = sz.cpu, co.memory_gib = sz.memory_gib, co.disk_gib = sz.disk_gib;
+  co.auto_stop_minutes = sz.has[0] ? &sz.autos[0] : NULL;
+  co.auto_archive_minutes = sz.has[1] ? &sz.autos[1] : NULL;
+  co.auto_delete_minutes = sz.has[2] ? &sz.autos[2] : NULL;
+  co.unenforced = &unenforced;
   co.network = network && strcmp(network, "none") == 0 ? DBX_DRV_NET_NONE : DBX_DRV_NET_HOST;
   co.host_fs = host_fs && strcmp(host_fs, "system") == 0 ? DBX_DRV_FS_SYSTEM : DBX_DRV_FS_HOST;
   /* a copy or clone may take minutes: heartbeat while it runs, so a dead
@@ -800,17 +991,45 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
     rc = fail_drv(res, drv, drc, drc == DBX_DRV_INVALID ? "field 'source'" : "sandbox.create", id);
     goto out;
   }
+  /* files uploaded at create: again on an adopted sandbox too (each
+   * upload replaces its file whole, so a repeat is harmless) */
+  for (size_t i = 0; i < nups; i++) {
+    if (dbx_act_cancelled(a)) {
+      rc = DBX_ECANCELED;
+      goto out;
+    }
+    drc = CALL(drv, upload, id, ups[i].from, ups[i].to);
+    if (drc != DBX_DRV_OK) {
+      char what[300];
+      snprintf(what, sizeof what, "sandbox.create: upload '%.120s' to '%.120s'", ups[i].from,
+               ups[i].to);
+      rc = fail_drv(res, drv, drc, what, id);
+      /* no retry mends it: remove the sandbox, which nobody will use (a
+       * retryable failure leaves it for the retry to adopt) */
+      if (res->non_retryable && CALL(drv, del, id) != DBX_DRV_OK)
+        DBX_WARN(MOD, "sandbox %s: not removed after its failed upload", id);
+      goto out;
+    }
+  }
   path = drv->ops->workspace_path(drv->self, id); /* NULL: the driver has no host path */
   cJSON *o = cJSON_CreateObject();
   if (o == NULL || !cJSON_AddStringToObject(o, "sandbox_id", id) ||
       !cJSON_AddBoolToObject(o, "adopted", adopted) ||
-      (path != NULL && !cJSON_AddStringToObject(o, "path", path))) {
+      (path != NULL && !cJSON_AddStringToObject(o, "path", path)) ||
+      add_unenforced(o, unenforced) != 0 ||
+      (nups > 0 && !cJSON_AddNumberToObject(o, "uploaded", (double)nups))) {
     cJSON_Delete(o);
     rc = DBX_ENOMEM;
     goto out;
   }
+  if (unenforced)
+    DBX_WARN(MOD, "sandbox %s: the %s driver does not enforce some of its sizes or intervals "
+             "(see the create's \"unenforced\")", id, drv->name);
   rc = succeed(res, o);
 out:
+  for (size_t i = 0; i < nenv; i++) free(envv[i]);
+  free(envv);
+  free(ups);
   free(path);
   cJSON_Delete(in);
   return rc;
@@ -1452,11 +1671,76 @@ out:
 
 enum life_op { OP_STOP, OP_START, OP_DELETE };
 
+/* sandbox.delete's "download": each file copied to the host before the
+ * sandbox goes. One that fails (no such file, host folder unwritable) is
+ * reported, not fatal: the delete still happens, so no sandbox is left
+ * behind for a missing report. A sandbox already gone (a retried delete
+ * after it went) downloads nothing. *out: {"downloaded": [to...],
+ * "download_failed": [{"from", "to", "error"}]} or NULL when n = 0.
+ * DBX_OK, DBX_ENOMEM, DBX_ECANCELED. */
+static dbx_err download_all(dbx_act *a, dbx_driver *drv, const char *id, const transfer *t,
+                            size_t n, cJSON **out) {
+  *out = NULL;
+  if (n == 0) return DBX_OK;
+  cJSON *o = cJSON_CreateObject();
+  cJSON *ok = o ? cJSON_AddArrayToObject(o, "downloaded") : NULL;
+  cJSON *bad = o ? cJSON_AddArrayToObject(o, "download_failed") : NULL;
+  if (ok == NULL || bad == NULL) {
+    cJSON_Delete(o);
+    return DBX_ENOMEM;
+  }
+  int gone = CALL(drv, exists, id, NULL) == DBX_DRV_NO_SANDBOX;
+  for (size_t i = 0; i < n; i++) {
+    if (dbx_act_cancelled(a)) {
+      cJSON_Delete(o);
+      return DBX_ECANCELED;
+    }
+    dbx_drv_err e = DBX_DRV_NO_SANDBOX;
+    if (!gone) {
+      /* the host folder is made when missing */
+      char *dir = dbx_strdup(t[i].to), *slash = dir ? strrchr(dir, '/') : NULL;
+      if (slash && slash != dir) {
+        *slash = '\0';
+        (void)dbx_fs_mkdirs(dir, 0755);
+      }
+      free(dir);
+      e = CALL(drv, download, id, t[i].from, t[i].to);
+    }
+    if (e == DBX_DRV_NOMEM) {
+      cJSON_Delete(o);
+      return DBX_ENOMEM;
+    }
+    int added;
+    if (e == DBX_DRV_OK) {
+      added = cJSON_AddItemToArray(ok, cJSON_CreateString(t[i].to));
+    } else {
+      cJSON *f = cJSON_CreateObject();
+      const char *m = gone ? "the sandbox no longer exists" : drv->ops->errmsg(drv->self);
+      added = f && cJSON_AddStringToObject(f, "from", t[i].from) &&
+              cJSON_AddStringToObject(f, "to", t[i].to) &&
+              cJSON_AddStringToObject(f, "error", m[0] ? m : dbx_drv_strerror(e)) &&
+              cJSON_AddItemToArray(bad, f);
+      if (!added) cJSON_Delete(f);
+      DBX_WARN(MOD, "sandbox %s: download of '%s' failed: %s", id, t[i].from,
+               m[0] ? m : dbx_drv_strerror(e));
+    }
+    if (!added) {
+      cJSON_Delete(o);
+      return DBX_ENOMEM;
+    }
+  }
+  *out = o;
+  return DBX_OK;
+}
+
 static dbx_err run_life(dbx_act *a, const char *json, size_t len, dbx_act_result *res,
                         void *ud) {
   dbx_driver *drv = DRV(ud);
   enum life_op op = (enum life_op)((const act_ctx *)ud)->op;
   dbx_err rc = DBX_OK;
+  transfer *downs = NULL;
+  size_t ndowns = 0;
+  cJSON *dl = NULL; /* the delete's result with what was downloaded */
   cJSON *in = parse_input(json, len, res);
   if (in == NULL) return DBX_OK;
   const char *id;
@@ -1484,17 +1768,24 @@ static dbx_err run_life(dbx_act *a, const char *json, size_t len, dbx_act_result
     }
     dbx_drv_labels_free(lb, nl);
     if (rc != DBX_OK || other) goto out;
+    if (get_transfers(in, "download", 0, &downs, &ndowns, res) != 0) goto out;
+    if ((rc = download_all(a, drv, id, downs, ndowns, &dl)) != DBX_OK) goto out;
   }
   dbx_drv_err drc = op == OP_STOP    ? CALL(drv, stop, id)
                     : op == OP_START ? CALL(drv, start, id)
                                      : CALL(drv, del, id);
   static const char *const names[] = {"sandbox.stop", "sandbox.start", "sandbox.delete"};
   if (drc == DBX_DRV_NO_SANDBOX && op == OP_DELETE) drc = DBX_DRV_OK; /* counts as done */
-  if (drc != DBX_DRV_OK)
+  if (drc != DBX_DRV_OK) {
     rc = fail_drv(res, drv, drc, names[op], id);
-  else
-    rc = succeed(res, cJSON_CreateObject());
+  } else {
+    cJSON *r = dl ? dl : cJSON_CreateObject();
+    dl = NULL;
+    rc = succeed(res, r);
+  }
 out:
+  cJSON_Delete(dl);
+  free(downs);
   cJSON_Delete(in);
   return rc;
 }

@@ -19,7 +19,11 @@
  *   unknown   no service answered, or the sandbox names no owner
  * gc removes orphaned sandboxes and every leftover; nothing else. Without a
  * service it removes leftovers only and says why. docs/sandbox.md "Tools".
- * One thread; exit 0 on success, 1 when something failed, 2 on usage. */
+ * --sandbox daytona (DURABOX_SANDBOX) lists Daytona's sandboxes instead,
+ * through the same driver operations (opened by cli/kit as the worker opens
+ * it); sizes on disk, busy and leftovers are local facts and are not known
+ * there. One thread; exit 0 on success, 1 when something failed, 2 on
+ * usage. */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,11 +31,13 @@
 
 #include <cjson/cJSON.h>
 
+#include "activities/daytona.h"
 #include "activities/local.h"
 #include "base/util.h"
 #include "cli/cli.h"
 #include "cli/conn.h"
 #include "cli/flags.h"
+#include "cli/kit.h"
 #include "protos/pb.h"
 
 static void usage(FILE *f) {
@@ -44,6 +50,8 @@ static void usage(FILE *f) {
           "                        open, unless --force)\n"
           "  gc                    remove orphaned sandboxes and all leftovers (--dry-run:\n"
           "                        only say what would go)\n"
+          "  --sandbox DRIVER      local (default) or daytona (DURABOX_SANDBOX; daytona reads\n"
+          "                        DAYTONA_API_KEY, DAYTONA_API_URL, as `durabox worker`)\n"
           "  --sandbox-home DIR    the local sandboxes' home, as `durabox worker` takes it\n"
           "                        (--home too; DURABOX_HOME; default ~/.local/share/durabox)\n"
           "  --output json         one JSON object for scripts\n"
@@ -57,6 +65,7 @@ typedef struct {
   dbx_drv_label *labels;
   size_t nlabels;
   int kept, stopped;
+  int sized; /* bytes is known (local) */
   uint64_t bytes;
   char *path;              /* workspace path, NULL: none */
   char owner_state[32];    /* "running", "completed", ..., "not_found", "unknown" */
@@ -65,7 +74,9 @@ typedef struct {
 } sbx_row;
 
 typedef struct {
-  dbx_local *local;
+  dbx_local *local;  /* the local driver, or NULL (daytona: no local facts) */
+  dbx_cli_kit kit;   /* --sandbox daytona: the driver, opened as the worker opens it */
+  char where[300];   /* where the sandboxes are, for messages */
   dbx_driver *drv;
   dbx_client *client; /* NULL: no service to ask */
   int reachable;      /* the service answered (0 after an UNAVAILABLE) */
@@ -130,7 +141,8 @@ static void judge(sbx_ctx *c, sbx_row *w) {
     owner_status(c, w->wf, NULL, latest, sizeof latest, &wf_open, w->open_run, sizeof w->open_run);
     if (!c->reachable) w->verdict = "unknown";
     else if (wf_open) w->verdict = "held";
-    else if (strcmp(w->owner_state, "not_found") == 0 && dbx_local_sandbox_busy(c->local, w->id))
+    else if (strcmp(w->owner_state, "not_found") == 0 && c->local &&
+             dbx_local_sandbox_busy(c->local, w->id))
       w->verdict = "busy"; /* maybe a run of another service: its command is at work */
     else w->verdict = "orphaned";
   }
@@ -182,12 +194,12 @@ static int collect(sbx_ctx *c) {
     w->resource = label_of(w->labels, w->nlabels, "durabox.resource");
     const char *k = label_of(w->labels, w->nlabels, "durabox.keep");
     w->kept = k && strcmp(k, "true") == 0;
-    (void)dbx_local_sandbox_disk_bytes(c->local, w->id, &w->bytes);
+    w->sized = c->local && dbx_local_sandbox_disk_bytes(c->local, w->id, &w->bytes) == DBX_OK;
     w->path = c->drv->ops->workspace_path(c->drv->self, w->id);
     judge(c, w);
   }
   dbx_drv_names_free(ids, n);
-  if (dbx_local_leftovers(c->local, &c->left, &c->nleft) != DBX_OK) {
+  if (c->local && dbx_local_leftovers(c->local, &c->left, &c->nleft) != DBX_OK) {
     fprintf(stderr, "durabox sandbox: cannot read leftovers: %s\n", dbx_local_errmsg(c->local));
     return -1;
   }
@@ -216,7 +228,8 @@ static cJSON *row_json(const sbx_row *w) {
   else cJSON_AddNullToObject(o, "run_id");
   if (w->resource) cJSON_AddStringToObject(o, "resource", w->resource);
   cJSON_AddStringToObject(o, "state", w->stopped ? "stopped" : "running");
-  cJSON_AddNumberToObject(o, "bytes", (double)w->bytes);
+  if (w->sized) cJSON_AddNumberToObject(o, "bytes", (double)w->bytes);
+  else cJSON_AddNullToObject(o, "bytes"); /* not known (Daytona) */
   if (w->path) cJSON_AddStringToObject(o, "path", w->path);
   cJSON_AddBoolToObject(o, "kept", w->kept);
   cJSON_AddStringToObject(o, "owner_state", w->owner_state);
@@ -260,8 +273,8 @@ static int cmd_list(sbx_ctx *c, int json) {
          "OWNER", "STATUS");
   for (size_t i = 0; i < c->nrows; i++) {
     const sbx_row *w = &c->rows[i];
-    char sz[32];
-    human_bytes(w->bytes, sz, sizeof sz);
+    char sz[32] = "-";
+    if (w->sized) human_bytes(w->bytes, sz, sizeof sz);
     printf("%-20s %-24s %-36s %-7s %-10s %-10s %s\n", w->id, w->wf ? w->wf : "-",
            w->run ? w->run : "-", w->stopped ? "stopped" : "running", sz, w->owner_state,
            w->verdict);
@@ -290,8 +303,8 @@ static int cmd_rm(sbx_ctx *c, char **ids, int nids, int force, int json) {
     dbx_drv_err e = dbx_drv_name_valid(ids[i]) ? c->drv->ops->exists(c->drv->self, ids[i], NULL)
                                                 : DBX_DRV_INVALID;
     if (e != DBX_DRV_OK) {
-      fprintf(stderr, "durabox sandbox rm: no sandbox '%s' in %s/sandboxes%s\n", ids[i],
-              dbx_local_home(c->local), e == DBX_DRV_INVALID ? " (not a valid sandbox id)" : "");
+      fprintf(stderr, "durabox sandbox rm: no sandbox '%s' in %s%s\n", ids[i], c->where,
+              e == DBX_DRV_INVALID ? " (not a valid sandbox id)" : "");
       rc = 1;
       continue;
     }
@@ -383,7 +396,7 @@ int dbx_cli_sandbox(int argc, char **argv) {
   }
   dbx_cli_conn conn;
   dbx_cli_conn_init(&conn);
-  const char *home = NULL;
+  const char *home = NULL, *sandbox = NULL;
   int dry = 0, force = 0, nids = 0;
   char **ids = calloc((size_t)argc, sizeof *ids);
   const dbx_cli_flag fl[] = {
@@ -391,6 +404,7 @@ int dbx_cli_sandbox(int argc, char **argv) {
       {"--home", NULL, DBX_CLI_FLAG_STR, &home, 0, 0},
       {"--dry-run", NULL, DBX_CLI_FLAG_BOOL, &dry, 0, 0},
       {"--force", NULL, DBX_CLI_FLAG_BOOL, &force, 0, 0},
+      {"--sandbox", NULL, DBX_CLI_FLAG_STR, &sandbox, 0, 0},
   };
   int rc = 2;
   sbx_ctx c = {0};
@@ -425,13 +439,28 @@ int dbx_cli_sandbox(int argc, char **argv) {
   /* no commands run here: the home is opened without requiring bubblewrap
    * (and its note that commands would run unsandboxed is not shown) */
   dbx_log_set_level(DBX_LOG_WARN);
-  dbx_local_open_opts lo = {.unsandboxed = 1};
-  if (dbx_local_open_with(home, &lo, &c.local) != DBX_OK) {
-    fprintf(stderr, "durabox sandbox: cannot open the sandbox home %s: %s\n",
-            home ? home : "(default)", dbx_local_errmsg(NULL));
-    goto out;
+  if (sandbox) setenv("DURABOX_SANDBOX", sandbox, 1); /* the driver choice, read by cli/kit.c */
+  const char *which = getenv("DURABOX_SANDBOX");
+  if (which && *which && strcmp(which, "local") != 0) {
+    char *err = NULL;
+    if (dbx_cli_kit_open(NULL, &c.kit, &err) != DBX_OK) {
+      fprintf(stderr, "durabox sandbox: %s\n", err ? err : "cannot open the sandbox driver");
+      free(err);
+      goto out;
+    }
+    c.drv = dbx_daytona_driver(c.kit.daytona);
+    const char *url = getenv("DAYTONA_API_URL");
+    snprintf(c.where, sizeof c.where, "Daytona (%s)", url && *url ? url : "https://app.daytona.io/api");
+  } else {
+    dbx_local_open_opts lo = {.unsandboxed = 1};
+    if (dbx_local_open_with(home, &lo, &c.local) != DBX_OK) {
+      fprintf(stderr, "durabox sandbox: cannot open the sandbox home %s: %s\n",
+              home ? home : "(default)", dbx_local_errmsg(NULL));
+      goto out;
+    }
+    c.drv = dbx_local_driver(c.local);
+    snprintf(c.where, sizeof c.where, "%s/sandboxes", dbx_local_home(c.local));
   }
-  c.drv = dbx_local_driver(c.local);
   c.address = conn.address ? conn.address : "127.0.0.1:7233";
   conn.address = c.address;
   if (dbx_cli_conn_load(&conn) != 0) goto out;
@@ -446,6 +475,7 @@ out:
   rows_free(&c);
   dbx_client_destroy(c.client);
   dbx_local_close(c.local);
+  dbx_cli_kit_close(&c.kit);
   dbx_cli_conn_cleanup(&conn);
   free(ids);
   return rc;

@@ -37,6 +37,7 @@
 #include "base/util.h"
 #include "tests/act_fake.h"
 #include "tests/fakes/daytona/fake.h"
+#include "base/fs.h"
 #include "tests/testutil.h"
 
 static char *g_home;
@@ -2467,6 +2468,206 @@ static void test_daytona_exec_retry_reattaches(void **state) {
   free(id);
 }
 
+
+/* The sandbox's own env (sandbox.create "env") reaches every exec step,
+ * under the step's env (which wins for a name both have). */
+static void test_sandbox_acts_create_env_seen_by_step(void **state) {
+  (void)state;
+  struct dbx_act a = act_for("wf-sbenv");
+  cJSON *o = ok(T(create), &a,
+                "{\"resource\":\"workspace\",\"source\":{\"kind\":\"empty\"},"
+                "\"env\":{\"SB_A\":\"one\",\"SB_B\":\"two\"}}");
+  char *id = dbx_strdup(str(o, "sandbox_id"));
+  cJSON_Delete(o);
+  char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"printf '%%s|%%s' "
+                          "\\\"$SB_A\\\" \\\"$SB_B\\\"\",\"env\":{\"SB_B\":\"step\"}}", id);
+  o = ok(T(exec), &a, in);
+  assert_int_equal((int)num(o, "exit_code"), 0);
+  assert_string_equal(str(o, "stdout"), "one|step");
+  cJSON_Delete(o);
+  free(in);
+  /* a step without env of its own sees the sandbox's alone */
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"printf '%%s' \\\"$SB_B\\\"\"}", id);
+  o = ok(T(exec), &a, in);
+  assert_string_equal(str(o, "stdout"), "two");
+  cJSON_Delete(o);
+  free(in);
+  /* a secret is a step's business: the sandbox's env takes strings only
+   * (Daytona keeps a sandbox's env in the clear) and names no value */
+  setenv("DBX_SBENV_SECRET", "sbenv-s3cret-9", 1);
+  struct dbx_act b = act_for("wf-sbenv-2");
+  char *m = failed(T(create), &b,
+                   "{\"resource\":\"workspace\",\"env\":{\"T\":{\"secret\":\"DBX_SBENV_SECRET\"}}}",
+                   "InvalidInput", 1);
+  assert_null(strstr(m, "sbenv-s3cret-9"));
+  expect_message(m, "field 'env.T' must be a string");
+  expect_message(failed(T(create), &b, "{\"resource\":\"workspace\",\"env\":{\"A=B\":\"x\"}}",
+                        "InvalidInput", 1),
+                 "is not a variable name");
+  unsetenv("DBX_SBENV_SECRET");
+  free(id);
+}
+
+/* Sizes and intervals: validated, sent to the driver; what a driver takes
+ * without enforcing is listed in the result ("unenforced"), never hidden. */
+static void test_sandbox_acts_create_sizes(void **state) {
+  (void)state;
+  struct dbx_act a = act_for("wf-sizes");
+  cJSON *o = ok(T(create), &a,
+                "{\"resource\":\"workspace\",\"resources\":\"medium\","
+                "\"auto_stop_minutes\":30,\"auto_archive_minutes\":60,\"auto_delete_minutes\":0}");
+  const cJSON *u = cJSON_GetObjectItemCaseSensitive(o, "unenforced");
+  char *us = u ? cJSON_PrintUnformatted(u) : dbx_strdup("[]");
+  if (g_local)
+    assert_string_equal(us, "[\"cpu\",\"disk_gib\",\"auto_stop_minutes\",\"auto_archive_minutes\","
+                            "\"auto_delete_minutes\"]");
+  else if (g_mem)
+    assert_string_equal(us, "[\"cpu\",\"memory_gib\",\"disk_gib\",\"auto_stop_minutes\","
+                            "\"auto_archive_minutes\",\"auto_delete_minutes\"]");
+  else
+    assert_string_equal(us, "[]"); /* the fake builds with the sizes asked */
+  free(us);
+  if (g_dt) { /* the create's body as Daytona's API names the fields */
+    char *log = dbx_fake_daytona_call(&g_fake, "GET", "/_control/log", NULL);
+    assert_non_null(log);
+    char *want = dbx_asprintf("\\\"name\\\":\\\"%s\\\"", str(o, "sandbox_id"));
+    const char *at = strstr(log, want);
+    assert_non_null(at);
+    const char *end = strstr(at, "}\"");
+    assert_non_null(end);
+    char *body = dbx_strndup(at, (size_t)(end - at));
+    const char *fields[] = {"\\\"cpu\\\":2", "\\\"memory\\\":4", "\\\"disk\\\":8",
+                            "\\\"autoStopInterval\\\":30", "\\\"autoArchiveInterval\\\":60",
+                            "\\\"autoDeleteInterval\\\":0"};
+    for (size_t i = 0; i < 6; i++)
+      if (strstr(body, fields[i]) == NULL) fail_msg("create body '%s' lacks %s", body, fields[i]);
+    free(body);
+    free(want);
+    free(log);
+  }
+  cJSON_Delete(o);
+  struct dbx_act b = act_for("wf-sizes-bad");
+  expect_message(failed(T(create), &b, "{\"resources\":\"huge\"}", "InvalidInput", 1),
+                 "'huge' is not one of small, medium, large");
+  expect_message(failed(T(create), &b, "{\"resources\":{\"cpu\":0}}", "InvalidInput", 1),
+                 "field 'resources.cpu' must be a whole number from 1 to 1024");
+  expect_message(failed(T(create), &b, "{\"resources\":{\"gpu\":1}}", "InvalidInput", 1),
+                 "unknown field 'gpu'");
+  expect_message(failed(T(create), &b, "{\"auto_stop_minutes\":-1}", "InvalidInput", 1),
+                 "field 'auto_stop_minutes' must be a whole number of minutes");
+}
+
+/* Local: memory_gib is each exec process's address-space limit. */
+static void test_sandbox_acts_local_memory_limit(void **state) {
+  (void)state;
+  struct dbx_act a = act_for("wf-memlimit");
+  cJSON *o = ok(T(create), &a, "{\"resource\":\"workspace\",\"resources\":{\"memory_gib\":1}}");
+  char *id = dbx_strdup(str(o, "sandbox_id"));
+  cJSON_Delete(o);
+  /* 16 MiB fits; 1.5 GiB does not */
+  char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"python3 -c 'x = bytearray(16 << 20); "
+                          "print(len(x))'\"}", id);
+  o = ok(T(exec), &a, in);
+  assert_int_equal((int)num(o, "exit_code"), 0);
+  assert_string_equal(str(o, "stdout"), "16777216\n");
+  cJSON_Delete(o);
+  free(in);
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"python3 -c 'x = bytearray(1536 << 20); "
+                    "print(len(x))'\"}", id);
+  o = ok(T(exec), &a, in);
+  assert_int_not_equal((int)num(o, "exit_code"), 0);
+  assert_non_null(strstr(str(o, "stderr"), "MemoryError"));
+  assert_string_equal(str(o, "stdout"), "");
+  cJSON_Delete(o);
+  free(in);
+  /* the limit is set in the command's shell: ulimit -v shows it (KiB) */
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"ulimit -v\"}", id);
+  o = ok(T(exec), &a, in);
+  assert_string_equal(str(o, "stdout"), "1048576\n");
+  cJSON_Delete(o);
+  free(in);
+  free(id);
+}
+
+
+/* Files uploaded at create and downloaded by the delete, before the
+ * sandbox goes; a failed download is reported and the delete still runs. */
+static void test_sandbox_acts_upload_download_transfers(void **state) {
+  (void)state;
+  char *up = dbx_asprintf("%s/up-%d.txt", g_tmp, (int)getpid());
+  FILE *f = fopen(up, "w");
+  assert_non_null(f);
+  fputs("hello upload\n", f);
+  fclose(f);
+  struct dbx_act a = act_for("wf-xfer");
+  char *in = dbx_asprintf("{\"resource\":\"workspace\",\"upload\":[{\"from\":\"%s\","
+                          "\"to\":\"in/data.txt\"}]}", up);
+  cJSON *o = ok(T(create), &a, in);
+  free(in);
+  assert_int_equal((int)num(o, "uploaded"), 1);
+  char *id = dbx_strdup(str(o, "sandbox_id"));
+  cJSON_Delete(o);
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"in/data.txt\"}", id);
+  o = ok(T(read_file), &a, in);
+  assert_string_equal(str(o, "content"), "hello upload\n");
+  cJSON_Delete(o);
+  free(in);
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"out/report.txt\",\"content\":\"report ok\"}",
+                    id);
+  cJSON_Delete(ok(T(write_file), &a, in));
+  free(in);
+  char *dl = dbx_asprintf("%s/dl-%d/sub/report.txt", g_tmp, (int)getpid());
+  char *dl2 = dbx_asprintf("%s/dl-%d/missing.txt", g_tmp, (int)getpid());
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"download\":[{\"from\":\"out/report.txt\",\"to\":\"%s\"},"
+                    "{\"from\":\"missing.txt\",\"to\":\"%s\"}]}", id, dl, dl2);
+  o = ok(T(delete), &a, in);
+  free(in);
+  const cJSON *got = cJSON_GetObjectItemCaseSensitive(o, "downloaded");
+  assert_int_equal(cJSON_GetArraySize(got), 1);
+  assert_string_equal(cJSON_GetArrayItem(got, 0)->valuestring, dl);
+  const cJSON *bad = cJSON_GetObjectItemCaseSensitive(o, "download_failed");
+  assert_int_equal(cJSON_GetArraySize(bad), 1);
+  assert_string_equal(str(cJSON_GetArrayItem(bad, 0), "from"), "missing.txt");
+  cJSON_Delete(o);
+  char *text = NULL;
+  assert_int_equal(dbx_fs_read_all(dl, &text, NULL), DBX_OK);
+  assert_string_equal(text, "report ok");
+  free(text);
+  assert_int_equal(access(dl2, F_OK), -1);
+  assert_int_equal(g_drv->ops->exists(g_drv->self, id, NULL), DBX_DRV_NO_SANDBOX);
+  free(id);
+
+  /* an upload that cannot be done fails the create and leaves no sandbox */
+  struct dbx_act b = act_for("wf-xfer-missing");
+  in = dbx_asprintf("{\"resource\":\"workspace\",\"upload\":[{\"from\":\"%s.nope\",\"to\":\"x\"}]}",
+                    up);
+  expect_message(failed(T(create), &b, in, "FileNotFound", 1), ".nope");
+  free(in);
+  char idm[32];
+  o = NULL;
+  { /* the id that create derived: the same input without the upload */
+    struct dbx_act c = act_for("wf-xfer-missing");
+    o = ok(T(create), &c, "{\"resource\":\"workspace\"}");
+    assert_false(boolean(o, "adopted")); /* made afresh: the failed one was removed */
+    snprintf(idm, sizeof idm, "%s", str(o, "sandbox_id"));
+    cJSON_Delete(o);
+  }
+  /* bad shapes are refused before anything is made */
+  expect_message(failed(T(create), &b, "{\"upload\":[{\"from\":\"/etc/hostname\",\"to\":\"../x\"}]}",
+                        "PathRefused", 1), "leaves the workspace");
+  expect_message(failed(T(create), &b, "{\"upload\":[{\"from\":\"rel\",\"to\":\"x\"}]}",
+                        "InvalidInput", 1), "is not absolute");
+  expect_message(failed(T(create), &b, "{\"upload\":[]}", "InvalidInput", 1),
+                 "field 'upload' must be an array of 1 to 100");
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"download\":[{\"from\":\"a\"}]}", idm);
+  expect_message(failed(T(delete), &b, in, "InvalidInput", 1), "field 'download[0]' must be");
+  free(in);
+  unlink(up);
+  free(up);
+  free(dl);
+  free(dl2);
+}
+
 int main(int argc, char **argv) {
   dbx_local_supervisor_main(argc, argv); /* this binary is re-executed as the supervisor */
   /* every case; the local driver runs them all */
@@ -2507,6 +2708,10 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_sandbox_acts_input_nul_and_sizes),
       cmocka_unit_test(test_sandbox_acts_create_per_run),
       cmocka_unit_test(test_sandbox_acts_delete_leaves_other_runs_kept),
+      cmocka_unit_test(test_sandbox_acts_create_env_seen_by_step),
+      cmocka_unit_test(test_sandbox_acts_create_sizes),
+      cmocka_unit_test(test_sandbox_acts_upload_download_transfers),
+      cmocka_unit_test(test_sandbox_acts_local_memory_limit),
   };
   /* the same cases on the memory driver, except those that need real
    * processes, a real shell or host git (fork, symlinks, base64(1), git log) */
@@ -2542,6 +2747,9 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_sandbox_acts_input_nul_and_sizes),
       cmocka_unit_test(test_sandbox_acts_create_per_run),
       cmocka_unit_test(test_sandbox_acts_delete_leaves_other_runs_kept),
+      cmocka_unit_test(test_sandbox_acts_create_env_seen_by_step),
+      cmocka_unit_test(test_sandbox_acts_create_sizes),
+      cmocka_unit_test(test_sandbox_acts_upload_download_transfers),
   };
   const struct CMUnitTest process_tests[] = {
       cmocka_unit_test(test_driver_two_homes_one_process),
@@ -2583,6 +2791,9 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_daytona_exec_split_utf8_exact),
       cmocka_unit_test(test_daytona_sandbox_gone_typed),
       cmocka_unit_test(test_daytona_exec_retry_reattaches),
+      cmocka_unit_test(test_sandbox_acts_create_env_seen_by_step),
+      cmocka_unit_test(test_sandbox_acts_create_sizes),
+      cmocka_unit_test(test_sandbox_acts_upload_download_transfers),
   };
   /* DBX_TEST_FILTER=pattern (cmocka's glob) runs only matching tests, while iterating */
   if (getenv("DBX_TEST_FILTER")) cmocka_set_test_filter(getenv("DBX_TEST_FILTER"));

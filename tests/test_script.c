@@ -238,6 +238,50 @@ static void test_script_retry_on_exit_checked(void **state) {
                       "step 'r' (read_file): unknown field \"retry_on_exit\"");
 }
 
+
+/* sandbox.resources, the auto_*_minutes, upload and download. */
+#define SB(fields) "{\"sandbox\":{" fields "},\"steps\":[]}"
+static void test_script_sandbox_sizes_and_transfers_checked(void **state) {
+  (void)state;
+  assert_string_equal(check(SB("\"resources\":\"small\"")), "");
+  assert_string_equal(check(SB("\"resources\":{\"cpu\":2,\"memory_gib\":4,\"disk_gib\":8}")), "");
+  assert_string_equal(check(SB("\"auto_stop_minutes\":0,\"auto_archive_minutes\":60,"
+                               "\"auto_delete_minutes\":30")), "");
+  assert_string_equal(check(SB("\"upload\":[{\"from\":\"/tmp/a\",\"to\":\"a\"}],"
+                               "\"download\":[{\"from\":\"out/r.xml\",\"to\":\"/tmp/r.xml\"}]")),
+                      "");
+  assert_string_equal(check(SB("\"resources\":\"xl\"")),
+                      "sandbox.resources must be \"small\", \"medium\", \"large\" or {\"cpu\", "
+                      "\"memory_gib\", \"disk_gib\"}");
+  assert_string_equal(check(SB("\"resources\":{\"memory\":4}")),
+                      "sandbox.resources: unknown field \"memory\" (cpu, memory_gib, disk_gib)");
+  assert_string_equal(check(SB("\"resources\":{\"memory_gib\":0.5}")),
+                      "sandbox.resources.memory_gib must be a whole number from 1 to 1024 (GiB)");
+  assert_string_equal(check(SB("\"resources\":{\"cpu\":2000}")),
+                      "sandbox.resources.cpu must be a whole number from 1 to 1024 (cores)");
+  assert_string_equal(check(SB("\"auto_stop_minutes\":-1")),
+                      "sandbox.auto_stop_minutes must be a whole number of minutes from 0 to 525600");
+  assert_string_equal(check(SB("\"auto_delete_minutes\":\"5\"")),
+                      "sandbox.auto_delete_minutes must be a whole number of minutes from 0 to "
+                      "525600");
+  assert_string_equal(check(SB("\"upload\":[]")),
+                      "sandbox.upload must be a list of 1 to 100 {\"from\": host path, \"to\": "
+                      "sandbox path}");
+  assert_string_equal(check(SB("\"upload\":[{\"from\":\"rel\",\"to\":\"a\"}]")),
+                      "sandbox.upload[0].from: the host path 'rel' must be absolute");
+  assert_string_equal(check(SB("\"upload\":[{\"from\":\"/a\",\"to\":\"x/../../a\"}]")),
+                      "sandbox.upload[0].to: the sandbox path 'x/../../a' must stay in the "
+                      "workspace (relative, no \"..\")");
+  assert_string_equal(check(SB("\"download\":[{\"from\":\"/etc/passwd\",\"to\":\"/tmp/p\"}]")),
+                      "sandbox.download[0].from: the sandbox path '/etc/passwd' must stay in the "
+                      "workspace (relative, no \"..\")");
+  assert_string_equal(check(SB("\"download\":[{\"from\":\"a\",\"to\":\"/b\",\"x\":1}]")),
+                      "sandbox.download[0] must be {\"from\": path, \"to\": path}");
+  assert_string_equal(check(SB("\"keep\":true,\"download\":[{\"from\":\"a\",\"to\":\"/b\"}]")),
+                      "sandbox.download happens when the sandbox is deleted at the end, and a "
+                      "kept sandbox (keep: true) is not: drop one of them");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_script_nul_refused_in_values_and_keys),
@@ -248,6 +292,7 @@ int main(void) {
       cmocka_unit_test(test_script_step_count_and_name_length),
       cmocka_unit_test(test_json_text_check_ordinals),
       cmocka_unit_test(test_script_retry_on_exit_checked),
+      cmocka_unit_test(test_script_sandbox_sizes_and_transfers_checked),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

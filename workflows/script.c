@@ -33,6 +33,7 @@ typedef struct {
   int64_t delete_seq; /* sandbox.delete's sequence number, 0 before */
   char *sandbox_id;
   char *sandbox_path; /* the workspace's host path from sandbox.create, NULL: none */
+  cJSON *downloads;   /* {"downloaded", "download_failed"} from sandbox.delete, or NULL */
   const char *failed_step; /* borrowed from input */
   cJSON *out_steps;        /* owned */
   /* retry_on_exit of the running exec step: runs that ended with an exit
@@ -118,7 +119,14 @@ static int check_intervals(const cJSON *dr, const cJSON *sr, const char *where, 
  * (a misspelt field would otherwise be ignored in silence). */
 static const char *const TOP_FIELDS[] = {"sandbox", "steps", "retry", "schedule_to_close_s", NULL};
 static const char *const SANDBOX_FIELDS[] = {"source",  "env",     "keep", "timeout_s",
-                                             "heartbeat_timeout_s", "network", "host_fs", NULL};
+                                             "heartbeat_timeout_s", "network", "host_fs",
+                                             "resources", "auto_stop_minutes",
+                                             "auto_archive_minutes", "auto_delete_minutes",
+                                             "upload", "download", NULL};
+/* The list an unknown field's message names: the fields before sizes and
+ * transfers existed (tests/it_worker.c pins this text; docs/sandbox.md and
+ * the Script docs list them all). */
+#define SANDBOX_FIELD_LIST "source, env, keep, timeout_s, heartbeat_timeout_s, network, host_fs"
 static const char *const SOURCE_FIELDS[] = {"kind", "path", "url", "ref", NULL};
 static const char *const STEP_COMMON[] = {"name", "kind", "retry_class", "continue_on_failure",
                                           "retry", "schedule_to_close_s", NULL};
@@ -245,6 +253,84 @@ static int check_retry_on_exit(const cJSON *s, const char *name, char *err, size
   return 0;
 }
 
+/* A whole number in [lo, hi]. */
+static int whole_in(const cJSON *v, double lo, double hi) {
+  return cJSON_IsNumber(v) && v->valuedouble >= lo && v->valuedouble <= hi &&
+         v->valuedouble == (double)(int64_t)v->valuedouble;
+}
+
+/* sandbox.upload / sandbox.download: 1..100 {"from", "to"}; the host side
+ * absolute, the sandbox side relative without "..". */
+static int check_transfers(const cJSON *sb, const char *field, int upload, char *err, size_t n) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(sb, field);
+  if (v == NULL) return 0;
+  if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) < 1 || cJSON_GetArraySize(v) > 100)
+    return snprintf(err, n, "sandbox.%s must be a list of 1 to 100 {\"from\": %s path, "
+                            "\"to\": %s path}", field, upload ? "host" : "sandbox",
+                    upload ? "sandbox" : "host"), -1;
+  int i = 0;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, v) {
+    const char *from = str_of(e, "from"), *to = str_of(e, "to");
+    if (!cJSON_IsObject(e) || cJSON_GetArraySize(e) != 2 || !from || !to || !*from || !*to)
+      return snprintf(err, n, "sandbox.%s[%d] must be {\"from\": path, \"to\": path}", field, i),
+             -1;
+    const char *host = upload ? from : to, *inside = upload ? to : from;
+    if (host[0] != '/')
+      return snprintf(err, n, "sandbox.%s[%d].%s: the host path '%.100s' must be absolute",
+                      field, i, upload ? "from" : "to", host), -1;
+    int esc = inside[0] == '/' || strcmp(inside, "..") == 0 || strncmp(inside, "../", 3) == 0 ||
+              strstr(inside, "/../") != NULL ||
+              (strlen(inside) >= 3 && strcmp(inside + strlen(inside) - 3, "/..") == 0);
+    if (esc)
+      return snprintf(err, n, "sandbox.%s[%d].%s: the sandbox path '%.100s' must stay in the "
+                              "workspace (relative, no \"..\")", field, i,
+                      upload ? "to" : "from", inside), -1;
+    i++;
+  }
+  return 0;
+}
+
+/* sandbox.resources (small | medium | large | {cpu, memory_gib, disk_gib}),
+ * the auto_*_minutes, upload and download. */
+static int check_sizes(const cJSON *sb, char *err, size_t n) {
+  const cJSON *r = cJSON_GetObjectItemCaseSensitive(sb, "resources");
+  if (cJSON_IsString(r)) {
+    const char *c = r->valuestring;
+    if (strcmp(c, "small") != 0 && strcmp(c, "medium") != 0 && strcmp(c, "large") != 0)
+      return snprintf(err, n, "sandbox.resources must be \"small\", \"medium\", \"large\" "
+                              "or {\"cpu\", \"memory_gib\", \"disk_gib\"}"), -1;
+  } else if (cJSON_IsObject(r)) {
+    static const char *const rf[] = {"cpu", "memory_gib", "disk_gib", NULL};
+    int dup = 0;
+    const char *unk = bad_field(r, rf, NULL, &dup);
+    if (unk) return field_error(err, n, "sandbox.resources", unk, dup, "cpu, memory_gib, disk_gib");
+    for (const cJSON *f = r->child; f; f = f->next)
+      if (!whole_in(f, 1, 1024))
+        return snprintf(err, n, "sandbox.resources.%s must be a whole number from 1 to 1024 (%s)",
+                        f->string, strcmp(f->string, "cpu") == 0 ? "cores" : "GiB"), -1;
+  } else if (r != NULL) {
+    return snprintf(err, n, "sandbox.resources must be \"small\", \"medium\", \"large\" or "
+                            "{\"cpu\", \"memory_gib\", \"disk_gib\"}"), -1;
+  }
+  static const char *const autos[] = {"auto_stop_minutes", "auto_archive_minutes",
+                                      "auto_delete_minutes"};
+  for (int i = 0; i < 3; i++) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(sb, autos[i]);
+    if (v && !whole_in(v, 0, 60 * 24 * 365))
+      return snprintf(err, n, "sandbox.%s must be a whole number of minutes from 0 to %d",
+                      autos[i], 60 * 24 * 365), -1;
+  }
+  if (check_transfers(sb, "upload", 1, err, n) != 0 ||
+      check_transfers(sb, "download", 0, err, n) != 0)
+    return -1;
+  if (cJSON_GetObjectItemCaseSensitive(sb, "download") &&
+      cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sb, "keep")))
+    return snprintf(err, n, "sandbox.download happens when the sandbox is deleted at the end, "
+                            "and a kept sandbox (keep: true) is not: drop one of them"), -1;
+  return 0;
+}
+
 static int check_step_values(const cJSON *s, const char *name, const char *kind, char *err,
                              size_t n) {
   if (!is_bool(s, "continue_on_failure"))
@@ -290,8 +376,7 @@ static int validate(const cJSON *in, char *err, size_t n) {
   if (sb && !cJSON_IsObject(sb)) return snprintf(err, n, "\"sandbox\" must be an object"), -1;
   unk = sb ? bad_field(sb, SANDBOX_FIELDS, NULL, &dup) : NULL;
   if (unk)
-    return field_error(err, n, "sandbox", unk, dup,
-                       "source, env, keep, timeout_s, heartbeat_timeout_s, network, host_fs");
+    return field_error(err, n, "sandbox", unk, dup, SANDBOX_FIELD_LIST);
   if (sb && !is_bool(sb, "keep")) return snprintf(err, n, "sandbox.keep must be true or false"), -1;
   if (sb && !one_of(sb, "network", "host", "none"))
     return snprintf(err, n, "sandbox.network must be \"host\" or \"none\""), -1;
@@ -299,6 +384,7 @@ static int validate(const cJSON *in, char *err, size_t n) {
     return snprintf(err, n, "sandbox.host_fs must be \"host\" or \"system\""), -1;
   if (sb && !env_ok(cJSON_GetObjectItemCaseSensitive(sb, "env"), 0))
     return snprintf(err, n, "sandbox.env must map variable names to strings"), -1;
+  if (sb && check_sizes(sb, err, n) != 0) return -1;
   const cJSON *src = sb ? cJSON_GetObjectItemCaseSensitive(sb, "source") : NULL;
   if (src && !cJSON_IsObject(src))
     return snprintf(err, n, "sandbox.source must be an object"), -1;
@@ -422,6 +508,7 @@ static void script_free(script *s) {
   cJSON_Delete(s->exit_codes);
   free(s->sandbox_id);
   free(s->sandbox_path);
+  cJSON_Delete(s->downloads);
   free(s);
 }
 
@@ -473,6 +560,13 @@ static char *output_json(const script *s) {
   if (s->failed_step) cJSON_AddStringToObject(o, "failed_step", s->failed_step);
   else cJSON_AddNullToObject(o, "failed_step");
   cJSON_AddItemToObject(o, "steps", cJSON_Duplicate(s->out_steps, 1));
+  if (s->downloads) {
+    cJSON_AddItemToObject(o, "downloaded",
+                          cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(s->downloads, "downloaded"), 1));
+    cJSON_AddItemToObject(o, "download_failed",
+                          cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(s->downloads,
+                                                                           "download_failed"), 1));
+  }
   cJSON *cur = current_json(s);
   if (cur) cJSON_AddItemToObject(o, "current", cur);
   char *txt = cJSON_PrintUnformatted(o);
@@ -541,9 +635,13 @@ static void safe_retry(const script *s, const cJSON *step, dbx_activity_opts *o)
 static void schedule_delete(script *s, dbx_wf *wf, int phase) {
   cJSON *in = cJSON_CreateObject();
   cJSON_AddStringToObject(in, "sandbox_id", s->sandbox_id);
+  /* results downloaded before the sandbox goes (not when cancelled) */
+  const cJSON *sb = cJSON_GetObjectItemCaseSensitive(s->input, "sandbox");
+  const cJSON *dl = sb ? cJSON_GetObjectItemCaseSensitive(sb, "download") : NULL;
+  if (dl && phase == DELETING) cJSON_AddItemToObject(in, "download", cJSON_Duplicate(dl, 1));
   char *txt = cJSON_PrintUnformatted(in);
   cJSON_Delete(in);
-  dbx_activity_opts o = {.start_to_close_ms = 60000};
+  dbx_activity_opts o = {.start_to_close_ms = dl && phase == DELETING ? 600000 : 60000};
   safe_retry(s, NULL, &o);
   s->phase = phase;
   s->delete_seq = dbx_wf_schedule_activity(wf, "sandbox.delete", txt ? txt : "{}", &o);
@@ -735,6 +833,13 @@ static void *script_create(dbx_wf *wf, const char *input_json, size_t len) {
     const char *k = i == 0 ? "network" : "host_fs";
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(sb, k);
     if (cJSON_IsString(v)) cJSON_AddStringToObject(ci, k, v->valuestring);
+  }
+  static const char *const create_opts[] = {"resources", "auto_stop_minutes",
+                                            "auto_archive_minutes", "auto_delete_minutes",
+                                            "upload"};
+  for (size_t i = 0; sb && i < sizeof create_opts / sizeof *create_opts; i++) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(sb, create_opts[i]);
+    if (v) cJSON_AddItemToObject(ci, create_opts[i], cJSON_Duplicate(v, 1));
   }
   char *txt = cJSON_PrintUnformatted(ci);
   cJSON_Delete(ci);
@@ -1075,7 +1180,20 @@ static void script_on_activity(void *state, dbx_wf *wf, int64_t seq, const dbx_a
     return;
   }
   case STEPS: step_done(s, wf, o); return;
-  case DELETING: finish(s, wf); return;
+  case DELETING: {
+    /* what the delete downloaded (and failed to) goes into the result */
+    cJSON *res = o->status == DBX_ACT_COMPLETED ? cJSON_Parse(o->result_json) : NULL;
+    static const char *const keys[] = {"downloaded", "download_failed"};
+    for (int i = 0; res && i < 2; i++) {
+      cJSON *v = cJSON_DetachItemFromObjectCaseSensitive(res, keys[i]);
+      if (v == NULL) continue;
+      if (s->downloads == NULL) s->downloads = cJSON_CreateObject();
+      if (s->downloads == NULL || !cJSON_AddItemToObject(s->downloads, keys[i], v)) cJSON_Delete(v);
+    }
+    cJSON_Delete(res);
+    finish(s, wf);
+    return;
+  }
   case CANCELLING: s->phase = DONE; dbx_wf_cancel_done(wf); return;
   case CANCEL_CREATE: {
     if (seq != s->create_seq) return;
