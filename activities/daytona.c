@@ -1696,21 +1696,11 @@ static dbx_drv_err dt_file_write(void *self, const char *name, const char *path,
 static dbx_drv_err dt_upload(void *self, const char *name, const char *host_path,
                              const char *path) {
   dbx_daytona *d = self;
-  char *buf = NULL;
+  char why[512], *buf = NULL;
   size_t n = 0;
-  if (host_path == NULL || host_path[0] != '/')
-    return fail(d, DBX_DRV_INVALID, "host path '%.200s' is not absolute", host_path ? host_path : "");
-  switch (dbx_fs_read_all(host_path, &buf, &n)) {
-  case DBX_OK: break;
-  case DBX_ENOMEM: return DBX_DRV_NOMEM;
-  case DBX_ENOTFOUND:
-    return fail(d, DBX_DRV_NOT_FOUND, "host file '%.200s': %s", host_path, strerror(errno));
-  case DBX_EINVAL:
-    return fail(d, DBX_DRV_INVALID, "host path '%.200s' is not a readable file", host_path);
-  default:
-    return fail(d, DBX_DRV_FAILED, "host file '%.200s': %s", host_path, strerror(errno));
-  }
-  dbx_drv_err rc = write_bytes(d, name, path, buf, n);
+  dbx_drv_err rc = dbx_drv_host_read(host_path, &buf, &n, why, sizeof why);
+  if (rc != DBX_DRV_OK) return why[0] ? fail(d, rc, "%s", why) : rc;
+  rc = write_bytes(d, name, path, buf, n);
   free(buf);
   return rc;
 }
@@ -1718,24 +1708,13 @@ static dbx_drv_err dt_upload(void *self, const char *name, const char *host_path
 static dbx_drv_err dt_download(void *self, const char *name, const char *path,
                                const char *host_path) {
   dbx_daytona *d = self;
+  char why[512];
   uint8_t *data = NULL;
   size_t len = 0;
-  if (host_path == NULL || host_path[0] != '/')
-    return fail(d, DBX_DRV_INVALID, "host path '%.200s' is not absolute", host_path ? host_path : "");
+  if (!dbx_drv_host_path_check(host_path, why, sizeof why)) return fail(d, DBX_DRV_INVALID, "%s", why);
   dbx_drv_err rc = dt_file_read(self, name, path, (size_t)4 << 30, &data, &len);
-  if (rc != DBX_DRV_OK) return rc;
-  char *tmp = dbx_asprintf("%s.dbx-tmp-%ld", host_path, (long)getpid());
-  FILE *f = tmp ? fopen(tmp, "wbe") : NULL;
-  int ok = f != NULL && fwrite(data, 1, len, f) == len;
-  if (f && fclose(f) != 0) ok = 0;
-  if (ok && rename(tmp, host_path) != 0) ok = 0;
-  if (!ok) {
-    rc = tmp ? fail(d, DBX_DRV_FAILED, "cannot write host file '%.200s': %s", host_path,
-                    strerror(errno))
-             : DBX_DRV_NOMEM;
-    if (tmp) unlink(tmp);
-  }
-  free(tmp);
+  if (rc == DBX_DRV_OK) rc = dbx_drv_host_write(host_path, data, len, why, sizeof why);
+  if (rc != DBX_DRV_OK && why[0]) rc = fail(d, rc, "%s", why);
   free(data);
   return rc;
 }

@@ -3,8 +3,14 @@
  * values ops hand out. Stateless; thread-safe. */
 #include "activities/driver.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "base/fs.h"
+#include "base/util.h"
 
 const char *dbx_drv_strerror(dbx_drv_err e) {
   static const char *const text[] = {
@@ -65,4 +71,47 @@ int dbx_drv_label_valid(const dbx_drv_label *l) {
   for (size_t i = 0; i < m; i++)
     if ((unsigned char)l->value[i] < 0x20) return 0;
   return 1;
+}
+
+int dbx_drv_host_path_check(const char *host_path, char *why, size_t why_n) {
+  if (host_path != NULL && host_path[0] == '/') return 1;
+  snprintf(why, why_n, "host path '%.200s' is not absolute", host_path ? host_path : "");
+  return 0;
+}
+
+dbx_drv_err dbx_drv_host_read(const char *host_path, char **buf, size_t *n, char *why,
+                              size_t why_n) {
+  why[0] = '\0';
+  if (!dbx_drv_host_path_check(host_path, why, why_n)) return DBX_DRV_INVALID;
+  switch (dbx_fs_read_all(host_path, buf, n)) {
+  case DBX_OK: return DBX_DRV_OK;
+  case DBX_ENOMEM: return DBX_DRV_NOMEM;
+  case DBX_ENOTFOUND:
+    snprintf(why, why_n, "host file '%.200s': %s", host_path, strerror(errno));
+    return DBX_DRV_NOT_FOUND;
+  case DBX_EINVAL:
+    snprintf(why, why_n, "host path '%.200s' is not a readable file", host_path);
+    return DBX_DRV_INVALID;
+  default:
+    snprintf(why, why_n, "host file '%.200s': %s", host_path, strerror(errno));
+    return DBX_DRV_FAILED;
+  }
+}
+
+dbx_drv_err dbx_drv_host_write(const char *host_path, const void *data, size_t len, char *why,
+                               size_t why_n) {
+  why[0] = '\0';
+  if (!dbx_drv_host_path_check(host_path, why, why_n)) return DBX_DRV_INVALID;
+  char *tmp = dbx_asprintf("%s.dbx-tmp-%ld", host_path, (long)getpid());
+  if (tmp == NULL) return DBX_DRV_NOMEM;
+  FILE *f = fopen(tmp, "wbe");
+  int ok = f != NULL && fwrite(data, 1, len, f) == len;
+  if (f && fclose(f) != 0) ok = 0;
+  if (ok && rename(tmp, host_path) != 0) ok = 0;
+  if (!ok) {
+    snprintf(why, why_n, "cannot write host file '%.200s': %s", host_path, strerror(errno));
+    unlink(tmp);
+  }
+  free(tmp);
+  return ok ? DBX_DRV_OK : DBX_DRV_FAILED;
 }

@@ -223,6 +223,20 @@ void dbx_drv_exec_result_cleanup(dbx_drv_exec_result *r);
 void dbx_drv_names_free(char **names, size_t n);
 /* Frees n labels (keys, values) and the array; accepts NULL. */
 void dbx_drv_labels_free(dbx_drv_label *labels, size_t n);
+/* Host files for upload and download, for drivers that move the bytes
+ * themselves. dbx_drv_host_read: the whole of the absolute host_path into
+ * *buf (malloc'd, free(); *n bytes). dbx_drv_host_write: data[0, len) into
+ * the absolute host_path, atomically (a temporary beside it, then rename).
+ * DBX_DRV_OK, or INVALID (not absolute, not a readable file), NOT_FOUND,
+ * FAILED (errno's words), NOMEM; why[0, why_n) then says which path and why
+ * (empty for NOMEM). dbx_drv_host_path_check: 1 when host_path is
+ * absolute, else 0 with why set (the INVALID of the other two, to check
+ * before moving any bytes). Thread-safe. */
+int dbx_drv_host_path_check(const char *host_path, char *why, size_t why_n);
+dbx_drv_err dbx_drv_host_read(const char *host_path, char **buf, size_t *n, char *why,
+                              size_t why_n);
+dbx_drv_err dbx_drv_host_write(const char *host_path, const void *data, size_t len, char *why,
+                               size_t why_n);
 
 /* ---- the operations ----
  * `self` is dbx_driver.self. "name" is a sandbox name. Unless an op says

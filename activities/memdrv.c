@@ -966,23 +966,12 @@ static dbx_drv_err md_file_write(void *self, const char *name, const char *path,
 static dbx_drv_err md_upload(void *self, const char *name, const char *host_path,
                              const char *path) {
   dbx_memdrv *m = self;
-  char *buf = NULL;
+  char why[512], *buf = NULL;
   size_t n = 0;
-  if (host_path == NULL || host_path[0] != '/')
-    return fail(m, DBX_DRV_INVALID, "host path '%.200s' is not absolute", host_path ? host_path : "");
-  dbx_drv_err rc = DBX_DRV_OK;
-  switch (dbx_fs_read_all(host_path, &buf, &n)) {
-  case DBX_OK: break;
-  case DBX_ENOMEM: return DBX_DRV_NOMEM;
-  case DBX_ENOTFOUND:
-    return fail(m, DBX_DRV_NOT_FOUND, "host file '%.200s': %s", host_path, strerror(errno));
-  case DBX_EINVAL:
-    return fail(m, DBX_DRV_INVALID, "host path '%.200s' is not a readable file", host_path);
-  default:
-    return fail(m, DBX_DRV_FAILED, "host file '%.200s': %s", host_path, strerror(errno));
-  }
+  dbx_drv_err rc = dbx_drv_host_read(host_path, &buf, &n, why, sizeof why);
+  if (rc != DBX_DRV_OK) return why[0] ? fail(m, rc, "%s", why) : rc;
   pthread_mutex_lock(&m->mu);
-  if (rc == DBX_DRV_OK) rc = injected(m, "upload");
+  rc = injected(m, "upload");
   if (rc == DBX_DRV_OK) rc = put_file(m, name, path, buf, n);
   pthread_mutex_unlock(&m->mu);
   free(buf);
@@ -992,24 +981,13 @@ static dbx_drv_err md_upload(void *self, const char *name, const char *host_path
 static dbx_drv_err md_download(void *self, const char *name, const char *path,
                                const char *host_path) {
   dbx_memdrv *m = self;
+  char why[512];
   uint8_t *data = NULL;
   size_t len = 0;
-  if (host_path == NULL || host_path[0] != '/')
-    return fail(m, DBX_DRV_INVALID, "host path '%.200s' is not absolute", host_path ? host_path : "");
+  if (!dbx_drv_host_path_check(host_path, why, sizeof why)) return fail(m, DBX_DRV_INVALID, "%s", why);
   dbx_drv_err rc = md_file_read(self, name, path, (size_t)4 << 30, &data, &len);
-  if (rc != DBX_DRV_OK) return rc;
-  char *tmp = dbx_asprintf("%s.dbx-tmp-%ld", host_path, (long)getpid());
-  FILE *f = tmp ? fopen(tmp, "wbe") : NULL;
-  int ok = f != NULL && fwrite(data, 1, len, f) == len;
-  if (f && fclose(f) != 0) ok = 0;
-  if (ok && rename(tmp, host_path) != 0) ok = 0;
-  if (!ok) {
-    rc = tmp ? fail(m, DBX_DRV_FAILED, "cannot write host file '%.200s': %s", host_path,
-                    strerror(errno))
-             : DBX_DRV_NOMEM;
-    if (tmp) unlink(tmp);
-  }
-  free(tmp);
+  if (rc == DBX_DRV_OK) rc = dbx_drv_host_write(host_path, data, len, why, sizeof why);
+  if (rc != DBX_DRV_OK && why[0]) rc = fail(m, rc, "%s", why);
   free(data);
   return rc;
 }
