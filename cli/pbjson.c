@@ -144,7 +144,7 @@ static cJSON *special(const ProtobufCMessage *m, const exp_opts *o) {
       if (json) {
         char *txt = malloc(data->len + 1);
         if (txt == NULL) return NULL;
-        memcpy(txt, data->data, data->len);
+        if (data->len) memcpy(txt, data->data, data->len); /* empty data: data->data may be NULL */
         txt[data->len] = '\0';
         cJSON *v = cJSON_Parse(txt);
         free(txt);
