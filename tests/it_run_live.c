@@ -279,6 +279,37 @@ static void test_run_live_status_while_running(void **state) {
   free(f);
 }
 
+/* A step's output cannot steer the user's terminal: the escape sequences
+ * and control bytes it prints (clear screen, window title, CR, a C1 CSI)
+ * come out of `durabox run` shown, not obeyed; --output json keeps them
+ * exact. */
+static void test_run_output_cannot_steer_the_terminal(void **state) {
+  (void)state;
+  char *out = NULL, *err = NULL;
+  char *f = input_file("esc.json",
+                       "{\"steps\":[{\"name\":\"esc\",\"kind\":\"exec\",\"command\":"
+                       "\"printf 'a\\\\033[2Jb\\\\033]0;pwn\\\\007c\\\\rd\\\\302\\\\233e\\\\n'\"}]}");
+  int rc = run_file(f, NULL, &out, &err, NULL);
+  if (rc != 0) fail_msg("exit %d\n%s\n%s", rc, out, err);
+  if (strstr(out, "\033") || strstr(out, "\007") || strstr(out, "\r") || strstr(out, "\xc2\x9b"))
+    fail_msg("a control byte reached stdout:\n%s", out);
+  if (strstr(out, "a^[[2Jb^[]0;pwn^Gc^Md\xef\xbf\xbd" "e") == NULL) fail_msg("stdout:\n%s", out);
+  /* and its own stop (worker first, then the embedded service) warns of nothing */
+  if (strstr(err, "warn")) fail_msg("stderr of a clean run:\n%s", err);
+  free(out);
+  free(err);
+  rc = run_file(f, "--output=json", &out, &err, NULL);
+  if (rc != 0) fail_msg("exit %d\n%s\n%s", rc, out, err);
+  cJSON *res = result_json(out);
+  const cJSON *so = cJSON_GetObjectItemCaseSensitive(step_of(res, 0), "stdout");
+  if (!cJSON_IsString(so) || strstr(so->valuestring, "a\033[2Jb\033]0;pwn\007c\rd") == NULL)
+    fail_msg("json stdout: %s", out);
+  cJSON_Delete(res);
+  free(out);
+  free(err);
+  free(f);
+}
+
 /* The progress query shows a retry_on_exit wait: which run failed, its
  * code, when the next starts (against `durabox dev`, a real service and
  * worker process). */
@@ -358,6 +389,7 @@ int main(void) {
       cmocka_unit_test(test_run_unretryable_failures_fail_fast),
       cmocka_unit_test(test_run_retry_on_exit),
       cmocka_unit_test(test_run_live_status_while_running),
+      cmocka_unit_test(test_run_output_cannot_steer_the_terminal),
       cmocka_unit_test(test_run_progress_shows_exit_retry),
   };
   dbx_rpc_global_init();
