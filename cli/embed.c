@@ -86,6 +86,7 @@ fail:
 }
 
 void dbx_embed_stop(dbx_embed *e, int64_t grace_ms) {
+  dbx_service_expect_client_stop(e->svc); /* the worker's polls end unanswered now */
   if (e->worker) {
     dbx_worker_stop(e->worker, grace_ms);
     dbx_worker_destroy(e->worker);

@@ -100,6 +100,10 @@ int dbx_rpc_server_live_calls(dbx_rpc_server *s);
  * waits. Never call from on_call/on_cancel. If answers are still missing after
  * 5 s the error is logged and the server is leaked rather than freed. */
 void dbx_rpc_server_destroy(dbx_rpc_server *s);
+/* From now on a parked call that ends before its answer is expected (the
+ * process stops its own clients first, as `durabox run` and `durabox dev`
+ * do): it is not warned about (warn_dropped). Thread-safe; accepts NULL. */
+void dbx_rpc_server_expect_drops(dbx_rpc_server *s);
 
 /* Call accessors: valid until the call is answered. */
 /* Short method name ("PollWorkflowTaskQueue") when the path is

@@ -79,6 +79,7 @@ struct dbx_rpc_server {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int shutting_down;
+  int expect_drops; /* dbx_rpc_server_expect_drops */
   int shutdown_done; /* TAG_SHUTDOWN arrived */
   int live;          /* call contexts not yet freed */
   evtag sd_tag;
@@ -432,7 +433,7 @@ static void on_close(dbx_rpc_call *c) {
   c->close_seen = 1;
   if (c->close_cancelled) atomic_store(&c->cancelled, 1);
   int notify = c->close_cancelled && c->owned && !c->answered && s->on_cancel != NULL;
-  int dropped = c->close_cancelled && c->owned && !c->answered && !s->shutting_down;
+  int dropped = c->close_cancelled && c->owned && !c->answered && !s->shutting_down && !s->expect_drops;
   pthread_mutex_unlock(&s->mu);
   if (dropped) warn_dropped(c);
   /* The close reference keeps c alive through on_cancel even if the owner
@@ -619,6 +620,13 @@ int dbx_rpc_server_live_calls(dbx_rpc_server *s) {
   int n = s->live;
   pthread_mutex_unlock(&s->mu);
   return n;
+}
+
+void dbx_rpc_server_expect_drops(dbx_rpc_server *s) {
+  if (s == NULL) return;
+  pthread_mutex_lock(&s->mu);
+  s->expect_drops = 1;
+  pthread_mutex_unlock(&s->mu);
 }
 
 void dbx_rpc_server_destroy(dbx_rpc_server *s) {

@@ -1045,6 +1045,10 @@ int dbx_service_test_queued_cancelled(dbx_service *s) {
 
 int dbx_service_port(const dbx_service *s) { return s ? dbx_rpc_server_port(s->rpc) : 0; }
 
+void dbx_service_expect_client_stop(dbx_service *s) {
+  if (s) dbx_rpc_server_expect_drops(s->rpc);
+}
+
 void dbx_service_stop(dbx_service *s) {
   if (s == NULL) return;
   pthread_mutex_lock(&s->mu);

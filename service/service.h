@@ -67,6 +67,10 @@ int dbx_service_opts_dynamic_config(dbx_service_opts *o, const char *key, const 
  * DBX_EINVAL; errmsg (when not NULL) receives a malloc'd message to free(). */
 dbx_err dbx_service_start(const dbx_service_opts *o, dbx_service **out, char **errmsg);
 int dbx_service_port(const dbx_service *s);
+/* The process is about to stop its own clients of this service (an embedded
+ * worker) before dbx_service_stop: their polls ending unanswered are not
+ * warned about. Thread-safe; accepts NULL. */
+void dbx_service_expect_client_stop(dbx_service *s);
 /* Test hooks, for tests that need calls in one batch in a known order:
  * hold != 0 keeps the engine from taking queued calls until released with 0;
  * dbx_service_test_queued counts the calls waiting for the engine, and
