@@ -75,7 +75,7 @@ if [ -f tests/interop/python/requirements.txt ]; then
   if [ -x "$venv/bin/python" ] && [ -f "$venv/.requirements" ] && cmp -s "$req" "$venv/.requirements"; then
     echo "setup: python packages up to date"
   else
-    { command -v python3 >/dev/null && python3 -m venv --help >/dev/null 2>&1; } || {
+    { command -v python3 >/dev/null && python3 -c 'import ensurepip, venv' >/dev/null 2>&1; } || {
       $SUDO apt-get update -q
       DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends python3 python3-venv python3-pip
     }
