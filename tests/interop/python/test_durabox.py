@@ -12,6 +12,7 @@ Run by tests/interop/python/run.sh (scripts/setup.sh installs the pinned SDK
 into .cache/pyvenv)."""
 
 import asyncio
+import json
 import os
 import uuid
 from datetime import timedelta
@@ -524,10 +525,6 @@ class HeartbeatWorkflow:
             out.append(f"retry state {e.retry_state.name if e.retry_state else None}")
         return out
 
-    @workflow.signal
-    def nothing(self) -> None:
-        pass
-
 
 @workflow.defn
 class HeartbeatRetryWorkflow:
@@ -676,9 +673,7 @@ def test_heartbeat_timeout(loop, env):
             timed_out = events_with(hist, "activity_task_timed_out_event_attributes")
             assert len(timed_out) == 1
             f = timed_out[0].activity_task_timed_out_event_attributes.failure
-            assert f.cause.timeout_failure_info.timeout_type == TimeoutType.HEARTBEAT.value or (
-                f.timeout_failure_info.timeout_type == TimeoutType.HEARTBEAT.value
-            )
+            assert f.timeout_failure_info.timeout_type == TimeoutType.HEARTBEAT.value
             wid = f"hb-retry-{q}"
             h = await env.client.start_workflow(HeartbeatRetryWorkflow.run, id=wid, task_queue=q)
             assert await h.result() == "attempt 2 resumed from 7"
@@ -828,7 +823,6 @@ def test_patched(loop, env):
 
     async def go():
         q = tq()
-        old = env.client.get_workflow_handle(f"patch-old-{q}")
         # a run started on the old code (no cache: the next worker replays it)
         async with Worker(env.client, task_queue=q, workflows=[PatchDemoV1], activities=[greet], max_cached_workflows=0):
             old = await env.client.start_workflow(PatchDemoV1.run, id=f"patch-old-{q}", task_queue=q)
@@ -846,6 +840,10 @@ def test_patched(loop, env):
             assert await asyncio.wait_for(new.result(), 30) == "Hi v2, from v2"
             old_hist = await old.fetch_history()
             new_hist = await new.fetch_history()
+            new_d = await new.describe()
+        # the SDK upserted the patch id into TemporalChangeVersion; Describe shows it
+        tcv = new_d.raw_description.workflow_execution_info.search_attributes.indexed_fields["TemporalChangeVersion"]
+        assert json.loads(tcv.data) == ["greet-v2"]
         assert events_with(old_hist, "marker_recorded_event_attributes") == []
         markers = events_with(new_hist, "marker_recorded_event_attributes")
         assert [m.marker_recorded_event_attributes.marker_name for m in markers] == ["core_patch"]
