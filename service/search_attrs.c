@@ -31,6 +31,13 @@ static const dbx_visq_sa_def system_attrs[] = {
 };
 #define N_SYSTEM (sizeof system_attrs / sizeof system_attrs[0])
 
+/* The system attributes Temporal lets a workflow set: the SDKs upsert
+ * TemporalChangeVersion from workflow.patched / GetVersion. */
+static int sa_upsertable(const char *name) {
+  return strcmp(name, "TemporalChangeVersion") == 0 || strcmp(name, "BinaryChecksums") == 0 ||
+         strcmp(name, "BuildIds") == 0;
+}
+
 static char *registry_key(const char *ns, size_t *len) {
   static const char pfx[] = "search-attributes";
   size_t n = strlen(ns);
@@ -103,7 +110,7 @@ int svc_sa_check(ectx *c, job *j, const char *ns, const SearchAttributes *sa, db
   int ok = 1;
   for (size_t i = 0; ok && i < sa->n_indexed_fields; i++) {
     const char *name = sa->indexed_fields[i]->key;
-    if (find_def(d.defs, d.n, name) == NULL) {
+    if (find_def(d.defs, d.n, name) == NULL && !sa_upsertable(name)) {
       svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "search attribute %s is not defined", name);
       ok = 0;
     }

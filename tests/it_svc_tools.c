@@ -727,6 +727,13 @@ static void test_tools_search_attributes(void **state) {
   assert_string_equal(raw.message, "search attribute NoSuchAttr is not defined");
   dbx_rpc_result_cleanup(&raw);
   assert_null(rid);
+  /* TemporalChangeVersion, a system attribute the SDKs set for
+   * workflow.patched, is accepted as Temporal accepts it */
+  one_sa_init(&o, "TemporalChangeVersion", "[\"p-1\"]");
+  assert_int_equal(start_sa(f->ch, "sa-tcv", "tq-sa-tcv", &o, &rid, NULL), DBX_GRPC_OK);
+  assert_non_null(rid);
+  free(rid);
+  rid = NULL;
 
   /* start with OrderId o-1, upsert o-2 and Amount 5 from the workflow task */
   one_sa_init(&o, "OrderId", "\"o-1\"");

@@ -12,6 +12,7 @@ Run by tests/interop/python/run.sh (scripts/setup.sh installs the pinned SDK
 into .cache/pyvenv)."""
 
 import asyncio
+import json
 import os
 import uuid
 from datetime import timedelta
@@ -400,5 +401,525 @@ def test_update_with_start(loop, env):
             assert h1.first_execution_run_id == h2.first_execution_run_id  # the second updated the running run
             await h2.signal(UpdateWorkflow.finish)
             assert await h2.result() == 7
+
+    loop.run_until_complete(go())
+
+
+# --- failures, timers, cancellation, local activities, versioning, long
+# histories and a killed worker -------------------------------------------
+
+from temporalio.common import RetryPolicy  # noqa: E402
+from temporalio.exceptions import (  # noqa: E402
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    RetryState,
+    TimeoutError as TemporalTimeoutError,
+    TimeoutType,
+)
+from temporalio.client import WorkflowFailureError  # noqa: E402
+from temporalio.worker import Replayer  # noqa: E402
+
+FAST_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=100), backoff_coefficient=1.0, maximum_attempts=5)
+# attempts seen by the in-process activities, by workflow id
+ATTEMPTS: dict[str, list[int]] = {}
+# set by cancellable_step when it starts and when it sees its cancel
+CANCEL_SEEN: dict[str, asyncio.Event] = {}
+
+
+def saw_attempt() -> int:
+    info = activity.info()
+    ATTEMPTS.setdefault(info.workflow_id, []).append(info.attempt)
+    return info.attempt
+
+
+@activity.defn
+async def flaky_step(x: int) -> str:
+    n = saw_attempt()
+    if n < 3:
+        raise RuntimeError(f"flaky failure {n}")
+    return f"{x} on attempt {n}"
+
+
+@activity.defn
+async def refusing_step() -> str:
+    saw_attempt()
+    raise ApplicationError("the input is wrong", "detail-1", type="BadInput", non_retryable=True)
+
+
+@activity.defn
+async def silent_step() -> str:
+    """Attempt 1 heartbeats {progress: 7} once, then goes silent past its
+    heartbeat timeout; a later attempt returns the details it inherited."""
+    n = saw_attempt()
+    if n == 1:
+        activity.heartbeat({"progress": 7})
+        await asyncio.sleep(30)  # never reached in time: the server times it out
+        return "too late"
+    details = activity.info().heartbeat_details
+    return f"attempt {n} resumed from {details[0]['progress'] if details else None}"
+
+
+@activity.defn
+async def cancellable_step() -> str:
+    wid = activity.info().workflow_id
+    CANCEL_SEEN.setdefault(f"{wid}/started", asyncio.Event()).set()
+    try:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(0.1)
+    except asyncio.CancelledError:
+        CANCEL_SEEN.setdefault(f"{wid}/cancelled", asyncio.Event()).set()
+        raise
+
+
+@activity.defn
+async def add_one(x: int) -> int:
+    return x + 1
+
+
+@activity.defn
+async def local_flaky(x: int) -> str:
+    n = saw_attempt()
+    if n < 2:
+        raise RuntimeError("local failure")
+    return f"local {x} on attempt {n}"
+
+
+@workflow.defn
+class RetryWorkflow:
+    @workflow.run
+    async def run(self) -> str:
+        return await workflow.execute_activity(
+            flaky_step, 9, start_to_close_timeout=timedelta(seconds=10), retry_policy=FAST_RETRY
+        )
+
+
+@workflow.defn
+class RefuseWorkflow:
+    @workflow.run
+    async def run(self) -> str:
+        return await workflow.execute_activity(
+            refusing_step, start_to_close_timeout=timedelta(seconds=10), retry_policy=FAST_RETRY
+        )
+
+
+@workflow.defn
+class HeartbeatWorkflow:
+    """First with one attempt allowed (the workflow sees the heartbeat
+    timeout), then with retries (attempt 2 succeeds)."""
+
+    @workflow.run
+    async def run(self) -> list[str]:
+        out = []
+        try:
+            await workflow.execute_activity(
+                silent_step,
+                start_to_close_timeout=timedelta(seconds=60),
+                heartbeat_timeout=timedelta(seconds=1),
+                retry_policy=RetryPolicy(maximum_attempts=1),
+            )
+        except ActivityError as e:
+            c = e.cause
+            out.append(f"{type(c).__name__} {c.type.name if isinstance(c, TemporalTimeoutError) else ''}")
+            out.append(f"retry state {e.retry_state.name if e.retry_state else None}")
+        return out
+
+
+@workflow.defn
+class HeartbeatRetryWorkflow:
+    @workflow.run
+    async def run(self) -> str:
+        return await workflow.execute_activity(
+            silent_step,
+            start_to_close_timeout=timedelta(seconds=60),
+            heartbeat_timeout=timedelta(seconds=1),
+            retry_policy=FAST_RETRY,
+        )
+
+
+@workflow.defn
+class TimerWorkflow:
+    @workflow.run
+    async def run(self) -> float:
+        t0 = workflow.now()
+        await workflow.sleep(timedelta(seconds=1))
+        return (workflow.now() - t0).total_seconds()
+
+
+@workflow.defn
+class CancelWorkflow:
+    @workflow.run
+    async def run(self) -> str:
+        return await workflow.execute_activity(
+            cancellable_step,
+            start_to_close_timeout=timedelta(seconds=60),
+            heartbeat_timeout=timedelta(seconds=1),
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        )
+
+
+@workflow.defn
+class LocalActivityWorkflow:
+    @workflow.run
+    async def run(self, x: int) -> list[str]:
+        a = await workflow.execute_local_activity(greet, "local", start_to_close_timeout=timedelta(seconds=10))
+        b = await workflow.execute_local_activity(
+            local_flaky, x, start_to_close_timeout=timedelta(seconds=10), retry_policy=FAST_RETRY
+        )
+        return [a, b]
+
+
+@workflow.defn
+class ManyActivitiesWorkflow:
+    """n activities in batches of 100 run side by side: about 3 events each."""
+
+    @workflow.run
+    async def run(self, n: int) -> int:
+        total = 0
+        for start in range(0, n, 100):
+            rs = await asyncio.gather(
+                *(
+                    workflow.execute_activity(add_one, i, start_to_close_timeout=timedelta(seconds=30))
+                    for i in range(start, min(n, start + 100))
+                )
+            )
+            total += sum(rs)
+        return total
+
+
+def more_worker(client: Client, q: str, **kw) -> Worker:
+    return Worker(
+        client,
+        task_queue=q,
+        workflows=[
+            RetryWorkflow,
+            RefuseWorkflow,
+            HeartbeatWorkflow,
+            HeartbeatRetryWorkflow,
+            TimerWorkflow,
+            CancelWorkflow,
+            LocalActivityWorkflow,
+            ManyActivitiesWorkflow,
+            SignalQueryWorkflow,
+        ],
+        activities=[greet, flaky_step, refusing_step, silent_step, cancellable_step, add_one, local_flaky],
+        **kw,
+    )
+
+
+def events_with(history, attr: str) -> list:
+    return [e for e in history.events if e.HasField(attr)]
+
+
+def test_retry_then_success(loop, env):
+    async def go():
+        q = tq()
+        wid = f"retry-{q}"
+        async with more_worker(env.client, q):
+            h = await env.client.start_workflow(RetryWorkflow.run, id=wid, task_queue=q)
+            assert await h.result() == "9 on attempt 3"
+            hist = await h.fetch_history()
+        assert ATTEMPTS[wid] == [1, 2, 3]
+        started = events_with(hist, "activity_task_started_event_attributes")
+        assert [e.activity_task_started_event_attributes.attempt for e in started] == [3]
+        last = started[0].activity_task_started_event_attributes.last_failure
+        assert last.message == "flaky failure 2"
+        assert len(events_with(hist, "activity_task_completed_event_attributes")) == 1
+        assert events_with(hist, "activity_task_failed_event_attributes") == []
+
+    loop.run_until_complete(go())
+
+
+def test_non_retryable_error(loop, env):
+    async def go():
+        q = tq()
+        wid = f"refuse-{q}"
+        async with more_worker(env.client, q):
+            h = await env.client.start_workflow(RefuseWorkflow.run, id=wid, task_queue=q)
+            with pytest.raises(WorkflowFailureError) as ei:
+                await h.result()
+            hist = await h.fetch_history()
+            d = await h.describe()
+        assert ATTEMPTS[wid] == [1]
+        act = ei.value.cause
+        assert isinstance(act, ActivityError)
+        assert act.retry_state == RetryState.NON_RETRYABLE_FAILURE
+        app = act.cause
+        assert isinstance(app, ApplicationError)
+        assert (app.type, app.message, app.non_retryable, list(app.details)) == (
+            "BadInput",
+            "the input is wrong",
+            True,
+            ["detail-1"],
+        )
+        assert d.status == WorkflowExecutionStatus.FAILED
+        failed = events_with(hist, "activity_task_failed_event_attributes")
+        assert len(failed) == 1
+        assert failed[0].activity_task_failed_event_attributes.failure.application_failure_info.type == "BadInput"
+        started = events_with(hist, "activity_task_started_event_attributes")
+        assert [e.activity_task_started_event_attributes.attempt for e in started] == [1]
+
+    loop.run_until_complete(go())
+
+
+def test_heartbeat_timeout(loop, env):
+    async def go():
+        q = tq()
+        async with more_worker(env.client, q):
+            h = await env.client.start_workflow(HeartbeatWorkflow.run, id=f"hb-{q}", task_queue=q)
+            assert await h.result() == ["TimeoutError HEARTBEAT", "retry state MAXIMUM_ATTEMPTS_REACHED"]
+            hist = await h.fetch_history()
+            timed_out = events_with(hist, "activity_task_timed_out_event_attributes")
+            assert len(timed_out) == 1
+            f = timed_out[0].activity_task_timed_out_event_attributes.failure
+            assert f.timeout_failure_info.timeout_type == TimeoutType.HEARTBEAT.value
+            wid = f"hb-retry-{q}"
+            h = await env.client.start_workflow(HeartbeatRetryWorkflow.run, id=wid, task_queue=q)
+            assert await h.result() == "attempt 2 resumed from 7"
+            hist = await h.fetch_history()
+        assert ATTEMPTS[wid] == [1, 2]
+        started = events_with(hist, "activity_task_started_event_attributes")
+        last = started[0].activity_task_started_event_attributes.last_failure
+        assert last.timeout_failure_info.timeout_type == TimeoutType.HEARTBEAT.value
+
+    loop.run_until_complete(go())
+
+
+def test_timer(loop, env):
+    async def go():
+        q = tq()
+        async with more_worker(env.client, q):
+            h = await env.client.start_workflow(TimerWorkflow.run, id=f"timer-{q}", task_queue=q)
+            assert await h.result() >= 1.0
+            hist = await h.fetch_history()
+        started = events_with(hist, "timer_started_event_attributes")
+        fired = events_with(hist, "timer_fired_event_attributes")
+        assert len(started) == 1 and len(fired) == 1
+        s = started[0].timer_started_event_attributes
+        assert s.start_to_fire_timeout.ToTimedelta() == timedelta(seconds=1)
+        assert fired[0].timer_fired_event_attributes.timer_id == s.timer_id
+        assert fired[0].timer_fired_event_attributes.started_event_id == started[0].event_id
+        assert fired[0].event_time.ToDatetime() - started[0].event_time.ToDatetime() >= timedelta(seconds=1)
+
+    loop.run_until_complete(go())
+
+
+def test_signal_with_start(loop, env):
+    async def go():
+        q = tq()
+        wid = f"sws-{q}"
+        async with more_worker(env.client, q):
+            h1 = await env.client.start_workflow(
+                SignalQueryWorkflow.run, id=wid, task_queue=q, start_signal="add", start_signal_args=["first"]
+            )
+            # the run is open: the second signal-with-start signals it, no new run
+            h2 = await env.client.start_workflow(
+                SignalQueryWorkflow.run, id=wid, task_queue=q, start_signal="add", start_signal_args=["second"]
+            )
+            assert h1.result_run_id == h2.result_run_id
+            await h2.signal(SignalQueryWorkflow.finish)
+            assert await h1.result() == ["first", "second"]
+            hist = await h1.fetch_history()
+        sig = events_with(hist, "workflow_execution_signaled_event_attributes")
+        assert [e.workflow_execution_signaled_event_attributes.signal_name for e in sig] == ["add", "add", "finish"]
+        assert hist.events[1].HasField("workflow_execution_signaled_event_attributes")  # right after the start
+        runs = [w async for w in env.client.list_workflows(f"WorkflowId = '{wid}'")]
+        assert len(runs) == 1
+
+    loop.run_until_complete(go())
+
+
+def test_cancellation(loop, env):
+    async def go():
+        q = tq()
+        wid = f"cancel-{q}"
+        started = CANCEL_SEEN.setdefault(f"{wid}/started", asyncio.Event())
+        cancelled = CANCEL_SEEN.setdefault(f"{wid}/cancelled", asyncio.Event())
+        async with more_worker(env.client, q):
+            h = await env.client.start_workflow(CancelWorkflow.run, id=wid, task_queue=q)
+            await asyncio.wait_for(started.wait(), 20)
+            await h.cancel()
+            with pytest.raises(WorkflowFailureError) as ei:
+                await h.result()
+            assert cancelled.is_set()  # the activity saw the cancel through its heartbeat
+            d = await h.describe()
+            hist = await h.fetch_history()
+        assert isinstance(ei.value.cause, CancelledError)
+        assert d.status == WorkflowExecutionStatus.CANCELED
+        assert len(events_with(hist, "workflow_execution_cancel_requested_event_attributes")) == 1
+        assert len(events_with(hist, "activity_task_cancel_requested_event_attributes")) == 1
+        assert len(events_with(hist, "activity_task_canceled_event_attributes")) == 1
+        assert hist.events[-1].HasField("workflow_execution_canceled_event_attributes")
+
+    loop.run_until_complete(go())
+
+
+def test_local_activity(loop, env):
+    async def go():
+        q = tq()
+        wid = f"local-{q}"
+        async with more_worker(env.client, q):
+            h = await env.client.start_workflow(LocalActivityWorkflow.run, 4, id=wid, task_queue=q)
+            assert await h.result() == ["Hello, local!", "local 4 on attempt 2"]
+            hist = await h.fetch_history()
+        assert ATTEMPTS[wid] == [1, 2]
+        markers = events_with(hist, "marker_recorded_event_attributes")
+        assert [e.marker_recorded_event_attributes.marker_name for e in markers] == [
+            "core_local_activity",
+            "core_local_activity",
+        ]
+        assert events_with(hist, "activity_task_scheduled_event_attributes") == []
+
+    loop.run_until_complete(go())
+
+
+@activity.defn
+async def greet_v2(name: str) -> str:
+    return f"Hi {name}, from v2"
+
+
+@workflow.defn(name="PatchDemo")
+class PatchDemoV1:
+    def __init__(self) -> None:
+        self.go = False
+
+    @workflow.run
+    async def run(self) -> str:
+        a = await workflow.execute_activity(greet, "v1", start_to_close_timeout=timedelta(seconds=10))
+        await workflow.wait_condition(lambda: self.go)
+        return a
+
+    @workflow.signal
+    def release(self) -> None:
+        self.go = True
+
+
+@workflow.defn(name="PatchDemo")
+class PatchDemoV2(PatchDemoV1):
+    @workflow.run
+    async def run(self) -> str:
+        if workflow.patched("greet-v2"):
+            a = await workflow.execute_activity(greet_v2, "v2", start_to_close_timeout=timedelta(seconds=10))
+        else:
+            a = await workflow.execute_activity(greet, "v1", start_to_close_timeout=timedelta(seconds=10))
+        await workflow.wait_condition(lambda: self.go)
+        return a
+
+
+@workflow.defn(name="PatchDemo")
+class PatchDemoUnguarded(PatchDemoV1):
+    """The new code without workflow.patched: replaying an old run fails."""
+
+    @workflow.run
+    async def run(self) -> str:
+        a = await workflow.execute_activity(greet_v2, "v2", start_to_close_timeout=timedelta(seconds=10))
+        await workflow.wait_condition(lambda: self.go)
+        return a
+
+
+def test_patched(loop, env):
+    from temporalio.workflow import NondeterminismError
+
+    async def go():
+        q = tq()
+        # a run started on the old code (no cache: the next worker replays it)
+        async with Worker(env.client, task_queue=q, workflows=[PatchDemoV1], activities=[greet], max_cached_workflows=0):
+            old = await env.client.start_workflow(PatchDemoV1.run, id=f"patch-old-{q}", task_queue=q)
+            for _ in range(200):  # until its activity completed
+                hist = await old.fetch_history()
+                if events_with(hist, "activity_task_completed_event_attributes"):
+                    break
+                await asyncio.sleep(0.05)
+            assert events_with(hist, "activity_task_completed_event_attributes")
+        async with Worker(env.client, task_queue=q, workflows=[PatchDemoV2], activities=[greet, greet_v2]):
+            await old.signal(PatchDemoV1.release)
+            assert await asyncio.wait_for(old.result(), 30) == "Hello, v1!"  # the old branch, replayed on the patched code
+            new = await env.client.start_workflow(PatchDemoV2.run, id=f"patch-new-{q}", task_queue=q)
+            await new.signal(PatchDemoV1.release)
+            assert await asyncio.wait_for(new.result(), 30) == "Hi v2, from v2"
+            old_hist = await old.fetch_history()
+            new_hist = await new.fetch_history()
+            new_d = await new.describe()
+        # the SDK upserted the patch id into TemporalChangeVersion; Describe shows it
+        tcv = new_d.raw_description.workflow_execution_info.search_attributes.indexed_fields["TemporalChangeVersion"]
+        assert json.loads(tcv.data) == ["greet-v2"]
+        assert events_with(old_hist, "marker_recorded_event_attributes") == []
+        markers = events_with(new_hist, "marker_recorded_event_attributes")
+        assert [m.marker_recorded_event_attributes.marker_name for m in markers] == ["core_patch"]
+        r = await Replayer(workflows=[PatchDemoV2]).replay_workflow(old_hist)
+        assert r.replay_failure is None
+        r = await Replayer(workflows=[PatchDemoV2]).replay_workflow(new_hist)
+        assert r.replay_failure is None
+        r = await Replayer(workflows=[PatchDemoUnguarded]).replay_workflow(old_hist, raise_on_replay_failure=False)
+        assert isinstance(r.replay_failure, NondeterminismError)
+
+    loop.run_until_complete(go())
+
+
+def test_history_over_2000_events(loop, env):
+    async def go():
+        q = tq()
+        n = 700
+        async with more_worker(env.client, q, max_concurrent_activities=100):
+            h = await env.client.start_workflow(ManyActivitiesWorkflow.run, n, id=f"many-{q}", task_queue=q)
+            assert await asyncio.wait_for(h.result(), 60) == sum(range(1, n + 1))
+            hist = await h.fetch_history()
+            d = await h.describe()
+        assert len(hist.events) > 2000
+        assert [e.event_id for e in hist.events] == list(range(1, len(hist.events) + 1))
+        assert d.history_length == len(hist.events)
+        assert len(events_with(hist, "activity_task_completed_event_attributes")) == n
+        r = await Replayer(workflows=[ManyActivitiesWorkflow]).replay_workflow(hist)
+        assert r.replay_failure is None
+
+    loop.run_until_complete(go())
+
+
+def test_worker_kill_9_and_restart(loop, env, tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    target = env.client.service_client.config.target_host
+
+    def spawn(q: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, os.path.join(here, "killable_worker.py"), target, q],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    async def wait_for(path, deadline_s: float) -> None:
+        for _ in range(int(deadline_s / 0.05)):
+            if path.exists() and path.read_text():
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"{path} never appeared")
+
+    async def go():
+        q = tq()
+        first = spawn(q)
+        second = None
+        try:
+            h = await env.client.start_workflow(
+                "KillableWorkflow", str(tmp_path), id=f"kill-{q}", task_queue=q, result_type=str
+            )
+            await wait_for(tmp_path / "attempt-1", 30)
+            assert int((tmp_path / "attempt-1").read_text()) == first.pid
+            first.send_signal(signal.SIGKILL)
+            assert first.wait(10) == -signal.SIGKILL
+            second = spawn(q)
+            r = await asyncio.wait_for(h.result(), 45)
+            assert r == f"attempt 2 in {second.pid}"
+            assert not (tmp_path / "attempt-3").exists()
+            d = await h.describe()
+            assert d.status == WorkflowExecutionStatus.COMPLETED
+        finally:
+            for p in (first, second):
+                if p is not None and p.poll() is None:
+                    p.kill()
+                    p.wait(10)
 
     loop.run_until_complete(go())
