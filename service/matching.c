@@ -134,10 +134,14 @@ dbx_err svc_h_describe_task_queue(ectx *c, job *j) {
       svc_check_id(j, "task_queue.name", q->task_queue ? q->task_queue->name : NULL)) {
     int kind = q->task_queue_type == TEMPORAL__API__ENUMS__V1__TASK_QUEUE_TYPE__TASK_QUEUE_TYPE_ACTIVITY ? TASK_ACTIVITY
                                                                                                        : TASK_WORKFLOW;
-    if (q->task_queue_type == TEMPORAL__API__ENUMS__V1__TASK_QUEUE_TYPE__TASK_QUEUE_TYPE_NEXUS)
-      svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "DescribeTaskQueue: Nexus task queues are not supported");
-    else
+    if (q->task_queue_type == TEMPORAL__API__ENUMS__V1__TASK_QUEUE_TYPE__TASK_QUEUE_TYPE_NEXUS) {
+      /* no Nexus worker ever polls durabox: as Temporal answers a Nexus queue
+       * nobody polls (Temporal's Web UI asks for all three types) */
+      DescribeTaskQueueResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__DESCRIBE_TASK_QUEUE_RESPONSE);
+      svc_job_reply(j, &r.base);
+    } else {
       rc = describe_tq_reply(c, j, q, kind);
+    }
   }
   protobuf_c_message_free_unpacked(&q->base, NULL);
   return rc;
