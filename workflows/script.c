@@ -1256,10 +1256,18 @@ static void script_on_cancel(void *state, dbx_wf *wf) {
   dbx_wf_cancel_done(wf);
 }
 
-static char *script_on_query(void *state, const char *name) {
-  if (strcmp(name, "progress") != 0) return NULL;
+/* The "progress" query: the output so far (listed in the run's
+ * __temporal_workflow_metadata, so Temporal's Web UI offers it). */
+static char *script_query_progress(void *state, const char *args_json, size_t len) {
+  (void)args_json;
+  (void)len;
   return output_json(state);
 }
+
+static const dbx_wf_query_def script_queries[] = {
+    {"progress", script_query_progress, "the steps so far: each step's summary, as the result will list them"},
+    {NULL, NULL, NULL},
+};
 
 static void script_destroy(void *state) { script_free(state); }
 
@@ -1270,6 +1278,6 @@ const dbx_workflow_type dbx_script_workflow = {
     .on_timer = script_on_timer,
     .on_signal = NULL,
     .on_cancel = script_on_cancel,
-    .on_query = script_on_query,
+    .queries = script_queries,
     .destroy = script_destroy,
 };

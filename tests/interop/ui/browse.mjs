@@ -1,15 +1,22 @@
-// browse.mjs: open pages of Temporal's Web UI in a real headless Chromium and
-// wait until each page's rendered text holds what is expected.
+// browse.mjs: open pages of Temporal's Web UI in a real headless Chromium,
+// click through it as a person would, and wait until the rendered text holds
+// what is expected.
 //
-//   node --experimental-websocket browse.mjs --chromium PATH --out DIR \
-//        --page NAME URL TEXT[|TEXT...] [--page ...] [--timeout-s S]
-//
-// For each page: navigate, poll document.body.innerText every 250 ms until
-// every TEXT occurs in it (or the deadline passes), then write
-// DIR/NAME.txt (the rendered text) and DIR/NAME.png (a screenshot).
-// Exit status 0 when every page showed every text, 1 otherwise (the missing
-// texts are printed), 2 on a usage or browser error. Talks to Chromium over
-// the DevTools protocol on loopback (no npm dependency: Node's WebSocket).
+//   node --experimental-websocket browse.mjs --chromium PATH --out DIR [--timeout-s S] STEP...
+//   STEP: --page NAME URL TEXT[|TEXT...]   open URL, then --expect NAME TEXTS
+//         --open URL                       navigate
+//         --expect NAME TEXT[|TEXT...]     poll document.body.innerText every
+//                                          250 ms until every TEXT occurs in it
+//                                          (or the deadline), then write
+//                                          DIR/NAME.txt and DIR/NAME.png
+//         --click TEXT                     wait for a button, link, option or
+//                                          menu item whose text is TEXT, click it
+//         --clickables NAME                write DIR/NAME.json: what --click
+//                                          could click now (for writing tests)
+// Exit status 0 when every expectation held, 1 otherwise (the missing texts
+// and unclickable elements are printed), 2 on a usage or browser error.
+// Talks to Chromium over the DevTools protocol on loopback (no npm
+// dependency: Node's WebSocket).
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync, rmSync, existsSync, mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -22,19 +29,28 @@ function usage(msg) {
 
 const args = process.argv.slice(2);
 let chromium = 'chromium', out = null, timeoutS = 60;
-const pages = [];
+const steps = [];
 for (let i = 0; i < args.length; i++) {
   const a = args[i];
-  if (a === '--chromium') chromium = args[++i];
-  else if (a === '--out') out = args[++i];
-  else if (a === '--timeout-s') timeoutS = Number(args[++i]);
+  const need = (n) => { if (i + n >= args.length) usage(`${a} needs ${n} value(s)`); };
+  if (a === '--chromium') { need(1); chromium = args[++i]; }
+  else if (a === '--out') { need(1); out = args[++i]; }
+  else if (a === '--timeout-s') { need(1); timeoutS = Number(args[++i]); }
   else if (a === '--page') {
-    if (i + 3 >= args.length) usage('--page needs NAME URL TEXTS');
-    pages.push({ name: args[i + 1], url: args[i + 2], texts: args[i + 3].split('|') });
+    need(3);
+    steps.push({ kind: 'open', url: args[i + 2] });
+    steps.push({ kind: 'expect', name: args[i + 1], texts: args[i + 3].split('|') });
     i += 3;
-  } else usage(`unknown argument '${a}'`);
+  } else if (a === '--open') { need(1); steps.push({ kind: 'open', url: args[++i] }); }
+  else if (a === '--expect') {
+    need(2);
+    steps.push({ kind: 'expect', name: args[i + 1], texts: args[i + 2].split('|') });
+    i += 2;
+  } else if (a === '--click') { need(1); steps.push({ kind: 'click', text: args[++i] }); }
+  else if (a === '--clickables') { need(1); steps.push({ kind: 'clickables', name: args[++i] }); }
+  else usage(`unknown argument '${a}'`);
 }
-if (!out || pages.length === 0) usage('need --out DIR and at least one --page');
+if (!out || !steps.some((st) => st.kind === 'expect')) usage('need --out DIR and at least one --page or --expect');
 if (!(timeoutS > 0)) usage('--timeout-s must be a positive number');
 mkdirSync(out, { recursive: true });
 
@@ -95,28 +111,65 @@ async function main() {
   await cdp.send('Page.enable');
   await cdp.send('Runtime.enable');
   let failed = 0;
-  for (const p of pages) {
-    await cdp.send('Page.navigate', { url: p.url });
+  // the clickable element whose own text is TEXT (the last one: a menu opened
+  // later sits after the button that opened it); clicked inside the page
+  const clickJs = (text) => `(() => {
+    const want = ${JSON.stringify(text)};
+    const els = [...document.querySelectorAll('button, a, [role=option], [role=menuitem], li, label')]
+      .filter((e) => e.innerText && e.innerText.trim() === want && e.getClientRects().length > 0);
+    if (els.length === 0) return false;
+    els[els.length - 1].click();
+    return true;
+  })()`;
+  let url = '';
+  for (const st of steps) {
+    if (st.kind === 'open') {
+      url = st.url;
+      await cdp.send('Page.navigate', { url: st.url });
+      continue;
+    }
     const deadline = Date.now() + timeoutS * 1000;
-    let text = '', missing = p.texts;
+    if (st.kind === 'clickables') {
+      const r = await cdp.send('Runtime.evaluate', {
+        expression: `JSON.stringify([...document.querySelectorAll('button, a, [role=option], [role=menuitem], li, label')]
+          .filter((e) => e.getClientRects().length > 0).map((e) => [e.tagName, e.innerText.trim(), e.disabled === true]))`,
+        returnByValue: true,
+      });
+      writeFileSync(join(out, `${st.name}.json`), String(r.result.value));
+      continue;
+    }
+    if (st.kind === 'click') {
+      let done = false;
+      while (!done && Date.now() < deadline) {
+        await sleep(250);
+        const r = await cdp.send('Runtime.evaluate', { expression: clickJs(st.text), returnByValue: true });
+        done = r.result.value === true;
+      }
+      if (!done) {
+        failed++;
+        console.log(`${url}: nothing to click with the text ${JSON.stringify(st.text)} within ${timeoutS} s`);
+      }
+      continue;
+    }
+    let text = '', missing = st.texts;
     while (Date.now() < deadline) {
       await sleep(250);
       const r = await cdp.send('Runtime.evaluate', {
         expression: 'document.body ? document.body.innerText : ""', returnByValue: true,
       });
       text = String(r.result.value ?? '');
-      missing = p.texts.filter((t) => !text.includes(t));
+      missing = st.texts.filter((t) => !text.includes(t));
       if (missing.length === 0) break;
     }
-    writeFileSync(join(out, `${p.name}.txt`), text);
+    writeFileSync(join(out, `${st.name}.txt`), text);
     const shot = await cdp.send('Page.captureScreenshot', { format: 'png' });
-    writeFileSync(join(out, `${p.name}.png`), Buffer.from(shot.data, 'base64'));
+    writeFileSync(join(out, `${st.name}.png`), Buffer.from(shot.data, 'base64'));
     if (missing.length) {
       failed++;
-      console.log(`page ${p.name} (${p.url}): missing ${missing.map((m) => JSON.stringify(m)).join(', ')} ` +
-                  `after ${timeoutS} s; its text is in ${join(out, p.name + '.txt')}`);
+      console.log(`page ${st.name} (${url}): missing ${missing.map((m) => JSON.stringify(m)).join(', ')} ` +
+                  `after ${timeoutS} s; its text is in ${join(out, st.name + '.txt')}`);
     } else {
-      console.log(`page ${p.name}: shows ${p.texts.map((m) => JSON.stringify(m)).join(', ')}`);
+      console.log(`page ${st.name}: shows ${st.texts.map((m) => JSON.stringify(m)).join(', ')}`);
     }
   }
   ws.close();

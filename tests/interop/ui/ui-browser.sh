@@ -8,7 +8,12 @@
 #     count by status ("GROUP BY ExecutionStatus");
 #   - the finished run's history page shows its steps as events with their
 #     results;
-#   - the running run's pending-activities page shows the sleeping step.
+#   - the running run's pending-activities page shows the sleeping step;
+#   - on the running run's Queries tab, "Run Query" answers the Script's
+#     progress query;
+#   - "Request Cancellation" then "Confirm" cancels a third run, and "More
+#     Actions" > "Terminate" > "Terminate" terminates a fourth: the service
+#     says so afterwards (Describe), not only the page.
 # Screenshots and page texts are kept in $DBX_UI_ARTIFACTS (default
 # build/test-artifacts/ui). Fails (never skips) when chromium, node or the UI
 # server is missing: scripts/setup.sh installs them.
@@ -77,20 +82,35 @@ fix_run=$("$DBX_BIN" workflow describe --address "$addr" --workflow-id ui-fix-1 
 wait_in=$(jq -n '{sandbox: {source: {kind: "empty"}}, steps: [{name: "long-step", kind: "exec", command: "sleep 300"}]}')
 "$DBX_BIN" workflow start --address "$addr" --type durabox.Script --task-queue durabox --workflow-id ui-wait-1 \
   --input "$wait_in" >/dev/null
-wait_run=$("$DBX_BIN" workflow describe --address "$addr" --workflow-id ui-wait-1 | awk '/^run id/{print $3}')
-until=$((SECONDS + 60))
-until "$DBX_BIN" workflow describe --address "$addr" --workflow-id ui-wait-1 | grep -q "pending.*sandbox.exec"; do
-  [ $SECONDS -lt $until ] || fail "the sleeping step of ui-wait-1 did not start within 60 s"
-  sleep 0.2
+declare -A run
+for w in ui-wait-1 ui-cancel-1 ui-term-1; do
+  [ $w = ui-wait-1 ] || "$DBX_BIN" workflow start --address "$addr" --type durabox.Script --task-queue durabox \
+    --workflow-id $w --input "$wait_in" >/dev/null
+  run[$w]=$("$DBX_BIN" workflow describe --address "$addr" --workflow-id $w | awk '/^run id/{print $3}')
+  until=$((SECONDS + 60))
+  until "$DBX_BIN" workflow describe --address "$addr" --workflow-id $w | grep -q "pending.*sandbox.exec"; do
+    [ $SECONDS -lt $until ] || fail "the sleeping step of $w did not start within 60 s"
+    sleep 0.2
+  done
 done
+wait_run=${run[ui-wait-1]}
 
 ns=$ui/namespaces/default/workflows
-node --no-warnings --experimental-websocket "$here/browse.mjs" --out "$art" --timeout-s 60 \
-  --page list "$ns" "ui-fix-1|ui-wait-1|durabox.Script|Completed|Running|1 Running|1 Completed" \
+node --no-warnings --experimental-websocket "$here/browse.mjs" --out "$art" --timeout-s 90 \
+  --page list "$ns" "ui-fix-1|ui-wait-1|ui-cancel-1|ui-term-1|durabox.Script|Completed|Running|3 Running|1 Completed" \
   --page history "$ns/ui-fix-1/$fix_run/history" \
     "Workflow Execution Completed|Activity Task Completed|sandbox.git_commit|sandbox.write_file|sandbox.exec|exit_code" \
-  --page pending "$ns/ui-wait-1/$wait_run/pending-activities" "sandbox.exec|Pending Activities|Attempt|Last Heartbeat" ||
+  --page pending "$ns/ui-wait-1/$wait_run/pending-activities" "sandbox.exec|Pending Activities|Attempt|Last Heartbeat" \
+  --open "$ns/ui-wait-1/$wait_run/query" --click "Run Query" --expect query '"sandbox_id"|"status": "running"' \
+  --open "$ns/ui-cancel-1/${run[ui-cancel-1]}/history" --click "Request Cancellation" --click "Confirm" \
+    --expect cancel "Canceled|Workflow Execution Canceled" \
+  --open "$ns/ui-term-1/${run[ui-term-1]}/history" --click "More Actions" --click "Terminate" --click "Terminate" \
+    --expect terminate "Terminated|Workflow Execution Terminated" ||
   fail "Temporal's Web UI did not render what was expected (screenshots and texts in $art)"
+"$DBX_BIN" workflow describe --address "$addr" --workflow-id ui-cancel-1 | grep -q "^status *CANCELED" ||
+  fail "ui-cancel-1 is not CANCELED after the UI cancelled it"
+"$DBX_BIN" workflow describe --address "$addr" --workflow-id ui-term-1 | grep -q "^status *TERMINATED" ||
+  fail "ui-term-1 is not TERMINATED after the UI terminated it"
 # the history page lists the events of the run, newest first: its event ids
 events=$("$DBX_BIN" workflow describe --address "$addr" --workflow-id ui-fix-1 | awk '/^history/{print $2}')
 grep -qx "$events" "$art/history.txt" || fail "the history page does not show the last event id $events"
@@ -119,4 +139,4 @@ for mode in missing headless; do
     cat "$tmp/$mode.log" >&2; fail "--headless still talks about the Web UI"
   fi
 done
-echo "interop_ui: the workflow list, a run's history and a running step's pending activity render in Chromium ($art)"
+echo "interop_ui: the workflow list, a run's history, a running step's pending activity and a query render in Chromium, and its cancel and terminate act ($art)"
