@@ -534,11 +534,24 @@ static dbx_err process(ectx *c, ScheduleRecord *r) {
   return DBX_OK;
 }
 
+/* 1 while no scheduled time can act: paused, or no actions remaining. Such
+ * a schedule arms no timer for its times; unpausing or an update moves
+ * processed_until to the present, so the times it slept through are skipped
+ * (as Temporal skips the times of a pause), not caught up. */
+static int idle(ScheduleRecord *r) {
+  return state_of(r)->paused || (state_of(r)->limited_actions && state_of(r)->remaining_actions <= 0);
+}
+
+static void skip_to_now(ectx *c, ScheduleRecord *r) {
+  int64_t now_s = c->now_ns / NS_PER_S * NS_PER_S;
+  if (r->processed_until_ns < now_s) r->processed_until_ns = now_s;
+}
+
 /* A new generation and the timer for the next thing to do. */
 static dbx_err arm(ectx *c, ScheduleRecord *r) {
   int64_t when = INT64_MAX;
   if (r->n_buffered > 0) when = c->now_ns + WATCH_MS * 1000000LL;
-  int64_t t = next_nominal(r, r->processed_until_ns / NS_PER_S);
+  int64_t t = idle(r) ? INT64_MAX : next_nominal(r, r->processed_until_ns / NS_PER_S);
   if (t != INT64_MAX && t < INT64_MAX / NS_PER_S - 100000) {
     int64_t a = actual_ns(r, t);
     if (a < when) when = a;
@@ -606,6 +619,7 @@ static dbx_err apply_patch(ectx *c, ScheduleRecord *r, const SchedulePatch *p) {
     svc_pb_setstr(&state_of(r)->notes, p->pause);
   }
   if (p->unpause && p->unpause[0]) {
+    if (state_of(r)->paused) skip_to_now(c, r);
     state_of(r)->paused = 0;
     svc_pb_setstr(&state_of(r)->notes, p->unpause);
   }
@@ -751,7 +765,7 @@ out:
 
 /* Up to max future action times from the record (limited by the remaining
  * actions), into a malloc'd array of new Timestamps. */
-static Timestamp **future_times(const ScheduleRecord *r, size_t max, size_t *n) {
+static Timestamp **future_times(const ScheduleRecord *r, int64_t now_ns, size_t max, size_t *n) {
   *n = 0;
   ScheduleState *st = r->schedule->state;
   if (st && st->limited_actions && st->remaining_actions < (int64_t)max)
@@ -761,7 +775,7 @@ static Timestamp **future_times(const ScheduleRecord *r, size_t max, size_t *n) 
     svc_oom_mark();
     return NULL;
   }
-  int64_t t = r->processed_until_ns / NS_PER_S;
+  int64_t t = (r->processed_until_ns > now_ns ? r->processed_until_ns : now_ns) / NS_PER_S;
   while (*n < max) {
     t = next_nominal(r, t);
     if (t == INT64_MAX) break;
@@ -788,7 +802,7 @@ dbx_err svc_h_describe_schedule(ectx *c, job *j) {
   rc = refresh_running(c, r->namespace_, r->info, NULL);
   if (rc != DBX_OK) goto out;
   size_t nf = 0;
-  Timestamp **ft = future_times(r, FUTURE_MAX, &nf);
+  Timestamp **ft = future_times(r, c->now_ns, FUTURE_MAX, &nf);
   DescribeScheduleResponse resp = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__DESCRIBE_SCHEDULE_RESPONSE);
   r->info->future_action_times = ft;
   r->info->n_future_action_times = nf;
@@ -840,11 +854,10 @@ dbx_err svc_h_update_schedule(ectx *c, job *j) {
   s = NULL;
   if (r->info->update_time) protobuf_c_message_free_unpacked(&r->info->update_time->base, NULL);
   r->info->update_time = svc_timestamp_new_ns(c->now_ns);
-  replace_msg((ProtobufCMessage **)&r->search_attributes, &q->search_attributes->base);
+  if (q->search_attributes) replace_msg((ProtobufCMessage **)&r->search_attributes, &q->search_attributes->base);
   if (q->memo) replace_msg((ProtobufCMessage **)&r->memo, &q->memo->base);
   r->conflict_token++;
-  int64_t now_s = c->now_ns / NS_PER_S * NS_PER_S;
-  if (r->processed_until_ns < now_s) r->processed_until_ns = now_s;
+  skip_to_now(c, r);
   rc = process_arm_save(c, r);
   if (rc == DBX_OK) {
     UpdateScheduleResponse resp = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__UPDATE_SCHEDULE_RESPONSE);
@@ -968,7 +981,7 @@ static int page_entry(ectx *c, list_page *p, size_t i) {
   ScheduleListInfo *li = dbx_malloc(sizeof *li);
   p->entries[i] = e;
   p->infos[i] = li;
-  p->futures[i] = future_times(r, 5, &p->n_futures[i]);
+  p->futures[i] = future_times(r, c->now_ns, 5, &p->n_futures[i]);
   if (e == NULL || li == NULL || p->futures[i] == NULL) return -1;
   temporal__api__schedule__v1__schedule_list_entry__init(e);
   temporal__api__schedule__v1__schedule_list_info__init(li);

@@ -13,8 +13,12 @@
  *   of a week; bad specs and unknown time zones are INVALID_ARGUMENT;
  * - pause (no actions, notes), trigger (starts even while paused),
  *   unpause, the limit of remaining actions;
+ * - overlap BUFFER_ONE / BUFFER_ALL / TERMINATE_OTHER / CANCEL_OTHER;
+ *   backfill of a past range; UpdateSchedule with its conflict token; List
+ *   paging; jitter (deterministic, within bounds); leap day, Sunday as 7;
  * - catch-up: the times that passed while the service process was killed
- *   are taken after it restarts on the same LMDB store. */
+ *   are taken after it restarts on the same LMDB store, and those older
+ *   than the catch-up window are counted missed instead. */
 #include "tests/svc_client.h"
 
 #include <signal.h>
@@ -527,6 +531,234 @@ static int started_for(dbx_rpc_channel *ch, const char *base, int64_t t) {
                        NULL) == DBX_GRPC_OK;
 }
 
+/* Describe until pred(d) holds (up to timeout_ms); the reply. */
+static W(DescribeScheduleResponse) *await_describe(dbx_rpc_channel *ch, const char *id,
+                                                   int (*pred)(const W(DescribeScheduleResponse) *), int64_t timeout_ms,
+                                                   const char *what) {
+  int64_t end = now_ms() + timeout_ms;
+  for (;;) {
+    W(DescribeScheduleResponse) *d = describe_ok(ch, id);
+    if (pred(d)) return d;
+    if (now_ms() > end)
+      fail_msg("schedule %s: %s not reached (actions %lld, skipped %lld, buffered %lld, running %zu)", id, what,
+               (long long)d->info->action_count, (long long)d->info->overlap_skipped, (long long)d->info->buffer_size,
+               d->info->n_running_workflows);
+    protobuf_c_message_free_unpacked(&d->base, NULL);
+    sleep_ms(100);
+  }
+}
+
+static int buffered_one_and_skipped(const W(DescribeScheduleResponse) *d) {
+  return d->info->buffer_size == 1 && d->info->overlap_skipped >= 1;
+}
+static int two_actions(const W(DescribeScheduleResponse) *d) { return d->info->action_count >= 2; }
+static int buffered_two(const W(DescribeScheduleResponse) *d) { return d->info->buffer_size >= 2; }
+static int buffered_any(const W(DescribeScheduleResponse) *d) { return d->info->buffer_size >= 1; }
+
+static void test_schedule_buffer_one_and_all(void **state) {
+  fixture *f = *state;
+  sched_args a = {.id = "s-buf1", .workflow_id = "wf-buf1", .interval_s = 1, .overlap = OV(BUFFER_ONE)};
+  assert_int_equal(create(f->ch, &a, NULL), DBX_GRPC_OK);
+  W(DescribeScheduleResponse) *d = await_describe(f->ch, "s-buf1", buffered_one_and_skipped, 8000, "one buffered");
+  assert_int_equal(d->info->action_count, 1);
+  assert_int_equal(d->info->n_running_workflows, 1);
+  char *first = strdup(d->info->running_workflows[0]->workflow_id);
+  int64_t first_t = ts_s(d->info->recent_actions[0]->schedule_time);
+  protobuf_c_message_free_unpacked(&d->base, NULL);
+  /* the first closes: the buffered start (the time right after it) runs */
+  assert_int_equal(terminate(f->ch, first), DBX_GRPC_OK);
+  d = await_describe(f->ch, "s-buf1", two_actions, 5000, "the buffered start");
+  char when[32], want[64];
+  rfc3339(first_t + 1, when);
+  snprintf(want, sizeof want, "wf-buf1-%s", when);
+  assert_string_equal(d->info->recent_actions[1]->start_workflow_result->workflow_id, want);
+  protobuf_c_message_free_unpacked(&d->base, NULL);
+  free(first);
+  assert_int_equal(delete_schedule(f->ch, "s-buf1"), DBX_GRPC_OK);
+
+  sched_args b = {.id = "s-bufall", .workflow_id = "wf-bufall", .interval_s = 1, .overlap = OV(BUFFER_ALL)};
+  assert_int_equal(create(f->ch, &b, NULL), DBX_GRPC_OK);
+  d = await_describe(f->ch, "s-bufall", buffered_two, 8000, "two buffered");
+  assert_int_equal(d->info->action_count, 1);
+  assert_int_equal(d->info->overlap_skipped, 0);
+  protobuf_c_message_free_unpacked(&d->base, NULL);
+  assert_int_equal(delete_schedule(f->ch, "s-bufall"), DBX_GRPC_OK);
+}
+
+static void test_schedule_terminate_and_cancel_other(void **state) {
+  fixture *f = *state;
+  sched_args a = {.id = "s-term", .workflow_id = "wf-term", .interval_s = 1, .overlap = OV(TERMINATE_OTHER)};
+  assert_int_equal(create(f->ch, &a, NULL), DBX_GRPC_OK);
+  W(DescribeScheduleResponse) *d = await_actions(f->ch, "s-term", 2, 6000);
+  /* the second start terminated the first: one runs */
+  assert_int_equal(d->info->n_running_workflows, 1);
+  const char *first = d->info->recent_actions[0]->start_workflow_result->workflow_id;
+  assert_int_equal(dbx_svct_workflow_status(f->ch, first, d->info->recent_actions[0]->start_workflow_result->run_id),
+                   WS(TERMINATED));
+  assert_int_equal(d->info->recent_actions[0]->start_workflow_status, WS(TERMINATED));
+  protobuf_c_message_free_unpacked(&d->base, NULL);
+  assert_int_equal(delete_schedule(f->ch, "s-term"), DBX_GRPC_OK);
+
+  sched_args b = {.id = "s-cancel", .workflow_id = "wf-cancel", .interval_s = 1, .overlap = OV(CANCEL_OTHER)};
+  assert_int_equal(create(f->ch, &b, NULL), DBX_GRPC_OK);
+  d = await_describe(f->ch, "s-cancel", buffered_any, 6000, "a start waiting for the canceled one");
+  assert_int_equal(d->info->action_count, 1);
+  const WorkflowExecution *we = d->info->recent_actions[0]->start_workflow_result;
+  /* no worker: the cancel request is in its history, the run still open */
+  assert_true(dbx_svct_history_wait_for(f->ch, we->workflow_id, we->run_id, ET(WORKFLOW_EXECUTION_CANCEL_REQUESTED),
+                                        5000));
+  protobuf_c_message_free_unpacked(&d->base, NULL);
+  assert_int_equal(delete_schedule(f->ch, "s-cancel"), DBX_GRPC_OK);
+}
+
+static void test_schedule_backfill_update_list(void **state) {
+  fixture *f = *state;
+  sched_args a = {.id = "s-back", .workflow_id = "wf-back", .interval_s = 3600, .paused = 1,
+                  .overlap = OV(ALLOW_ALL)};
+  assert_int_equal(create(f->ch, &a, NULL), DBX_GRPC_OK);
+  /* backfill four hours of 2024-01-01 (end inclusive), while paused */
+  W(PatchScheduleRequest) q = WI(PATCH_SCHEDULE_REQUEST__INIT);
+  P(SchedulePatch) p = PI(SCHEDULE_PATCH__INIT);
+  P(BackfillRequest) bf = PI(BACKFILL_REQUEST__INIT);
+  P(BackfillRequest) *bfs[1] = {&bf};
+  Timestamp from, to;
+  dbx_pb_timestamp_init_ns(&from, utc(2024, 1, 1, 0, 0) * 1000000000LL);
+  dbx_pb_timestamp_init_ns(&to, utc(2024, 1, 1, 3, 0) * 1000000000LL);
+  bf.start_time = &from;
+  bf.end_time = &to;
+  p.backfill_request = bfs;
+  p.n_backfill_request = 1;
+  q.namespace_ = "default";
+  q.schedule_id = "s-back";
+  q.patch = &p;
+  assert_int_equal(dbx_svct_call(f->ch, "PatchSchedule", &q.base,
+                                 &temporal__api__workflowservice__v1__patch_schedule_response__descriptor, 5000, NULL,
+                                 NULL),
+                   DBX_GRPC_OK);
+  for (int h = 0; h < 4; h++) assert_true(started_for(f->ch, "wf-back", utc(2024, 1, 1, h, 0)));
+  assert_false(started_for(f->ch, "wf-back", utc(2024, 1, 1, 4, 0)));
+  W(DescribeScheduleResponse) *d = describe_ok(f->ch, "s-back");
+  assert_int_equal(d->info->action_count, 4);
+  ProtobufCBinaryData tok = d->conflict_token;
+  uint8_t old_tok[8];
+  assert_int_equal(tok.len, 8);
+  memcpy(old_tok, tok.data, 8);
+
+  /* UpdateSchedule: a stale conflict token is refused, the right one replaces */
+  W(UpdateScheduleRequest) u = WI(UPDATE_SCHEDULE_REQUEST__INIT);
+  u.namespace_ = "default";
+  u.schedule_id = "s-back";
+  u.schedule = d->schedule;
+  uint8_t bad[8] = {9, 9, 9, 9, 9, 9, 9, 9};
+  u.conflict_token.data = bad;
+  u.conflict_token.len = 8;
+  assert_int_equal(dbx_svct_call(f->ch, "UpdateSchedule", &u.base,
+                                 &temporal__api__workflowservice__v1__update_schedule_response__descriptor, 5000, NULL,
+                                 NULL),
+                   DBX_GRPC_FAILED_PRECONDITION);
+  u.conflict_token.data = old_tok;
+  d->schedule->spec->interval[0]->interval->seconds = 7200;
+  d->schedule->state->notes = "updated";
+  assert_int_equal(dbx_svct_call(f->ch, "UpdateSchedule", &u.base,
+                                 &temporal__api__workflowservice__v1__update_schedule_response__descriptor, 5000, NULL,
+                                 NULL),
+                   DBX_GRPC_OK);
+  d->schedule->state->notes = NULL; /* borrowed literal: not the reply's to free */
+  protobuf_c_message_free_unpacked(&d->base, NULL);
+  d = describe_ok(f->ch, "s-back");
+  assert_int_equal(d->schedule->spec->interval[0]->interval->seconds, 7200);
+  assert_string_equal(d->schedule->state->notes, "updated");
+  assert_non_null(d->info->update_time);
+  assert_int_equal(d->info->action_count, 4); /* info stays */
+  assert_memory_not_equal(d->conflict_token.data, old_tok, 8);
+  assert_int_equal(ts_s(d->info->future_action_times[0]) % 7200, 0);
+  protobuf_c_message_free_unpacked(&d->base, NULL);
+
+  /* ListSchedules pages by id */
+  sched_args b = {.id = "s-back2", .workflow_id = "wf-back2", .interval_s = 3600, .paused = 1};
+  assert_int_equal(create(f->ch, &b, NULL), DBX_GRPC_OK);
+  W(ListSchedulesRequest) lq = WI(LIST_SCHEDULES_REQUEST__INIT);
+  lq.namespace_ = "default";
+  lq.maximum_page_size = 1;
+  const char *seen[2] = {0};
+  W(ListSchedulesResponse) *pages[3] = {0};
+  size_t n = 0;
+  for (int i = 0; i < 3; i++) {
+    void *lo = NULL;
+    assert_int_equal(dbx_svct_call(f->ch, "ListSchedules", &lq.base,
+                                   &temporal__api__workflowservice__v1__list_schedules_response__descriptor, 5000,
+                                   &lo, NULL),
+                     DBX_GRPC_OK);
+    pages[i] = lo;
+    assert_true(pages[i]->n_schedules <= 1);
+    if (pages[i]->n_schedules == 1 && n < 2) seen[n++] = pages[i]->schedules[0]->schedule_id;
+    if (pages[i]->next_page_token.len == 0) break;
+    lq.next_page_token = pages[i]->next_page_token;
+  }
+  assert_int_equal(n, 2);
+  assert_string_equal(seen[0], "s-back");
+  assert_string_equal(seen[1], "s-back2");
+  for (int i = 0; i < 3; i++)
+    if (pages[i]) protobuf_c_message_free_unpacked(&pages[i]->base, NULL);
+  assert_int_equal(delete_schedule(f->ch, "s-back"), DBX_GRPC_OK);
+  assert_int_equal(delete_schedule(f->ch, "s-back2"), DBX_GRPC_OK);
+}
+
+static void test_schedule_jitter_and_exclusions(void **state) {
+  fixture *f = *state;
+  /* jitter 30 s on an hourly schedule: every time within [hour, hour + 30 s), the same on every call */
+  sched_args a = {.id = "s-jit", .workflow_id = "wf-jit", .interval_s = 3600, .paused = 1};
+  assert_int_equal(create(f->ch, &a, NULL), DBX_GRPC_OK);
+  W(DescribeScheduleResponse) *d = describe_ok(f->ch, "s-jit");
+  W(UpdateScheduleRequest) u = WI(UPDATE_SCHEDULE_REQUEST__INIT);
+  Duration jit;
+  dbx_pb_duration_init_ms(&jit, 30000);
+  d->schedule->spec->jitter = &jit;
+  u.namespace_ = "default";
+  u.schedule_id = "s-jit";
+  u.schedule = d->schedule;
+  assert_int_equal(dbx_svct_call(f->ch, "UpdateSchedule", &u.base,
+                                 &temporal__api__workflowservice__v1__update_schedule_response__descriptor, 5000, NULL,
+                                 NULL),
+                   DBX_GRPC_OK);
+  d->schedule->spec->jitter = NULL;
+  protobuf_c_message_free_unpacked(&d->base, NULL);
+  W(ListScheduleMatchingTimesResponse) *m1 = matching(f->ch, "s-jit", utc(2024, 5, 1, 0, 0), utc(2024, 5, 2, 0, 0));
+  W(ListScheduleMatchingTimesResponse) *m2 = matching(f->ch, "s-jit", utc(2024, 5, 1, 0, 0), utc(2024, 5, 2, 0, 0));
+  assert_true(m1->n_start_time >= 24);
+  assert_int_equal(m1->n_start_time, m2->n_start_time);
+  int moved = 0;
+  for (size_t i = 0; i < m1->n_start_time; i++) {
+    int64_t t = ts_s(m1->start_time[i]);
+    assert_true(t % 3600 < 30);
+    if (t % 3600 != 0 || m1->start_time[i]->nanos != 0) moved++;
+    assert_int_equal(t, ts_s(m2->start_time[i]));
+    assert_int_equal(m1->start_time[i]->nanos, m2->start_time[i]->nanos);
+  }
+  assert_true(moved > 0);
+  protobuf_c_message_free_unpacked(&m1->base, NULL);
+  protobuf_c_message_free_unpacked(&m2->base, NULL);
+  assert_int_equal(delete_schedule(f->ch, "s-jit"), DBX_GRPC_OK);
+
+  /* Sundays as day 7, a stepped range, leap day */
+  sched_args b = {.id = "s-cal", .workflow_id = "wf-cal", .cron = "0 6-18/6 29 2 *", .paused = 1};
+  assert_int_equal(create(f->ch, &b, NULL), DBX_GRPC_OK);
+  W(ListScheduleMatchingTimesResponse) *m = matching(f->ch, "s-cal", utc(2023, 1, 1, 0, 0), utc(2025, 1, 1, 0, 0));
+  assert_int_equal(m->n_start_time, 3); /* 2024-02-29 at 06, 12, 18 */
+  assert_int_equal(ts_s(m->start_time[0]), utc(2024, 2, 29, 6, 0));
+  assert_int_equal(ts_s(m->start_time[2]), utc(2024, 2, 29, 18, 0));
+  protobuf_c_message_free_unpacked(&m->base, NULL);
+  assert_int_equal(delete_schedule(f->ch, "s-cal"), DBX_GRPC_OK);
+  sched_args c = {.id = "s-sun", .workflow_id = "wf-sun", .cron = "30 8 * * 7", .paused = 1};
+  assert_int_equal(create(f->ch, &c, NULL), DBX_GRPC_OK);
+  m = matching(f->ch, "s-sun", utc(2024, 1, 1, 0, 0), utc(2024, 1, 31, 0, 0));
+  assert_int_equal(m->n_start_time, 4); /* the Sundays of January 2024: 7, 14, 21, 28 */
+  assert_int_equal(ts_s(m->start_time[0]), utc(2024, 1, 7, 8, 30));
+  assert_int_equal(ts_s(m->start_time[3]), utc(2024, 1, 28, 8, 30));
+  protobuf_c_message_free_unpacked(&m->base, NULL);
+  assert_int_equal(delete_schedule(f->ch, "s-sun"), DBX_GRPC_OK);
+}
+
 static void test_schedule_catchup_after_restart(void **state) {
   (void)state;
   char *db = dbx_test_tmpdir("dbx-it-sched");
@@ -536,13 +768,19 @@ static void test_schedule_catchup_after_restart(void **state) {
   sched_args a = {.id = "s-catch", .workflow_id = "wf-catch", .interval_s = 1, .overlap = OV(ALLOW_ALL),
                   .catchup_s = 60};
   assert_int_equal(create(ch, &a, NULL), DBX_GRPC_OK);
+  /* the same, with Temporal's shortest catch-up window (10 s) */
+  sched_args m = {.id = "s-miss", .workflow_id = "wf-miss", .interval_s = 1, .overlap = OV(ALLOW_ALL),
+                  .catchup_s = 10};
+  assert_int_equal(create(ch, &m, NULL), DBX_GRPC_OK);
   W(DescribeScheduleResponse) *d = await_actions(ch, "s-catch", 1, 5000);
+  protobuf_c_message_free_unpacked(&d->base, NULL);
+  d = await_actions(ch, "s-miss", 1, 5000);
   protobuf_c_message_free_unpacked(&d->base, NULL);
   dbx_rpc_channel_destroy(ch);
   int wst = dbx_svct_server_kill(pid);
   assert_true(WIFSIGNALED(wst));
   int64_t down_from = (int64_t)time(NULL) + 1;
-  sleep_ms(3000); /* the outage: three interval times pass with no service */
+  sleep_ms(13000); /* the outage: longer than s-miss's catch-up window */
   int64_t down_to = (int64_t)time(NULL) - 1;
   port = dbx_svct_free_port();
   pid = dbx_svct_server_spawn(db, port);
@@ -561,6 +799,18 @@ static void test_schedule_catchup_after_restart(void **state) {
   assert_int_equal(d->schedule->policies->overlap_policy, OV(ALLOW_ALL));
   assert_int_equal(dbx_pb_duration_ms(d->schedule->policies->catchup_window), 60000);
   protobuf_c_message_free_unpacked(&d->base, NULL);
+  /* s-miss: the recent times of the outage ran, the older ones are counted missed */
+  while (!started_for(ch, "wf-miss", down_to)) {
+    if (now_ms() > end) fail_msg("no s-miss workflow for %lld, within the window", (long long)down_to);
+    sleep_ms(100);
+  }
+  assert_false(started_for(ch, "wf-miss", down_from));
+  assert_false(started_for(ch, "wf-miss", down_from + 1));
+  d = describe_ok(ch, "s-miss");
+  assert_true(d->info->missed_catchup_window >= 2);
+  assert_true(d->info->missed_catchup_window <= down_to - down_from + 1);
+  protobuf_c_message_free_unpacked(&d->base, NULL);
+  assert_int_equal(delete_schedule(ch, "s-miss"), DBX_GRPC_OK);
   assert_int_equal(delete_schedule(ch, "s-catch"), DBX_GRPC_OK);
   dbx_rpc_channel_destroy(ch);
   dbx_svct_server_kill(pid);
@@ -575,6 +825,10 @@ int main(void) {
       cmocka_unit_test(test_schedule_skip_overlap),
       cmocka_unit_test(test_schedule_cron_and_calendar_times),
       cmocka_unit_test(test_schedule_pause_trigger_unpause),
+      cmocka_unit_test(test_schedule_buffer_one_and_all),
+      cmocka_unit_test(test_schedule_terminate_and_cancel_other),
+      cmocka_unit_test(test_schedule_backfill_update_list),
+      cmocka_unit_test(test_schedule_jitter_and_exclusions),
       cmocka_unit_test(test_schedule_catchup_after_restart),
   };
   return cmocka_run_group_tests(t, group_setup, group_teardown);
