@@ -135,6 +135,7 @@ static int64_t catchup_ns(const ScheduleRecord *r) {
                                                                   : CATCHUP_DEFAULT_MS;
   if (ms <= 0) ms = CATCHUP_DEFAULT_MS;
   if (ms < CATCHUP_MIN_MS) ms = CATCHUP_MIN_MS;
+  if (ms > MAX_TIMEOUT_MS) ms = MAX_TIMEOUT_MS; /* the ns fit int64 */
   return ms * 1000000;
 }
 

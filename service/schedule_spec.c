@@ -106,6 +106,9 @@ static const field_def fields[7] = {
     {"month", 1, 12, "*"},       {"year", 1970, 2999, "*"}, {"day_of_week", 0, 7, "*"},
 };
 enum { F_SEC, F_MIN, F_HOUR, F_DOM, F_MON, F_YEAR, F_DOW };
+/* Bounds on one spec, so matching stays cheap whatever a client sends. */
+#define MAX_RANGES 1000 /* ranges of one calendar field */
+#define MAX_SPECS 100   /* calendars (with cron strings), intervals, exclusions */
 
 static int name_value(int field, const char *s, size_t n) {
   static const char *months[] = {"jan", "feb", "mar", "apr", "may", "jun",
@@ -151,7 +154,7 @@ static int range_add(StructuredCalendarSpec *sc, int field, int start, int end, 
   case F_YEAR: arr = &sc->year, n = &sc->n_year; break;
   default: arr = &sc->day_of_week, n = &sc->n_day_of_week; break;
   }
-  if (*n >= 1000) return -1;
+  if (*n >= MAX_RANGES) return -1;
   Range **na = dbx_realloc(*arr, (*n + 1) * sizeof *na);
   if (na == NULL) return -1;
   *arr = na;
@@ -162,6 +165,12 @@ static int range_add(StructuredCalendarSpec *sc, int field, int start, int end, 
   r->step = step;
   na[(*n)++] = r;
   return 0;
+}
+
+static size_t range_count(const StructuredCalendarSpec *sc, int field) {
+  size_t n[7] = {sc->n_second, sc->n_minute, sc->n_hour, sc->n_day_of_month, sc->n_month, sc->n_year,
+                 sc->n_day_of_week};
+  return n[field];
 }
 
 /* One comma-separated item: *, x, x-z, with an optional /step. */
@@ -187,6 +196,10 @@ static int parse_item(StructuredCalendarSpec *sc, int field, const char *s, size
     if (lo < 0 || hi < 0) goto bad;
   }
   if (lo < fd->lo || hi > fd->hi || hi < lo) goto bad;
+  if (range_count(sc, field) >= MAX_RANGES) {
+    *err = dbx_asprintf("more than %d values for %s", MAX_RANGES, fd->name);
+    return -1;
+  }
   if (range_add(sc, field, lo, hi, step) != 0) {
     svc_oom_mark();
     return -1;
@@ -369,6 +382,13 @@ static int check_ranges(Range *const *r, size_t n, int field, char **err) {
 }
 
 static int check_structured(const StructuredCalendarSpec *sc, char **err) {
+  size_t counts[7] = {sc->n_second, sc->n_minute, sc->n_hour, sc->n_day_of_month, sc->n_month, sc->n_year,
+                      sc->n_day_of_week};
+  for (int f = 0; f < 7; f++)
+    if (counts[f] > MAX_RANGES) {
+      *err = dbx_asprintf("more than %d ranges for %s", MAX_RANGES, fields[f].name);
+      return -1;
+    }
   return check_ranges(sc->second, sc->n_second, F_SEC, err) || check_ranges(sc->minute, sc->n_minute, F_MIN, err) ||
                  check_ranges(sc->hour, sc->n_hour, F_HOUR, err) ||
                  check_ranges(sc->day_of_month, sc->n_day_of_month, F_DOM, err) ||
@@ -387,6 +407,11 @@ static void free_calendars(CalendarSpec **c, size_t n) {
  * ones; then everything is checked. 0, or -1 with *err (bad input) or the
  * out-of-memory mark. */
 static int compile_into(ScheduleSpec *s, char **err) {
+  if (s->n_calendar + s->n_structured_calendar + s->n_cron_string > MAX_SPECS || s->n_interval > MAX_SPECS ||
+      s->n_exclude_calendar + s->n_exclude_structured_calendar > MAX_SPECS) {
+    *err = dbx_asprintf("more than %d calendars, intervals or exclusions", MAX_SPECS);
+    return -1;
+  }
   for (size_t i = 0; i < s->n_calendar; i++) {
     StructuredCalendarSpec *sc = calendar_compile(s->calendar[i], err);
     if (sc == NULL || add_calendar(s, sc) != 0) return -1;
@@ -429,8 +454,9 @@ static int compile_into(ScheduleSpec *s, char **err) {
                         s->timezone_name);
     return -1;
   }
-  if (dbx_pb_duration_ms(s->jitter) < 0) {
-    *err = dbx_asprintf("jitter is negative");
+  int64_t jitter_ms = dbx_pb_duration_ms(s->jitter);
+  if (jitter_ms < 0 || jitter_ms > 366LL * 24 * 3600 * 1000) {
+    *err = dbx_asprintf("jitter must be between 0 and 366 days");
     return -1;
   }
   return 0;
@@ -541,6 +567,9 @@ static int64_t any_next(const ScheduleSpec *s, int off, int64_t after) {
   return best;
 }
 
+/* Later than this (2255) a time no longer fits int64 nanoseconds: none. */
+#define LAST_TIME_S 9000000000LL
+
 int64_t svc_sched_spec_next(const ScheduleSpec *s, int64_t after) {
   int off = svc_sched_tz_offset(s->timezone_name);
   if (off == 1) return INT64_MAX;
@@ -549,7 +578,7 @@ int64_t svc_sched_spec_next(const ScheduleSpec *s, int64_t after) {
   if (start != INT64_MIN && after < start - 1) after = start - 1;
   for (int guard = 0; guard < 10000; guard++) {
     int64_t t = any_next(s, off, after);
-    if (t == INT64_MAX || t > end) return INT64_MAX;
+    if (t == INT64_MAX || t > end || t > LAST_TIME_S) return INT64_MAX;
     int excluded = 0;
     for (size_t i = 0; !excluded && i < s->n_exclude_structured_calendar; i++)
       excluded = calendar_matches(s->exclude_structured_calendar[i], t + off);

@@ -759,6 +759,103 @@ static void test_schedule_jitter_and_exclusions(void **state) {
   assert_int_equal(delete_schedule(f->ch, "s-sun"), DBX_GRPC_OK);
 }
 
+static void test_schedule_bad_input_refused(void **state) {
+  fixture *f = *state;
+  W(CreateScheduleRequest) q = WI(CREATE_SCHEDULE_REQUEST__INIT);
+  P(Schedule) s = PI(SCHEDULE__INIT);
+  P(ScheduleSpec) spec = PI(SCHEDULE_SPEC__INIT);
+  P(ScheduleAction) act = PI(SCHEDULE_ACTION__INIT);
+  Temporal__Api__Workflow__V1__NewWorkflowExecutionInfo nw = TEMPORAL__API__WORKFLOW__V1__NEW_WORKFLOW_EXECUTION_INFO__INIT;
+  WorkflowType wt = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_TYPE);
+  TaskQueue tq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
+  q.namespace_ = "default";
+  q.schedule_id = "s-badin";
+  q.schedule = &s;
+  s.spec = &spec;
+  s.action = &act;
+  act.action_case = TEMPORAL__API__SCHEDULE__V1__SCHEDULE_ACTION__ACTION_START_WORKFLOW;
+  act.start_workflow = &nw;
+  nw.workflow_id = "wf-badin";
+  wt.name = "it.Workflow";
+  nw.workflow_type = &wt;
+  tq.name = TQ;
+  nw.task_queue = &tq;
+  const ProtobufCMessageDescriptor *rd = &temporal__api__workflowservice__v1__create_schedule_response__descriptor;
+  /* too many cron strings */
+  char *crons[101];
+  for (int i = 0; i < 101; i++) crons[i] = "0 * * * *";
+  spec.cron_string = crons;
+  spec.n_cron_string = 101;
+  assert_int_equal(dbx_svct_call(f->ch, "CreateSchedule", &q.base, rd, 5000, NULL, NULL), DBX_GRPC_INVALID_ARGUMENT);
+  spec.n_cron_string = 0;
+  /* a structured range out of bounds, a negative step */
+  P(StructuredCalendarSpec) sc = PI(STRUCTURED_CALENDAR_SPEC__INIT);
+  P(StructuredCalendarSpec) *scs[1] = {&sc};
+  P(Range) r = PI(RANGE__INIT);
+  P(Range) *rs[1] = {&r};
+  r.start = 24;
+  sc.hour = rs;
+  sc.n_hour = 1;
+  spec.structured_calendar = scs;
+  spec.n_structured_calendar = 1;
+  assert_int_equal(dbx_svct_call(f->ch, "CreateSchedule", &q.base, rd, 5000, NULL, NULL), DBX_GRPC_INVALID_ARGUMENT);
+  r.start = 1;
+  r.step = -1;
+  assert_int_equal(dbx_svct_call(f->ch, "CreateSchedule", &q.base, rd, 5000, NULL, NULL), DBX_GRPC_INVALID_ARGUMENT);
+  spec.n_structured_calendar = 0;
+  /* a zero interval, a jitter over a year, a 1001-value field */
+  P(IntervalSpec) iv = PI(INTERVAL_SPEC__INIT);
+  P(IntervalSpec) *ivs[1] = {&iv};
+  Duration zero, big;
+  dbx_pb_duration_init_ms(&zero, 0);
+  iv.interval = &zero;
+  spec.interval = ivs;
+  spec.n_interval = 1;
+  assert_int_equal(dbx_svct_call(f->ch, "CreateSchedule", &q.base, rd, 5000, NULL, NULL), DBX_GRPC_INVALID_ARGUMENT);
+  dbx_pb_duration_init_ms(&zero, 60000);
+  dbx_pb_duration_init_ms(&big, 400LL * 24 * 3600 * 1000);
+  spec.jitter = &big;
+  assert_int_equal(dbx_svct_call(f->ch, "CreateSchedule", &q.base, rd, 5000, NULL, NULL), DBX_GRPC_INVALID_ARGUMENT);
+  spec.jitter = NULL;
+  spec.n_interval = 0;
+  static char many[4096];
+  size_t k = 0;
+  for (int i = 0; i < 1001; i++) k += (size_t)snprintf(many + k, sizeof many - k, "%s%d", i ? "," : "", i % 60);
+  char *crons2[1] = {many};
+  char tmp[4200];
+  snprintf(tmp, sizeof tmp, "%s * * * *", many);
+  crons2[0] = tmp;
+  spec.cron_string = crons2;
+  spec.n_cron_string = 1;
+  assert_int_equal(dbx_svct_call(f->ch, "CreateSchedule", &q.base, rd, 5000, NULL, NULL), DBX_GRPC_INVALID_ARGUMENT);
+  spec.n_cron_string = 0;
+  /* no action */
+  s.action = NULL;
+  spec.interval = ivs;
+  spec.n_interval = 1;
+  assert_int_equal(dbx_svct_call(f->ch, "CreateSchedule", &q.base, rd, 5000, NULL, NULL), DBX_GRPC_INVALID_ARGUMENT);
+  s.action = &act;
+  /* a start far in the future and a huge catch-up window are fine: no times before 2255 */
+  Timestamp far;
+  dbx_pb_timestamp_init_ns(&far, 4000000000LL * 1000000000LL); /* 2096 */
+  spec.start_time = &far;
+  P(SchedulePolicies) pol = PI(SCHEDULE_POLICIES__INIT);
+  Duration huge;
+  dbx_pb_duration_init_ms(&huge, INT64_MAX / 2);
+  pol.catchup_window = &huge;
+  s.policies = &pol;
+  assert_int_equal(dbx_svct_call(f->ch, "CreateSchedule", &q.base, rd, 5000, NULL, NULL), DBX_GRPC_OK);
+  W(DescribeScheduleResponse) *d = describe_ok(f->ch, "s-badin");
+  assert_int_equal(d->info->n_future_action_times, 10);
+  assert_true(ts_s(d->info->future_action_times[0]) >= 4000000000LL);
+  protobuf_c_message_free_unpacked(&d->base, NULL);
+  W(ListScheduleMatchingTimesResponse) *m = matching(f->ch, "s-badin", -4000000000LL, 9200000000LL);
+  assert_int_equal(m->n_start_time, 1000); /* the cap */
+  assert_true(ts_s(m->start_time[0]) >= 4000000000LL);
+  protobuf_c_message_free_unpacked(&m->base, NULL);
+  assert_int_equal(delete_schedule(f->ch, "s-badin"), DBX_GRPC_OK);
+}
+
 static void test_schedule_catchup_after_restart(void **state) {
   (void)state;
   char *db = dbx_test_tmpdir("dbx-it-sched");
@@ -829,6 +926,7 @@ int main(void) {
       cmocka_unit_test(test_schedule_terminate_and_cancel_other),
       cmocka_unit_test(test_schedule_backfill_update_list),
       cmocka_unit_test(test_schedule_jitter_and_exclusions),
+      cmocka_unit_test(test_schedule_bad_input_refused),
       cmocka_unit_test(test_schedule_catchup_after_restart),
   };
   return cmocka_run_group_tests(t, group_setup, group_teardown);
