@@ -5,9 +5,9 @@
  * spec: the first nominal time after a given second.
  *
  * Time is whole seconds since the Unix epoch, as Temporal truncates specs to
- * seconds. Calendars are read in the spec's time zone, which here is UTC or a
- * fixed offset (docs/compatibility.md "Schedules"). Pure functions: no store,
- * no clock, any thread. */
+ * seconds. Calendars are read in the spec's time zone: UTC, a fixed offset or
+ * a zone of the system's database (schedule_tz.c). No store, no clock; any
+ * thread (the zone cache has its own lock). */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -449,8 +449,8 @@ static int compile_into(ScheduleSpec *s, char **err) {
     if (check_structured(s->structured_calendar[i], err) != 0) return -1;
   for (size_t i = 0; i < s->n_exclude_structured_calendar; i++)
     if (check_structured(s->exclude_structured_calendar[i], err) != 0) return -1;
-  if (svc_sched_tz_offset(s->timezone_name) == 1) {
-    *err = dbx_asprintf("time zone \"%s\" is not supported (UTC and fixed offsets such as +05:30 or Etc/GMT-2 are)",
+  if (!svc_sched_tz_known(s->timezone_name)) {
+    *err = dbx_asprintf("unknown time zone \"%s\" (not a fixed offset, not in the system's time zone database)",
                         s->timezone_name);
     return -1;
   }
@@ -542,6 +542,22 @@ static int calendar_matches(const StructuredCalendarSpec *sc, int64_t local) {
   return calendar_next_local(sc, local) == local;
 }
 
+/* The first UTC second > after whose local clock time (in zone tz) sc
+ * matches: a clock time a zone skips never matches, one it repeats matches
+ * twice, as Temporal reads calendars. */
+static int64_t calendar_next_utc(const StructuredCalendarSpec *sc, const char *tz, int64_t after) {
+  int64_t t = after + 1;
+  for (int guard = 0; guard < 2000; guard++) {
+    int32_t off = svc_sched_tz_offset_at(tz, t);
+    int64_t local = calendar_next_local(sc, t + off);
+    if (local == INT64_MAX) return INT64_MAX;
+    int64_t change = svc_sched_tz_next_change(tz, t);
+    if (local - off < change) return local - off; /* the offset holds from t to there */
+    t = change;
+  }
+  return INT64_MAX;
+}
+
 static int64_t interval_next(const IntervalSpec *iv, int64_t after) {
   int64_t every = dbx_pb_duration_ms(iv->interval) / 1000;
   int64_t phase = dbx_pb_duration_ms(iv->phase) / 1000;
@@ -554,15 +570,15 @@ static int64_t interval_next(const IntervalSpec *iv, int64_t after) {
 
 /* The earliest time > after from every interval and calendar, exclusions
  * not applied. */
-static int64_t any_next(const ScheduleSpec *s, int off, int64_t after) {
+static int64_t any_next(const ScheduleSpec *s, int64_t after) {
   int64_t best = INT64_MAX;
   for (size_t i = 0; i < s->n_interval; i++) {
     int64_t t = interval_next(s->interval[i], after);
     if (t < best) best = t;
   }
   for (size_t i = 0; i < s->n_structured_calendar; i++) {
-    int64_t t = calendar_next_local(s->structured_calendar[i], after + 1 + off);
-    if (t != INT64_MAX && t - off < best) best = t - off;
+    int64_t t = calendar_next_utc(s->structured_calendar[i], s->timezone_name, after);
+    if (t < best) best = t;
   }
   return best;
 }
@@ -571,17 +587,16 @@ static int64_t any_next(const ScheduleSpec *s, int off, int64_t after) {
 #define LAST_TIME_S 9000000000LL
 
 int64_t svc_sched_spec_next(const ScheduleSpec *s, int64_t after) {
-  int off = svc_sched_tz_offset(s->timezone_name);
-  if (off == 1) return INT64_MAX;
+  if (!svc_sched_tz_known(s->timezone_name)) return INT64_MAX;
   int64_t start = s->start_time ? dbx_pb_timestamp_ns(s->start_time) / 1000000000 : INT64_MIN;
   int64_t end = s->end_time ? dbx_pb_timestamp_ns(s->end_time) / 1000000000 : INT64_MAX;
   if (start != INT64_MIN && after < start - 1) after = start - 1;
   for (int guard = 0; guard < 10000; guard++) {
-    int64_t t = any_next(s, off, after);
+    int64_t t = any_next(s, after);
     if (t == INT64_MAX || t > end || t > LAST_TIME_S) return INT64_MAX;
     int excluded = 0;
     for (size_t i = 0; !excluded && i < s->n_exclude_structured_calendar; i++)
-      excluded = calendar_matches(s->exclude_structured_calendar[i], t + off);
+      excluded = calendar_matches(s->exclude_structured_calendar[i], t + svc_sched_tz_offset_at(s->timezone_name, t));
     if (!excluded) return t;
     after = t;
   }

@@ -481,9 +481,17 @@ dbx_err svc_sched_spec_compile(const ScheduleSpec *in, ScheduleSpec **out, char 
 /* The first matching time of a compiled spec after `after` (seconds since the
  * epoch; start/end times and exclusions applied), INT64_MAX when none. */
 int64_t svc_sched_spec_next(const ScheduleSpec *s, int64_t after);
-/* Seconds east of UTC of a time zone name this service knows ("", UTC,
- * Etc/GMT+N, UTC+HH:MM, +HH:MM); 1 when unknown. */
+/* Seconds east of UTC of a fixed time zone name ("", UTC, Etc/GMT+N,
+ * UTC+HH:MM, +HH:MM); 1 when it is not one (schedule_spec.c). */
 int svc_sched_tz_offset(const char *name);
+/* Zones by name (schedule_tz.c): fixed ones as above, and IANA names from
+ * the system's TZif files ($TZDIR, else /usr/share/zoneinfo), cached for the
+ * process; thread-safe. known: 1 when name is usable. offset_at: seconds
+ * east at UTC second t (0 for an unknown zone). next_change: the first UTC
+ * second > t at which the offset changes, INT64_MAX when none is known. */
+int svc_sched_tz_known(const char *name);
+int32_t svc_sched_tz_offset_at(const char *name, int64_t t);
+int64_t svc_sched_tz_next_change(const char *name, int64_t t);
 /* t_s as "2006-01-02T15:04:05Z" (UTC), NUL-terminated. */
 void svc_sched_rfc3339(int64_t t_s, char out[32]);
 /* TK_SCHEDULE timer tr came due: take the schedule's due actions (schedule.c). */

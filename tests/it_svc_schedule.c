@@ -16,6 +16,9 @@
  * - overlap BUFFER_ONE / BUFFER_ALL / TERMINATE_OTHER / CANCEL_OTHER;
  *   backfill of a past range; UpdateSchedule with its conflict token; List
  *   paging; jitter (deterministic, within bounds); leap day, Sunday as 7;
+ * - IANA time zones from the system's database: offsets across DST
+ *   changes, a skipped and a repeated clock time, the zone's rule after its
+ *   listed transitions; bounds on what a spec may hold;
  * - catch-up: the times that passed while the service process was killed
  *   are taken after it restarts on the same LMDB store, and those older
  *   than the catch-up window are counted missed instead. */
@@ -455,7 +458,7 @@ static void test_schedule_cron_and_calendar_times(void **state) {
   assert_int_equal(create(f->ch, &bad1, NULL), DBX_GRPC_INVALID_ARGUMENT);
   sched_args bad2 = {.id = "s-bad", .workflow_id = "wf", .cron = "* * *"};
   assert_int_equal(create(f->ch, &bad2, NULL), DBX_GRPC_INVALID_ARGUMENT);
-  sched_args bad3 = {.id = "s-bad", .workflow_id = "wf", .cron = "0 12 * * *", .tz = "America/New_York"};
+  sched_args bad3 = {.id = "s-bad", .workflow_id = "wf", .cron = "0 12 * * *", .tz = "Mars/Olympus_Mons"};
   assert_int_equal(create(f->ch, &bad3, NULL), DBX_GRPC_INVALID_ARGUMENT);
   sched_args bad4 = {.id = "s-bad", .workflow_id = "", .interval_s = 60};
   assert_int_equal(create(f->ch, &bad4, NULL), DBX_GRPC_INVALID_ARGUMENT);
@@ -759,6 +762,55 @@ static void test_schedule_jitter_and_exclusions(void **state) {
   assert_int_equal(delete_schedule(f->ch, "s-sun"), DBX_GRPC_OK);
 }
 
+/* One cron schedule in zone tz: its matching times in [from, to]. */
+static W(ListScheduleMatchingTimesResponse) *zone_times(dbx_rpc_channel *ch, const char *cron, const char *tz,
+                                                        int64_t from, int64_t to) {
+  sched_args a = {.id = "s-zone", .workflow_id = "wf-zone", .cron = cron, .tz = tz, .paused = 1};
+  assert_int_equal(create(ch, &a, NULL), DBX_GRPC_OK);
+  W(ListScheduleMatchingTimesResponse) *m = matching(ch, "s-zone", from, to);
+  assert_int_equal(delete_schedule(ch, "s-zone"), DBX_GRPC_OK);
+  return m;
+}
+
+static void test_schedule_named_time_zones(void **state) {
+  fixture *f = *state;
+  /* noon in New York: EST (-5) before 2024-03-10, EDT (-4) from then */
+  W(ListScheduleMatchingTimesResponse) *m =
+      zone_times(f->ch, "0 12 * * *", "America/New_York", utc(2024, 3, 9, 0, 0), utc(2024, 3, 10, 23, 0));
+  assert_int_equal(m->n_start_time, 2);
+  assert_int_equal(ts_s(m->start_time[0]), utc(2024, 3, 9, 17, 0));
+  assert_int_equal(ts_s(m->start_time[1]), utc(2024, 3, 10, 16, 0));
+  protobuf_c_message_free_unpacked(&m->base, NULL);
+  /* 02:30 does not exist on 2024-03-10: skipped */
+  m = zone_times(f->ch, "30 2 * * *", "America/New_York", utc(2024, 3, 9, 0, 0), utc(2024, 3, 11, 23, 0));
+  assert_int_equal(m->n_start_time, 2);
+  assert_int_equal(ts_s(m->start_time[0]), utc(2024, 3, 9, 7, 30));
+  assert_int_equal(ts_s(m->start_time[1]), utc(2024, 3, 11, 6, 30));
+  protobuf_c_message_free_unpacked(&m->base, NULL);
+  /* 01:30 happens twice on 2024-11-03: both match */
+  m = zone_times(f->ch, "30 1 * * *", "America/New_York", utc(2024, 11, 3, 0, 0), utc(2024, 11, 3, 12, 0));
+  assert_int_equal(m->n_start_time, 2);
+  assert_int_equal(ts_s(m->start_time[0]), utc(2024, 11, 3, 5, 30));
+  assert_int_equal(ts_s(m->start_time[1]), utc(2024, 11, 3, 6, 30));
+  protobuf_c_message_free_unpacked(&m->base, NULL);
+  /* past the database's listed transitions, its rule: summer 2040 in New York,
+   * January 2045 in Sydney (daylight time across the new year) */
+  m = zone_times(f->ch, "0 12 1 7 *", "America/New_York", utc(2040, 1, 1, 0, 0), utc(2040, 12, 31, 0, 0));
+  assert_int_equal(m->n_start_time, 1);
+  assert_int_equal(ts_s(m->start_time[0]), utc(2040, 7, 1, 16, 0));
+  protobuf_c_message_free_unpacked(&m->base, NULL);
+  m = zone_times(f->ch, "0 12 15 1,7 *", "Australia/Sydney", utc(2045, 1, 1, 0, 0), utc(2045, 12, 31, 0, 0));
+  assert_int_equal(m->n_start_time, 2);
+  assert_int_equal(ts_s(m->start_time[0]), utc(2045, 1, 15, 1, 0));
+  assert_int_equal(ts_s(m->start_time[1]), utc(2045, 7, 15, 2, 0));
+  protobuf_c_message_free_unpacked(&m->base, NULL);
+  /* CRON_TZ= names a zone too; a fixed zone without DST */
+  m = zone_times(f->ch, "CRON_TZ=Asia/Tokyo 0 9 * * *", NULL, utc(2024, 6, 1, 0, 0), utc(2024, 6, 1, 23, 0));
+  assert_int_equal(m->n_start_time, 1);
+  assert_int_equal(ts_s(m->start_time[0]), utc(2024, 6, 1, 0, 0));
+  protobuf_c_message_free_unpacked(&m->base, NULL);
+}
+
 static void test_schedule_bad_input_refused(void **state) {
   fixture *f = *state;
   W(CreateScheduleRequest) q = WI(CREATE_SCHEDULE_REQUEST__INIT);
@@ -927,6 +979,7 @@ int main(void) {
       cmocka_unit_test(test_schedule_backfill_update_list),
       cmocka_unit_test(test_schedule_jitter_and_exclusions),
       cmocka_unit_test(test_schedule_bad_input_refused),
+      cmocka_unit_test(test_schedule_named_time_zones),
       cmocka_unit_test(test_schedule_catchup_after_restart),
   };
   return cmocka_run_group_tests(t, group_setup, group_teardown);
