@@ -219,6 +219,7 @@ static dbx_err refresh_running(ectx *c, const char *ns, ScheduleInfo *in, int *f
 }
 
 static dbx_err refresh(ectx *c, ScheduleRecord *r) {
+  if (svc_oom_peek()) return DBX_ENOMEM; /* something built before is partial */
   int failed = 0;
   dbx_err rc = refresh_running(c, r->namespace_, r->info, &failed);
   if (rc == DBX_OK && failed && policies_of(r) && policies_of(r)->pause_on_failure && !state_of(r)->paused) {
@@ -256,7 +257,12 @@ static SaEntry *sa_entry_new(const char *name, const char *json, const char *typ
   p->metadata = md;
   md[0] = meta_new("encoding", "json/plain");
   md[1] = meta_new("type", type);
-  p->n_metadata = md[0] && md[1] ? 2 : 0;
+  p->n_metadata = 2;
+  if (md[0] == NULL || md[1] == NULL) { /* marked: the job is refused */
+    for (int i = 0; i < 2; i++)
+      if (md[i]) protobuf_c_message_free_unpacked(&md[i]->base, NULL);
+    p->n_metadata = 0;
+  }
   p->data.data = (uint8_t *)svc_pb_strdup(json);
   p->data.len = strlen(json);
   return e;
@@ -449,6 +455,7 @@ static dbx_err stop_running(ectx *c, ScheduleRecord *r, int terminate) {
 
 /* One action due at nominal_s (actual act_ns), by policy. */
 static dbx_err take_action(ectx *c, ScheduleRecord *r, int64_t nominal_s, int64_t act_ns, int policy, int manual) {
+  if (svc_oom_peek()) return DBX_ENOMEM;
   if (r->info->n_running_workflows == 0 && r->n_buffered == 0) return start_one(c, r, nominal_s, act_ns, manual);
   dbx_err rc = DBX_OK;
   switch (policy) {
@@ -567,7 +574,7 @@ static dbx_err arm(ectx *c, ScheduleRecord *r) {
 }
 
 static dbx_err process_arm_save(ectx *c, ScheduleRecord *r) {
-  dbx_err rc = process(c, r);
+  dbx_err rc = svc_oom_peek() ? DBX_ENOMEM : process(c, r);
   if (rc == DBX_OK) rc = arm(c, r);
   if (rc == DBX_OK) rc = rec_save(c, r);
   return rc;
@@ -741,8 +748,8 @@ dbx_err svc_h_create_schedule(ectx *c, job *j) {
   rc = DBX_OK;
   if (!schedule_prepare(c, j, q->namespace_, q->schedule, &s, &rc)) goto out;
   r = record_new(c, q, s);
-  s = NULL; /* the record's */
-  if (r == NULL || r->info == NULL) {
+  if (r) s = NULL; /* the record's */
+  if (r == NULL || r->info == NULL || svc_oom_peek()) {
     rc = DBX_ENOMEM;
     goto out;
   }

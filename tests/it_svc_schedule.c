@@ -19,6 +19,8 @@
  * - IANA time zones from the system's database: offsets across DST
  *   changes, a skipped and a repeated clock time, the zone's rule after its
  *   listed transitions; bounds on what a spec may hold;
+ * - every allocation of a create (with a triggered start) failed in turn:
+ *   a refused call leaves nothing, a successful one all;
  * - catch-up: the times that passed while the service process was killed
  *   are taken after it restarts on the same LMDB store, and those older
  *   than the catch-up window are counted missed instead. */
@@ -908,6 +910,121 @@ static void test_schedule_bad_input_refused(void **state) {
   assert_int_equal(delete_schedule(f->ch, "s-badin"), DBX_GRPC_OK);
 }
 
+/* Every allocation of a CreateSchedule (with a trigger in its initial patch,
+ * so a workflow starts in the same batch) failed in turn: the call answers
+ * RESOURCE_EXHAUSTED or INTERNAL and leaves no schedule behind, or succeeds
+ * whole; never a crash, never half a schedule. */
+static void test_schedule_create_allocation_failures(void **state) {
+  fixture *f = *state;
+  W(CreateScheduleRequest) q = WI(CREATE_SCHEDULE_REQUEST__INIT);
+  P(Schedule) s = PI(SCHEDULE__INIT);
+  P(ScheduleSpec) spec = PI(SCHEDULE_SPEC__INIT);
+  P(IntervalSpec) iv = PI(INTERVAL_SPEC__INIT);
+  P(IntervalSpec) *ivs[1] = {&iv};
+  char *crons[1] = {"TZ=Europe/Paris 0 9 * * MON-FRI"};
+  P(ScheduleAction) act = PI(SCHEDULE_ACTION__INIT);
+  Temporal__Api__Workflow__V1__NewWorkflowExecutionInfo nw = TEMPORAL__API__WORKFLOW__V1__NEW_WORKFLOW_EXECUTION_INFO__INIT;
+  WorkflowType wt = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_TYPE);
+  TaskQueue tq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
+  P(SchedulePatch) ip = PI(SCHEDULE_PATCH__INIT);
+  P(TriggerImmediatelyRequest) trig = PI(TRIGGER_IMMEDIATELY_REQUEST__INIT);
+  Duration every;
+  dbx_pb_duration_init_ms(&every, 3600 * 1000);
+  iv.interval = &every;
+  spec.interval = ivs;
+  spec.n_interval = 1;
+  spec.cron_string = crons;
+  spec.n_cron_string = 1;
+  s.spec = &spec;
+  s.action = &act;
+  act.action_case = TEMPORAL__API__SCHEDULE__V1__SCHEDULE_ACTION__ACTION_START_WORKFLOW;
+  act.start_workflow = &nw;
+  nw.workflow_id = "wf-oom";
+  wt.name = "it.Workflow";
+  nw.workflow_type = &wt;
+  tq.name = TQ;
+  nw.task_queue = &tq;
+  ip.trigger_immediately = &trig;
+  q.namespace_ = "default";
+  q.schedule_id = "s-oom";
+  q.schedule = &s;
+  q.initial_patch = &ip;
+  int failures = 0, done = 0;
+  for (long n = 1; n < 5000 && !done; n++) {
+    dbx_service_test_alloc_fail_at(f->svc, n);
+    dbx_rpc_result raw;
+    memset(&raw, 0, sizeof raw);
+    int st = dbx_svct_call(f->ch, "CreateSchedule", &q.base,
+                           &temporal__api__workflowservice__v1__create_schedule_response__descriptor, 20000, NULL, &raw);
+    int hit = dbx_service_test_alloc_result(f->svc);
+    dbx_rpc_result_cleanup(&raw);
+    int dst = 0;
+    W(DescribeScheduleResponse) *d = describe(f->ch, "s-oom", &dst);
+    if (st != DBX_GRPC_OK) {
+      if (!hit) fail_msg("N=%ld: status %d without an allocation failure", n, st);
+      if (st != DBX_GRPC_RESOURCE_EXHAUSTED && st != DBX_GRPC_INTERNAL) fail_msg("N=%ld: status %d", n, st);
+      if (dst != DBX_GRPC_NOT_FOUND) fail_msg("N=%ld: a failed create left a schedule (describe %d)", n, dst);
+      failures++;
+      continue;
+    }
+    /* it succeeded: the whole schedule, its triggered start included */
+    assert_int_equal(dst, DBX_GRPC_OK);
+    assert_int_equal(d->info->action_count, 1);
+    assert_int_equal(d->schedule->spec->n_structured_calendar, 1);
+    assert_string_equal(d->schedule->spec->timezone_name, "Europe/Paris");
+    assert_int_equal(terminate(f->ch, d->info->recent_actions[0]->start_workflow_result->workflow_id), DBX_GRPC_OK);
+    protobuf_c_message_free_unpacked(&d->base, NULL);
+    assert_int_equal(delete_schedule(f->ch, "s-oom"), DBX_GRPC_OK);
+    if (!hit) done = 1;
+  }
+  assert_true(done);
+  assert_true(failures > 20); /* the walk went through the schedule code */
+
+  /* the same for a PatchSchedule that triggers a start and pauses */
+  sched_args a = {.id = "s-oomp", .workflow_id = "wf-oomp", .interval_s = 3600, .overlap = OV(ALLOW_ALL)};
+  assert_int_equal(create(f->ch, &a, NULL), DBX_GRPC_OK);
+  W(PatchScheduleRequest) pq = WI(PATCH_SCHEDULE_REQUEST__INIT);
+  P(SchedulePatch) pp = PI(SCHEDULE_PATCH__INIT);
+  pp.trigger_immediately = &trig;
+  pp.pause = "held";
+  pq.namespace_ = "default";
+  pq.schedule_id = "s-oomp";
+  pq.patch = &pp;
+  failures = 0;
+  done = 0;
+  for (long n = 1; n < 5000 && !done; n++) {
+    dbx_service_test_alloc_fail_at(f->svc, n);
+    dbx_rpc_result raw;
+    memset(&raw, 0, sizeof raw);
+    int st = dbx_svct_call(f->ch, "PatchSchedule", &pq.base,
+                           &temporal__api__workflowservice__v1__patch_schedule_response__descriptor, 20000, NULL, &raw);
+    int hit = dbx_service_test_alloc_result(f->svc);
+    dbx_rpc_result_cleanup(&raw);
+    W(DescribeScheduleResponse) *d = describe_ok(f->ch, "s-oomp");
+    if (st != DBX_GRPC_OK) {
+      if (!hit) fail_msg("patch N=%ld: status %d without an allocation failure", n, st);
+      if (d->info->action_count != 0 || d->schedule->state->paused)
+        fail_msg("patch N=%ld: a failed patch changed the schedule", n);
+      protobuf_c_message_free_unpacked(&d->base, NULL);
+      failures++;
+      continue;
+    }
+    assert_int_equal(d->info->action_count, 1);
+    assert_true(d->schedule->state->paused);
+    assert_string_equal(d->schedule->state->notes, "held");
+    assert_int_equal(terminate(f->ch, d->info->recent_actions[0]->start_workflow_result->workflow_id), DBX_GRPC_OK);
+    protobuf_c_message_free_unpacked(&d->base, NULL);
+    if (!hit) done = 1;
+    else { /* an allocation failed and was survived: start over from a clean schedule */
+      assert_int_equal(delete_schedule(f->ch, "s-oomp"), DBX_GRPC_OK);
+      assert_int_equal(create(f->ch, &a, NULL), DBX_GRPC_OK);
+    }
+  }
+  assert_true(done);
+  assert_true(failures > 10);
+  assert_int_equal(delete_schedule(f->ch, "s-oomp"), DBX_GRPC_OK);
+}
+
 static void test_schedule_catchup_after_restart(void **state) {
   (void)state;
   char *db = dbx_test_tmpdir("dbx-it-sched");
@@ -980,6 +1097,7 @@ int main(void) {
       cmocka_unit_test(test_schedule_jitter_and_exclusions),
       cmocka_unit_test(test_schedule_bad_input_refused),
       cmocka_unit_test(test_schedule_named_time_zones),
+      cmocka_unit_test(test_schedule_create_allocation_failures),
       cmocka_unit_test(test_schedule_catchup_after_restart),
   };
   return cmocka_run_group_tests(t, group_setup, group_teardown);
