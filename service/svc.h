@@ -38,7 +38,7 @@ enum {
   TK_WORKFLOW_RUN_TIMEOUT = 8,
   TK_WORKFLOW_EXECUTION_TIMEOUT = 9,
   TK_WFT_RETRY = 10,            /* a failing workflow task's backoff is over */
-  TK_SCHEDULE = 11,             /* a schedule's next action (schedule.c); workflow_id = schedule id */
+  TK_SCHEDULE = 20,             /* a schedule's next action (schedule.c); workflow_id = its id */
 };
 
 enum { TASK_WORKFLOW = 1, TASK_ACTIVITY = 2, TASK_QUERY = 3 };
