@@ -237,6 +237,13 @@ static const struct {
     {"PollWorkflowExecutionUpdate", svc_h_poll_update},
     {"ExecuteMultiOperation", svc_h_multi_operation},
     {"RespondQueryTaskCompleted", svc_h_respond_query},
+    {"CreateSchedule", svc_h_create_schedule},
+    {"DescribeSchedule", svc_h_describe_schedule},
+    {"UpdateSchedule", svc_h_update_schedule},
+    {"PatchSchedule", svc_h_patch_schedule},
+    {"DeleteSchedule", svc_h_delete_schedule},
+    {"ListSchedules", svc_h_list_schedules},
+    {"ListScheduleMatchingTimes", svc_h_list_schedule_matching_times},
 };
 
 /* Methods of other services, by full path. */

@@ -38,6 +38,7 @@ enum {
   TK_WORKFLOW_RUN_TIMEOUT = 8,
   TK_WORKFLOW_EXECUTION_TIMEOUT = 9,
   TK_WFT_RETRY = 10,            /* a failing workflow task's backoff is over */
+  TK_SCHEDULE = 20,             /* a schedule's next action (schedule.c); workflow_id = its id */
 };
 
 enum { TASK_WORKFLOW = 1, TASK_ACTIVITY = 2, TASK_QUERY = 3 };
@@ -457,5 +458,50 @@ void svc_history_event_free(HistoryEvent *ev);
  * for a NULL m, or on OOM (marked). */
 ProtobufCMessage *svc_pb_clone(const ProtobufCMessage *m);
 #define PB_CLONE(T, m) ((T *)svc_pb_clone((const ProtobufCMessage *)(m)))
+
+/* ---- schedules (schedule_spec.c: specs and matching times; schedule.c:
+ * the stored schedules, their actions and the schedule RPCs) ---- */
+#include "durabox/service/v1/schedule.pb-c.h"
+#include "temporal/api/schedule/v1/message.pb-c.h"
+#include "temporal/api/workflowservice/v1/request_response_schedule.pb-c.h"
+typedef Temporal__Api__Schedule__V1__ScheduleSpec ScheduleSpec;
+typedef Temporal__Api__Schedule__V1__StructuredCalendarSpec StructuredCalendarSpec;
+typedef Temporal__Api__Schedule__V1__CalendarSpec CalendarSpec;
+typedef Temporal__Api__Schedule__V1__IntervalSpec IntervalSpec;
+typedef Temporal__Api__Schedule__V1__Range Range;
+#define ScheduleSpec__D temporal__api__schedule__v1__schedule_spec__descriptor
+#define StructuredCalendarSpec__D temporal__api__schedule__v1__structured_calendar_spec__descriptor
+#define IntervalSpec__D temporal__api__schedule__v1__interval_spec__descriptor
+#define Range__D temporal__api__schedule__v1__range__descriptor
+/* A copy of in with calendar, cron_string and exclude_calendar compiled into
+ * structured calendars and intervals (Temporal's Describe shows only those),
+ * checked. *out: free with protobuf_c_message_free_unpacked. DBX_OK,
+ * DBX_ENOMEM, DBX_EINVAL with *err (malloc'd, says what is wrong). */
+dbx_err svc_sched_spec_compile(const ScheduleSpec *in, ScheduleSpec **out, char **err);
+/* The first matching time of a compiled spec after `after` (seconds since the
+ * epoch; start/end times and exclusions applied), INT64_MAX when none. */
+int64_t svc_sched_spec_next(const ScheduleSpec *s, int64_t after);
+/* Seconds east of UTC of a fixed time zone name ("", UTC, Etc/GMT+N,
+ * UTC+HH:MM, +HH:MM); 1 when it is not one (schedule_spec.c). */
+int svc_sched_tz_offset(const char *name);
+/* Zones by name (schedule_tz.c): fixed ones as above, and IANA names from
+ * the system's TZif files ($TZDIR, else /usr/share/zoneinfo), cached for the
+ * process; thread-safe. known: 1 when name is usable. offset_at: seconds
+ * east at UTC second t (0 for an unknown zone). next_change: the first UTC
+ * second > t at which the offset changes, INT64_MAX when none is known. */
+int svc_sched_tz_known(const char *name);
+int32_t svc_sched_tz_offset_at(const char *name, int64_t t);
+int64_t svc_sched_tz_next_change(const char *name, int64_t t);
+/* t_s as "2006-01-02T15:04:05Z" (UTC), NUL-terminated. */
+void svc_sched_rfc3339(int64_t t_s, char out[32]);
+/* TK_SCHEDULE timer tr came due: take the schedule's due actions (schedule.c). */
+dbx_err svc_sched_fire(ectx *c, const TimerRecord *tr);
+dbx_err svc_h_create_schedule(ectx *c, job *j);
+dbx_err svc_h_describe_schedule(ectx *c, job *j);
+dbx_err svc_h_update_schedule(ectx *c, job *j);
+dbx_err svc_h_patch_schedule(ectx *c, job *j);
+dbx_err svc_h_delete_schedule(ectx *c, job *j);
+dbx_err svc_h_list_schedules(ectx *c, job *j);
+dbx_err svc_h_list_schedule_matching_times(ectx *c, job *j);
 
 #endif

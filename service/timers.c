@@ -102,6 +102,7 @@ dbx_err svc_wft_time_out(ectx *c, RunState *rs) {
 }
 
 static dbx_err fire_one(ectx *c, TimerRecord *tr) {
+  if (tr->kind == TK_SCHEDULE) return svc_sched_fire(c, tr); /* names a schedule, not a run */
   RunState *rs = NULL;
   dbx_err rc = svc_run_load(c, tr->namespace_, tr->workflow_id, tr->run_id, &rs);
   if (rc == DBX_ENOTFOUND) return DBX_OK;
