@@ -816,12 +816,28 @@ static dbx_err wft_fail(ectx *c, RunState *rs, int cause, Failure *failure, cons
   rs->wft_started_event_id = 0;
   dbx_err rc = svc_event_append(c, rs, ev, 0);
   svc_history_event_free(ev); /* the event ended the task */
-  rs->wft_attempt++;
+  if (!svc_sticky_clear(rs)) rs->wft_attempt++; /* Temporal: a sticky task is retried once on the normal queue */
   int flushed = 0;
   if (rc == DBX_OK) rc = svc_events_flush_buffer(c, rs, &flushed);
   if (rc == DBX_OK) rc = svc_wft_schedule(c, rs);
   wake_for_queries(c, rs);
   return rc;
+}
+
+/* The worker's sticky_attributes: its next workflow tasks go to its sticky
+ * queue (matching.c); none clears stickiness, as Temporal does. */
+#define STICKY_DEFAULT_S2S_MS 5000
+static void sticky_set(RunState *rs, const Temporal__Api__Taskqueue__V1__StickyExecutionAttributes *sa) {
+  if (sa == NULL || sa->worker_task_queue == NULL || sa->worker_task_queue->name[0] == '\0' ||
+      strlen(sa->worker_task_queue->name) > MAX_ID_BYTES || strcmp(sa->worker_task_queue->name, rs->task_queue) == 0) {
+    svc_sticky_clear(rs);
+    return;
+  }
+  int64_t ms = dbx_pb_duration_ms(sa->schedule_to_start_timeout);
+  if (ms <= 0) ms = STICKY_DEFAULT_S2S_MS;
+  if (ms > MAX_TIMEOUT_MS) ms = MAX_TIMEOUT_MS;
+  svc_pb_setstr(&rs->sticky_task_queue, sa->worker_task_queue->name);
+  rs->sticky_s2s_timeout_ms = ms;
 }
 
 static dbx_err check_history_limits(ectx *c, RunState *rs) {
@@ -874,6 +890,7 @@ dbx_err svc_h_wft_completed(ectx *c, job *j) {
   /* the event ended the task and set last_wft_started_event_id (mutable.c) */
   rs->wft_attempt = 1;
   rs->wft_backoff_until_ns = 0;
+  sticky_set(rs, q->sticky_attributes);
   w.completed_id = completed_id;
   rc = apply_unreferenced_messages(c, j, rs, q->commands, q->n_commands, &w);
   if (rc != DBX_OK || j->status != DBX_GRPC_OK) goto out;

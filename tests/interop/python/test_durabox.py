@@ -923,3 +923,102 @@ def test_worker_kill_9_and_restart(loop, env, tmp_path):
                     p.wait(10)
 
     loop.run_until_complete(go())
+
+
+# ---- sticky execution: later workflow tasks go to the worker's sticky queue
+# with only the new events, so the cached workflow goes on without replaying
+# from the start. Every step of StepsWorkflow records, in this process,
+# whether the SDK ran it as a replay (workflow.unsafe.is_replaying); the
+# workflow is not sandboxed so all its runs share the record.
+
+_steps: dict = {}
+
+
+@workflow.defn(sandboxed=False)
+class StepsWorkflow:
+    def __init__(self) -> None:
+        self.go = False
+
+    @workflow.run
+    async def run(self, key: str, n: int, wait_at: int) -> int:
+        for i in range(n):
+            _steps.setdefault(key, []).append((i, workflow.unsafe.is_replaying()))
+            if i == wait_at:
+                await workflow.wait_condition(lambda: self.go)
+            else:
+                await workflow.sleep(0.05)
+        return n
+
+    @workflow.signal
+    def proceed(self) -> None:
+        self.go = True
+
+
+STICKY = 2  # temporal.api.enums.v1.TaskQueueKind.TASK_QUEUE_KIND_STICKY
+
+
+def scheduled_queues(hist) -> list:
+    return [
+        e.workflow_task_scheduled_event_attributes.task_queue
+        for e in events_with(hist, "workflow_task_scheduled_event_attributes")
+    ]
+
+
+def test_sticky_tasks_do_not_replay_from_the_start(loop, env):
+    async def go():
+        q = tq()
+        key = f"steps-{q}"
+        async with Worker(env.client, task_queue=q, workflows=[StepsWorkflow]):
+            h = await env.client.start_workflow(StepsWorkflow.run, args=[key, 6, -1], id=key, task_queue=q)
+            assert await asyncio.wait_for(h.result(), 30) == 6
+            hist = await h.fetch_history()
+        # each step ran once, none of them as a replay
+        assert _steps[key] == [(i, False) for i in range(6)]
+        queues = scheduled_queues(hist)
+        assert len(queues) == 7
+        assert queues[0].name == q and queues[0].kind != STICKY
+        # every later task went to the worker's sticky queue
+        assert all(t.kind == STICKY and t.normal_name == q and t.name != q for t in queues[1:])
+
+    loop.run_until_complete(go())
+
+
+def test_without_a_cache_every_task_replays(loop, env):
+    # the check above can fail: a worker without a cache replays the steps
+    async def go():
+        q = tq()
+        key = f"steps-nocache-{q}"
+        async with Worker(env.client, task_queue=q, workflows=[StepsWorkflow], max_cached_workflows=0):
+            h = await env.client.start_workflow(StepsWorkflow.run, args=[key, 4, -1], id=key, task_queue=q)
+            assert await asyncio.wait_for(h.result(), 30) == 4
+            hist = await h.fetch_history()
+        assert [s for s in _steps[key] if not s[1]] == [(i, False) for i in range(4)]
+        assert (0, True) in _steps[key]
+        assert all(t.kind != STICKY for t in scheduled_queues(hist))
+
+    loop.run_until_complete(go())
+
+
+def test_sticky_worker_gone_then_another_replays(loop, env):
+    # the first worker ends while the run waits for a signal; the run's next
+    # task reaches a second worker (after the sticky queue's worker is known
+    # gone, or its schedule-to-start timeout), which replays from the start
+    async def go():
+        q = tq()
+        key = f"steps-handover-{q}"
+        async with Worker(env.client, task_queue=q, workflows=[StepsWorkflow]):
+            h = await env.client.start_workflow(StepsWorkflow.run, args=[key, 4, 1], id=key, task_queue=q)
+            for _ in range(200):
+                if len(_steps.get(key, [])) >= 2:
+                    break
+                await asyncio.sleep(0.05)
+            assert _steps[key] == [(0, False), (1, False)]
+        async with Worker(env.client, task_queue=q, workflows=[StepsWorkflow]):
+            await h.signal(StepsWorkflow.proceed)
+            assert await asyncio.wait_for(h.result(), 40) == 4
+            hist = await h.fetch_history()
+        # the second worker replayed steps 0 and 1, then ran 2 and 3 live
+        assert _steps[key] == [(0, False), (1, False), (0, True), (1, True), (2, False), (3, False)]
+        assert len(events_with(hist, "workflow_execution_signaled_event_attributes")) == 1
+
+    loop.run_until_complete(go())
