@@ -55,6 +55,7 @@ struct job {
   size_t details_len;
   uint8_t *reply;
   size_t reply_len;
+  int keep_writes;              /* 1: what the job wrote stays although status is an error */
   int park;                     /* PARK_*: answer later */
   char *park_key;               /* queue key (PARK_POLL) or run key (PARK_HISTORY) */
   size_t park_key_len;
@@ -211,6 +212,14 @@ dbx_err svc_h_start(ectx *c, job *j);
 dbx_err svc_h_terminate(ectx *c, job *j);
 dbx_err svc_h_wft_completed(ectx *c, job *j);
 dbx_err svc_h_wft_failed(ectx *c, job *j);
+/* ---- payload limits (limits.c) ---- */
+/* 1 when the packed size of m (a payload blob; NULL = none) is over
+ * limit.blobSize.error, logged with what and wfid; over limit.blobSize.warn
+ * it is logged and 0 returned. */
+int svc_blob_over(ectx *c, const ProtobufCMessage *m, const char *what, const char *wfid);
+int svc_blob_size_over(ectx *c, int64_t size, const char *what, const char *wfid); /* the same for a size */
+#define BLOB_REFUSED_MSG "Blob data size exceeds limit."
+
 /* ---- sticky execution (sticky.c; the handlers in matching.c) ---- */
 /* 1 when the sticky queue (ns, name) has a worker: a poll parked on it now,
  * or one that arrived in the last 10 s (Temporal's window). */

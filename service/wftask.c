@@ -824,6 +824,72 @@ static dbx_err wft_fail(ectx *c, RunState *rs, int cause, Failure *failure, cons
   return rc;
 }
 
+/* The size of the payload blob a command carries, for the size check, and
+ * its cause when refused (Temporal's BAD_*_ATTRIBUTES) with Temporal's
+ * message; 0 when the command kind carries none. */
+static size_t packed(const void *m) { return m ? protobuf_c_message_get_packed_size(m) : 0; }
+static int command_blob(const Command *cmd, size_t *size, const char **msg) {
+#define BLOB(kind, attr, field, cause, text)  \
+  case CMD(kind):                            \
+    *size = packed(cmd->attr->field);         \
+    *msg = text;                              \
+    return WFC(cause)
+  switch (cmd->attributes_case) {
+    BLOB(SCHEDULE_ACTIVITY_TASK, schedule_activity_task_command_attributes, input, BAD_SCHEDULE_ACTIVITY_ATTRIBUTES,
+         "ScheduleActivityTaskCommandAttributes.Input exceeds size limit.");
+    BLOB(COMPLETE_WORKFLOW_EXECUTION, complete_workflow_execution_command_attributes, result,
+         BAD_COMPLETE_WORKFLOW_EXECUTION_ATTRIBUTES, "CompleteWorkflowExecutionCommandAttributes.Result exceeds size limit.");
+    BLOB(FAIL_WORKFLOW_EXECUTION, fail_workflow_execution_command_attributes, failure,
+         BAD_FAIL_WORKFLOW_EXECUTION_ATTRIBUTES, "FailWorkflowExecutionCommandAttributes.Failure exceeds size limit.");
+    BLOB(CANCEL_WORKFLOW_EXECUTION, cancel_workflow_execution_command_attributes, details,
+         BAD_CANCEL_WORKFLOW_EXECUTION_ATTRIBUTES, "CancelWorkflowExecutionCommandAttributes.Details exceeds size limit.");
+    BLOB(CONTINUE_AS_NEW_WORKFLOW_EXECUTION, continue_as_new_workflow_execution_command_attributes, input,
+         BAD_CONTINUE_AS_NEW_ATTRIBUTES, "ContinueAsNewWorkflowExecutionCommandAttributes.Input exceeds size limit.");
+    BLOB(START_CHILD_WORKFLOW_EXECUTION, start_child_workflow_execution_command_attributes, input,
+         BAD_START_CHILD_EXECUTION_ATTRIBUTES, "StartChildWorkflowExecutionCommandAttributes.Input exceeds size limit.");
+    BLOB(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION, signal_external_workflow_execution_command_attributes, input,
+         BAD_SIGNAL_WORKFLOW_EXECUTION_ATTRIBUTES, "SignalExternalWorkflowExecutionCommandAttributes.Input exceeds size limit.");
+    BLOB(MODIFY_WORKFLOW_PROPERTIES, modify_workflow_properties_command_attributes, upserted_memo,
+         BAD_MODIFY_WORKFLOW_PROPERTIES_ATTRIBUTES, "ModifyWorkflowPropertiesCommandAttributes.UpsertedMemo exceeds size limit.");
+  case CMD(RECORD_MARKER): { /* the details map, its values together */
+    const RecordMarkerCommandAttributes *a = cmd->record_marker_command_attributes;
+    *size = 0;
+    for (size_t i = 0; i < a->n_details; i++) *size += packed(a->details[i]->value);
+    *msg = "RecordMarkerCommandAttributes.Details exceeds size limit.";
+    return WFC(BAD_RECORD_MARKER_ATTRIBUTES);
+  }
+  default:
+    *size = 0;
+    *msg = "";
+    return 0;
+  }
+#undef BLOB
+}
+
+/* A command's payload over the blob size limit fails the task as Temporal's
+ * server does: WorkflowTaskFailed with the command's cause, the next attempt
+ * scheduled, and INVALID_ARGUMENT to the worker (what was written stays).
+ * Nothing of the completion is applied. 1 when it did so. */
+static int refuse_big_commands(ectx *c, job *j, RunState *rs, const RespondWorkflowTaskCompletedRequest *q,
+                               dbx_err *rc) {
+  for (size_t i = 0; i < q->n_commands; i++) {
+    size_t size = 0;
+    const char *msg = NULL;
+    int cause = command_blob(q->commands[i], &size, &msg);
+    if (cause == 0 || !svc_blob_size_over(c, (int64_t)size, "a command's payload", rs->workflow_id)) continue;
+    Failure f = INIT(TEMPORAL__API__FAILURE__V1__FAILURE);
+    f.message = (char *)msg;
+    *rc = wft_fail(c, rs, cause, &f, q->identity);
+    if (*rc == DBX_OK) *rc = svc_run_save(c, rs);
+    if (*rc == DBX_OK) {
+      svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s", msg);
+      j->keep_writes = 1;
+    }
+    return 1;
+  }
+  return 0;
+}
+
 /* The worker's sticky_attributes: its next workflow tasks go to its sticky
  * queue (matching.c); none clears stickiness, as Temporal does. */
 #define STICKY_DEFAULT_S2S_MS 5000
@@ -861,6 +927,7 @@ dbx_err svc_h_wft_completed(ectx *c, job *j) {
   wft_cmd w = {.identity = q->identity, .msgs = q->messages, .n_msgs = q->n_messages};
   dbx_err rc = load_wft(c, j, q->task_token, &rs);
   if (rc != DBX_OK || rs == NULL) goto out;
+  if (refuse_big_commands(c, j, rs, q, &rc)) goto out;
   int has_close = 0;
   for (size_t i = 0; i < q->n_commands; i++) has_close |= is_close_command(q->commands[i]);
   if (has_close && rs->n_buffered_events > 0) {
