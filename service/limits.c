@@ -15,7 +15,8 @@ int svc_blob_over(ectx *c, const ProtobufCMessage *m, const char *what, const ch
 int svc_blob_size_over(ectx *c, int64_t size, const char *what, const char *wfid) {
   int64_t err = c->svc->limits.blob_error_bytes > 0 ? c->svc->limits.blob_error_bytes : BLOB_ERROR_DEFAULT;
   int64_t warn = c->svc->limits.blob_warn_bytes > 0 ? c->svc->limits.blob_warn_bytes : BLOB_WARN_DEFAULT;
-  if (size > err) {
+  /* as Temporal's check: the error limit applies only past the warning one */
+  if (size > warn && size > err) {
     DBX_WARN("service", "workflow %s: %s is %lld bytes, over the blob size limit of %lld: refused", wfid, what,
              (long long)size, (long long)err);
     return 1;

@@ -25,9 +25,10 @@ typedef struct dbx_service dbx_service;
  * payload blob (one Payloads, Failure or Memo field of a request or command)
  * over blob_error_bytes is refused as Temporal's server refuses it:
  * INVALID_ARGUMENT "Blob data size exceeds limit." for a start or signal,
- * WorkflowTaskFailed with the command's BAD_*_ATTRIBUTES cause for a
- * command, a non-retryable failure of the activity for its result; over
- * blob_warn_bytes it is logged. */
+ * WorkflowTaskFailed with the command's BAD_*_ATTRIBUTES cause and the run
+ * terminated for a command, a non-retryable failure of the activity for its
+ * result; over blob_warn_bytes it is logged (as in Temporal, the error limit
+ * applies only past the warning one). */
 typedef struct {
   int64_t count_warn;           /* limit.historyCount.warn: 10240 */
   int64_t count_suggest_can;    /* limit.historyCount.suggestContinueAsNew: 4096 */

@@ -836,26 +836,26 @@ static int command_blob(const Command *cmd, size_t *size, const char **msg) {
     return WFC(cause)
   switch (cmd->attributes_case) {
     BLOB(SCHEDULE_ACTIVITY_TASK, schedule_activity_task_command_attributes, input, BAD_SCHEDULE_ACTIVITY_ATTRIBUTES,
-         "ScheduleActivityTaskCommandAttributes.Input exceeds size limit.");
+         "BadScheduleActivityAttributes: ScheduleActivityTaskCommandAttributes.Input exceeds size limit.");
     BLOB(COMPLETE_WORKFLOW_EXECUTION, complete_workflow_execution_command_attributes, result,
-         BAD_COMPLETE_WORKFLOW_EXECUTION_ATTRIBUTES, "CompleteWorkflowExecutionCommandAttributes.Result exceeds size limit.");
+         BAD_COMPLETE_WORKFLOW_EXECUTION_ATTRIBUTES, "BadCompleteWorkflowExecutionAttributes: CompleteWorkflowExecutionCommandAttributes.Result exceeds size limit.");
     BLOB(FAIL_WORKFLOW_EXECUTION, fail_workflow_execution_command_attributes, failure,
-         BAD_FAIL_WORKFLOW_EXECUTION_ATTRIBUTES, "FailWorkflowExecutionCommandAttributes.Failure exceeds size limit.");
+         BAD_FAIL_WORKFLOW_EXECUTION_ATTRIBUTES, "BadFailWorkflowExecutionAttributes: FailWorkflowExecutionCommandAttributes.Failure exceeds size limit.");
     BLOB(CANCEL_WORKFLOW_EXECUTION, cancel_workflow_execution_command_attributes, details,
-         BAD_CANCEL_WORKFLOW_EXECUTION_ATTRIBUTES, "CancelWorkflowExecutionCommandAttributes.Details exceeds size limit.");
+         BAD_CANCEL_WORKFLOW_EXECUTION_ATTRIBUTES, "BadCancelWorkflowExecutionAttributes: CancelWorkflowExecutionCommandAttributes.Details exceeds size limit.");
     BLOB(CONTINUE_AS_NEW_WORKFLOW_EXECUTION, continue_as_new_workflow_execution_command_attributes, input,
-         BAD_CONTINUE_AS_NEW_ATTRIBUTES, "ContinueAsNewWorkflowExecutionCommandAttributes.Input exceeds size limit.");
+         BAD_CONTINUE_AS_NEW_ATTRIBUTES, "BadContinueAsNewAttributes: ContinueAsNewWorkflowExecutionCommandAttributes.Input exceeds size limit.");
     BLOB(START_CHILD_WORKFLOW_EXECUTION, start_child_workflow_execution_command_attributes, input,
-         BAD_START_CHILD_EXECUTION_ATTRIBUTES, "StartChildWorkflowExecutionCommandAttributes.Input exceeds size limit.");
+         BAD_START_CHILD_EXECUTION_ATTRIBUTES, "BadStartChildExecutionAttributes: StartChildWorkflowExecutionCommandAttributes.Input exceeds size limit.");
     BLOB(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION, signal_external_workflow_execution_command_attributes, input,
-         BAD_SIGNAL_WORKFLOW_EXECUTION_ATTRIBUTES, "SignalExternalWorkflowExecutionCommandAttributes.Input exceeds size limit.");
+         BAD_SIGNAL_WORKFLOW_EXECUTION_ATTRIBUTES, "BadSignalWorkflowExecutionAttributes: SignalExternalWorkflowExecutionCommandAttributes.Input exceeds size limit.");
     BLOB(MODIFY_WORKFLOW_PROPERTIES, modify_workflow_properties_command_attributes, upserted_memo,
-         BAD_MODIFY_WORKFLOW_PROPERTIES_ATTRIBUTES, "ModifyWorkflowPropertiesCommandAttributes.UpsertedMemo exceeds size limit.");
+         BAD_MODIFY_WORKFLOW_PROPERTIES_ATTRIBUTES, "BadModifyWorkflowPropertiesAttributes: ModifyWorkflowPropertiesCommandAttributes.UpsertedMemo exceeds size limit.");
   case CMD(RECORD_MARKER): { /* the details map, its values together */
     const RecordMarkerCommandAttributes *a = cmd->record_marker_command_attributes;
     *size = 0;
     for (size_t i = 0; i < a->n_details; i++) *size += packed(a->details[i]->value);
-    *msg = "RecordMarkerCommandAttributes.Details exceeds size limit.";
+    *msg = "BadRecordMarkerAttributes: RecordMarkerCommandAttributes.Details exceeds size limit.";
     return WFC(BAD_RECORD_MARKER_ATTRIBUTES);
   }
   default:
@@ -866,10 +866,12 @@ static int command_blob(const Command *cmd, size_t *size, const char **msg) {
 #undef BLOB
 }
 
-/* A command's payload over the blob size limit fails the task as Temporal's
- * server does: WorkflowTaskFailed with the command's cause, the next attempt
- * scheduled, and INVALID_ARGUMENT to the worker (what was written stays).
- * Nothing of the completion is applied. 1 when it did so. */
+/* A command's payload over the blob size limit ends the run as Temporal's
+ * server does: WorkflowTaskFailed with the command's cause and message (a
+ * ServerFailure), then WorkflowExecutionTerminated with the message as its
+ * reason (identity "history-service"), and INVALID_ARGUMENT to the worker
+ * (what was written stays). Nothing of the completion is applied. 1 when
+ * it did so. */
 static int refuse_big_commands(ectx *c, job *j, RunState *rs, const RespondWorkflowTaskCompletedRequest *q,
                                dbx_err *rc) {
   for (size_t i = 0; i < q->n_commands; i++) {
@@ -878,9 +880,27 @@ static int refuse_big_commands(ectx *c, job *j, RunState *rs, const RespondWorkf
     int cause = command_blob(q->commands[i], &size, &msg);
     if (cause == 0 || !svc_blob_size_over(c, (int64_t)size, "a command's payload", rs->workflow_id)) continue;
     Failure f = INIT(TEMPORAL__API__FAILURE__V1__FAILURE);
+    ServerFailureInfo si = INIT(TEMPORAL__API__FAILURE__V1__SERVER_FAILURE_INFO);
     f.message = (char *)msg;
-    *rc = wft_fail(c, rs, cause, &f, q->identity);
-    if (*rc == DBX_OK) *rc = svc_run_save(c, rs);
+    f.failure_info_case = FI(SERVER_FAILURE_INFO);
+    f.server_failure_info = &si;
+    HistoryEvent *ev = svc_event_new(ET(WORKFLOW_TASK_FAILED));
+    if (ev == NULL) {
+      *rc = DBX_ENOMEM;
+      return 1;
+    }
+    WorkflowTaskFailedEventAttributes *a = ev->workflow_task_failed_event_attributes;
+    a->scheduled_event_id = rs->wft_scheduled_event_id;
+    a->started_event_id = rs->wft_started_event_id;
+    a->cause = cause;
+    a->failure = PB_CLONE(Failure, &f);
+    a->identity = svc_pb_strdup(q->identity);
+    rs->wft_started_event_id = 0;
+    *rc = svc_event_append(c, rs, ev, 0); /* ends the task */
+    svc_history_event_free(ev);
+    int flushed = 0;
+    if (*rc == DBX_OK) *rc = svc_events_flush_buffer(c, rs, &flushed);
+    if (*rc == DBX_OK) *rc = svc_run_terminate(c, rs, msg, "history-service");
     if (*rc == DBX_OK) {
       svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s", msg);
       j->keep_writes = 1;

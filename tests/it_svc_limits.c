@@ -5,10 +5,10 @@
  * - a start, a signal or a signal-with-start whose payload is over the limit
  *   is INVALID_ARGUMENT "Blob data size exceeds limit." and leaves nothing;
  *   just under it is accepted;
- * - a command whose payload is over the limit fails the workflow task as
- *   Temporal's server does: WorkflowTaskFailed with the command's cause and
- *   message, INVALID_ARGUMENT to the worker, nothing of the completion
- *   applied, the next attempt scheduled;
+ * - a command whose payload is over the limit ends the run as Temporal's
+ *   server does: WorkflowTaskFailed with the command's cause and message,
+ *   then WorkflowExecutionTerminated, INVALID_ARGUMENT to the worker,
+ *   nothing of the completion applied; at the limit it is accepted;
  * - an activity result over the limit fails the activity, non-retryable
  *   ("Complete result exceeds size limit.");
  * - `durabox server start-dev --dynamic-config-value limit.blobSize.error=N`
@@ -174,18 +174,27 @@ static const HistoryEvent *last_of(const dbx_svct_history *h, int type) {
   return NULL;
 }
 
-static void expect_task_failed(fixture *f, const char *wfid, int cause, const char *message, size_t n_failed) {
+/* The run ended as Temporal's server ends it for an oversized command:
+ * WorkflowTaskFailed (cause, message, a ServerFailure), then
+ * WorkflowExecutionTerminated with the message as reason; nothing of the
+ * completion applied. */
+static void expect_task_failed_and_terminated(fixture *f, const char *wfid, int cause, const char *message) {
   dbx_svct_history h;
   dbx_svct_history_get(f->ch, wfid, "", &h);
-  assert_int_equal(dbx_svct_history_count(&h, ET(WORKFLOW_TASK_FAILED)), n_failed);
+  assert_int_equal(h.n, 5);
   assert_int_equal(dbx_svct_history_count(&h, ET(WORKFLOW_TASK_COMPLETED)), 0);
   assert_int_equal(dbx_svct_history_count(&h, ET(ACTIVITY_TASK_SCHEDULED)), 0);
-  const HistoryEvent *e = last_of(&h, ET(WORKFLOW_TASK_FAILED));
+  const HistoryEvent *e = h.events[3];
+  assert_int_equal(e->event_type, ET(WORKFLOW_TASK_FAILED));
   assert_int_equal(e->workflow_task_failed_event_attributes->cause, cause);
   assert_string_equal(e->workflow_task_failed_event_attributes->failure->message, message);
-  /* the next attempt: at once for attempt 2, after a backoff timer for 3 */
-  if (n_failed == 1) assert_int_equal(h.events[h.n - 1]->event_type, ET(WORKFLOW_TASK_SCHEDULED));
+  assert_int_equal(e->workflow_task_failed_event_attributes->failure->failure_info_case, FI(SERVER_FAILURE_INFO));
+  e = h.events[4];
+  assert_int_equal(e->event_type, ET(WORKFLOW_EXECUTION_TERMINATED));
+  assert_string_equal(e->workflow_execution_terminated_event_attributes->reason, message);
+  assert_string_equal(e->workflow_execution_terminated_event_attributes->identity, "history-service");
   dbx_svct_history_cleanup(&h);
+  assert_int_equal(dbx_svct_workflow_status(f->ch, wfid, ""), WS(TERMINATED));
 }
 
 static void test_limits_command_over_the_limit_fails_the_task(void **state) {
@@ -193,7 +202,6 @@ static void test_limits_command_over_the_limit_fails_the_task(void **state) {
   blob big;
   blob_make(&big, LIMIT + 1);
   assert_int_equal(start_with(f, "lim-cmd", "tq-lim-cmd", NULL, NULL), DBX_GRPC_OK);
-
   PollWorkflowTaskQueueResponse *t = dbx_svct_wft_poll(f->ch, "tq-lim-cmd", 5000);
   assert_true(t->task_token.len > 0);
   Command cmd = INIT(TEMPORAL__API__COMMAND__V1__COMMAND);
@@ -211,16 +219,17 @@ static void test_limits_command_over_the_limit_fails_the_task(void **state) {
   cmd.schedule_activity_task_command_attributes = &sa;
   char *msg = NULL;
   assert_int_equal(respond_cmd(f, t->task_token, &cmd, &msg), DBX_GRPC_INVALID_ARGUMENT);
-  assert_string_equal(msg, "ScheduleActivityTaskCommandAttributes.Input exceeds size limit.");
+  assert_string_equal(msg, "BadScheduleActivityAttributes: ScheduleActivityTaskCommandAttributes.Input exceeds size limit.");
   free(msg);
   protobuf_c_message_free_unpacked(&t->base, NULL);
-  expect_task_failed(f, "lim-cmd", TEMPORAL__API__ENUMS__V1__WORKFLOW_TASK_FAILED_CAUSE__WORKFLOW_TASK_FAILED_CAUSE_BAD_SCHEDULE_ACTIVITY_ATTRIBUTES,
-                     "ScheduleActivityTaskCommandAttributes.Input exceeds size limit.", 1);
+  expect_task_failed_and_terminated(
+      f, "lim-cmd", TEMPORAL__API__ENUMS__V1__WORKFLOW_TASK_FAILED_CAUSE__WORKFLOW_TASK_FAILED_CAUSE_BAD_SCHEDULE_ACTIVITY_ATTRIBUTES,
+      "BadScheduleActivityAttributes: ScheduleActivityTaskCommandAttributes.Input exceeds size limit.");
 
-  /* the next attempt completes the workflow with a result over the limit */
-  t = dbx_svct_wft_poll(f->ch, "tq-lim-cmd", 5000);
+  /* a result over the limit ends its run the same way */
+  assert_int_equal(start_with(f, "lim-cmd2", "tq-lim-cmd2", NULL, NULL), DBX_GRPC_OK);
+  t = dbx_svct_wft_poll(f->ch, "tq-lim-cmd2", 5000);
   assert_true(t->task_token.len > 0);
-  assert_int_equal(t->attempt, 2);
   Command cc = INIT(TEMPORAL__API__COMMAND__V1__COMMAND);
   CompleteWorkflowExecutionCommandAttributes ca =
       INIT(TEMPORAL__API__COMMAND__V1__COMPLETE_WORKFLOW_EXECUTION_COMMAND_ATTRIBUTES);
@@ -230,19 +239,23 @@ static void test_limits_command_over_the_limit_fails_the_task(void **state) {
   cc.complete_workflow_execution_command_attributes = &ca;
   assert_int_equal(respond_cmd(f, t->task_token, &cc, NULL), DBX_GRPC_INVALID_ARGUMENT);
   protobuf_c_message_free_unpacked(&t->base, NULL);
-  expect_task_failed(f, "lim-cmd",
-                     TEMPORAL__API__ENUMS__V1__WORKFLOW_TASK_FAILED_CAUSE__WORKFLOW_TASK_FAILED_CAUSE_BAD_COMPLETE_WORKFLOW_EXECUTION_ATTRIBUTES,
-                     "CompleteWorkflowExecutionCommandAttributes.Result exceeds size limit.", 2);
-  assert_int_equal(dbx_svct_workflow_status(f->ch, "lim-cmd", ""), WS(RUNNING));
+  expect_task_failed_and_terminated(
+      f, "lim-cmd2",
+      TEMPORAL__API__ENUMS__V1__WORKFLOW_TASK_FAILED_CAUSE__WORKFLOW_TASK_FAILED_CAUSE_BAD_COMPLETE_WORKFLOW_EXECUTION_ATTRIBUTES,
+      "BadCompleteWorkflowExecutionAttributes: CompleteWorkflowExecutionCommandAttributes.Result exceeds size limit.");
 
-  /* within the limit: completed */
-  t = dbx_svct_wft_poll(f->ch, "tq-lim-cmd", 5000);
+  /* at the limit: completed */
+  blob ok;
+  blob_make(&ok, LIMIT);
+  assert_int_equal(start_with(f, "lim-cmd3", "tq-lim-cmd3", NULL, NULL), DBX_GRPC_OK);
+  t = dbx_svct_wft_poll(f->ch, "tq-lim-cmd3", 5000);
   assert_true(t->task_token.len > 0);
-  assert_int_equal(t->attempt, 3);
-  dbx_svct_wft_complete_workflow(f->ch, t->task_token);
+  ca.result = &ok.ps;
+  assert_int_equal(respond_cmd(f, t->task_token, &cc, NULL), DBX_GRPC_OK);
   protobuf_c_message_free_unpacked(&t->base, NULL);
-  assert_int_equal(dbx_svct_workflow_status(f->ch, "lim-cmd", ""), WS(COMPLETED));
+  assert_int_equal(dbx_svct_workflow_status(f->ch, "lim-cmd3", ""), WS(COMPLETED));
   free(big.buf);
+  free(ok.buf);
 }
 
 static void test_limits_activity_result_over_the_limit_fails_it(void **state) {
@@ -289,7 +302,8 @@ static void test_limits_dynamic_config_flag_of_start_dev(void **state) {
   char port_s[16];
   snprintf(port_s, sizeof port_s, "%d", port);
   char *argv[] = {(char *)dbx_test_bin(), "server", "start-dev", "--port", port_s, "--db-filename", dir,
-                  "--log-level", "error", "--headless", "--dynamic-config-value", "limit.blobSize.error=300", NULL};
+                  "--log-level", "error", "--headless", "--dynamic-config-value", "limit.blobSize.error=300",
+                  "--dynamic-config-value", "limit.blobSize.warn=200", NULL};
   pid_t pid = dbx_svct_proc_spawn(argv, NULL, NULL, NULL);
   dbx_rpc_channel *ch = dbx_svct_connect(port);
   fixture g = {NULL, ch};

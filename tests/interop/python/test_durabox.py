@@ -1022,3 +1022,82 @@ def test_sticky_worker_gone_then_another_replays(loop, env):
         assert len(events_with(hist, "workflow_execution_signaled_event_attributes")) == 1
 
     loop.run_until_complete(go())
+
+
+# ---- payload limits, configured small through Temporal's dynamic-config keys
+# (`--dynamic-config-value limit.blobSize.error=N`), on a server of their own.
+
+BLOB_LIMIT = 20000
+
+
+@workflow.defn
+class BigActivityInputWorkflow:
+    @workflow.run
+    async def run(self, size: int) -> str:
+        return await workflow.execute_activity(greet, "x" * size, start_to_close_timeout=timedelta(seconds=30))
+
+
+@pytest.fixture(scope="module")
+def small_limits_env(loop):
+    e = loop.run_until_complete(
+        WorkflowEnvironment.start_local(
+            dev_server_existing_path=os.environ["DBX_BIN"],
+            dev_server_log_level="error",
+            # Temporal applies the error limit only past the warning one: both are set
+            dev_server_extra_args=[
+                "--dynamic-config-value",
+                f"limit.blobSize.error={BLOB_LIMIT}",
+                "--dynamic-config-value",
+                f"limit.blobSize.warn={BLOB_LIMIT // 2}",
+            ],
+        )
+    )
+    yield e
+    loop.run_until_complete(e.shutdown())
+
+
+def test_blob_limit_refuses_a_big_start(loop, small_limits_env):
+    async def go():
+        q = tq()
+        with pytest.raises(RPCError) as err:
+            await small_limits_env.client.start_workflow(
+                HelloWorkflow.run, "y" * (BLOB_LIMIT + 100), id=f"big-{q}", task_queue=q
+            )
+        assert err.value.status == RPCStatusCode.INVALID_ARGUMENT
+        assert "Blob data size exceeds limit" in err.value.message
+        # under the limit: started
+        h = await small_limits_env.client.start_workflow(HelloWorkflow.run, "y" * 100, id=f"small-{q}", task_queue=q)
+        await h.terminate()
+
+    loop.run_until_complete(go())
+
+
+def test_blob_limit_big_command_fails_the_task_and_ends_the_run(loop, small_limits_env):
+    async def go():
+        q = tq()
+        async with Worker(
+            small_limits_env.client, task_queue=q, workflows=[BigActivityInputWorkflow], activities=[greet]
+        ):
+            h = await small_limits_env.client.start_workflow(
+                BigActivityInputWorkflow.run, BLOB_LIMIT + 100, id=f"bigcmd-{q}", task_queue=q
+            )
+            # the server fails the task and terminates the run
+            d = None
+            for _ in range(600):
+                d = await h.describe()
+                if d.status != WorkflowExecutionStatus.RUNNING:
+                    break
+                await asyncio.sleep(0.05)
+            hist = await h.fetch_history()
+        assert d.status == WorkflowExecutionStatus.TERMINATED
+        failed = events_with(hist, "workflow_task_failed_event_attributes")
+        assert len(failed) == 1
+        a = failed[0].workflow_task_failed_event_attributes
+        assert a.cause == 2  # WORKFLOW_TASK_FAILED_CAUSE_BAD_SCHEDULE_ACTIVITY_ATTRIBUTES
+        msg = "BadScheduleActivityAttributes: ScheduleActivityTaskCommandAttributes.Input exceeds size limit."
+        assert a.failure.message == msg
+        term = events_with(hist, "workflow_execution_terminated_event_attributes")
+        assert len(term) == 1 and term[0].workflow_execution_terminated_event_attributes.reason == msg
+        assert not events_with(hist, "activity_task_scheduled_event_attributes")
+
+    loop.run_until_complete(go())
