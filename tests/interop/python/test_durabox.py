@@ -6,7 +6,10 @@ Scenarios: hello (an activity), signal, query, search attributes registered
 (OperatorService), upserted from workflow code and then listed / counted,
 a child workflow, continue-as-new, updates (accepted and completed, the
 same update id deduped, rejected by a validator, refused on a closed run,
-update-with-start).
+update-with-start), sticky queues (later tasks on the worker's sticky queue,
+no replay from the start; a worker without a cache replays; a second
+worker takes over and replays), payload limits set small with
+--dynamic-config-value (a big start refused, a big command ends the run).
 Each asserts the values that come back.
 Run by tests/interop/python/run.sh (scripts/setup.sh installs the pinned SDK
 into .cache/pyvenv)."""
