@@ -39,7 +39,7 @@ static void usage(FILE *f) {
           "  --db-filename PATH            keep state in this LMDB directory (default: temporary)\n"
           "  --log-level LEVEL             debug|info|warn|error (default info)\n"
           "  --log-format FORMAT           pretty|json\n"
-          "  --dynamic-config-value K=V    limit.historyCount.error=N and friends; other keys are logged\n"
+          "  --dynamic-config-value K=V    limit.historyCount.error=N, limit.blobSize.error=N and friends; other keys are logged\n"
           "  --api-key KEY                 require 'authorization: Bearer KEY'\n"
           "  --tls-cert FILE --tls-key FILE serve TLS\n"
           "  --no-sync                     do not sync commits (benchmarks only: loses data on a crash)\n"

@@ -188,15 +188,6 @@ static dbx_err h_health_check(ectx *c, job *j) {
   return DBX_OK;
 }
 
-static dbx_err h_empty(ectx *c, job *j, const ProtobufCMessageDescriptor *d) {
-  (void)c;
-  void *q = svc_decode(j, d);
-  if (q == NULL) return DBX_OK;
-  protobuf_c_message_free_unpacked(q, NULL);
-  j->status = DBX_GRPC_OK; /* an empty message: zero bytes */
-  return DBX_OK;
-}
-
 typedef dbx_err (*handler_fn)(ectx *, job *);
 
 static const struct {
@@ -265,8 +256,8 @@ dbx_err svc_handle_rpc(ectx *c, job *j) {
   if (dbx_rpc_call_is_workflow_service(j->call)) {
     for (size_t i = 0; i < sizeof handlers / sizeof handlers[0]; i++)
       if (strcmp(handlers[i].method, j->method) == 0) return handlers[i].fn(c, j);
-    if (strcmp(j->method, "ShutdownWorker") == 0) return h_empty(c, j, &ShutdownWorkerRequest__D);
-    if (strcmp(j->method, "ResetStickyTaskQueue") == 0) return h_empty(c, j, &ResetStickyTaskQueueRequest__D);
+    if (strcmp(j->method, "ShutdownWorker") == 0) return svc_h_shutdown_worker(c, j);
+    if (strcmp(j->method, "ResetStickyTaskQueue") == 0) return svc_h_reset_sticky(c, j);
   } else {
     for (size_t i = 0; i < sizeof other_handlers / sizeof other_handlers[0]; i++)
       if (strcmp(other_handlers[i].method, j->method) == 0) return other_handlers[i].fn(c, j);

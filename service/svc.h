@@ -38,6 +38,7 @@ enum {
   TK_WORKFLOW_RUN_TIMEOUT = 8,
   TK_WORKFLOW_EXECUTION_TIMEOUT = 9,
   TK_WFT_RETRY = 10,            /* a failing workflow task's backoff is over */
+  TK_WFT_STICKY_SCHEDULE_TO_START = 11, /* a task on a sticky queue was not taken in time */
   TK_SCHEDULE = 20,             /* a schedule's next action (schedule.c); workflow_id = its id */
 };
 
@@ -55,6 +56,7 @@ struct job {
   size_t details_len;
   uint8_t *reply;
   size_t reply_len;
+  int keep_writes;              /* 1: what the job wrote stays although status is an error */
   int park;                     /* PARK_*: answer later */
   char *park_key;               /* queue key (PARK_POLL) or run key (PARK_HISTORY) */
   size_t park_key_len;
@@ -211,6 +213,29 @@ dbx_err svc_h_start(ectx *c, job *j);
 dbx_err svc_h_terminate(ectx *c, job *j);
 dbx_err svc_h_wft_completed(ectx *c, job *j);
 dbx_err svc_h_wft_failed(ectx *c, job *j);
+/* ---- payload limits (limits.c) ---- */
+/* 1 when the packed size of m (a payload blob; NULL = none) is over
+ * limit.blobSize.error, logged with what and wfid; over limit.blobSize.warn
+ * it is logged and 0 returned. */
+int svc_blob_over(ectx *c, const ProtobufCMessage *m, const char *what, const char *wfid);
+int svc_blob_size_over(ectx *c, int64_t size, const char *what, const char *wfid); /* the same for a size */
+#define BLOB_REFUSED_MSG "Blob data size exceeds limit."
+
+/* ---- sticky execution (sticky.c; the handlers in matching.c) ---- */
+/* 1 when the sticky queue (ns, name) has a worker: a poll parked on it now,
+ * or one that arrived in the last 10 s (Temporal's window). */
+int svc_sticky_available(ectx *c, const char *ns, const char *name);
+/* Forget the run's sticky queue (a failed or timed out workflow task,
+ * ResetStickyTaskQueue, a completion without sticky_attributes). Returns 1
+ * when one was set. */
+int svc_sticky_clear(RunState *rs);
+/* The sticky schedule-to-start timer of the scheduled task event_id fired:
+ * WorkflowTaskTimedOut (SCHEDULE_TO_START), stickiness cleared, the task
+ * scheduled again on the normal queue. The caller saves rs. *changed = 1
+ * when it acted. */
+dbx_err svc_sticky_timed_out(ectx *c, RunState *rs, int64_t event_id, int32_t attempt, int *changed);
+dbx_err svc_h_reset_sticky(ectx *c, job *j); /* ResetStickyTaskQueue */
+dbx_err svc_h_shutdown_worker(ectx *c, job *j); /* ShutdownWorker: its sticky queue's tasks move */
 /* After commit (engine thread): a poll of queue key from identity at now_ns
  * (NOTE_POLLER). Best effort: an entry that cannot be allocated is skipped. */
 void svc_pollers_note(dbx_service *s, const char *key, size_t key_len, const char *identity, int64_t now_ns);
