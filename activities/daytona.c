@@ -307,7 +307,7 @@ static void reply_words(const resp_t *r, char *out, size_t cap) {
  * where the endpoint says more (404 of a sandbox: NO_SANDBOX). */
 static dbx_drv_err status_err(long st) {
   switch (st) {
-  case 401: case 403: return DBX_DRV_INVALID; /* bad key or scope: not retryable */
+  case 401: case 403: return DBX_DRV_AUTH; /* bad key or scope: not retryable (fail_http) */
   case 404: case 410: return DBX_DRV_NOT_FOUND;
   case 408: return DBX_DRV_OUTCOME_UNKNOWN;   /* killed, output lost: never again */
   case 409: return DBX_DRV_STATE;
@@ -317,12 +317,24 @@ static dbx_drv_err status_err(long st) {
   }
 }
 
-/* Fail with e and "what: HTTP <st> from <endpoint>: <words>". */
+/* Fail with e and "what: HTTP <st> from <endpoint>: <words>". A refusal of
+ * credentials (401, or a 403 that is not the daemon's FILE_ACCESS_DENIED of
+ * a path) is AUTH whatever e says, its message naming whose credentials:
+ * the git remote's (a /git endpoint, or the daemon's GIT_AUTH_FAILED) or
+ * the API key's. */
 static dbx_drv_err fail_http(cli_t *c, dbx_drv_err e, const char *what, const char *method,
                              const char *url, const resp_t *r) {
   char ep[256], words[512];
   endpoint(method, url, ep, sizeof ep);
   reply_words(r, words, sizeof words);
+  if (r->status == 401 || (r->status == 403 && !strstr(words, "FILE_ACCESS_DENIED"))) {
+    int git = strstr(ep, "/git/") != NULL || strstr(words, "GIT_AUTH") != NULL;
+    return fail(c->d, DBX_DRV_AUTH, "%s: HTTP %ld from %s: %s (%s)", what, r->status, ep, words,
+                git ? "the git remote refused the credentials: check the worker's git token "
+                      "(GIT_TOKEN, GIT_USERNAME or the names the step gives)"
+                    : "Daytona refused the API key: check DAYTONA_API_KEY, that it is not "
+                      "revoked or expired, and its scopes");
+  }
   return fail(c->d, e, "%s: HTTP %ld from %s: %s", what, r->status, ep, words);
 }
 
@@ -1721,7 +1733,39 @@ static dbx_drv_err dt_download(void *self, const char *name, const char *path,
 
 /* ---- git ---- */
 
-/* POST a /git endpoint with a JSON body; 200 gives *reply (may be NULL). */
+/* Add git credentials to a /git/clone or /git/push body (the reference's
+ * username / password fields); cred NULL: nothing. 0: out of memory. */
+static int cred_add(cJSON *b, const dbx_drv_git_cred *cred) {
+  if (cred == NULL) return 1;
+  const char *u = cred->username && *cred->username ? cred->username : "x-access-token";
+  return cJSON_AddStringToObject(b, "username", u) != NULL &&
+         cJSON_AddStringToObject(b, "password", cred->password ? cred->password : "") != NULL;
+}
+
+/* Wipe the password field of a body (before it is freed) and any copy of
+ * the password in this thread's message. */
+static void cred_wipe(cJSON *b, const dbx_drv_git_cred *cred) {
+  const cJSON *pw = cJSON_GetObjectItemCaseSensitive(b, "password");
+  if (cJSON_IsString(pw)) memset(pw->valuestring, 0, strlen(pw->valuestring));
+  const char *p = cred ? cred->password : NULL;
+  size_t n = p ? strlen(p) : 0;
+  for (char *m = n ? strstr(tl_err.msg, p) : NULL; m; m = strstr(m, p)) memset(m, '*', n);
+}
+
+/* Credentials go only with an http(s) URL the operation names (driver.h
+ * dbx_drv_git_cred), never with a remote name the sandbox's config resolves. */
+static dbx_drv_err cred_check(dbx_daytona *d, const dbx_drv_git_cred *cred, const char *url) {
+  if (cred == NULL) return DBX_DRV_OK;
+  if (cred->password == NULL || *cred->password == '\0')
+    return fail(d, DBX_DRV_INVALID, "git credentials without a password (token)");
+  if (url == NULL || (strncmp(url, "https://", 8) != 0 && strncmp(url, "http://", 7) != 0))
+    return fail(d, DBX_DRV_INVALID, "git credentials need the remote's http(s) URL, not '%.200s'",
+                url ? url : "origin");
+  return DBX_DRV_OK;
+}
+
+/* POST a /git endpoint with a JSON body; 200 gives *reply (may be NULL).
+ * The printed body is wiped before it is freed (it may hold a password). */
 static dbx_drv_err git_post(cli_t *c, const char *name, const sbinfo *s, const char *ep,
                             cJSON *body, const char *what, cJSON **reply) {
   char *b = body ? cJSON_PrintUnformatted(body) : NULL;
@@ -1742,16 +1786,18 @@ static dbx_drv_err git_post(cli_t *c, const char *name, const sbinfo *s, const c
   }
   if (rc == DBX_DRV_OK && reply) *reply = reply_json(&r);
   if (b && url) resp_free(&r);
+  if (b) memset(b, 0, strlen(b));
   free(b);
   free(url);
   return rc;
 }
 
 static dbx_drv_err clone_into(cli_t *c, const char *name, const sbinfo *s, const char *url,
-                              const char *path, const char *ref) {
+                              const char *path, const char *ref, const dbx_drv_git_cred *cred) {
   cJSON *b = cJSON_CreateObject();
   if (!b || !cJSON_AddStringToObject(b, "url", url) || !cJSON_AddStringToObject(b, "path", path) ||
-      (ref && *ref && !cJSON_AddStringToObject(b, "branch", ref))) {
+      (ref && *ref && !cJSON_AddStringToObject(b, "branch", ref)) || !cred_add(b, cred)) {
+    cred_wipe(b, cred);
     cJSON_Delete(b);
     return DBX_DRV_NOMEM;
   }
@@ -1759,6 +1805,7 @@ static dbx_drv_err clone_into(cli_t *c, const char *name, const sbinfo *s, const
   snprintf(what, sizeof what, "git clone in sandbox '%s' failed", name);
   dbx_drv_err rc = git_post(c, name, s, "clone", b, what, NULL);
   if (rc == DBX_DRV_NOT_FOUND) rc = DBX_DRV_FAILED; /* the message says what */
+  cred_wipe(b, cred);
   cJSON_Delete(b);
   return rc;
 }
@@ -1766,7 +1813,7 @@ static dbx_drv_err clone_into(cli_t *c, const char *name, const sbinfo *s, const
 static dbx_drv_err clone_source(cli_t *c, const char *name, const dbx_drv_source *src) {
   sbinfo s;
   dbx_drv_err rc = sb_running(c, name, &s);
-  if (rc == DBX_DRV_OK) rc = clone_into(c, name, &s, src->location, ".", src->ref);
+  if (rc == DBX_DRV_OK) rc = clone_into(c, name, &s, src->location, ".", src->ref, NULL);
   if (rc == DBX_DRV_FAILED) rc = DBX_DRV_SOURCE_NOT_FOUND; /* the message says what */
   sb_clear(&s);
   return rc;
@@ -1813,22 +1860,29 @@ static dbx_drv_err upload_source(cli_t *c, const char *name, const char *dir) {
   return rc;
 }
 
-static dbx_drv_err dt_git_clone(void *self, const char *name, const char *url, const char *path,
-                                const char *ref) {
+static dbx_drv_err dt_git_clone_cred(void *self, const char *name, const char *url,
+                                     const char *path, const char *ref,
+                                     const dbx_drv_git_cred *cred) {
   dbx_daytona *d = self;
   cli_t c;
   sbinfo s;
   const char *p;
   if (url == NULL || *url == '\0') return fail(d, DBX_DRV_INVALID, "git clone needs a repository path or URL");
-  dbx_drv_err rc = check_path(d, path, 0, &p);
+  dbx_drv_err rc = cred_check(d, cred, url);
+  if (rc == DBX_DRV_OK) rc = check_path(d, path, 0, &p);
   if (rc != DBX_DRV_OK) return rc;
   if (!cli_open(d, &c)) return DBX_DRV_NOMEM;
   rc = sb_running(&c, name, &s);
   if (rc == DBX_DRV_OK) rc = tb_rm(&c, name, &s, p); /* a partial or earlier target */
-  if (rc == DBX_DRV_OK) rc = clone_into(&c, name, &s, url, p, ref);
+  if (rc == DBX_DRV_OK) rc = clone_into(&c, name, &s, url, p, ref, cred);
   sb_clear(&s);
   cli_close(&c);
   return rc;
+}
+
+static dbx_drv_err dt_git_clone(void *self, const char *name, const char *url, const char *path,
+                                const char *ref) {
+  return dt_git_clone_cred(self, name, url, path, ref, NULL);
 }
 
 /* "Name <email>" -> name, email (malloc'd). */
@@ -1933,13 +1987,15 @@ static dbx_drv_err dt_git_commit_paths(void *self, const char *name, const char 
   return commit_impl(self, name, repo_path, paths, npaths, message, author, sha, nothing);
 }
 
-static dbx_drv_err dt_git_push(void *self, const char *name, const char *repo_path,
-                               const char *remote, const char *branch) {
+static dbx_drv_err dt_git_push_cred(void *self, const char *name, const char *repo_path,
+                                    const char *remote, const char *branch,
+                                    const dbx_drv_git_cred *cred) {
   dbx_daytona *d = self;
   cli_t c;
   sbinfo s;
   const char *p;
-  dbx_drv_err rc = check_path(d, repo_path, 1, &p);
+  dbx_drv_err rc = cred_check(d, cred, remote);
+  if (rc == DBX_DRV_OK) rc = check_path(d, repo_path, 1, &p);
   if (rc != DBX_DRV_OK) return rc;
   if (!cli_open(d, &c)) return DBX_DRV_NOMEM;
   rc = sb_running(&c, name, &s);
@@ -1948,15 +2004,22 @@ static dbx_drv_err dt_git_push(void *self, const char *name, const char *repo_pa
     cJSON *b = cJSON_CreateObject();
     int ok = b && cJSON_AddStringToObject(b, "path", p) &&
              (!remote || !*remote || cJSON_AddStringToObject(b, "remote", remote)) &&
-             (!branch || !*branch || cJSON_AddStringToObject(b, "branch", branch));
+             (!branch || !*branch || cJSON_AddStringToObject(b, "branch", branch)) &&
+             cred_add(b, cred);
     char what[300];
     snprintf(what, sizeof what, "git push in sandbox '%s' failed", name);
     rc = ok ? git_post(&c, name, &s, "push", b, what, NULL) : DBX_DRV_NOMEM;
+    cred_wipe(b, cred);
     cJSON_Delete(b);
   }
   sb_clear(&s);
   cli_close(&c);
   return rc;
+}
+
+static dbx_drv_err dt_git_push(void *self, const char *name, const char *repo_path,
+                               const char *remote, const char *branch) {
+  return dt_git_push_cred(self, name, repo_path, remote, branch, NULL);
 }
 
 /* ---- checkpoints ---- */
@@ -2116,6 +2179,8 @@ static const dbx_driver_ops daytona_ops = {
     .git_commit = dt_git_commit,
     .git_commit_paths = dt_git_commit_paths,
     .git_push = dt_git_push,
+    .git_clone_cred = dt_git_clone_cred,
+    .git_push_cred = dt_git_push_cred,
     .checkpoint = dt_checkpoint,
     .restore = dt_restore,
     .snapshot_delete = dt_snapshot_delete,

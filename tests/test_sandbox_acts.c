@@ -1791,6 +1791,7 @@ static void test_sandbox_acts_failure_types_by_table(void **state) {
       {DBX_DRV_UNSUPPORTED, "Unsupported", 1},    {DBX_DRV_FAILED, "SandboxError", 0},
       {DBX_DRV_REPO_NOT_FOUND, "RepositoryNotFound", 1}, {DBX_DRV_NOT_A_REPO, "NotAGitRepository", 1},
       {DBX_DRV_REF_NOT_FOUND, "RefNotFound", 1},  {DBX_DRV_DISK_FULL, "DiskFull", 1},
+      {DBX_DRV_AUTH, "AuthFailed", 1},
   };
   assert_int_equal(sizeof want / sizeof want[0], DBX_DRV_ERR_COUNT - 3); /* all but OK, CANCELED, NOMEM */
   char *id = make_sandbox("wf-table", NULL);
