@@ -1203,17 +1203,32 @@ static int marker_there(cli_t *c, const char *name, const sbinfo *s, const char 
   return *err == DBX_DRV_OK ? 1 : -1;
 }
 
-/* The logs of command cid: stdout and stderr as bytes (malloc'd). */
-static dbx_drv_err sess_logs(cli_t *c, const char *name, const sbinfo *s, const char *cmd_id,
-                             const char *cid, char **out, size_t *olen, char **err, size_t *elen) {
+/* 1 if a log body may have lost bytes: U+FFFD (raw or escaped), which is
+ * what the daemon's JSON makes of bytes that are no UTF-8, or an escaped
+ * NUL, which ends the C string. (A U+FFFD the command printed itself only
+ * costs a needless read of the raw files.) */
+static int logs_lossy(const resp_t *r) {
+  const char *p = (const char *)r->body.p;
+  size_t n = r->body.n;
+  return p && (memmem(p, n, "\xef\xbf\xbd", 3) || memmem(p, n, "\\ufffd", 6) ||
+               memmem(p, n, "\\uFFFD", 6) || memmem(p, n, "\\u0000", 6));
+}
+
+/* The logs of command cid: stdout and stderr as bytes (malloc'd); *lossy
+ * (may be NULL): logs_lossy of the reply. */
+static dbx_drv_err sess_logs_l(cli_t *c, const char *name, const sbinfo *s, const char *cmd_id,
+                               const char *cid, char **out, size_t *olen, char **err,
+                               size_t *elen, int *lossy) {
   *out = *err = NULL;
   *olen = *elen = 0;
+  if (lossy) *lossy = 0;
   char *url = tb(s, "/process/session/%s/command/%s/logs", cmd_id, cid);
   resp_t r;
   dbx_drv_err rc = url ? req(c, "GET", url, NULL, NULL, 0, SAFE, 0, &r) : DBX_DRV_NOMEM;
   if (rc == DBX_DRV_OK && r.status != 200)
     rc = tb_status_err(c, name, name, "GET", url, &r, status_err(r.status));
   if (rc == DBX_DRV_OK) {
+    if (lossy) *lossy = logs_lossy(&r);
     cJSON *j = reply_json(&r);
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(j, "stdout");
     const cJSON *se = cJSON_GetObjectItemCaseSensitive(j, "stderr");
@@ -1238,6 +1253,11 @@ static dbx_drv_err sess_logs(cli_t *c, const char *name, const sbinfo *s, const 
   return rc;
 }
 
+static dbx_drv_err sess_logs(cli_t *c, const char *name, const sbinfo *s, const char *cmd_id,
+                             const char *cid, char **out, size_t *olen, char **err, size_t *elen) {
+  return sess_logs_l(c, name, s, cmd_id, cid, out, olen, err, elen, NULL);
+}
+
 /* Every wrapper starts with a tag recording what exec_result needs later
  * (the caps, whether a timeout applies): ": dbx-exec t=<ms> c=<out>,<err>;" */
 #define EXEC_TAG ": dbx-exec"
@@ -1256,23 +1276,38 @@ static void tag_parse(const char *cmd, int64_t *timeout_ms, size_t *cap_out, siz
 }
 
 /* The text the session runs: source and empty the env file, cd, and run
- * the command under sh (timeout(1) when it has one). */
-static char *wrapper(const char *envfile, const char *workdir, const char *cwd,
-                     const dbx_drv_exec_opts *o) {
+ * the command under sh (timeout(1) when it has one). Each stream goes
+ * through a FIFO to tee(1), which copies it to Daytona's log as it comes
+ * and, byte for byte, to a raw file beside the env file (ID.out, ID.err):
+ * the log is JSON text, where bytes that are no UTF-8 arrive as U+FFFD and
+ * a NUL ends the string, so exec_result reads the raw files when the log
+ * shows either. The status is the command's ((exit $s)); without mkfifo the
+ * command runs as before, log only. The wrapper's own names (_dbx_*) are
+ * set after the env file is sourced, so they shadow no name of the step. */
+static char *wrapper(const char *envfile, const char *rawbase, const char *workdir,
+                     const char *cwd, const dbx_drv_exec_opts *o) {
   char *dir = strcmp(cwd, ".") == 0 ? dbx_strdup(workdir) : dbx_asprintf("%s/%s", workdir, cwd);
-  char *qf = sq(envfile), *qd = dir ? sq(dir) : NULL, *qc = sq(o->command), *w = NULL;
-  if (qf && qd && qc) {
+  char *qf = sq(envfile), *qr = sq(rawbase), *qd = dir ? sq(dir) : NULL, *qc = sq(o->command);
+  char *w = NULL;
+  if (qf && qr && qd && qc) {
     char t[96] = "";
     if (o->timeout_ms > 0)
       snprintf(t, sizeof t, "timeout --foreground -k 2 %lld.%03lld ", (long long)(o->timeout_ms / 1000),
                (long long)(o->timeout_ms % 1000));
     w = dbx_asprintf(EXEC_TAG " t=%lld c=%zu,%zu; F=%s; if [ -f \"$F\" ]; then . \"$F\"; : > \"$F\"; "
-                     "fi; cd %s && %ssh -c %s </dev/null",
+                     "fi; _dbx_r=%s; rm -f \"$_dbx_r.out\" \"$_dbx_r.err\" \"$_dbx_r.op\" "
+                     "\"$_dbx_r.ep\"; cd %s && if mkfifo \"$_dbx_r.op\" \"$_dbx_r.ep\" 2>/dev/null; "
+                     "then tee \"$_dbx_r.out\" <\"$_dbx_r.op\" & tee \"$_dbx_r.err\" <\"$_dbx_r.ep\" >&2 & "
+                     "%ssh -c %s </dev/null >\"$_dbx_r.op\" 2>\"$_dbx_r.ep\"; _dbx_s=$?; wait; "
+                     "rm -f \"$_dbx_r.op\" \"$_dbx_r.ep\"; (exit $_dbx_s); "
+                     "else %ssh -c %s </dev/null; fi",
                      (long long)o->timeout_ms, o->stdout_cap_bytes ? o->stdout_cap_bytes : DEFAULT_CAP,
-                     o->stderr_cap_bytes ? o->stderr_cap_bytes : DEFAULT_CAP, qf, qd, t, qc);
+                     o->stderr_cap_bytes ? o->stderr_cap_bytes : DEFAULT_CAP, qf, qr, qd, t, qc, t,
+                     qc);
   }
   free(dir);
   free(qf);
+  free(qr);
   free(qd);
   free(qc);
   return w;
@@ -1369,7 +1404,7 @@ static dbx_drv_err dt_exec_start(void *self, const char *name, const char *cmd_i
   cli_t c = {0};
   sbinfo s = {0};
   sess_t ss = {0};
-  char *work = NULL, *envp = NULL, *envt = NULL, *text = NULL;
+  char *work = NULL, *envp = NULL, *envt = NULL, *text = NULL, *rawb = NULL;
   const char *cwd;
   if (adopted) *adopted = 0;
   if (o == NULL || o->command == NULL) return fail(d, DBX_DRV_INVALID, "no command");
@@ -1404,7 +1439,8 @@ static dbx_drv_err dt_exec_start(void *self, const char *name, const char *cmd_i
   }
   if ((rc = tb_dir(&c, name, &s, "/work-dir", &work)) != DBX_DRV_OK) goto out;
   if ((rc = marker(&c, name, &s, cmd_id, "env", &envp)) != DBX_DRV_OK) goto out;
-  if ((envt = env_text(o->env)) == NULL || (text = wrapper(envp, work, cwd, o)) == NULL) {
+  if ((rc = marker(&c, name, &s, cmd_id, "raw", &rawb)) != DBX_DRV_OK) goto out;
+  if ((envt = env_text(o->env)) == NULL || (text = wrapper(envp, rawb, work, cwd, o)) == NULL) {
     rc = DBX_DRV_NOMEM;
     goto out;
   }
@@ -1415,6 +1451,7 @@ out:
   if (envt) memset(envt, 0, strlen(envt)); /* it may hold secrets */
   free(envt);
   free(envp);
+  free(rawb);
   free(work);
   free(text);
   free(ss.command);
@@ -1533,6 +1570,62 @@ static uint8_t *head_and_tail(const char *p, size_t len, size_t cap, size_t *kep
   return b;
 }
 
+/* GET an absolute sandbox path's bytes (malloc'd, NUL-terminated).
+ * NOT_FOUND when absent. */
+static dbx_drv_err raw_get(cli_t *c, const char *name, const sbinfo *s, const char *abs,
+                           char **data, size_t *len) {
+  char *pe = esc(c, abs), *url = pe ? tb(s, "/files/download?path=%s", pe) : NULL;
+  resp_t r = {0};
+  dbx_drv_err rc = url ? req(c, "GET", url, NULL, NULL, 0, SAFE, 0, &r) : DBX_DRV_NOMEM;
+  if (rc == DBX_DRV_OK && r.status == 404) rc = DBX_DRV_NOT_FOUND;
+  else if (rc == DBX_DRV_OK && r.status != 200)
+    rc = tb_status_err(c, name, name, "GET", url, &r, status_err(r.status));
+  if (rc == DBX_DRV_OK) {
+    *data = dbx_malloc(r.body.n + 1);
+    if (*data == NULL) rc = DBX_DRV_NOMEM;
+    else {
+      if (r.body.n) memcpy(*data, r.body.p, r.body.n);
+      (*data)[r.body.n] = '\0';
+      *len = r.body.n;
+    }
+  }
+  if (url) resp_free(&r);
+  free(url);
+  free(pe);
+  return rc;
+}
+
+/* Replace the log text of both streams by the wrapper's raw copies (the
+ * bytes as the command wrote them), when both are there; a command started
+ * without them (no mkfifo, an older driver) keeps its log text. */
+static dbx_drv_err raw_output(cli_t *c, const char *name, const sbinfo *s, const char *cmd_id,
+                              char **o, size_t *ol, char **e, size_t *el) {
+  char *base = NULL, *po = NULL, *pe = NULL, *ro = NULL, *re = NULL;
+  size_t rol = 0, rel = 0;
+  dbx_drv_err rc = marker(c, name, s, cmd_id, "raw", &base);
+  if (rc == DBX_DRV_OK) {
+    po = dbx_asprintf("%s.out", base);
+    pe = dbx_asprintf("%s.err", base);
+    if (!po || !pe) rc = DBX_DRV_NOMEM;
+  }
+  if (rc == DBX_DRV_OK) rc = raw_get(c, name, s, po, &ro, &rol);
+  if (rc == DBX_DRV_OK) rc = raw_get(c, name, s, pe, &re, &rel);
+  if (rc == DBX_DRV_OK) {
+    free(*o);
+    free(*e);
+    *o = ro, *ol = rol, *e = re, *el = rel;
+    ro = re = NULL;
+  } else if (rc == DBX_DRV_NOT_FOUND) {
+    rc = DBX_DRV_OK;
+  }
+  free(ro);
+  free(re);
+  free(po);
+  free(pe);
+  free(base);
+  return rc;
+}
+
 static dbx_drv_err dt_exec_result(void *self, const char *name, const char *cmd_id,
                                   dbx_drv_exec_result *res) {
   dbx_daytona *d = self;
@@ -1548,7 +1641,9 @@ static dbx_drv_err dt_exec_result(void *self, const char *name, const char *cmd_
   } else if (rc == DBX_DRV_OK && (v.lost || !v.ss.finished)) {
     rc = fail(d, DBX_DRV_STATE, "command '%s' has not finished", cmd_id);
   } else if (rc == DBX_DRV_OK) {
-    rc = sess_logs(&c, name, &v.s, cmd_id, v.ss.cid, &o, &ol, &e, &el);
+    int lossy = 0;
+    rc = sess_logs_l(&c, name, &v.s, cmd_id, v.ss.cid, &o, &ol, &e, &el, &lossy);
+    if (rc == DBX_DRV_OK && lossy) rc = raw_output(&c, name, &v.s, cmd_id, &o, &ol, &e, &el);
     res->exit_code = v.ss.exit_code;
     res->signal = v.ss.exit_code > 128 && v.ss.exit_code < 160 ? v.ss.exit_code - 128 : 0;
   }

@@ -26,7 +26,10 @@
  *                leaves a marker ($HOME/.dbx/ID.killed) and deletes the
  *                session, so a retried attempt sees the killed command
  *                (exit 137) instead of running it again; a session lost with
- *                its marker left (the sandbox restarted) is LOST.
+ *                its marker left (the sandbox restarted) is LOST. Output is
+ *                byte-exact: the wrapper tees each stream to a raw file
+ *                ($HOME/.dbx/ID.raw.out / .raw.err), which exec_result reads
+ *                when the log's JSON text shows U+FFFD or a NUL.
  *   files        GET /files/download (bytes), POST /files/upload-v2 (raw
  *                octet-stream body), GET /files/info.
  *   git_*        /git/clone (the target removed first), /git/status +
