@@ -663,9 +663,11 @@ static char *create_body(dbx_daytona *d, const char *name, const dbx_drv_create_
 static dbx_drv_err dt_start_impl(cli_t *c, const char *name);
 
 /* git clone of a GIT source into the fresh sandbox's work-dir. */
-static dbx_drv_err clone_source(cli_t *c, const char *name, const dbx_drv_source *src);
+static dbx_drv_err clone_source(cli_t *c, const char *name, const dbx_drv_source *src,
+                                const dbx_drv_git_cred *cred);
 /* Upload the host folder of a DIR source into the fresh sandbox's work-dir. */
 static dbx_drv_err upload_source(cli_t *c, const char *name, const char *dir);
+static dbx_drv_err cred_check(dbx_daytona *d, const dbx_drv_git_cred *cred, const char *url);
 
 static dbx_drv_err check_create(dbx_daytona *d, const char *name, const dbx_drv_create_opts *o) {
   if (!dbx_drv_name_valid(name))
@@ -685,6 +687,7 @@ static dbx_drv_err check_create(dbx_daytona *d, const char *name, const dbx_drv_
   for (size_t i = 0; o->env && o->env[i]; i++)
     if (!env_name_ok(o->env[i]))
       return fail(d, DBX_DRV_INVALID, "environment entry %zu is not NAME=value", i);
+  if (src->kind == DBX_DRV_SOURCE_GIT) return cred_check(d, o->git_cred, src->location);
   return DBX_DRV_OK;
 }
 
@@ -704,7 +707,7 @@ static dbx_drv_err adopt(cli_t *c, const char *name, const char *key, sbinfo *s,
       char *url = tb(&r, "/git/status?path=.");
       resp_t rs;
       rc = url ? req(c, "GET", url, NULL, NULL, 0, SAFE, 0, &rs) : DBX_DRV_NOMEM;
-      if (rc == DBX_DRV_OK && rs.status != 200) rc = clone_source(c, name, &o->source);
+      if (rc == DBX_DRV_OK && rs.status != 200) rc = clone_source(c, name, &o->source, o->git_cred);
       if (url) resp_free(&rs);
       free(url);
       sb_clear(&r);
@@ -798,7 +801,8 @@ static dbx_drv_err dt_create(void *self, const char *name, const dbx_drv_create_
   sb_clear(&s);
   rc = sb_wait(&c, name, "started", deadline, o->cancelled, o->cancelled_ud, &s);
   if (rc == DBX_DRV_OK) unenforced_sizes(&s, o);
-  if (rc == DBX_DRV_OK && o->source.kind == DBX_DRV_SOURCE_GIT) rc = clone_source(&c, name, &o->source);
+  if (rc == DBX_DRV_OK && o->source.kind == DBX_DRV_SOURCE_GIT)
+    rc = clone_source(&c, name, &o->source, o->git_cred);
   if (rc == DBX_DRV_OK && o->source.kind == DBX_DRV_SOURCE_DIR)
     rc = upload_source(&c, name, o->source.location);
   if (rc != DBX_DRV_OK && rc != DBX_DRV_TRANSIENT) {
@@ -1905,10 +1909,15 @@ static dbx_drv_err clone_into(cli_t *c, const char *name, const sbinfo *s, const
   return rc;
 }
 
-static dbx_drv_err clone_source(cli_t *c, const char *name, const dbx_drv_source *src) {
+static dbx_drv_err clone_source(cli_t *c, const char *name, const dbx_drv_source *src,
+                                const dbx_drv_git_cred *cred) {
   sbinfo s;
   dbx_drv_err rc = sb_running(c, name, &s);
-  if (rc == DBX_DRV_OK) rc = clone_into(c, name, &s, src->location, ".", src->ref, NULL);
+  if (rc == DBX_DRV_OK) rc = clone_into(c, name, &s, src->location, ".", src->ref, cred);
+  if (rc == DBX_DRV_AUTH) { /* the message says whose */
+    sb_clear(&s);
+    return rc;
+  }
   if (rc == DBX_DRV_FAILED) rc = DBX_DRV_SOURCE_NOT_FOUND; /* the message says what */
   sb_clear(&s);
   return rc;

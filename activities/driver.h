@@ -178,6 +178,11 @@ typedef struct {
    * would adopt. */
   int (*cancelled)(void *ud);
   void *cancelled_ud;
+  /* GIT sources only (NULL: none): the worker's credentials for an http(s)
+   * location (dbx_drv_git_cred above), used for the clone alone; not kept,
+   * not part of the identity an adopt compares. INVALID with a location
+   * that is no http(s) URL; AUTH when the remote refuses them. */
+  const dbx_drv_git_cred *git_cred;
 } dbx_drv_create_opts;
 
 /* Bits of dbx_drv_create_opts.unenforced. */

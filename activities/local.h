@@ -144,6 +144,12 @@ typedef struct {
    * sandbox keeps its own. cpu count, disk size and Daytona's auto-stop /
    * archive / delete are not enforced here (docs/sandbox.md). */
   uint64_t memory_mib;
+  /* GIT only (NULL: none): credentials for an http(s) location, given to
+   * the host's git clone as dbx_local_git_clone_cred gives them (a helper
+   * reading git's own environment, for that URL's host alone); not kept,
+   * not part of the identity. DBX_EINVAL with a location that is no
+   * http(s) URL. */
+  const dbx_drv_git_cred *git_cred;
 } dbx_local_source;
 
 /* Create sandbox id from src (running). Idempotent: if id exists with the

@@ -54,7 +54,8 @@ static dbx_drv_err ld_create(void *self, const char *name, const dbx_drv_create_
                           .network = o->network,
                           .host_fs = o->host_fs,
                           .env = o->env,
-                          .memory_mib = (uint64_t)o->memory_gib * 1024};
+                          .memory_mib = (uint64_t)o->memory_gib * 1024,
+                          .git_cred = o->git_cred};
   if (o->unenforced)
     *o->unenforced = (o->cpu ? DBX_DRV_UNENFORCED_CPU : 0) |
                      (o->disk_gib ? DBX_DRV_UNENFORCED_DISK : 0) |

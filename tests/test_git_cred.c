@@ -9,7 +9,7 @@
  * read back, the pushed sha in the bare repository), that refusals are the
  * non-retryable AUTH (AuthFailed), and that the token appears in no file of
  * the workspace / driver home / fake's state, no error message and no log.
- * Also: Daytona's 401 / 403 of its API are AUTH naming the API key. */
+ * The same for a GIT source at create (dbx_drv_create_opts.git_cred). Also: Daytona's 401 / 403 of its API are AUTH naming the API key. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -222,6 +222,34 @@ static void clone_push_cases(dbx_driver *drv, const char *sb, const char *search
   free(lg);
 }
 
+/* A GIT source at create with credentials: refused ones (and none) fail
+ * the create with AUTH and leave no sandbox; right ones clone; the token is
+ * nowhere under search_dir. */
+static void create_cases(dbx_driver *drv, const char *sb, const char *search_dir) {
+  const dbx_driver_ops *o = drv->ops;
+  sh("git --git-dir=%s update-ref refs/heads/main %s", g_bare, g_seed);
+  dbx_drv_git_cred good = {USER, g_token}, bad = {USER, "not-the-token"};
+  dbx_drv_create_opts g = {.source = {DBX_DRV_SOURCE_GIT, g_url, NULL}, .git_cred = &bad};
+  dbx_drv_state st;
+  assert_int_equal(o->create(drv->self, sb, &g, NULL), DBX_DRV_AUTH);
+  assert_int_equal(o->exists(drv->self, sb, &st), DBX_DRV_NO_SANDBOX);
+  g.git_cred = NULL;
+  assert_int_equal(o->create(drv->self, sb, &g, NULL), DBX_DRV_AUTH);
+  g.git_cred = &good;
+  g.source.location = g_bare; /* credentials need an http(s) URL */
+  assert_int_equal(o->create(drv->self, sb, &g, NULL), DBX_DRV_INVALID);
+  g.source.location = g_url;
+  assert_int_equal(o->create(drv->self, sb, &g, NULL), DBX_DRV_OK);
+  uint8_t *data = NULL;
+  size_t len = 0;
+  assert_int_equal(o->file_read(drv->self, sb, "a.txt", 0, &data, &len), DBX_DRV_OK);
+  assert_int_equal(len, 4);
+  assert_memory_equal(data, "one\n", 4);
+  free(data);
+  assert_false(token_under(search_dir));
+  assert_int_equal(o->del(drv->self, sb), DBX_DRV_OK);
+}
+
 static void local_case(int bwrap) {
   char *home = dbx_asprintf("%s/home-%d", g_tmp, bwrap);
   dbx_local_open_opts oo = {.unsandboxed = !bwrap};
@@ -238,6 +266,7 @@ static void local_case(int bwrap) {
   assert_int_equal(drv->ops->create(drv->self, "gc-1", &co, &adopted), DBX_DRV_OK);
   clone_push_cases(drv, "gc-1", home);
   assert_int_equal(drv->ops->del(drv->self, "gc-1"), DBX_DRV_OK);
+  create_cases(drv, "gc-src", home);
   dbx_local_close(d);
   free(home);
 }
@@ -288,6 +317,7 @@ static void test_git_cred_daytona(void **state) {
   assert_non_null(strstr(log, "\\\"username\\\": \\\"" USER "\\\""));
   free(log);
   assert_int_equal(drv->ops->del(drv->self, "gc-dt"), DBX_DRV_OK);
+  create_cases(drv, "gc-dt-src", f.root);
   dbx_daytona_close(d);
   dbx_fake_daytona_stop(&f);
 }
