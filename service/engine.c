@@ -1048,6 +1048,8 @@ int dbx_service_test_queued_cancelled(dbx_service *s) {
   return n;
 }
 
+void dbx_service_call_local(dbx_service *s, struct dbx_rpc_call *call) { on_call(call, s); }
+
 int dbx_service_port(const dbx_service *s) { return s ? dbx_rpc_server_port(s->rpc) : 0; }
 
 void dbx_service_expect_client_stop(dbx_service *s) {

@@ -87,6 +87,13 @@ void dbx_service_expect_client_stop(dbx_service *s);
  * dbx_service_test_queued_cancelled those of them whose client cancelled or
  * whose deadline passed (as gRPC reported it to the server). Any thread. */
 void dbx_service_test_hold(dbx_service *s, int hold);
+/* Hand the service an in-process call (rpc/rpc.h dbx_rpc_call_local_new) as
+ * its rpc server hands it a gRPC call: queued for the engine thread, which
+ * decodes, checks, runs and answers it through the call (once). For the
+ * fuzzer of tests/fuzz/fuzz_service.c, which skips gRPC for speed. Takes
+ * ownership of call. Any thread. */
+struct dbx_rpc_call;
+void dbx_service_call_local(dbx_service *s, struct dbx_rpc_call *call);
 int dbx_service_test_queued(dbx_service *s);
 int dbx_service_test_queued_cancelled(dbx_service *s);
 /* Allocation-failure tests (base/alloc.h): n > 0 makes the next batch that
