@@ -65,4 +65,13 @@ extern const dbx_workflow_type dbx_script_workflow;
  * same text the workflow would fail with. Pure; thread-safe. */
 int dbx_script_validate(const char *input_json, size_t len, char *err, size_t n);
 
+/* The identity key of a step for forks (docs/worker.md "Checkpoints and
+ * forks"): sha256 hex of type, a newline and the canonical JSON of the
+ * activity input (every object's members sorted by key, the top-level
+ * "sandbox_id" left out, printed without white space). out: 65 bytes.
+ * Returns 0, or -1 (input not JSON, OOM). Pure; thread-safe. */
+#define DBX_SCRIPT_STEP_KEY_LEN 64
+int dbx_script_step_key(const char *type, const char *input_json, size_t len,
+                        char out[DBX_SCRIPT_STEP_KEY_LEN + 1]);
+
 #endif
