@@ -415,6 +415,12 @@ static void test_fork_covered_restores_the_checkpoint(void **state) {
                    event_of(&h, ET(ACTIVITY_TASK_SCHEDULED), NULL, 0));
   dbx_svct_history_cleanup(&h);
   dbx_rpc_channel_destroy(ch);
+  /* the fork replays deterministically against the current code */
+  char *rout = NULL, *rerr = NULL;
+  int rrc = durabox(&rout, &rerr, "replay", "--workflow-id", "fk-cov", NULL);
+  if (rrc != 0 || strstr(rout, "deterministic: ") == NULL) fail_msg("replay exited %d\n%s\n%s", rrc, rout, rerr);
+  free(rout);
+  free(rerr);
   /* the source is unchanged */
   cJSON *again = result_of("ck-src");
   assert_true(cJSON_Compare(again, g_src_res, 1));
