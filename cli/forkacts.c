@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "activities/sandbox.h"
+#include "base/hash.h"
 #include "base/util.h"
 #include "worker/api.h"
 #include "worker/client.h"
@@ -110,13 +111,34 @@ static cJSON *marker_data(const HistoryEvent *e, const char *name) {
   return NULL;
 }
 
-/* Give entry its occurrence among the keys seen (seen: key -> count). */
-static void number_occurrence(cJSON *seen, cJSON *entry) {
+/* Occurrences seen per identity key: an open-addressing table of at least
+ * twice as many slots as keys (a history has fewer steps than events). */
+typedef struct {
+  const char *key; /* borrowed from the entry that first had it */
+  int count;
+} occ_slot;
+
+typedef struct {
+  occ_slot *s;
+  size_t cap; /* a power of two */
+} occ_map;
+
+static int occ_init(occ_map *m, size_t n) {
+  for (m->cap = 64; m->cap < 2 * n + 2; m->cap *= 2) {}
+  m->s = calloc(m->cap, sizeof *m->s);
+  return m->s ? 0 : -1;
+}
+
+/* Give entry its occurrence among the keys seen. */
+static void number_occurrence(occ_map *m, cJSON *entry) {
   const char *k = jstr(entry, "key");
-  cJSON *c = k ? cJSON_GetObjectItemCaseSensitive(seen, k) : NULL;
-  int occ = c ? (int)c->valuedouble : 0;
-  if (c) cJSON_SetNumberValue(c, occ + 1);
-  else if (k) cJSON_AddNumberToObject(seen, k, 1);
+  int occ = 0;
+  if (k) {
+    size_t i = (size_t)dbx_fnv1a64(DBX_FNV1A64_OFFSET, k, strlen(k)) & (m->cap - 1);
+    while (m->s[i].key && strcmp(m->s[i].key, k) != 0) i = (i + 1) & (m->cap - 1);
+    if (!m->s[i].key) m->s[i].key = k;
+    occ = m->s[i].count++;
+  }
   cJSON_DeleteItemFromObjectCaseSensitive(entry, "occurrence");
   cJSON_AddNumberToObject(entry, "occurrence", occ);
 }
@@ -180,9 +202,9 @@ static int scan_history(HistoryEvent *const *evs, size_t n, scan *sc) {
   memset(sc, 0, sizeof *sc);
   sc->steps = cJSON_CreateArray();
   sc->ckpts = cJSON_CreateArray();
-  cJSON *seen = cJSON_CreateObject();
+  occ_map seen = {0};
   const HistoryEvent **by_id = calloc(n + 1, sizeof *by_id);
-  int rc = sc->steps && sc->ckpts && seen && by_id ? 0 : -1;
+  int rc = sc->steps && sc->ckpts && by_id && occ_init(&seen, n) == 0 ? 0 : -1;
   if (n && evs[0]->workflow_execution_started_event_attributes &&
       evs[0]->workflow_execution_started_event_attributes->workflow_type)
     sc->type = evs[0]->workflow_execution_started_event_attributes->workflow_type->name;
@@ -208,7 +230,7 @@ static int scan_history(HistoryEvent *const *evs, size_t n, scan *sc) {
       cJSON_AddBoolToObject(entry, "restored_mark", restored);
     }
     if (entry) {
-      number_occurrence(seen, entry);
+      number_occurrence(&seen, entry);
       cJSON_AddItemToArray(sc->steps, entry);
     }
   }
@@ -219,7 +241,7 @@ static int scan_history(HistoryEvent *const *evs, size_t n, scan *sc) {
       break;
     }
   free(by_id);
-  cJSON_Delete(seen);
+  free(seen.s);
   return rc;
 }
 

@@ -9,7 +9,11 @@
  * "timeout_s": N, "heartbeat_timeout_s": N, "continue_on_failure": false,
  * "retry": {...}, "schedule_to_close_s": N}], "retry": {...},
  * "schedule_to_close_s": N}; sandbox also takes "timeout_s" and
- * "heartbeat_timeout_s". Durations are seconds, at most 10 years.
+ * "heartbeat_timeout_s", and "checkpoint": {"every_steps": N, "on_completion":
+ * bool} (the checkpoint policy; a fork's input also has "fork_of":
+ * {"workflow_id", "run_id", "event_id"}: docs/worker.md "Checkpoints and
+ * forks"; then the result has "checkpoints" and "fork", and recorded steps
+ * "from_record"). Durations are seconds, at most 10 years.
  * Activities: sandbox.create {"resource": "workspace", "source", "env"};
  * then per step sandbox.<kind> {"sandbox_id", ...step fields} (sleep is a
  * durable timer); then sandbox.delete {"sandbox_id"} unless keep.
