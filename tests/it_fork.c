@@ -156,9 +156,9 @@ static cJSON *progress_of(const char *wid) {
   return j;
 }
 
-/* Poll the progress query until awaiting_approval names step (20 s). */
+/* Poll the progress query until awaiting_approval names step (60 s). */
 static void wait_approval(const char *wid, const char *step) {
-  for (int i = 0; i < 200; i++) {
+  for (int i = 0; i < 600; i++) {
     cJSON *p = progress_of(wid);
     const char *a = cJSON_GetStringValue(cJSON_GetObjectItem(p, "awaiting_approval"));
     int hit = a && strcmp(a, step) == 0;
