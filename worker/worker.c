@@ -180,6 +180,7 @@ dbx_err dbx_worker_register_activity(dbx_worker *w, const dbx_activity_type *t) 
 }
 
 struct dbx_wstore *dbx_worker_wstore(dbx_worker *w) { return w->ws; }
+struct dbx_client *dbx_worker_client(dbx_worker *w) { return w->client; }
 
 void dbx_worker_get_stats(dbx_worker *w, dbx_worker_stats *out) {
   out->workflow_tasks = w->st_wft;

@@ -83,6 +83,10 @@ void dbx_worker_destroy(dbx_worker *w);
 /* The worker's store (bindings, checkpoints, journal); borrowed for the
  * worker's life; thread-safe (see wstore.h). */
 struct dbx_wstore *dbx_worker_wstore(dbx_worker *w);
+/* The worker's client to its service (worker/client.h), borrowed for the
+ * worker's life; thread-safe. Activities that read the service (a fork's
+ * durabox.fork_load, cli/fork.h) use it. */
+struct dbx_client *dbx_worker_client(dbx_worker *w);
 /* Counters for tests and metrics (any thread). */
 typedef struct {
   uint64_t workflow_tasks;      /* completed or failed workflow tasks answered */
