@@ -27,10 +27,11 @@ static dbx_err h_get_system_info(ectx *c, job *j) {
   GetSystemInfoResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__GET_SYSTEM_INFO_RESPONSE);
   Temporal__Api__Workflowservice__V1__GetSystemInfoResponse__Capabilities cap =
       INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__GET_SYSTEM_INFO_RESPONSE__CAPABILITIES);
-  /* Only what this service does (docs/compatibility.md): no schedules, no
-   * worker versioning, no eager workflow start; Count's GROUP BY
+  /* Only what this service does (docs/compatibility.md): no
+   * worker versioning, no eager workflow start; schedules and Count's GROUP BY
    * ExecutionStatus (service/visibility.c) is there. */
   cap.count_group_by_execution_status = 1;
+  cap.supports_schedules = 1; /* service/schedule.c */
   cap.signal_and_query_header = 1;
   cap.internal_error_differentiation = 1;
   cap.activity_failure_include_heartbeat = 1;

@@ -119,8 +119,8 @@ static void test_tools_system_info_only_real_capabilities(void **state) {
   assert_true(r->capabilities->signal_and_query_header);
   assert_true(r->capabilities->activity_failure_include_heartbeat);
   assert_true(r->capabilities->count_group_by_execution_status);
+  assert_true(r->capabilities->supports_schedules);
   /* not implemented here, so not advertised */
-  assert_false(r->capabilities->supports_schedules);
   assert_false(r->capabilities->eager_workflow_start);
   assert_false(r->capabilities->build_id_based_versioning);
   assert_false(r->capabilities->nexus);
