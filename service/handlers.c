@@ -29,7 +29,7 @@ static dbx_err h_get_system_info(ectx *c, job *j) {
       INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__GET_SYSTEM_INFO_RESPONSE__CAPABILITIES);
   /* Only what this service does (docs/compatibility.md): no
    * worker versioning, no eager workflow start; schedules and Count's GROUP BY
-   * ExecutionStatus (service/visibility.c) is there. */
+   * ExecutionStatus (service/visibility.c) are there. */
   cap.count_group_by_execution_status = 1;
   cap.supports_schedules = 1; /* service/schedule.c */
   cap.signal_and_query_header = 1;
