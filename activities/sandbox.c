@@ -1018,6 +1018,11 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
   const char *wf = dbx_act_workflow_id(a), *owner = NULL;
   int keep = 0;
   if (owner_of(a, in, &owner, res) != 0 || get_keep(in, &keep, res) != 0) goto out;
+  const cJSON *sess = cJSON_GetObjectItemCaseSensitive(in, "session");
+  if (sess != NULL && !cJSON_IsBool(sess) && !cJSON_IsNull(sess)) {
+    rc = fail(res, 1, "InvalidInput", "field 'session' must be true or false");
+    goto out;
+  }
   char id[129]; /* a derived id (20) or an adopted one (dbx_drv_name_valid: <= 128) */
   sandbox_id_of(wf, cJSON_HasObjectItem(in, OWNER_FIELD) ? owner : NULL, resource, id);
   int adopted = 0, reopen = cJSON_HasObjectItem(in, "adopt");
@@ -1029,12 +1034,13 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
   /* labels say whose sandbox it is (`durabox sandbox list` reads them; list
    * by labels finds a run's sandboxes); a value that is no valid label value
    * is left out */
-  dbx_drv_label labels[4] = {{"durabox.resource", resource},
+  dbx_drv_label labels[5] = {{"durabox.resource", resource},
                              {"durabox.workflow_id", wf ? wf : ""},
                              {"durabox.run_id", owner},
-                             {"durabox.keep", keep ? "true" : ""}};
+                             {"durabox.keep", keep ? "true" : ""},
+                             {"durabox.session", cJSON_IsTrue(sess) ? "true" : ""}};
   size_t nlabels = 0;
-  for (size_t i = 0; i < 4; i++)
+  for (size_t i = 0; i < 5; i++)
     if (dbx_drv_label_valid(&labels[i]) && labels[i].value[0]) labels[nlabels++] = labels[i];
   dbx_drv_create_opts co = {.source = src, .labels = labels, .nlabels = nlabels};
   unsigned unenforced = 0;

@@ -9,7 +9,7 @@
  *   sandbox.create      {"resource"?: "workspace", "source"?: {"kind": "empty"|"dir"|"git"|
  *                        "snapshot", "path"|"url"|"ref"}, "env"?: {..},
  *                        "network"?: "host"|"none", "host_fs"?: "host"|"system",
- *                        "owner_run_id"?: RUN, "keep"?: bool,
+ *                        "owner_run_id"?: RUN, "keep"?: bool, "session"?: bool,
  *                        "adopt"?: {"sandbox_id": ID, "driver"?: NAME}}
  *                       -> {"sandbox_id", "adopted", "path", "driver"}
  *                       The id is "dbx-" + 16 hex digits of FNV-1a 64 over
@@ -21,8 +21,10 @@
  *                       id of earlier versions). A fresh sandbox is labelled
  *                       durabox.resource, durabox.workflow_id, durabox.run_id
  *                       (owner_run_id, else the activity's run) and, with
- *                       "keep": true, durabox.keep = "true" (each when a valid
- *                       label value). "path" is the workspace's host
+ *                       "keep": true, durabox.keep = "true", with "session":
+ *                       true durabox.session = "true" (a session's sandbox:
+ *                       `durabox sandbox gc` asks the session whether it
+ *                       still needs it; each when a valid label value). "path" is the workspace's host
  *                       path, absent when the driver has none. ("env" is
  *                       validated; the local driver keeps no per-sandbox
  *                       environment.) "network" "none": no network at all;

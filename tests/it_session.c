@@ -320,12 +320,40 @@ static void test_failed_and_cancelled_turns_are_skipped(void **state) {
   turn_free(&t4);
 }
 
+/* The verdict `sandbox list` gives sandbox id ("" when it is not listed). */
+static char *verdict_of(const char *id) {
+  char *out = NULL, *err = NULL;
+  int rc = durabox(&out, &err, "sandbox", "list", "--sandbox-home", g_home, "--output", "json", NULL);
+  if (rc != 0) fail_msg("sandbox list exited %d: %s", rc, err);
+  cJSON *j = cJSON_Parse(out);
+  assert_non_null(j);
+  char *v = strdup("");
+  const cJSON *e;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(j, "sandboxes")) {
+    if (strcmp(str_at(e, "id"), id) == 0) {
+      free(v);
+      v = strdup(str_at(e, "verdict"));
+    }
+  }
+  cJSON_Delete(j);
+  free(out);
+  free(err);
+  return v;
+}
+
+static void assert_verdict(const char *id, const char *want) {
+  char *v = verdict_of(id);
+  if (strcmp(v, want) != 0) fail_msg("sandbox %s: verdict '%s', want '%s'", id, v, want);
+  free(v);
+}
+
 /* gc leaves a session's sandbox; a removed one fails the next turn, named. */
 static void test_gc_and_removed_sandbox(void **state) {
   (void)state;
   turn_out t1 = execute_turn("sess-c", "sq", WRITE_ONE);
   if (t1.rc != 0 || t1.result == NULL) fail_msg("turn 1 exited %d: %s\n%s", t1.rc, t1.err, t1.out);
   const char *id = str_at(t1.result, "session_state.sandbox.id"), *path = str_at(t1.result, "sandbox_path");
+  assert_verdict(id, "kept"); /* the newest completed turn names it */
   char *out = NULL, *err = NULL;
   assert_int_equal(durabox(&out, &err, "sandbox", "gc", "--sandbox-home", g_home, NULL), 0);
   free(out);
@@ -352,6 +380,81 @@ static void test_gc_and_removed_sandbox(void **state) {
   turn_free(&t1);
   turn_free(&t2);
   turn_free(&t3);
+}
+
+/* A sandbox no turn of its session needs any more (a cancelled first
+ * turn's) is orphaned and collected; the one of the newest completed turn,
+ * and one a running turn uses, are not. */
+static void test_gc_collects_what_no_turn_needs(void **state) {
+  (void)state;
+  char *out = NULL, *err = NULL;
+  int rc = durabox(&out, &err, "workflow", "start", "--session", "sess-e", "--type", "durabox.Script",
+                   "--task-queue", "sq", "--input",
+                   "{\"steps\":[{\"name\":\"wait\",\"kind\":\"sleep\",\"seconds\":600}]}", NULL);
+  if (rc != 0) fail_msg("workflow start exited %d: %s", rc, err);
+  free(out);
+  free(err);
+  /* its sandbox, once sandbox.create made it */
+  char *id = NULL;
+  int64_t end = now_ms() + WAIT_MS;
+  while (id == NULL) {
+    out = NULL;
+    assert_int_equal(durabox(&out, NULL, "sandbox", "list", "--sandbox-home", g_home, "--output", "json", NULL), 0);
+    cJSON *j = cJSON_Parse(out);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(j, "sandboxes")) {
+      const cJSON *w = cJSON_GetObjectItemCaseSensitive(e, "workflow_id");
+      if (cJSON_IsString(w) && strcmp(w->valuestring, "sess-e") == 0) id = strdup(str_at(e, "id"));
+    }
+    cJSON_Delete(j);
+    free(out);
+    if (id == NULL && now_ms() > end) fail_msg("the turn of sess-e made no sandbox");
+    if (id == NULL) usleep(100 * 1000);
+  }
+  assert_verdict(id, "live");
+  out = err = NULL;
+  assert_int_equal(durabox(&out, &err, "workflow", "cancel", "--workflow-id", "sess-e", NULL), 0);
+  free(out);
+  free(err);
+  await_status("sess-e", "CANCELED");
+  assert_verdict(id, "orphaned"); /* no completed turn names it */
+
+  turn_out t = execute_turn("sess-e", "sq", WRITE_ONE);
+  if (t.rc != 0 || t.result == NULL) fail_msg("turn exited %d: %s\n%s", t.rc, t.err, t.out);
+  assert_int_equal(t.turn, 1); /* the cancelled one did not count */
+  const char *mine = str_at(t.result, "session_state.sandbox.id");
+  assert_string_not_equal(mine, id); /* a fresh sandbox: the cancelled turn was never a parent */
+  assert_verdict(mine, "kept");
+  out = err = NULL;
+  assert_int_equal(durabox(&out, &err, "sandbox", "gc", "--sandbox-home", g_home, NULL), 0);
+  free(out);
+  free(err);
+  char *v = verdict_of(id);
+  assert_string_equal(v, ""); /* collected */
+  free(v);
+  assert_true(is_dir(str_at(t.result, "sandbox_path"))); /* left */
+
+  /* while a turn runs in it, the session's sandbox is held (and rm refuses it) */
+  out = err = NULL;
+  rc = durabox(&out, &err, "workflow", "start", "--session", "sess-e", "--type", "durabox.Script",
+               "--task-queue", "sq", "--input",
+               "{\"steps\":[{\"name\":\"wait\",\"kind\":\"sleep\",\"seconds\":600}]}", NULL);
+  if (rc != 0) fail_msg("workflow start exited %d: %s", rc, err);
+  free(out);
+  free(err);
+  assert_verdict(mine, "held");
+  out = err = NULL;
+  assert_int_equal(durabox(&out, &err, "sandbox", "rm", mine, "--sandbox-home", g_home, NULL), 1);
+  assert_non_null(strstr(err, "running"));
+  free(out);
+  free(err);
+  assert_true(is_dir(str_at(t.result, "sandbox_path")));
+  out = err = NULL;
+  assert_int_equal(durabox(&out, &err, "workflow", "terminate", "--workflow-id", "sess-e", NULL), 0);
+  free(out);
+  free(err);
+  free(id);
+  turn_free(&t);
 }
 
 /* A session over the fake Daytona server: turn 2 re-opens turn 1's sandbox. */
@@ -407,6 +510,7 @@ int main(void) {
       cmocka_unit_test(test_turns_share_the_sandbox),
       cmocka_unit_test(test_failed_and_cancelled_turns_are_skipped),
       cmocka_unit_test(test_gc_and_removed_sandbox),
+      cmocka_unit_test(test_gc_collects_what_no_turn_needs),
       cmocka_unit_test(test_session_on_fake_daytona),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -424,6 +424,7 @@ static void session_create_input(script *s, dbx_wf *wf, cJSON *ci) {
   cJSON_DeleteItemFromObjectCaseSensitive(ci, "owner_run_id");
   cJSON_AddStringToObject(ci, "owner_run_id", s->sandbox_owner ? s->sandbox_owner : "");
   if (!cJSON_HasObjectItem(ci, "keep")) cJSON_AddTrueToObject(ci, "keep");
+  cJSON_AddTrueToObject(ci, "session"); /* labelled: gc asks the session (cli/session.h) */
   if (sb == NULL) return;
   cJSON *ad = cJSON_AddObjectToObject(ci, "adopt");
   cJSON_AddStringToObject(ad, "sandbox_id", str_of(sb, "id"));
