@@ -457,6 +457,98 @@ static void test_gc_collects_what_no_turn_needs(void **state) {
   turn_free(&t);
 }
 
+/* `workflow execute` of a Script input as given (no --session): the
+ * stderr of a turn that must fail, which the caller frees. */
+static char *execute_failing(const char *wfid, const char *input) {
+  char *out = NULL, *err = NULL;
+  int rc = durabox(&out, &err, "workflow", "execute", "--workflow-id", wfid, "--type", "durabox.Script",
+                   "--task-queue", "sq", "--input", input, NULL);
+  if (rc != 1) fail_msg("workflow execute %s exited %d, want 1: %s\n%s", wfid, rc, err, out);
+  free(out);
+  return err;
+}
+
+/* Bad session fields and sandboxes a turn may not re-open, each named. */
+static void test_reopen_refusals(void **state) {
+  (void)state;
+  turn_out t1 = execute_turn("sess-f", "sq", WRITE_ONE);
+  if (t1.rc != 0 || t1.result == NULL) fail_msg("turn 1 exited %d: %s\n%s", t1.rc, t1.err, t1.out);
+  const char *id = str_at(t1.result, "session_state.sandbox.id");
+  char *in = NULL, *err = NULL, want[300];
+
+  /* made by another driver than this worker's */
+  in = dbx_asprintf("{\"session\":{\"id\":\"sess-f\",\"turn\":2,\"previous_run_id\":\"%s\","
+                    "\"state\":{\"sandbox\":{\"id\":\"%s\",\"driver\":\"daytona\"}}},%s",
+                    t1.run_id, id, CAT_A + 1);
+  err = execute_failing("sess-f", in);
+  snprintf(want, sizeof want, "sandbox '%s' was made by the daytona driver; this worker's is local", id);
+  if (strstr(err, want) == NULL) fail_msg("no '%s' in: %s", want, err);
+  free(err);
+  free(in);
+
+  /* another workflow's sandbox */
+  in = dbx_asprintf("{\"session\":{\"id\":\"sess-g\",\"turn\":2,\"previous_run_id\":null,"
+                    "\"state\":{\"sandbox\":{\"id\":\"%s\",\"driver\":\"local\"}}},%s",
+                    id, CAT_A + 1);
+  err = execute_failing("sess-g", in);
+  snprintf(want, sizeof want, "sandbox '%s' belongs to workflow 'sess-f', not 'sess-g'", id);
+  if (strstr(err, want) == NULL) fail_msg("no '%s' in: %s", want, err);
+  free(err);
+  free(in);
+  char *out = NULL;
+  assert_int_equal(durabox(&out, NULL, "workflow", "show", "--workflow-id", "sess-g", "--output", "json", NULL), 0);
+  assert_non_null(strstr(out, "SandboxConflict"));
+  free(out);
+
+  /* session fields the Script checks before anything runs */
+  static const char *const bad[][2] = {
+      {"{\"id\":\"sess-h\",\"turn\":0,\"previous_run_id\":null,\"state\":null}", "session.turn"},
+      {"{\"id\":\"\",\"turn\":1,\"previous_run_id\":null,\"state\":null}", "session.id"},
+      {"{\"id\":\"sess-h\",\"turn\":1,\"previous_run_id\":null,\"state\":[]}", "session.state"},
+      {"{\"id\":\"sess-h\",\"turn\":1,\"state\":{\"sandbox\":{\"driver\":\"local\"}}}",
+       "session.state.sandbox"},
+      {"{\"id\":\"sess-h\",\"turn\":1,\"who\":1}", "unknown field \"who\""},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    in = dbx_asprintf("{\"session\":%s,%s", bad[i][0], CAT_A + 1);
+    err = execute_failing("sess-h", in);
+    if (strstr(err, bad[i][1]) == NULL) fail_msg("input %s: no '%s' in: %s", in, bad[i][1], err);
+    free(err);
+    free(in);
+  }
+  /* and the CLI's own refusals, before any call */
+  out = err = NULL;
+  assert_int_equal(durabox(&out, &err, "workflow", "start", "--session", "it's", "--type", "durabox.Script",
+                           "--task-queue", "sq", "--input", CAT_A, NULL), 2);
+  assert_non_null(strstr(err, "--session"));
+  free(out);
+  free(err);
+  out = err = NULL;
+  assert_int_equal(durabox(&out, &err, "workflow", "start", "--session", "sess-f", "--type", "durabox.Script",
+                           "--task-queue", "sq", "--input", "[1]", NULL), 2);
+  assert_non_null(strstr(err, "JSON object"));
+  free(out);
+  free(err);
+  out = err = NULL;
+  assert_int_equal(durabox(&out, &err, "workflow", "start", "--session", "sess-f", "--workflow-id", "other",
+                           "--type", "durabox.Script", "--task-queue", "sq", "--input", CAT_A, NULL), 2);
+  free(out);
+  free(err);
+  out = err = NULL;
+  assert_int_equal(durabox(&out, &err, "workflow", "start", "--session", "sess-f", "--type", "durabox.Script",
+                           "--task-queue", "sq", "--input", "{\"session\":1,\"steps\":[]}", NULL), 2);
+  assert_non_null(strstr(err, "of its own"));
+  free(out);
+  free(err);
+  /* none of these started a turn: the next one is turn 2 after turn 1 */
+  turn_out t2 = execute_turn("sess-f", "sq", CAT_A);
+  assert_int_equal(t2.rc, 0);
+  assert_int_equal(t2.turn, 2);
+  assert_string_equal(str_at(t2.result, "session.previous_run_id"), t1.run_id);
+  turn_free(&t1);
+  turn_free(&t2);
+}
+
 /* A session over the fake Daytona server: turn 2 re-opens turn 1's sandbox. */
 static void test_session_on_fake_daytona(void **state) {
   (void)state;
@@ -511,6 +603,7 @@ int main(void) {
       cmocka_unit_test(test_failed_and_cancelled_turns_are_skipped),
       cmocka_unit_test(test_gc_and_removed_sandbox),
       cmocka_unit_test(test_gc_collects_what_no_turn_needs),
+      cmocka_unit_test(test_reopen_refusals),
       cmocka_unit_test(test_session_on_fake_daytona),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
