@@ -566,6 +566,23 @@ static void test_session_on_fake_daytona(void **state) {
   turn_out t1 = execute_turn("sess-d", "dq", WRITE_ONE);
   if (t1.rc != 0 || t1.result == NULL) fail_msg("turn 1 exited %d: %s\n%s", t1.rc, t1.err, t1.out);
   assert_string_equal(str_at(t1.result, "session_state.sandbox.driver"), "daytona");
+  /* Daytona stops an idle sandbox (autoStopInterval): stopped between the turns */
+  char *url = dbx_asprintf("%s/sandbox/%s/stop", fake.api_url, str_at(t1.result, "session_state.sandbox.id"));
+  char *cargv[] = {"/usr/bin/curl", "-sSf", "-X", "POST", "-H", "Authorization: Bearer " DBX_FAKE_DAYTONA_KEY, url, NULL};
+  char *cout = NULL, *cerr = NULL;
+  if (dbx_svct_proc_run(cargv, NULL, CMD_TIMEOUT_MS, &cout, &cerr) != 0) fail_msg("stop: %s %s", cout, cerr);
+  free(cout);
+  free(cerr);
+  free(url);
+  int64_t end = now_ms() + WAIT_MS;
+  for (;;) {
+    char *sbs = dbx_fake_daytona_call(&fake, "GET", "/_control/sandboxes", NULL);
+    int stopped = sbs && strstr(sbs, "\"stopped\"") != NULL;
+    free(sbs);
+    if (stopped) break;
+    if (now_ms() > end) fail_msg("the fake never stopped the sandbox");
+    usleep(50 * 1000);
+  }
   turn_out t2 = execute_turn("sess-d", "dq", "{\"steps\":[{\"name\":\"r\",\"kind\":\"read_file\",\"path\":\"a.txt\"}]}");
   if (t2.rc != 0 || t2.result == NULL) fail_msg("turn 2 exited %d: %s\n%s", t2.rc, t2.err, t2.out);
   assert_int_equal(t2.turn, 2);
@@ -577,15 +594,18 @@ static void test_session_on_fake_daytona(void **state) {
   assert_non_null(log);
   cJSON *lj = cJSON_Parse(log);
   free(log);
-  int creates = 0, deletes = 0;
+  int creates = 0, deletes = 0, starts = 0;
   const cJSON *e;
   cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(lj, "requests")) {
     const char *m = str_at(e, "method"), *p = str_at(e, "path");
+    size_t pl = strlen(p);
     creates += strcmp(m, "POST") == 0 && strcmp(p, "/api/sandbox") == 0;
     deletes += strcmp(m, "DELETE") == 0 && strncmp(p, "/api/sandbox/", 13) == 0;
+    starts += strcmp(m, "POST") == 0 && pl > 6 && strcmp(p + pl - 6, "/start") == 0;
   }
   cJSON_Delete(lj);
-  assert_int_equal(creates, 1); /* turn 2 made none */
+  assert_true(starts >= 1);     /* turn 2 started the stopped sandbox */
+  assert_int_equal(creates, 1); /* and made none */
   assert_int_equal(deletes, 0); /* and neither turn removed it */
   dbx_svct_proc_kill(w, SIGKILL);
   dbx_fake_daytona_stop(&fake);
