@@ -267,7 +267,8 @@ int dbx_cli_session_owns(dbx_client *c, const char *session, const char *sandbox
   char *err = NULL;
   cJSON *res = NULL;
   int rc = -1, count = 0;
-  if (session == NULL || sandbox_id == NULL || !session_id_ok(session)) return 0;
+  if (session == NULL || sandbox_id == NULL) return 0;
+  if (!session_id_ok(session)) return -1; /* not to be asked: cannot tell */
   if (list_runs(c, session, &rows, &err) != DBX_OK) goto out;
   const run_row *prev = newest_completed(&rows, INT64_MAX, &count);
   if (prev == NULL) {
