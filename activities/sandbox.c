@@ -845,6 +845,67 @@ static int add_unenforced(cJSON *o, unsigned bits) {
   return 0;
 }
 
+/* "adopt": {"sandbox_id": ID, "driver"?: NAME}: re-open an existing
+ * sandbox instead of making one (a session's next turn, docs/worker.md
+ * "Sessions"). The sandbox must exist on this driver and, when it carries a
+ * durabox.workflow_id label, belong to the activity's workflow id; a stopped
+ * one is started. Nothing is created, so a retry does the same again.
+ * Returns 0 with id (borrowed from in) set, -1 with the failure recorded:
+ * InvalidInput (the field), SandboxNotFound (missing, or made by another
+ * driver: the message names it), SandboxConflict (another workflow's). */
+static int adopt_of(dbx_act *a, dbx_driver *drv, const cJSON *in, const char **id,
+                    dbx_act_result *res, dbx_err *rc) {
+  const cJSON *ad = cJSON_GetObjectItemCaseSensitive(in, "adopt");
+  const char *want_drv = NULL;
+  *id = NULL;
+  if (!cJSON_IsObject(ad)) {
+    *rc = fail(res, 1, "InvalidInput", "field 'adopt' must be {\"sandbox_id\": ID, \"driver\"?: NAME}");
+    return -1;
+  }
+  if (get_str(ad, "sandbox_id", 1, id, res) != 0 || get_str(ad, "driver", 0, &want_drv, res) != 0)
+    return -1;
+  if (!valid_name(*id)) {
+    *rc = fail(res, 1, "InvalidInput", "field 'adopt.sandbox_id' is not a valid sandbox id");
+    return -1;
+  }
+  if (want_drv && strcmp(want_drv, drv->name) != 0) {
+    *rc = fail(res, 1, "SandboxNotFound",
+               "sandbox.create: adopt: sandbox '%s' was made by the %.40s driver; this worker's is %s",
+               *id, want_drv, drv->name);
+    return -1;
+  }
+  dbx_drv_state st = DBX_DRV_RUNNING;
+  dbx_drv_err e = CALL(drv, exists, *id, &st);
+  if (e == DBX_DRV_NO_SANDBOX) {
+    *rc = fail(res, 1, "SandboxNotFound",
+               "sandbox.create: adopt: sandbox '%s' does not exist (removed since the turn that "
+               "used it?)", *id);
+    return -1;
+  }
+  dbx_drv_label *labels = NULL;
+  size_t n = 0;
+  if (e == DBX_DRV_OK) e = CALL(drv, labels, *id, &labels, &n);
+  if (e != DBX_DRV_OK) {
+    *rc = fail_drv(res, drv, e, "sandbox.create: adopt", *id);
+    return -1;
+  }
+  const char *wf = dbx_act_workflow_id(a), *owner_wf = NULL;
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(labels[i].key, "durabox.workflow_id") == 0) owner_wf = labels[i].value;
+  int other = owner_wf && wf && strcmp(owner_wf, wf) != 0;
+  if (other)
+    *rc = fail(res, 1, "SandboxConflict",
+               "sandbox.create: adopt: sandbox '%s' belongs to workflow '%.200s', not '%.200s'", *id,
+               owner_wf, wf);
+  dbx_drv_labels_free(labels, n);
+  if (other) return -1;
+  if (st == DBX_DRV_STOPPED && (e = CALL(drv, start, *id)) != DBX_DRV_OK) {
+    *rc = fail_drv(res, drv, e, "sandbox.create: adopt: start", *id);
+    return -1;
+  }
+  return 0;
+}
+
 static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_result *res,
                           void *ud) {
   dbx_driver *drv = DRV(ud);
@@ -958,18 +1019,29 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
   const char *wf = dbx_act_workflow_id(a), *owner = NULL;
   int keep = 0;
   if (owner_of(a, in, &owner, res) != 0 || get_keep(in, &keep, res) != 0) goto out;
-  char id[21];
+  const cJSON *sess = cJSON_GetObjectItemCaseSensitive(in, "session");
+  if (sess != NULL && !cJSON_IsBool(sess) && !cJSON_IsNull(sess)) {
+    rc = fail(res, 1, "InvalidInput", "field 'session' must be true or false");
+    goto out;
+  }
+  char id[129]; /* a derived id (20) or an adopted one (dbx_drv_name_valid: <= 128) */
   sandbox_id_of(wf, cJSON_HasObjectItem(in, OWNER_FIELD) ? owner : NULL, resource, id);
-  int adopted = 0;
+  int adopted = 0, reopen = cJSON_HasObjectItem(in, "adopt");
+  if (reopen) { /* a session's next turn: the previous turn's sandbox */
+    const char *aid = NULL;
+    if (adopt_of(a, drv, in, &aid, res, &rc) != 0) goto out;
+    snprintf(id, sizeof id, "%s", aid);
+  }
   /* labels say whose sandbox it is (`durabox sandbox list` reads them; list
    * by labels finds a run's sandboxes); a value that is no valid label value
    * is left out */
-  dbx_drv_label labels[4] = {{"durabox.resource", resource},
+  dbx_drv_label labels[5] = {{"durabox.resource", resource},
                              {"durabox.workflow_id", wf ? wf : ""},
                              {"durabox.run_id", owner},
-                             {"durabox.keep", keep ? "true" : ""}};
+                             {"durabox.keep", keep ? "true" : ""},
+                             {"durabox.session", cJSON_IsTrue(sess) ? "true" : ""}};
   size_t nlabels = 0;
-  for (size_t i = 0; i < 4; i++)
+  for (size_t i = 0; i < 5; i++)
     if (dbx_drv_label_valid(&labels[i]) && labels[i].value[0]) labels[nlabels++] = labels[i];
   dbx_drv_create_opts co = {.source = src, .labels = labels, .nlabels = nlabels};
   unsigned unenforced = 0;
@@ -986,7 +1058,8 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
   co.cancelled = create_heartbeat;
   co.cancelled_ud = a;
   DBX_FAILPOINT("activity.sandbox_create.before");
-  dbx_drv_err drc = CALL(drv, create, id, &co, &adopted);
+  dbx_drv_err drc = reopen ? DBX_DRV_OK : CALL(drv, create, id, &co, &adopted);
+  if (reopen) adopted = 1;
   DBX_FAILPOINT("activity.sandbox_create.after");
   if (drc != DBX_DRV_OK) {
     rc = fail_drv(res, drv, drc, drc == DBX_DRV_INVALID ? "field 'source'" : "sandbox.create", id);
@@ -1007,7 +1080,7 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
       rc = fail_drv(res, drv, drc, what, id);
       /* no retry mends it: remove the sandbox, which nobody will use (a
        * retryable failure leaves it for the retry to adopt) */
-      if (res->non_retryable && CALL(drv, del, id) != DBX_DRV_OK)
+      if (res->non_retryable && !reopen && CALL(drv, del, id) != DBX_DRV_OK)
         DBX_WARN(MOD, "sandbox %s: not removed after its failed upload", id);
       goto out;
     }
@@ -1016,6 +1089,7 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
   cJSON *o = cJSON_CreateObject();
   if (o == NULL || !cJSON_AddStringToObject(o, "sandbox_id", id) ||
       !cJSON_AddBoolToObject(o, "adopted", adopted) ||
+      !cJSON_AddStringToObject(o, "driver", drv->name) ||
       (path != NULL && !cJSON_AddStringToObject(o, "path", path)) ||
       add_unenforced(o, unenforced) != 0 ||
       (nups > 0 && !cJSON_AddNumberToObject(o, "uploaded", (double)nups))) {

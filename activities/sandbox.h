@@ -9,8 +9,9 @@
  *   sandbox.create      {"resource"?: "workspace", "source"?: {"kind": "empty"|"dir"|"git"|
  *                        "snapshot", "path"|"url"|"ref"}, "env"?: {..},
  *                        "network"?: "host"|"none", "host_fs"?: "host"|"system",
- *                        "owner_run_id"?: RUN, "keep"?: bool}
- *                       -> {"sandbox_id", "adopted", "path"}
+ *                        "owner_run_id"?: RUN, "keep"?: bool, "session"?: bool,
+ *                        "adopt"?: {"sandbox_id": ID, "driver"?: NAME}}
+ *                       -> {"sandbox_id", "adopted", "path", "driver"}
  *                       The id is "dbx-" + 16 hex digits of FNV-1a 64 over
  *                       workflow id + "/" + owner_run_id + "/" + resource
  *                       (a sandbox per run: docs/sandbox.md), so a retried
@@ -20,15 +21,25 @@
  *                       id of earlier versions). A fresh sandbox is labelled
  *                       durabox.resource, durabox.workflow_id, durabox.run_id
  *                       (owner_run_id, else the activity's run) and, with
- *                       "keep": true, durabox.keep = "true" (each when a valid
- *                       label value). "path" is the workspace's host
+ *                       "keep": true, durabox.keep = "true", with "session":
+ *                       true durabox.session = "true" (a session's sandbox:
+ *                       `durabox sandbox gc` asks the session whether it
+ *                       still needs it; each when a valid label value). "path" is the workspace's host
  *                       path, absent when the driver has none. ("env" is
  *                       validated; the local driver keeps no per-sandbox
  *                       environment.) "network" "none": no network at all;
  *                       "host_fs" "system": of the host's files only the
  *                       system folders (docs/sandbox.md); a driver that
  *                       cannot enforce a setting fails the create
- *                       (Unsupported).
+ *                       (Unsupported). With "adopt" nothing is made:
+ *                       the existing sandbox ID is re-opened (a session's
+ *                       next turn, docs/worker.md "Sessions"; started when
+ *                       stopped), "adopted" is true and its labels stay as
+ *                       they were; a missing one, or one made by another
+ *                       driver than "driver" names, is SandboxNotFound
+ *                       naming it, one labelled with another workflow id
+ *                       SandboxConflict. "driver" is the driver's name
+ *                       (local, daytona, or the memory driver's).
  *   sandbox.exec        {"sandbox_id", "command", "env"?: {K: "v" | {"secret": "NAME"}},
  *                        "cwd"?, "timeout_s"?, "max_output_bytes"?}
  *                       -> {"exit_code", "signal", "timed_out", "stdout"|"stdout_b64",

@@ -32,6 +32,7 @@
 #include "cli/conn.h"
 #include "cli/flags.h"
 #include "cli/embed.h"
+#include "cli/session.h"
 #include "rpc/rpc.h"
 #include "workflows/builtin.h"
 #include "workflows/script.h"
@@ -570,11 +571,30 @@ static int print_summary(const char *result_json) {
   return failed;
 }
 
+/* A Script input that will take a session: checked with the field the CLI
+ * adds (a first turn's), so the Script's session rules apply before start. */
+static int run_validate_session_input(const char *input, char *bad, size_t n) {
+  cJSON *in = cJSON_Parse(input);
+  if (!cJSON_IsObject(in) || cJSON_HasObjectItem(in, "session")) {
+    snprintf(bad, n, cJSON_IsObject(in) ? "the input has a \"session\" field of its own; --session adds it"
+                                        : "input is not a JSON object");
+    cJSON_Delete(in);
+    return -1;
+  }
+  cJSON *se = cJSON_Parse("{\"id\":\"s\",\"turn\":1,\"previous_run_id\":null,\"state\":null}");
+  char *txt = se && cJSON_AddItemToObject(in, "session", se) ? cJSON_PrintUnformatted(in) : NULL;
+  if (txt == NULL && !cJSON_HasObjectItem(in, "session")) cJSON_Delete(se);
+  cJSON_Delete(in);
+  int rc = txt ? dbx_script_validate(txt, strlen(txt), bad, n) : (snprintf(bad, n, "out of memory"), -1);
+  free(txt);
+  return rc;
+}
+
 int dbx_cli_run(int argc, char **argv) {
   dbx_cli_conn conn;
   dbx_cli_conn_init(&conn);
   const char *file = NULL, *wfid = NULL, *type = "durabox.Script", *tq = "durabox", *db = NULL, *wdb = NULL;
-  const char *sandbox = NULL;
+  const char *sandbox = NULL, *session = NULL;
   double pickup_s = 10;
   const dbx_cli_flag fl[] = {
       {"--workflow-id", "-w", DBX_CLI_FLAG_STR, &wfid, 0, 0},
@@ -584,6 +604,7 @@ int dbx_cli_run(int argc, char **argv) {
       {"--worker-db", NULL, DBX_CLI_FLAG_STR, &wdb, 0, 0},
       {"--pickup-timeout", NULL, DBX_CLI_FLAG_NUM, &pickup_s, 0, 86400},
       {"--sandbox", NULL, DBX_CLI_FLAG_STR, &sandbox, 0, 0},
+      {"--session", NULL, DBX_CLI_FLAG_STR, &session, 0, 0},
   };
   for (int i = 1; i < argc; i++) {
     int r = dbx_cli_conn_flag(&conn, argc, argv, &i);
@@ -595,6 +616,8 @@ int dbx_cli_run(int argc, char **argv) {
       printf("usage: durabox run FILE [--workflow-id ID] [--type T] [--task-queue Q] [--output json]\n"
              "       [--address HOST:PORT] [--tls | --tls-ca F] [--api-key K] [--pickup-timeout S] ...\n"
              "       [--sandbox local|daytona]   (the embedded worker's sandboxes: DURABOX_SANDBOX)\n"
+             "       [--session S]   the next turn of session S (workflow id S; it re-opens the last\n"
+             "                       completed turn's sandbox; embedded: needs --db-filename F)\n"
              "       (no address: embedded service + worker in this process; --flag=value works too)\n");
       return 0;
     } else if (a[0] == '-' && a[1] != '\0') {
@@ -619,6 +642,16 @@ int dbx_cli_run(int argc, char **argv) {
     fprintf(stderr, "durabox run: FILE is required (a durabox.Script input, JSON)\n");
     return 2;
   }
+  if (session && wfid && strcmp(wfid, session) != 0) {
+    fprintf(stderr, "durabox run: a session is a workflow id: give --session S or --workflow-id, not both\n");
+    return 2;
+  }
+  if (session && conn.address == NULL && db == NULL) {
+    fprintf(stderr, "durabox run: --session with the embedded service needs --db-filename F (the store that "
+                    "keeps the session's turns), or --address of a running service\n");
+    return 2;
+  }
+  if (session) wfid = session;
   size_t len = 0;
   int rc = 1;
   dbx_client *c = NULL;
@@ -659,7 +692,8 @@ int dbx_cli_run(int argc, char **argv) {
   }
   char bad[256];
   if (strcmp(type, "durabox.Script") == 0 &&
-      dbx_script_validate(input, len, bad, sizeof bad) != 0) {
+      (dbx_script_validate(input, len, bad, sizeof bad) != 0 ||
+       (session && run_validate_session_input(input, bad, sizeof bad) != 0))) {
     fprintf(stderr, "durabox run: %s: %s\n", file, bad);
     free(input);
     return 2;
@@ -722,7 +756,15 @@ int dbx_cli_run(int argc, char **argv) {
     goto out;
   }
   dbx_client_start_opts so = {.workflow_id = wfid, .workflow_type = type, .task_queue = tq, .input_json = input};
-  dbx_err er = dbx_client_start_workflow(c, &so, &run_id, &err);
+  dbx_cli_session_turn turn = {0};
+  if (session && dbx_cli_session_prepare(c, "run", hint_address, conn.json, session, input, &turn) != 0)
+    goto out; /* said; exit 1 */
+  dbx_err er = session ? dbx_cli_session_start(c, &so, session, &turn, &run_id, &err)
+                       : dbx_client_start_workflow(c, &so, &run_id, &err);
+  if (session && er == DBX_OK && !conn.json)
+    printf("session %s: turn %d (%s%s)\n", session, turn.turn, turn.previous_run_id ? "after run " : "the first",
+           turn.previous_run_id ? turn.previous_run_id : "");
+  dbx_cli_session_turn_free(&turn);
   if (er != DBX_OK) {
     dbx_cli_report("starting the workflow", hint_address, er, err);
     if (conn.json) dbx_cli_json_error(dbx_strerror(er), err ? err : dbx_strerror(er));

@@ -8,7 +8,11 @@
  * from the workflow service (DescribeWorkflowExecution, --address and the
  * other connection flags of cli/conn.h). A sandbox's verdict:
  *   live      its owner run is open
- *   kept      labelled durabox.keep and its owner run is closed (or unknown)
+ *   kept      labelled durabox.keep and its owner run is closed (or unknown);
+ *             a session's sandbox (labelled durabox.session too) only while
+ *             its session's newest completed turn names it in session_state
+ *             (cli/session.h) or the service cannot tell; else held while a
+ *             turn of the session is open, orphaned when none is
  *   orphaned  not kept, and its owner run is closed or unknown to the
  *             service, and no run of its workflow id is open (a reset run
  *             may go on with its predecessor's sandbox)
@@ -38,6 +42,7 @@
 #include "cli/conn.h"
 #include "cli/flags.h"
 #include "cli/kit.h"
+#include "cli/session.h"
 #include "protos/pb.h"
 
 static void usage(FILE *f) {
@@ -64,7 +69,7 @@ typedef struct {
   const char *wf, *run, *resource; /* borrowed from labels, NULL when absent */
   dbx_drv_label *labels;
   size_t nlabels;
-  int kept, stopped;
+  int kept, stopped, session;
   int sized; /* bytes is known (local) */
   uint64_t bytes;
   char *path;              /* workspace path, NULL: none */
@@ -131,6 +136,12 @@ static void judge(sbx_ctx *c, sbx_row *w) {
   int known = strcmp(w->owner_state, "unknown") != 0;
   if (open) {
     w->verdict = "live";
+  } else if (w->kept && w->session && known && w->wf) { /* the session decides */
+    char latest[32];
+    int wf_open = 0;
+    owner_status(c, w->wf, NULL, latest, sizeof latest, &wf_open, w->open_run, sizeof w->open_run);
+    int owns = c->reachable && !wf_open ? dbx_cli_session_owns(c->client, w->wf, w->id) : -1;
+    w->verdict = wf_open ? "held" : owns == 0 ? "orphaned" : "kept";
   } else if (w->kept) {
     w->verdict = "kept";
   } else if (!known || w->run == NULL) {
@@ -194,6 +205,8 @@ static int collect(sbx_ctx *c) {
     w->resource = label_of(w->labels, w->nlabels, "durabox.resource");
     const char *k = label_of(w->labels, w->nlabels, "durabox.keep");
     w->kept = k && strcmp(k, "true") == 0;
+    const char *ss = label_of(w->labels, w->nlabels, "durabox.session");
+    w->session = ss && strcmp(ss, "true") == 0;
     w->sized = c->local && dbx_local_sandbox_disk_bytes(c->local, w->id, &w->bytes) == DBX_OK;
     w->path = c->drv->ops->workspace_path(c->drv->self, w->id);
     judge(c, w);
@@ -314,6 +327,9 @@ static int cmd_rm(sbx_ctx *c, char **ids, int nids, int force, int json) {
     w.run = label_of(w.labels, w.nlabels, "durabox.run_id");
     int open = 0;
     if (w.run) owner_status(c, w.wf, w.run, w.owner_state, sizeof w.owner_state, &open, NULL, 0);
+    const char *ss = label_of(w.labels, w.nlabels, "durabox.session");
+    if (!open && ss && strcmp(ss, "true") == 0 && w.wf) /* a later turn of its session may use it */
+      owner_status(c, w.wf, NULL, w.owner_state, sizeof w.owner_state, &open, NULL, 0);
     dbx_drv_labels_free(w.labels, w.nlabels);
     if (open && !force) {
       fprintf(stderr, "durabox sandbox rm: %s belongs to a running run (%s): not removed "

@@ -13,6 +13,7 @@
 #include "cli/fork.h"
 #include "cli/flags.h"
 #include "cli/pbjson.h"
+#include "cli/session.h"
 #include "base/util.h"
 #include "rpc/rpc.h"
 
@@ -20,6 +21,8 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: durabox workflow <command> [flags]\n"
           "  start     --type T --task-queue Q --workflow-id ID [--input JSON | --input-file F]\n"
+          "            [--session S]: the next turn of session S (the workflow id S; refused while\n"
+          "            a turn runs; the input gets \"session\": {id, turn, previous_run_id, state})\n"
           "  execute   like start, then wait for the result; when no worker has taken the first\n"
           "            workflow task within --pickup-timeout S (default 10), or a worker failed it\n"
           "            (e.g. a type it does not serve), says so and exits 1\n"
@@ -48,6 +51,7 @@ static void usage(FILE *f) {
 
 typedef struct {
   const char *workflow_id, *run_id, *type, *task_queue, *input, *input_file, *query, *name, *reason;
+  const char *session; /* start, execute: --session S */
   const char *address; /* for dbx_cli_report's hint */
   int follow;
   int raw_payloads;      /* show: --no-json-shorthand-payloads */
@@ -585,6 +589,7 @@ static int parse_flags(const char *sub, int argc, char **argv, wf_args *a, dbx_c
       {"--query", "-q", DBX_CLI_FLAG_STR, &a->query, 0, 0},
       {"--name", NULL, DBX_CLI_FLAG_STR, &a->name, 0, 0},
       {"--reason", NULL, DBX_CLI_FLAG_STR, &a->reason, 0, 0},
+      {"--session", NULL, DBX_CLI_FLAG_STR, &a->session, 0, 0},
       {"--follow", "-f", DBX_CLI_FLAG_BOOL, &a->follow, 0, 0},
       {"--no-json-shorthand-payloads", NULL, DBX_CLI_FLAG_BOOL, &a->raw_payloads, 0, 0},
       {"--event-id", "-e", DBX_CLI_FLAG_NUM, &a->event_id, 1, 1e15},
@@ -627,6 +632,16 @@ int dbx_cli_workflow(int argc, char **argv) {
   wf_args a = {.pickup_timeout = 10, .retry_for = 60};
   int pr = parse_flags(sub, argc, argv, &a, &conn);
   if (pr != 0) return pr < 0 ? 0 : pr;
+  if (a.session && strcmp(sub, "start") != 0 && strcmp(sub, "execute") != 0) {
+    fprintf(stderr, "durabox workflow %s: --session is for start and execute\n", sub);
+    return 2;
+  }
+  if (a.session && a.workflow_id && strcmp(a.workflow_id, a.session) != 0) {
+    fprintf(stderr, "durabox workflow %s: a session is a workflow id: give --session S or --workflow-id, "
+                    "not both\n", sub);
+    return 2;
+  }
+  if (a.session) a.workflow_id = a.session;
   int needs_id = strcmp(sub, "list") != 0;
   if (needs_id && (a.workflow_id == NULL || !*a.workflow_id)) {
     fprintf(stderr, "durabox workflow %s: --workflow-id is required\n", sub);
@@ -666,6 +681,7 @@ int dbx_cli_workflow(int argc, char **argv) {
   int rc = 2;
   char *err = NULL;
   const char *in = input ? input : a.input;
+  dbx_cli_session_turn turn = {0};
   if (strcmp(sub, "start") == 0 || strcmp(sub, "execute") == 0) {
     if (a.type == NULL || a.task_queue == NULL) {
       fprintf(stderr, "durabox workflow %s: --type and --task-queue are required\n", sub);
@@ -674,7 +690,11 @@ int dbx_cli_workflow(int argc, char **argv) {
     dbx_client_start_opts so = {.workflow_id = a.workflow_id, .workflow_type = a.type, .task_queue = a.task_queue,
                                 .input_json = in};
     char *run_id = NULL;
-    dbx_err e = dbx_client_start_workflow(c, &so, &run_id, &err);
+    if (a.session && (rc = dbx_cli_session_prepare(c, "workflow start", a.address, conn.json, a.session, in,
+                                                   &turn)) != 0)
+      goto out;
+    dbx_err e = a.session ? dbx_cli_session_start(c, &so, a.session, &turn, &run_id, &err)
+                          : dbx_client_start_workflow(c, &so, &run_id, &err);
     if (e != DBX_OK) {
       report(&a, "start", e, err);
       rc = 1;
@@ -683,11 +703,18 @@ int dbx_cli_workflow(int argc, char **argv) {
     if (conn.json) {
       cJSON *o = cJSON_CreateObject();
       if (o && cJSON_AddStringToObject(o, "workflowId", a.workflow_id) &&
-          cJSON_AddStringToObject(o, "runId", run_id ? run_id : ""))
+          cJSON_AddStringToObject(o, "runId", run_id ? run_id : "") &&
+          (!a.session || (cJSON_AddNumberToObject(o, "turn", turn.turn) &&
+                          (turn.previous_run_id ? cJSON_AddStringToObject(o, "previousRunId", turn.previous_run_id)
+                                                : cJSON_AddNullToObject(o, "previousRunId")))))
         dbx_cli_json_print(o, 0);
       cJSON_Delete(o);
-    } else
+    } else {
       printf("started workflow %s run %s\n", a.workflow_id, run_id ? run_id : "");
+      if (a.session)
+        printf("session %s: turn %d (%s%s)\n", a.session, turn.turn,
+               turn.previous_run_id ? "after run " : "the first", turn.previous_run_id ? turn.previous_run_id : "");
+    }
     fflush(stdout);
     rc = 0;
     if (strcmp(sub, "execute") == 0)
@@ -725,6 +752,7 @@ int dbx_cli_workflow(int argc, char **argv) {
     if (e != DBX_OK) report(&a, "terminate", e, err);
   }
 out:
+  dbx_cli_session_turn_free(&turn);
   free(err);
   free(input);
   dbx_client_destroy(c);

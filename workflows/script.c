@@ -35,6 +35,8 @@ typedef struct {
   int64_t delete_seq; /* sandbox.delete's sequence number, 0 before */
   char *sandbox_id;
   char *sandbox_path; /* the workspace's host path from sandbox.create, NULL: none */
+  char *sandbox_driver; /* the driver's name from sandbox.create (sessions), NULL: none */
+  char *sandbox_owner;  /* a session's: the owner_run_id given to sandbox.create, NULL: none */
   cJSON *downloads;   /* {"downloaded", "download_failed"} from sandbox.delete, or NULL */
   const char *failed_step; /* borrowed from input */
   cJSON *out_steps;        /* owned */
@@ -144,7 +146,7 @@ static int check_intervals(const cJSON *dr, const cJSON *sr, const char *where, 
 /* Fields each part of the input may have; anything else is a mistake
  * (a misspelt field would otherwise be ignored in silence). */
 static const char *const TOP_FIELDS[] = {"sandbox", "steps", "retry", "schedule_to_close_s",
-                                         "fork_of", NULL};
+                                         "fork_of", "session", NULL};
 static const char *const SANDBOX_FIELDS[] = {"source",  "env",     "keep", "timeout_s",
                                              "heartbeat_timeout_s", "network", "host_fs",
                                              "resources", "auto_stop_minutes",
@@ -426,8 +428,94 @@ static int check_step_values(const cJSON *s, const char *name, const char *kind,
   return 0;
 }
 
+/* ---- sessions (docs/worker.md "Sessions") ----
+ * The CLI's "session": {"id", "turn", "previous_run_id", "state"} (cli/session.c).
+ * Of "state" (the previous completed turn's session_state) Script reads only
+ * "sandbox": {"id", "driver"?, "owner_run_id"?}; other members (another
+ * workflow type's) are not its business. */
+static const char *const SESSION_FIELDS[] = {"id", "turn", "previous_run_id", "state", NULL};
+
+static const cJSON *session_sandbox(const cJSON *in) {
+  const cJSON *st = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(in, "session"), "state");
+  const cJSON *sb = cJSON_GetObjectItemCaseSensitive(st, "sandbox");
+  return cJSON_IsObject(sb) ? sb : NULL;
+}
+
+static int validate_session(const cJSON *in, char *err, size_t n) {
+  const cJSON *se = cJSON_GetObjectItemCaseSensitive(in, "session");
+  if (se == NULL) return 0;
+  if (!cJSON_IsObject(se)) return snprintf(err, n, "\"session\" must be an object"), -1;
+  int dup = 0;
+  const char *unk = bad_field(se, SESSION_FIELDS, NULL, &dup);
+  if (unk) return field_error(err, n, "session", unk, dup, "id, turn, previous_run_id, state");
+  const char *id = str_of(se, "id");
+  const cJSON *turn = cJSON_GetObjectItemCaseSensitive(se, "turn"),
+              *prev = cJSON_GetObjectItemCaseSensitive(se, "previous_run_id"),
+              *st = cJSON_GetObjectItemCaseSensitive(se, "state");
+  if (id == NULL || !*id) return snprintf(err, n, "session.id must be a non-empty string"), -1;
+  if (!cJSON_IsNumber(turn) || turn->valuedouble < 1 || turn->valuedouble > 1e9 ||
+      turn->valuedouble != (double)(int)turn->valuedouble)
+    return snprintf(err, n, "session.turn must be a whole number >= 1"), -1;
+  if (prev && !cJSON_IsNull(prev) && !(cJSON_IsString(prev) && prev->valuestring[0]))
+    return snprintf(err, n, "session.previous_run_id must be a run id or null"), -1;
+  if (st && !cJSON_IsNull(st) && !cJSON_IsObject(st))
+    return snprintf(err, n, "session.state must be an object or null"), -1;
+  const cJSON *sb = cJSON_GetObjectItemCaseSensitive(st, "sandbox");
+  if (sb && !cJSON_IsNull(sb)) {
+    const cJSON *f;
+    if (!cJSON_IsObject(sb) || !str_of(sb, "id") || !str_of(sb, "id")[0])
+      return snprintf(err, n, "session.state.sandbox must be {\"id\", \"driver\", \"owner_run_id\"}"), -1;
+    cJSON_ArrayForEach(f, sb)
+      if ((strcmp(f->string, "driver") == 0 || strcmp(f->string, "owner_run_id") == 0) &&
+          !(cJSON_IsString(f) && f->valuestring[0]))
+        return snprintf(err, n, "session.state.sandbox.%s must be a non-empty string", f->string), -1;
+  }
+  if (cJSON_HasObjectItem(cJSON_GetObjectItemCaseSensitive(in, "sandbox"), "download"))
+    return snprintf(err, n, "sandbox.download happens when the sandbox is deleted at the end, and "
+                            "a session keeps its sandbox for the next turn: drop one of them"), -1;
+  return 0;
+}
+
+/* sandbox.create's input for a session: the turn's sandbox is kept; with
+ * the previous turn's sandbox in session.state it is re-opened ("adopt")
+ * under the run that made it (owner_run_id), else this run makes it. */
+static void session_create_input(script *s, dbx_wf *wf, cJSON *ci) {
+  const cJSON *sb = session_sandbox(s->input);
+  const char *owner = sb ? str_of(sb, "owner_run_id") : NULL;
+  s->sandbox_owner = dbx_strdup(owner ? owner : dbx_wf_run_id(wf));
+  cJSON_DeleteItemFromObjectCaseSensitive(ci, "owner_run_id");
+  cJSON_AddStringToObject(ci, "owner_run_id", s->sandbox_owner ? s->sandbox_owner : "");
+  if (!cJSON_HasObjectItem(ci, "keep")) cJSON_AddTrueToObject(ci, "keep");
+  cJSON_AddTrueToObject(ci, "session"); /* labelled: gc asks the session (cli/session.h) */
+  if (sb == NULL) return;
+  cJSON *ad = cJSON_AddObjectToObject(ci, "adopt");
+  cJSON_AddStringToObject(ad, "sandbox_id", str_of(sb, "id"));
+  if (str_of(sb, "driver")) cJSON_AddStringToObject(ad, "driver", str_of(sb, "driver"));
+}
+
+/* The result's "session" {"id", "turn", "previous_run_id"} and
+ * "session_state" {"sandbox": {"id", "driver", "owner_run_id"}}: what the
+ * next turn needs to re-open the sandbox (no secrets: ids and names only). */
+static void session_result(const script *s, cJSON *o) {
+  const cJSON *se = cJSON_GetObjectItemCaseSensitive(s->input, "session");
+  if (se == NULL) return;
+  cJSON *echo = cJSON_AddObjectToObject(o, "session");
+  static const char *const keys[] = {"id", "turn", "previous_run_id"};
+  for (int i = 0; echo && i < 3; i++) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(se, keys[i]);
+    cJSON_AddItemToObject(echo, keys[i], v ? cJSON_Duplicate(v, 0) : cJSON_CreateNull());
+  }
+  cJSON *st = cJSON_AddObjectToObject(o, "session_state");
+  if (st == NULL || s->sandbox_id == NULL) return;
+  cJSON *sb = cJSON_AddObjectToObject(st, "sandbox");
+  cJSON_AddStringToObject(sb, "id", s->sandbox_id);
+  if (s->sandbox_driver) cJSON_AddStringToObject(sb, "driver", s->sandbox_driver);
+  if (s->sandbox_owner) cJSON_AddStringToObject(sb, "owner_run_id", s->sandbox_owner);
+}
+
 static int validate(const cJSON *in, char *err, size_t n) {
   if (!cJSON_IsObject(in)) return snprintf(err, n, "input is not a JSON object"), -1;
+  if (validate_session(in, err, n) != 0) return -1;
   int dup = 0;
   const char *unk = bad_field(in, TOP_FIELDS, NULL, &dup);
   if (unk)
@@ -572,6 +660,8 @@ static void script_free(script *s) {
   cJSON_Delete(s->exit_codes);
   free(s->sandbox_id);
   free(s->sandbox_path);
+  free(s->sandbox_driver);
+  free(s->sandbox_owner);
   cJSON_Delete(s->downloads);
   cJSON_Delete(s->checkpoints);
   cJSON_Delete(s->fork_plan);
@@ -651,6 +741,7 @@ static char *output_json(const script *s) {
   if (s->approval_seq > 0 && s->cur < s->nsteps)
     cJSON_AddStringToObject(o, "awaiting_approval",
                             str_of(cJSON_GetArrayItem(s->steps, s->cur), "name"));
+  session_result(s, o);
   char *txt = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   return txt;
@@ -1214,6 +1305,8 @@ static void *script_create(dbx_wf *wf, const char *input_json, size_t len) {
   s->nsteps = cJSON_GetArraySize(s->steps);
   const cJSON *sb = cJSON_GetObjectItemCaseSensitive(in, "sandbox");
   s->keep = sb ? cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sb, "keep")) : 0;
+  int session = cJSON_HasObjectItem(in, "session");
+  if (session) s->keep = 1; /* the next turn re-opens it */
   cJSON *ci = cJSON_CreateObject();
   cJSON_AddStringToObject(ci, "resource", "workspace");
   /* a sandbox per run: this run owns it (docs/sandbox.md "A sandbox per run") */
@@ -1236,6 +1329,7 @@ static void *script_create(dbx_wf *wf, const char *input_json, size_t len) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(sb, create_opts[i]);
     if (v) cJSON_AddItemToObject(ci, create_opts[i], cJSON_Duplicate(v, 1));
   }
+  if (session) session_create_input(s, wf, ci);
   char *txt = cJSON_PrintUnformatted(ci);
   cJSON_Delete(ci);
   /* a clone may take long: 600 s unless the input says; it heartbeats while
@@ -1605,8 +1699,9 @@ static void script_on_activity(void *state, dbx_wf *wf, int64_t seq, const dbx_a
       return;
     }
     s->sandbox_id = dbx_strdup(id);
-    const char *path = str_of(res, "path");
+    const char *path = str_of(res, "path"), *drv = str_of(res, "driver");
     if (path) s->sandbox_path = dbx_strdup(path);
+    if (drv) s->sandbox_driver = dbx_strdup(drv);
     cJSON_Delete(res);
     s->phase = STEPS;
     if (s->ck_on) { /* the baseline, before any step */
