@@ -110,7 +110,11 @@ session() {
     operator search-attribute list
 
   rec start-quick '.[0] | {workflowId, type}' workflow start -w cli-quick --type durabox.Script -t durabox --input "$quick"
-  rec start-dup 'length' workflow start -w cli-quick --type durabox.Script -t durabox --input "$quick"
+  # RejectDuplicate: refused whether or not the first run has finished by now
+  # (with the default policy a fast machine may close it first and start a
+  # second run, on either server)
+  rec start-dup 'length' workflow start -w cli-quick --type durabox.Script -t durabox --input "$quick" \
+    --id-reuse-policy RejectDuplicate
   rec result '.[0] | {status, result: .closeEvent.workflowExecutionCompletedEventAttributes.result[0].status}' \
     workflow result -w cli-quick
   rec describe '.[0].workflowExecutionInfo | {id: .execution.workflowId, type: .type.name, status, taskQueue}' \
