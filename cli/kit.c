@@ -9,6 +9,7 @@
 #include "activities/daytona.h"
 #include "activities/local.h"
 #include "activities/sandbox.h"
+#include "cli/fleet.h"
 #include "base/util.h"
 #include "workflows/builtin.h"
 
@@ -61,6 +62,8 @@ dbx_err dbx_cli_kit_register(const dbx_cli_kit *k, dbx_worker *w) {
 
 void dbx_cli_kit_close(dbx_cli_kit *k) {
   dbx_sandbox_acts_destroy(k->acts);
+  dbx_cli_fleet_acts_destroy(k->fleet);
+  k->fleet = NULL;
   dbx_local_close(k->local);
   dbx_daytona_close(k->daytona);
   k->acts = NULL;

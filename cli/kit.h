@@ -15,11 +15,13 @@
 struct dbx_local;
 struct dbx_daytona;
 struct dbx_sandbox_acts;
+struct dbx_cli_fleet_acts;
 
 typedef struct {
   struct dbx_local *local;       /* the local sandbox driver (owned), or NULL */
   struct dbx_daytona *daytona;   /* the Daytona driver (owned), or NULL */
   struct dbx_sandbox_acts *acts; /* the sandbox activity types over it (owned) */
+  struct dbx_cli_fleet_acts *fleet; /* durabox.Fleet's activities (owned), or NULL */
 } dbx_cli_kit;
 
 /* Open the sandbox driver chosen by $DURABOX_SANDBOX ("local", the default,
@@ -37,6 +39,11 @@ dbx_err dbx_cli_kit_open(const char *home, dbx_cli_kit *k, char **errmsg);
  * (before dbx_worker_start). Returns DBX_OK or the first registration's
  * error (DBX_EEXIST, DBX_ESTATE, DBX_ENOMEM). */
 dbx_err dbx_cli_kit_register(const dbx_cli_kit *k, dbx_worker *w);
+/* Register durabox.Fleet's activities (cli/fleet.h) with w, their client
+ * made from wo (the worker's own service, namespace, TLS and API key; the
+ * strings are copied); k owns them. Defined in cli/fleet_acts.c.
+ * DBX_OK, DBX_EINVAL, DBX_ENOMEM, DBX_EEXIST. */
+dbx_err dbx_cli_kit_register_fleet(dbx_cli_kit *k, dbx_worker *w, const dbx_worker_opts *wo);
 /* After the worker is destroyed. Accepts a zeroed kit; leaves it zeroed. */
 void dbx_cli_kit_close(dbx_cli_kit *k);
 
