@@ -16,12 +16,14 @@ struct dbx_local;
 struct dbx_daytona;
 struct dbx_sandbox_acts;
 struct dbx_cli_fleet_acts;
+struct dbx_quota;
 
 typedef struct {
   struct dbx_local *local;       /* the local sandbox driver (owned), or NULL */
   struct dbx_daytona *daytona;   /* the Daytona driver (owned), or NULL */
   struct dbx_sandbox_acts *acts; /* the sandbox activity types over it (owned) */
   struct dbx_cli_fleet_acts *fleet; /* durabox.Fleet's activities (owned), or NULL */
+  struct dbx_quota *quota;       /* the sandbox quotas in front of the driver (owned), or NULL */
 } dbx_cli_kit;
 
 /* Open the sandbox driver chosen by $DURABOX_SANDBOX ("local", the default,
@@ -29,6 +31,9 @@ typedef struct {
  * on it. local: over home (borrowed; NULL: $DURABOX_HOME, else
  * ~/.local/share/durabox). daytona: Daytona's API from DAYTONA_API_KEY,
  * DAYTONA_API_URL, DAYTONA_TARGET (activities/daytona.h); home is unused.
+ * DURABOX_MAX_SANDBOXES / DURABOX_SANDBOX_CREATES_PER_MINUTE set: the
+ * activities reach the driver through the quotas (activities/quota.h); a
+ * value that is not a whole number >= 0 is DBX_EINVAL.
  * An unknown driver name is DBX_EINVAL. *k is zeroed first.
  * errmsg (may be NULL): on failure a malloc'd message naming home and the
  * driver's reason, free with free(). Returns DBX_OK, or the driver's error

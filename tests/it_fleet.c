@@ -21,6 +21,7 @@
 #include <cjson/cJSON.h>
 
 #include "activities/memdrv.h"
+#include "activities/quota.h"
 #include "activities/sandbox.h"
 #include "base/util.h"
 #include "cli/fleet.h"
@@ -50,14 +51,15 @@ static int g_runs[MAXKEYS];
 static int g_nkeys, g_max_at_exec, g_max_sampled;
 static volatile int g_sampling;
 
-static int live_sandboxes(void) {
-  dbx_driver *d = dbx_memdrv_driver(g_mem);
+static int live_in(dbx_driver *d) {
   char **names = NULL;
   size_t n = 0;
   if (d->ops->list(d->self, NULL, 0, &names, &n) != DBX_DRV_OK) return -1;
   dbx_drv_names_free(names, n);
   return (int)n;
 }
+
+static int live_sandboxes(void) { return live_in(dbx_memdrv_driver(g_mem)); }
 
 static int runs_of(const char *key) {
   pthread_mutex_lock(&g_mu);
@@ -77,11 +79,11 @@ static void counters_reset(void) {
 
 static void on_exec(void *ud, dbx_driver *drv, const char *sandbox, const dbx_drv_exec_opts *o,
                     dbx_memdrv_exec_out *out) {
-  (void)ud, (void)drv, (void)sandbox;
+  (void)ud, (void)sandbox;
   char key[64] = "";
   int ms = 0, code = 0;
   if (sscanf(o->command, "work %63s %d %d", key, &ms, &code) != 3) return;
-  int live = live_sandboxes();
+  int live = live_in(drv);
   pthread_mutex_lock(&g_mu);
   int i = 0;
   while (i < g_nkeys && strcmp(g_keys[i], key) != 0) i++;
@@ -402,6 +404,63 @@ static void test_fleet_items_file_and_bad_items(void **st) {
   free(dir);
 }
 
+/* A second worker whose sandbox activities go through quotas (2 live, 4
+ * creates per 1.5 s): a fleet at concurrency 5 is throttled to them, and no
+ * item fails for it. */
+static void test_fleet_throttled_by_quotas(void **st) {
+  (void)st;
+  counters_reset();
+  dbx_memdrv *mem = NULL;
+  dbx_memdrv_opts mo = {.exec = on_exec};
+  assert_int_equal(dbx_memdrv_create(&mo, &mem), DBX_OK);
+  dbx_quota *q = NULL;
+  dbx_quota_opts qo = {.max_live = 2, .creates_per_minute = 4, .window_ms = 1500};
+  assert_int_equal(dbx_quota_open(dbx_memdrv_driver(mem), &qo, &q), DBX_OK);
+  dbx_sandbox_acts *acts = NULL;
+  assert_int_equal(dbx_sandbox_acts_create(dbx_quota_driver(q), &acts), DBX_OK);
+  char *wdir = dbx_test_tmpdir("itfleet-wrk2"), *err = NULL;
+  dbx_worker_opts o = {.address = g_addr, .task_queue = "fleetq2", .db_dir = wdir, .no_sync = 1,
+                       .activity_slots = 16};
+  dbx_worker *w = NULL;
+  assert_int_equal(dbx_worker_create(&o, &w, &err), DBX_OK);
+  for (size_t i = 0; dbx_workflows_builtin[i]; i++)
+    assert_int_equal(dbx_worker_register_workflow(w, dbx_workflows_builtin[i]), DBX_OK);
+  assert_int_equal(dbx_sandbox_register_all(w, acts), DBX_OK);
+  assert_int_equal(dbx_cli_fleet_acts_register(g_facts, w), DBX_OK);
+  assert_int_equal(dbx_worker_start(w), DBX_OK);
+
+  char *items = items_json("q", 8, 200, -1);
+  char *in = dbx_asprintf("{\"items\":%s,\"concurrency\":5,\"template\":{\"input\":{\"sandbox\":{},"
+                          "\"steps\":[{\"name\":\"work\",\"kind\":\"exec\",\"command\":"
+                          "\"work {{key}} {{ms}} {{exit}}\"}]}}}", items);
+  dbx_client_start_opts so = {.workflow_id = "fleet-q", .workflow_type = "durabox.Fleet",
+                              .task_queue = "fleetq2", .input_json = in};
+  assert_int_equal(dbx_client_start_workflow(g_c, &so, NULL, NULL), DBX_OK);
+  cJSON *res = wait_result("fleet-q");
+  assert_string_equal(str(res, "status"), "completed");
+  assert_int_equal(num(res, "succeeded"), 8);
+  assert_int_equal(num(res, "failed"), 0);
+  assert_in_range(g_max_at_exec, 1, 2); /* 5 children, 2 sandboxes at most */
+  int peak = 0;
+  int64_t waited = 0;
+  dbx_quota_stats(q, &peak, &waited);
+  assert_int_equal(peak, 2);
+  assert_true(waited > 0);
+  /* 8 creates at 4 per 1.5 s: the last starts 1.5 s after the first */
+  assert_true(num(res, "duration_ms") >= 1500);
+  assert_int_equal(live_in(dbx_memdrv_driver(mem)), 0);
+  cJSON_Delete(res);
+  free(in);
+  free(items);
+  dbx_worker_stop(w, 1000);
+  dbx_worker_destroy(w);
+  dbx_sandbox_acts_destroy(acts);
+  dbx_quota_close(q);
+  dbx_memdrv_destroy(mem);
+  dbx_test_rmrf(wdir);
+  free(wdir);
+}
+
 static void test_fleet_bad_input_fails(void **st) {
   (void)st;
   char err[256];
@@ -425,6 +484,7 @@ int main(void) {
       cmocka_unit_test(test_fleet_cancel_leaves_no_sandbox),
       cmocka_unit_test(test_fleet_rerun_skips_succeeded),
       cmocka_unit_test(test_fleet_items_file_and_bad_items),
+      cmocka_unit_test(test_fleet_throttled_by_quotas),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
