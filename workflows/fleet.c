@@ -556,14 +556,25 @@ static char *failure_of(const dbx_child_outcome *o) {
     if (dbx_fleet_result_ok(o->result_json, o->result_len)) return NULL;
     cJSON *r = cJSON_ParseWithLength(o->result_json, o->result_len);
     const char *step = str_of(r, "failed_step");
-    const char *reason = NULL;
+    const char *reason = NULL, *excerpt = NULL;
     const cJSON *st;
     cJSON_ArrayForEach(st, cJSON_GetObjectItemCaseSensitive(r, "steps")) {
       if (step && str_of(st, "name") && strcmp(str_of(st, "name"), step) == 0)
-        reason = str_of(st, "reason");
+        reason = str_of(st, "reason"), excerpt = str_of(st, "output_excerpt");
     }
-    char *m = dbx_asprintf("status %s%s%s%s%s", str_of(r, "status"), step ? ", step " : "",
-                           step ? step : "", reason ? ": " : "", reason ? reason : "");
+    /* the last line the step printed says why (a download's 404, a test) */
+    const char *last = NULL;
+    size_t ll = 0;
+    for (const char *p = excerpt; p && *p;) {
+      const char *e = strchr(p, '\n');
+      size_t n = e ? (size_t)(e - p) : strlen(p);
+      if (n > 0) last = p, ll = n;
+      p = e ? e + 1 : NULL;
+    }
+    if (ll > 240) last += ll - 240, ll = 240;
+    char *m = dbx_asprintf("status %s%s%s%s%s%s%.*s", str_of(r, "status"), step ? ", step " : "",
+                           step ? step : "", reason ? ": " : "", reason ? reason : "",
+                           last ? ": " : "", (int)ll, last ? last : "");
     cJSON_Delete(r);
     return m ? m : dbx_strdup("failed");
   }
