@@ -29,6 +29,7 @@
 #include "service/service.h"
 #include "tests/testutil.h"
 #include "worker/client.h"
+#include "worker/replay.h"
 #include "worker/worker.h"
 #include "workflows/builtin.h"
 #include "workflows/fleet.h"
@@ -204,6 +205,18 @@ static cJSON *wait_result(const char *wid) {
   return NULL;
 }
 
+/* The latest run's whole history replays through durabox.Fleet issuing the
+ * same commands (worker/replay.h). */
+static void assert_replays(const char *wid) {
+  dbx_client_history h = {0};
+  assert_int_equal(dbx_client_get_history(g_c, wid, NULL, NULL, &h, NULL), DBX_OK);
+  dbx_replay_report rep;
+  assert_int_equal(dbx_replay_run(&dbx_fleet_workflow, h.events, h.n, &rep), DBX_OK);
+  if (!rep.deterministic) fail_msg("%s does not replay: %s", wid, rep.message);
+  assert_true(rep.commands_matched > 0);
+  dbx_client_history_cleanup(&h);
+}
+
 static int num(const cJSON *o, const char *k) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
   if (!cJSON_IsNumber(v)) fail_msg("no number \"%s\"", k);
@@ -280,6 +293,7 @@ static void test_fleet_concurrency_bounded_and_output(void **st) {
     if (i == 5) assert_non_null(strstr(str(r, "error"), "step work"));
   }
   assert_int_equal(live_sandboxes(), 0);
+  assert_replays("fleet-c");
   cJSON_Delete(res);
   free(in);
   free(items);
@@ -307,6 +321,7 @@ static void test_fleet_continue_as_new_keeps_each_item_once(void **st) {
     assert_string_equal(str(record_of(res, key), "status"), "succeeded");
     assert_int_equal(runs_of(key), 1); /* started in exactly one run of the chain */
   }
+  assert_replays("fleet-n");
   cJSON_Delete(res);
   free(in);
   free(items);
@@ -334,6 +349,7 @@ static void test_fleet_cancel_leaves_no_sandbox(void **st) {
   assert_string_equal(str(record_of(res, "x0"), "status"), "cancelled");
   assert_int_equal(live_sandboxes(), 0);
   assert_int_equal(runs_of("x2"), 0);
+  assert_replays("fleet-x");
   cJSON_Delete(res);
   free(in);
   free(items);
@@ -363,6 +379,7 @@ static void test_fleet_rerun_skips_succeeded(void **st) {
   assert_string_equal(str(record_of(res, "r2"), "status"), "failed");
   assert_int_equal(runs_of("r0"), 1);
   assert_int_equal(runs_of("r2"), 2); /* the failed item ran again */
+  assert_replays("fleet-r");
   cJSON_Delete(res);
   free(first_r0);
   free(in);

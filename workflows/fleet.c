@@ -31,6 +31,7 @@ typedef struct {
 } slot;
 
 typedef struct {
+  char *fleet_id;     /* owned: the workflow id, as recorded by the marker "durabox.fleet_id" */
   cJSON *input;       /* owned */
   const cJSON *items; /* inline items (borrowed from input), or NULL */
   const char *file;   /* items_file (borrowed), or NULL */
@@ -262,8 +263,8 @@ static int page_arrays(fleet *f) {
 }
 
 static char *child_wid(const fleet *f, dbx_wf *wf, const char *key) {
-  (void)f;
-  return dbx_asprintf("%s/%s", dbx_wf_workflow_id(wf), key);
+  (void)wf;
+  return dbx_asprintf("%s/%s", f->fleet_id, key);
 }
 
 /* Ask fleet.lookup which of the page's items already succeeded. */
@@ -626,7 +627,7 @@ static void continue_as_new(fleet *f, dbx_wf *wf) {
 
 static char *output_json(const fleet *f, const dbx_wf *wf, const char *status) {
   cJSON *o = cJSON_CreateObject();
-  cJSON_AddStringToObject(o, "fleet_id", wf ? dbx_wf_workflow_id(wf) : "");
+  cJSON_AddStringToObject(o, "fleet_id", f->fleet_id);
   cJSON_AddStringToObject(o, "status", status);
   int64_t total = total_known(f);
   if (total >= 0) cJSON_AddNumberToObject(o, "total", (double)total);
@@ -695,7 +696,23 @@ static void fleet_free(fleet *f) {
   page_free(f);
   cJSON_Delete(f->records);
   cJSON_Delete(f->input);
+  free(f->fleet_id);
   free(f);
+}
+
+/* The fleet's id, from which every child id derives: the workflow id,
+ * recorded in a marker so that a replay without it (durabox replay, offline)
+ * derives the same child ids. Malloc'd, NULL on OOM. */
+static char *fleet_id_of(dbx_wf *wf) {
+  cJSON *v = cJSON_CreateString(dbx_wf_workflow_id(wf));
+  char *txt = v ? cJSON_PrintUnformatted(v) : NULL;
+  cJSON_Delete(v);
+  const char *rec = txt ? dbx_wf_marker_record(wf, "durabox.fleet_id", txt) : NULL;
+  free(txt);
+  cJSON *r = rec ? cJSON_Parse(rec) : NULL;
+  char *id = cJSON_IsString(r) ? dbx_strdup(r->valuestring) : NULL;
+  cJSON_Delete(r);
+  return id;
 }
 
 static void carry_state(fleet *f, cJSON *st) {
@@ -746,7 +763,8 @@ static void *fleet_create(dbx_wf *wf, const char *json, size_t len) {
   f->skip = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(in, "skip_succeeded"));
   f->records = cJSON_CreateArray();
   f->slots = calloc((size_t)f->conc, sizeof *f->slots);
-  if (f->records == NULL || f->slots == NULL) {
+  f->fleet_id = fleet_id_of(wf);
+  if (f->records == NULL || f->slots == NULL || f->fleet_id == NULL) {
     fleet_free(f);
     dbx_wf_out_of_memory(wf);
     return NULL;

@@ -18,7 +18,9 @@
  * plus "state" on the runs the fleet continues into (cursor and counts; not
  * for users). Each item is an object with a string "key" (1..200 bytes, no
  * control characters; unique among inline items); the child's workflow id is
- * "<fleet workflow id>/<key>". The template's input is copied per item with
+ * "<fleet workflow id>/<key>" (the fleet's id recorded by a marker
+ * "durabox.fleet_id" at the start of each run, so an offline replay, which
+ * does not know the workflow id, derives the same child ids). The template's input is copied per item with
  * every "{{name}}" in its strings replaced by the item's field name (a
  * string as is, a number or boolean as its JSON text); an unknown field fails
  * that item (TemplateError), never the fleet. A durabox.Script input is
