@@ -72,6 +72,7 @@ int dbx_embed_start(const dbx_embed_opts *o, dbx_embed *e) {
       goto fail;
     }
     if (dbx_cli_kit_register(&e->kit, e->worker) != DBX_OK ||
+        dbx_cli_kit_register_fleet(&e->kit, e->worker, &wo) != DBX_OK ||
         dbx_worker_start(e->worker) != DBX_OK) {
       fprintf(stderr, "durabox: cannot start the worker\n");
       goto fail;

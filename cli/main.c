@@ -12,6 +12,7 @@
 #include "activities/local.h"
 #include "base/failpoint.h"
 #include "cli/cli.h"
+#include "cli/fleet.h"
 #include "rpc/rpc.h"
 
 static void usage(FILE *f) {
@@ -29,6 +30,7 @@ static void usage(FILE *f) {
           "                     (start|execute --session S: the next turn of session S)\n"
           "  approval ...       list|grant: let a refused repeat of an at_most_once call run once\n"
           "  sandbox ...        list|rm|gc: the local sandboxes, their owner runs, orphans\n"
+          "  fleet ...          run FILE|status ID|cancel ID: one sandbox job over many items\n"
           "  version            print the version\n");
 }
 
@@ -42,6 +44,7 @@ static int dispatch(int argc, char **argv) {
   if (strcmp(cmd, "approval") == 0) return dbx_cli_approval(argc - 1, argv + 1);
   if (strcmp(cmd, "run") == 0) return dbx_cli_run(argc - 1, argv + 1);
   if (strcmp(cmd, "sandbox") == 0) return dbx_cli_sandbox(argc - 1, argv + 1);
+  if (strcmp(cmd, "fleet") == 0) return dbx_cli_fleet(argc - 1, argv + 1);
   fprintf(stderr, "durabox: unknown command '%s'\n", cmd);
   usage(stderr);
   return 2;

@@ -202,6 +202,7 @@ int dbx_cli_worker(int argc, char **argv) {
     goto out;
   }
   e = dbx_cli_kit_register(&kit, w);
+  if (e == DBX_OK) e = dbx_cli_kit_register_fleet(&kit, w, &o);
   if (e == DBX_OK) e = dbx_worker_start(w);
   if (e != DBX_OK) {
     fprintf(stderr, "durabox worker: %s\n", dbx_strerror(e));

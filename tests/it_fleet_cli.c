@@ -1,0 +1,177 @@
+/* Integration tests of `durabox fleet run|status|cancel` (cli/fleet.c), as
+ * processes, with DURABOX_HOME in a temporary directory and local sandboxes:
+ *  - run with the embedded service and worker: plain progress lines (stdout
+ *    is not a terminal), the table and the counts, exit 1 for a failed item;
+ *    the same file again skips the items that succeeded; status --output
+ *    json prints the result of the last run;
+ *  - against a spawned server and worker: status of a running fleet, cancel
+ *    from another process; the run command reports the fleet cancelled and
+ *    no sandbox is left. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "base/util.h"
+#include "rpc/rpc.h"
+#include "tests/svc_client.h"
+
+static char *g_dir, *g_env_home;
+
+static int setup(void **st) {
+  (void)st;
+  g_dir = dbx_test_tmpdir("itfleetcli");
+  g_env_home = dbx_asprintf("DURABOX_HOME=%s/home", g_dir);
+  return 0;
+}
+
+static int teardown(void **st) {
+  (void)st;
+  dbx_svct_proc_kill_all();
+  dbx_svct_server_kill_all();
+  dbx_test_rmrf(g_dir);
+  free(g_dir);
+  free(g_env_home);
+  return 0;
+}
+
+static void pause_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+  nanosleep(&ts, NULL);
+}
+
+static char *write_fleet(const char *name, int n, const char *sleep_s, int bad) {
+  char *path = dbx_asprintf("%s/%s.json", g_dir, name);
+  char items[2048] = "";
+  for (int i = 0; i < n; i++)
+    snprintf(items + strlen(items), sizeof items - strlen(items),
+             "%s{\"key\":\"i%d\",\"ok\":\"%s\"}", i ? "," : "", i, i == bad ? "no" : "yes");
+  char *text = dbx_asprintf(
+      "{\"items\":[%s],\"template\":{\"input\":{\"sandbox\":{},\"steps\":[{\"name\":\"t\","
+      "\"kind\":\"exec\",\"command\":\"sleep %s; test {{ok}} = yes\"}]}}}", items, sleep_s);
+  dbx_svct_file_write(path, text);
+  free(text);
+  return path;
+}
+
+static int count_lines_with(const char *text, const char *needle) {
+  int n = 0;
+  for (const char *p = text; p && (p = strstr(p, needle)); p++) n++;
+  return n;
+}
+
+static int sandbox_count(void) {
+  char d[1024];
+  snprintf(d, sizeof d, "%s/home/sandboxes", g_dir);
+  DIR *dir = opendir(d);
+  if (dir == NULL) return 0;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(dir))) n += e->d_name[0] != '.';
+  closedir(dir);
+  return n;
+}
+
+static void test_fleet_cli_run_rerun_status(void **st) {
+  (void)st;
+  char *f = write_fleet("small", 4, "0.3", 2);
+  char *env[] = {g_env_home, NULL};
+  char *out = NULL, *err = NULL;
+  char *run[] = {(char *)dbx_test_bin(), "fleet", "run", f, "--concurrency", "2", NULL};
+  int rc = dbx_svct_proc_run(run, env, 120000, &out, &err);
+  if (rc != 1) fail_msg("fleet run exited %d: %s %s", rc, out, err);
+  assert_non_null(strstr(out, "fleet fleet-small (run "));
+  assert_true(count_lines_with(out, "\nprogress: ") >= 1);
+  assert_non_null(strstr(out, "ITEM "));
+  assert_non_null(strstr(out, "step t: exit code 1"));
+  assert_non_null(strstr(out, "fleet fleet-small completed: 3 succeeded, 1 failed, 0 cancelled, "
+                              "0 skipped, 0 not started"));
+  free(out);
+  free(err);
+  rc = dbx_svct_proc_run(run, env, 120000, &out, &err);
+  assert_int_equal(rc, 1);
+  assert_non_null(strstr(out, "completed: 0 succeeded, 1 failed, 0 cancelled, 3 skipped"));
+  free(out);
+  free(err);
+  char *status[] = {(char *)dbx_test_bin(), "fleet", "status", "fleet-small", "--output", "json", NULL};
+  rc = dbx_svct_proc_run(status, env, 60000, &out, &err);
+  if (rc != 0) fail_msg("fleet status exited %d: %s", rc, err);
+  cJSON *j = cJSON_Parse(out);
+  assert_non_null(j);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "status")), "completed");
+  assert_int_equal((int)cJSON_GetObjectItem(j, "skipped")->valuedouble, 3);
+  assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "items")), 4);
+  cJSON_Delete(j);
+  free(out);
+  free(err);
+  char *bad[] = {(char *)dbx_test_bin(), "fleet", "run", f, "--concurrency", "0", NULL};
+  assert_int_equal(dbx_svct_proc_run(bad, env, 30000, NULL, NULL), 2);
+  assert_int_equal(sandbox_count(), 0);
+  free(f);
+}
+
+static void test_fleet_cli_cancel_from_another_process(void **st) {
+  (void)st;
+  char *svc = dbx_asprintf("%s/svc", g_dir), *wdb = dbx_asprintf("%s/wdb", g_dir);
+  int port = dbx_svct_free_port();
+  dbx_svct_server_spawn(svc, port);
+  dbx_rpc_channel_destroy(dbx_svct_connect(port)); /* it answers */
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+  char *env[] = {g_env_home, NULL};
+  char *wargv[] = {(char *)dbx_test_bin(), "worker", "--address", addr, "--task-queue", "durabox",
+                   "--db", wdb, "--log-level", "error", NULL};
+  dbx_svct_proc_spawn(wargv, env, NULL, NULL);
+  char *f = write_fleet("long", 5, "60", -1);
+  char *outp = dbx_asprintf("%s/run.out", g_dir), *errp = dbx_asprintf("%s/run.err", g_dir);
+  char *run[] = {(char *)dbx_test_bin(), "fleet", "run", f, "--concurrency", "2", "--address", addr,
+                 NULL};
+  pid_t rp = dbx_svct_proc_spawn(run, env, outp, errp);
+  char *status[] = {(char *)dbx_test_bin(), "fleet", "status", "fleet-long", "--address", addr, NULL};
+  int running = 0;
+  for (int64_t end = dbx_mono_ns() / 1000000 + 60000; !running && dbx_mono_ns() / 1000000 < end;) {
+    char *out = NULL;
+    if (dbx_svct_proc_run(status, env, 30000, &out, NULL) == 0 && strstr(out, "2 running") &&
+        sandbox_count() == 2)
+      running = 1;
+    free(out);
+    if (!running) pause_ms(100);
+  }
+  if (!running) {
+    char *t = dbx_svct_file_read(outp), *e = dbx_svct_file_read(errp);
+    fail_msg("the fleet did not reach 2 running items (sandboxes %d); fleet run printed: %s %s",
+             sandbox_count(), t ? t : "(nothing)", e ? e : "");
+  }
+  char *cancel[] = {(char *)dbx_test_bin(), "fleet", "cancel", "fleet-long", "--address", addr, NULL};
+  char *out = NULL;
+  assert_int_equal(dbx_svct_proc_run(cancel, env, 30000, &out, NULL), 0);
+  assert_non_null(strstr(out, "cancel requested"));
+  free(out);
+  assert_int_equal(dbx_svct_proc_wait(rp, 60000), 1);
+  char *text = dbx_svct_file_read(outp);
+  assert_non_null(text);
+  assert_non_null(strstr(text, "fleet fleet-long cancelled: 0 succeeded, 0 failed, 2 cancelled, "
+                               "0 skipped, 3 not started"));
+  free(text);
+  assert_int_equal(sandbox_count(), 0);
+  free(outp);
+  free(errp);
+  free(f);
+  free(svc);
+  free(wdb);
+}
+
+int main(void) {
+  dbx_rpc_global_init();
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_fleet_cli_run_rerun_status, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_fleet_cli_cancel_from_another_process, setup, teardown),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  dbx_rpc_global_shutdown();
+  return rc;
+}
