@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "protos/pb.h"
 #include "tests/testutil.h"
 #include "worker/wstore.h"
 
@@ -111,10 +112,92 @@ static void test_wstore_refused_write_does_not_touch_others(void **st) {
   free(dir);
 }
 
+static HistoryEvent *mk_event(int64_t id) {
+  HistoryEvent e = INIT(TEMPORAL__API__HISTORY__V1__HISTORY_EVENT);
+  e.event_id = id;
+  e.event_type = ET(WORKFLOW_TASK_SCHEDULED);
+  uint8_t buf[64];
+  size_t len = protobuf_c_message_pack(&e.base, buf);
+  return (HistoryEvent *)protobuf_c_message_unpack(&HistoryEvent__D, NULL, len, buf);
+}
+
+typedef struct {
+  dbx_wstore *s;
+  int id, failed;
+  HistoryEvent **evs;
+} hist_writer;
+
+/* History copies (commits that skip the meta sync when alone) mixed with
+ * journal entries (synced) in the same groups. */
+static void *hist_loop(void *arg) {
+  hist_writer *w = arg;
+  char wid[32];
+  snprintf(wid, sizeof wid, "wf-%d", w->id);
+  for (int i = 1; i <= WRITES; i++) {
+    if (dbx_wstore_history_put(w->s, "ns", wid, "run", w->evs, (size_t)i) != DBX_OK) w->failed++;
+    char act[16];
+    snprintf(act, sizeof act, "%d", i);
+    if (dbx_wstore_journal_started(w->s, "ns", wid, "run", act, 1) != DBX_OK) w->failed++;
+  }
+  return NULL;
+}
+
+static void test_wstore_history_copies_and_journal_mixed_all_persist(void **st) {
+  (void)st;
+  char *dir = dbx_test_tmpdir("wgroup");
+  dbx_wstore *s = NULL;
+  assert_int_equal(dbx_wstore_open(dir, 0, &s, NULL), DBX_OK);
+  HistoryEvent *evs[WRITES];
+  for (int i = 0; i < WRITES; i++) evs[i] = mk_event(i + 1);
+  hist_writer w[THREADS];
+  pthread_t th[THREADS];
+  for (int t = 0; t < THREADS; t++) {
+    w[t] = (hist_writer){s, t, 0, evs};
+    assert_int_equal(pthread_create(&th[t], NULL, hist_loop, &w[t]), 0);
+  }
+  for (int t = 0; t < THREADS; t++) {
+    pthread_join(th[t], NULL);
+    assert_int_equal(w[t].failed, 0);
+  }
+  for (int i = 0; i < WRITES; i++) protobuf_c_message_free_unpacked(&evs[i]->base, NULL);
+  dbx_wstore_close(s);
+  assert_int_equal(dbx_wstore_open(dir, 0, &s, NULL), DBX_OK);
+  for (int t = 0; t < THREADS; t++) {
+    char wid[32];
+    snprintf(wid, sizeof wid, "wf-%d", t);
+    HistoryEvent **got = NULL;
+    size_t n = 0;
+    assert_int_equal(dbx_wstore_history_load(s, "ns", wid, "run", &got, &n, NULL), DBX_OK);
+    assert_int_equal(n, WRITES);
+    for (size_t i = 0; i < n; i++) assert_int_equal(got[i]->event_id, (int64_t)i + 1);
+    dbx_wstore_history_free(got, n);
+    for (int i = 1; i <= WRITES; i++) {
+      char act[16];
+      snprintf(act, sizeof act, "%d", i);
+      dbx_journal_entry e;
+      assert_int_equal(dbx_wstore_journal_get(s, "ns", wid, "run", act, &e), DBX_OK);
+      assert_int_equal(e.state, DBX_JOURNAL_STARTED);
+      dbx_journal_entry_cleanup(&e);
+    }
+  }
+  /* a synced write after the lazy ones still works and persists */
+  assert_int_equal(dbx_wstore_kv_put(s, DBX_WSTORE_BINDINGS, "after", "x"), DBX_OK);
+  dbx_wstore_close(s);
+  assert_int_equal(dbx_wstore_open(dir, 0, &s, NULL), DBX_OK);
+  char *v = NULL;
+  assert_int_equal(dbx_wstore_kv_get(s, DBX_WSTORE_BINDINGS, "after", &v), DBX_OK);
+  assert_string_equal(v, "x");
+  free(v);
+  dbx_wstore_close(s);
+  dbx_test_rmrf(dir);
+  free(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_wstore_concurrent_writes_share_commits_and_all_persist),
       cmocka_unit_test(test_wstore_refused_write_does_not_touch_others),
+      cmocka_unit_test(test_wstore_history_copies_and_journal_mixed_all_persist),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -47,6 +47,7 @@ struct dbx_wstore {
 typedef struct group_req {
   dbx_store_write_fn fn;
   void *arg;
+  int lazy; /* a copy of history the service holds durably (see history_put) */
   dbx_err rc;
   int done;
   struct group_req *next;
@@ -77,11 +78,15 @@ static void group_lead(dbx_wstore *s) {
   s->queue_tail = &s->queue;
   s->committing = 1;
   pthread_mutex_unlock(&s->gmu);
+  int lazy = 1; /* the commit skips its meta sync only when every write in it may */
+  for (group_req *r = batch; r; r = r->next) lazy &= r->lazy;
+  dbx_err (*write)(dbx_store *, dbx_store_write_fn, void *) =
+      lazy ? dbx_store_write_lazy_meta : dbx_store_write;
   dbx_err rc;
   if (!batch->next) {
-    rc = batch->rc = dbx_store_write(s->st, batch->fn, batch->arg);
+    rc = batch->rc = write(s->st, batch->fn, batch->arg);
   } else {
-    rc = dbx_store_write(s->st, group_fn, batch);
+    rc = write(s->st, group_fn, batch);
   }
   pthread_mutex_lock(&s->gmu);
   for (group_req *r = batch; r; r = r->next) {
@@ -102,9 +107,9 @@ uint64_t dbx_wstore_commits(dbx_wstore *s) {
 }
 
 /* Every durable write of the worker, between its two failpoints. */
-static dbx_err commit(dbx_wstore *s, dbx_store_write_fn fn, void *arg) {
+static dbx_err commit_as(dbx_wstore *s, dbx_store_write_fn fn, void *arg, int lazy) {
   DBX_FAILPOINT("worker.store.commit.before");
-  group_req me = {fn, arg, DBX_OK, 0, NULL};
+  group_req me = {fn, arg, lazy, DBX_OK, 0, NULL};
   pthread_mutex_lock(&s->gmu);
   *s->queue_tail = &me;
   s->queue_tail = &me.next;
@@ -118,6 +123,10 @@ static dbx_err commit(dbx_wstore *s, dbx_store_write_fn fn, void *arg) {
   dbx_err rc = me.rc;
   DBX_FAILPOINT("worker.store.commit.after");
   return rc;
+}
+
+static dbx_err commit(dbx_wstore *s, dbx_store_write_fn fn, void *arg) {
+  return commit_as(s, fn, arg, 0);
 }
 
 dbx_err dbx_wstore_open(const char *dir, int no_sync, dbx_wstore **out, char **errmsg) {
@@ -232,7 +241,16 @@ dbx_err dbx_wstore_history_put(dbx_wstore *s, const char *ns, const char *workfl
                                const char *run_id, HistoryEvent *const *events, size_t n) {
   if (!s || !ns || !workflow_id || !run_id || (n && !events)) return DBX_EINVAL;
   hist_put h = {s, ns, workflow_id, run_id, events, n};
-  return commit(s, hist_put_fn, &h);
+  /* Not a promise of this worker: these events came in a workflow task, and
+   * the service hands out only events it has committed durably, so the
+   * service's history is the authoritative copy and this one is a cache for
+   * offline replay (`durabox replay`) that nothing else reads. The data pages
+   * are still synced (the store stays intact after a machine crash); only the
+   * meta page is not waited for, so a machine crash may undo this commit,
+   * which the next task (the service sends the run's whole history) or the
+   * next synced commit (which writes a newer meta page) makes good. In a
+   * group with any other write the commit is synced in full. */
+  return commit_as(s, hist_put_fn, &h, 1);
 }
 
 void dbx_wstore_history_free(HistoryEvent **events, size_t n) {
