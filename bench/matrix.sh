@@ -26,7 +26,9 @@
 #   HOLD_MS (10000), SERVERS ("durabox temporal"), WORKERS ("c go ts"),
 #   WORKLOADS ("one chain20 hold"), LOADGEN (1; 0 = skip dbx-loadgen),
 #   LG_WORKFLOWS_DURABOX (3000), LG_WORKFLOWS_TEMPORAL (300), OUT (a fresh dir),
-#   BUILD (build: the directory holding cli/durabox and bench/dbx-*).
+#   BUILD (build: the directory holding cli/durabox and bench/dbx-*),
+#   BASE_BUILD (another such directory: the worker "cbase" is its C worker,
+#   so a change to the C worker is compared before/after in the same run).
 # Needs: scripts/build.sh build, bench/peers/setup.sh. Not part of the tests.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -77,6 +79,8 @@ start_worker() { # start_worker KIND DIR -> WRK_PID
   local kind=$1 dir=$2
   case $kind in
     c) "$CW" --address "$ADDR" --task-queue bench --db-dir "$dir/cworker" --pollers 16 >"$dir/worker.log" 2>&1 & ;;
+    cbase) "${BASE_BUILD:?BASE_BUILD names the build of worker cbase}/bench/dbx-bench-worker" --address "$ADDR" \
+      --task-queue bench --db-dir "$dir/cworker" --pollers 16 >"$dir/worker.log" 2>&1 & ;;
     go) "$GO" worker --address "$ADDR" --task-queue bench >"$dir/worker.log" 2>&1 & ;;
     ts) node bench/peers/ts/worker.js --address "$ADDR" --task-queue bench --bundle "$TS_BUNDLE" >"$dir/worker.log" 2>&1 & ;;
   esac

@@ -79,6 +79,14 @@ def table(results, conditions):
             r = lambda a, b, key: f(ratio(a and a[key], b and b[key]), "{:.2f}")
             o.append("| %s | %s | %s | %s | %s | %s | %s |" % (srv, wl, r(c, g, "wfs"), r(c, g, "wcpu"), r(c, g, "wrss"),
                                                             r(c, t, "wfs"), r(c, t, "wrss")))
+    for srv in sorted({k[0] for k in cs}):
+        for wl in sorted({k[2] for k in cs}, key=lambda w: order.get(w, 9)):
+            c, b = cs.get((srv, "c", wl)), cs.get((srv, "cbase", wl))
+            if c and b:
+                if not any("C worker after / before" in x for x in o):
+                    o += ["", "| C worker after / before (c / cbase) | throughput | CPU per activity | p50 |", "|---|---|---|---|"]
+                o.append("| %s, %s | %s | %s | %s |" % (srv, wl, f(ratio(c["wfs"], b["wfs"]), "{:.2f}"),
+                                                   f(ratio(c["wcpu"], b["wcpu"]), "{:.2f}"), f(ratio(c["p50"], b["p50"]), "{:.2f}")))
     o += ["", "| service ratio durabox / Temporal | throughput | p50 |", "|---|---|---|"]
     for wrk in ("loadgen", "go", "c", "ts"):
         for wl in ("one", "chain20"):
