@@ -422,7 +422,21 @@ static int disk_full(dbx_store *s) {
   return 1;
 }
 
+static dbx_err write_commit(dbx_store *s, dbx_store_write_fn fn, void *arg, int lazy_meta);
+
 dbx_err dbx_store_write(dbx_store *s, dbx_store_write_fn fn, void *arg) {
+  return write_commit(s, fn, arg, 0);
+}
+
+dbx_err dbx_store_write_lazy_meta(dbx_store *s, dbx_store_write_fn fn, void *arg) {
+  return write_commit(s, fn, arg, 1);
+}
+
+/* lazy_meta: this commit's meta page is written without O_DSYNC
+ * (MDB_NOMETASYNC, set on the environment only around this commit: every
+ * write of this process holds write_mu, and no other process writes this
+ * file, so no other commit sees the flag). */
+static dbx_err write_commit(dbx_store *s, dbx_store_write_fn fn, void *arg, int lazy_meta) {
   if (s == NULL) return DBX_EINVAL;
   if (fn == NULL) {
     set_msg(s, "dbx_store_write: fn is NULL");
@@ -468,7 +482,9 @@ dbx_err dbx_store_write(dbx_store *s, dbx_store_write_fn fn, void *arg) {
       break;
     }
     cursors_release(&t, 1);
+    if (lazy_meta) mdb_env_set_flags(s->env, MDB_NOMETASYNC, 1);
     rc = mdb_txn_commit(t.mt); /* ends the txn, success or not */
+    if (lazy_meta) mdb_env_set_flags(s->env, MDB_NOMETASYNC, 0);
     pthread_rwlock_unlock(&s->grow_lock);
     if (rc == 0) {
       result = DBX_OK;

@@ -94,6 +94,13 @@ typedef dbx_err (*dbx_store_write_fn)(dbx_txn *txn, void *arg);
  * returned; fn may run more than once (map growth). One writer at a time:
  * concurrent callers wait. */
 dbx_err dbx_store_write(dbx_store *s, dbx_store_write_fn fn, void *arg);
+/* As dbx_store_write, but the commit does not wait for its meta page to reach
+ * the disk (LMDB's MDB_NOMETASYNC for this one commit): the data pages are
+ * synced as usual, so the database stays intact through a machine crash,
+ * which may undo this commit until a later synced commit (or the OS) writes
+ * the meta page; a process crash loses nothing. Only for data that another
+ * party holds durably (the worker's copy of history the service holds). */
+dbx_err dbx_store_write_lazy_meta(dbx_store *s, dbx_store_write_fn fn, void *arg);
 
 /* End a read transaction (or abort a write one from inside dbx_store_write's
  * caller; never needed there). Accepts NULL. */

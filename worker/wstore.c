@@ -4,11 +4,21 @@
  * big-endian event id (history, so a cursor walks one run in event order) or
  * by the activity id (journal). History values are packed HistoryEvent
  * protobufs; journal values are small JSON objects (cJSON) so they stay
- * readable with mdb_dump. Every write is one dbx_store_write() call, which
- * commits durably; the write functions keep all their effects inside the
- * transaction, as store.h requires for map growth. */
+ * readable with mdb_dump. Every write is one write function that keeps all
+ * its effects inside the transaction, as store.h requires for map growth.
+ *
+ * Group commit: writes that arrive while a commit is under way (concurrent
+ * activities journaling their starts and results) wait for it, and the next
+ * commit takes all of them at once: one synced LMDB commit for the group,
+ * each write in a child transaction of its own, so a write that fails is
+ * dropped alone and its caller gets its error while the others commit. A
+ * caller returns only after the synced commit that holds its write (or with
+ * the commit's error): every promise still rests on a synced commit, the
+ * group only shares the sync. A lone write runs as before, in the commit's
+ * own transaction, with no wait added. */
 #include "worker/wstore.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,14 +35,98 @@ struct dbx_wstore {
   dbx_store *st;
   dbx_table history, runs, journal, kv[2];
   dbx_table amo, approvals, refusals; /* at_most_once identities (see wstore.h) */
+  /* group commit (see the top of this file) */
+  pthread_mutex_t gmu;
+  pthread_cond_t gcv;
+  struct group_req *queue, **queue_tail; /* writes waiting for the next commit */
+  int committing;                        /* a leader is inside dbx_store_write */
+  uint64_t commits;                      /* LMDB write commits made (a group counts once) */
 };
 
+/* One write waiting for (or inside) a group commit; lives on its caller's stack. */
+typedef struct group_req {
+  dbx_store_write_fn fn;
+  void *arg;
+  int lazy; /* a copy of history the service holds durably (see history_put) */
+  dbx_err rc;
+  int done;
+  struct group_req *next;
+} group_req;
+
+/* The write function of a group of two or more: each write in a child
+ * transaction; a write that fails leaves the others standing. Runs again
+ * whole when the map grows (each fn already allows that). */
+static dbx_err group_fn(dbx_txn *t, void *arg) {
+  for (group_req *r = arg; r; r = r->next) {
+    dbx_txn *child = NULL;
+    r->rc = dbx_store_txn_child_begin(t, &child);
+    if (r->rc != DBX_OK) return r->rc; /* the parent is broken: the whole group fails */
+    r->rc = r->fn(child, r->arg);
+    if (r->rc == DBX_OK)
+      r->rc = dbx_store_txn_child_commit(child);
+    else
+      dbx_store_txn_abort(child);
+  }
+  return DBX_OK;
+}
+
+/* Run the queued writes (led by the caller) as one commit; s->gmu held on
+ * entry and exit, released while committing. */
+static void group_lead(dbx_wstore *s) {
+  group_req *batch = s->queue;
+  s->queue = NULL;
+  s->queue_tail = &s->queue;
+  s->committing = 1;
+  pthread_mutex_unlock(&s->gmu);
+  int lazy = 1; /* the commit skips its meta sync only when every write in it may */
+  for (group_req *r = batch; r; r = r->next) lazy &= r->lazy;
+  dbx_err (*write)(dbx_store *, dbx_store_write_fn, void *) =
+      lazy ? dbx_store_write_lazy_meta : dbx_store_write;
+  dbx_err rc;
+  if (!batch->next) {
+    rc = batch->rc = write(s->st, batch->fn, batch->arg);
+  } else {
+    rc = write(s->st, group_fn, batch);
+  }
+  pthread_mutex_lock(&s->gmu);
+  for (group_req *r = batch; r; r = r->next) {
+    if (rc != DBX_OK) r->rc = rc; /* nothing of the group was committed */
+    r->done = 1;
+  }
+  s->committing = 0;
+  s->commits++;
+  pthread_cond_broadcast(&s->gcv);
+}
+
+uint64_t dbx_wstore_commits(dbx_wstore *s) {
+  if (!s) return 0;
+  pthread_mutex_lock(&s->gmu);
+  uint64_t n = s->commits;
+  pthread_mutex_unlock(&s->gmu);
+  return n;
+}
+
 /* Every durable write of the worker, between its two failpoints. */
-static dbx_err commit(dbx_wstore *s, dbx_store_write_fn fn, void *arg) {
+static dbx_err commit_as(dbx_wstore *s, dbx_store_write_fn fn, void *arg, int lazy) {
   DBX_FAILPOINT("worker.store.commit.before");
-  dbx_err rc = dbx_store_write(s->st, fn, arg);
+  group_req me = {fn, arg, lazy, DBX_OK, 0, NULL};
+  pthread_mutex_lock(&s->gmu);
+  *s->queue_tail = &me;
+  s->queue_tail = &me.next;
+  while (!me.done) {
+    if (!s->committing)
+      group_lead(s); /* takes every queued write, this one among them */
+    else
+      pthread_cond_wait(&s->gcv, &s->gmu);
+  }
+  pthread_mutex_unlock(&s->gmu);
+  dbx_err rc = me.rc;
   DBX_FAILPOINT("worker.store.commit.after");
   return rc;
+}
+
+static dbx_err commit(dbx_wstore *s, dbx_store_write_fn fn, void *arg) {
+  return commit_as(s, fn, arg, 0);
 }
 
 dbx_err dbx_wstore_open(const char *dir, int no_sync, dbx_wstore **out, char **errmsg) {
@@ -41,12 +135,17 @@ dbx_err dbx_wstore_open(const char *dir, int no_sync, dbx_wstore **out, char **e
   *out = NULL;
   dbx_wstore *s = dbx_calloc(1, sizeof *s);
   if (!s) return DBX_ENOMEM;
+  pthread_mutex_init(&s->gmu, NULL);
+  pthread_cond_init(&s->gcv, NULL);
+  s->queue_tail = &s->queue;
   dbx_store_opts o = {0};
   o.path = dir;
   o.no_sync = no_sync;
   dbx_err rc = dbx_store_open(&o, &s->st);
   if (rc != DBX_OK) {
     if (errmsg) *errmsg = dbx_asprintf("worker store %s: %s", dir, dbx_store_open_errmsg());
+    pthread_cond_destroy(&s->gcv);
+    pthread_mutex_destroy(&s->gmu);
     free(s);
     return rc;
   }
@@ -69,6 +168,8 @@ dbx_err dbx_wstore_open(const char *dir, int no_sync, dbx_wstore **out, char **e
 void dbx_wstore_close(dbx_wstore *s) {
   if (!s) return;
   dbx_store_close(s->st);
+  pthread_cond_destroy(&s->gcv);
+  pthread_mutex_destroy(&s->gmu);
   free(s);
 }
 
@@ -140,7 +241,16 @@ dbx_err dbx_wstore_history_put(dbx_wstore *s, const char *ns, const char *workfl
                                const char *run_id, HistoryEvent *const *events, size_t n) {
   if (!s || !ns || !workflow_id || !run_id || (n && !events)) return DBX_EINVAL;
   hist_put h = {s, ns, workflow_id, run_id, events, n};
-  return commit(s, hist_put_fn, &h);
+  /* Not a promise of this worker: these events came in a workflow task, and
+   * the service hands out only events it has committed durably, so the
+   * service's history is the authoritative copy and this one is a cache for
+   * offline replay (`durabox replay`) that nothing else reads. The data pages
+   * are still synced (the store stays intact after a machine crash); only the
+   * meta page is not waited for, so a machine crash may undo this commit,
+   * which the next task (the service sends the run's whole history) or the
+   * next synced commit (which writes a newer meta page) makes good. In a
+   * group with any other write the commit is synced in full. */
+  return commit_as(s, hist_put_fn, &h, 1);
 }
 
 void dbx_wstore_history_free(HistoryEvent **events, size_t n) {

@@ -131,4 +131,10 @@ dbx_err dbx_wstore_kv_put(dbx_wstore *s, dbx_wstore_kv kind, const char *key, co
 dbx_err dbx_wstore_kv_get(dbx_wstore *s, dbx_wstore_kv kind, const char *key, char **value);
 dbx_err dbx_wstore_kv_del(dbx_wstore *s, dbx_wstore_kv kind, const char *key);
 
+/* ---- group commit: writes of concurrent callers share one synced commit
+ * (see wstore.c); each call still returns only after the commit that holds
+ * its write. The number of write commits made since open, a group counting
+ * once (tests and benchmarks; any thread). */
+uint64_t dbx_wstore_commits(dbx_wstore *s);
+
 #endif
