@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "activities/daytona.h"
+#include "activities/llm.h"
 #include "activities/local.h"
 #include "activities/sandbox.h"
 #include "base/util.h"
@@ -56,7 +57,9 @@ dbx_err dbx_cli_kit_register(const dbx_cli_kit *k, dbx_worker *w) {
     dbx_err e = dbx_worker_register_workflow(w, dbx_workflows_builtin[i]);
     if (e != DBX_OK) return e;
   }
-  return dbx_sandbox_register_all(w, k->acts);
+  dbx_err e = dbx_sandbox_register_all(w, k->acts);
+  /* the agent's model and pull-request activities (durabox.Agent) */
+  return e == DBX_OK ? dbx_agent_acts_register(w) : e;
 }
 
 void dbx_cli_kit_close(dbx_cli_kit *k) {

@@ -1,0 +1,554 @@
+/* Integration tests of durabox.Agent (workflows/agent.h): a spawned
+ * `durabox server start-dev`, a spawned `durabox worker` (killed with -9 and
+ * started again where the test says), the scripted model
+ * (tests/fakes/llm/fake_llm.py) and the fake GitHub
+ * (tests/fakes/github/fake_github.py), both with request logs, and a real
+ * git repository whose test fails until add.sh is fixed.
+ *
+ *  - fix_and_open_pr: the model reads the test, writes the fix, runs the
+ *    tests and commits, asks to open a pull request; turn 0 of the model
+ *    answers 429 then 500 first (llm.chat retries). The policy holds open_pr;
+ *    `durabox approval list` shows it; the worker is killed while it is
+ *    pending and again right after `durabox approval grant`: exactly one
+ *    pull request is created, every model turn was requested once (turn 0:
+ *    the two faults and one answer), the held call ran with the model's
+ *    arguments, a replay of the finished run makes no request, and neither
+ *    LLM_API_KEY's nor GITHUB_TOKEN's value is in the history, the worker's
+ *    log or the sandbox's files.
+ *  - deny_and_timeout: a policy deny (argument matcher) and a person's
+ *    denial reach the model as text; an approval timeout denies; no pull
+ *    request is made.
+ *  - malformed_reply: a reply that is not JSON fails the run at once,
+ *    LlmMalformedResponse, requested once.
+ *  - bad_policy: a bad regular expression fails the start naming the rule.
+ *  - second_turn: a later turn with the session field continues the
+ *    conversation and re-opens the same sandbox. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "base/util.h"
+#include "tests/svc_client.h"
+#include "worker/client.h"
+
+#define LLM_KEY "sk-test-K3Y-9f8e7d6c5b4a"
+#define GH_TOKEN "ghp_T0KEN-0a1b2c3d4e5f"
+#define TQ "agentq"
+
+typedef struct {
+  char *dir, *svc, *wrk, *home, *repo;
+  char llm_log[600], gh_log[600], wlog[600];
+  char env_home[700], env_llm[128], env_gh[128];
+  int port;
+  char addr[64];
+  pid_t worker;
+  dbx_client *c;
+} fixture;
+
+static fixture F;
+
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void pause_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+  nanosleep(&ts, NULL);
+}
+
+static char *src_path(const char *rel) {
+  const char *src = getenv("DBX_SOURCE_DIR");
+  assert_non_null(src);
+  return dbx_asprintf("%s/%s", src, rel);
+}
+
+/* Start a fake (python3 script args...), wait for its port file. */
+static int start_fake(const char *script_rel, const char *name, char *const extra[]) {
+  char *script = src_path(script_rel);
+  char pf[700];
+  snprintf(pf, sizeof pf, "%s/%s.port", F.dir, name);
+  char *argv[16] = {"/usr/bin/python3", script, "--port-file", pf};
+  int k = 4;
+  for (int i = 0; extra[i] && k < 15; i++) argv[k++] = extra[i];
+  argv[k] = NULL;
+  dbx_svct_proc_spawn(argv, NULL, NULL, NULL);
+  int port = 0;
+  for (int64_t end = mono_ms() + 20000; port == 0 && mono_ms() < end; pause_ms(20)) {
+    char *t = dbx_svct_file_read(pf);
+    if (t) port = atoi(t);
+    free(t);
+  }
+  free(script);
+  if (port <= 0) fail_msg("the fake %s did not start", name);
+  return port;
+}
+
+static void sh(const char *cmd) {
+  char *argv[] = {"/bin/sh", "-c", (char *)cmd, NULL};
+  char *err = NULL;
+  int rc = dbx_svct_proc_run(argv, NULL, 60000, NULL, &err);
+  if (rc != 0) fail_msg("sh -c '%s' exited %d: %s", cmd, rc, err ? err : "");
+  free(err);
+}
+
+static void spawn_worker(void) {
+  char *argv[] = {(char *)dbx_test_bin(), "worker", "--address", F.addr, "--task-queue", TQ,
+                  "--db", F.wrk, "--log-level", "info", NULL};
+  char *env[] = {F.env_home, F.env_llm, "LLM_MODEL=fake-model", "LLM_API_KEY=" LLM_KEY,
+                 "GITHUB_TOKEN=" GH_TOKEN, F.env_gh, NULL};
+  char log[700];
+  snprintf(log, sizeof log, "%s.%lld", F.wlog, (long long)mono_ms());
+  /* every worker's log is kept (appended by name) for the secret check */
+  F.worker = dbx_svct_proc_spawn(argv, env, NULL, log);
+}
+
+/* Everything but the model script. */
+static void fixture_start(const char *script_json) {
+  memset(&F, 0, sizeof F);
+  F.dir = dbx_test_tmpdir("itagent");
+  F.svc = dbx_asprintf("%s/svc", F.dir);
+  F.wrk = dbx_asprintf("%s/wrk", F.dir);
+  F.home = dbx_asprintf("%s/home", F.dir);
+  F.repo = dbx_asprintf("%s/repo", F.dir);
+  snprintf(F.llm_log, sizeof F.llm_log, "%s/llm.log", F.dir);
+  snprintf(F.gh_log, sizeof F.gh_log, "%s/github.log", F.dir);
+  snprintf(F.wlog, sizeof F.wlog, "%s/worker.log", F.dir);
+  snprintf(F.env_home, sizeof F.env_home, "DURABOX_HOME=%s", F.home);
+  char *cmd = dbx_asprintf(
+      "mkdir -p %s %s %s && cd %s && git init -q -b main && git config user.name t && "
+      "git config user.email t@example.invalid && "
+      "printf 'echo $(($1 - $2))\\n' > add.sh && "
+      "printf '[ \"$(sh add.sh 2 3)\" = 5 ] || { echo \"FAIL: add 2 3 gave $(sh add.sh 2 3)\"; exit 1; }\\necho PASS\\n' > test.sh && "
+      "git add -A && git commit -qm initial",
+      F.svc, F.wrk, F.repo, F.repo);
+  sh(cmd);
+  free(cmd);
+  char sp[700];
+  snprintf(sp, sizeof sp, "%s/script.json", F.dir);
+  dbx_svct_file_write(sp, script_json);
+  char *lx[] = {"--script", sp, "--log", F.llm_log, "--key", LLM_KEY, NULL};
+  int lp = start_fake("tests/fakes/llm/fake_llm.py", "llm", lx);
+  char *gx[] = {"--log", F.gh_log, "--token", GH_TOKEN, NULL};
+  int gp = start_fake("tests/fakes/github/fake_github.py", "github", gx);
+  snprintf(F.env_llm, sizeof F.env_llm, "LLM_BASE_URL=http://127.0.0.1:%d/v1", lp);
+  snprintf(F.env_gh, sizeof F.env_gh, "GITHUB_API_URL=http://127.0.0.1:%d", gp);
+  F.port = dbx_svct_free_port();
+  dbx_svct_server_spawn(F.svc, F.port);
+  dbx_rpc_channel_destroy(dbx_svct_connect(F.port));
+  snprintf(F.addr, sizeof F.addr, "127.0.0.1:%d", F.port);
+  spawn_worker();
+  dbx_client_opts co = {0};
+  co.address = F.addr;
+  assert_int_equal(dbx_client_create(&co, &F.c), DBX_OK);
+}
+
+static int teardown(void **state) {
+  (void)state;
+  if (F.c) dbx_client_destroy(F.c);
+  dbx_svct_proc_kill_all();
+  dbx_svct_server_kill_all();
+  if (F.dir && !getenv("DBX_KEEP")) dbx_test_rmrf(F.dir);
+  free(F.dir), free(F.svc), free(F.wrk), free(F.home), free(F.repo);
+  memset(&F, 0, sizeof F);
+  return 0;
+}
+
+static char *start_agent(const char *wfid, const char *input) {
+  dbx_client_start_opts so = {0};
+  so.workflow_id = wfid;
+  so.workflow_type = "durabox.Agent";
+  so.task_queue = TQ;
+  so.input_json = input;
+  char *rid = NULL;
+  assert_int_equal(dbx_client_start_workflow(F.c, &so, &rid, NULL), DBX_OK);
+  return rid;
+}
+
+/* The close event's result (completed) or failure message (failed: *failed = 1). */
+static char *await_close(const char *wfid, const char *rid, int *failed, char **ftype) {
+  for (int64_t end = mono_ms() + 180000; mono_ms() < end;) {
+    dbx_client_history h = {0};
+    dbx_client_history_opts ho = {.wait_new_event = 1, .close_event_only = 1, .timeout_ms = 20000};
+    dbx_err e = dbx_client_get_history(F.c, wfid, rid, &ho, &h, NULL);
+    char *out = NULL;
+    if (e == DBX_OK && h.n) {
+      const HistoryEvent *ev = h.events[h.n - 1];
+      if (ev->event_type == ET(WORKFLOW_EXECUTION_COMPLETED)) {
+        out = dbx_payloads_to_json(ev->workflow_execution_completed_event_attributes->result);
+        *failed = 0;
+      } else if (ev->event_type == ET(WORKFLOW_EXECUTION_FAILED)) {
+        const Failure *f = ev->workflow_execution_failed_event_attributes->failure;
+        out = dbx_strdup(f && f->message ? f->message : "");
+        if (ftype) *ftype = dbx_strdup(f && f->application_failure_info ? f->application_failure_info->type : "");
+        *failed = 1;
+      }
+    }
+    dbx_client_history_cleanup(&h);
+    if (out) return out;
+  }
+  fail_msg("%s did not close within 180 s", wfid);
+  return NULL;
+}
+
+/* Lines of a JSONL log, parsed; NULL when absent. */
+static cJSON *read_log(const char *path) {
+  char *t = dbx_svct_file_read(path);
+  cJSON *arr = cJSON_CreateArray();
+  for (char *p = t, *e; p && *p; p = e ? e + 1 : NULL) {
+    e = strchr(p, '\n');
+    if (e) *e = 0;
+    if (*p) cJSON_AddItemToArray(arr, cJSON_Parse(p));
+  }
+  free(t);
+  return arr;
+}
+
+static int count_turn(const cJSON *log, int turn, int status) {
+  int n = 0;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, log) {
+    if ((int)cJSON_GetObjectItem(e, "turn")->valuedouble != turn) continue;
+    if (status == 0 || (int)cJSON_GetObjectItem(e, "status")->valuedouble == status) n++;
+  }
+  return n;
+}
+
+static int count_method(const cJSON *log, const char *method) {
+  int n = 0;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, log) n += strcmp(cJSON_GetObjectItem(e, "method")->valuestring, method) == 0;
+  return n;
+}
+
+static char *run_cli(char *const argv[], int *rc) {
+  char *out = NULL, *err = NULL;
+  char *env[] = {F.env_home, NULL};
+  *rc = dbx_svct_proc_run(argv, env, 60000, &out, &err);
+  char *both = dbx_asprintf("%s%s", out ? out : "", err ? err : "");
+  free(out);
+  free(err);
+  return both;
+}
+
+/* Poll `durabox approval list` until it names wfid and target. */
+static char *await_held(const char *wfid, const char *target) {
+  char want[200];
+  snprintf(want, sizeof want, "workflow_id=%s ", wfid);
+  char tg[80];
+  snprintf(tg, sizeof tg, "target=%s ", target);
+  for (int64_t end = mono_ms() + 60000; mono_ms() < end; pause_ms(100)) {
+    char *argv[] = {(char *)dbx_test_bin(), "approval", "list", "--address", F.addr, NULL};
+    int rc = 0;
+    char *out = run_cli(argv, &rc);
+    if (rc == 0 && strstr(out, want) && strstr(out, tg)) return out;
+    free(out);
+  }
+  fail_msg("%s: no held %s in durabox approval list within 60 s", wfid, target);
+  return NULL;
+}
+
+static void decide(const char *verb, const char *wfid, const char *by, const char *reason) {
+  char *argv[] = {(char *)dbx_test_bin(), "approval", (char *)verb, (char *)wfid, "--by", (char *)by,
+                  "--address", F.addr, reason ? "--reason" : NULL, (char *)reason, NULL};
+  int rc = 0;
+  char *out = run_cli(argv, &rc);
+  if (rc != 0) fail_msg("durabox approval %s exited %d: %s", verb, rc, out);
+  free(out);
+}
+
+/* 1 when needle is in any file under dir (recursively). */
+static int tree_contains(const char *dir, const char *needle) {
+  char *cmd = dbx_asprintf("grep -rqF -- '%s' '%s'", needle, dir);
+  char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+  int rc = dbx_svct_proc_run(argv, NULL, 60000, NULL, NULL);
+  free(cmd);
+  return rc == 0;
+}
+
+static const char *FIX_SCRIPT =
+    "{\"replies\":["
+    "{\"faults\":[\"429\",\"500\"],\"tool_calls\":[{\"name\":\"read_file\",\"arguments\":{\"path\":\"test.sh\"}}]},"
+    "{\"expect\":\"add.sh\",\"tool_calls\":[{\"name\":\"read_file\",\"arguments\":{\"path\":\"add.sh\"}}]},"
+    "{\"expect\":\"$1 - $2\",\"tool_calls\":[{\"name\":\"write_file\",\"arguments\":{\"path\":\"add.sh\",\"content\":\"echo $(($1 + $2))\\n\"}}]},"
+    "{\"expect\":\"wrote\",\"tool_calls\":[{\"name\":\"shell\",\"arguments\":{\"command\":\"sh test.sh && git commit -qam 'Fix add' && git rev-parse --abbrev-ref HEAD\"}}]},"
+    "{\"expect\":\"PASS\",\"tool_calls\":[{\"name\":\"open_pr\",\"arguments\":{\"title\":\"Fix add.sh\",\"body\":\"add.sh subtracted\"}}]},"
+    "{\"expect\":\"pull request #1\",\"content\":\"Fixed add.sh (it subtracted); pull request #1 is open.\"}"
+    "]}";
+
+static char *fix_input(const char *extra) {
+  return dbx_asprintf(
+      "{\"task\":\"The tests fail (sh test.sh). Fix the bug and open a pull request.\","
+      "\"sandbox\":{\"source\":{\"kind\":\"git\",\"path\":\"%s\"},\"keep\":true},"
+      "\"repository\":{\"github\":\"acme/calc\",\"base\":\"main\"},"
+      "\"model\":{\"retry\":{\"initial_interval_s\":0.2,\"maximum_interval_s\":0.5}},"
+      "\"policy\":{\"default_action\":\"allow\",\"rules\":[{\"id\":\"review-prs\","
+      "\"when\":{\"step_kind\":\"tool_call\",\"target\":\"open_pr\"},"
+      "\"then\":{\"decision\":\"require_approval\",\"reason\":\"a person reviews pull requests\","
+      "\"approval_timeout_s\":600}}]}%s}",
+      F.repo, extra ? extra : "");
+}
+
+static void test_fix_and_open_pr(void **state) {
+  (void)state;
+  fixture_start(FIX_SCRIPT);
+  char *input = fix_input(NULL);
+  char *rid = start_agent("agent-fix", input);
+  free(input);
+  char *held = await_held("agent-fix", "open_pr");
+  assert_non_null(strstr(held, "rule=review-prs"));
+  assert_non_null(strstr(held, "Fix add.sh"));
+  free(held);
+  /* kill -9 while the approval is pending, then a new worker */
+  dbx_svct_proc_kill(F.worker, SIGKILL);
+  spawn_worker();
+  decide("grant", "agent-fix", "alice", "looks right");
+  dbx_svct_proc_kill(F.worker, SIGKILL); /* right after the grant */
+  spawn_worker();
+  int failed = 0;
+  char *res = await_close("agent-fix", rid, &failed, NULL);
+  if (failed) fail_msg("the run failed: %s", res);
+  cJSON *j = cJSON_Parse(res);
+  assert_non_null(j);
+  assert_string_equal(cJSON_GetObjectItem(j, "status")->valuestring, "completed");
+  assert_non_null(strstr(cJSON_GetObjectItem(j, "answer")->valuestring, "pull request #1"));
+  cJSON *pr = cJSON_GetObjectItem(j, "pull_request");
+  assert_int_equal((int)cJSON_GetObjectItem(pr, "number")->valuedouble, 1);
+  assert_int_equal((int)cJSON_GetObjectItem(j, "model_calls")->valuedouble, 6);
+  assert_int_equal((int)cJSON_GetObjectItem(j, "tool_calls")->valuedouble, 5);
+  assert_int_equal((int)cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"), "total_tokens")->valuedouble, 90);
+  /* the held step: approved by alice, run once */
+  cJSON *steps = cJSON_GetObjectItem(j, "steps"), *st, *held_step = NULL;
+  cJSON_ArrayForEach(st, steps) if (strcmp(cJSON_GetObjectItem(st, "target")->valuestring, "open_pr") == 0) held_step = st;
+  assert_non_null(held_step);
+  assert_string_equal(cJSON_GetObjectItem(held_step, "decision")->valuestring, "require_approval");
+  cJSON *ap = cJSON_GetObjectItem(held_step, "approval");
+  assert_string_equal(cJSON_GetObjectItem(ap, "decision")->valuestring, "granted");
+  assert_string_equal(cJSON_GetObjectItem(ap, "by")->valuestring, "alice");
+  assert_true(cJSON_IsTrue(cJSON_GetObjectItem(held_step, "ok")));
+  const char *branch = cJSON_GetObjectItem(j, "branch")->valuestring;
+  assert_string_equal(branch, "durabox/agent-fix");
+  /* GitHub: exactly one pull request, with the recorded arguments */
+  cJSON *gl = read_log(F.gh_log);
+  assert_int_equal(count_method(gl, "POST"), 1);
+  cJSON *b = cJSON_GetObjectItem(cJSON_GetArrayItem(gl, 0), "body");
+  assert_string_equal(cJSON_GetObjectItem(b, "title")->valuestring, "Fix add.sh");
+  assert_string_equal(cJSON_GetObjectItem(b, "head")->valuestring, "durabox/agent-fix");
+  assert_string_equal(cJSON_GetObjectItem(b, "base")->valuestring, "main");
+  assert_true(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(gl, 0), "auth_ok")));
+  /* the model: turn 0 got 429, 500, then its answer; every other turn once */
+  cJSON *ll = read_log(F.llm_log);
+  assert_int_equal(count_turn(ll, 0, 429), 1);
+  assert_int_equal(count_turn(ll, 0, 500), 1);
+  for (int t = 0; t < 6; t++) {
+    assert_int_equal(count_turn(ll, t, 200), 1);
+  }
+  assert_int_equal(cJSON_GetArraySize(ll), 8);
+  const cJSON *e;
+  cJSON_ArrayForEach(e, ll) assert_true(cJSON_IsTrue(cJSON_GetObjectItem(e, "auth_ok")));
+  /* a replay of the finished run makes no call */
+  char *rargv[] = {(char *)dbx_test_bin(), "replay", "--workflow-id", "agent-fix", "--db", F.wrk, NULL};
+  char *rout = NULL;
+  int rrc = 0;
+  kill(F.worker, SIGTERM);
+  dbx_svct_proc_wait(F.worker, 30000);
+  rout = run_cli(rargv, &rrc);
+  if (rrc != 0) fail_msg("durabox replay exited %d: %s", rrc, rout);
+  free(rout);
+  cJSON *ll2 = read_log(F.llm_log), *gl2 = read_log(F.gh_log);
+  assert_int_equal(cJSON_GetArraySize(ll2), 8);
+  assert_int_equal(cJSON_GetArraySize(gl2), 1);
+  /* the secrets: not in the history, the worker's logs, the sandbox */
+  char *sargv[] = {(char *)dbx_test_bin(), "workflow", "show", "--workflow-id", "agent-fix",
+                   "--output", "json", "--address", F.addr, NULL};
+  int src = 0;
+  char *hist = run_cli(sargv, &src);
+  assert_int_equal(src, 0);
+  assert_non_null(strstr(hist, "llm.chat"));
+  assert_null(strstr(hist, LLM_KEY));
+  assert_null(strstr(hist, GH_TOKEN));
+  free(hist);
+  assert_true(tree_contains(F.home, "echo $(($1 + $2))")); /* the grep finds what is there */
+  assert_false(tree_contains(F.home, LLM_KEY));
+  assert_false(tree_contains(F.home, GH_TOKEN));
+  char *logs = dbx_asprintf("%s", F.dir);
+  char *g1 = dbx_asprintf("cat '%s'/worker.log.* | grep -qF -- '%s'", logs, LLM_KEY);
+  char *g2 = dbx_asprintf("cat '%s'/worker.log.* | grep -qF -- '%s'", logs, GH_TOKEN);
+  char *a1[] = {"/bin/sh", "-c", g1, NULL}, *a2[] = {"/bin/sh", "-c", g2, NULL};
+  assert_int_not_equal(dbx_svct_proc_run(a1, NULL, 30000, NULL, NULL), 0);
+  assert_int_not_equal(dbx_svct_proc_run(a2, NULL, 30000, NULL, NULL), 0);
+  free(g1), free(g2), free(logs);
+  cJSON_Delete(ll), cJSON_Delete(ll2), cJSON_Delete(gl), cJSON_Delete(gl2), cJSON_Delete(j);
+  free(res);
+  free(rid);
+}
+
+static void test_deny_and_timeout(void **state) {
+  (void)state;
+  fixture_start(
+      "{\"replies\":["
+      "{\"tool_calls\":[{\"name\":\"shell\",\"arguments\":{\"command\":\"rm -rf .git\"}}]},"
+      "{\"expect\":\"`shell` not allowed. reason: no deletions\",\"tool_calls\":[{\"name\":\"open_pr\",\"arguments\":{\"title\":\"A\"}}]},"
+      "{\"expect\":\"approval timed out\",\"tool_calls\":[{\"name\":\"open_pr\",\"arguments\":{\"title\":\"B\"}}]},"
+      "{\"expect\":\"not yet (decided by bob)\",\"content\":\"Understood, no pull request.\"}"
+      "]}");
+  char *input = dbx_asprintf(
+      "{\"task\":\"Tidy up.\",\"sandbox\":{\"source\":{\"kind\":\"git\",\"path\":\"%s\"}},"
+      "\"repository\":{\"github\":\"acme/calc\"},"
+      "\"policy\":{\"default_action\":\"allow\",\"rules\":["
+      "{\"id\":\"no-rm\",\"when\":{\"target\":\"shell\",\"arguments\":{\"command\":{\"regex\":\"rm +-[a-z]*r\"}}},"
+      "\"then\":{\"decision\":\"deny\",\"reason\":\"no deletions\"}},"
+      "{\"id\":\"pr-A\",\"when\":{\"target\":\"open_pr\",\"arguments\":{\"title\":{\"equals\":\"A\"}}},"
+      "\"then\":{\"decision\":\"require_approval\",\"approval_timeout_s\":2}},"
+      "{\"id\":\"pr\",\"when\":{\"targets\":[\"open_*\"]},\"then\":{\"decision\":\"require_approval\"}}]}}",
+      F.repo);
+  char *rid = start_agent("agent-deny", input);
+  free(input);
+  char *held = await_held("agent-deny", "open_pr");
+  assert_non_null(strstr(held, "rule=pr"));
+  free(held);
+  /* the first hold (rule pr-A) times out after 2 s; then B is held under rule pr */
+  for (int64_t end = mono_ms() + 60000;; pause_ms(100)) {
+    char *h = await_held("agent-deny", "open_pr");
+    int second = strstr(h, "rule=pr ") != NULL;
+    free(h);
+    if (second) break;
+    if (mono_ms() > end) fail_msg("the second open_pr was not held");
+  }
+  decide("deny", "agent-deny", "bob", "not yet");
+  int failed = 0;
+  char *res = await_close("agent-deny", rid, &failed, NULL);
+  if (failed) fail_msg("the run failed: %s", res);
+  cJSON *j = cJSON_Parse(res);
+  assert_string_equal(cJSON_GetObjectItem(j, "status")->valuestring, "completed");
+  assert_string_equal(cJSON_GetObjectItem(j, "answer")->valuestring, "Understood, no pull request.");
+  assert_true(cJSON_IsNull(cJSON_GetObjectItem(j, "pull_request")));
+  cJSON *steps = cJSON_GetObjectItem(j, "steps");
+  /* llm, shell (denied), llm, open_pr (timeout), llm, open_pr (denied by bob), llm */
+  assert_int_equal(cJSON_GetArraySize(steps), 7);
+  cJSON *s1 = cJSON_GetArrayItem(steps, 1), *s3 = cJSON_GetArrayItem(steps, 3), *s5 = cJSON_GetArrayItem(steps, 5);
+  assert_string_equal(cJSON_GetObjectItem(s1, "decision")->valuestring, "deny");
+  assert_string_equal(cJSON_GetObjectItem(s1, "rule")->valuestring, "no-rm");
+  assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(s3, "approval"), "by")->valuestring, "timeout");
+  assert_string_equal(cJSON_GetObjectItem(s3, "rule")->valuestring, "pr-A");
+  assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(s5, "approval"), "decision")->valuestring, "denied");
+  assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(s5, "approval"), "reason")->valuestring, "not yet");
+  cJSON *gl = read_log(F.gh_log);
+  assert_int_equal(cJSON_GetArraySize(gl), 0);
+  cJSON *ll = read_log(F.llm_log);
+  assert_int_equal(cJSON_GetArraySize(ll), 4); /* each turn once, every expect met */
+  const cJSON *e;
+  cJSON_ArrayForEach(e, ll) assert_int_equal((int)cJSON_GetObjectItem(e, "status")->valuedouble, 200);
+  /* the .git directory is still there: the denied command never ran */
+  cJSON_Delete(gl), cJSON_Delete(ll), cJSON_Delete(j);
+  free(res);
+  free(rid);
+}
+
+static void test_malformed_reply(void **state) {
+  (void)state;
+  fixture_start("{\"replies\":[{\"faults\":[\"malformed\"],\"content\":\"never\"}]}");
+  char *rid = start_agent("agent-bad", "{\"task\":\"hello\"}");
+  int failed = 0;
+  char *type = NULL;
+  char *msg = await_close("agent-bad", rid, &failed, &type);
+  assert_int_equal(failed, 1);
+  assert_string_equal(type, "LlmMalformedResponse");
+  assert_non_null(strstr(msg, "not a JSON object"));
+  cJSON *ll = read_log(F.llm_log);
+  assert_int_equal(cJSON_GetArraySize(ll), 1); /* non-retryable: asked once */
+  cJSON_Delete(ll);
+  free(msg), free(type), free(rid);
+}
+
+static void test_bad_policy(void **state) {
+  (void)state;
+  fixture_start("{\"replies\":[]}");
+  char *rid = start_agent("agent-pol", "{\"task\":\"x\",\"policy\":{\"rules\":[{\"id\":\"r1\","
+                          "\"when\":{\"arguments\":{\"command\":{\"regex\":\"([a-z\"}}},"
+                          "\"then\":{\"decision\":\"deny\"}}]}}");
+  int failed = 0;
+  char *type = NULL;
+  char *msg = await_close("agent-pol", rid, &failed, &type);
+  assert_int_equal(failed, 1);
+  assert_string_equal(type, "InvalidInput");
+  assert_non_null(strstr(msg, "rule 'r1'"));
+  assert_non_null(strstr(msg, "regex"));
+  cJSON *ll = read_log(F.llm_log);
+  assert_int_equal(cJSON_GetArraySize(ll), 0);
+  cJSON_Delete(ll);
+  free(msg), free(type), free(rid);
+}
+
+static void test_second_turn(void **state) {
+  (void)state;
+  fixture_start(
+      "{\"replies\":["
+      "{\"tool_calls\":[{\"name\":\"write_file\",\"arguments\":{\"path\":\"notes.txt\",\"content\":\"turn one\\n\"}}]},"
+      "{\"expect\":\"wrote\",\"content\":\"Wrote notes.txt.\"},"
+      "{\"expect\":\"Now read it back\",\"tool_calls\":[{\"name\":\"read_file\",\"arguments\":{\"path\":\"notes.txt\"}}]},"
+      "{\"expect\":\"turn one\",\"content\":\"It says: turn one.\"}"
+      "]}");
+  char *in1 = dbx_asprintf("{\"task\":\"Write notes.txt.\",\"sandbox\":{\"source\":{\"kind\":\"git\",\"path\":\"%s\"}},"
+                           "\"session\":{\"id\":\"sess-a\",\"turn\":1,\"previous_run_id\":null,\"state\":null}}",
+                           F.repo);
+  char *rid1 = start_agent("sess-a", in1);
+  int failed = 0;
+  char *res1 = await_close("sess-a", rid1, &failed, NULL);
+  if (failed) fail_msg("turn 1 failed: %s", res1);
+  cJSON *j1 = cJSON_Parse(res1);
+  cJSON *st = cJSON_GetObjectItem(j1, "session_state");
+  const char *sb1 = cJSON_GetObjectItem(cJSON_GetObjectItem(st, "sandbox"), "id")->valuestring;
+  assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(st, "conversation")), 5);
+  /* turn 2: the session field as the CLI writes it */
+  cJSON *in2 = cJSON_CreateObject();
+  cJSON_AddStringToObject(in2, "task", "Now read it back.");
+  cJSON *sess = cJSON_AddObjectToObject(in2, "session");
+  cJSON_AddStringToObject(sess, "id", "sess-a");
+  cJSON_AddNumberToObject(sess, "turn", 2);
+  cJSON_AddStringToObject(sess, "previous_run_id", rid1);
+  cJSON_AddItemToObject(sess, "state", cJSON_Duplicate(st, 1));
+  char *t2 = cJSON_PrintUnformatted(in2);
+  dbx_client_start_opts so = {0};
+  so.workflow_id = "sess-a";
+  so.workflow_type = "durabox.Agent";
+  so.task_queue = TQ;
+  so.input_json = t2;
+  so.id_reuse_policy = 1; /* ALLOW_DUPLICATE */
+  char *rid2 = NULL;
+  assert_int_equal(dbx_client_start_workflow(F.c, &so, &rid2, NULL), DBX_OK);
+  char *res2 = await_close("sess-a", rid2, &failed, NULL);
+  if (failed) fail_msg("turn 2 failed: %s", res2);
+  cJSON *j2 = cJSON_Parse(res2);
+  assert_string_equal(cJSON_GetObjectItem(j2, "answer")->valuestring, "It says: turn one.");
+  assert_string_equal(cJSON_GetObjectItem(j2, "sandbox_id")->valuestring, sb1);
+  assert_string_equal(cJSON_GetObjectItem(j2, "branch")->valuestring, "durabox/sess-a");
+  cJSON *ll = read_log(F.llm_log);
+  assert_int_equal(cJSON_GetArraySize(ll), 4);
+  /* turn 2's first request carries turn 1's conversation and the new task */
+  assert_int_equal((int)cJSON_GetObjectItem(cJSON_GetArrayItem(ll, 2), "messages")->valuedouble, 6);
+  cJSON_Delete(ll), cJSON_Delete(j1), cJSON_Delete(j2), cJSON_Delete(in2);
+  free(t2), free(in1), free(res1), free(res2), free(rid1), free(rid2);
+}
+
+int main(void) {
+  dbx_rpc_global_init();
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_teardown(test_malformed_reply, teardown),
+      cmocka_unit_test_teardown(test_bad_policy, teardown),
+      cmocka_unit_test_teardown(test_fix_and_open_pr, teardown),
+      cmocka_unit_test_teardown(test_deny_and_timeout, teardown),
+      cmocka_unit_test_teardown(test_second_turn, teardown),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  dbx_rpc_global_shutdown();
+  return rc;
+}
