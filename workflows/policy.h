@@ -58,8 +58,10 @@ void dbx_policy_free(dbx_policy *p); /* accepts NULL */
 void dbx_policy_eval(const dbx_policy *p, const char *kind, const char *target, const cJSON *args,
                      dbx_policy_verdict *v);
 
-/* The text of a policy: JSON, else YAML (when built with libyaml: block and
- * flow mappings, sequences and scalars; anchors and tags are refused).
+/* The text of a policy: JSON, else YAML (libyaml: block and flow mappings,
+ * sequences and scalars; plain true/false/null/numbers typed, quoted
+ * scalars text; non-core tags refused, and a document that expands past
+ * 20000 nodes through aliases refused).
  * Returns a cJSON tree (caller owns it) or NULL with the problem in err. */
 cJSON *dbx_policy_parse_text(const char *text, size_t len, char *err, size_t n);
 
