@@ -24,6 +24,7 @@
 #include <cjson/cJSON.h>
 
 #include "base/util.h"
+#include "cli/agentview.h"
 #include "cli/cli.h"
 #include "cli/conn.h"
 #include "cli/flags.h"
@@ -118,35 +119,13 @@ static int cmd_grant(dbx_wstore *s, const char *ns, const char *wid, const char 
   return e == DBX_OK ? 0 : 1;
 }
 
-/* The held step of info's run (memo "durabox.approval"), parsed; NULL when none. */
-static cJSON *held_of(const WorkflowExecutionInfo *info) {
-  const Memo *m = info ? info->memo : NULL;
-  for (size_t i = 0; m && i < m->n_fields; i++) {
-    if (strcmp(m->fields[i]->key, "durabox.approval") != 0 || !m->fields[i]->value) continue;
-    const Payload *p = m->fields[i]->value;
-    cJSON *j = cJSON_ParseWithLength((const char *)p->data.data, p->data.len);
-    if (cJSON_IsObject(j)) return j;
-    cJSON_Delete(j);
-  }
-  return NULL;
-}
-
 static void print_held(const WorkflowExecutionInfo *info, const cJSON *h) {
-  char *args = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(h, "arguments"));
-  const cJSON *dl = cJSON_GetObjectItemCaseSensitive(h, "deadline_ms");
-  long long left = cJSON_IsNumber(dl) ? ((long long)dl->valuedouble - dbx_wall_ns() / 1000000) / 1000 : 0;
-  char *line = dbx_asprintf("workflow_id=%s run_id=%s step=%d kind=%s target=%s rule=%s "
-                            "reason=\"%s\" times_out_in=%llds arguments=%s",
-                            info->execution->workflow_id, info->execution->run_id,
-                            (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(h, "step")),
-                            cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(h, "kind")),
-                            cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(h, "target")),
-                            cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(h, "rule")),
-                            cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(h, "reason")),
-                            left > 0 ? left : 0, args ? args : "null");
+  char *w = dbx_cli_agent_held_words(h);
+  char *line = dbx_asprintf("workflow_id=%s run_id=%s %s", info->execution->workflow_id,
+                            info->execution->run_id, w ? w : "");
   if (line) dbx_cli_utf8_puts(line);
   free(line);
-  free(args);
+  free(w);
 }
 
 static int held_list(dbx_client *c, const char *address, int optional) {
@@ -171,7 +150,7 @@ static int held_list(dbx_client *c, const char *address, int optional) {
       return 1;
     }
     for (size_t i = 0; i < r->n_executions; i++) {
-      cJSON *h = held_of(r->executions[i]);
+      cJSON *h = dbx_cli_agent_held(r->executions[i]);
       if (h) print_held(r->executions[i], h), shown++;
       cJSON_Delete(h);
     }
@@ -196,7 +175,7 @@ static int held_decide(dbx_client *c, const char *address, const char *sub, cons
     free(err);
     return 1;
   }
-  cJSON *h = held_of(r->workflow_execution_info);
+  cJSON *h = dbx_cli_agent_held(r->workflow_execution_info);
   char *run = dbx_strdup(r->workflow_execution_info->execution->run_id);
   dbx_client_msg_free(r);
   if (!h) {

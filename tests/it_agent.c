@@ -244,7 +244,7 @@ static char *await_held(const char *wfid, const char *target) {
   char want[200];
   snprintf(want, sizeof want, "workflow_id=%s ", wfid);
   char tg[80];
-  snprintf(tg, sizeof tg, "target=%s ", target);
+  snprintf(tg, sizeof tg, " %s (rule ", target);
   for (int64_t end = mono_ms() + 60000; mono_ms() < end; pause_ms(100)) {
     char *argv[] = {(char *)dbx_test_bin(), "approval", "list", "--address", F.addr, NULL};
     int rc = 0;
@@ -304,9 +304,17 @@ static void test_fix_and_open_pr(void **state) {
   char *rid = start_agent("agent-fix", input);
   free(input);
   char *held = await_held("agent-fix", "open_pr");
-  assert_non_null(strstr(held, "rule=review-prs"));
+  assert_non_null(strstr(held, "(rule review-prs: a person reviews pull requests)"));
   assert_non_null(strstr(held, "Fix add.sh"));
   free(held);
+  char *dargv[] = {(char *)dbx_test_bin(), "workflow", "describe", "--workflow-id", "agent-fix",
+                   "--address", F.addr, NULL};
+  int drc = 0;
+  char *desc = run_cli(dargv, &drc);
+  assert_int_equal(drc, 0);
+  if (!strstr(desc, "awaiting      approval of step 10 tool_call open_pr (rule review-prs: a person reviews"))
+    fail_msg("describe does not show the held step: %s", desc);
+  free(desc);
   /* kill -9 while the approval is pending, then a new worker */
   dbx_svct_proc_kill(F.worker, SIGKILL);
   spawn_worker();
@@ -366,6 +374,42 @@ static void test_fix_and_open_pr(void **state) {
   cJSON *ll2 = read_log(F.llm_log), *gl2 = read_log(F.gh_log);
   assert_int_equal(cJSON_GetArraySize(ll2), 8);
   assert_int_equal(cJSON_GetArraySize(gl2), 1);
+  /* watching: each model call, tool call, decision and the held step in show */
+  char *wargv[] = {(char *)dbx_test_bin(), "workflow", "show", "--workflow-id", "agent-fix",
+                   "--address", F.addr, NULL};
+  int wrc = 0;
+  char *shown = run_cli(wargv, &wrc);
+  assert_int_equal(wrc, 0);
+  static const char *const want[] = {
+      "llm.chat (activity", "sandbox.read_file (activity", "sandbox.write_file (activity",
+      "sandbox.exec (activity", "github.open_pr (activity",
+      "policy: step 2 tool_call read_file -> allow (rule default)",
+      "policy: step 10 tool_call open_pr -> require_approval (rule review-prs: a person reviews pull requests)",
+      "HELD step 10 tool_call open_pr", "approval: step 10 granted by alice (looks right)"};
+  for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+    if (!strstr(shown, want[i])) fail_msg("workflow show lacks \"%s\":\n%s", want[i], shown);
+  free(shown);
+  /* history: the held step stopped the sandbox and started it again; open_pr ran once */
+  dbx_rpc_channel *ch = dbx_svct_connect(F.port);
+  dbx_svct_history h;
+  dbx_svct_history_get(ch, "agent-fix", rid, &h);
+  int stop = 0, start = 0, pr_sched = 0, order_ok = 0;
+  for (size_t i = 0; i < h.n; i++) {
+    if (h.events[i]->event_type != ET(ACTIVITY_TASK_SCHEDULED)) continue;
+    const char *t = h.events[i]->activity_task_scheduled_event_attributes->activity_type->name;
+    if (strcmp(t, "sandbox.stop") == 0) stop++;
+    if (strcmp(t, "sandbox.start") == 0) start++;
+    if (strcmp(t, "github.open_pr") == 0) {
+      pr_sched++;
+      order_ok = stop == 1 && start == 1;
+    }
+  }
+  assert_int_equal(stop, 1);
+  assert_int_equal(start, 1);
+  assert_int_equal(pr_sched, 1);
+  assert_true(order_ok);
+  dbx_svct_history_cleanup(&h);
+  dbx_rpc_channel_destroy(ch);
   /* the secrets: not in the history, the worker's logs, the sandbox */
   char *sargv[] = {(char *)dbx_test_bin(), "workflow", "show", "--workflow-id", "agent-fix",
                    "--output", "json", "--address", F.addr, NULL};
@@ -413,12 +457,12 @@ static void test_deny_and_timeout(void **state) {
   char *rid = start_agent("agent-deny", input);
   free(input);
   char *held = await_held("agent-deny", "open_pr");
-  assert_non_null(strstr(held, "rule=pr"));
+  assert_non_null(strstr(held, "(rule pr"));
   free(held);
   /* the first hold (rule pr-A) times out after 2 s; then B is held under rule pr */
   for (int64_t end = mono_ms() + 60000;; pause_ms(100)) {
     char *h = await_held("agent-deny", "open_pr");
-    int second = strstr(h, "rule=pr ") != NULL;
+    int second = strstr(h, "(rule pr)") != NULL;
     free(h);
     if (second) break;
     if (mono_ms() > end) fail_msg("the second open_pr was not held");
