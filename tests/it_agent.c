@@ -279,8 +279,8 @@ static const char *FIX_SCRIPT =
     "{\"faults\":[\"429\",\"500\"],\"tool_calls\":[{\"name\":\"read_file\",\"arguments\":{\"path\":\"test.sh\"}}]},"
     "{\"expect\":\"add.sh\",\"tool_calls\":[{\"name\":\"read_file\",\"arguments\":{\"path\":\"add.sh\"}}]},"
     "{\"expect\":\"$1 - $2\",\"tool_calls\":[{\"name\":\"write_file\",\"arguments\":{\"path\":\"add.sh\",\"content\":\"echo $(($1 + $2))\\n\"}}]},"
-    "{\"expect\":\"wrote\",\"tool_calls\":[{\"name\":\"shell\",\"arguments\":{\"command\":\"sh test.sh && git commit -qam 'Fix add' && git rev-parse --abbrev-ref HEAD\"}}]},"
-    "{\"expect\":\"PASS\",\"tool_calls\":[{\"name\":\"open_pr\",\"arguments\":{\"title\":\"Fix add.sh\",\"body\":\"add.sh subtracted\"}}]},"
+    "{\"expect\":\"wrote\",\"tool_calls\":[{\"name\":\"shell\",\"arguments\":{\"command\":\"sh test.sh && git commit -qam 'Fix add' && git rev-parse --abbrev-ref HEAD && env > env.txt\"}}]},"
+    "{\"expect\":\"durabox/agent-fix\",\"tool_calls\":[{\"name\":\"open_pr\",\"arguments\":{\"title\":\"Fix add.sh\",\"body\":\"add.sh subtracted\"}}]},"
     "{\"expect\":\"pull request #1\",\"content\":\"Fixed add.sh (it subtracted); pull request #1 is open.\"}"
     "]}";
 
@@ -421,6 +421,7 @@ static void test_fix_and_open_pr(void **state) {
   assert_null(strstr(hist, GH_TOKEN));
   free(hist);
   assert_true(tree_contains(F.home, "echo $(($1 + $2))")); /* the grep finds what is there */
+  assert_true(tree_contains(F.home, "PATH=")); /* env.txt: the commands' environment */
   assert_false(tree_contains(F.home, LLM_KEY));
   assert_false(tree_contains(F.home, GH_TOKEN));
   char *logs = dbx_asprintf("%s", F.dir);
@@ -537,13 +538,40 @@ static void test_second_turn(void **state) {
   fixture_start(
       "{\"replies\":["
       "{\"tool_calls\":[{\"name\":\"write_file\",\"arguments\":{\"path\":\"notes.txt\",\"content\":\"turn one\\n\"}}]},"
-      "{\"expect\":\"wrote\",\"content\":\"Wrote notes.txt.\"},"
+      "{\"expect\":\"wrote\",\"tool_calls\":[{\"name\":\"shell\",\"arguments\":{\"command\":"
+      "\"git add notes.txt && git commit -qm one && git push -q origin HEAD && echo pushed\"}}]},"
+      "{\"expect\":\"pushed\",\"content\":\"Wrote and pushed notes.txt.\"},"
       "{\"expect\":\"Now read it back\",\"tool_calls\":[{\"name\":\"read_file\",\"arguments\":{\"path\":\"notes.txt\"}}]},"
-      "{\"expect\":\"turn one\",\"content\":\"It says: turn one.\"}"
+      "{\"expect\":\"turn one\",\"tool_calls\":[{\"name\":\"shell\",\"arguments\":{\"command\":"
+      "\"git commit -q --allow-empty -m two && git push -q origin HEAD && echo pushed again\"}}]},"
+      "{\"expect\":\"pushed again\",\"content\":\"It says: turn one.\"}"
       "]}");
-  char *in1 = dbx_asprintf("{\"task\":\"Write notes.txt.\",\"sandbox\":{\"source\":{\"kind\":\"git\",\"path\":\"%s\"}},"
+  /* the remote: a bare repository served by git daemon on loopback, which
+   * the sandbox clones and pushes its branch to */
+  char *bare = dbx_asprintf("%s/remote.git", F.dir);
+  char *mk = dbx_asprintf("git clone -q --bare %s %s && git -C %s config daemon.receivepack true",
+                          F.repo, bare, bare);
+  sh(mk);
+  free(mk);
+  int gport = dbx_svct_free_port();
+  char portarg[32], basearg[700];
+  snprintf(portarg, sizeof portarg, "--port=%d", gport);
+  snprintf(basearg, sizeof basearg, "--base-path=%s", F.dir);
+  char *gd[] = {"/usr/bin/git", "daemon", "--reuseaddr", "--listen=127.0.0.1", portarg, basearg,
+                "--export-all", "--enable=receive-pack", F.dir, NULL};
+  dbx_svct_proc_spawn(gd, NULL, NULL, NULL);
+  char *url = dbx_asprintf("git://127.0.0.1:%d/remote.git", gport);
+  char *probe = dbx_asprintf("git ls-remote -q %s >/dev/null 2>&1", url);
+  char *pargv[] = {"/bin/sh", "-c", probe, NULL};
+  int up = 0;
+  for (int64_t end = mono_ms() + 20000; !up && mono_ms() < end; pause_ms(50))
+    up = dbx_svct_proc_run(pargv, NULL, 10000, NULL, NULL) == 0;
+  if (!up) fail_msg("git daemon did not serve %s", url);
+  free(probe);
+  char *in1 = dbx_asprintf("{\"task\":\"Write notes.txt.\",\"sandbox\":{\"source\":{\"kind\":\"git\",\"url\":\"%s\"}},"
                            "\"session\":{\"id\":\"sess-a\",\"turn\":1,\"previous_run_id\":null,\"state\":null}}",
-                           F.repo);
+                           url);
+  free(url);
   char *rid1 = start_agent("sess-a", in1);
   int failed = 0;
   char *res1 = await_close("sess-a", rid1, &failed, NULL);
@@ -551,7 +579,7 @@ static void test_second_turn(void **state) {
   cJSON *j1 = cJSON_Parse(res1);
   cJSON *st = cJSON_GetObjectItem(j1, "session_state");
   const char *sb1 = cJSON_GetObjectItem(cJSON_GetObjectItem(st, "sandbox"), "id")->valuestring;
-  assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(st, "conversation")), 5);
+  assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(st, "conversation")), 7);
   /* turn 2: the session field as the CLI writes it */
   cJSON *in2 = cJSON_CreateObject();
   cJSON_AddStringToObject(in2, "task", "Now read it back.");
@@ -576,9 +604,16 @@ static void test_second_turn(void **state) {
   assert_string_equal(cJSON_GetObjectItem(j2, "sandbox_id")->valuestring, sb1);
   assert_string_equal(cJSON_GetObjectItem(j2, "branch")->valuestring, "durabox/sess-a");
   cJSON *ll = read_log(F.llm_log);
-  assert_int_equal(cJSON_GetArraySize(ll), 4);
+  assert_int_equal(cJSON_GetArraySize(ll), 6);
   /* turn 2's first request carries turn 1's conversation and the new task */
-  assert_int_equal((int)cJSON_GetObjectItem(cJSON_GetArrayItem(ll, 2), "messages")->valuedouble, 6);
+  assert_int_equal((int)cJSON_GetObjectItem(cJSON_GetArrayItem(ll, 3), "messages")->valuedouble, 8);
+  /* both turns pushed the one branch of the session */
+  char *lg = dbx_asprintf("git -C %s log --format=%%s durabox/sess-a", bare);
+  char *largv[] = {"/bin/sh", "-c", lg, NULL};
+  char *log = NULL;
+  assert_int_equal(dbx_svct_proc_run(largv, NULL, 30000, &log, NULL), 0);
+  assert_string_equal(log, "two\none\ninitial\n");
+  free(log), free(lg), free(bare);
   cJSON_Delete(ll), cJSON_Delete(j1), cJSON_Delete(j2), cJSON_Delete(in2);
   free(t2), free(in1), free(res1), free(res2), free(rid1), free(rid2);
 }

@@ -773,7 +773,11 @@ static void opened(agent *s, dbx_wf *wf, const dbx_act_outcome *o) {
     const cJSON *src = obj_of(obj_of(s->input, "sandbox"), "source");
     if (str_of(src, "kind") && strcmp(str_of(src, "kind"), "git") == 0) {
       /* a branch of this sandbox's own; a later turn keeps it */
-      char *cmd = dbx_asprintf("git checkout -q -B '%s'", s->branch);
+      /* and an author for the model's commits, unless the repository has one */
+      char *cmd = dbx_asprintf("git checkout -q -B '%s' && { git config user.name >/dev/null || "
+                               "git config user.name 'durabox agent'; } && { git config "
+                               "user.email >/dev/null || git config user.email "
+                               "agent@durabox.invalid; }", s->branch);
       cJSON *in = cJSON_CreateObject();
       cJSON_AddStringToObject(in, "sandbox_id", s->sandbox_id);
       cJSON_AddStringToObject(in, "command", cmd ? cmd : "true");

@@ -9,7 +9,8 @@
  *     "main"), "branch"?: NAME, "api_url"?: URL}: where open_pr opens the
  *     pull request; the sandbox works on its own branch (default
  *     "durabox/<workflow id>", created with git checkout -B when the
- *     sandbox's source is a git repository);
+ *     sandbox's source is a git repository, which also gets the author
+ *     "durabox agent <agent@durabox.invalid>" unless it has one);
  *   "model"?: {"name"?, "base_url"?, "max_tokens"?, "temperature"?,
  *     "timeout_s"? (default 300), "retry"?: {"maximum_attempts" (default 6),
  *     "initial_interval_s" (2), "backoff_coefficient" (2),
