@@ -500,18 +500,24 @@ static void test_deny_and_timeout(void **state) {
 
 static void test_malformed_reply(void **state) {
   (void)state;
-  fixture_start("{\"replies\":[{\"faults\":[\"malformed\"],\"content\":\"never\"}]}");
-  char *rid = start_agent("agent-bad", "{\"task\":\"hello\"}");
-  int failed = 0;
-  char *type = NULL;
-  char *msg = await_close("agent-bad", rid, &failed, &type);
-  assert_int_equal(failed, 1);
-  assert_string_equal(type, "LlmMalformedResponse");
-  assert_non_null(strstr(msg, "not a JSON object"));
-  cJSON *ll = read_log(F.llm_log);
-  assert_int_equal(cJSON_GetArraySize(ll), 1); /* non-retryable: asked once */
-  cJSON_Delete(ll);
-  free(msg), free(type), free(rid);
+  /* turn 0 of three runs, one after the other: each gets the next fault */
+  fixture_start("{\"replies\":[{\"faults\":[\"malformed\",\"no_choices\",\"bad_tool_call\"],\"content\":\"never\"}]}");
+  static const char *const ids[] = {"agent-bad1", "agent-bad2", "agent-bad3"};
+  static const char *const why[] = {"is not a JSON object", "has no \"choices\" array",
+                                    "tool_calls[0] has no function.name"};
+  for (int i = 0; i < 3; i++) {
+    char *rid = start_agent(ids[i], "{\"task\":\"hello\"}");
+    int failed = 0;
+    char *type = NULL;
+    char *msg = await_close(ids[i], rid, &failed, &type);
+    assert_int_equal(failed, 1);
+    assert_string_equal(type, "LlmMalformedResponse");
+    if (!strstr(msg, why[i])) fail_msg("%s: \"%s\" does not say \"%s\"", ids[i], msg, why[i]);
+    cJSON *ll = read_log(F.llm_log);
+    assert_int_equal(cJSON_GetArraySize(ll), i + 1); /* non-retryable: asked once */
+    cJSON_Delete(ll);
+    free(msg), free(type), free(rid);
+  }
 }
 
 static void test_bad_policy(void **state) {
