@@ -25,7 +25,7 @@ static void usage(FILE *f) {
           "  worker             poll a Temporal-compatible service for durabox workflows\n"
           "  replay             replay a recorded run offline and check determinism\n"
           "  workflow ...       start|execute|show|describe|list|result|query|signal|cancel|terminate|reset\n"
-          "  approval ...       list|grant: let a refused repeat of an at_most_once call run once\n"
+          "  approval ...       list|grant|deny: decide a step an agent holds; let a refused at_most_once repeat run\n"
           "  sandbox ...        list|rm|gc: the local sandboxes, their owner runs, orphans\n"
           "  version            print the version\n");
 }
