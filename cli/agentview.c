@@ -71,3 +71,49 @@ cJSON *dbx_cli_agent_held(const WorkflowExecutionInfo *info) {
   }
   return NULL;
 }
+
+/* Text from history shown on a terminal: controls become '?', one line. */
+static void safe_put(const char *s, size_t max) {
+  s = s ? s : "";
+  size_t n = strlen(s);
+  if (n > max) { /* cut on a character's start */
+    n = max;
+    while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80) n--;
+  }
+  char *t = dbx_strndup(s, n);
+  for (char *p = t; p && *p; p++)
+    if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = *p == '\n' || *p == '\t' ? ' ' : '?';
+  if (t) fputs(t, stdout);
+  free(t);
+}
+
+void dbx_cli_agent_print_summary(const cJSON *r) {
+  printf("\n%-4s %-9s %-12s %-17s %-4s %s\n", "STEP", "KIND", "TARGET", "DECISION", "OK", "SUMMARY");
+  const cJSON *s;
+  cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(r, "steps")) {
+    printf("%-4d %-9s ", n_of(s, "n"), s_of(s, "kind"));
+    safe_put(s_of(s, "target"), 12);
+    printf("%*s %-17s %-4s ", (int)(12 - (strlen(s_of(s, "target")) < 12 ? strlen(s_of(s, "target")) : 12)), "",
+           s_of(s, "decision"), cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(s, "ok")) ? "yes" : "NO");
+    const cJSON *ap = cJSON_GetObjectItemCaseSensitive(s, "approval");
+    if (ap) {
+      printf("[%s by ", s_of(ap, "decision"));
+      safe_put(s_of(ap, "by"), 60);
+      printf("] ");
+    }
+    safe_put(s_of(s, "summary"), 160);
+    printf("\n");
+  }
+  const cJSON *u = cJSON_GetObjectItemCaseSensitive(r, "usage");
+  printf("\nstatus: %s; %d model calls, %d tool calls, %d tokens\n", s_of(r, "status"), n_of(r, "model_calls"),
+         n_of(r, "tool_calls"), n_of(u, "total_tokens"));
+  const cJSON *pr = cJSON_GetObjectItemCaseSensitive(r, "pull_request");
+  if (cJSON_IsObject(pr)) {
+    printf("pull request #%d ", n_of(pr, "number"));
+    safe_put(s_of(pr, "url"), 300);
+    printf("\n");
+  }
+  printf("answer: ");
+  safe_put(s_of(r, "answer"), 4000);
+  printf("\n");
+}

@@ -22,4 +22,8 @@ cJSON *dbx_cli_agent_held(const WorkflowExecutionInfo *info);
  * S s", malloc'd; NULL on OOM. */
 char *dbx_cli_agent_held_words(const cJSON *held);
 
+/* Print a durabox.Agent result (steps table, status, pull request, answer)
+ * to stdout for `durabox run`; texts made safe for a terminal. */
+void dbx_cli_agent_print_summary(const cJSON *result);
+
 #endif

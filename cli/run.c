@@ -528,6 +528,11 @@ static int print_summary(const char *result_json) {
   const cJSON *steps = cJSON_GetObjectItemCaseSensitive(j, "steps");
   const cJSON *status = cJSON_GetObjectItemCaseSensitive(j, "status");
   int failed = cJSON_IsString(status) && strcmp(status->valuestring, "completed") != 0;
+  if (cJSON_IsArray(steps) && cJSON_GetObjectItemCaseSensitive(j, "model_calls")) { /* durabox.Agent */
+    dbx_cli_agent_print_summary(j);
+    cJSON_Delete(j);
+    return failed;
+  }
   if (!cJSON_IsArray(steps)) {
     printf("%s\n", result_json ? result_json : "null");
     cJSON_Delete(j);

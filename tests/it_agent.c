@@ -624,6 +624,43 @@ static void test_second_turn(void **state) {
   free(t2), free(in1), free(res1), free(res2), free(rid1), free(rid2);
 }
 
+/* durabox run FILE --type durabox.Agent (embedded service and worker):
+ * the live view names each decision; a bad policy is refused before start. */
+static void test_run_view(void **state) {
+  (void)state;
+  fixture_start(
+      "{\"replies\":["
+      "{\"tool_calls\":[{\"name\":\"write_file\",\"arguments\":{\"path\":\"a.txt\",\"content\":\"a\"}},"
+      "{\"name\":\"shell\",\"arguments\":{\"command\":\"cat a.txt; rm -rf .git\"}}]},"
+      "{\"expect\":\"not allowed\",\"content\":\"Done.\"}]}");
+  char f[700], bad[700];
+  snprintf(f, sizeof f, "%s/agent.json", F.dir);
+  snprintf(bad, sizeof bad, "%s/bad.json", F.dir);
+  dbx_svct_file_write(f, "{\"task\":\"write a.txt\",\"policy\":\"default_action: allow\\nrules:\\n"
+                         "  - id: no-rm\\n    when: {arguments: {command: {contains: 'rm -rf'}}}\\n"
+                         "    then: {decision: deny, reason: no deletes}\\n\"}");
+  dbx_svct_file_write(bad, "{\"task\":\"x\",\"policy\":{\"rules\":[{\"id\":\"r9\",\"then\":{\"decision\":\"perhaps\"}}]}}");
+  char home[700];
+  snprintf(home, sizeof home, "DURABOX_HOME=%s/runhome", F.dir);
+  char *env[] = {home, F.env_llm, "LLM_MODEL=fake-model", "LLM_API_KEY=" LLM_KEY, "TEMPORAL_ADDRESS", NULL};
+  char *argv[] = {(char *)dbx_test_bin(), "run", f, "--type", "durabox.Agent", "--workflow-id", "agent-run", NULL};
+  char *out = NULL, *err = NULL;
+  int rc = dbx_svct_proc_run(argv, env, 120000, &out, &err);
+  if (rc != 0) fail_msg("durabox run exited %d\n%s\n%s", rc, out, err);
+  static const char *const want[] = {"llm.chat", "policy: step 2 tool_call write_file -> allow (rule default)",
+                                     "policy: step 3 tool_call shell -> deny (rule no-rm: no deletes)",
+                                     "answer: Done.", "status: completed; 2 model calls, 1 tool calls"};
+  for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+    if (!strstr(out, want[i])) fail_msg("durabox run's output lacks \"%s\":\n%s", want[i], out);
+  assert_null(strstr(out, LLM_KEY));
+  free(out), free(err);
+  char *bargv[] = {(char *)dbx_test_bin(), "run", bad, "--type", "durabox.Agent", NULL};
+  rc = dbx_svct_proc_run(bargv, env, 60000, &out, &err);
+  assert_int_equal(rc, 2);
+  if (!strstr(err, "rule 'r9'") || !strstr(err, "decision")) fail_msg("stderr: %s", err);
+  free(out), free(err);
+}
+
 int main(void) {
   dbx_rpc_global_init();
   const struct CMUnitTest tests[] = {
@@ -632,6 +669,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_fix_and_open_pr, teardown),
       cmocka_unit_test_teardown(test_deny_and_timeout, teardown),
       cmocka_unit_test_teardown(test_second_turn, teardown),
+      cmocka_unit_test_teardown(test_run_view, teardown),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   dbx_rpc_global_shutdown();
