@@ -624,6 +624,47 @@ static void test_second_turn(void **state) {
   free(t2), free(in1), free(res1), free(res2), free(rid1), free(rid2);
 }
 
+/* The step budget ends a run that keeps calling tools; a policy that denies
+ * the model call ends the run before any request. */
+static void test_budget_and_model_denied(void **state) {
+  (void)state;
+  fixture_start("{\"replies\":["
+                "{\"tool_calls\":[{\"name\":\"shell\",\"arguments\":{\"command\":\"echo one\"}}]},"
+                "{\"expect\":\"one\",\"tool_calls\":[{\"name\":\"shell\",\"arguments\":{\"command\":\"echo two\"}}]},"
+                "{\"content\":\"never asked\"}]}");
+  char *rid = start_agent("agent-budget", "{\"task\":\"loop\",\"budget\":{\"max_steps\":3}}");
+  int failed = 0;
+  char *res = await_close("agent-budget", rid, &failed, NULL);
+  if (failed) fail_msg("the run failed: %s", res);
+  cJSON *j = cJSON_Parse(res);
+  assert_string_equal(cJSON_GetObjectItem(j, "status")->valuestring, "budget_exhausted");
+  assert_int_equal((int)cJSON_GetObjectItem(j, "model_calls")->valuedouble, 2);
+  assert_int_equal((int)cJSON_GetObjectItem(j, "tool_calls")->valuedouble, 1);
+  /* the unrun call still got its answer in the conversation */
+  cJSON *conv = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "session_state"), "conversation");
+  cJSON *last = cJSON_GetArrayItem(conv, cJSON_GetArraySize(conv) - 1);
+  assert_string_equal(cJSON_GetObjectItem(last, "role")->valuestring, "tool");
+  assert_string_equal(cJSON_GetObjectItem(last, "content")->valuestring, "not run: the step budget is spent");
+  cJSON *ll = read_log(F.llm_log);
+  assert_int_equal(cJSON_GetArraySize(ll), 2);
+  cJSON_Delete(ll), cJSON_Delete(j);
+  free(res), free(rid);
+  rid = start_agent("agent-nomodel", "{\"task\":\"x\",\"policy\":{\"default_action\":\"allow\","
+                    "\"rules\":[{\"id\":\"quiet\",\"when\":{\"step_kind\":\"llm_call\",\"target\":\"fake-*\"},"
+                    "\"then\":{\"decision\":\"deny\",\"reason\":\"no model today\"}}]},"
+                    "\"model\":{\"name\":\"fake-model\"}}");
+  res = await_close("agent-nomodel", rid, &failed, NULL);
+  if (failed) fail_msg("the run failed: %s", res);
+  j = cJSON_Parse(res);
+  assert_string_equal(cJSON_GetObjectItem(j, "status")->valuestring, "denied");
+  assert_non_null(strstr(cJSON_GetObjectItem(j, "answer")->valuestring, "no model today"));
+  assert_int_equal((int)cJSON_GetObjectItem(j, "model_calls")->valuedouble, 0);
+  ll = read_log(F.llm_log);
+  assert_int_equal(cJSON_GetArraySize(ll), 2); /* no new request */
+  cJSON_Delete(ll), cJSON_Delete(j);
+  free(res), free(rid);
+}
+
 /* durabox run FILE --type durabox.Agent (embedded service and worker):
  * the live view names each decision; a bad policy is refused before start. */
 static void test_run_view(void **state) {
@@ -670,6 +711,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_deny_and_timeout, teardown),
       cmocka_unit_test_teardown(test_second_turn, teardown),
       cmocka_unit_test_teardown(test_run_view, teardown),
+      cmocka_unit_test_teardown(test_budget_and_model_denied, teardown),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   dbx_rpc_global_shutdown();
