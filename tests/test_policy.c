@@ -43,6 +43,10 @@ static void test_policy_refuses_bad_policies(void **state) {
                "rule 'r5'", "step_kind");
   expect_error("rules: [ {id: r6, then: {decision: allow, timeout: 3}} ]", "rule 'r6'", "\"timeout\"");
   expect_error("a: [b\n", "neither JSON nor YAML", NULL);
+  expect_error("{\"rules\":[{\"id\":\"big\",\"when\":{\"arguments\":{\"c\":{\"regex\":\"(a{1,1000}){1000}\"}}},"
+               "\"then\":{\"decision\":\"deny\"}}]}", "rule 'big'", "over 100");
+  expect_error("{\"rules\":[{\"id\":\"br\",\"when\":{\"arguments\":{\"c\":{\"regex\":\"(a*)*\\\\1\"}}},"
+               "\"then\":{\"decision\":\"deny\"}}]}", "rule 'br'", "back-references");
   /* an alias bomb: each level doubles the nodes */
   char bomb[2048] = "a0: &a0 [x, x]\n";
   for (int i = 1; i < 20; i++) {

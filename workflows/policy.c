@@ -91,6 +91,29 @@ void dbx_policy_free(dbx_policy *p) {
 
 #define BAD(...) (snprintf(err, n, __VA_ARGS__), -1)
 
+/* What a regular expression may not hold, so that compiling and matching it
+ * stay cheap in a workflow task: over 512 bytes, a repetition count over
+ * 100 ({n}, {n,m}), or a back-reference (\\1, which makes matching
+ * exponential). NULL when it is fine. */
+static const char *regex_refused(const char *re) {
+  if (strlen(re) > 512) return "longer than 512 bytes";
+  for (const char *p = re; *p; p++) {
+    if (*p == '\\' && p[1] >= '1' && p[1] <= '9') return "back-references are not accepted";
+    if (*p == '\\' && p[1]) {
+      p++;
+      continue;
+    }
+    if (*p != '{') continue;
+    for (const char *q = p + 1; *q && *q != '}'; q++) {
+      if (*q < '0' || *q > '9') continue;
+      long v = strtol(q, (char **)&q, 10);
+      if (v > 100) return "repetition counts over 100 are not accepted";
+      q--;
+    }
+  }
+  return NULL;
+}
+
 static int compile_arg(rule *r, const cJSON *m, arg_match *a, char *err, size_t n) {
   static const char *const keys[] = {"equals", "contains", "one_of", "regex", NULL};
   const char *bad = NULL;
@@ -117,6 +140,9 @@ static int compile_arg(rule *r, const cJSON *m, arg_match *a, char *err, size_t 
   if ((v = cJSON_GetObjectItemCaseSensitive(m, "regex"))) {
     if (!cJSON_IsString(v))
       return BAD("policy: rule '%s': arguments.%s.regex must be text", r->id, m->string);
+    const char *why_not = regex_refused(v->valuestring);
+    if (why_not)
+      return BAD("policy: rule '%s': arguments.%s.regex: %s", r->id, m->string, why_not);
     int rc = regcomp(&a->re, v->valuestring, REG_EXTENDED | REG_NOSUB);
     if (rc != 0) {
       char why[160];

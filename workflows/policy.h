@@ -17,7 +17,8 @@
  * globs; each argument present and every matcher of it true (a string
  * argument is compared as its text, any other value as its JSON text;
  * equals/one_of compare values, contains is a substring, regex a POSIX
- * extended regular expression searched in the text). First match wins; no
+ * extended regular expression searched in the text: at most 512 bytes, no
+ * repetition count over 100, no back-references). First match wins; no
  * match gives default_action under rule id "default". Unknown keys, empty
  * matchers, duplicate or missing ids and bad regular expressions are refused
  * by dbx_policy_compile with the rule id and the problem. Without a policy
