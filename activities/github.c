@@ -140,7 +140,7 @@ static dbx_err run_open_pr(dbx_act *a, const char *json, size_t len, dbx_act_res
   }
   const char *hdrs[] = {auth, "Accept: application/vnd.github+json",
                         "X-GitHub-Api-Version: 2022-11-28", "User-Agent: durabox", NULL};
-  dbx_err he = dbx_http_json("POST", url, txt, hdrs, 60000, &r);
+  dbx_err he = dbx_http_json("POST", url, txt, hdrs, 60000, &r); /* < the step's 90 s */
   char w[420];
   if (he == DBX_ENOMEM) {
     rc = DBX_ENOMEM;
@@ -184,3 +184,58 @@ out:
 
 const dbx_activity_type dbx_github_open_pr_activity = {"github.open_pr", DBX_AT_MOST_ONCE,
                                                        run_open_pr, NULL};
+
+static dbx_err run_find_pr(dbx_act *a, const char *json, size_t len, dbx_act_result *res,
+                           void *ud) {
+  (void)a;
+  (void)ud;
+  cJSON *in = cJSON_ParseWithLength(json, len);
+  const char *repo = str_of(in, "repo"), *head = str_of(in, "head");
+  const char *tok = getenv("GITHUB_TOKEN");
+  char *auth = NULL, *api = NULL;
+  dbx_err rc = DBX_OK;
+  if (!repo || !repo_ok(repo) || !head) {
+    rc = fail(res, "InvalidInput", "github.find_pr: \"repo\" (OWNER/NAME) and \"head\" are required");
+    goto out;
+  }
+  if (!tok || !*tok) {
+    rc = fail(res, "SecretMissing", "github.find_pr: GITHUB_TOKEN is not set in the worker's environment");
+    goto out;
+  }
+  const char *au = str_of(in, "api_url") ? str_of(in, "api_url") : getenv("GITHUB_API_URL");
+  if (!au || !*au) au = "https://api.github.com";
+  size_t al = strlen(au);
+  while (al > 0 && au[al - 1] == '/') al--;
+  api = dbx_strndup(au, al);
+  auth = dbx_asprintf("Authorization: Bearer %s", tok);
+  if (!api || !auth) {
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  const char *hdrs[] = {auth, "Accept: application/vnd.github+json",
+                        "X-GitHub-Api-Version: 2022-11-28", "User-Agent: durabox", NULL};
+  int found = 0;
+  rc = find_existing(api, repo, head, hdrs, res, &found);
+  if (rc == DBX_OK && !found && !res->result_json)
+    res->result_json = dbx_strdup("{\"found\":false}");
+  if (rc == DBX_OK && found && res->result_json) { /* {"number", ...} + "found": true */
+    cJSON *r = cJSON_Parse(res->result_json);
+    if (r && cJSON_AddTrueToObject(r, "found")) {
+      char *t = cJSON_PrintUnformatted(r);
+      if (t) free(res->result_json), res->result_json = t;
+    }
+    cJSON_Delete(r);
+  }
+  if (rc == DBX_OK && !res->result_json) rc = DBX_ENOMEM;
+out:
+  if (auth) {
+    memset(auth, 0, strlen(auth));
+    free(auth);
+  }
+  free(api);
+  cJSON_Delete(in);
+  return rc;
+}
+
+const dbx_activity_type dbx_github_find_pr_activity = {"github.find_pr", DBX_SAFE_TO_RETRY,
+                                                       run_find_pr, NULL};

@@ -31,4 +31,12 @@
 
 extern const dbx_activity_type dbx_github_open_pr_activity;
 
+/* "github.find_pr" {"repo", "head", "api_url"?} -> {"found": false} or
+ * {"found": true, "number", "url", "api_url", "state", "created": false}:
+ * the open pull request of head (GET .../pulls?head=OWNER:BRANCH), a read,
+ * safe_to_retry. durabox.Agent asks it when open_pr's outcome is unknown
+ * (the worker died during the call), so it tells the model what exists.
+ * A failed lookup (no reply, an error status) is {"found": false}. */
+extern const dbx_activity_type dbx_github_find_pr_activity;
+
 #endif

@@ -229,5 +229,6 @@ const dbx_activity_type dbx_llm_chat_activity = {"llm.chat", DBX_SAFE_TO_RETRY, 
 dbx_err dbx_agent_acts_register(struct dbx_worker *w) {
   dbx_err e = dbx_worker_register_activity(w, &dbx_llm_chat_activity);
   if (e == DBX_OK) e = dbx_worker_register_activity(w, &dbx_github_open_pr_activity);
+  if (e == DBX_OK) e = dbx_worker_register_activity(w, &dbx_github_find_pr_activity);
   return e;
 }

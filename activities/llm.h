@@ -42,7 +42,7 @@ struct dbx_worker;
 
 extern const dbx_activity_type dbx_llm_chat_activity;
 
-/* Register llm.chat and github.open_pr (activities/github.h) with w.
+/* Register llm.chat, github.open_pr and github.find_pr (activities/github.h) with w.
  * Returns DBX_OK or the first registration's error. */
 dbx_err dbx_agent_acts_register(struct dbx_worker *w);
 

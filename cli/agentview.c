@@ -23,9 +23,12 @@ char *dbx_cli_agent_held_words(const cJSON *h) {
   const cJSON *dl = cJSON_GetObjectItemCaseSensitive(h, "deadline_ms");
   long long left = cJSON_IsNumber(dl) ? ((long long)dl->valuedouble - dbx_wall_ns() / 1000000) / 1000 : 0;
   const char *why = s_of(h, "reason");
-  char *w = dbx_asprintf("step %d %s %s (rule %s%s%s) arguments %s, times out in %lld s", n_of(h, "step"),
+  const cJSON *ap = cJSON_GetObjectItemCaseSensitive(h, "approvers");
+  char *who = cJSON_IsArray(ap) ? cJSON_PrintUnformatted(ap) : NULL;
+  char *w = dbx_asprintf("step %d %s %s (rule %s%s%s) arguments %s, times out in %lld s%s%s", n_of(h, "step"),
                          s_of(h, "kind"), s_of(h, "target"), s_of(h, "rule"), *why ? ": " : "", why,
-                         args ? args : "null", left > 0 ? left : 0);
+                         args ? args : "null", left > 0 ? left : 0, who ? ", approvers " : "", who ? who : "");
+  free(who);
   free(args);
   return w;
 }

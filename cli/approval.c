@@ -184,6 +184,19 @@ static int held_decide(dbx_client *c, const char *address, const char *sub, cons
     return 1;
   }
   int step = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(h, "step"));
+  const cJSON *ap = cJSON_GetObjectItemCaseSensitive(h, "approvers");
+  int may = !cJSON_IsArray(ap);
+  for (const cJSON *a = cJSON_IsArray(ap) ? ap->child : NULL; a; a = a->next)
+    may |= cJSON_IsString(a) && strcmp(a->valuestring, by) == 0;
+  if (!may) { /* the workflow would ignore it: say so instead */
+    char *who = cJSON_PrintUnformatted(ap);
+    fprintf(stderr, "durabox approval %s: %s is not among the approvers of step %d of %s: %s\n", sub, by,
+            step, wid, who ? who : "");
+    free(who);
+    free(run);
+    cJSON_Delete(h);
+    return 1;
+  }
   cJSON *sig = cJSON_CreateObject();
   cJSON_AddNumberToObject(sig, "step", step);
   cJSON_AddStringToObject(sig, "decision", strcmp(sub, "grant") == 0 ? "grant" : "deny");

@@ -53,6 +53,7 @@ typedef struct {
 } fixture;
 
 static fixture F;
+static const char *g_gh_extra; /* one more flag for the fake GitHub, or NULL */
 
 static int64_t mono_ms(void) {
   struct timespec ts;
@@ -137,7 +138,7 @@ static void fixture_start(const char *script_json) {
   dbx_svct_file_write(sp, script_json);
   char *lx[] = {"--script", sp, "--log", F.llm_log, "--key", LLM_KEY, NULL};
   int lp = start_fake("tests/fakes/llm/fake_llm.py", "llm", lx);
-  char *gx[] = {"--log", F.gh_log, "--token", GH_TOKEN, NULL};
+  char *gx[] = {"--log", F.gh_log, "--token", GH_TOKEN, (char *)g_gh_extra, g_gh_extra ? "1" : NULL, NULL};
   int gp = start_fake("tests/fakes/github/fake_github.py", "github", gx);
   snprintf(F.env_llm, sizeof F.env_llm, "LLM_BASE_URL=http://127.0.0.1:%d/v1", lp);
   snprintf(F.env_gh, sizeof F.env_gh, "GITHUB_API_URL=http://127.0.0.1:%d", gp);
@@ -453,7 +454,8 @@ static void test_deny_and_timeout(void **state) {
       "\"then\":{\"decision\":\"deny\",\"reason\":\"no deletions\"}},"
       "{\"id\":\"pr-A\",\"when\":{\"target\":\"open_pr\",\"arguments\":{\"title\":{\"equals\":\"A\"}}},"
       "\"then\":{\"decision\":\"require_approval\",\"approval_timeout_s\":2}},"
-      "{\"id\":\"pr\",\"when\":{\"targets\":[\"open_*\"]},\"then\":{\"decision\":\"require_approval\"}}]}}",
+      "{\"id\":\"pr\",\"when\":{\"targets\":[\"open_*\"]},\"then\":{\"decision\":\"require_approval\","
+      "\"approvers\":[\"bob\",\"carol\"]}}]}}",
       F.repo);
   char *rid = start_agent("agent-deny", input);
   free(input);
@@ -463,11 +465,20 @@ static void test_deny_and_timeout(void **state) {
   /* the first hold (rule pr-A) times out after 2 s; then B is held under rule pr */
   for (int64_t end = mono_ms() + 60000;; pause_ms(100)) {
     char *h = await_held("agent-deny", "open_pr");
-    int second = strstr(h, "(rule pr)") != NULL;
+    int second = strstr(h, "(rule pr)") != NULL && strstr(h, "approvers [\"bob\",\"carol\"]") != NULL;
     free(h);
     if (second) break;
     if (mono_ms() > end) fail_msg("the second open_pr was not held");
   }
+  /* someone the rule does not list is refused, and the step stays held */
+  char *margv[] = {(char *)dbx_test_bin(), "approval", "grant", "agent-deny", "--by", "mallory",
+                   "--address", F.addr, NULL};
+  int mrc = 0;
+  char *mout = run_cli(margv, &mrc);
+  assert_int_equal(mrc, 1);
+  assert_non_null(strstr(mout, "mallory is not among the approvers"));
+  free(mout);
+  free(await_held("agent-deny", "open_pr"));
   decide("deny", "agent-deny", "bob", "not yet");
   int failed = 0;
   char *res = await_close("agent-deny", rid, &failed, NULL);
@@ -665,6 +676,32 @@ static void test_budget_and_model_denied(void **state) {
   free(res), free(rid);
 }
 
+/* The reply to open_pr is lost after GitHub made the pull request: the
+ * outcome is unknown (at_most_once: not sent again), the agent looks the
+ * pull request up (github.find_pr) and the model reads that it exists. */
+static void test_open_pr_reply_lost(void **state) {
+  (void)state;
+  g_gh_extra = "--drop-first";
+  fixture_start("{\"replies\":["
+                "{\"tool_calls\":[{\"name\":\"open_pr\",\"arguments\":{\"title\":\"T\"}}]},"
+                "{\"expect\":\"pull request #1\",\"content\":\"PR #1 is open.\"}]}");
+  g_gh_extra = NULL;
+  char *rid = start_agent("agent-lost", "{\"task\":\"open it\",\"repository\":{\"github\":\"acme/calc\","
+                          "\"branch\":\"fix-1\"}}");
+  int failed = 0;
+  char *res = await_close("agent-lost", rid, &failed, NULL);
+  if (failed) fail_msg("the run failed: %s", res);
+  cJSON *j = cJSON_Parse(res);
+  assert_string_equal(cJSON_GetObjectItem(j, "answer")->valuestring, "PR #1 is open.");
+  assert_int_equal((int)cJSON_GetObjectItem(cJSON_GetObjectItem(j, "pull_request"), "number")->valuedouble, 1);
+  cJSON *gl = read_log(F.gh_log);
+  assert_int_equal(count_method(gl, "POST"), 1); /* never sent twice */
+  assert_int_equal(count_method(gl, "GET"), 1);  /* the lookup */
+  assert_true(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(gl, 0), "dropped")));
+  cJSON_Delete(gl), cJSON_Delete(j);
+  free(res), free(rid);
+}
+
 /* durabox run FILE --type durabox.Agent (embedded service and worker):
  * the live view names each decision; a bad policy is refused before start. */
 static void test_run_view(void **state) {
@@ -712,6 +749,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_second_turn, teardown),
       cmocka_unit_test_teardown(test_run_view, teardown),
       cmocka_unit_test_teardown(test_budget_and_model_denied, teardown),
+      cmocka_unit_test_teardown(test_open_pr_reply_lost, teardown),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   dbx_rpc_global_shutdown();

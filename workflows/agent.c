@@ -18,7 +18,7 @@
 #include "base/util.h"
 #include "workflows/policy.h"
 
-enum { OPENING, BRANCHING, CHATTING, TOOLING, HOLDING, RESUMING, DELETING, DONE };
+enum { OPENING, BRANCHING, CHATTING, TOOLING, HOLDING, RESUMING, DELETING, DONE, CHECKING_PR };
 enum { UNDECIDED = 0, GRANTED, DENIED };
 
 typedef struct {
@@ -40,6 +40,7 @@ typedef struct {
   int held_step, decided, stop_pending;
   int64_t stop_seq, wait_seq, deadline_ms, timeout_ms;
   cJSON *held_args;  /* owned */
+  cJSON *approvers;  /* owned: who may decide the held step, NULL = anyone */
   char *held_target, *held_rule, *held_reason, *by, *why;
 } agent;
 
@@ -65,6 +66,7 @@ static void agent_free(agent *s) {
   cJSON_Delete(s->calls);
   cJSON_Delete(s->pr);
   cJSON_Delete(s->held_args);
+  cJSON_Delete(s->approvers);
   free(s->sandbox_id), free(s->owner_run), free(s->branch), free(s->answer), free(s->status);
   free(s->model), free(s->fail_type), free(s->fail_msg), free(s->held_target);
   free(s->held_rule), free(s->held_reason), free(s->by), free(s->why);
@@ -415,7 +417,7 @@ static int run_tool(agent *s, dbx_wf *wf, const cJSON *args) {
     cJSON_AddStringToObject(in, "title", title ? title : "");
     if (str_of(args, "body")) cJSON_AddStringToObject(in, "body", str_of(args, "body"));
     if (str_of(repo, "api_url")) cJSON_AddStringToObject(in, "api_url", str_of(repo, "api_url"));
-    o.start_to_close_ms = 120000;
+    o.start_to_close_ms = 90000; /* the call itself gives up after 60 s */
     o.retry_class = DBX_AT_MOST_ONCE;
     o.maximum_attempts = 1;
     type = "github.open_pr";
@@ -504,6 +506,7 @@ static void memo_approval(agent *s, dbx_wf *wf, int open) {
     cJSON_AddItemToObject(m, "arguments", s->held_args ? cJSON_Duplicate(s->held_args, 1) : cJSON_CreateNull());
     cJSON_AddStringToObject(m, "rule", s->held_rule);
     cJSON_AddStringToObject(m, "reason", s->held_reason);
+    cJSON_AddItemToObject(m, "approvers", s->approvers ? cJSON_Duplicate(s->approvers, 1) : cJSON_CreateNull());
     cJSON_AddNumberToObject(m, "timeout_s", (double)s->timeout_ms / 1000.0);
     cJSON_AddNumberToObject(m, "deadline_ms", (double)s->deadline_ms);
     txt = cJSON_PrintUnformatted(m);
@@ -529,6 +532,8 @@ static void hold(agent *s, dbx_wf *wf, int llm, const char *target, const cJSON 
   s->held_rule = dbx_strdup(v->rule_id);
   s->held_reason = dbx_strdup(v->reason);
   s->timeout_ms = v->approval_timeout_ms;
+  cJSON_Delete(s->approvers);
+  s->approvers = v->approvers ? cJSON_Duplicate(v->approvers, 1) : NULL;
   s->deadline_ms = dbx_wf_now_ms(wf) + v->approval_timeout_ms;
   s->stop_pending = 0;
   if (s->sandbox_id) { /* nothing runs in the sandbox while a person decides */
@@ -611,8 +616,12 @@ static void agent_on_signal(void *state, dbx_wf *wf, const char *name, const cha
             : !strcmp(d, "grant") || !strcmp(d, "granted") || !strcmp(d, "approve") ? GRANTED
             : !strcmp(d, "deny") || !strcmp(d, "denied") || !strcmp(d, "reject")   ? DENIED
                                                                                     : 0;
-  if (dec && (!step || (cJSON_IsNumber(step) && (int)step->valuedouble == s->held_step)))
-    decide(s, wf, dec, str_of(j, "by"), str_of(j, "reason"));
+  const char *by = str_of(j, "by");
+  int may = s->approvers == NULL; /* a name the rule lists, when it lists any */
+  for (const cJSON *a = s->approvers ? s->approvers->child : NULL; a && by; a = a->next)
+    may |= cJSON_IsString(a) && strcmp(a->valuestring, by) == 0;
+  if (dec && may && (!step || (cJSON_IsNumber(step) && (int)step->valuedouble == s->held_step)))
+    decide(s, wf, dec, by, str_of(j, "reason"));
   cJSON_Delete(j);
 }
 
@@ -672,11 +681,56 @@ static char *tool_text(agent *s, const char *name, const cJSON *r, int *ok) {
                       str_of(r, "url") ? str_of(r, "url") : "");
 }
 
+/* open_pr's only attempt started and its outcome is unknown (the worker
+ * died during the call): look the pull request up before telling the model. */
+static int open_pr_unknown(const char *name, const dbx_act_outcome *o) {
+  if (strcmp(name, "open_pr") != 0) return 0;
+  if (o->status == DBX_ACT_TIMED_OUT) return o->attempts > 0;
+  return o->status == DBX_ACT_FAILED && o->failure_type && strcmp(o->failure_type, "OutcomeUnknown") == 0;
+}
+
+static void check_pr(agent *s, dbx_wf *wf) {
+  const cJSON *repo = obj_of(s->input, "repository");
+  cJSON *in = cJSON_CreateObject();
+  cJSON_AddStringToObject(in, "repo", str_of(repo, "github") ? str_of(repo, "github") : "");
+  cJSON_AddStringToObject(in, "head", s->branch ? s->branch : "");
+  if (str_of(repo, "api_url")) cJSON_AddStringToObject(in, "api_url", str_of(repo, "api_url"));
+  dbx_activity_opts o = {0};
+  safe_opts(&o, 60000, 5);
+  s->phase = CHECKING_PR;
+  s->seq = sched(wf, "github.find_pr", in, &o);
+}
+
+static void checked_pr(agent *s, dbx_wf *wf, const dbx_act_outcome *o) {
+  const cJSON *c = cur_call(s);
+  cJSON *r = o->status == DBX_ACT_COMPLETED ? cJSON_Parse(o->result_json) : NULL;
+  char *text = NULL;
+  int ok = 0;
+  if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "found"))) {
+    text = tool_text(s, "open_pr", r, &ok);
+  } else {
+    text = dbx_asprintf("error: the outcome of open_pr is unknown (the worker stopped during the "
+                        "call) and no open pull request of %s was found; it was not opened",
+                        s->branch ? s->branch : "the branch");
+  }
+  cJSON_Delete(r);
+  s->phase = TOOLING;
+  tool_message(s, str_of(c, "id"), text ? text : "");
+  step_result(s, ok, text);
+  free(text);
+  s->ci++;
+  next_tool(s, wf);
+}
+
 static void tool_done(agent *s, dbx_wf *wf, const dbx_act_outcome *o) {
   const cJSON *c = cur_call(s);
   const char *name = str_of(c, "name");
   char *text = NULL;
   int ok = 0;
+  if (open_pr_unknown(name, o)) {
+    check_pr(s, wf);
+    return;
+  }
   if (o->status == DBX_ACT_COMPLETED) {
     cJSON *r = cJSON_Parse(o->result_json);
     text = tool_text(s, name, r, &ok);
@@ -806,6 +860,7 @@ static void agent_on_activity(void *state, dbx_wf *wf, int64_t seq, const dbx_ac
   case BRANCHING: chat(s, wf); return; /* without a branch, pushes fail visibly later */
   case CHATTING: chat_done(s, wf, o); return;
   case TOOLING: tool_done(s, wf, o); return;
+  case CHECKING_PR: checked_pr(s, wf, o); return;
   case RESUMING: after_resume(s, wf); return;
   case DELETING: complete(s, wf); return;
   default: return;

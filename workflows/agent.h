@@ -35,7 +35,10 @@
  *   read_file {path}             -> sandbox.read_file (safe_to_retry)
  *   write_file {path, content}   -> sandbox.write_file (safe_to_retry)
  *   open_pr {title, body?}       -> github.open_pr (at_most_once) with the
- *                                   repository, the branch as head, base
+ *                                   repository, the branch as head, base;
+ *                                   when its outcome is unknown (OutcomeUnknown,
+ *                                   or it timed out after starting),
+ *                                   github.find_pr tells whether it exists
  * until the model answers without tool calls or the budget is spent; then
  * sandbox.delete unless the sandbox is kept (sandbox.keep, or a session).
  * require_approval holds the step: sandbox.stop, memo "durabox.approval"

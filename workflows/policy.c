@@ -29,6 +29,7 @@ typedef struct {
   dbx_policy_decision decision;
   char *reason;
   int64_t timeout_ms;
+  cJSON *approvers; /* owned array of names, or NULL (anyone) */
 } rule;
 
 struct dbx_policy {
@@ -79,6 +80,7 @@ static void rule_free(rule *r) {
   }
   free(r->args);
   free(r->reason);
+  cJSON_Delete(r->approvers);
 }
 
 void dbx_policy_free(dbx_policy *p) {
@@ -196,12 +198,12 @@ static int compile_when(rule *r, const cJSON *w, char *err, size_t n) {
 }
 
 static int compile_then(rule *r, const cJSON *t, char *err, size_t n) {
-  static const char *const keys[] = {"decision", "reason", "approval_timeout_s", NULL};
+  static const char *const keys[] = {"decision", "reason", "approval_timeout_s", "approvers", NULL};
   const char *bad = NULL;
   if (!cJSON_IsObject(t)) return BAD("policy: rule '%s': \"then\" must be an object", r->id);
   if (only_keys(t, keys, &bad) != 0)
     return BAD("policy: rule '%s': then: unknown or repeated key \"%s\" (decision, reason, "
-               "approval_timeout_s)", r->id, bad);
+               "approval_timeout_s, approvers)", r->id, bad);
   if (decision_of(cJSON_GetObjectItemCaseSensitive(t, "decision"), &r->decision) != 0)
     return BAD("policy: rule '%s': then.decision must be allow, deny or require_approval", r->id);
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(t, "reason");
@@ -212,6 +214,12 @@ static int compile_then(rule *r, const cJSON *t, char *err, size_t n) {
     return BAD("policy: rule '%s': then.approval_timeout_s must be a number of seconds >= 0.001",
                r->id);
   r->timeout_ms = (int64_t)(1000.0 * (v ? v->valuedouble : DBX_POLICY_DEFAULT_APPROVAL_S));
+  if ((v = cJSON_GetObjectItemCaseSensitive(t, "approvers"))) {
+    int ok = cJSON_IsArray(v) && v->child;
+    for (const cJSON *a = ok ? v->child : NULL; a; a = a->next) ok &= cJSON_IsString(a) && a->valuestring[0];
+    if (!ok) return BAD("policy: rule '%s': then.approvers must be a non-empty list of names", r->id);
+    if (!(r->approvers = cJSON_Duplicate(v, 1))) return BAD("%s", "");
+  }
   return 0;
 }
 
@@ -324,6 +332,7 @@ void dbx_policy_eval(const dbx_policy *p, const char *kind, const char *target, 
   v->rule_id = p->permissive ? "permissive" : "default";
   v->reason = p->dflt_reason;
   v->approval_timeout_ms = (int64_t)DBX_POLICY_DEFAULT_APPROVAL_S * 1000;
+  v->approvers = NULL;
   for (size_t i = 0; i < p->nrules; i++) {
     const rule *r = &p->rules[i];
     if (!rule_matches(r, kind, target ? target : "", args)) continue;
@@ -331,6 +340,7 @@ void dbx_policy_eval(const dbx_policy *p, const char *kind, const char *target, 
     v->rule_id = r->id;
     v->reason = r->reason;
     v->approval_timeout_ms = r->timeout_ms;
+    v->approvers = r->approvers;
     return;
   }
 }

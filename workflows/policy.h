@@ -10,7 +10,9 @@
  *                                    "contains"?: TEXT, "one_of"?: [V, ..],
  *                                    "regex"?: ERE}}},
  *               "then": {"decision": "allow" | "deny" | "require_approval",
- *                        "reason"?: TEXT, "approval_timeout_s"?: N}}, ..]}
+ *                        "reason"?: TEXT, "approval_timeout_s"?: N,
+ *                        "approvers"?: [NAME, ..]}}, ..]}
+ * approvers: only these names may decide a held step (absent: anyone).
  * A rule matches when every field of its "when" matches (an empty "when"
  * matches all): step_kind equal; target an fnmatch(3) glob of the step's
  * target (a tool's name, or the model for llm_call); targets any of its
@@ -46,6 +48,7 @@ typedef struct {
   const char *rule_id;          /* borrowed from the policy ("default", "permissive") */
   const char *reason;           /* borrowed; "" when none */
   int64_t approval_timeout_ms;  /* APPROVAL: > 0 */
+  const cJSON *approvers;       /* borrowed array of names, NULL = anyone */
 } dbx_policy_verdict;
 
 /* Compile tree (borrowed; NULL = no policy, permissive). Returns the policy

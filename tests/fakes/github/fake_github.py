@@ -10,6 +10,8 @@ lists the open ones of that head.
 
 --token TOKEN: requests must carry "Authorization: Bearer TOKEN" or
 "token TOKEN" (else 401). --fail-first N: the first N creates answer 502.
+--drop-first N: the first N creates are made, then the connection is
+closed with no reply (the caller cannot tell whether it happened).
 --log FILE: one JSON line per request {"n", "method", "path", "status",
 "auth_ok", "body"} (the request body; never the token).
 --port-file FILE: written with the port once listening on 127.0.0.1.
@@ -66,8 +68,15 @@ class Handler(BaseHTTPRequestHandler):
             entry = {"n": STATE["n"], "method": method, "path": url.path, "auth_ok": auth_ok,
                      "body": body}
             status, out = self.route(method, parts, url, body, auth_ok)
+            drop = method == "POST" and status == 201 and STATE.setdefault("dropped", 0) < ARGS.drop_first
+            if drop:
+                STATE["dropped"] += 1
+                entry["dropped"] = True
             entry["status"] = status
             log(entry)
+        if drop:
+            self.close_connection = True
+            return
         self.send(status, out)
 
     def route(self, method, parts, url, body, auth_ok):
@@ -110,6 +119,7 @@ def main():
     ap.add_argument("--log")
     ap.add_argument("--token")
     ap.add_argument("--fail-first", type=int, default=0)
+    ap.add_argument("--drop-first", type=int, default=0)
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--port-file")
     ARGS = ap.parse_args()
