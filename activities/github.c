@@ -140,7 +140,7 @@ static dbx_err run_open_pr(dbx_act *a, const char *json, size_t len, dbx_act_res
   }
   const char *hdrs[] = {auth, "Accept: application/vnd.github+json",
                         "X-GitHub-Api-Version: 2022-11-28", "User-Agent: durabox", NULL};
-  dbx_err he = dbx_http_json("POST", url, txt, hdrs, 60000, &r); /* < the step's 90 s */
+  dbx_err he = dbx_http_json("POST", url, txt, hdrs, 30000, &r); /* < the step's 45 s */
   char w[420];
   if (he == DBX_ENOMEM) {
     rc = DBX_ENOMEM;

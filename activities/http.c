@@ -44,8 +44,32 @@ static size_t on_body(char *p, size_t sz, size_t nm, void *ud) {
   return n;
 }
 
+typedef struct {
+  int (*beat)(void *);
+  void *ud;
+  int64_t next_ns;
+  int stopped;
+} beat_t;
+
+static int on_progress(void *p, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un) {
+  (void)dt, (void)dn, (void)ut, (void)un;
+  beat_t *b = p;
+  int64_t now = dbx_mono_ns();
+  if (now < b->next_ns) return 0;
+  b->next_ns = now + 1000000000LL;
+  if (b->beat(b->ud)) b->stopped = 1;
+  return b->stopped;
+}
+
 dbx_err dbx_http_json(const char *method, const char *url, const char *body,
                       const char *const *headers, int64_t timeout_ms, dbx_http_reply *r) {
+  return dbx_http_json_beat(method, url, body, headers, timeout_ms, r, NULL, NULL);
+}
+
+dbx_err dbx_http_json_beat(const char *method, const char *url, const char *body,
+                           const char *const *headers, int64_t timeout_ms, dbx_http_reply *r,
+                           int (*beat)(void *ud), void *ud) {
+  beat_t bt = {beat, ud, 0, 0};
   memset(r, 0, sizeof *r);
   if (!url || (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0)) {
     snprintf(r->error, sizeof r->error, "not an http:// or https:// URL");
@@ -82,6 +106,11 @@ dbx_err dbx_http_json(const char *method, const char *url, const char *body,
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
   curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+  if (beat) {
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, &bt);
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+  }
   if (body) {
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(body));
@@ -97,6 +126,11 @@ dbx_err dbx_http_json(const char *method, const char *url, const char *body,
   if (b.over) {
     snprintf(r->error, sizeof r->error, "the reply is over %zu bytes", (size_t)DBX_HTTP_MAX_BODY);
     rc = DBX_EUNSUPPORTED;
+    goto out;
+  }
+  if (bt.stopped) {
+    snprintf(r->error, sizeof r->error, "stopped: the activity was cancelled");
+    rc = DBX_ECANCELED;
     goto out;
   }
   if (cc != CURLE_OK) {

@@ -33,6 +33,12 @@ typedef struct {
  * was over DBX_HTTP_MAX_BODY, DBX_ENOMEM, DBX_EINVAL (not an http(s) URL). */
 dbx_err dbx_http_json(const char *method, const char *url, const char *body,
                       const char *const *headers, int64_t timeout_ms, dbx_http_reply *r);
+/* The same, calling beat(ud) about every second while the exchange runs
+ * (an activity heartbeats there); beat returning non-zero stops it
+ * (DBX_ECANCELED). beat may be NULL. */
+dbx_err dbx_http_json_beat(const char *method, const char *url, const char *body,
+                           const char *const *headers, int64_t timeout_ms, dbx_http_reply *r,
+                           int (*beat)(void *ud), void *ud);
 void dbx_http_reply_cleanup(dbx_http_reply *r);
 
 /* In text (NUL-terminated, malloc'd, owned by the call), replace every occurrence of secret

@@ -158,6 +158,11 @@ out:
   return txt;
 }
 
+/* While the model answers: a heartbeat (so a worker that dies is noticed
+ * after the heartbeat timeout, not the whole start-to-close), and a stop
+ * when the activity is cancelled. */
+static int chat_beat(void *a) { return dbx_act_heartbeat(a, NULL); }
+
 static dbx_err run_chat(dbx_act *a, const char *json, size_t len, dbx_act_result *res, void *ud) {
   (void)ud;
   cJSON *in = cJSON_ParseWithLength(json, len);
@@ -191,9 +196,11 @@ static dbx_err run_chat(dbx_act *a, const char *json, size_t len, dbx_act_result
   }
   const char *hdrs[] = {auth, NULL};
   int64_t left = dbx_act_remaining_ms(a);
-  dbx_err he = dbx_http_json("POST", url, body, auth ? hdrs : NULL,
-                             left > 0 && left < 600000 ? left : 600000, &r);
-  if (he == DBX_ENOMEM) {
+  dbx_err he = dbx_http_json_beat("POST", url, body, auth ? hdrs : NULL,
+                                  left > 0 && left < 600000 ? left : 600000, &r, chat_beat, a);
+  if (he == DBX_ECANCELED) {
+    rc = DBX_ECANCELED;
+  } else if (he == DBX_ENOMEM) {
     rc = DBX_ENOMEM;
   } else if (he == DBX_EINVAL) {
     rc = fail(res, 1, "LlmNotConfigured", "llm.chat: the base URL is %s", r.error);

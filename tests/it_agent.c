@@ -176,7 +176,7 @@ static char *start_agent(const char *wfid, const char *input) {
 
 /* The close event's result (completed) or failure message (failed: *failed = 1). */
 static char *await_close(const char *wfid, const char *rid, int *failed, char **ftype) {
-  for (int64_t end = mono_ms() + 180000; mono_ms() < end;) {
+  for (int64_t end = mono_ms() + 240000; mono_ms() < end;) {
     dbx_client_history h = {0};
     dbx_client_history_opts ho = {.wait_new_event = 1, .close_event_only = 1, .timeout_ms = 20000};
     dbx_err e = dbx_client_get_history(F.c, wfid, rid, &ho, &h, NULL);
@@ -196,7 +196,7 @@ static char *await_close(const char *wfid, const char *rid, int *failed, char **
     dbx_client_history_cleanup(&h);
     if (out) return out;
   }
-  fail_msg("%s did not close within 180 s", wfid);
+  fail_msg("%s did not close within 240 s", wfid);
   return NULL;
 }
 
@@ -394,7 +394,7 @@ static void test_fix_and_open_pr(void **state) {
   dbx_rpc_channel *ch = dbx_svct_connect(F.port);
   dbx_svct_history h;
   dbx_svct_history_get(ch, "agent-fix", rid, &h);
-  int stop = 0, start = 0, pr_sched = 0, order_ok = 0;
+  int stop = 0, start = 0, pr_sched = 0, order_ok = 0, lookups = 0;
   for (size_t i = 0; i < h.n; i++) {
     if (h.events[i]->event_type != ET(ACTIVITY_TASK_SCHEDULED)) continue;
     const char *t = h.events[i]->activity_task_scheduled_event_attributes->activity_type->name;
@@ -404,10 +404,15 @@ static void test_fix_and_open_pr(void **state) {
       pr_sched++;
       order_ok = stop == 1 && start == 1;
     }
+    /* a worker killed right after the grant may die inside open_pr before
+     * it sent anything: the agent looks up the pull request, finds none and
+     * calls once more; GitHub still gets one request (asserted above) */
+    if (strcmp(t, "github.find_pr") == 0) lookups++;
   }
   assert_int_equal(stop, 1);
   assert_int_equal(start, 1);
-  assert_int_equal(pr_sched, 1);
+  assert_in_range(lookups, 0, 1);
+  assert_int_equal(pr_sched, 1 + lookups);
   assert_true(order_ok);
   dbx_svct_history_cleanup(&h);
   dbx_rpc_channel_destroy(ch);

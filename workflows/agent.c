@@ -34,6 +34,7 @@ typedef struct {
   char *fail_type, *fail_msg;
   double ptok, ctok, max_tokens;
   int model_calls, tool_calls, nstep, max_steps;
+  int pr_retry; /* 1 while open_pr runs again after a lookup found none */
   size_t out_cap;
   /* the held step */
   int held_kind_llm; /* 1: a model call is held, 0: tool call ci */
@@ -345,6 +346,7 @@ static void schedule_chat(agent *s, dbx_wf *wf) {
   o.backoff_coefficient = num_or(r, "backoff_coefficient", 2);
   o.maximum_interval_ms = (int64_t)(1000 * num_or(r, "maximum_interval_s", 60));
   if (o.maximum_interval_ms < o.initial_interval_ms) o.maximum_interval_ms = o.initial_interval_ms;
+  o.heartbeat_ms = 20000; /* llm.chat beats while the model answers */
   s->phase = CHATTING;
   s->model_calls++;
   s->seq = sched(wf, "llm.chat", in, &o);
@@ -402,7 +404,7 @@ static int run_tool(agent *s, dbx_wf *wf, const cJSON *args) {
     else if (w && !content) missing = "content";
     cJSON_AddStringToObject(in, "path", path ? path : "");
     if (w) cJSON_AddStringToObject(in, "content", content ? content : "");
-    safe_opts(&o, 60000, 3);
+    safe_opts(&o, 30000, 3);
     type = w ? "sandbox.write_file" : "sandbox.read_file";
   } else if (strcmp(name, "open_pr") == 0) {
     const cJSON *repo = obj_of(s->input, "repository");
@@ -417,7 +419,10 @@ static int run_tool(agent *s, dbx_wf *wf, const cJSON *args) {
     cJSON_AddStringToObject(in, "title", title ? title : "");
     if (str_of(args, "body")) cJSON_AddStringToObject(in, "body", str_of(args, "body"));
     if (str_of(repo, "api_url")) cJSON_AddStringToObject(in, "api_url", str_of(repo, "api_url"));
-    o.start_to_close_ms = 90000; /* the call itself gives up after 60 s */
+    /* a second call after an unknown outcome differs from the first (the
+     * worker refuses a repeat of an identical at_most_once call) */
+    if (s->pr_retry) cJSON_AddTrueToObject(in, "after_unknown_outcome");
+    o.start_to_close_ms = 45000; /* the call itself gives up after 30 s */
     o.retry_class = DBX_AT_MOST_ONCE;
     o.maximum_attempts = 1;
     type = "github.open_pr";
@@ -540,7 +545,7 @@ static void hold(agent *s, dbx_wf *wf, int llm, const char *target, const cJSON 
     cJSON *in = cJSON_CreateObject();
     cJSON_AddStringToObject(in, "sandbox_id", s->sandbox_id);
     dbx_activity_opts o = {0};
-    safe_opts(&o, 60000, 5);
+    safe_opts(&o, 30000, 5);
     s->stop_pending = 1;
     s->stop_seq = sched(wf, "sandbox.stop", in, &o);
   }
@@ -557,7 +562,7 @@ static void resume(agent *s, dbx_wf *wf) {
   cJSON *in = cJSON_CreateObject();
   cJSON_AddStringToObject(in, "sandbox_id", s->sandbox_id);
   dbx_activity_opts o = {0};
-  safe_opts(&o, 60000, 5);
+  safe_opts(&o, 30000, 5);
   s->phase = RESUMING;
   s->seq = sched(wf, "sandbox.start", in, &o);
 }
@@ -708,6 +713,21 @@ static void checked_pr(agent *s, dbx_wf *wf, const dbx_act_outcome *o) {
   int ok = 0;
   if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "found"))) {
     text = tool_text(s, "open_pr", r, &ok);
+  } else if (o->status == DBX_ACT_COMPLETED && !s->pr_retry) {
+    /* GitHub has none: the call never reached it, so it is made once more
+     * (GitHub itself refuses a second open pull request of one head) */
+    cJSON *args = cJSON_Parse(str_of(c, "arguments") ? str_of(c, "arguments") : "{}");
+    cJSON_Delete(r);
+    s->pr_retry = 1;
+    s->tool_calls--; /* the same tool call, made again */
+    int rc = run_tool(s, wf, args);
+    cJSON_Delete(args);
+    if (rc == 0) return;
+    s->pr_retry = 0;
+    s->phase = TOOLING;
+    s->ci++;
+    next_tool(s, wf);
+    return;
   } else {
     text = dbx_asprintf("error: the outcome of open_pr is unknown (the worker stopped during the "
                         "call) and no open pull request of %s was found; it was not opened",
@@ -715,6 +735,7 @@ static void checked_pr(agent *s, dbx_wf *wf, const dbx_act_outcome *o) {
   }
   cJSON_Delete(r);
   s->phase = TOOLING;
+  s->pr_retry = 0;
   tool_message(s, str_of(c, "id"), text ? text : "");
   step_result(s, ok, text);
   free(text);
@@ -731,6 +752,7 @@ static void tool_done(agent *s, dbx_wf *wf, const dbx_act_outcome *o) {
     check_pr(s, wf);
     return;
   }
+  s->pr_retry = 0;
   if (o->status == DBX_ACT_COMPLETED) {
     cJSON *r = cJSON_Parse(o->result_json);
     text = tool_text(s, name, r, &ok);
@@ -936,7 +958,7 @@ static void *agent_create(dbx_wf *wf, const char *input_json, size_t len) {
     const char *own = str_of(ssb, "owner_run_id");
     s->owner_run = dbx_strdup(own ? own : "");
     cJSON_AddStringToObject(ci, "sandbox_id", sid);
-    safe_opts(&o, 60000, 5);
+    safe_opts(&o, 30000, 5);
     s->seq = sched(wf, "sandbox.start", ci, &o);
     return s;
   }

@@ -38,7 +38,9 @@
  *                                   repository, the branch as head, base;
  *                                   when its outcome is unknown (OutcomeUnknown,
  *                                   or it timed out after starting),
- *                                   github.find_pr tells whether it exists
+ *                                   github.find_pr tells whether it exists;
+ *                                   when none does the call never reached
+ *                                   GitHub and is made once more
  * until the model answers without tool calls or the budget is spent; then
  * sandbox.delete unless the sandbox is kept (sandbox.keep, or a session).
  * require_approval holds the step: sandbox.stop, memo "durabox.approval"
