@@ -307,7 +307,7 @@ static void reply_words(const resp_t *r, char *out, size_t cap) {
  * where the endpoint says more (404 of a sandbox: NO_SANDBOX). */
 static dbx_drv_err status_err(long st) {
   switch (st) {
-  case 401: case 403: return DBX_DRV_INVALID; /* bad key or scope: not retryable */
+  case 401: case 403: return DBX_DRV_AUTH; /* bad key or scope: not retryable (fail_http) */
   case 404: case 410: return DBX_DRV_NOT_FOUND;
   case 408: return DBX_DRV_OUTCOME_UNKNOWN;   /* killed, output lost: never again */
   case 409: return DBX_DRV_STATE;
@@ -317,12 +317,24 @@ static dbx_drv_err status_err(long st) {
   }
 }
 
-/* Fail with e and "what: HTTP <st> from <endpoint>: <words>". */
+/* Fail with e and "what: HTTP <st> from <endpoint>: <words>". A refusal of
+ * credentials (401, or a 403 that is not the daemon's FILE_ACCESS_DENIED of
+ * a path) is AUTH whatever e says, its message naming whose credentials:
+ * the git remote's (a /git endpoint, or the daemon's GIT_AUTH_FAILED) or
+ * the API key's. */
 static dbx_drv_err fail_http(cli_t *c, dbx_drv_err e, const char *what, const char *method,
                              const char *url, const resp_t *r) {
   char ep[256], words[512];
   endpoint(method, url, ep, sizeof ep);
   reply_words(r, words, sizeof words);
+  if (r->status == 401 || (r->status == 403 && !strstr(words, "FILE_ACCESS_DENIED"))) {
+    int git = strstr(ep, "/git/") != NULL || strstr(words, "GIT_AUTH") != NULL;
+    return fail(c->d, DBX_DRV_AUTH, "%s: HTTP %ld from %s: %s (%s)", what, r->status, ep, words,
+                git ? "the git remote refused the credentials: check the worker's git token "
+                      "(GIT_TOKEN, GIT_USERNAME or the names the step gives)"
+                    : "Daytona refused the API key: check DAYTONA_API_KEY, that it is not "
+                      "revoked or expired, and its scopes");
+  }
   return fail(c->d, e, "%s: HTTP %ld from %s: %s", what, r->status, ep, words);
 }
 
@@ -651,9 +663,11 @@ static char *create_body(dbx_daytona *d, const char *name, const dbx_drv_create_
 static dbx_drv_err dt_start_impl(cli_t *c, const char *name);
 
 /* git clone of a GIT source into the fresh sandbox's work-dir. */
-static dbx_drv_err clone_source(cli_t *c, const char *name, const dbx_drv_source *src);
+static dbx_drv_err clone_source(cli_t *c, const char *name, const dbx_drv_source *src,
+                                const dbx_drv_git_cred *cred);
 /* Upload the host folder of a DIR source into the fresh sandbox's work-dir. */
 static dbx_drv_err upload_source(cli_t *c, const char *name, const char *dir);
+static dbx_drv_err cred_check(dbx_daytona *d, const dbx_drv_git_cred *cred, const char *url);
 
 static dbx_drv_err check_create(dbx_daytona *d, const char *name, const dbx_drv_create_opts *o) {
   if (!dbx_drv_name_valid(name))
@@ -673,6 +687,7 @@ static dbx_drv_err check_create(dbx_daytona *d, const char *name, const dbx_drv_
   for (size_t i = 0; o->env && o->env[i]; i++)
     if (!env_name_ok(o->env[i]))
       return fail(d, DBX_DRV_INVALID, "environment entry %zu is not NAME=value", i);
+  if (src->kind == DBX_DRV_SOURCE_GIT) return cred_check(d, o->git_cred, src->location);
   return DBX_DRV_OK;
 }
 
@@ -692,7 +707,7 @@ static dbx_drv_err adopt(cli_t *c, const char *name, const char *key, sbinfo *s,
       char *url = tb(&r, "/git/status?path=.");
       resp_t rs;
       rc = url ? req(c, "GET", url, NULL, NULL, 0, SAFE, 0, &rs) : DBX_DRV_NOMEM;
-      if (rc == DBX_DRV_OK && rs.status != 200) rc = clone_source(c, name, &o->source);
+      if (rc == DBX_DRV_OK && rs.status != 200) rc = clone_source(c, name, &o->source, o->git_cred);
       if (url) resp_free(&rs);
       free(url);
       sb_clear(&r);
@@ -786,7 +801,8 @@ static dbx_drv_err dt_create(void *self, const char *name, const dbx_drv_create_
   sb_clear(&s);
   rc = sb_wait(&c, name, "started", deadline, o->cancelled, o->cancelled_ud, &s);
   if (rc == DBX_DRV_OK) unenforced_sizes(&s, o);
-  if (rc == DBX_DRV_OK && o->source.kind == DBX_DRV_SOURCE_GIT) rc = clone_source(&c, name, &o->source);
+  if (rc == DBX_DRV_OK && o->source.kind == DBX_DRV_SOURCE_GIT)
+    rc = clone_source(&c, name, &o->source, o->git_cred);
   if (rc == DBX_DRV_OK && o->source.kind == DBX_DRV_SOURCE_DIR)
     rc = upload_source(&c, name, o->source.location);
   if (rc != DBX_DRV_OK && rc != DBX_DRV_TRANSIENT) {
@@ -1191,17 +1207,32 @@ static int marker_there(cli_t *c, const char *name, const sbinfo *s, const char 
   return *err == DBX_DRV_OK ? 1 : -1;
 }
 
-/* The logs of command cid: stdout and stderr as bytes (malloc'd). */
-static dbx_drv_err sess_logs(cli_t *c, const char *name, const sbinfo *s, const char *cmd_id,
-                             const char *cid, char **out, size_t *olen, char **err, size_t *elen) {
+/* 1 if a log body may have lost bytes: U+FFFD (raw or escaped), which is
+ * what the daemon's JSON makes of bytes that are no UTF-8, or an escaped
+ * NUL, which ends the C string. (A U+FFFD the command printed itself only
+ * costs a needless read of the raw files.) */
+static int logs_lossy(const resp_t *r) {
+  const char *p = (const char *)r->body.p;
+  size_t n = r->body.n;
+  return p && (memmem(p, n, "\xef\xbf\xbd", 3) || memmem(p, n, "\\ufffd", 6) ||
+               memmem(p, n, "\\uFFFD", 6) || memmem(p, n, "\\u0000", 6));
+}
+
+/* The logs of command cid: stdout and stderr as bytes (malloc'd); *lossy
+ * (may be NULL): logs_lossy of the reply. */
+static dbx_drv_err sess_logs_l(cli_t *c, const char *name, const sbinfo *s, const char *cmd_id,
+                               const char *cid, char **out, size_t *olen, char **err,
+                               size_t *elen, int *lossy) {
   *out = *err = NULL;
   *olen = *elen = 0;
+  if (lossy) *lossy = 0;
   char *url = tb(s, "/process/session/%s/command/%s/logs", cmd_id, cid);
   resp_t r;
   dbx_drv_err rc = url ? req(c, "GET", url, NULL, NULL, 0, SAFE, 0, &r) : DBX_DRV_NOMEM;
   if (rc == DBX_DRV_OK && r.status != 200)
     rc = tb_status_err(c, name, name, "GET", url, &r, status_err(r.status));
   if (rc == DBX_DRV_OK) {
+    if (lossy) *lossy = logs_lossy(&r);
     cJSON *j = reply_json(&r);
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(j, "stdout");
     const cJSON *se = cJSON_GetObjectItemCaseSensitive(j, "stderr");
@@ -1226,6 +1257,11 @@ static dbx_drv_err sess_logs(cli_t *c, const char *name, const sbinfo *s, const 
   return rc;
 }
 
+static dbx_drv_err sess_logs(cli_t *c, const char *name, const sbinfo *s, const char *cmd_id,
+                             const char *cid, char **out, size_t *olen, char **err, size_t *elen) {
+  return sess_logs_l(c, name, s, cmd_id, cid, out, olen, err, elen, NULL);
+}
+
 /* Every wrapper starts with a tag recording what exec_result needs later
  * (the caps, whether a timeout applies): ": dbx-exec t=<ms> c=<out>,<err>;" */
 #define EXEC_TAG ": dbx-exec"
@@ -1244,23 +1280,38 @@ static void tag_parse(const char *cmd, int64_t *timeout_ms, size_t *cap_out, siz
 }
 
 /* The text the session runs: source and empty the env file, cd, and run
- * the command under sh (timeout(1) when it has one). */
-static char *wrapper(const char *envfile, const char *workdir, const char *cwd,
-                     const dbx_drv_exec_opts *o) {
+ * the command under sh (timeout(1) when it has one). Each stream goes
+ * through a FIFO to tee(1), which copies it to Daytona's log as it comes
+ * and, byte for byte, to a raw file beside the env file (ID.out, ID.err):
+ * the log is JSON text, where bytes that are no UTF-8 arrive as U+FFFD and
+ * a NUL ends the string, so exec_result reads the raw files when the log
+ * shows either. The status is the command's ((exit $s)); without mkfifo the
+ * command runs as before, log only. The wrapper's own names (_dbx_*) are
+ * set after the env file is sourced, so they shadow no name of the step. */
+static char *wrapper(const char *envfile, const char *rawbase, const char *workdir,
+                     const char *cwd, const dbx_drv_exec_opts *o) {
   char *dir = strcmp(cwd, ".") == 0 ? dbx_strdup(workdir) : dbx_asprintf("%s/%s", workdir, cwd);
-  char *qf = sq(envfile), *qd = dir ? sq(dir) : NULL, *qc = sq(o->command), *w = NULL;
-  if (qf && qd && qc) {
+  char *qf = sq(envfile), *qr = sq(rawbase), *qd = dir ? sq(dir) : NULL, *qc = sq(o->command);
+  char *w = NULL;
+  if (qf && qr && qd && qc) {
     char t[96] = "";
     if (o->timeout_ms > 0)
       snprintf(t, sizeof t, "timeout --foreground -k 2 %lld.%03lld ", (long long)(o->timeout_ms / 1000),
                (long long)(o->timeout_ms % 1000));
     w = dbx_asprintf(EXEC_TAG " t=%lld c=%zu,%zu; F=%s; if [ -f \"$F\" ]; then . \"$F\"; : > \"$F\"; "
-                     "fi; cd %s && %ssh -c %s </dev/null",
+                     "fi; _dbx_r=%s; rm -f \"$_dbx_r.out\" \"$_dbx_r.err\" \"$_dbx_r.op\" "
+                     "\"$_dbx_r.ep\"; cd %s && if mkfifo \"$_dbx_r.op\" \"$_dbx_r.ep\" 2>/dev/null; "
+                     "then tee \"$_dbx_r.out\" <\"$_dbx_r.op\" & tee \"$_dbx_r.err\" <\"$_dbx_r.ep\" >&2 & "
+                     "%ssh -c %s </dev/null >\"$_dbx_r.op\" 2>\"$_dbx_r.ep\"; _dbx_s=$?; wait; "
+                     "rm -f \"$_dbx_r.op\" \"$_dbx_r.ep\"; (exit $_dbx_s); "
+                     "else %ssh -c %s </dev/null; fi",
                      (long long)o->timeout_ms, o->stdout_cap_bytes ? o->stdout_cap_bytes : DEFAULT_CAP,
-                     o->stderr_cap_bytes ? o->stderr_cap_bytes : DEFAULT_CAP, qf, qd, t, qc);
+                     o->stderr_cap_bytes ? o->stderr_cap_bytes : DEFAULT_CAP, qf, qr, qd, t, qc, t,
+                     qc);
   }
   free(dir);
   free(qf);
+  free(qr);
   free(qd);
   free(qc);
   return w;
@@ -1357,7 +1408,7 @@ static dbx_drv_err dt_exec_start(void *self, const char *name, const char *cmd_i
   cli_t c = {0};
   sbinfo s = {0};
   sess_t ss = {0};
-  char *work = NULL, *envp = NULL, *envt = NULL, *text = NULL;
+  char *work = NULL, *envp = NULL, *envt = NULL, *text = NULL, *rawb = NULL;
   const char *cwd;
   if (adopted) *adopted = 0;
   if (o == NULL || o->command == NULL) return fail(d, DBX_DRV_INVALID, "no command");
@@ -1392,7 +1443,8 @@ static dbx_drv_err dt_exec_start(void *self, const char *name, const char *cmd_i
   }
   if ((rc = tb_dir(&c, name, &s, "/work-dir", &work)) != DBX_DRV_OK) goto out;
   if ((rc = marker(&c, name, &s, cmd_id, "env", &envp)) != DBX_DRV_OK) goto out;
-  if ((envt = env_text(o->env)) == NULL || (text = wrapper(envp, work, cwd, o)) == NULL) {
+  if ((rc = marker(&c, name, &s, cmd_id, "raw", &rawb)) != DBX_DRV_OK) goto out;
+  if ((envt = env_text(o->env)) == NULL || (text = wrapper(envp, rawb, work, cwd, o)) == NULL) {
     rc = DBX_DRV_NOMEM;
     goto out;
   }
@@ -1403,6 +1455,7 @@ out:
   if (envt) memset(envt, 0, strlen(envt)); /* it may hold secrets */
   free(envt);
   free(envp);
+  free(rawb);
   free(work);
   free(text);
   free(ss.command);
@@ -1521,6 +1574,62 @@ static uint8_t *head_and_tail(const char *p, size_t len, size_t cap, size_t *kep
   return b;
 }
 
+/* GET an absolute sandbox path's bytes (malloc'd, NUL-terminated).
+ * NOT_FOUND when absent. */
+static dbx_drv_err raw_get(cli_t *c, const char *name, const sbinfo *s, const char *abs,
+                           char **data, size_t *len) {
+  char *pe = esc(c, abs), *url = pe ? tb(s, "/files/download?path=%s", pe) : NULL;
+  resp_t r = {0};
+  dbx_drv_err rc = url ? req(c, "GET", url, NULL, NULL, 0, SAFE, 0, &r) : DBX_DRV_NOMEM;
+  if (rc == DBX_DRV_OK && r.status == 404) rc = DBX_DRV_NOT_FOUND;
+  else if (rc == DBX_DRV_OK && r.status != 200)
+    rc = tb_status_err(c, name, name, "GET", url, &r, status_err(r.status));
+  if (rc == DBX_DRV_OK) {
+    *data = dbx_malloc(r.body.n + 1);
+    if (*data == NULL) rc = DBX_DRV_NOMEM;
+    else {
+      if (r.body.n) memcpy(*data, r.body.p, r.body.n);
+      (*data)[r.body.n] = '\0';
+      *len = r.body.n;
+    }
+  }
+  if (url) resp_free(&r);
+  free(url);
+  free(pe);
+  return rc;
+}
+
+/* Replace the log text of both streams by the wrapper's raw copies (the
+ * bytes as the command wrote them), when both are there; a command started
+ * without them (no mkfifo, an older driver) keeps its log text. */
+static dbx_drv_err raw_output(cli_t *c, const char *name, const sbinfo *s, const char *cmd_id,
+                              char **o, size_t *ol, char **e, size_t *el) {
+  char *base = NULL, *po = NULL, *pe = NULL, *ro = NULL, *re = NULL;
+  size_t rol = 0, rel = 0;
+  dbx_drv_err rc = marker(c, name, s, cmd_id, "raw", &base);
+  if (rc == DBX_DRV_OK) {
+    po = dbx_asprintf("%s.out", base);
+    pe = dbx_asprintf("%s.err", base);
+    if (!po || !pe) rc = DBX_DRV_NOMEM;
+  }
+  if (rc == DBX_DRV_OK) rc = raw_get(c, name, s, po, &ro, &rol);
+  if (rc == DBX_DRV_OK) rc = raw_get(c, name, s, pe, &re, &rel);
+  if (rc == DBX_DRV_OK) {
+    free(*o);
+    free(*e);
+    *o = ro, *ol = rol, *e = re, *el = rel;
+    ro = re = NULL;
+  } else if (rc == DBX_DRV_NOT_FOUND) {
+    rc = DBX_DRV_OK;
+  }
+  free(ro);
+  free(re);
+  free(po);
+  free(pe);
+  free(base);
+  return rc;
+}
+
 static dbx_drv_err dt_exec_result(void *self, const char *name, const char *cmd_id,
                                   dbx_drv_exec_result *res) {
   dbx_daytona *d = self;
@@ -1536,7 +1645,9 @@ static dbx_drv_err dt_exec_result(void *self, const char *name, const char *cmd_
   } else if (rc == DBX_DRV_OK && (v.lost || !v.ss.finished)) {
     rc = fail(d, DBX_DRV_STATE, "command '%s' has not finished", cmd_id);
   } else if (rc == DBX_DRV_OK) {
-    rc = sess_logs(&c, name, &v.s, cmd_id, v.ss.cid, &o, &ol, &e, &el);
+    int lossy = 0;
+    rc = sess_logs_l(&c, name, &v.s, cmd_id, v.ss.cid, &o, &ol, &e, &el, &lossy);
+    if (rc == DBX_DRV_OK && lossy) rc = raw_output(&c, name, &v.s, cmd_id, &o, &ol, &e, &el);
     res->exit_code = v.ss.exit_code;
     res->signal = v.ss.exit_code > 128 && v.ss.exit_code < 160 ? v.ss.exit_code - 128 : 0;
   }
@@ -1721,7 +1832,39 @@ static dbx_drv_err dt_download(void *self, const char *name, const char *path,
 
 /* ---- git ---- */
 
-/* POST a /git endpoint with a JSON body; 200 gives *reply (may be NULL). */
+/* Add git credentials to a /git/clone or /git/push body (the reference's
+ * username / password fields); cred NULL: nothing. 0: out of memory. */
+static int cred_add(cJSON *b, const dbx_drv_git_cred *cred) {
+  if (cred == NULL) return 1;
+  const char *u = cred->username && *cred->username ? cred->username : "x-access-token";
+  return cJSON_AddStringToObject(b, "username", u) != NULL &&
+         cJSON_AddStringToObject(b, "password", cred->password ? cred->password : "") != NULL;
+}
+
+/* Wipe the password field of a body (before it is freed) and any copy of
+ * the password in this thread's message. */
+static void cred_wipe(cJSON *b, const dbx_drv_git_cred *cred) {
+  const cJSON *pw = cJSON_GetObjectItemCaseSensitive(b, "password");
+  if (cJSON_IsString(pw)) memset(pw->valuestring, 0, strlen(pw->valuestring));
+  const char *p = cred ? cred->password : NULL;
+  size_t n = p ? strlen(p) : 0;
+  for (char *m = n ? strstr(tl_err.msg, p) : NULL; m; m = strstr(m, p)) memset(m, '*', n);
+}
+
+/* Credentials go only with an http(s) URL the operation names (driver.h
+ * dbx_drv_git_cred), never with a remote name the sandbox's config resolves. */
+static dbx_drv_err cred_check(dbx_daytona *d, const dbx_drv_git_cred *cred, const char *url) {
+  if (cred == NULL) return DBX_DRV_OK;
+  if (cred->password == NULL || *cred->password == '\0')
+    return fail(d, DBX_DRV_INVALID, "git credentials without a password (token)");
+  if (url == NULL || (strncmp(url, "https://", 8) != 0 && strncmp(url, "http://", 7) != 0))
+    return fail(d, DBX_DRV_INVALID, "git credentials need the remote's http(s) URL, not '%.200s'",
+                url ? url : "origin");
+  return DBX_DRV_OK;
+}
+
+/* POST a /git endpoint with a JSON body; 200 gives *reply (may be NULL).
+ * The printed body is wiped before it is freed (it may hold a password). */
 static dbx_drv_err git_post(cli_t *c, const char *name, const sbinfo *s, const char *ep,
                             cJSON *body, const char *what, cJSON **reply) {
   char *b = body ? cJSON_PrintUnformatted(body) : NULL;
@@ -1742,16 +1885,18 @@ static dbx_drv_err git_post(cli_t *c, const char *name, const sbinfo *s, const c
   }
   if (rc == DBX_DRV_OK && reply) *reply = reply_json(&r);
   if (b && url) resp_free(&r);
+  if (b) memset(b, 0, strlen(b));
   free(b);
   free(url);
   return rc;
 }
 
 static dbx_drv_err clone_into(cli_t *c, const char *name, const sbinfo *s, const char *url,
-                              const char *path, const char *ref) {
+                              const char *path, const char *ref, const dbx_drv_git_cred *cred) {
   cJSON *b = cJSON_CreateObject();
   if (!b || !cJSON_AddStringToObject(b, "url", url) || !cJSON_AddStringToObject(b, "path", path) ||
-      (ref && *ref && !cJSON_AddStringToObject(b, "branch", ref))) {
+      (ref && *ref && !cJSON_AddStringToObject(b, "branch", ref)) || !cred_add(b, cred)) {
+    cred_wipe(b, cred);
     cJSON_Delete(b);
     return DBX_DRV_NOMEM;
   }
@@ -1759,14 +1904,20 @@ static dbx_drv_err clone_into(cli_t *c, const char *name, const sbinfo *s, const
   snprintf(what, sizeof what, "git clone in sandbox '%s' failed", name);
   dbx_drv_err rc = git_post(c, name, s, "clone", b, what, NULL);
   if (rc == DBX_DRV_NOT_FOUND) rc = DBX_DRV_FAILED; /* the message says what */
+  cred_wipe(b, cred);
   cJSON_Delete(b);
   return rc;
 }
 
-static dbx_drv_err clone_source(cli_t *c, const char *name, const dbx_drv_source *src) {
+static dbx_drv_err clone_source(cli_t *c, const char *name, const dbx_drv_source *src,
+                                const dbx_drv_git_cred *cred) {
   sbinfo s;
   dbx_drv_err rc = sb_running(c, name, &s);
-  if (rc == DBX_DRV_OK) rc = clone_into(c, name, &s, src->location, ".", src->ref);
+  if (rc == DBX_DRV_OK) rc = clone_into(c, name, &s, src->location, ".", src->ref, cred);
+  if (rc == DBX_DRV_AUTH) { /* the message says whose */
+    sb_clear(&s);
+    return rc;
+  }
   if (rc == DBX_DRV_FAILED) rc = DBX_DRV_SOURCE_NOT_FOUND; /* the message says what */
   sb_clear(&s);
   return rc;
@@ -1813,22 +1964,29 @@ static dbx_drv_err upload_source(cli_t *c, const char *name, const char *dir) {
   return rc;
 }
 
-static dbx_drv_err dt_git_clone(void *self, const char *name, const char *url, const char *path,
-                                const char *ref) {
+static dbx_drv_err dt_git_clone_cred(void *self, const char *name, const char *url,
+                                     const char *path, const char *ref,
+                                     const dbx_drv_git_cred *cred) {
   dbx_daytona *d = self;
   cli_t c;
   sbinfo s;
   const char *p;
   if (url == NULL || *url == '\0') return fail(d, DBX_DRV_INVALID, "git clone needs a repository path or URL");
-  dbx_drv_err rc = check_path(d, path, 0, &p);
+  dbx_drv_err rc = cred_check(d, cred, url);
+  if (rc == DBX_DRV_OK) rc = check_path(d, path, 0, &p);
   if (rc != DBX_DRV_OK) return rc;
   if (!cli_open(d, &c)) return DBX_DRV_NOMEM;
   rc = sb_running(&c, name, &s);
   if (rc == DBX_DRV_OK) rc = tb_rm(&c, name, &s, p); /* a partial or earlier target */
-  if (rc == DBX_DRV_OK) rc = clone_into(&c, name, &s, url, p, ref);
+  if (rc == DBX_DRV_OK) rc = clone_into(&c, name, &s, url, p, ref, cred);
   sb_clear(&s);
   cli_close(&c);
   return rc;
+}
+
+static dbx_drv_err dt_git_clone(void *self, const char *name, const char *url, const char *path,
+                                const char *ref) {
+  return dt_git_clone_cred(self, name, url, path, ref, NULL);
 }
 
 /* "Name <email>" -> name, email (malloc'd). */
@@ -1933,13 +2091,15 @@ static dbx_drv_err dt_git_commit_paths(void *self, const char *name, const char 
   return commit_impl(self, name, repo_path, paths, npaths, message, author, sha, nothing);
 }
 
-static dbx_drv_err dt_git_push(void *self, const char *name, const char *repo_path,
-                               const char *remote, const char *branch) {
+static dbx_drv_err dt_git_push_cred(void *self, const char *name, const char *repo_path,
+                                    const char *remote, const char *branch,
+                                    const dbx_drv_git_cred *cred) {
   dbx_daytona *d = self;
   cli_t c;
   sbinfo s;
   const char *p;
-  dbx_drv_err rc = check_path(d, repo_path, 1, &p);
+  dbx_drv_err rc = cred_check(d, cred, remote);
+  if (rc == DBX_DRV_OK) rc = check_path(d, repo_path, 1, &p);
   if (rc != DBX_DRV_OK) return rc;
   if (!cli_open(d, &c)) return DBX_DRV_NOMEM;
   rc = sb_running(&c, name, &s);
@@ -1948,15 +2108,22 @@ static dbx_drv_err dt_git_push(void *self, const char *name, const char *repo_pa
     cJSON *b = cJSON_CreateObject();
     int ok = b && cJSON_AddStringToObject(b, "path", p) &&
              (!remote || !*remote || cJSON_AddStringToObject(b, "remote", remote)) &&
-             (!branch || !*branch || cJSON_AddStringToObject(b, "branch", branch));
+             (!branch || !*branch || cJSON_AddStringToObject(b, "branch", branch)) &&
+             cred_add(b, cred);
     char what[300];
     snprintf(what, sizeof what, "git push in sandbox '%s' failed", name);
     rc = ok ? git_post(&c, name, &s, "push", b, what, NULL) : DBX_DRV_NOMEM;
+    cred_wipe(b, cred);
     cJSON_Delete(b);
   }
   sb_clear(&s);
   cli_close(&c);
   return rc;
+}
+
+static dbx_drv_err dt_git_push(void *self, const char *name, const char *repo_path,
+                               const char *remote, const char *branch) {
+  return dt_git_push_cred(self, name, repo_path, remote, branch, NULL);
 }
 
 /* ---- checkpoints ---- */
@@ -2116,6 +2283,8 @@ static const dbx_driver_ops daytona_ops = {
     .git_commit = dt_git_commit,
     .git_commit_paths = dt_git_commit_paths,
     .git_push = dt_git_push,
+    .git_clone_cred = dt_git_clone_cred,
+    .git_push_cred = dt_git_push_cred,
     .checkpoint = dt_checkpoint,
     .restore = dt_restore,
     .snapshot_delete = dt_snapshot_delete,

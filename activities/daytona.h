@@ -26,11 +26,17 @@
  *                leaves a marker ($HOME/.dbx/ID.killed) and deletes the
  *                session, so a retried attempt sees the killed command
  *                (exit 137) instead of running it again; a session lost with
- *                its marker left (the sandbox restarted) is LOST.
+ *                its marker left (the sandbox restarted) is LOST. Output is
+ *                byte-exact: the wrapper tees each stream to a raw file
+ *                ($HOME/.dbx/ID.raw.out / .raw.err), which exec_result reads
+ *                when the log's JSON text shows U+FFFD or a NUL.
  *   files        GET /files/download (bytes), POST /files/upload-v2 (raw
  *                octet-stream body), GET /files/info.
  *   git_*        /git/clone (the target removed first), /git/status +
- *                /git/add + /git/commit, /git/push.
+ *                /git/add + /git/commit, /git/push; git_clone_cred /
+ *                git_push_cred send the worker's credentials in the
+ *                endpoints' username / password fields (wiped from our
+ *                buffers after the call, never in a message).
  *   checkpoint   POST /sandbox/{id}/snapshot {name}, then GET
  *                /snapshots/{name} until "active": a capture that leaves no
  *                record once the sandbox left "snapshotting", or one still
@@ -44,7 +50,8 @@
  * for calls safe to repeat (GET, DELETE, create by name, whole-file upload,
  * session create); an exec whose start cannot be confirmed is
  * OUTCOME_UNKNOWN; 500 is tried once more on safe calls; 408 never; 401/403
- * are INVALID (non-retryable: a bad key or scope); a sandbox gone (404) is
+ * are AUTH (non-retryable AuthFailed: a bad key or scope, or git
+ * credentials the remote refused; the message says which); a sandbox gone (404) is
  * NO_SANDBOX (SandboxNotFound, non-retryable). An empty or non-JSON error
  * body still gives a message naming the status and the endpoint. Messages
  * never hold the API key (it is sent only as the Authorization header).

@@ -115,3 +115,14 @@ dbx_drv_err dbx_drv_host_write(const char *host_path, const void *data, size_t l
   free(tmp);
   return ok ? DBX_DRV_OK : DBX_DRV_FAILED;
 }
+
+dbx_err dbx_drv_git_cred_from_env(const char *user_var, const char *token_var,
+                                  dbx_drv_git_cred *c) {
+  const char *tok = getenv(token_var ? token_var : "GIT_TOKEN");
+  const char *user = getenv(user_var ? user_var : "GIT_USERNAME");
+  memset(c, 0, sizeof *c);
+  if (tok == NULL || *tok == '\0') return DBX_ENOTFOUND;
+  c->password = tok;
+  c->username = user && *user ? user : "x-access-token";
+  return DBX_OK;
+}

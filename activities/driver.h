@@ -40,11 +40,14 @@
  * (sandbox.h "Failures") by a table; the column says which. The texts of
  * STATE and FAILED are those of DBX_ESTATE and DBX_EIO (base/err.h): failure
  * messages read "<what>: <detail> (i/o error)" as before the interface.
- * The last four are failures no retry can mend, told apart by the driver at
- * their source (git's exit status and words, the path checked before a
- * clone, ENOSPC / EDQUOT of a write): a repository that does not exist, a
- * folder or remote that is no git repository, a branch / tag / commit the
- * repository lacks, a full disk (or quota). */
+ * REPO_NOT_FOUND .. DISK_FULL are failures no retry can mend, told apart by
+ * the driver at their source (git's exit status and words, the path checked
+ * before a clone, ENOSPC / EDQUOT of a write): a repository that does not
+ * exist, a folder or remote that is no git repository, a branch / tag /
+ * commit the repository lacks, a full disk (or quota). AUTH, non-retryable
+ * too: the backend or a git remote refused the credentials (Daytona's HTTP
+ * 401 / 403: a bad or revoked API key, a key without the scope; git's
+ * "Authentication failed"); its message names which credentials. */
 #define DBX_DRV_ERR_MAP(XX)                                                                  \
   XX(DBX_DRV_OK, "success")                                                                  \
   XX(DBX_DRV_NO_SANDBOX, "no such sandbox")                  /* SandboxNotFound */           \
@@ -64,7 +67,8 @@
   XX(DBX_DRV_REPO_NOT_FOUND, "repository not found")         /* RepositoryNotFound */        \
   XX(DBX_DRV_NOT_A_REPO, "not a git repository")             /* NotAGitRepository */         \
   XX(DBX_DRV_REF_NOT_FOUND, "no such branch, tag or commit") /* RefNotFound */               \
-  XX(DBX_DRV_DISK_FULL, "no space left on device")           /* DiskFull */
+  XX(DBX_DRV_DISK_FULL, "no space left on device")           /* DiskFull */             \
+  XX(DBX_DRV_AUTH, "credentials refused")                    /* AuthFailed */
 
 typedef enum {
 #define XX(name, msg) name,
@@ -100,6 +104,28 @@ typedef struct {
   const char *location; /* unused for EMPTY */
   const char *ref;      /* GIT only; NULL: the default branch */
 } dbx_drv_source;
+
+/* Credentials for a git remote over HTTP(S) (a token as the password), held
+ * by the worker: resolved from its environment (dbx_drv_git_cred_from_env),
+ * never from activity input. A driver hands them to git only for the host
+ * of the URL the operation names, never writes them into the workspace, the
+ * sandbox's environment, a command text or a message, and keeps no copy
+ * after the call (local: a credential helper given on git's command line
+ * reads them from git's own process environment; Daytona: the username /
+ * password fields of /git/clone and /git/push, over TLS to the toolbox).
+ * Borrowed for the call. */
+typedef struct {
+  const char *username; /* NULL or "": "x-access-token" (what GitHub takes with a token) */
+  const char *password; /* the token; required */
+} dbx_drv_git_cred;
+
+/* Fill *c from the worker's environment: the password from $token_var
+ * (NULL: "GIT_TOKEN"), the username from $user_var (NULL: "GIT_USERNAME";
+ * unset: the default above). The strings are getenv()'s (borrowed, valid
+ * until the environment changes). DBX_OK; DBX_ENOTFOUND (the token variable
+ * is unset or empty; *c zeroed). Thread-safe as getenv(). */
+dbx_err dbx_drv_git_cred_from_env(const char *user_var, const char *token_var,
+                                  dbx_drv_git_cred *c);
 
 /* What a sandbox reaches of the network. */
 typedef enum {
@@ -152,6 +178,11 @@ typedef struct {
    * would adopt. */
   int (*cancelled)(void *ud);
   void *cancelled_ud;
+  /* GIT sources only (NULL: none): the worker's credentials for an http(s)
+   * location (dbx_drv_git_cred above), used for the clone alone; not kept,
+   * not part of the identity an adopt compares. INVALID with a location
+   * that is no http(s) URL; AUTH when the remote refuses them. */
+  const dbx_drv_git_cred *git_cred;
 } dbx_drv_create_opts;
 
 /* Bits of dbx_drv_create_opts.unenforced. */
@@ -373,6 +404,15 @@ typedef struct dbx_driver_ops {
    * unreachable: git's words). */
   dbx_drv_err (*git_push)(void *self, const char *name, const char *repo_path, const char *remote,
                           const char *branch);
+  /* git_clone and git_push with credentials for the remote (cred NULL: as
+   * the ops above). Optional: NULL where the driver cannot keep them out of
+   * the sandbox (memory); callers then refuse credentials as UNSUPPORTED.
+   * AUTH: the remote refused them (or asked for them and got none). */
+  dbx_drv_err (*git_clone_cred)(void *self, const char *name, const char *url, const char *path,
+                                const char *ref, const dbx_drv_git_cred *cred);
+  dbx_drv_err (*git_push_cred)(void *self, const char *name, const char *repo_path,
+                               const char *remote, const char *branch,
+                               const dbx_drv_git_cred *cred);
 
   /* -- checkpoints (Daytona: POST /sandbox/{id}/snapshot + GET /snapshots) -- */
 

@@ -421,6 +421,10 @@ static dbx_drv_err tool_kind(const char *err) {
   if (strstr(err, "Repository not found") ||
       (strstr(err, "repository '") && (strstr(err, "' does not exist") || strstr(err, "' not found"))))
     return DBX_DRV_REPO_NOT_FOUND;
+  if (strstr(err, "Authentication failed") || strstr(err, "could not read Username") ||
+      strstr(err, "could not read Password") || strstr(err, "returned error: 401") ||
+      strstr(err, "returned error: 403"))
+    return DBX_DRV_AUTH;
   if (strstr(err, "invalid reference: ") || strstr(err, "did not match any file(s) known to git") ||
       strstr(err, "not found in upstream") || strstr(err, "unknown revision") ||
       (strstr(err, "src refspec") && strstr(err, "does not match any")))
@@ -459,11 +463,111 @@ static dbx_err fail_repo(const dbx_local *d, dbx_drv_err k, const char *what, co
 /* Run a host tool (cp, git clone, rm) outside the sandbox with a fixed small
  * environment (no caller secrets, no git prompts); stderr goes to errmsg.
  * src (may be NULL) lends its cancellation poll. */
+/* The environment of git inside a sandbox: no system or global config, no
+ * prompts (a missing credential fails instead of hanging). */
+static const char *const git_env[] = {"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
+                                      "GIT_TERMINAL_PROMPT=0", NULL};
+#define GIT_SAFE "git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"
+
+/* Credentials (driver.h dbx_drv_git_cred) reach git through a credential
+ * helper given on its command line: the first -c empties the helper list
+ * (so no helper of the repository's own config, which sandbox code may have
+ * written, ever sees them), the second is a shell function that answers a
+ * "get" with the username and password from git's own process environment
+ * (DBX_GIT_USERNAME / DBX_GIT_PASSWORD) and only when git asks for the host
+ * of the URL the operation named (DBX_GIT_HOST: a url.insteadOf rewrite
+ * elsewhere gets nothing). core.askPass is emptied so no program the
+ * repository names runs with that environment. Nothing is written to the
+ * workspace or HOME; the argv holds no secret; the environment strings are
+ * wiped after the call. */
+#define GIT_CRED_ARGS                                                                           \
+  "-c", "credential.helper=", "-c",                                                             \
+      "credential.helper=!f() { test \"$1\" = get || exit 0; h=; while IFS= read -r l; do "    \
+      "case \"$l\" in host=*) h=${l#host=};; esac; done; "                                      \
+      "[ -n \"$DBX_GIT_HOST\" ] && [ \"$h\" = \"$DBX_GIT_HOST\" ] || exit 0; "                  \
+      "printf 'username=%s\\npassword=%s\\n' \"$DBX_GIT_USERNAME\" \"$DBX_GIT_PASSWORD\"; }; f", \
+      "-c", "core.askPass=", "-c", "credential.interactive=false"
+
+typedef struct {
+  char *v[12]; /* the base environment, then the three credential entries; NULL-terminated */
+  int n, base;
+} git_envv;
+
+/* The host[:port] of an http(s) URL into host (cap bytes); 0 if url is no
+ * http(s) URL or has no host. */
+static int url_host(const char *url, char *host, size_t cap) {
+  const char *p = strncmp(url, "https://", 8) == 0 ? url + 8
+                  : strncmp(url, "http://", 7) == 0 ? url + 7 : NULL;
+  if (p == NULL) return 0;
+  size_t n = strcspn(p, "/?#");
+  const char *at = memchr(p, '@', n);
+  if (at) n -= (size_t)(at + 1 - p), p = at + 1;
+  if (n == 0 || n >= cap) return 0;
+  memcpy(host, p, n);
+  host[n] = '\0';
+  return 1;
+}
+
+/* The environment of a git step: git_env, and with cred the helper's three
+ * entries for the host of url. DBX_EINVAL when cred is given but url is no
+ * http(s) URL (credentials go to a host the operation names, never to a
+ * remote name the repository's config resolves). */
+static dbx_err git_envv_make_on(const dbx_local *d, const char *const *base,
+                                const dbx_drv_git_cred *cred, const char *url, git_envv *e) {
+  memset(e, 0, sizeof *e);
+  for (; base[e->n]; e->n++) e->v[e->n] = (char *)base[e->n];
+  e->base = e->n;
+  if (cred == NULL) return DBX_OK;
+  char host[256];
+  if (cred->password == NULL || *cred->password == '\0')
+    return fail(d, DBX_EINVAL, "git credentials without a password (token)");
+  if (!url_host(url, host, sizeof host))
+    return fail(d, DBX_EINVAL, "git credentials need the remote's http(s) URL, not '%.200s'", url);
+  const char *u = cred->username && *cred->username ? cred->username : "x-access-token";
+  e->v[e->n++] = dbx_asprintf("DBX_GIT_HOST=%s", host);
+  e->v[e->n++] = dbx_asprintf("DBX_GIT_USERNAME=%s", u);
+  e->v[e->n++] = dbx_asprintf("DBX_GIT_PASSWORD=%s", cred->password);
+  for (int i = e->base; i < e->n; i++)
+    if (e->v[i] == NULL) return DBX_ENOMEM;
+  return DBX_OK;
+}
+
+/* Wipe and free the credential entries of e, and scrub the password from
+ * this thread's message (git does not print it; this makes sure). */
+static void git_envv_clear(git_envv *e, const dbx_drv_git_cred *cred) {
+  for (int i = e->base; i < e->n; i++)
+    if (e->v[i]) {
+      memset(e->v[i], 0, strlen(e->v[i]));
+      free(e->v[i]);
+    }
+  const char *p = cred ? cred->password : NULL;
+  size_t n = p ? strlen(p) : 0;
+  for (char *m = n ? strstr(tl_err.msg, p) : NULL; m; m = strstr(m, p)) memset(m, '*', n);
+  memset(e, 0, sizeof *e);
+}
+
+static dbx_err git_envv_make(dbx_local *d, const dbx_drv_git_cred *cred, const char *url,
+                             git_envv *e) {
+  return git_envv_make_on(d, git_env, cred, url, e);
+}
+
+/* The environment of a tool run on the host for a create (copy, clone). */
+static const char *const host_env[] = {"PATH=" SAFE_PATH, "LANG=C.UTF-8", "GIT_TERMINAL_PROMPT=0",
+                                       "GIT_CONFIG_NOSYSTEM=1", "HOME=/nonexistent", NULL};
+
+/* run_host_src with envp (NULL: host_env). */
+static dbx_err run_host_env(const dbx_local *d, char *const *argv, const char *what,
+                            const dbx_local_source *src, char *const *envp);
+
 static dbx_err run_host_src(const dbx_local *d, char *const *argv, const char *what,
                             const dbx_local_source *src) {
-  static char *const envp[] = {"PATH=" SAFE_PATH, "LANG=C.UTF-8", "GIT_TERMINAL_PROMPT=0",
-                               "GIT_CONFIG_NOSYSTEM=1", "HOME=/nonexistent", NULL};
-  run_spec s = {.argv = argv, .envp = envp, .cwd_fd = -1, .cap = {4096, 4096}};
+  return run_host_env(d, argv, what, src, NULL);
+}
+
+static dbx_err run_host_env(const dbx_local *d, char *const *argv, const char *what,
+                            const dbx_local_source *src, char *const *envp) {
+  run_spec s = {.argv = argv, .envp = envp ? envp : (char *const *)host_env, .cwd_fd = -1,
+                .cap = {4096, 4096}};
   if (src) s.cancelled = src->cancelled, s.cancelled_ud = src->cancelled_ud;
   dbx_local_exec_result r;
   dbx_err rc = run_proc(d, &s, &r);
@@ -871,7 +975,12 @@ dbx_err dbx_local_sandbox_create(dbx_local *d, const char *id, const dbx_local_s
       break;
     }
     char *argv[] = {"git", "clone", "-q", "--", (char *)src->location, tmp, NULL};
-    rc = run_host_src(d, argv, "git clone", src);
+    char *argv_c[] = {"git", GIT_CRED_ARGS, "clone", "-q", "--", (char *)src->location, tmp, NULL};
+    git_envv ge;
+    rc = git_envv_make_on(d, host_env, src->git_cred, src->location, &ge);
+    if (rc == DBX_OK)
+      rc = run_host_env(d, src->git_cred ? argv_c : argv, "git clone", src, ge.v);
+    git_envv_clear(&ge, src->git_cred);
     if (rc == DBX_OK && src->ref && *src->ref) {
       char *co[] = {"git", "-C", tmp, "-c", "advice.detachedHead=false", "checkout", "-q",
                     (char *)src->ref, "--", NULL};
@@ -2763,24 +2872,25 @@ out:
   return rc;
 }
 
-/* The environment of git inside a sandbox: no system or global config, no
- * prompts (a missing credential fails instead of hanging). */
-static const char *const git_env[] = {"GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
-                                      "GIT_TERMINAL_PROMPT=0", NULL};
-#define GIT_SAFE "git", "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"
-
-/* Run one git step in the sandbox; a non-zero exit is DBX_EIO with git's words. */
-static dbx_err git_step(dbx_local *d, const char *id, char *const *argv, const char *what,
-                        const char *bind, int bind_rw, const char *cwd) {
+/* Run one git step in the sandbox; a non-zero exit is DBX_EIO with git's words.
+ * env: NULL for git_env. */
+static dbx_err git_step_env(dbx_local *d, const char *id, char *const *argv, const char *what,
+                            const char *bind, int bind_rw, const char *cwd,
+                            const char *const *env) {
   dbx_local_exec_result r = {0};
-  dbx_err rc = sandbox_run_bind(d, id, argv, NULL, bind, bind_rw, cwd, git_env, 0, 0, 4096,
-                                8192, NULL, NULL, &r);
+  dbx_err rc = sandbox_run_bind(d, id, argv, NULL, bind, bind_rw, cwd, env ? env : git_env, 0, 0,
+                                4096, 8192, NULL, NULL, &r);
   if (rc == DBX_OK && r.exit_code != 0)
     rc = failk(d, DBX_EIO, tool_kind((const char *)r.stderr_buf),
                "%s in sandbox '%s' failed (exit %d): %.600s", what, id, r.exit_code,
                (const char *)r.stderr_buf);
   dbx_local_exec_result_cleanup(&r);
   return rc;
+}
+
+static dbx_err git_step(dbx_local *d, const char *id, char *const *argv, const char *what,
+                        const char *bind, int bind_rw, const char *cwd) {
+  return git_step_env(d, id, argv, what, bind, bind_rw, cwd, NULL);
 }
 
 /* A host path to bind for git: an existing absolute folder, else NULL. */
@@ -2790,14 +2900,24 @@ static const char *git_host_path(const dbx_local *d, const char *loc) {
 
 dbx_err dbx_local_git_clone(dbx_local *d, const char *id, const char *url, const char *path,
                             const char *ref) {
+  return dbx_local_git_clone_cred(d, id, url, path, ref, NULL);
+}
+
+dbx_err dbx_local_git_clone_cred(dbx_local *d, const char *id, const char *url, const char *path,
+                                 const char *ref, const dbx_drv_git_cred *cred) {
   dbx_err rc;
   char *copy = NULL;
+  git_envv ge = {0};
   if (url == NULL || *url == '\0' || url[0] == '-')
     return fail(d, DBX_EINVAL, "git clone needs a repository path or URL");
   if ((rc = path_check(d, path, 0)) != DBX_OK) return rc;
   if ((rc = sb_check(d, id, 1)) != DBX_OK) return rc;
+  if ((rc = git_envv_make(d, cred, url, &ge)) != DBX_OK) goto out;
   copy = dbx_strdup(path);
-  if (copy == NULL) return DBX_ENOMEM;
+  if (copy == NULL) {
+    rc = DBX_ENOMEM;
+    goto out;
+  }
   size_t n = strlen(copy);
   while (n > 0 && copy[n - 1] == '/') copy[--n] = '\0';
   char *slash = strrchr(copy, '/');
@@ -2824,29 +2944,46 @@ dbx_err dbx_local_git_clone(dbx_local *d, const char *id, const char *url, const
   }
   char *clone[] = {GIT_SAFE, "clone", "-q", "--no-hardlinks", "--", (char *)url, (char *)base,
                    NULL};
-  rc = git_step(d, id, clone, "git clone", git_host_path(d, url), 0, parent);
+  char *clone_c[] = {GIT_SAFE, GIT_CRED_ARGS, "clone", "-q", "--no-hardlinks", "--", (char *)url,
+                     (char *)base, NULL};
+  rc = git_step_env(d, id, cred ? clone_c : clone, "git clone", git_host_path(d, url), 0, parent,
+                    (const char *const *)ge.v);
   if (rc == DBX_OK && ref && *ref) {
     char *co[] = {GIT_SAFE, "-C", (char *)base, "-c", "advice.detachedHead=false", "checkout",
                   "-q", (char *)ref, "--", NULL};
     rc = git_step(d, id, co, "git checkout", NULL, 0, parent);
   }
 out:
+  git_envv_clear(&ge, cred);
   free(copy);
   return rc;
 }
 
 dbx_err dbx_local_git_push(dbx_local *d, const char *id, const char *repo_path,
                            const char *remote, const char *branch) {
+  return dbx_local_git_push_cred(d, id, repo_path, remote, branch, NULL);
+}
+
+dbx_err dbx_local_git_push_cred(dbx_local *d, const char *id, const char *repo_path,
+                                const char *remote, const char *branch,
+                                const dbx_drv_git_cred *cred) {
   dbx_err rc;
+  git_envv ge = {0};
   if (remote == NULL || *remote == '\0') remote = "origin";
   if (remote[0] == '-' || (branch && branch[0] == '-'))
     return fail(d, DBX_EINVAL, "git push: remote and branch may not start with '-'");
   if (repo_path && *repo_path && (rc = path_check(d, repo_path, 0)) != DBX_OK) return rc;
   if ((rc = sb_check(d, id, 1)) != DBX_OK) return rc;
-  char *push[] = {GIT_SAFE, "push", "-q", "--no-verify", "--", (char *)remote,
-                  (char *)(branch && *branch ? branch : "HEAD"), NULL};
-  return git_step(d, id, push, "git push", git_host_path(d, remote), 1,
-                  repo_path && *repo_path ? repo_path : NULL);
+  if ((rc = git_envv_make(d, cred, remote, &ge)) != DBX_OK) goto out;
+  const char *ref = branch && *branch ? branch : "HEAD";
+  char *push[] = {GIT_SAFE, "push", "-q", "--no-verify", "--", (char *)remote, (char *)ref, NULL};
+  char *push_c[] = {GIT_SAFE, GIT_CRED_ARGS, "push", "-q", "--no-verify", "--", (char *)remote,
+                    (char *)ref, NULL};
+  rc = git_step_env(d, id, cred ? push_c : push, "git push", git_host_path(d, remote), 1,
+                    repo_path && *repo_path ? repo_path : NULL, (const char *const *)ge.v);
+out:
+  git_envv_clear(&ge, cred);
+  return rc;
 }
 
 /* ---- existence, labels, list ---- */

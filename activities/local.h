@@ -144,6 +144,12 @@ typedef struct {
    * sandbox keeps its own. cpu count, disk size and Daytona's auto-stop /
    * archive / delete are not enforced here (docs/sandbox.md). */
   uint64_t memory_mib;
+  /* GIT only (NULL: none): credentials for an http(s) location, given to
+   * the host's git clone as dbx_local_git_clone_cred gives them (a helper
+   * reading git's own environment, for that URL's host alone); not kept,
+   * not part of the identity. DBX_EINVAL with a location that is no
+   * http(s) URL. */
+  const dbx_drv_git_cred *git_cred;
 } dbx_local_source;
 
 /* Create sandbox id from src (running). Idempotent: if id exists with the
@@ -454,6 +460,19 @@ dbx_err dbx_local_git_clone(dbx_local *d, const char *id, const char *url, const
  * read-write into bubblewrap for the push). Same errors as git_clone. */
 dbx_err dbx_local_git_push(dbx_local *d, const char *id, const char *repo_path,
                            const char *remote, const char *branch);
+/* dbx_local_git_clone / dbx_local_git_push with credentials for an http(s)
+ * remote (driver.h dbx_drv_git_cred; NULL: as those). url / remote must
+ * then be an http(s) URL (DBX_EINVAL otherwise): git gets the credentials
+ * from a credential helper on its command line that reads them from git's
+ * own process environment and answers only for that URL's host; nothing is
+ * written into the workspace or the sandbox's HOME, and the copies are
+ * wiped after the call. A refusal by the remote is DBX_EIO with errkind
+ * DBX_DRV_AUTH. */
+dbx_err dbx_local_git_clone_cred(dbx_local *d, const char *id, const char *url, const char *path,
+                                 const char *ref, const dbx_drv_git_cred *cred);
+dbx_err dbx_local_git_push_cred(dbx_local *d, const char *id, const char *repo_path,
+                                const char *remote, const char *branch,
+                                const dbx_drv_git_cred *cred);
 
 /* Copy the host file host_path (absolute) into the sandbox at path (as
  * dbx_local_file_write). DBX_ENOTFOUND (no host file or sandbox),

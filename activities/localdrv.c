@@ -21,7 +21,7 @@ static dbx_drv_err from_err(dbx_local *d, dbx_err e) {
   if (k == DBX_DRV_PATH_REFUSED && e == DBX_EINVAL) return k;
   if (k == DBX_DRV_SNAPSHOT_FAILED && e == DBX_EIO) return k;
   if ((k == DBX_DRV_REPO_NOT_FOUND || k == DBX_DRV_NOT_A_REPO || k == DBX_DRV_REF_NOT_FOUND ||
-       k == DBX_DRV_DISK_FULL) && e == DBX_EIO)
+       k == DBX_DRV_DISK_FULL || k == DBX_DRV_AUTH) && e == DBX_EIO)
     return k;
   switch (e) {
   case DBX_ENOMEM: return DBX_DRV_NOMEM;
@@ -54,7 +54,8 @@ static dbx_drv_err ld_create(void *self, const char *name, const dbx_drv_create_
                           .network = o->network,
                           .host_fs = o->host_fs,
                           .env = o->env,
-                          .memory_mib = (uint64_t)o->memory_gib * 1024};
+                          .memory_mib = (uint64_t)o->memory_gib * 1024,
+                          .git_cred = o->git_cred};
   if (o->unenforced)
     *o->unenforced = (o->cpu ? DBX_DRV_UNENFORCED_CPU : 0) |
                      (o->disk_gib ? DBX_DRV_UNENFORCED_DISK : 0) |
@@ -230,6 +231,18 @@ static dbx_drv_err ld_git_push(void *self, const char *name, const char *repo_pa
   return from_err(self, dbx_local_git_push(self, name, repo_path, remote, branch));
 }
 
+static dbx_drv_err ld_git_clone_cred(void *self, const char *name, const char *url,
+                                     const char *path, const char *ref,
+                                     const dbx_drv_git_cred *cred) {
+  return from_err(self, dbx_local_git_clone_cred(self, name, url, path, ref, cred));
+}
+
+static dbx_drv_err ld_git_push_cred(void *self, const char *name, const char *repo_path,
+                                    const char *remote, const char *branch,
+                                    const dbx_drv_git_cred *cred) {
+  return from_err(self, dbx_local_git_push_cred(self, name, repo_path, remote, branch, cred));
+}
+
 static dbx_drv_err ld_checkpoint(void *self, const char *name, const char *snap, char **ref) {
   dbx_err e = dbx_local_sandbox_checkpoint(self, name, snap, ref);
   return e == DBX_ENOTFOUND ? DBX_DRV_NO_SANDBOX : from_err(self, e);
@@ -269,6 +282,8 @@ const dbx_driver_ops dbx_local_driver_ops = {
     .git_commit = ld_git_commit,
     .git_commit_paths = ld_git_commit_paths,
     .git_push = ld_git_push,
+    .git_clone_cred = ld_git_clone_cred,
+    .git_push_cred = ld_git_push_cred,
     .checkpoint = ld_checkpoint,
     .restore = ld_restore,
     .snapshot_delete = ld_snapshot_delete,

@@ -127,6 +127,7 @@ static const struct {
     [DBX_DRV_NOT_A_REPO] = {"NotAGitRepository", 1, MSG_WHAT_RC},
     [DBX_DRV_REF_NOT_FOUND] = {"RefNotFound", 1, MSG_WHAT_RC},
     [DBX_DRV_DISK_FULL] = {"DiskFull", 1, MSG_WHAT_RC},
+    [DBX_DRV_AUTH] = {"AuthFailed", 1, MSG_WHAT_RC},
 };
 
 const char *dbx_sandbox_failure_type(dbx_drv_err e, int *non_retryable) {

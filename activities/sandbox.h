@@ -115,6 +115,10 @@
  *                    while writing; DBX_DRV_DISK_FULL
  *                    (these four read "<activity>: <what git or the system
  *                    said> (<cause>)", the cause the code's text)
+ *   AuthFailed       non-retryable: the backend or a git remote refused the
+ *                    credentials (Daytona's 401 / 403: a bad, revoked or
+ *                    out-of-scope API key; git's "Authentication failed");
+ *                    the message names which; DBX_DRV_AUTH
  *   SecretMissing    non-retryable: a {"secret": NAME} is unset in the worker's
  *                    environment (the message names NAME, never a value)
  *   CommandLost      retryable: exec's command lost its runner twice

@@ -508,11 +508,12 @@ int main(int argc, char **argv) {
     b.address = addr_buf;
     child = fork();
     if (child == 0) {
-      const char *av[12];
+      const char *av[14];
       int k = 0;
       av[k++] = durabox;
       av[k++] = "server";
       av[k++] = "start-dev";
+      av[k++] = "--headless";
       av[k++] = "--port";
       av[k++] = port_s;
       av[k++] = "--db-filename";

@@ -1,7 +1,9 @@
 /* durabox dev: the embedded service and a worker in one process, serving
  * Temporal's API on 127.0.0.1:7233 (durabox.Script and the sandbox
- * activities on task queue "durabox" by default). Stops on SIGINT/SIGTERM:
- * running activities get 10 s to finish. */
+ * activities on task queue "durabox" by default), and Temporal's Web UI on
+ * --ui-port (default the gRPC port + 1000: 8233) unless --headless
+ * (cli/ui.h). Stops on SIGINT/SIGTERM: running activities get 10 s to
+ * finish. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +14,7 @@
 #include "cli/cli.h"
 #include "cli/embed.h"
 #include "cli/flags.h"
+#include "cli/ui.h"
 #include "rpc/rpc.h"
 
 static volatile sig_atomic_t stop_requested;
@@ -22,7 +25,8 @@ static void on_signal(int sig) {
 
 int dbx_cli_dev(int argc, char **argv) {
   dbx_embed_opts o = {.port = 7233, .task_queue = "durabox", .start_service = 1, .start_worker = 1};
-  const char *level = NULL, *sandbox = NULL;
+  const char *level = NULL, *sandbox = NULL, *ui_ip = NULL;
+  int headless = 0, ui_port = 0;
   const dbx_cli_flag fl[] = {
       {"--ip", NULL, DBX_CLI_FLAG_STR, &o.ip, 0, 0},
       {"--sandbox", NULL, DBX_CLI_FLAG_STR, &sandbox, 0, 0},
@@ -32,6 +36,9 @@ int dbx_cli_dev(int argc, char **argv) {
       {"--task-queue", "-t", DBX_CLI_FLAG_STR, &o.task_queue, 0, 0},
       {"--namespace", "-n", DBX_CLI_FLAG_STR, &o.namespace_, 0, 0},
       {"--log-level", NULL, DBX_CLI_FLAG_STR, &level, 0, 0},
+      {"--headless", NULL, DBX_CLI_FLAG_BOOL, &headless, 0, 0},
+      {"--ui-port", NULL, DBX_CLI_FLAG_INT, &ui_port, 0, 65535},
+      {"--ui-ip", NULL, DBX_CLI_FLAG_STR, &ui_ip, 0, 0},
   };
   for (int i = 1; i < argc; i++) {
     int r = dbx_cli_flag_take("durabox dev", fl, sizeof fl / sizeof fl[0], argc, argv, &i);
@@ -40,15 +47,17 @@ int dbx_cli_dev(int argc, char **argv) {
     if (dbx_cli_flag_is_help(argv[i])) {
       printf("usage: durabox dev [--ip A] [--port N] [--db-filename DIR] [--worker-db DIR] [--task-queue Q]\n"
              "                   [--namespace NS] [--log-level L] [--sandbox local|daytona]\n"
+             "                   [--ui-port N] [--ui-ip A] [--headless]\n"
              "                   (--flag value or --flag=value)\n"
-             "  without --db-filename the service's store is temporary: workflows are gone when it stops\n");
+             "  without --db-filename the service's store is temporary: workflows are gone when it stops\n"
+             "  Temporal's Web UI runs on --ui-port (default: the gRPC port + 1000) unless --headless\n");
       return 0;
     }
     return dbx_cli_flag_unknown("durabox dev", argv[i]);
   }
   if (sandbox) setenv("DURABOX_SANDBOX", sandbox, 1); /* the driver choice, read by cli/kit.c */
+  dbx_log_level l = DBX_LOG_INFO;
   if (level) {
-    dbx_log_level l;
     if (dbx_log_level_parse(level, &l) != 0) {
       fprintf(stderr, "durabox dev: --log-level %s: use debug, info, warn or error\n", level);
       return 2;
@@ -65,6 +74,13 @@ int dbx_cli_dev(int argc, char **argv) {
     return 1;
   }
   fprintf(stderr, "durabox dev: service on %s, worker on task queue %s (Ctrl-C stops)\n", e.address, o.task_queue);
+  dbx_cli_ui *ui = NULL;
+  if (!headless) {
+    dbx_cli_ui_opts uo = {.grpc_ip = o.ip, .grpc_port = dbx_service_port(e.svc), .ui_ip = ui_ip,
+                          .ui_port = ui_port, .who = "durabox dev", .verbose = l == DBX_LOG_DEBUG};
+    ui = dbx_cli_ui_start(&uo);
+    if (ui) fprintf(stderr, "durabox dev: Temporal's Web UI on %s\n", dbx_cli_ui_url(ui));
+  }
   if (o.db_path)
     fprintf(stderr, "durabox dev: service store %s\n", o.db_path);
   else
@@ -72,6 +88,7 @@ int dbx_cli_dev(int argc, char **argv) {
                     "this process stops (--db-filename DIR keeps them)\n");
   while (!stop_requested) pause();
   fprintf(stderr, "durabox dev: stopping\n");
+  dbx_cli_ui_stop(ui);
   dbx_embed_stop(&e, 10000);
   return 0;
 }

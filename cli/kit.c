@@ -11,6 +11,7 @@
 #include "activities/local.h"
 #include "activities/sandbox.h"
 #include "base/util.h"
+#include "cli/fork.h"
 #include "workflows/builtin.h"
 
 /* --sandbox daytona (DURABOX_SANDBOX=daytona): the Daytona driver. */
@@ -18,6 +19,7 @@ static dbx_err kit_open_daytona(dbx_cli_kit *k, char **errmsg) {
   const char *why = NULL;
   dbx_err e = dbx_daytona_open(NULL, &k->daytona, &why);
   if (e == DBX_OK) e = dbx_sandbox_acts_create(dbx_daytona_driver(k->daytona), &k->acts);
+  if (e == DBX_OK) e = dbx_fork_acts_create(dbx_daytona_driver(k->daytona), &k->fork);
   if (e != DBX_OK) {
     if (errmsg)
       *errmsg = dbx_asprintf("cannot use Daytona sandboxes: %s",
@@ -31,6 +33,7 @@ dbx_err dbx_cli_kit_open(const char *home, dbx_cli_kit *k, char **errmsg) {
   k->local = NULL;
   k->daytona = NULL;
   k->acts = NULL;
+  k->fork = NULL;
   if (errmsg) *errmsg = NULL;
   const char *which = getenv("DURABOX_SANDBOX");
   if (which && *which && strcmp(which, "local") != 0) {
@@ -43,6 +46,7 @@ dbx_err dbx_cli_kit_open(const char *home, dbx_cli_kit *k, char **errmsg) {
   dbx_err e = dbx_local_open(home, &k->local);
   const char *why = e != DBX_OK ? dbx_local_errmsg(NULL) : "";
   if (e == DBX_OK) e = dbx_sandbox_acts_create(dbx_local_driver(k->local), &k->acts);
+  if (e == DBX_OK) e = dbx_fork_acts_create(dbx_local_driver(k->local), &k->fork);
   if (e != DBX_OK) {
     if (errmsg)
       *errmsg = dbx_asprintf("cannot open the sandbox home %s: %s", home ? home : "(default)",
@@ -58,11 +62,14 @@ dbx_err dbx_cli_kit_register(const dbx_cli_kit *k, dbx_worker *w) {
     if (e != DBX_OK) return e;
   }
   dbx_err e = dbx_sandbox_register_all(w, k->acts);
+  if (e == DBX_OK) e = dbx_fork_acts_register(k->fork, w);
   /* the agent's model and pull-request activities (durabox.Agent) */
   return e == DBX_OK ? dbx_agent_acts_register(w) : e;
 }
 
 void dbx_cli_kit_close(dbx_cli_kit *k) {
+  dbx_fork_acts_destroy(k->fork);
+  k->fork = NULL;
   dbx_sandbox_acts_destroy(k->acts);
   dbx_local_close(k->local);
   dbx_daytona_close(k->daytona);

@@ -15,11 +15,13 @@
 struct dbx_local;
 struct dbx_daytona;
 struct dbx_sandbox_acts;
+struct dbx_fork_acts;
 
 typedef struct {
   struct dbx_local *local;       /* the local sandbox driver (owned), or NULL */
   struct dbx_daytona *daytona;   /* the Daytona driver (owned), or NULL */
   struct dbx_sandbox_acts *acts; /* the sandbox activity types over it (owned) */
+  struct dbx_fork_acts *fork;    /* durabox.checkpoint, durabox.fork_load over it (owned) */
 } dbx_cli_kit;
 
 /* Open the sandbox driver chosen by $DURABOX_SANDBOX ("local", the default,

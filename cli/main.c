@@ -24,7 +24,7 @@ static void usage(FILE *f) {
           "  server start-dev   run the embedded workflow service (Temporal's dev-server flags)\n"
           "  worker             poll a Temporal-compatible service for durabox workflows\n"
           "  replay             replay a recorded run offline and check determinism\n"
-          "  workflow ...       start|execute|show|describe|list|result|query|signal|cancel|terminate|reset\n"
+          "  workflow ...       start|execute|show|describe|list|result|query|signal|cancel|terminate|reset|fork|fork-points\n"
           "  approval ...       list|grant|deny: decide a step an agent holds; let a refused at_most_once repeat run\n"
           "  sandbox ...        list|rm|gc: the local sandboxes, their owner runs, orphans\n"
           "  version            print the version\n");

@@ -5,8 +5,10 @@
  * can start it in place of Temporal's: --ip, --port, --namespace (repeatable),
  * --db-filename (an LMDB directory here), --headless, --log-format,
  * --log-level, --dynamic-config-value K=V, --search-attribute Name=Type, --ui-port,
- * --http-port, --metrics-port. Flags may be written --flag value or
- * --flag=value. Stops on SIGINT/SIGTERM after answering parked polls. */
+ * --ui-ip, --http-port, --metrics-port. Flags may be written --flag value or
+ * --flag=value. Unless --headless, Temporal's Web UI is started beside it on
+ * --ui-port (default: the gRPC port + 1000), as Temporal's dev server does
+ * (cli/ui.h). Stops on SIGINT/SIGTERM after answering parked polls. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -18,6 +20,7 @@
 #include "cli/cli.h"
 #include "cli/conn.h"
 #include "cli/flags.h"
+#include "cli/ui.h"
 #include "rpc/rpc.h"
 #include "service/service.h"
 
@@ -36,13 +39,16 @@ static void usage(FILE *f) {
           "  --db-filename PATH            keep state in this LMDB directory (default: temporary)\n"
           "  --log-level LEVEL             debug|info|warn|error (default info)\n"
           "  --log-format FORMAT           pretty|json\n"
-          "  --dynamic-config-value K=V    limit.historyCount.error=N and friends; other keys are logged\n"
+          "  --dynamic-config-value K=V    limit.historyCount.error=N, limit.blobSize.error=N and friends; other keys are logged\n"
           "  --api-key KEY                 require 'authorization: Bearer KEY'\n"
           "  --tls-cert FILE --tls-key FILE serve TLS\n"
           "  --no-sync                     do not sync commits (benchmarks only: loses data on a crash)\n"
           "  --search-attribute NAME=TYPE  a custom search attribute (Text, Keyword, Int, Double, Bool,\n"
           "                                Datetime, KeywordList) in every namespace\n"
-          "  --headless, --ui-port, --http-port, --metrics-port: accepted, unused\n");
+          "  --ui-port N                   Temporal's Web UI port (default: the gRPC port + 1000)\n"
+          "  --ui-ip ADDR                  the Web UI's bind address (default: --ip)\n"
+          "  --headless                    do not start the Web UI\n"
+          "  --http-port, --metrics-port: accepted, unused\n");
 }
 
 int dbx_cli_server(int argc, char **argv) {
@@ -64,8 +70,8 @@ int dbx_cli_server(int argc, char **argv) {
   const char **namespaces = calloc((size_t)argc, sizeof *namespaces);
   const char **search_attrs = calloc((size_t)argc, sizeof *search_attrs);
   size_t n_ns = 0, n_sa = 0;
-  const char *tls_cert = NULL, *tls_key = NULL;
-  int rc = 2;
+  const char *tls_cert = NULL, *tls_key = NULL, *ui_ip = NULL;
+  int rc = 2, headless = 0, ui_port = 0, verbose = 0;
   char *cert_pem = NULL, *key_pem = NULL;
   if (namespaces == NULL || search_attrs == NULL) {
     free(namespaces);
@@ -95,7 +101,7 @@ int dbx_cli_server(int argc, char **argv) {
     }                                                                                                        \
   } while (0)
     if (strcmp(arg, "--headless") == 0) {
-      continue;
+      headless = 1;
     } else if (strcmp(arg, "--no-sync") == 0) {
       o.no_sync = 1;
     } else if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
@@ -124,6 +130,7 @@ int dbx_cli_server(int argc, char **argv) {
         goto out;
       }
       dbx_log_set_level(l);
+      verbose = l == DBX_LOG_DEBUG;
     } else if (strcmp(arg, "--log-format") == 0) {
       NEED_VALUE();
       dbx_log_set_json(strcmp(val, "json") == 0);
@@ -155,9 +162,16 @@ int dbx_cli_server(int argc, char **argv) {
     } else if (strcmp(arg, "--search-attribute") == 0) {
       NEED_VALUE();
       search_attrs[n_sa++] = val;
-    } else if (strcmp(arg, "--ui-port") == 0 ||
-               strcmp(arg, "--http-port") == 0 || strcmp(arg, "--metrics-port") == 0 ||
-               strcmp(arg, "--ui-ip") == 0 || strcmp(arg, "--ui-public-path") == 0 || strcmp(arg, "--sqlite-pragma") == 0) {
+    } else if (strcmp(arg, "--ui-port") == 0) {
+      NEED_VALUE();
+      double p = 0;
+      if (dbx_cli_flag_number("durabox server start-dev", "--ui-port", val, 1, 0, 65535, &p) != 0) goto out;
+      ui_port = (int)p;
+    } else if (strcmp(arg, "--ui-ip") == 0) {
+      NEED_VALUE();
+      ui_ip = val;
+    } else if (strcmp(arg, "--http-port") == 0 || strcmp(arg, "--metrics-port") == 0 ||
+               strcmp(arg, "--ui-public-path") == 0 || strcmp(arg, "--sqlite-pragma") == 0) {
       NEED_VALUE();
       DBX_DEBUG("server", "flag %s %s accepted and not used", arg, val);
     } else {
@@ -204,8 +218,20 @@ int dbx_cli_server(int argc, char **argv) {
   }
   DBX_INFO("server", "durabox %s serving Temporal's WorkflowService on %s:%d (store: %s)", dbx_cli_version(),
            o.ip ? o.ip : "127.0.0.1", dbx_service_port(svc), o.db_path ? o.db_path : "temporary");
+  dbx_cli_ui *ui = NULL;
+  if (!headless && (o.api_key || tls_cert)) {
+    fprintf(stderr, "durabox server start-dev: warning: the Web UI is not started with %s (it would need the "
+                    "credentials); --headless says nothing\n", o.api_key ? "--api-key" : "TLS");
+  } else if (!headless) {
+    dbx_cli_ui_opts uo = {.grpc_ip = o.ip, .grpc_port = dbx_service_port(svc), .ui_ip = ui_ip, .ui_port = ui_port,
+                          .namespace_ = NULL, .who = "durabox server start-dev",
+                          .verbose = verbose};
+    ui = dbx_cli_ui_start(&uo);
+    if (ui) DBX_INFO("server", "Temporal's Web UI on %s", dbx_cli_ui_url(ui));
+  }
   while (!stop_requested) pause();
   DBX_INFO("server", "stopping");
+  dbx_cli_ui_stop(ui);
   dbx_service_stop(svc);
   rc = 0;
 out:

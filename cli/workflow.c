@@ -11,6 +11,7 @@
 #include "cli/agentview.h"
 #include "cli/cli.h"
 #include "cli/conn.h"
+#include "cli/fork.h"
 #include "cli/flags.h"
 #include "cli/pbjson.h"
 #include "base/util.h"
@@ -29,6 +30,8 @@ static void usage(FILE *f) {
           "  reset     --workflow-id ID [--run-id R] (--event-id E | --type FirstWorkflowTask|\n"
           "            LastWorkflowTask|LastContinuedAsNew) [--reason TEXT]: a new run from the point\n"
           "            (signals after it re-applied); prints the new run id\n"
+          "  fork      --workflow-id ID [--run-id R] --at EVENT_ID [--workflow-id-new NEW]: a new\n"
+          "            execution from that event (durabox.Script; fork-points: the covered events)\n"
           "  describe  --workflow-id ID [--run-id R]\n"
           "  list      [--query Q]   (--output json: one JSON array)\n"
           "  result    --workflow-id ID [--run-id R]   (waits for the run to close; exit 1 unless it\n"
@@ -627,6 +630,7 @@ int dbx_cli_workflow(int argc, char **argv) {
     return argc < 2 ? 2 : 0;
   }
   const char *sub = argv[1];
+  if (strcmp(sub, "fork") == 0 || strcmp(sub, "fork-points") == 0) return dbx_cli_fork(argc, argv);
   size_t v = 0;
   while (v < sizeof k_verbs / sizeof k_verbs[0] && strcmp(sub, k_verbs[v]) != 0) v++;
   if (v == sizeof k_verbs / sizeof k_verbs[0]) {

@@ -146,6 +146,20 @@ void dbx_rpc_call_reply_tracked(dbx_rpc_call *c, const void *msg, size_t len, db
 void dbx_rpc_call_fail(dbx_rpc_call *c, int status, const char *message, const void *details,
                        size_t details_len);
 
+/* An in-process call, for tests and fuzzers that hand a request straight
+ * to a server's owner (its on_call; the service: dbx_service_call_local)
+ * without gRPC: method is the WorkflowService method's short name
+ * ("StartWorkflowExecution"; dbx_rpc_call_is_workflow_service is 1), req
+ * copied, deadline as dbx_rpc_call_deadline_mono_ns (INT64_MAX: none); no
+ * metadata; never cancelled. The one answer (reply, reply_tracked with
+ * delivered 1, or fail) calls fn(arg, status, message (NULL when none),
+ * reply bytes (NULL unless OK), length) on the answering thread, then
+ * frees the call. NULL on out of memory or a NULL method / fn. */
+typedef void (*dbx_rpc_local_fn)(void *arg, int status, const char *message, const void *reply,
+                                 size_t len);
+dbx_rpc_call *dbx_rpc_call_local_new(const char *method, const void *req, size_t len,
+                                     int64_t deadline_mono_ns, dbx_rpc_local_fn fn, void *arg);
+
 /* ---------------------------------------------------------------- client */
 
 typedef struct dbx_rpc_channel dbx_rpc_channel;

@@ -123,7 +123,43 @@ struct dbx_rpc_call {
   dbx_rpc_delivered_fn done_fn;
   void *done_arg;
   int send_done, send_ok, reported;
+  /* An in-process call (dbx_rpc_call_local_new): no server, no gRPC call. */
+  dbx_rpc_local_fn local_fn;
+  void *local_arg;
 };
+
+/* The answer to an in-process call: to its callback, then freed. */
+static void local_answer(dbx_rpc_call *c, int status, const char *message, const void *msg,
+                         size_t msg_len, dbx_rpc_delivered_fn done_fn, void *done_arg) {
+  c->local_fn(c->local_arg, status, message, msg, msg_len);
+  if (done_fn) done_fn(done_arg, 1);
+  free(c->method_full);
+  free(c->req);
+  free(c);
+}
+
+dbx_rpc_call *dbx_rpc_call_local_new(const char *method, const void *req, size_t len,
+                                     int64_t deadline_mono_ns, dbx_rpc_local_fn fn, void *arg) {
+  if (method == NULL || fn == NULL) return NULL;
+  dbx_rpc_call *c = dbx_calloc(1, sizeof *c);
+  if (c == NULL) return NULL;
+  c->method_full = dbx_asprintf("%s%s", WFS_PREFIX, method);
+  c->req = dbx_malloc(len ? len : 1);
+  if (c->method_full == NULL || c->req == NULL) {
+    free(c->method_full);
+    free(c->req);
+    free(c);
+    return NULL;
+  }
+  c->method = c->method_full + strlen(WFS_PREFIX);
+  if (len) memcpy(c->req, req, len);
+  c->req_len = len;
+  c->deadline_mono_ns = deadline_mono_ns;
+  c->owned = 1;
+  c->local_fn = fn;
+  c->local_arg = arg;
+  return c;
+}
 
 /* ------------------------------------------------------------ call contexts */
 
@@ -190,6 +226,11 @@ static void on_send(dbx_rpc_call *c, int success) {
 static void call_answer(dbx_rpc_call *c, int status, const char *message, const void *msg,
                         size_t msg_len, int with_msg, const void *details, size_t details_len,
                         dbx_rpc_delivered_fn done_fn, void *done_arg) {
+  if (c->local_fn) {
+    local_answer(c, status, message, with_msg ? msg : NULL, with_msg ? msg_len : 0, done_fn,
+                 done_arg);
+    return;
+  }
   dbx_rpc_server *s = c->s;
   pthread_mutex_lock(&s->mu);
   int again = c->answered;

@@ -2,8 +2,10 @@
 # Install everything durabox needs on a fresh Debian 12 machine (as root, or
 # with sudo available): C libraries from Debian's packages, the pinned npm
 # packages of the TypeScript interop tests and the pinned Python packages of
-# the Python ones (a venv in .cache/pyvenv), and Temporal's dev server (built
-# with go into .cache/temporal-<version>). Safe to run again.
+# the Python ones (a venv in .cache/pyvenv), Temporal's dev server and its Web
+# UI server (built with go into .cache/temporal-<version> and
+# .cache/ui-server-<version>), and Chromium for the Web UI test. Safe to run
+# again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,7 +16,8 @@ pkgs=(build-essential cmake ninja-build pkg-config git
       libgrpc-dev protobuf-c-compiler libprotobuf-c-dev protobuf-compiler libprotobuf-dev
       liblmdb-dev lmdb-utils libssl-dev libcurl4-openssl-dev libcjson-dev libyaml-dev libcmocka-dev
       valgrind bubblewrap ca-certificates jq
-      clang libclang-rt-14-dev) # the libFuzzer build (build-fuzz): clang 14 and its fuzzer runtime
+      clang libclang-rt-14-dev # the libFuzzer build (build-fuzz): clang 14 and its fuzzer runtime
+      chromium curl)           # the Web UI test: Temporal's UI in a real headless browser
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -94,5 +97,11 @@ fi
 if [ -x tests/interop/temporal-server.sh ]; then
   if ! command -v go >/dev/null && [ -x /usr/local/go/bin/go ]; then PATH="/usr/local/go/bin:$PATH"; fi
   tests/interop/temporal-server.sh >/dev/null
+fi
+# Temporal's Web UI server (the version Temporal's CLI v1.5.1 embeds), built
+# the same way into .cache/ui-server-<version>; `durabox dev` and `durabox
+# server start-dev` start it beside the service (cli/ui.h).
+if [ -x tests/interop/ui-server.sh ]; then
+  tests/interop/ui-server.sh >/dev/null
 fi
 echo "setup: done"

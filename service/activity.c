@@ -93,7 +93,9 @@ dbx_err svc_activity_attempt_failed(ectx *c, RunState *rs, ActivityInfo *ai, Fai
       retry_state = RS(NON_RETRYABLE_FAILURE);
     }
   } else if (failure && (failure->failure_info_case == FI(CANCELED_FAILURE_INFO) ||
-                         failure->failure_info_case == FI(TERMINATED_FAILURE_INFO))) {
+                         failure->failure_info_case == FI(TERMINATED_FAILURE_INFO) ||
+                         (failure->failure_info_case == FI(SERVER_FAILURE_INFO) &&
+                          failure->server_failure_info->non_retryable))) {
     retryable = 0;
     retry_state = RS(NON_RETRYABLE_FAILURE);
   }

@@ -76,8 +76,27 @@ static dbx_err load_activity_by_id(ectx *c, job *j, const char *ns, const char *
   return DBX_OK;
 }
 
+static dbx_err act_fail(ectx *c, job *j, RunState *rs, ActivityInfo *ai, Failure *failure, Payloads *details);
+
+/* Temporal's server: a result over the blob size limit fails the activity
+ * (non-retryable, source Server) instead of completing it. */
+static dbx_err act_result_too_big(ectx *c, job *j, RunState *rs, ActivityInfo *ai) {
+  Failure f = INIT(TEMPORAL__API__FAILURE__V1__FAILURE);
+  ServerFailureInfo si = INIT(TEMPORAL__API__FAILURE__V1__SERVER_FAILURE_INFO);
+  si.non_retryable = 1;
+  f.message = "Complete result exceeds size limit.";
+  f.source = "Server";
+  f.failure_info_case = FI(SERVER_FAILURE_INFO);
+  f.server_failure_info = &si;
+  dbx_err rc = act_fail(c, j, rs, ai, &f, NULL);
+  if (rc == DBX_OK) j->status = DBX_GRPC_OK;
+  return rc;
+}
+
 static dbx_err act_complete(ectx *c, job *j, RunState *rs, ActivityInfo *ai, const Payloads *result,
                             const char *identity) {
+  if (svc_blob_over(c, (const ProtobufCMessage *)result, "an activity result", rs->workflow_id))
+    return act_result_too_big(c, j, rs, ai);
   HistoryEvent *ev = svc_event_new(ET(ACTIVITY_TASK_COMPLETED));
   if (ev == NULL) return DBX_ENOMEM;
   ActivityTaskCompletedEventAttributes *a = ev->activity_task_completed_event_attributes;

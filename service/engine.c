@@ -87,6 +87,7 @@ void svc_job_reset(job *j) {
   j->park_key_len = 0;
   j->details_len = j->reply_len = 0;
   j->status = DBX_GRPC_OK;
+  j->keep_writes = 0;
   j->park = PARK_NONE;
   j->park_deadline_ns = 0;
   j->query_id = 0;
@@ -368,7 +369,7 @@ static dbx_err run_job(ectx *c, dbx_txn *txn, job *j) {
     dbx_store_txn_abort(child);
     return rc; /* storage trouble: the whole batch fails or reruns */
   }
-  if (j->status != DBX_GRPC_OK) {
+  if (j->status != DBX_GRPC_OK && !j->keep_writes) {
     dbx_store_txn_abort(child); /* rejected: nothing it wrote stays */
     while (c->notes != mark) {
       note *n = c->notes;
@@ -796,6 +797,8 @@ void dbx_service_opts_init(dbx_service_opts *o) {
   o->limits.size_warn_bytes = 10LL << 20;
   o->limits.size_suggest_can_bytes = 4LL << 20;
   o->limits.size_error_bytes = 50LL << 20;
+  o->limits.blob_warn_bytes = 512LL << 10;
+  o->limits.blob_error_bytes = 2LL << 20;
 }
 
 int dbx_service_opts_dynamic_config(dbx_service_opts *o, const char *key, const char *value) {
@@ -806,6 +809,8 @@ int dbx_service_opts_dynamic_config(dbx_service_opts *o, const char *key, const 
       {"limit.historySize.warn", offsetof(dbx_history_limits, size_warn_bytes)},
       {"limit.historySize.suggestContinueAsNew", offsetof(dbx_history_limits, size_suggest_can_bytes)},
       {"limit.historySize.error", offsetof(dbx_history_limits, size_error_bytes)},
+      {"limit.blobSize.warn", offsetof(dbx_history_limits, blob_warn_bytes)},
+      {"limit.blobSize.error", offsetof(dbx_history_limits, blob_error_bytes)},
   };
   for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
     if (strcmp(key, keys[i].key) != 0) continue;
@@ -1042,6 +1047,8 @@ int dbx_service_test_queued_cancelled(dbx_service *s) {
   pthread_mutex_unlock(&s->mu);
   return n;
 }
+
+void dbx_service_call_local(dbx_service *s, struct dbx_rpc_call *call) { on_call(call, s); }
 
 int dbx_service_port(const dbx_service *s) { return s ? dbx_rpc_server_port(s->rpc) : 0; }
 

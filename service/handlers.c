@@ -27,8 +27,11 @@ static dbx_err h_get_system_info(ectx *c, job *j) {
   GetSystemInfoResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__GET_SYSTEM_INFO_RESPONSE);
   Temporal__Api__Workflowservice__V1__GetSystemInfoResponse__Capabilities cap =
       INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__GET_SYSTEM_INFO_RESPONSE__CAPABILITIES);
-  /* Only what this service does (docs/compatibility.md): no schedules, no
-   * worker versioning, no eager workflow start, no GROUP BY in Count. */
+  /* Only what this service does (docs/compatibility.md): no
+   * worker versioning, no eager workflow start; schedules and Count's GROUP BY
+   * ExecutionStatus (service/visibility.c) are there. */
+  cap.count_group_by_execution_status = 1;
+  cap.supports_schedules = 1; /* service/schedule.c */
   cap.signal_and_query_header = 1;
   cap.internal_error_differentiation = 1;
   cap.activity_failure_include_heartbeat = 1;
@@ -186,15 +189,6 @@ static dbx_err h_health_check(ectx *c, job *j) {
   return DBX_OK;
 }
 
-static dbx_err h_empty(ectx *c, job *j, const ProtobufCMessageDescriptor *d) {
-  (void)c;
-  void *q = svc_decode(j, d);
-  if (q == NULL) return DBX_OK;
-  protobuf_c_message_free_unpacked(q, NULL);
-  j->status = DBX_GRPC_OK; /* an empty message: zero bytes */
-  return DBX_OK;
-}
-
 typedef dbx_err (*handler_fn)(ectx *, job *);
 
 static const struct {
@@ -235,6 +229,13 @@ static const struct {
     {"PollWorkflowExecutionUpdate", svc_h_poll_update},
     {"ExecuteMultiOperation", svc_h_multi_operation},
     {"RespondQueryTaskCompleted", svc_h_respond_query},
+    {"CreateSchedule", svc_h_create_schedule},
+    {"DescribeSchedule", svc_h_describe_schedule},
+    {"UpdateSchedule", svc_h_update_schedule},
+    {"PatchSchedule", svc_h_patch_schedule},
+    {"DeleteSchedule", svc_h_delete_schedule},
+    {"ListSchedules", svc_h_list_schedules},
+    {"ListScheduleMatchingTimes", svc_h_list_schedule_matching_times},
 };
 
 /* Methods of other services, by full path. */
@@ -256,8 +257,8 @@ dbx_err svc_handle_rpc(ectx *c, job *j) {
   if (dbx_rpc_call_is_workflow_service(j->call)) {
     for (size_t i = 0; i < sizeof handlers / sizeof handlers[0]; i++)
       if (strcmp(handlers[i].method, j->method) == 0) return handlers[i].fn(c, j);
-    if (strcmp(j->method, "ShutdownWorker") == 0) return h_empty(c, j, &ShutdownWorkerRequest__D);
-    if (strcmp(j->method, "ResetStickyTaskQueue") == 0) return h_empty(c, j, &ResetStickyTaskQueueRequest__D);
+    if (strcmp(j->method, "ShutdownWorker") == 0) return svc_h_shutdown_worker(c, j);
+    if (strcmp(j->method, "ResetStickyTaskQueue") == 0) return svc_h_reset_sticky(c, j);
   } else {
     for (size_t i = 0; i < sizeof other_handlers / sizeof other_handlers[0]; i++)
       if (strcmp(other_handlers[i].method, j->method) == 0) return other_handlers[i].fn(c, j);

@@ -35,6 +35,11 @@ static dbx_err start_common(ectx *c, job *j, const start_args *a, char **run_id_
     svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: request_id is longer than %d bytes", j->method, MAX_ID_BYTES);
     return DBX_OK;
   }
+  if (svc_blob_over(c, (const ProtobufCMessage *)a->input, "the input", a->workflow_id) ||
+      svc_blob_over(c, (const ProtobufCMessage *)a->memo, "the memo", a->workflow_id)) {
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, BLOB_REFUSED_MSG);
+    return DBX_OK;
+  }
   const Duration *ds[] = {a->exec_timeout, a->run_timeout, a->task_timeout, a->start_delay};
   const char *dn[] = {"workflow_execution_timeout", "workflow_run_timeout", "workflow_task_timeout",
                       "workflow_start_delay"};
@@ -242,6 +247,11 @@ dbx_err svc_h_signal(ectx *c, job *j) {
   RunState *rs = NULL;
   dbx_err rc = DBX_OK;
   if (!svc_check_ns(c, j, q->namespace_) || !svc_check_id(j, "signal_name", q->signal_name)) goto out;
+  if (svc_blob_over(c, (const ProtobufCMessage *)q->input, "the signal input",
+                    q->workflow_execution ? q->workflow_execution->workflow_id : "")) {
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, BLOB_REFUSED_MSG);
+    goto out;
+  }
   rc = svc_load_execution(c, j, q->namespace_, q->workflow_execution, &rs);
   if (rc != DBX_OK || rs == NULL || !running_or_fail(j, rs)) goto out;
   if (!seen_request(rs, q->request_id)) {
@@ -265,6 +275,11 @@ dbx_err svc_h_signal_with_start(ectx *c, job *j) {
   if (!svc_check_ns(c, j, q->namespace_) || !svc_check_id(j, "workflow_id", q->workflow_id) ||
       !svc_check_id(j, "signal_name", q->signal_name))
     goto out;
+  if (svc_blob_over(c, (const ProtobufCMessage *)q->signal_input, "the signal input", q->workflow_id) ||
+      svc_blob_over(c, (const ProtobufCMessage *)q->input, "the input", q->workflow_id)) {
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, BLOB_REFUSED_MSG);
+    goto out;
+  }
   rc = svc_current_run_id(c, q->namespace_, q->workflow_id, &cur);
   if (rc == DBX_OK) rc = svc_run_load(c, q->namespace_, q->workflow_id, cur, &rs);
   if (rc == DBX_ENOTFOUND) rc = DBX_OK;

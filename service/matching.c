@@ -134,10 +134,14 @@ dbx_err svc_h_describe_task_queue(ectx *c, job *j) {
       svc_check_id(j, "task_queue.name", q->task_queue ? q->task_queue->name : NULL)) {
     int kind = q->task_queue_type == TEMPORAL__API__ENUMS__V1__TASK_QUEUE_TYPE__TASK_QUEUE_TYPE_ACTIVITY ? TASK_ACTIVITY
                                                                                                        : TASK_WORKFLOW;
-    if (q->task_queue_type == TEMPORAL__API__ENUMS__V1__TASK_QUEUE_TYPE__TASK_QUEUE_TYPE_NEXUS)
-      svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "DescribeTaskQueue: Nexus task queues are not supported");
-    else
+    if (q->task_queue_type == TEMPORAL__API__ENUMS__V1__TASK_QUEUE_TYPE__TASK_QUEUE_TYPE_NEXUS) {
+      /* no Nexus worker ever polls durabox: as Temporal answers a Nexus queue
+       * nobody polls (Temporal's Web UI asks for all three types) */
+      DescribeTaskQueueResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__DESCRIBE_TASK_QUEUE_RESPONSE);
+      svc_job_reply(j, &r.base);
+    } else {
       rc = describe_tq_reply(c, j, q, kind);
+    }
   }
   protobuf_c_message_free_unpacked(&q->base, NULL);
   return rc;
@@ -193,6 +197,98 @@ static int64_t history_suggest_can(ectx *c, RunState *rs) {
 
 static dbx_err try_dispatch_query(ectx *c, job *j, const char *ns, const char *tq, int *done);
 
+/* Start the scheduled workflow task of rs for the poller identity and reply
+ * with it: the history from event `from` (1, or after the previous task's
+ * events for a sticky poll) to the started event, first page. */
+static dbx_err wft_start_reply(ectx *c, job *j, RunState *rs, const char *identity, int64_t from) {
+  dbx_err rc = DBX_OK;
+  /* start the workflow task */
+  HistoryEvent *ev = svc_event_new(ET(WORKFLOW_TASK_STARTED));
+  char *req_id = svc_new_uuid();
+  if (ev == NULL || req_id == NULL) {
+    svc_history_event_free(ev);
+    free(req_id);
+    return DBX_ENOMEM;
+  }
+  WorkflowTaskStartedEventAttributes *a = ev->workflow_task_started_event_attributes;
+  a->scheduled_event_id = rs->wft_scheduled_event_id;
+  a->identity = svc_pb_strdup(identity);
+  a->request_id = req_id;
+  a->suggest_continue_as_new = (protobuf_c_boolean)history_suggest_can(c, rs);
+  a->history_size_bytes = rs->history_size_bytes;
+  rc = svc_event_append(c, rs, ev, 0);
+  if (rc == DBX_OK) { /* the event started the task (mutable.c) */
+    svc_pb_setstr(&rs->wft_request_id, req_id);
+    svc_pb_setstr(&rs->wft_identity, identity);
+    rc = svc_timer_add(c, c->now_ns + rs->task_timeout_ms * 1000000, TK_WFT_START_TO_CLOSE, rs,
+                       rs->wft_scheduled_event_id, rs->wft_attempt, NULL);
+  }
+  svc_history_event_free(ev);
+  ProtocolMessage **msgs = NULL; /* admitted updates ride along (update.c) */
+  size_t n_msgs = 0;
+  if (rc == DBX_OK) rc = svc_update_messages(rs, &msgs, &n_msgs);
+  if (rc == DBX_OK) rc = svc_run_save(c, rs);
+  if (rc != DBX_OK) {
+    svc_update_messages_free(msgs, n_msgs);
+    return rc;
+  }
+  /* the reply: the history from `from` (first page) */
+  PollWorkflowTaskQueueResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__POLL_WORKFLOW_TASK_QUEUE_RESPONSE);
+  TaskToken tok = INIT(DURABOX__SERVICE__V1__TASK_TOKEN);
+  tok.kind = TASK_WORKFLOW;
+  tok.namespace_ = rs->namespace_;
+  tok.workflow_id = rs->workflow_id;
+  tok.run_id = rs->run_id;
+  tok.scheduled_event_id = rs->wft_scheduled_event_id;
+  tok.started_event_id = rs->wft_started_event_id;
+  tok.attempt = rs->wft_attempt;
+  WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  we.workflow_id = rs->workflow_id;
+  we.run_id = rs->run_id;
+  WorkflowType wt = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_TYPE);
+  wt.name = rs->workflow_type;
+  TaskQueue wtq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
+  wtq.name = rs->task_queue;
+  wtq.kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
+  uint8_t *hist = NULL;
+  size_t hist_len = 0;
+  int64_t last_id = 0;
+  Timestamp *ts_sched = svc_timestamp_new_ns(rs->wft_scheduled_time_ns);
+  Timestamp *ts_start = svc_timestamp_new_ns(c->now_ns);
+  /* the history, first page, spliced in from the stored bytes */
+  rc = svc_history_encode(c, rs->run_seq, from, rs->wft_started_event_id, HISTORY_PAGE_BYTES, &hist, &hist_len, &last_id);
+  uint8_t page_tok[16];
+  if (rc == DBX_OK && (r.task_token.data = dbx_pb_pack(&tok.base, &r.task_token.len)) != NULL) {
+    r.workflow_execution = &we;
+    r.workflow_type = &wt;
+    r.previous_started_event_id = rs->last_wft_started_event_id;
+    r.started_event_id = rs->wft_started_event_id;
+    r.attempt = rs->wft_attempt;
+    r.workflow_execution_task_queue = &wtq;
+    r.scheduled_time = ts_sched;
+    r.started_time = ts_start;
+    r.messages = msgs;
+    r.n_messages = n_msgs;
+    if (last_id < rs->wft_started_event_id) {
+      /* page token: next event id + the last id of this task's history, for GetWorkflowExecutionHistory */
+      svc_page_token_make(page_tok, last_id + 1, rs->wft_started_event_id);
+      r.next_page_token.data = page_tok;
+      r.next_page_token.len = 16;
+    }
+    if (svc_job_reply_field(j, &r.base, 8 /* history */, hist, hist_len) == 0)
+      svc_job_set_handoff(j, TASK_WORKFLOW, rs, rs->wft_scheduled_event_id, rs->wft_started_event_id,
+                          rs->wft_attempt);
+    free(r.task_token.data);
+  } else if (rc == DBX_OK) {
+    rc = DBX_ENOMEM;
+  }
+  free(hist);
+  free(ts_sched);
+  free(ts_start);
+  svc_update_messages_free(msgs, n_msgs);
+  return rc;
+}
+
 dbx_err svc_h_poll_workflow(ectx *c, job *j) {
   PollWorkflowTaskQueueRequest *q = svc_decode(j, &PollWorkflowTaskQueueRequest__D);
   if (q == NULL) return DBX_OK;
@@ -200,13 +296,12 @@ dbx_err svc_h_poll_workflow(ectx *c, job *j) {
   if (!svc_check_ns(c, j, q->namespace_)) goto out;
   if (!svc_check_id(j, "task_queue.name", q->task_queue ? q->task_queue->name : NULL)) goto out;
   note_poller(c, q->namespace_, q->task_queue->name, TASK_WORKFLOW, q->identity);
-  if (q->task_queue->kind == TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_STICKY) {
-    /* stickiness is not used: the normal queue carries every task with full history */
-    park_poll(c, j, q->namespace_, "\x01sticky", TASK_WORKFLOW);
-    goto out;
-  }
+  /* a sticky queue holds the tasks of the runs its worker caches: they go
+   * out with the events after the previous task's (Temporal's sticky
+   * execution); legacy queries go to the normal queue with full history */
+  int sticky = q->task_queue->kind == TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_STICKY;
   int done = 0;
-  rc = try_dispatch_query(c, j, q->namespace_, q->task_queue->name, &done);
+  if (!sticky) rc = try_dispatch_query(c, j, q->namespace_, q->task_queue->name, &done);
   if (rc != DBX_OK || done) goto out;
   for (;;) {
     TaskRecord *tr = NULL;
@@ -218,8 +313,10 @@ dbx_err svc_h_poll_workflow(ectx *c, job *j) {
     }
     RunState *rs = NULL;
     rc = svc_run_load(c, q->namespace_, tr->workflow_id, tr->run_id, &rs);
+    /* a task record is stale once its task moved on, or moved between the
+     * sticky and the normal queue (a sticky schedule-to-start timeout) */
     int valid = rc == DBX_OK && rs->status == WS(RUNNING) && rs->wft_scheduled_event_id == tr->scheduled_event_id &&
-                rs->wft_started_event_id == 0;
+                rs->wft_started_event_id == 0 && (rs->wft_sticky != 0) == sticky;
     protobuf_c_message_free_unpacked(&tr->base, NULL);
     if (rc == DBX_ENOTFOUND || (rc == DBX_OK && !valid)) {
       svc_runstate_free(rs);
@@ -227,93 +324,8 @@ dbx_err svc_h_poll_workflow(ectx *c, job *j) {
       continue; /* stale task */
     }
     if (rc != DBX_OK) goto out;
-    /* start the workflow task */
-    HistoryEvent *ev = svc_event_new(ET(WORKFLOW_TASK_STARTED));
-    char *req_id = svc_new_uuid();
-    if (ev == NULL || req_id == NULL) {
-      svc_history_event_free(ev);
-      free(req_id);
-      svc_runstate_free(rs);
-      rc = DBX_ENOMEM;
-      goto out;
-    }
-    WorkflowTaskStartedEventAttributes *a = ev->workflow_task_started_event_attributes;
-    a->scheduled_event_id = rs->wft_scheduled_event_id;
-    a->identity = svc_pb_strdup(q->identity);
-    a->request_id = req_id;
-    a->suggest_continue_as_new = (protobuf_c_boolean)history_suggest_can(c, rs);
-    a->history_size_bytes = rs->history_size_bytes;
-    rc = svc_event_append(c, rs, ev, 0);
-    if (rc == DBX_OK) { /* the event started the task (mutable.c) */
-      svc_pb_setstr(&rs->wft_request_id, req_id);
-      svc_pb_setstr(&rs->wft_identity, q->identity);
-      rc = svc_timer_add(c, c->now_ns + rs->task_timeout_ms * 1000000, TK_WFT_START_TO_CLOSE, rs,
-                         rs->wft_scheduled_event_id, rs->wft_attempt, NULL);
-    }
-    svc_history_event_free(ev);
-    ProtocolMessage **msgs = NULL; /* admitted updates ride along (update.c) */
-    size_t n_msgs = 0;
-    if (rc == DBX_OK) rc = svc_update_messages(rs, &msgs, &n_msgs);
-    if (rc == DBX_OK) rc = svc_run_save(c, rs);
-    if (rc != DBX_OK) {
-      svc_update_messages_free(msgs, n_msgs);
-      svc_runstate_free(rs);
-      goto out;
-    }
-    /* the reply: the whole history (first page) */
-    PollWorkflowTaskQueueResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__POLL_WORKFLOW_TASK_QUEUE_RESPONSE);
-    TaskToken tok = INIT(DURABOX__SERVICE__V1__TASK_TOKEN);
-    tok.kind = TASK_WORKFLOW;
-    tok.namespace_ = rs->namespace_;
-    tok.workflow_id = rs->workflow_id;
-    tok.run_id = rs->run_id;
-    tok.scheduled_event_id = rs->wft_scheduled_event_id;
-    tok.started_event_id = rs->wft_started_event_id;
-    tok.attempt = rs->wft_attempt;
-    WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
-    we.workflow_id = rs->workflow_id;
-    we.run_id = rs->run_id;
-    WorkflowType wt = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_TYPE);
-    wt.name = rs->workflow_type;
-    TaskQueue wtq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
-    wtq.name = rs->task_queue;
-    wtq.kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
-    uint8_t *hist = NULL;
-    size_t hist_len = 0;
-    int64_t last_id = 0;
-    Timestamp *ts_sched = svc_timestamp_new_ns(rs->wft_scheduled_time_ns);
-    Timestamp *ts_start = svc_timestamp_new_ns(c->now_ns);
-    /* the history, first page, spliced in from the stored bytes */
-    rc = svc_history_encode(c, rs->run_seq, 1, rs->wft_started_event_id, HISTORY_PAGE_BYTES, &hist, &hist_len, &last_id);
-    uint8_t page_tok[16];
-    if (rc == DBX_OK && (r.task_token.data = dbx_pb_pack(&tok.base, &r.task_token.len)) != NULL) {
-      r.workflow_execution = &we;
-      r.workflow_type = &wt;
-      r.previous_started_event_id = rs->last_wft_started_event_id;
-      r.started_event_id = rs->wft_started_event_id;
-      r.attempt = rs->wft_attempt;
-      r.workflow_execution_task_queue = &wtq;
-      r.scheduled_time = ts_sched;
-      r.started_time = ts_start;
-      r.messages = msgs;
-      r.n_messages = n_msgs;
-      if (last_id < rs->wft_started_event_id) {
-        /* page token: next event id + the last id of this task's history, for GetWorkflowExecutionHistory */
-        svc_page_token_make(page_tok, last_id + 1, rs->wft_started_event_id);
-        r.next_page_token.data = page_tok;
-        r.next_page_token.len = 16;
-      }
-      if (svc_job_reply_field(j, &r.base, 8 /* history */, hist, hist_len) == 0)
-        svc_job_set_handoff(j, TASK_WORKFLOW, rs, rs->wft_scheduled_event_id, rs->wft_started_event_id,
-                            rs->wft_attempt);
-      free(r.task_token.data);
-    } else if (rc == DBX_OK) {
-      rc = DBX_ENOMEM;
-    }
-    free(hist);
-    free(ts_sched);
-    free(ts_start);
-    svc_update_messages_free(msgs, n_msgs);
+    int64_t from = sticky && rs->last_wft_started_event_id > 0 ? rs->last_wft_started_event_id + 1 : 1;
+    rc = wft_start_reply(c, j, rs, q->identity, from);
     svc_runstate_free(rs);
     goto out;
   }
@@ -639,4 +651,52 @@ out:
   svc_runstate_free(rs);
   protobuf_c_message_free_unpacked(&t->base, NULL);
   return rc;
+}
+
+/* ------------------------------------------------------------ sticky execution */
+
+/* ResetStickyTaskQueue: the run's next workflow tasks go to the normal queue
+ * with full history. A task already on the sticky queue stays there until
+ * its worker takes it or its schedule-to-start timeout moves it, as in
+ * Temporal. */
+dbx_err svc_h_reset_sticky(ectx *c, job *j) {
+  ResetStickyTaskQueueRequest *q = svc_decode(j, &ResetStickyTaskQueueRequest__D);
+  if (q == NULL) return DBX_OK;
+  RunState *rs = NULL;
+  dbx_err rc = DBX_OK;
+  if (!svc_check_ns(c, j, q->namespace_)) goto out;
+  rc = svc_load_execution(c, j, q->namespace_, q->execution, &rs);
+  if (rc != DBX_OK || rs == NULL) goto out;
+  if (rs->status == WS(RUNNING) && svc_sticky_clear(rs)) rc = svc_run_save(c, rs);
+  if (rc == DBX_OK) {
+    ResetStickyTaskQueueResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESET_STICKY_TASK_QUEUE_RESPONSE);
+    svc_job_reply(j, &r.base);
+  }
+out:
+  svc_runstate_free(rs);
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return rc;
+}
+
+/* ShutdownWorker: the worker's sticky queue has no poller from now on, so
+ * new tasks of its runs go to the normal queue (those already there wait
+ * for their schedule-to-start timeout). */
+dbx_err svc_h_shutdown_worker(ectx *c, job *j) {
+  ShutdownWorkerRequest *q = svc_decode(j, &ShutdownWorkerRequest__D);
+  if (q == NULL) return DBX_OK;
+  if (svc_check_ns(c, j, q->namespace_)) {
+    if (q->sticky_task_queue[0]) {
+      size_t kl;
+      char *key = svc_queue_key(q->namespace_, q->sticky_task_queue, TASK_WORKFLOW, &kl);
+      dbx_service *s = c->svc;
+      for (size_t i = 0; key && i < s->n_pollers; i++)
+        if (s->pollers[i].key_len == kl && memcmp(s->pollers[i].key, key, kl) == 0)
+          s->pollers[i].last_ns = INT64_MIN / 2; /* forgotten at the next look (idempotent on a rerun) */
+      free(key);
+    }
+    ShutdownWorkerResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__SHUTDOWN_WORKER_RESPONSE);
+    svc_job_reply(j, &r.base);
+  }
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  return DBX_OK;
 }

@@ -28,14 +28,17 @@ static const dbx_visq_sa_def system_attrs[] = {
     {"WorkflowId", 2},    {"WorkflowType", 2}, {"TaskQueue", 2},     {"RunId", 2},
     {"ExecutionStatus", 2}, {"StartTime", 6},  {"CloseTime", 6},     {"ExecutionTime", 6},
     {"HistoryLength", 3}, {"TemporalChangeVersion", 7}, {"BinaryChecksums", 7}, {"BuildIds", 7},
+    {"TemporalScheduledStartTime", 6}, {"TemporalScheduledById", 2},
 };
 #define N_SYSTEM (sizeof system_attrs / sizeof system_attrs[0])
 
 /* The system attributes Temporal lets a workflow set: the SDKs upsert
- * TemporalChangeVersion from workflow.patched / GetVersion. */
+ * TemporalChangeVersion from workflow.patched / GetVersion; the scheduler
+ * (schedule.c) starts its workflows with TemporalScheduled*. */
 static int sa_upsertable(const char *name) {
   return strcmp(name, "TemporalChangeVersion") == 0 || strcmp(name, "BinaryChecksums") == 0 ||
-         strcmp(name, "BuildIds") == 0;
+         strcmp(name, "BuildIds") == 0 || strcmp(name, "TemporalScheduledStartTime") == 0 ||
+         strcmp(name, "TemporalScheduledById") == 0;
 }
 
 static char *registry_key(const char *ns, size_t *len) {

@@ -21,7 +21,14 @@
 
 typedef struct dbx_service dbx_service;
 
-/* History limits (Temporal's dynamic config defaults). */
+/* History and payload limits (Temporal's dynamic config defaults). A
+ * payload blob (one Payloads, Failure or Memo field of a request or command)
+ * over blob_error_bytes is refused as Temporal's server refuses it:
+ * INVALID_ARGUMENT "Blob data size exceeds limit." for a start or signal,
+ * WorkflowTaskFailed with the command's BAD_*_ATTRIBUTES cause and the run
+ * terminated for a command, a non-retryable failure of the activity for its
+ * result; over blob_warn_bytes it is logged (as in Temporal, the error limit
+ * applies only past the warning one). */
 typedef struct {
   int64_t count_warn;           /* limit.historyCount.warn: 10240 */
   int64_t count_suggest_can;    /* limit.historyCount.suggestContinueAsNew: 4096 */
@@ -29,6 +36,8 @@ typedef struct {
   int64_t size_warn_bytes;      /* limit.historySize.warn: 10 MiB */
   int64_t size_suggest_can_bytes; /* limit.historySize.suggestContinueAsNew: 4 MiB */
   int64_t size_error_bytes;     /* limit.historySize.error: 50 MiB */
+  int64_t blob_warn_bytes;      /* limit.blobSize.warn: 512 KiB (0 = that default) */
+  int64_t blob_error_bytes;     /* limit.blobSize.error: 2 MiB (0 = that default) */
 } dbx_history_limits;
 
 typedef struct {
@@ -57,7 +66,8 @@ typedef struct {
 /* Fill opts with defaults (limits included). */
 void dbx_service_opts_init(dbx_service_opts *o);
 
-/* Set a limit from a Temporal dynamic-config key ("limit.historyCount.error").
+/* Set a limit from a Temporal dynamic-config key ("limit.historyCount.error",
+ * "limit.blobSize.error", ...).
  * Returns 1 if the key is one the service knows, 0 otherwise (caller logs it),
  * -1 if the value is not a non-negative integer. */
 int dbx_service_opts_dynamic_config(dbx_service_opts *o, const char *key, const char *value);
@@ -77,6 +87,13 @@ void dbx_service_expect_client_stop(dbx_service *s);
  * dbx_service_test_queued_cancelled those of them whose client cancelled or
  * whose deadline passed (as gRPC reported it to the server). Any thread. */
 void dbx_service_test_hold(dbx_service *s, int hold);
+/* Hand the service an in-process call (rpc/rpc.h dbx_rpc_call_local_new) as
+ * its rpc server hands it a gRPC call: queued for the engine thread, which
+ * decodes, checks, runs and answers it through the call (once). For the
+ * fuzzer of tests/fuzz/fuzz_service.c, which skips gRPC for speed. Takes
+ * ownership of call. Any thread. */
+struct dbx_rpc_call;
+void dbx_service_call_local(dbx_service *s, struct dbx_rpc_call *call);
 int dbx_service_test_queued(dbx_service *s);
 int dbx_service_test_queued_cancelled(dbx_service *s);
 /* Allocation-failure tests (base/alloc.h): n > 0 makes the next batch that

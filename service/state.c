@@ -609,15 +609,23 @@ dbx_err svc_wft_schedule(ectx *c, RunState *rs) {
   a->start_to_close_timeout = svc_duration_new_ms(rs->task_timeout_ms);
   a->attempt = rs->wft_attempt;
   dbx_err rc = DBX_ENOMEM;
+  /* sticky execution: the task goes to the queue of the worker that holds
+   * the run, while that worker polls (matching.c) */
+  rs->wft_sticky = rs->sticky_task_queue[0] && svc_sticky_available(c, rs->namespace_, rs->sticky_task_queue);
+  const char *tq = rs->wft_sticky ? rs->sticky_task_queue : rs->task_queue;
   if (a->task_queue && a->start_to_close_timeout) {
-    a->task_queue->name = svc_pb_strdup(rs->task_queue);
-    a->task_queue->kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
+    a->task_queue->name = svc_pb_strdup(tq);
+    a->task_queue->kind = rs->wft_sticky ? TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_STICKY
+                                         : TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
+    if (rs->wft_sticky) a->task_queue->normal_name = svc_pb_strdup(rs->task_queue);
     rc = svc_event_append(c, rs, ev, 0);
   }
-  if (rc == DBX_OK) {
-    rc = svc_task_enqueue(c, rs->namespace_, rs->task_queue, TASK_WORKFLOW, rs->workflow_id, rs->run_id,
-                          ev->event_id, rs->wft_attempt);
-  }
+  if (rc == DBX_OK)
+    rc = svc_task_enqueue(c, rs->namespace_, tq, TASK_WORKFLOW, rs->workflow_id, rs->run_id, ev->event_id,
+                          rs->wft_attempt);
+  if (rc == DBX_OK && rs->wft_sticky)
+    rc = svc_timer_add(c, c->now_ns + rs->sticky_s2s_timeout_ms * 1000000, TK_WFT_STICKY_SCHEDULE_TO_START, rs,
+                       ev->event_id, rs->wft_attempt, NULL);
   svc_history_event_free(ev);
   return rc;
 }

@@ -38,6 +38,8 @@ enum {
   TK_WORKFLOW_RUN_TIMEOUT = 8,
   TK_WORKFLOW_EXECUTION_TIMEOUT = 9,
   TK_WFT_RETRY = 10,            /* a failing workflow task's backoff is over */
+  TK_WFT_STICKY_SCHEDULE_TO_START = 11, /* a task on a sticky queue was not taken in time */
+  TK_SCHEDULE = 20,             /* a schedule's next action (schedule.c); workflow_id = its id */
 };
 
 enum { TASK_WORKFLOW = 1, TASK_ACTIVITY = 2, TASK_QUERY = 3 };
@@ -54,6 +56,7 @@ struct job {
   size_t details_len;
   uint8_t *reply;
   size_t reply_len;
+  int keep_writes;              /* 1: what the job wrote stays although status is an error */
   int park;                     /* PARK_*: answer later */
   char *park_key;               /* queue key (PARK_POLL) or run key (PARK_HISTORY) */
   size_t park_key_len;
@@ -210,6 +213,29 @@ dbx_err svc_h_start(ectx *c, job *j);
 dbx_err svc_h_terminate(ectx *c, job *j);
 dbx_err svc_h_wft_completed(ectx *c, job *j);
 dbx_err svc_h_wft_failed(ectx *c, job *j);
+/* ---- payload limits (limits.c) ---- */
+/* 1 when the packed size of m (a payload blob; NULL = none) is over
+ * limit.blobSize.error, logged with what and wfid; over limit.blobSize.warn
+ * it is logged and 0 returned. */
+int svc_blob_over(ectx *c, const ProtobufCMessage *m, const char *what, const char *wfid);
+int svc_blob_size_over(ectx *c, int64_t size, const char *what, const char *wfid); /* the same for a size */
+#define BLOB_REFUSED_MSG "Blob data size exceeds limit."
+
+/* ---- sticky execution (sticky.c; the handlers in matching.c) ---- */
+/* 1 when the sticky queue (ns, name) has a worker: a poll parked on it now,
+ * or one that arrived in the last 10 s (Temporal's window). */
+int svc_sticky_available(ectx *c, const char *ns, const char *name);
+/* Forget the run's sticky queue (a failed or timed out workflow task,
+ * ResetStickyTaskQueue, a completion without sticky_attributes). Returns 1
+ * when one was set. */
+int svc_sticky_clear(RunState *rs);
+/* The sticky schedule-to-start timer of the scheduled task event_id fired:
+ * WorkflowTaskTimedOut (SCHEDULE_TO_START), stickiness cleared, the task
+ * scheduled again on the normal queue. The caller saves rs. *changed = 1
+ * when it acted. */
+dbx_err svc_sticky_timed_out(ectx *c, RunState *rs, int64_t event_id, int32_t attempt, int *changed);
+dbx_err svc_h_reset_sticky(ectx *c, job *j); /* ResetStickyTaskQueue */
+dbx_err svc_h_shutdown_worker(ectx *c, job *j); /* ShutdownWorker: its sticky queue's tasks move */
 /* After commit (engine thread): a poll of queue key from identity at now_ns
  * (NOTE_POLLER). Best effort: an entry that cannot be allocated is skipped. */
 void svc_pollers_note(dbx_service *s, const char *key, size_t key_len, const char *identity, int64_t now_ns);
@@ -457,5 +483,50 @@ void svc_history_event_free(HistoryEvent *ev);
  * for a NULL m, or on OOM (marked). */
 ProtobufCMessage *svc_pb_clone(const ProtobufCMessage *m);
 #define PB_CLONE(T, m) ((T *)svc_pb_clone((const ProtobufCMessage *)(m)))
+
+/* ---- schedules (schedule_spec.c: specs and matching times; schedule.c:
+ * the stored schedules, their actions and the schedule RPCs) ---- */
+#include "durabox/service/v1/schedule.pb-c.h"
+#include "temporal/api/schedule/v1/message.pb-c.h"
+#include "temporal/api/workflowservice/v1/request_response_schedule.pb-c.h"
+typedef Temporal__Api__Schedule__V1__ScheduleSpec ScheduleSpec;
+typedef Temporal__Api__Schedule__V1__StructuredCalendarSpec StructuredCalendarSpec;
+typedef Temporal__Api__Schedule__V1__CalendarSpec CalendarSpec;
+typedef Temporal__Api__Schedule__V1__IntervalSpec IntervalSpec;
+typedef Temporal__Api__Schedule__V1__Range Range;
+#define ScheduleSpec__D temporal__api__schedule__v1__schedule_spec__descriptor
+#define StructuredCalendarSpec__D temporal__api__schedule__v1__structured_calendar_spec__descriptor
+#define IntervalSpec__D temporal__api__schedule__v1__interval_spec__descriptor
+#define Range__D temporal__api__schedule__v1__range__descriptor
+/* A copy of in with calendar, cron_string and exclude_calendar compiled into
+ * structured calendars and intervals (Temporal's Describe shows only those),
+ * checked. *out: free with protobuf_c_message_free_unpacked. DBX_OK,
+ * DBX_ENOMEM, DBX_EINVAL with *err (malloc'd, says what is wrong). */
+dbx_err svc_sched_spec_compile(const ScheduleSpec *in, ScheduleSpec **out, char **err);
+/* The first matching time of a compiled spec after `after` (seconds since the
+ * epoch; start/end times and exclusions applied), INT64_MAX when none. */
+int64_t svc_sched_spec_next(const ScheduleSpec *s, int64_t after);
+/* Seconds east of UTC of a fixed time zone name ("", UTC, Etc/GMT+N,
+ * UTC+HH:MM, +HH:MM); 1 when it is not one (schedule_spec.c). */
+int svc_sched_tz_offset(const char *name);
+/* Zones by name (schedule_tz.c): fixed ones as above, and IANA names from
+ * the system's TZif files ($TZDIR, else /usr/share/zoneinfo), cached for the
+ * process; thread-safe. known: 1 when name is usable. offset_at: seconds
+ * east at UTC second t (0 for an unknown zone). next_change: the first UTC
+ * second > t at which the offset changes, INT64_MAX when none is known. */
+int svc_sched_tz_known(const char *name);
+int32_t svc_sched_tz_offset_at(const char *name, int64_t t);
+int64_t svc_sched_tz_next_change(const char *name, int64_t t);
+/* t_s as "2006-01-02T15:04:05Z" (UTC), NUL-terminated. */
+void svc_sched_rfc3339(int64_t t_s, char out[32]);
+/* TK_SCHEDULE timer tr came due: take the schedule's due actions (schedule.c). */
+dbx_err svc_sched_fire(ectx *c, const TimerRecord *tr);
+dbx_err svc_h_create_schedule(ectx *c, job *j);
+dbx_err svc_h_describe_schedule(ectx *c, job *j);
+dbx_err svc_h_update_schedule(ectx *c, job *j);
+dbx_err svc_h_patch_schedule(ectx *c, job *j);
+dbx_err svc_h_delete_schedule(ectx *c, job *j);
+dbx_err svc_h_list_schedules(ectx *c, job *j);
+dbx_err svc_h_list_schedule_matching_times(ectx *c, job *j);
 
 #endif

@@ -94,7 +94,7 @@ dbx_err svc_wft_time_out(ectx *c, RunState *rs) {
   rs->wft_started_event_id = 0;
   dbx_err rc = svc_event_append(c, rs, ev, 0);
   svc_history_event_free(ev); /* the event ended the task */
-  rs->wft_attempt++;
+  if (!svc_sticky_clear(rs)) rs->wft_attempt++; /* Temporal: a sticky task is retried once on the normal queue */
   int flushed = 0;
   if (rc == DBX_OK) rc = svc_events_flush_buffer(c, rs, &flushed);
   if (rc == DBX_OK) rc = svc_wft_schedule(c, rs);
@@ -102,6 +102,7 @@ dbx_err svc_wft_time_out(ectx *c, RunState *rs) {
 }
 
 static dbx_err fire_one(ectx *c, TimerRecord *tr) {
+  if (tr->kind == TK_SCHEDULE) return svc_sched_fire(c, tr); /* names a schedule, not a run */
   RunState *rs = NULL;
   dbx_err rc = svc_run_load(c, tr->namespace_, tr->workflow_id, tr->run_id, &rs);
   if (rc == DBX_ENOTFOUND) return DBX_OK;
@@ -132,6 +133,9 @@ static dbx_err fire_one(ectx *c, TimerRecord *tr) {
     changed = 1;
     break;
   }
+  case TK_WFT_STICKY_SCHEDULE_TO_START:
+    rc = svc_sticky_timed_out(c, rs, tr->event_id, tr->attempt, &changed);
+    break;
   case TK_WFT_RETRY:
     if (rs->wft_scheduled_event_id != 0 || rs->wft_backoff_until_ns == 0) break;
     rs->wft_backoff_until_ns = 0;

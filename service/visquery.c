@@ -893,3 +893,44 @@ void dbx_visq_destroy(dbx_visq *q) {
   }
   free(q);
 }
+
+const char *dbx_visq_status_name(int status) {
+  if (status <= 0 || (size_t)status >= sizeof status_names / sizeof *status_names) return NULL;
+  return status_names[status];
+}
+
+static int is_word_char(char ch) {
+  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_';
+}
+
+int dbx_visq_split_group_by(const char *query, size_t *cut, const char **attr, size_t *attr_len) {
+  if (query == NULL) return 0;
+  /* the last "group" outside quotes that starts a word */
+  const char *found = NULL;
+  char quote = 0;
+  for (const char *p = query; *p; p++) {
+    if (quote) {
+      if (*p == '\\' && p[1]) p++;
+      else if (*p == quote) quote = 0;
+    } else if (*p == '\'' || *p == '"' || *p == '`') {
+      quote = *p;
+    } else if (strncasecmp(p, "group", 5) == 0 && (p == query || !is_word_char(p[-1])) && !is_word_char(p[5])) {
+      found = p;
+    }
+  }
+  if (found == NULL) return 0;
+  const char *p = found + 5;
+  while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+  if (strncasecmp(p, "by", 2) != 0 || is_word_char(p[2])) return 0;
+  p += 2;
+  while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+  const char *a = p;
+  while (is_word_char(*p)) p++;
+  size_t al = (size_t)(p - a);
+  while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+  if (al == 0 || *p != '\0') return 0; /* not a clause the parser should skip: left for it to refuse */
+  *cut = (size_t)(found - query);
+  *attr = a;
+  *attr_len = al;
+  return 1;
+}

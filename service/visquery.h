@@ -106,4 +106,17 @@ int dbx_visq_order_desc(const dbx_visq *q);
 /* Free q; accepts NULL. */
 void dbx_visq_destroy(dbx_visq *q);
 
+/* Temporal's name of a workflow execution status (WorkflowExecutionStatus
+ * number 1..7: "Running", "Completed", ...), as ExecutionStatus values are
+ * written in queries and in CountWorkflowExecutions groups; NULL for any
+ * other number. The string is static. */
+const char *dbx_visq_status_name(int status);
+
+/* Split a trailing "GROUP BY <attribute>" off query (CountWorkflowExecutions
+ * only; keywords case-insensitive, blanks around). Returns 0 when there is
+ * none; else 1, with *cut the length of the query before the clause and
+ * *attr / *attr_len the attribute name inside query (borrowed). A GROUP BY
+ * inside a quoted string is not a clause. */
+int dbx_visq_split_group_by(const char *query, size_t *cut, const char **attr, size_t *attr_len);
+
 #endif

@@ -816,12 +816,114 @@ static dbx_err wft_fail(ectx *c, RunState *rs, int cause, Failure *failure, cons
   rs->wft_started_event_id = 0;
   dbx_err rc = svc_event_append(c, rs, ev, 0);
   svc_history_event_free(ev); /* the event ended the task */
-  rs->wft_attempt++;
+  if (!svc_sticky_clear(rs)) rs->wft_attempt++; /* Temporal: a sticky task is retried once on the normal queue */
   int flushed = 0;
   if (rc == DBX_OK) rc = svc_events_flush_buffer(c, rs, &flushed);
   if (rc == DBX_OK) rc = svc_wft_schedule(c, rs);
   wake_for_queries(c, rs);
   return rc;
+}
+
+/* The size of the payload blob a command carries, for the size check, and
+ * its cause when refused (Temporal's BAD_*_ATTRIBUTES) with Temporal's
+ * message; 0 when the command kind carries none. */
+static size_t packed(const void *m) { return m ? protobuf_c_message_get_packed_size(m) : 0; }
+static int command_blob(const Command *cmd, size_t *size, const char **msg) {
+#define BLOB(kind, attr, field, cause, text)  \
+  case CMD(kind):                            \
+    *size = packed(cmd->attr->field);         \
+    *msg = text;                              \
+    return WFC(cause)
+  switch (cmd->attributes_case) {
+    BLOB(SCHEDULE_ACTIVITY_TASK, schedule_activity_task_command_attributes, input, BAD_SCHEDULE_ACTIVITY_ATTRIBUTES,
+         "BadScheduleActivityAttributes: ScheduleActivityTaskCommandAttributes.Input exceeds size limit.");
+    BLOB(COMPLETE_WORKFLOW_EXECUTION, complete_workflow_execution_command_attributes, result,
+         BAD_COMPLETE_WORKFLOW_EXECUTION_ATTRIBUTES, "BadCompleteWorkflowExecutionAttributes: CompleteWorkflowExecutionCommandAttributes.Result exceeds size limit.");
+    BLOB(FAIL_WORKFLOW_EXECUTION, fail_workflow_execution_command_attributes, failure,
+         BAD_FAIL_WORKFLOW_EXECUTION_ATTRIBUTES, "BadFailWorkflowExecutionAttributes: FailWorkflowExecutionCommandAttributes.Failure exceeds size limit.");
+    BLOB(CANCEL_WORKFLOW_EXECUTION, cancel_workflow_execution_command_attributes, details,
+         BAD_CANCEL_WORKFLOW_EXECUTION_ATTRIBUTES, "BadCancelWorkflowExecutionAttributes: CancelWorkflowExecutionCommandAttributes.Details exceeds size limit.");
+    BLOB(CONTINUE_AS_NEW_WORKFLOW_EXECUTION, continue_as_new_workflow_execution_command_attributes, input,
+         BAD_CONTINUE_AS_NEW_ATTRIBUTES, "BadContinueAsNewAttributes: ContinueAsNewWorkflowExecutionCommandAttributes.Input exceeds size limit.");
+    BLOB(START_CHILD_WORKFLOW_EXECUTION, start_child_workflow_execution_command_attributes, input,
+         BAD_START_CHILD_EXECUTION_ATTRIBUTES, "BadStartChildExecutionAttributes: StartChildWorkflowExecutionCommandAttributes.Input exceeds size limit.");
+    BLOB(SIGNAL_EXTERNAL_WORKFLOW_EXECUTION, signal_external_workflow_execution_command_attributes, input,
+         BAD_SIGNAL_WORKFLOW_EXECUTION_ATTRIBUTES, "BadSignalWorkflowExecutionAttributes: SignalExternalWorkflowExecutionCommandAttributes.Input exceeds size limit.");
+    BLOB(MODIFY_WORKFLOW_PROPERTIES, modify_workflow_properties_command_attributes, upserted_memo,
+         BAD_MODIFY_WORKFLOW_PROPERTIES_ATTRIBUTES, "BadModifyWorkflowPropertiesAttributes: ModifyWorkflowPropertiesCommandAttributes.UpsertedMemo exceeds size limit.");
+  case CMD(RECORD_MARKER): { /* the details map, its values together */
+    const RecordMarkerCommandAttributes *a = cmd->record_marker_command_attributes;
+    *size = 0;
+    for (size_t i = 0; i < a->n_details; i++) *size += packed(a->details[i]->value);
+    *msg = "BadRecordMarkerAttributes: RecordMarkerCommandAttributes.Details exceeds size limit.";
+    return WFC(BAD_RECORD_MARKER_ATTRIBUTES);
+  }
+  default:
+    *size = 0;
+    *msg = "";
+    return 0;
+  }
+#undef BLOB
+}
+
+/* A command's payload over the blob size limit ends the run as Temporal's
+ * server does: WorkflowTaskFailed with the command's cause and message (a
+ * ServerFailure), then WorkflowExecutionTerminated with the message as its
+ * reason (identity "history-service"), and INVALID_ARGUMENT to the worker
+ * (what was written stays). Nothing of the completion is applied. 1 when
+ * it did so. */
+static int refuse_big_commands(ectx *c, job *j, RunState *rs, const RespondWorkflowTaskCompletedRequest *q,
+                               dbx_err *rc) {
+  for (size_t i = 0; i < q->n_commands; i++) {
+    size_t size = 0;
+    const char *msg = NULL;
+    int cause = command_blob(q->commands[i], &size, &msg);
+    if (cause == 0 || !svc_blob_size_over(c, (int64_t)size, "a command's payload", rs->workflow_id)) continue;
+    Failure f = INIT(TEMPORAL__API__FAILURE__V1__FAILURE);
+    ServerFailureInfo si = INIT(TEMPORAL__API__FAILURE__V1__SERVER_FAILURE_INFO);
+    f.message = (char *)msg;
+    f.failure_info_case = FI(SERVER_FAILURE_INFO);
+    f.server_failure_info = &si;
+    HistoryEvent *ev = svc_event_new(ET(WORKFLOW_TASK_FAILED));
+    if (ev == NULL) {
+      *rc = DBX_ENOMEM;
+      return 1;
+    }
+    WorkflowTaskFailedEventAttributes *a = ev->workflow_task_failed_event_attributes;
+    a->scheduled_event_id = rs->wft_scheduled_event_id;
+    a->started_event_id = rs->wft_started_event_id;
+    a->cause = cause;
+    a->failure = PB_CLONE(Failure, &f);
+    a->identity = svc_pb_strdup(q->identity);
+    rs->wft_started_event_id = 0;
+    *rc = svc_event_append(c, rs, ev, 0); /* ends the task */
+    svc_history_event_free(ev);
+    int flushed = 0;
+    if (*rc == DBX_OK) *rc = svc_events_flush_buffer(c, rs, &flushed);
+    if (*rc == DBX_OK) *rc = svc_run_terminate(c, rs, msg, "history-service");
+    if (*rc == DBX_OK) {
+      svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s", msg);
+      j->keep_writes = 1;
+    }
+    return 1;
+  }
+  return 0;
+}
+
+/* The worker's sticky_attributes: its next workflow tasks go to its sticky
+ * queue (matching.c); none clears stickiness, as Temporal does. */
+#define STICKY_DEFAULT_S2S_MS 5000
+static void sticky_set(RunState *rs, const Temporal__Api__Taskqueue__V1__StickyExecutionAttributes *sa) {
+  if (sa == NULL || sa->worker_task_queue == NULL || sa->worker_task_queue->name[0] == '\0' ||
+      strlen(sa->worker_task_queue->name) > MAX_ID_BYTES || strcmp(sa->worker_task_queue->name, rs->task_queue) == 0) {
+    svc_sticky_clear(rs);
+    return;
+  }
+  int64_t ms = dbx_pb_duration_ms(sa->schedule_to_start_timeout);
+  if (ms <= 0) ms = STICKY_DEFAULT_S2S_MS;
+  if (ms > MAX_TIMEOUT_MS) ms = MAX_TIMEOUT_MS;
+  svc_pb_setstr(&rs->sticky_task_queue, sa->worker_task_queue->name);
+  rs->sticky_s2s_timeout_ms = ms;
 }
 
 static dbx_err check_history_limits(ectx *c, RunState *rs) {
@@ -845,6 +947,7 @@ dbx_err svc_h_wft_completed(ectx *c, job *j) {
   wft_cmd w = {.identity = q->identity, .msgs = q->messages, .n_msgs = q->n_messages};
   dbx_err rc = load_wft(c, j, q->task_token, &rs);
   if (rc != DBX_OK || rs == NULL) goto out;
+  if (refuse_big_commands(c, j, rs, q, &rc)) goto out;
   int has_close = 0;
   for (size_t i = 0; i < q->n_commands; i++) has_close |= is_close_command(q->commands[i]);
   if (has_close && rs->n_buffered_events > 0) {
@@ -874,6 +977,7 @@ dbx_err svc_h_wft_completed(ectx *c, job *j) {
   /* the event ended the task and set last_wft_started_event_id (mutable.c) */
   rs->wft_attempt = 1;
   rs->wft_backoff_until_ns = 0;
+  sticky_set(rs, q->sticky_attributes);
   w.completed_id = completed_id;
   rc = apply_unreferenced_messages(c, j, rs, q->commands, q->n_commands, &w);
   if (rc != DBX_OK || j->status != DBX_GRPC_OK) goto out;

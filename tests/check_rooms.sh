@@ -33,7 +33,7 @@ while IFS= read -r l; do [ -n "$l" ] && bad "$l"; done < <(
 # no function defined (non-static) in a handler file, and no job output
 # (svc_job_*: gRPC statuses are the handlers'), is called from them.
 handlers="handlers check lifecycle matching wftask activity_rpc history_read visibility reset"
-engine="state timers mutable run activity"
+engine="state timers mutable run activity sticky"
 up=$(for h in $handlers; do
        [ -f "service/$h.c" ] && sed -nE 's/^[A-Za-z][A-Za-z_ *0-9]* \**(svc_[a-z0-9_]+)\(.*/\1/p' "service/$h.c"
      done | sort -u)

@@ -460,7 +460,7 @@ static void test_cli_workflow_commands_against_dev(void **state) {
   snprintf(port_s, sizeof port_s, "%d", port);
   snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
   snprintf(env_addr, sizeof env_addr, "TEMPORAL_ADDRESS=%s", addr);
-  char *dargv[] = {(char *)dbx_test_bin(), "dev", "--port", port_s, "--db-filename", sdb,
+  char *dargv[] = {(char *)dbx_test_bin(), "dev", "--headless", "--port", port_s, "--db-filename", sdb,
                    "--worker-db", wdb, "--log-level", "warn", NULL};
   char *denv[] = {g_env_home, NULL};
   pid_t dev = dbx_svct_proc_spawn(dargv, denv, NULL, NULL);
@@ -878,7 +878,7 @@ static void test_cli_api_key_without_tls_against_tls(void **state) {
   snprintf(port_s, sizeof port_s, "%d", port);
   snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
   char *sargv[] = {(char *)dbx_test_bin(), "server", "start-dev", "--port", port_s, "--tls-cert", cert,
-                   "--tls-key", key, "--api-key", "sekrit", "--log-level", "warn", NULL};
+                   "--tls-key", key, "--api-key", "sekrit", "--log-level", "warn", "--headless", NULL};
   pid_t srv = dbx_svct_proc_spawn(sargv, NULL, NULL, NULL);
   wait_port(port, 30000);
   char *out = NULL, *err = NULL;
@@ -910,7 +910,7 @@ static void test_cli_dev_temporary_store_and_unreachable_worker(void **state) {
   snprintf(addr, sizeof addr, "127.0.0.1:%d", dbx_svct_free_port());
   char port_eq[32];
   snprintf(port_eq, sizeof port_eq, "--port=%s", port_s);
-  char *dargv[] = {(char *)dbx_test_bin(), "dev", port_eq, "--log-level=warn", "--worker-db", wdb, NULL};
+  char *dargv[] = {(char *)dbx_test_bin(), "dev", "--headless", port_eq, "--log-level=warn", "--worker-db", wdb, NULL};
   char *env[] = {g_env_home, NULL};
   pid_t dev = dbx_svct_proc_spawn(dargv, env, NULL, derr);
   wait_file_has(derr, "the service store is temporary", 30000);
@@ -936,7 +936,7 @@ static void test_cli_query_json_errors_and_no_worker(void **state) {
   char port_s[16], addr[64];
   snprintf(port_s, sizeof port_s, "%d", port);
   snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-  char *dargv[] = {(char *)dbx_test_bin(), "dev", "--port", port_s, "--db-filename", sdb,
+  char *dargv[] = {(char *)dbx_test_bin(), "dev", "--headless", "--port", port_s, "--db-filename", sdb,
                    "--worker-db", wdb, "--log-level", "warn", NULL};
   char *denv[] = {g_env_home, NULL};
   pid_t dev = dbx_svct_proc_spawn(dargv, denv, NULL, NULL);

@@ -75,7 +75,7 @@ static int setup(void **state) {
   char port_s[16];
   snprintf(port_s, sizeof port_s, "%d", port);
   snprintf(g_addr, sizeof g_addr, "127.0.0.1:%d", port);
-  char *dargv[] = {(char *)dbx_test_bin(), "dev", "--port", port_s, "--db-filename", g_sdb,
+  char *dargv[] = {(char *)dbx_test_bin(), "dev", "--headless", "--port", port_s, "--db-filename", g_sdb,
                    "--worker-db", g_wdb, "--log-level", "warn", NULL};
   char *denv[] = {g_env_home, NULL};
   g_dev = dbx_svct_proc_spawn(dargv, denv, NULL, NULL);

@@ -320,7 +320,7 @@ static void test_run_progress_shows_exit_retry(void **state) {
   char port_s[16], addr[64];
   snprintf(port_s, sizeof port_s, "%d", port);
   snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-  char *dargv[] = {(char *)dbx_test_bin(), "dev", "--port", port_s, "--db-filename", sdb,
+  char *dargv[] = {(char *)dbx_test_bin(), "dev", "--headless", "--port", port_s, "--db-filename", sdb,
                    "--worker-db", wdb, "--log-level", "warn", NULL};
   char *env[] = {g_env_home, "TEMPORAL_ADDRESS", "DURABOX_WORKER_DB", NULL};
   pid_t dev = dbx_svct_proc_spawn(dargv, env, NULL, NULL);

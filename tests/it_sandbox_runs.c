@@ -54,7 +54,7 @@ static int setup(void **state) {
   snprintf(g_env_addr, sizeof g_env_addr, "TEMPORAL_ADDRESS=%s", g_addr);
   char port_s[16];
   snprintf(port_s, sizeof port_s, "%d", g_port);
-  char *argv[] = {(char *)dbx_test_bin(), "dev", "--port", port_s, "--db-filename", g_sdb,
+  char *argv[] = {(char *)dbx_test_bin(), "dev", "--headless", "--port", port_s, "--db-filename", g_sdb,
                   "--worker-db", g_wdb, "--log-level", "warn", NULL};
   char *env[] = {g_env_home, "DURABOX_FAILPOINTS", NULL};
   g_dev = dbx_svct_proc_spawn(argv, env, NULL, NULL);

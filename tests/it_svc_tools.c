@@ -118,11 +118,11 @@ static void test_tools_system_info_only_real_capabilities(void **state) {
   assert_true(r->capabilities->upsert_memo);
   assert_true(r->capabilities->signal_and_query_header);
   assert_true(r->capabilities->activity_failure_include_heartbeat);
+  assert_true(r->capabilities->count_group_by_execution_status);
+  assert_true(r->capabilities->supports_schedules);
   /* not implemented here, so not advertised */
-  assert_false(r->capabilities->supports_schedules);
   assert_false(r->capabilities->eager_workflow_start);
   assert_false(r->capabilities->build_id_based_versioning);
-  assert_false(r->capabilities->count_group_by_execution_status);
   assert_false(r->capabilities->nexus);
   assert_string_equal(r->server_version, "1.25.0");
   protobuf_c_message_free_unpacked(&r->base, NULL);
@@ -252,6 +252,63 @@ static void test_tools_delete_workflow_execution(void **state) {
   free(running);
 }
 
+/* CountWorkflowExecutions "... GROUP BY ExecutionStatus": the total and one
+ * group per status with runs, its value a json/plain Keyword payload; any
+ * other grouping refused as Temporal refuses it. */
+static void test_tools_count_group_by_status(void **state) {
+  fixture *f = *state;
+  char *done = dbx_svct_workflow_start(f->ch, "grp-done", "tq-grp");
+  PollWorkflowTaskQueueResponse *t = dbx_svct_wft_poll(f->ch, "tq-grp", 5000);
+  assert_true(t->task_token.len > 0);
+  dbx_svct_wft_complete_workflow(f->ch, t->task_token);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  char *run1 = dbx_svct_workflow_start(f->ch, "grp-run-1", "tq-grp");
+  char *run2 = dbx_svct_workflow_start(f->ch, "grp-run-2", "tq-grp");
+  CountWorkflowExecutionsRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__COUNT_WORKFLOW_EXECUTIONS_REQUEST);
+  q.namespace_ = "default";
+  q.query = "TaskQueue = 'tq-grp' group by ExecutionStatus ";
+  CountWorkflowExecutionsResponse *r = NULL;
+  assert_int_equal(dbx_svct_call(f->ch, "CountWorkflowExecutions", &q.base, &CountWorkflowExecutionsResponse__D, 5000,
+                                 (void **)&r, NULL),
+                   DBX_GRPC_OK);
+  assert_int_equal(r->count, 3);
+  assert_int_equal(r->n_groups, 2);
+  const char *want[2] = {"\"Running\"", "\"Completed\""};
+  int64_t want_n[2] = {2, 1};
+  for (size_t i = 0; i < 2; i++) {
+    assert_int_equal(r->groups[i]->n_group_values, 1);
+    Payload *p = r->groups[i]->group_values[0];
+    assert_int_equal(p->data.len, strlen(want[i]));
+    assert_memory_equal(p->data.data, want[i], p->data.len);
+    assert_int_equal(p->n_metadata, 2);
+    assert_string_equal(p->metadata[0]->key, "encoding");
+    assert_memory_equal(p->metadata[0]->value.data, "json/plain", 10);
+    assert_int_equal(r->groups[i]->count, want_n[i]);
+  }
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  /* the whole namespace, no filter before the clause */
+  q.query = "GROUP BY ExecutionStatus";
+  assert_int_equal(dbx_svct_call(f->ch, "CountWorkflowExecutions", &q.base, &CountWorkflowExecutionsResponse__D, 5000,
+                                 (void **)&r, NULL),
+                   DBX_GRPC_OK);
+  assert_true(r->count >= 3);
+  assert_true(r->n_groups >= 2);
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  /* a quoted "group by" is a value, not a clause */
+  assert_int_equal(count_query(f->ch, "WorkflowId = 'x group by ExecutionStatus'"), 0);
+  /* another attribute: refused, naming the rule */
+  q.query = "GROUP BY WorkflowType";
+  dbx_rpc_result raw;
+  memset(&raw, 0, sizeof raw);
+  assert_int_equal(dbx_svct_call(f->ch, "CountWorkflowExecutions", &q.base, NULL, 5000, NULL, &raw),
+                   DBX_GRPC_INVALID_ARGUMENT);
+  assert_non_null(strstr(raw.message, "only supported for ExecutionStatus"));
+  dbx_rpc_result_cleanup(&raw);
+  free(done);
+  free(run1);
+  free(run2);
+}
+
 /* stats: 1 report_stats, 2 include_task_queue_status (deprecated; Temporal's
  * CLI asks for it in --legacy-mode), or both */
 static DescribeTaskQueueResponse *describe_tq(dbx_rpc_channel *ch, const char *tq, int type, int stats) {
@@ -311,6 +368,11 @@ static void test_tools_describe_task_queue(void **state) {
   assert_int_equal(r->n_pollers, 1);
   assert_string_equal(r->pollers[0]->identity, "it-activity-worker");
   assert_null(r->stats); /* not asked for */
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  /* a Nexus queue: nobody polls one on durabox; answered empty, as Temporal
+   * answers (Temporal's Web UI asks for all three types on a run's page) */
+  r = describe_tq(f->ch, "tq-desc", TEMPORAL__API__ENUMS__V1__TASK_QUEUE_TYPE__TASK_QUEUE_TYPE_NEXUS, 0);
+  assert_int_equal(r->n_pollers, 0);
   protobuf_c_message_free_unpacked(&r->base, NULL);
   /* another queue has its own pollers */
   r = describe_tq(f->ch, "tq-desc-other", TEMPORAL__API__ENUMS__V1__TASK_QUEUE_TYPE__TASK_QUEUE_TYPE_WORKFLOW, 0);
@@ -852,7 +914,7 @@ static void test_tools_server_search_attribute_flag(void **state) {
   free(err);
   char *const good[] = {(char *)bin, "server", "start-dev", "--port", port_s, "--db-filename", dir,
                         "--log-level", "warn", "--search-attribute", "FlagKw=Keyword",
-                        "--search-attribute=FlagInt=Int", NULL};
+                        "--search-attribute=FlagInt=Int", "--headless", NULL};
   pid_t pid = dbx_svct_proc_spawn(good, NULL, NULL, NULL);
   dbx_rpc_channel *ch = dbx_svct_connect(port);
   ListSearchAttributesRequest lq = INIT(TEMPORAL__API__OPERATORSERVICE__V1__LIST_SEARCH_ATTRIBUTES_REQUEST);
@@ -889,6 +951,7 @@ int main(void) {
       cmocka_unit_test(test_tools_health_check),
       cmocka_unit_test(test_tools_delete_workflow_execution),
       cmocka_unit_test(test_tools_describe_task_queue),
+      cmocka_unit_test(test_tools_count_group_by_status),
       cmocka_unit_test(test_tools_activity_by_id),
       cmocka_unit_test(test_tools_cancel_closed_run_is_noop),
       cmocka_unit_test(test_tools_describe_cli_fields),

@@ -404,7 +404,7 @@ pid_t dbx_svct_server_spawn(const char *db_dir, int port) {
       close(devnull);
     }
     execl(bin, bin, "server", "start-dev", "--port", port_s, "--db-filename", db_dir, "--log-level", "warn",
-          (char *)NULL);
+          "--headless", (char *)NULL);
     _exit(127);
   }
   g_servers[slot] = pid;

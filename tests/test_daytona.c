@@ -296,8 +296,9 @@ static void test_daytona_binary_round_trip_sha256(void **state) {
 
 /* Every request carries the key as a Bearer token (the fake checks it), the
  * SDK-version header and the source; the key is in none of the fake's
- * records; a wrong key is a non-retryable INVALID naming 401 and the
- * endpoint, without the key. */
+ * records; a wrong key is the non-retryable AUTH (AuthFailed, not
+ * InvalidInput) naming 401, the endpoint and DAYTONA_API_KEY, without the
+ * key. */
 static void test_daytona_headers_and_bad_key(void **state) {
   (void)state;
   reset_log();
@@ -306,9 +307,10 @@ static void test_daytona_headers_and_bad_key(void **state) {
   dbx_daytona *bad = open_driver("dtn_wrong_key_123", 0, 2000);
   dbx_driver *bd = dbx_daytona_driver(bad);
   dbx_drv_create_opts o = {0};
-  assert_int_equal(bd->ops->create(bd->self, "badkey", &o, NULL), DBX_DRV_INVALID);
+  assert_int_equal(bd->ops->create(bd->self, "badkey", &o, NULL), DBX_DRV_AUTH);
   const char *m = bd->ops->errmsg(bd->self);
   assert_non_null(strstr(m, "HTTP 401"));
+  assert_non_null(strstr(m, "DAYTONA_API_KEY"));
   assert_non_null(strstr(m, "/api/sandbox"));
   assert_null(strstr(m, "dtn_wrong_key_123"));
   dbx_daytona_close(bad);

@@ -1791,6 +1791,7 @@ static void test_sandbox_acts_failure_types_by_table(void **state) {
       {DBX_DRV_UNSUPPORTED, "Unsupported", 1},    {DBX_DRV_FAILED, "SandboxError", 0},
       {DBX_DRV_REPO_NOT_FOUND, "RepositoryNotFound", 1}, {DBX_DRV_NOT_A_REPO, "NotAGitRepository", 1},
       {DBX_DRV_REF_NOT_FOUND, "RefNotFound", 1},  {DBX_DRV_DISK_FULL, "DiskFull", 1},
+      {DBX_DRV_AUTH, "AuthFailed", 1},
   };
   assert_int_equal(sizeof want / sizeof want[0], DBX_DRV_ERR_COUNT - 3); /* all but OK, CANCELED, NOMEM */
   char *id = make_sandbox("wf-table", NULL);
@@ -2758,9 +2759,10 @@ int main(int argc, char **argv) {
   /* the memory group's cases but those its driver alone can do (injected
    * failures, lost commands, the allocation walk), restore (Daytona restores
    * by a create from the snapshot: test_daytona.c), git against memory
-   * sources (test_daytona.c has it with real repositories), and binary
-   * command output (Daytona's logs are JSON text: bytes that are no UTF-8
-   * arrive as U+FFFD); plus the daytona cases */
+   * sources (test_daytona.c has it with real repositories); plus the
+   * daytona cases. Binary command output runs here too: Daytona's logs are
+   * JSON text (bytes that are no UTF-8 arrive as U+FFFD), so the driver
+   * reads the raw copies its wrapper keeps */
   const struct CMUnitTest daytona_tests[] = {
       cmocka_unit_test(test_sandbox_acts_register_all),
       cmocka_unit_test(test_sandbox_acts_create_adopts_derived_id),
@@ -2789,6 +2791,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_sandbox_acts_delete_leaves_other_runs_kept),
       cmocka_unit_test(test_daytona_checkpoint_failures_typed),
       cmocka_unit_test(test_daytona_exec_split_utf8_exact),
+      cmocka_unit_test(test_sandbox_acts_exec_binary_output_base64),
       cmocka_unit_test(test_daytona_sandbox_gone_typed),
       cmocka_unit_test(test_daytona_exec_retry_reattaches),
       cmocka_unit_test(test_sandbox_acts_create_env_seen_by_step),

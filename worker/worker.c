@@ -98,6 +98,10 @@ struct dbx_worker {
   size_t ncache;
   uint64_t cache_clock;
   _Atomic uint64_t st_wft, st_act, st_poll_err, st_hits, st_nondet, st_oversized, st_completions;
+  _Atomic uint64_t st_sticky, st_full_fetch;
+  char *sticky_tq;     /* this worker's sticky queue; NULL = none */
+  size_t cache_max;    /* runs kept in the cache */
+  int64_t sticky_s2s_ms;
   size_t max_msg; /* the service's message limit (bytes) */
 };
 
@@ -120,6 +124,7 @@ dbx_err dbx_worker_create(const dbx_worker_opts *o, dbx_worker **out, char **err
   w->n_act_pollers = o->activity_pollers > 0 ? o->activity_pollers : 2;
   w->slots = o->activity_slots > 0 ? o->activity_slots : 8;
   w->max_msg = o->max_message_bytes ? o->max_message_bytes : DEFAULT_MAX_MSG;
+  w->cache_max = o->max_cached_runs > 0 ? (size_t)o->max_cached_runs : CACHE_MAX;
   dbx_client_opts co = {0};
   co.address = o->address;
   co.namespace_ = w->ns;
@@ -133,6 +138,13 @@ dbx_err dbx_worker_create(const dbx_worker_opts *o, dbx_worker **out, char **err
   if (rc == DBX_OK) {
     w->identity = dbx_strdup(dbx_client_identity(w->client));
     rc = w->identity ? DBX_OK : DBX_ENOMEM;
+  }
+  if (rc == DBX_OK && o->sticky_schedule_to_start_ms >= 0) {
+    char u[DBX_UUID_LEN + 1];
+    w->sticky_s2s_ms = o->sticky_schedule_to_start_ms ? o->sticky_schedule_to_start_ms : 5000;
+    rc = dbx_uuid_v4(u);
+    if (rc == DBX_OK) w->sticky_tq = dbx_asprintf("%s:%s", w->identity, u);
+    if (rc == DBX_OK && !w->sticky_tq) rc = DBX_ENOMEM;
   }
   if (rc == DBX_OK) rc = dbx_rpc_cancel_create(&w->poll_cancel);
   if (rc == DBX_OK) rc = dbx_wstore_open(o->db_dir, o->no_sync, &w->ws, errmsg);
@@ -168,12 +180,15 @@ dbx_err dbx_worker_register_activity(dbx_worker *w, const dbx_activity_type *t) 
 }
 
 struct dbx_wstore *dbx_worker_wstore(dbx_worker *w) { return w->ws; }
+struct dbx_client *dbx_worker_client(dbx_worker *w) { return w->client; }
 
 void dbx_worker_get_stats(dbx_worker *w, dbx_worker_stats *out) {
   out->workflow_tasks = w->st_wft;
   out->activity_tasks = w->st_act;
   out->poll_errors = w->st_poll_err;
   out->cache_hits = w->st_hits;
+  out->sticky_tasks = w->st_sticky;
+  out->full_history_fetches = w->st_full_fetch;
   out->nondeterminism = w->st_nondet;
   out->oversized_completions = w->st_oversized;
   out->completions_sent = w->st_completions;
@@ -239,7 +254,7 @@ static void cache_put(dbx_worker *w, const char *key, dbx_wf_run *r) {
     return;
   }
   pthread_mutex_lock(&w->mu);
-  if (w->ncache == CACHE_MAX) {
+  if (w->ncache == w->cache_max) {
     size_t old = 0;
     for (size_t i = 1; i < w->ncache; i++)
       if (w->cache[i].used < w->cache[old].used) old = i;
@@ -247,7 +262,7 @@ static void cache_put(dbx_worker *w, const char *key, dbx_wf_run *r) {
     free(w->cache[old].key);
     w->cache[old] = w->cache[--w->ncache];
   }
-  if (!w->cache) w->cache = dbx_calloc(CACHE_MAX, sizeof *w->cache);
+  if (!w->cache) w->cache = dbx_calloc(w->cache_max, sizeof *w->cache);
   if (w->cache) {
     w->cache[w->ncache++] = (cache_ent){k, r, ++w->cache_clock};
   } else {
@@ -548,6 +563,34 @@ void dbx_wft_answer_cleanup_(dbx_wft_answer_ *a) {
   memset(a, 0, sizeof *a);
 }
 
+/* The run's whole history up to the task's started event, fetched into
+ * *more (cleaned first) with *evs pointing into it. */
+static dbx_err fetch_full(dbx_worker *w, const PollWorkflowTaskQueueResponse *t, const char *wid,
+                          const char *rid, dbx_client_history *more, HistoryEvent ***evs, size_t *n) {
+  dbx_client_history_cleanup(more);
+  memset(more, 0, sizeof *more);
+  free(*evs);
+  *evs = NULL;
+  *n = 0;
+  w->st_full_fetch++;
+  char *err = NULL;
+  dbx_err rc = dbx_client_get_history(w->client, wid, rid, NULL, more, &err);
+  if (rc != DBX_OK) {
+    DBX_WARN("worker", "%s/%s: full history for a task whose run is not cached: %s", wid, rid,
+             err ? err : dbx_strerror(rc));
+    free(err);
+    return rc;
+  }
+  *evs = dbx_malloc((more->n + 1) * sizeof **evs);
+  if (!*evs) return DBX_ENOMEM;
+  for (size_t i = 0; i < more->n; i++) {
+    /* events after the task's started one belong to later tasks */
+    if (!t->query && t->started_event_id > 0 && more->events[i]->event_id > t->started_event_id) break;
+    (*evs)[(*n)++] = more->events[i];
+  }
+  return DBX_OK;
+}
+
 static void process_wft(dbx_worker *w, PollWorkflowTaskQueueResponse *t) {
   dbx_client_history more = {0};
   HistoryEvent **evs = NULL;
@@ -576,13 +619,7 @@ static void process_wft(dbx_worker *w, PollWorkflowTaskQueueResponse *t) {
   for (size_t i = 0; i < n0; i++) evs[n++] = t->history->events[i];
   for (size_t i = 0; i < more.n; i++) evs[n++] = more.events[i];
 
-  if (t->query) {
-    answer_query(w, t, type, evs, n);
-    goto out;
-  }
-  dbx_err rc = dbx_wstore_history_put(w->ws, w->ns, wid, rid, evs, n);
-  if (rc != DBX_OK) DBX_WARN("worker", "%s/%s: recording history: %s", wid, rid, dbx_strerror(rc));
-  if (type) {
+  if (type && !t->query) {
     key = run_key(wid, rid);
     if (!key) goto out;
     r = cache_take(w, key);
@@ -592,6 +629,18 @@ static void process_wft(dbx_worker *w, PollWorkflowTaskQueueResponse *t) {
     }
     if (r) w->st_hits++;
   }
+  /* a sticky task (or a query on Temporal's sticky queue) carries only the
+   * events after the previous task's: without the run cached, replay needs
+   * them all */
+  if ((n == 0 || evs[0]->event_id > 1) && !r && (type || t->query)) {
+    if (fetch_full(w, t, wid, rid, &more, &evs, &n) != DBX_OK) goto out; /* the task times out and is retried */
+  }
+  if (t->query) {
+    answer_query(w, t, type, evs, n);
+    goto out;
+  }
+  dbx_err rc = dbx_wstore_history_put(w->ws, w->ns, wid, rid, evs, n);
+  if (rc != DBX_OK) DBX_WARN("worker", "%s/%s: recording history: %s", wid, rid, dbx_strerror(rc));
   if (dbx_wft_answer_build_(type, t, evs, n, w->ns, w->identity, &r, &a) != DBX_OK) goto out;
   if (a.failed) {
     if (a.nondeterministic) {
@@ -605,6 +654,20 @@ static void process_wft(dbx_worker *w, PollWorkflowTaskQueueResponse *t) {
   if (size > w->max_msg) {
     wft_fail_oversized(w, t, wid, rid, size, w->max_msg);
     goto out; /* drop the cached state: the next attempt replays */
+  }
+  /* the run stays cached: its next tasks may come on this worker's sticky queue */
+  TaskQueue stq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
+  Temporal__Api__Taskqueue__V1__StickyExecutionAttributes sa =
+      INIT(TEMPORAL__API__TASKQUEUE__V1__STICKY_EXECUTION_ATTRIBUTES);
+  Duration s2s;
+  if (w->sticky_tq && !dbx_wf_run_closed(r)) {
+    stq.name = w->sticky_tq;
+    stq.kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_STICKY;
+    stq.normal_name = w->tq;
+    dbx_pb_duration_init_ms(&s2s, w->sticky_s2s_ms);
+    sa.worker_task_queue = &stq;
+    sa.schedule_to_start_timeout = &s2s;
+    a.completed.sticky_attributes = &sa;
   }
   char *err = NULL;
   ProtobufCMessage *rs = NULL;
@@ -641,15 +704,16 @@ out:
   dbx_client_history_cleanup(&more);
 }
 
-static void *wf_poller(void *arg) {
-  dbx_worker *w = arg;
+static void wf_poll_loop(dbx_worker *w, int sticky) {
   unsigned seed = (unsigned)dbx_mono_ns();
   int failures = 0;
   while (!w->stopping) {
     PollWorkflowTaskQueueRequest rq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__POLL_WORKFLOW_TASK_QUEUE_REQUEST);
     TaskQueue tq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
-    tq.name = w->tq;
-    tq.kind = TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
+    tq.name = sticky ? w->sticky_tq : w->tq;
+    tq.kind = sticky ? TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_STICKY
+                     : TEMPORAL__API__ENUMS__V1__TASK_QUEUE_KIND__TASK_QUEUE_KIND_NORMAL;
+    if (sticky) tq.normal_name = w->tq;
     rq.namespace_ = w->ns;
     rq.task_queue = &tq;
     rq.identity = w->identity;
@@ -674,9 +738,19 @@ static void *wf_poller(void *arg) {
       continue;
     }
     failures = 0;
+    if (t->task_token.len && sticky) w->st_sticky++;
     if (t->task_token.len) process_wft(w, t);
     dbx_client_msg_free(t);
   }
+}
+
+static void *wf_poller(void *arg) {
+  wf_poll_loop(arg, 0);
+  return NULL;
+}
+
+static void *wf_sticky_poller(void *arg) {
+  wf_poll_loop(arg, 1);
   return NULL;
 }
 
@@ -1196,13 +1270,15 @@ dbx_err dbx_worker_start(dbx_worker *w) {
   if (!w) return DBX_EINVAL;
   if (w->started) return DBX_ESTATE;
   w->started = 1;
-  int total = w->n_wf_pollers + w->n_act_pollers;
+  int total = w->n_wf_pollers + w->n_act_pollers + (w->sticky_tq != NULL);
   w->threads = dbx_calloc((size_t)total, sizeof *w->threads);
   if (!w->threads) return DBX_ENOMEM;
   if (pthread_create(&w->watchdog, NULL, watchdog, w) != 0) return DBX_ENOMEM;
   w->watchdog_started = 1;
   for (int i = 0; i < total; i++) {
-    void *(*fn)(void *) = i < w->n_wf_pollers ? wf_poller : act_poller;
+    void *(*fn)(void *) = i < w->n_wf_pollers                     ? wf_poller
+                          : i < w->n_wf_pollers + w->n_act_pollers ? act_poller
+                                                                   : wf_sticky_poller;
     if (pthread_create(&w->threads[w->nthreads], NULL, fn, w) != 0) {
       DBX_ERROR("worker", "cannot start poller threads");
       return DBX_ENOMEM;
@@ -1246,6 +1322,7 @@ void dbx_worker_stop(dbx_worker *w, int64_t grace_ms) {
   rq.identity = w->identity;
   rq.reason = "graceful shutdown";
   rq.task_queue = w->tq;
+  rq.sticky_task_queue = w->sticky_tq ? w->sticky_tq : "";
   ProtobufCMessage *rs = NULL;
   dbx_err rc = dbx_client_call(w->client, "ShutdownWorker", &rq.base, &ShutdownWorkerResponse__D,
                                2000, NULL, &rs, NULL);
@@ -1273,5 +1350,6 @@ void dbx_worker_destroy(dbx_worker *w) {
   free(w->ns);
   free(w->tq);
   free(w->identity);
+  free(w->sticky_tq);
   free(w);
 }

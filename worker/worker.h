@@ -14,8 +14,13 @@
  *
  * Lifecycle: create -> register_* -> start -> stop -> destroy, all from one
  * controlling thread. Registered types are borrowed and must outlive the
- * worker. No sticky queues: every workflow task is matched against the
- * per-run cache and the full history the service sends.
+ * worker. Sticky execution: besides the task queue's pollers, one poller
+ * polls a sticky queue of this worker process ("<identity>:<uuid>"), which
+ * every completion names in sticky_attributes; the service then sends the
+ * later tasks of the run there with only the new events, applied to the run
+ * held in the worker's bounded cache (max_cached_runs, least recently
+ * used evicted). A task whose run is not cached (evicted, or after a restart)
+ * fetches the full history (GetWorkflowExecutionHistory) and replays.
  * Temporal: PollWorkflowTaskQueue, RespondWorkflowTaskCompleted/Failed,
  * RespondQueryTaskCompleted, PollActivityTaskQueue, RecordActivityTaskHeartbeat,
  * RespondActivityTaskCompleted/Failed/Canceled, ShutdownWorker. */
@@ -51,6 +56,10 @@ typedef struct {
                                  RESOURCE_EXHAUSTED over its limit) is not sent again: the task
                                  is answered RespondWorkflowTaskFailed with cause
                                  WORKFLOW_WORKER_UNHANDLED_FAILURE naming size and limit */
+  int64_t sticky_schedule_to_start_ms; /* the sticky queue's schedule-to-start timeout the
+                                 completions ask for; 0 = 5000 (Temporal's SDK default);
+                                 < 0 = no sticky queue (every task carries the full history) */
+  int max_cached_runs;        /* runs whose state the worker keeps between tasks; 0 = 512 */
 } dbx_worker_opts;
 
 /* Strings in o are copied. Opens the store; does not connect.
@@ -74,6 +83,10 @@ void dbx_worker_destroy(dbx_worker *w);
 /* The worker's store (bindings, checkpoints, journal); borrowed for the
  * worker's life; thread-safe (see wstore.h). */
 struct dbx_wstore *dbx_worker_wstore(dbx_worker *w);
+/* The worker's client to its service (worker/client.h), borrowed for the
+ * worker's life; thread-safe. Activities that read the service (a fork's
+ * durabox.fork_load, cli/fork.h) use it. */
+struct dbx_client *dbx_worker_client(dbx_worker *w);
 /* Counters for tests and metrics (any thread). */
 typedef struct {
   uint64_t workflow_tasks;      /* completed or failed workflow tasks answered */
@@ -83,6 +96,9 @@ typedef struct {
   uint64_t nondeterminism;      /* workflow tasks failed as NON_DETERMINISTIC */
   uint64_t oversized_completions; /* completions over the message limit, failed instead */
   uint64_t completions_sent;    /* RespondWorkflowTaskCompleted calls made */
+  uint64_t sticky_tasks;        /* workflow tasks taken from the sticky queue */
+  uint64_t full_history_fetches; /* tasks with partial history whose run was not cached:
+                                   the full history was fetched and replayed */
 } dbx_worker_stats;
 void dbx_worker_get_stats(dbx_worker *w, dbx_worker_stats *out);
 

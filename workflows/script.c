@@ -17,12 +17,14 @@
 #include <cjson/cJSON.h>
 
 #include "base/codec.h"
+#include "base/hash.h"
 #include "base/json.h"
 #include "base/util.h"
 
 /* CANCEL_CREATE: cancellation asked for while sandbox.create ran; waiting
  * for its outcome (a sandbox it made is deleted before the run ends). */
-enum { CREATING, STEPS, DELETING, CANCELLING, CANCEL_CREATE, DONE };
+/* FORK_LOADING: a fork's durabox.fork_load in flight (before sandbox.create). */
+enum { CREATING, STEPS, DELETING, CANCELLING, CANCEL_CREATE, DONE, FORK_LOADING };
 
 typedef struct {
   cJSON *input;  /* owned */
@@ -43,6 +45,30 @@ typedef struct {
   cJSON *exit_codes;
   int64_t retry_timer_seq;
   int64_t retry_at_ms;
+  /* checkpoints (sandbox.checkpoint policy; 0/0: off): steps that changed
+   * the workspace since the last checkpoint and since create, the running
+   * checkpoint's activity (0: none) and what comes after it (CK_THEN_*),
+   * the summary of those made (owned) */
+  int ck_on, ck_every, ck_on_completion, ck_changes, ck_total;
+  int64_t ck_seq, ck_at;
+  int ck_then;
+  const char *ck_reason; /* static */
+  char ck_name[128];
+  cJSON *checkpoints;
+  /* a fork (input "fork_of"): durabox.fork_load's activity and its result
+   * (owned), sandbox.create's input and options kept until then, the
+   * occurrences of each step identity issued (key -> n, owned), how many
+   * steps the record satisfied, 1 while one is being satisfied, and the
+   * approval wait of an at_most_once step (0: none; approved: the step
+   * index granted, -1: none) */
+  int64_t fork_seq;
+  cJSON *fork_plan;
+  char *create_txt;
+  dbx_activity_opts create_opts;
+  cJSON *fork_seen;
+  int satisfied, from_record;
+  int64_t approval_seq;
+  int approved;
 } script;
 
 static const char *str_of(const cJSON *o, const char *k) {
@@ -117,12 +143,13 @@ static int check_intervals(const cJSON *dr, const cJSON *sr, const char *where, 
 
 /* Fields each part of the input may have; anything else is a mistake
  * (a misspelt field would otherwise be ignored in silence). */
-static const char *const TOP_FIELDS[] = {"sandbox", "steps", "retry", "schedule_to_close_s", NULL};
+static const char *const TOP_FIELDS[] = {"sandbox", "steps", "retry", "schedule_to_close_s",
+                                         "fork_of", NULL};
 static const char *const SANDBOX_FIELDS[] = {"source",  "env",     "keep", "timeout_s",
                                              "heartbeat_timeout_s", "network", "host_fs",
                                              "resources", "auto_stop_minutes",
                                              "auto_archive_minutes", "auto_delete_minutes",
-                                             "upload", "download", NULL};
+                                             "upload", "download", "checkpoint", NULL};
 /* The list an unknown field's message names: the fields before sizes and
  * transfers existed (tests/it_worker.c pins this text; docs/sandbox.md and
  * the Script docs list them all). */
@@ -331,6 +358,42 @@ static int check_sizes(const cJSON *sb, char *err, size_t n) {
   return 0;
 }
 
+/* sandbox.checkpoint: {"every_steps": 1..10000, "on_completion": bool}. */
+static int check_policy(const cJSON *sb, char *err, size_t n) {
+  const cJSON *p = cJSON_GetObjectItemCaseSensitive(sb, "checkpoint");
+  if (p == NULL) return 0;
+  if (!cJSON_IsObject(p))
+    return snprintf(err, n, "sandbox.checkpoint must be {\"every_steps\": N, \"on_completion\": "
+                            "true|false}"), -1;
+  static const char *const pf[] = {"every_steps", "on_completion", NULL};
+  int dup = 0;
+  const char *unk = bad_field(p, pf, NULL, &dup);
+  if (unk) return field_error(err, n, "sandbox.checkpoint", unk, dup, "every_steps, on_completion");
+  const cJSON *ev = cJSON_GetObjectItemCaseSensitive(p, "every_steps");
+  if (ev && !whole_in(ev, 1, 10000))
+    return snprintf(err, n, "sandbox.checkpoint.every_steps must be a whole number from 1 to "
+                            "10000"), -1;
+  if (!is_bool(p, "on_completion"))
+    return snprintf(err, n, "sandbox.checkpoint.on_completion must be true or false"), -1;
+  return 0;
+}
+
+/* "fork_of": {"workflow_id", "run_id", "event_id"}, set by `durabox workflow fork`. */
+static int check_fork_of(const cJSON *in, char *err, size_t n) {
+  const cJSON *f = cJSON_GetObjectItemCaseSensitive(in, "fork_of");
+  if (f == NULL) return 0;
+  static const char *const ff[] = {"workflow_id", "run_id", "event_id", NULL};
+  int dup = 0;
+  const char *unk = cJSON_IsObject(f) ? bad_field(f, ff, NULL, &dup) : NULL;
+  if (unk) return field_error(err, n, "fork_of", unk, dup, "workflow_id, run_id, event_id");
+  const char *w = str_of(f, "workflow_id"), *r = str_of(f, "run_id");
+  if (!cJSON_IsObject(f) || !w || !*w || !r || !*r ||
+      !whole_in(cJSON_GetObjectItemCaseSensitive(f, "event_id"), 1, 1e15))
+    return snprintf(err, n, "fork_of must be {\"workflow_id\", \"run_id\": non-empty strings, "
+                            "\"event_id\": a whole number >= 1}"), -1;
+  return 0;
+}
+
 static int check_step_values(const cJSON *s, const char *name, const char *kind, char *err,
                              size_t n) {
   if (!is_bool(s, "continue_on_failure"))
@@ -385,6 +448,7 @@ static int validate(const cJSON *in, char *err, size_t n) {
   if (sb && !env_ok(cJSON_GetObjectItemCaseSensitive(sb, "env"), 0))
     return snprintf(err, n, "sandbox.env must map variable names to strings"), -1;
   if (sb && check_sizes(sb, err, n) != 0) return -1;
+  if ((sb && check_policy(sb, err, n) != 0) || check_fork_of(in, err, n) != 0) return -1;
   const cJSON *src = sb ? cJSON_GetObjectItemCaseSensitive(sb, "source") : NULL;
   if (src && !cJSON_IsObject(src))
     return snprintf(err, n, "sandbox.source must be an object"), -1;
@@ -509,6 +573,10 @@ static void script_free(script *s) {
   free(s->sandbox_id);
   free(s->sandbox_path);
   cJSON_Delete(s->downloads);
+  cJSON_Delete(s->checkpoints);
+  cJSON_Delete(s->fork_plan);
+  cJSON_Delete(s->fork_seen);
+  free(s->create_txt);
   free(s);
 }
 
@@ -569,6 +637,20 @@ static char *output_json(const script *s) {
   }
   cJSON *cur = current_json(s);
   if (cur) cJSON_AddItemToObject(o, "current", cur);
+  if (s->checkpoints) cJSON_AddItemToObject(o, "checkpoints", cJSON_Duplicate(s->checkpoints, 1));
+  if (s->fork_plan) {
+    cJSON *f = cJSON_AddObjectToObject(o, "fork");
+    static const char *const keep[] = {"source", "event_id", "checkpoint", "covered",
+                                       "uncovered_steps"};
+    for (size_t i = 0; f && i < sizeof keep / sizeof *keep; i++) {
+      const cJSON *v = cJSON_GetObjectItemCaseSensitive(s->fork_plan, keep[i]);
+      if (v) cJSON_AddItemToObject(f, keep[i], cJSON_Duplicate(v, 1));
+    }
+    if (f) cJSON_AddNumberToObject(f, "satisfied_steps", s->satisfied);
+  }
+  if (s->approval_seq > 0 && s->cur < s->nsteps)
+    cJSON_AddStringToObject(o, "awaiting_approval",
+                            str_of(cJSON_GetArrayItem(s->steps, s->cur), "name"));
   char *txt = cJSON_PrintUnformatted(o);
   cJSON_Delete(o);
   return txt;
@@ -656,6 +738,310 @@ static void schedule_delete_or_finish(script *s, dbx_wf *wf) {
   schedule_delete(s, wf, DELETING);
 }
 
+/* ------------------------------------------ checkpoints and forks
+ * (docs/worker.md "Checkpoints and forks"). A checkpoint is the activity
+ * durabox.checkpoint {"sandbox_id", "name", "covered_event_id", "reason"}
+ * with a name made of the run id and the covered event (the
+ * WorkflowTaskStarted event of the task that schedules it: every step
+ * outcome before it is in the workspace, none after), so a retried
+ * checkpoint names the same snapshot. Nothing runs while it does. */
+
+static void run_step(script *s, dbx_wf *wf);
+static void step_done(script *s, dbx_wf *wf, const dbx_act_outcome *o);
+
+/* What follows a checkpoint: the first step, the next one, the end. */
+enum { CK_THEN_STEPS = 1, CK_THEN_NEXT, CK_THEN_END };
+
+/* Steps that change the workspace (reads and checkpoints do not). */
+static int changes_workspace(const char *kind) {
+  return kind && (strcmp(kind, "exec") == 0 || strcmp(kind, "write_file") == 0 ||
+                  strcmp(kind, "git_commit") == 0);
+}
+
+static int cmp_member(const void *x, const void *y) {
+  return strcmp((*(cJSON *const *)x)->string, (*(cJSON *const *)y)->string);
+}
+
+/* Sort every object's members by key, in place. 0, or -1 on OOM. */
+static int sort_members(cJSON *j) {
+  for (cJSON *c = j ? j->child : NULL; c; c = c->next)
+    if (sort_members(c) != 0) return -1;
+  if (!cJSON_IsObject(j) || !j->child) return 0;
+  size_t n = 0;
+  for (cJSON *c = j->child; c; c = c->next) n++;
+  cJSON **a = malloc(n * sizeof *a);
+  if (!a) return -1;
+  n = 0;
+  for (cJSON *c = j->child; c; c = c->next) a[n++] = c;
+  qsort(a, n, sizeof *a, cmp_member);
+  for (size_t i = 0; i < n; i++) {
+    a[i]->prev = i ? a[i - 1] : a[n - 1]; /* cJSON: the first's prev is the last */
+    a[i]->next = i + 1 < n ? a[i + 1] : NULL;
+  }
+  j->child = a[0];
+  free(a);
+  return 0;
+}
+
+int dbx_script_step_key(const char *type, const char *input_json, size_t len,
+                        char out[DBX_SCRIPT_STEP_KEY_LEN + 1]) {
+  cJSON *in = input_json ? cJSON_ParseWithLength(input_json, len) : NULL;
+  char *t = NULL, *all = NULL;
+  int rc = -1;
+  if (!in || !type) goto out;
+  if (cJSON_IsObject(in)) cJSON_DeleteItemFromObjectCaseSensitive(in, "sandbox_id");
+  if (sort_members(in) != 0 || !(t = cJSON_PrintUnformatted(in)) ||
+      !(all = dbx_asprintf("%s\n%s", type, t)))
+    goto out;
+  rc = dbx_sha256_hex(all, strlen(all), out) == DBX_OK ? 0 : -1;
+out:
+  free(all);
+  free(t);
+  cJSON_Delete(in);
+  return rc;
+}
+
+static void schedule_checkpoint(script *s, dbx_wf *wf, const char *reason, int then) {
+  const char *r = dbx_wf_run_id(wf);
+  char run[96];
+  size_t k = 0;
+  for (; r && *r && k < 80; r++) /* a name of [A-Za-z0-9._-] */
+    run[k++] = (*r >= 'a' && *r <= 'z') || (*r >= 'A' && *r <= 'Z') || (*r >= '0' && *r <= '9') ||
+                       *r == '-' || *r == '_'
+                   ? *r
+                   : '_';
+  run[k] = '\0';
+  s->ck_at = dbx_wf_history_length(wf);
+  snprintf(s->ck_name, sizeof s->ck_name, "ck-%s-e%lld", run, (long long)s->ck_at);
+  cJSON *in = cJSON_CreateObject();
+  cJSON_AddStringToObject(in, "sandbox_id", s->sandbox_id);
+  cJSON_AddStringToObject(in, "name", s->ck_name);
+  cJSON_AddNumberToObject(in, "covered_event_id", (double)s->ck_at);
+  cJSON_AddStringToObject(in, "reason", reason);
+  char *txt = cJSON_PrintUnformatted(in);
+  cJSON_Delete(in);
+  if (!txt) {
+    dbx_wf_out_of_memory(wf);
+    return;
+  }
+  /* a Daytona snapshot may take minutes; a failed one is tried 3 times */
+  dbx_activity_opts o = {.start_to_close_ms = 900000, .retry_class = DBX_SAFE_TO_RETRY,
+                         .maximum_attempts = 3, .initial_interval_ms = 1000,
+                         .backoff_coefficient = 2};
+  s->ck_reason = reason;
+  s->ck_then = then;
+  s->ck_changes = 0;
+  s->ck_seq = dbx_wf_schedule_activity(wf, "durabox.checkpoint", txt, &o);
+  free(txt);
+}
+
+/* The end of the steps: the completion checkpoint when the policy asks for
+ * it and something changed since the last one, then delete or finish. */
+static void steps_end(script *s, dbx_wf *wf) {
+  if (s->ck_on_completion && s->sandbox_id && s->ck_changes > 0) {
+    schedule_checkpoint(s, wf, "completion", CK_THEN_END);
+    return;
+  }
+  schedule_delete_or_finish(s, wf);
+}
+
+/* A checkpoint's outcome goes into the summary ("checkpoints"); a failed
+ * one is recorded as failed and the run goes on. */
+static void checkpoint_done(script *s, dbx_wf *wf, const dbx_act_outcome *o) {
+  s->ck_seq = 0;
+  if (!s->checkpoints && !(s->checkpoints = cJSON_CreateArray())) {
+    dbx_wf_out_of_memory(wf);
+    return;
+  }
+  cJSON *res = o->status == DBX_ACT_COMPLETED ? cJSON_Parse(o->result_json) : NULL;
+  const char *ref = str_of(res, "ref");
+  cJSON *c = cJSON_CreateObject();
+  cJSON_AddStringToObject(c, "name", s->ck_name);
+  cJSON_AddStringToObject(c, "reason", s->ck_reason ? s->ck_reason : "");
+  cJSON_AddNumberToObject(c, "covered_event_id", (double)s->ck_at);
+  cJSON_AddBoolToObject(c, "ok", ref != NULL);
+  cJSON_AddNumberToObject(c, "attempts", o->attempts);
+  if (ref) {
+    cJSON_AddStringToObject(c, "ref", ref);
+  } else {
+    char *e = dbx_asprintf("%s%s%s", o->failure_type ? o->failure_type : "failed",
+                           o->failure_message && *o->failure_message ? ": " : "",
+                           o->failure_message ? o->failure_message : "");
+    cJSON_AddStringToObject(c, "error", e ? e : "failed");
+    free(e);
+  }
+  cJSON_AddItemToArray(s->checkpoints, c);
+  cJSON_Delete(res);
+  switch (s->ck_then) {
+  case CK_THEN_NEXT: s->cur++; /* fall through */
+  case CK_THEN_STEPS: run_step(s, wf); return;
+  default: schedule_delete_or_finish(s, wf); return;
+  }
+}
+
+static void schedule_fork_load(script *s, dbx_wf *wf) {
+  const cJSON *f = cJSON_GetObjectItemCaseSensitive(s->input, "fork_of");
+  char *txt = cJSON_PrintUnformatted(f);
+  if (!txt) {
+    dbx_wf_out_of_memory(wf);
+    return;
+  }
+  dbx_activity_opts o = {.start_to_close_ms = 120000, .retry_class = DBX_SAFE_TO_RETRY,
+                         .maximum_attempts = 5, .initial_interval_ms = 1000,
+                         .backoff_coefficient = 2};
+  s->phase = FORK_LOADING;
+  s->fork_seq = dbx_wf_schedule_activity(wf, "durabox.fork_load", txt, &o);
+  free(txt);
+}
+
+/* durabox.fork_load's result (the plan, cli/fork.h): create the sandbox
+ * from its checkpoint, else from the input's source. */
+static void fork_loaded(script *s, dbx_wf *wf, const dbx_act_outcome *o) {
+  s->fork_seq = 0;
+  cJSON *plan = o->status == DBX_ACT_COMPLETED ? cJSON_Parse(o->result_json) : NULL;
+  if (!cJSON_IsObject(plan) || !cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(plan, "steps"))) {
+    char *m = dbx_asprintf("fork: loading the source's recorded steps failed: %s%s%s",
+                           o->failure_type ? o->failure_type : "",
+                           o->failure_type && *o->failure_type ? ": " : "",
+                           o->failure_message ? o->failure_message : "the result is no plan");
+    cJSON_Delete(plan);
+    s->phase = DONE;
+    dbx_wf_fail(wf, "ForkLoadFailed", m ? m : "fork: loading the source failed");
+    free(m);
+    return;
+  }
+  s->fork_plan = plan;
+  const char *ref = str_of(cJSON_GetObjectItemCaseSensitive(plan, "checkpoint"), "ref");
+  char *txt = NULL;
+  if (ref) {
+    cJSON *ci = cJSON_Parse(s->create_txt), *src = cJSON_CreateObject();
+    cJSON_AddStringToObject(src, "kind", "snapshot");
+    cJSON_AddStringToObject(src, "ref", ref);
+    cJSON_DeleteItemFromObjectCaseSensitive(ci, "source");
+    cJSON_AddItemToObject(ci, "source", src);
+    txt = cJSON_PrintUnformatted(ci);
+    cJSON_Delete(ci);
+    if (!txt) {
+      dbx_wf_out_of_memory(wf);
+      return;
+    }
+  }
+  s->phase = CREATING;
+  s->create_seq = dbx_wf_schedule_activity(wf, "sandbox.create", txt ? txt : s->create_txt,
+                                           &s->create_opts);
+  free(txt);
+}
+
+/* A fork's create from its checkpoint failed: fail naming the snapshot
+ * (ForkSnapshotMissing when the driver has no such snapshot). 1 when done. */
+static int fork_restore_failed(script *s, dbx_wf *wf, const dbx_act_outcome *o, const char *m) {
+  const cJSON *ck = s->fork_plan ? cJSON_GetObjectItemCaseSensitive(s->fork_plan, "checkpoint") : NULL;
+  const char *ref = str_of(ck, "ref");
+  if (!ref) return 0;
+  const cJSON *src = cJSON_GetObjectItemCaseSensitive(s->fork_plan, "source");
+  int missing = o->failure_type && strcmp(o->failure_type, "SourceNotFound") == 0;
+  char *t = dbx_asprintf("fork: the checkpoint snapshot '%s' (covering event %lld of workflow %s "
+                         "run %s) %s: %s", ref, (long long)num_or(ck, "covered_event_id", 0),
+                         str_of(src, "workflow_id") ? str_of(src, "workflow_id") : "?",
+                         str_of(src, "run_id") ? str_of(src, "run_id") : "?",
+                         missing ? "is missing" : "could not be restored", m ? m : "failed");
+  dbx_wf_fail(wf, missing ? "ForkSnapshotMissing" : "SandboxCreateFailed",
+              t ? t : "fork: the checkpoint snapshot could not be restored");
+  free(t);
+  return 1;
+}
+
+/* In a fork: a step whose identity (type, canonical input without the
+ * sandbox id, occurrence) matches a recorded step of the plan is satisfied
+ * from the record: a marker "durabox.fork_step" holds the recorded outcome
+ * and the step is not run. 1 when satisfied (or the run is out of memory). */
+static int fork_satisfy(script *s, dbx_wf *wf, const char *type, const char *txt) {
+  char key[DBX_SCRIPT_STEP_KEY_LEN + 1];
+  if ((!s->fork_seen && !(s->fork_seen = cJSON_CreateObject())) ||
+      dbx_script_step_key(type, txt, strlen(txt), key) != 0) {
+    dbx_wf_out_of_memory(wf); /* never run a recorded step for want of memory */
+    return 1;
+  }
+  cJSON *cnt = cJSON_GetObjectItemCaseSensitive(s->fork_seen, key);
+  int occ = cnt ? (int)cnt->valuedouble : 0;
+  if (cnt) cJSON_SetNumberValue(cnt, occ + 1);
+  else cJSON_AddNumberToObject(s->fork_seen, key, 1);
+  const cJSON *e, *hit = NULL;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(s->fork_plan, "steps")) {
+    const char *k = str_of(e, "key");
+    if (k && strcmp(k, key) == 0 && (int)num_or(e, "occurrence", -1) == occ) hit = e;
+    if (hit) break;
+  }
+  if (!hit) return 0;
+  char *val = cJSON_PrintUnformatted(hit);
+  const char *rec = val ? dbx_wf_marker_record(wf, "durabox.fork_step", val) : NULL;
+  cJSON *m = rec ? cJSON_Parse(rec) : NULL;
+  free(val);
+  const cJSON *res = cJSON_GetObjectItemCaseSensitive(m, "result");
+  char *rj = res ? cJSON_PrintUnformatted(res) : NULL;
+  if (!m || (res && !rj)) {
+    cJSON_Delete(m);
+    dbx_wf_out_of_memory(wf);
+    return 1;
+  }
+  const char *st = str_of(m, "status");
+  dbx_act_outcome o = {
+      .status = !st || strcmp(st, "completed") == 0 ? DBX_ACT_COMPLETED
+                : strcmp(st, "timed_out") == 0      ? DBX_ACT_TIMED_OUT
+                : strcmp(st, "canceled") == 0       ? DBX_ACT_CANCELED
+                                                    : DBX_ACT_FAILED,
+      .result_json = rj ? rj : "null",
+      .result_len = rj ? strlen(rj) : 4,
+      .failure_type = str_of(m, "failure_type") ? str_of(m, "failure_type") : "",
+      .failure_message = str_of(m, "failure_message") ? str_of(m, "failure_message") : "",
+      .non_retryable = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "non_retryable")),
+      .attempts = (int)num_or(m, "attempts", 1)};
+  s->satisfied++;
+  int was = s->from_record;
+  s->from_record = 1;
+  s->step_seq = 0;
+  step_done(s, wf, &o);
+  s->from_record = was;
+  free(rj);
+  cJSON_Delete(m);
+  return 1;
+}
+
+/* A fork's at_most_once step waits for the signal "durabox.approval"
+ * {"step": its name, "decision": "grant" | "deny", "by"?, "reason"?}. */
+static void await_approval(script *s, dbx_wf *wf) {
+  s->step_seq = 0;
+  s->approval_seq = dbx_wf_await_signal(wf, "durabox.approval", 0);
+}
+
+static void script_on_signal_wait(void *state, dbx_wf *wf, int64_t seq, const char *json,
+                                  size_t len, int timed_out) {
+  script *s = state;
+  (void)timed_out; /* the wait has no timeout */
+  if (s->phase != STEPS || seq != s->approval_seq || s->cur >= s->nsteps) return;
+  s->approval_seq = 0;
+  const char *name = str_of(cJSON_GetArrayItem(s->steps, s->cur), "name");
+  cJSON *j = cJSON_ParseWithLength(json, len);
+  const char *step = str_of(j, "step"), *dec = str_of(j, "decision");
+  if (step && dec && strcmp(step, name) == 0 &&
+      (strcmp(dec, "grant") == 0 || strcmp(dec, "approve") == 0 || strcmp(dec, "allow") == 0)) {
+    s->approved = s->cur;
+    run_step(s, wf);
+  } else if (step && dec && strcmp(step, name) == 0 && strcmp(dec, "deny") == 0) {
+    char *m = dbx_asprintf("denied by %s%s%s", str_of(j, "by") ? str_of(j, "by") : "someone",
+                           str_of(j, "reason") ? ": " : "",
+                           str_of(j, "reason") ? str_of(j, "reason") : "");
+    dbx_act_outcome o = {.status = DBX_ACT_FAILED, .result_json = "null", .result_len = 4,
+                         .failure_type = "ApprovalDenied", .failure_message = m ? m : "denied",
+                         .non_retryable = 1};
+    step_done(s, wf, &o);
+    free(m);
+  } else {
+    await_approval(s, wf); /* another step's, or no decision: wait on */
+  }
+  cJSON_Delete(j);
+}
+
 static void run_step(script *s, dbx_wf *wf) {
   while (s->cur < s->nsteps) {
     const cJSON *st = cJSON_GetArrayItem(s->steps, s->cur);
@@ -703,11 +1089,20 @@ static void run_step(script *s, dbx_wf *wf) {
     } else {
       safe_retry(s, st, &o);
     }
+    if (txt && s->fork_plan && fork_satisfy(s, wf, type, txt)) {
+      free(txt);
+      return;
+    }
+    if (s->fork_plan && o.retry_class == DBX_AT_MOST_ONCE && s->approved != s->cur) {
+      free(txt); /* a fork runs no at_most_once step without an approval */
+      await_approval(s, wf);
+      return;
+    }
     s->step_seq = dbx_wf_schedule_activity(wf, type, txt ? txt : "{}", &o);
     free(txt);
     return;
   }
-  schedule_delete_or_finish(s, wf);
+  steps_end(s, wf);
 }
 
 /* --------------------------------------------------------- input text */
@@ -853,6 +1248,18 @@ static void *script_create(dbx_wf *wf, const char *input_json, size_t len) {
   dbx_activity_opts o = {.start_to_close_ms = create_s * 1000,
                          .heartbeat_ms = (int64_t)(chb_s * 1000)};
   safe_retry(s, NULL, &o);
+  const cJSON *pol = sb ? cJSON_GetObjectItemCaseSensitive(sb, "checkpoint") : NULL;
+  s->ck_on = pol != NULL;
+  s->ck_every = (int)num_or(pol, "every_steps", 0);
+  s->ck_on_completion = pol && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pol, "on_completion"));
+  s->approved = -1;
+  if (cJSON_GetObjectItemCaseSensitive(in, "fork_of") && txt) {
+    /* a fork: its first activity loads the source's record; create follows */
+    s->create_txt = txt;
+    s->create_opts = o;
+    schedule_fork_load(s, wf);
+    return s;
+  }
   s->phase = CREATING;
   s->create_seq = dbx_wf_schedule_activity(wf, "sandbox.create", txt ? txt : "{}", &o);
   free(txt);
@@ -1091,7 +1498,7 @@ static void exit_retry(script *s, dbx_wf *wf, const cJSON *st, int code) {
   (void)dbx_wf_marker_record(wf, "durabox.exec_retry", txt);
   free(txt);
   s->step_seq = 0;
-  int64_t ms = (int64_t)(backoff * 1000.0);
+  int64_t ms = s->from_record ? 0 : (int64_t)(backoff * 1000.0); /* a recorded run waits no more */
   if (ms <= 0) {
     run_step(s, wf);
     return;
@@ -1115,10 +1522,24 @@ static void step_done(script *s, dbx_wf *wf, const dbx_act_outcome *o) {
     s->exit_codes = NULL;
     s->runs = 0;
   }
-  if (!ok && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(st, "continue_on_failure"))) {
+  if (s->from_record) {
+    cJSON *sum = cJSON_GetArrayItem(s->out_steps, cJSON_GetArraySize(s->out_steps) - 1);
+    cJSON_AddTrueToObject(sum, "from_record");
+  }
+  int stop = !ok && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(st, "continue_on_failure"));
+  if (stop) {
     s->failed = 1;
     s->failed_step = str_of(st, "name");
-    schedule_delete_or_finish(s, wf);
+  }
+  if (!s->from_record && changes_workspace(str_of(st, "kind"))) {
+    s->ck_changes++;
+    if (s->ck_every > 0 && ++s->ck_total % s->ck_every == 0 && s->sandbox_id) {
+      schedule_checkpoint(s, wf, "every_steps", stop ? CK_THEN_END : CK_THEN_NEXT);
+      return;
+    }
+  }
+  if (stop) {
+    steps_end(s, wf);
     return;
   }
   s->cur++;
@@ -1156,6 +1577,14 @@ static void script_on_activity(void *state, dbx_wf *wf, int64_t seq, const dbx_a
   script *s = state;
   /* while cancelling, only the delete's outcome matters (a step may still end) */
   if ((s->phase == DELETING || s->phase == CANCELLING) && seq != s->delete_seq) return;
+  if (s->phase == FORK_LOADING) {
+    if (seq == s->fork_seq) fork_loaded(s, wf, o);
+    return;
+  }
+  if (s->ck_seq > 0 && seq == s->ck_seq) {
+    checkpoint_done(s, wf, o);
+    return;
+  }
   switch (s->phase) {
   case CREATING: {
     cJSON *res = o->status == DBX_ACT_COMPLETED ? cJSON_Parse(o->result_json) : NULL;
@@ -1167,6 +1596,10 @@ static void script_on_activity(void *state, dbx_wf *wf, int64_t seq, const dbx_a
       one_line_message(m);
       cJSON_Delete(res);
       s->phase = DONE;
+      if (fork_restore_failed(s, wf, o, m)) {
+        free(m);
+        return;
+      }
       dbx_wf_fail(wf, "SandboxCreateFailed", m ? m : "sandbox.create failed");
       free(m);
       return;
@@ -1176,6 +1609,10 @@ static void script_on_activity(void *state, dbx_wf *wf, int64_t seq, const dbx_a
     if (path) s->sandbox_path = dbx_strdup(path);
     cJSON_Delete(res);
     s->phase = STEPS;
+    if (s->ck_on) { /* the baseline, before any step */
+      schedule_checkpoint(s, wf, "baseline", CK_THEN_STEPS);
+      return;
+    }
     run_step(s, wf);
     return;
   }
@@ -1256,10 +1693,18 @@ static void script_on_cancel(void *state, dbx_wf *wf) {
   dbx_wf_cancel_done(wf);
 }
 
-static char *script_on_query(void *state, const char *name) {
-  if (strcmp(name, "progress") != 0) return NULL;
+/* The "progress" query: the output so far (listed in the run's
+ * __temporal_workflow_metadata, so Temporal's Web UI offers it). */
+static char *script_query_progress(void *state, const char *args_json, size_t len) {
+  (void)args_json;
+  (void)len;
   return output_json(state);
 }
+
+static const dbx_wf_query_def script_queries[] = {
+    {"progress", script_query_progress, "the steps so far: each step's summary, as the result will list them"},
+    {NULL, NULL, NULL},
+};
 
 static void script_destroy(void *state) { script_free(state); }
 
@@ -1270,6 +1715,7 @@ const dbx_workflow_type dbx_script_workflow = {
     .on_timer = script_on_timer,
     .on_signal = NULL,
     .on_cancel = script_on_cancel,
-    .on_query = script_on_query,
+    .queries = script_queries,
     .destroy = script_destroy,
+    .on_signal_wait = script_on_signal_wait,
 };

@@ -9,7 +9,11 @@
  * "timeout_s": N, "heartbeat_timeout_s": N, "continue_on_failure": false,
  * "retry": {...}, "schedule_to_close_s": N}], "retry": {...},
  * "schedule_to_close_s": N}; sandbox also takes "timeout_s" and
- * "heartbeat_timeout_s". Durations are seconds, at most 10 years.
+ * "heartbeat_timeout_s", and "checkpoint": {"every_steps": N, "on_completion":
+ * bool} (the checkpoint policy; a fork's input also has "fork_of":
+ * {"workflow_id", "run_id", "event_id"}: docs/worker.md "Checkpoints and
+ * forks"; then the result has "checkpoints" and "fork", and recorded steps
+ * "from_record"). Durations are seconds, at most 10 years.
  * Activities: sandbox.create {"resource": "workspace", "source", "env"};
  * then per step sandbox.<kind> {"sandbox_id", ...step fields} (sleep is a
  * durable timer); then sandbox.delete {"sandbox_id"} unless keep.
@@ -64,5 +68,14 @@ extern const dbx_workflow_type dbx_script_workflow;
  * with a message naming the problem in err (n bytes, NUL-terminated), the
  * same text the workflow would fail with. Pure; thread-safe. */
 int dbx_script_validate(const char *input_json, size_t len, char *err, size_t n);
+
+/* The identity key of a step for forks (docs/worker.md "Checkpoints and
+ * forks"): sha256 hex of type, a newline and the canonical JSON of the
+ * activity input (every object's members sorted by key, the top-level
+ * "sandbox_id" left out, printed without white space). out: 65 bytes.
+ * Returns 0, or -1 (input not JSON, OOM). Pure; thread-safe. */
+#define DBX_SCRIPT_STEP_KEY_LEN 64
+int dbx_script_step_key(const char *type, const char *input_json, size_t len,
+                        char out[DBX_SCRIPT_STEP_KEY_LEN + 1]);
 
 #endif

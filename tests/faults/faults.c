@@ -228,7 +228,7 @@ static void proc_start(proc *p, const char *fp_spec) {
     setenv("DURABOX_HOME", home, 1);
     if (strcmp(p->name, "service") == 0)
       execl(opt.bin, opt.bin, "server", "start-dev", "--port", portbuf, "--db-filename", p->store,
-            "--log-level", "warn", (char *)NULL);
+            "--log-level", "warn", "--headless", (char *)NULL);
     else
       execl(opt.bin, opt.bin, "worker", "--address", addr, "--task-queue", TQ, "--db", p->store,
             "--sandbox-home", home, "--log-level", "warn", (char *)NULL);

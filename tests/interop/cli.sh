@@ -5,8 +5,7 @@
 # command its exit status and the key fields of its `--output json` are
 # written down; the test passes only when both lists are the same and the
 # values asserted below hold. So the test itself proves that the CLI gets the
-# same outcome from both servers. Schedules are left out: durabox has none
-# yet (docs/compatibility.md lists them as expected failures).
+# same outcome from both servers.
 # Fails (never skips) when DBX_BIN or Temporal's CLI is missing.
 set -euo pipefail
 ITP_NAME=cli
@@ -53,6 +52,40 @@ wait_until() { # wait_until DESC SECS CMD...
 has_status() { [ "$(status_of "$1")" = "$2" ]; }
 gone() { ! T workflow describe -w "$1" >/dev/null 2>&1; }
 has_pending() { T workflow describe -w "$1" --output json | jq -e '(.pendingActivities // []) | length > 0'; }
+
+sched_listed() { T schedule list --output json | jq -e '[.[].scheduleId] | index("cli-sched") != null'; }
+sched_ran() { # the triggered start of cli-sched ran to completion
+  T schedule describe -s cli-sched --output json |
+    jq -e '((.info.recentActions // []) | length == 1 and .[0].startWorkflowResult != null) and
+      ((.info.runningWorkflows // []) | length == 0)' || return 1
+  local w
+  w=$(T schedule describe -s cli-sched --output json | jq -r '.info.recentActions[0].startWorkflowResult.workflowId')
+  has_status "$w" WORKFLOW_EXECUTION_STATUS_COMPLETED
+}
+# schedule create/list/describe/trigger/delete (an hourly schedule, so only
+# the trigger starts a run while the test lasts)
+schedules() {
+  rec sched-create 'length' schedule create -s cli-sched --interval 1h --workflow-id cli-sched-wf \
+    --type durabox.Script -t durabox --input "$quick" --notes by-the-cli
+  rec sched-create-dup 'length' schedule create -s cli-sched --interval 1h --workflow-id cli-sched-wf \
+    --type durabox.Script -t durabox --input "$quick"
+  wait_until "cli-sched is listed" 30 sched_listed
+  rec sched-list '.[0] | map(select(.scheduleId == "cli-sched")) | .[0].info |
+    {spec, type: .workflowType.name, future: (.futureActionTimes | length)}' schedule list
+  rec sched-describe '.[0] | {spec: .schedule.spec, wf: .schedule.action.startWorkflow.workflowId,
+    type: .schedule.action.startWorkflow.workflowType.name, tq: .schedule.action.startWorkflow.taskQueue.name,
+    policies: .schedule.policies, state: .schedule.state, future: (.info.futureActionTimes | length),
+    actions: (.info.actionCount // "0")}' schedule describe -s cli-sched
+  rec sched-describe-missing 'length' schedule describe -s no-such-schedule
+  rec sched-trigger 'length' schedule trigger -s cli-sched
+  wait_until "the triggered run of cli-sched completes" 60 sched_ran
+  rec sched-describe-after '.[0].info | {actions: .actionCount, recent: (.recentActions | length),
+    id: (.recentActions[0].startWorkflowResult.workflowId | test("^cli-sched-wf-[0-9T:-]+Z$")),
+    running: ((.runningWorkflows // []) | length)}' schedule describe -s cli-sched
+  rec sched-delete 'length' schedule delete -s cli-sched
+  rec sched-describe-deleted 'length' schedule describe -s cli-sched
+  rec sched-delete-missing 'length' schedule delete -s cli-sched
+}
 
 session() {
   server=$1
@@ -127,6 +160,7 @@ session() {
   rec delete 'length' workflow delete -w cli-terminate
   wait_until "cli-terminate is deleted" 60 gone cli-terminate
   rec describe-deleted 'length' workflow describe -w cli-terminate
+  schedules
   kill -9 "$wpid" 2>/dev/null || true
   wait "$wpid" 2>/dev/null || true
   wpid=""
@@ -157,6 +191,11 @@ want $'query\t0\t{"type":"object","step":"slow"}'
 want $'list\t0\t["cli-cancel","cli-quick"]'
 want $'describe-deleted\t1\t0'
 want $'activity-complete\t0\t0'
+want $'sched-create\t0\t0'
+want $'sched-create-dup\t1\t0'
+want $'sched-describe-missing\t1\t0'
+want $'sched-describe-after\t0\t{"actions":"1","recent":1,"id":true,"running":0}'
+want $'sched-describe-deleted\t1\t0'
 n=$(wc -l <"$o")
 echo "cli: the same $n outcomes from Temporal's server and durabox's service:"
 cat "$o"

@@ -53,7 +53,7 @@ itp_start_durabox() {
   [ -x "${DBX_BIN:-}" ] || itp_fail "DBX_BIN is not set to the durabox binary"
   port=$(itp_free_port)
   "$DBX_BIN" server start-dev --ip 127.0.0.1 --port "$port" --namespace default --db-filename "$dir/durabox.db" \
-    --log-level warn --search-attribute DbxCliText=Text >"$dir/durabox.log" 2>&1 &
+    --log-level warn --search-attribute DbxCliText=Text --headless >"$dir/durabox.log" 2>&1 &
   ITP_PID=$!
   ITP_ADDR=127.0.0.1:$port
   itp_wait_ready "$ITP_ADDR" "$ITP_PID"

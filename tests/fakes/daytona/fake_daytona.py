@@ -35,10 +35,19 @@ counters count down per matching request):
                          connection is closed without a reply
   lifecycle_409: N       the next N start/stop/snapshot calls answer 409
                          "Sandbox state change in progress" (nothing done)
+  http_error: {"match": "substring of the path", "status": S, "count": N}
+                         the next N matching requests answer S (401, 403 ...)
+                         with an API error body (nothing is done)
+  git_auth: {"username": U, "password": P}
+                         /git/clone and /git/push then need exactly these in
+                         their username / password fields, else 401
+                         GIT_AUTH_FAILED (as a remote refusing them); null:
+                         no check
 Control endpoints (no auth): GET /_control/log -> {"requests": [{"t", "method",
 "path", "query", "status", "source", "sdk_version", "auth", "body"}]} (auth is
 true/false, never the key; body: a JSON request body, as Daytona would keep it
-- command texts, for instance), GET /_control/sandboxes -> {"items": [...]}, POST
+- command texts, for instance - with a "password" field's value replaced by
+"<redacted>", so a test can see it was sent), GET /_control/sandboxes -> {"items": [...]}, POST
 /_control/reset (forget the log).
 
 Usage: fake_daytona.py --root DIR [--port-file FILE] [--api-key KEY]
@@ -389,11 +398,19 @@ def resolve(sb, p, path, method):
     return full
 
 
-def git(args, cwd):
+CRED_HELPER = ("credential.helper=!f() { test \"$1\" = get || exit 0; "
+               "printf 'username=%s\\npassword=%s\\n' \"$FAKE_GIT_U\" \"$FAKE_GIT_P\"; }; f")
+
+
+def git(args, cwd, body=None):
     # never find a repository above the sandbox (the test's temp dir may lie in one)
     ceiling = os.path.realpath(ARGS.root)
-    r = subprocess.run(["git"] + args, cwd=cwd, capture_output=True, text=True,
-                       env=dict(os.environ, GIT_TERMINAL_PROMPT="0", GIT_CEILING_DIRECTORIES=ceiling))
+    env = dict(os.environ, GIT_TERMINAL_PROMPT="0", GIT_CEILING_DIRECTORIES=ceiling)
+    pre = []
+    if body and body.get("password"):  # the daemon hands the fields to git, as Daytona's does
+        pre = ["-c", "credential.helper=", "-c", CRED_HELPER]
+        env.update(FAKE_GIT_U=body.get("username") or "", FAKE_GIT_P=body["password"])
+    r = subprocess.run(["git"] + pre + args, cwd=cwd, capture_output=True, text=True, env=env)
     return r.returncode, (r.stdout + r.stderr).strip()
 
 
@@ -552,6 +569,11 @@ def handle_files(sb, method, rest, q, raw, path):
 
 def handle_git(sb, method, rest, q, body, path):
     body = body or {}
+    want = STATE["faults"].get("git_auth")
+    if want and rest in (["clone"], ["push"], ["pull"]) and method == "POST":
+        if body.get("username") != want.get("username") or body.get("password") != want.get("password"):
+            raise daemon_error(401, "authentication failed for the remote", "GIT_AUTH_FAILED",
+                               path, method)
     if rest == ["clone"] and method == "POST":
         full = resolve(sb, body.get("path"), path, method)
         if os.path.isdir(os.path.join(full, ".git")):
@@ -559,7 +581,10 @@ def handle_git(sb, method, rest, q, body, path):
         args = ["clone", "-q"]
         if body.get("branch"):
             args += ["-b", body["branch"]]
-        rc, msg = git(args + ["--", body.get("url", ""), full], os.path.join(sb["_root"], "work"))
+        rc, msg = git(args + ["--", body.get("url", ""), full], os.path.join(sb["_root"], "work"),
+                      body)
+        if rc != 0 and ("Authentication failed" in msg or "could not read Username" in msg):
+            raise daemon_error(401, msg, "GIT_AUTH_FAILED", path, method)
         if rc != 0:
             raise daemon_error(404 if "does not exist" in msg or "not found" in msg else 500,
                                msg, "GIT_REPO_NOT_FOUND", path, method)
@@ -601,7 +626,9 @@ def handle_git(sb, method, rest, q, body, path):
         else:
             _, br = git(["rev-parse", "--abbrev-ref", "HEAD"], repo)
             ref = "HEAD:refs/heads/%s" % br
-        rc, msg = git(["push", "-q", remote, ref], repo)
+        rc, msg = git(["push", "-q", remote, ref], repo, body)
+        if rc != 0 and ("Authentication failed" in msg or "could not read Username" in msg):
+            raise daemon_error(401, msg, "GIT_AUTH_FAILED", path, method)
         if rc != 0:
             raise daemon_error(400, msg, "GIT_PUSH_REJECTED", path, method)
         return {}
@@ -652,6 +679,13 @@ class Handler(BaseHTTPRequestHandler):
                  "status": -1}  # -1: no reply yet
         if (self.headers.get("Content-Type") or "").startswith("application/json") and raw:
             entry["body"] = raw[:4000].decode("utf-8", errors="replace")  # what Daytona keeps
+            try:
+                jb = json.loads(raw)
+                if isinstance(jb, dict) and "password" in jb:
+                    jb["password"] = "<redacted>"
+                    entry["body"] = json.dumps(jb)[:4000]
+            except ValueError:
+                pass
         self._entry = None
         if parts[:1] == ["_control"]:
             return self._control(method, parts[1:], raw)
@@ -662,6 +696,10 @@ class Handler(BaseHTTPRequestHandler):
                 STATE["log"].append(entry)
                 if not entry["auth"]:
                     raise api_error(401, "Unauthorized", u.path)
+                he = STATE["faults"].get("http_error")
+                if he and he.get("count", 0) > 0 and he.get("match", "") in u.path:
+                    he["count"] -= 1
+                    raise api_error(int(he.get("status", 403)), "fault: refused", u.path)
                 e = STATE["faults"].get("empty_502")
                 if e and e.get("count", 0) > 0 and e.get("match", "") in u.path:
                     e["count"] -= 1

@@ -20,4 +20,4 @@ if [ "$want" != "$have" ]; then
   echo "interop-python: .cache/pyvenv has temporalio $have, requirements.txt pins $want; run scripts/setup.sh" >&2
   exit 1
 fi
-exec "$py" -m pytest -p no:cacheprovider -v "$@" test_durabox.py
+exec "$py" -m pytest -p no:cacheprovider -v "$@" test_durabox.py test_schedules.py

@@ -6,7 +6,10 @@ Scenarios: hello (an activity), signal, query, search attributes registered
 (OperatorService), upserted from workflow code and then listed / counted,
 a child workflow, continue-as-new, updates (accepted and completed, the
 same update id deduped, rejected by a validator, refused on a closed run,
-update-with-start).
+update-with-start), sticky queues (later tasks on the worker's sticky queue,
+no replay from the start; a worker without a cache replays; a second
+worker takes over and replays), payload limits set small with
+--dynamic-config-value (a big start refused, a big command ends the run).
 Each asserts the values that come back.
 Run by tests/interop/python/run.sh (scripts/setup.sh installs the pinned SDK
 into .cache/pyvenv)."""
@@ -921,5 +924,183 @@ def test_worker_kill_9_and_restart(loop, env, tmp_path):
                 if p is not None and p.poll() is None:
                     p.kill()
                     p.wait(10)
+
+    loop.run_until_complete(go())
+
+
+# ---- sticky execution: later workflow tasks go to the worker's sticky queue
+# with only the new events, so the cached workflow goes on without replaying
+# from the start. Every step of StepsWorkflow records, in this process,
+# whether the SDK ran it as a replay (workflow.unsafe.is_replaying); the
+# workflow is not sandboxed so all its runs share the record.
+
+_steps: dict = {}
+
+
+@workflow.defn(sandboxed=False)
+class StepsWorkflow:
+    def __init__(self) -> None:
+        self.go = False
+
+    @workflow.run
+    async def run(self, key: str, n: int, wait_at: int) -> int:
+        for i in range(n):
+            _steps.setdefault(key, []).append((i, workflow.unsafe.is_replaying()))
+            if i == wait_at:
+                await workflow.wait_condition(lambda: self.go)
+            else:
+                await workflow.sleep(0.05)
+        return n
+
+    @workflow.signal
+    def proceed(self) -> None:
+        self.go = True
+
+
+STICKY = 2  # temporal.api.enums.v1.TaskQueueKind.TASK_QUEUE_KIND_STICKY
+
+
+def scheduled_queues(hist) -> list:
+    return [
+        e.workflow_task_scheduled_event_attributes.task_queue
+        for e in events_with(hist, "workflow_task_scheduled_event_attributes")
+    ]
+
+
+def test_sticky_tasks_do_not_replay_from_the_start(loop, env):
+    async def go():
+        q = tq()
+        key = f"steps-{q}"
+        async with Worker(env.client, task_queue=q, workflows=[StepsWorkflow]):
+            h = await env.client.start_workflow(StepsWorkflow.run, args=[key, 6, -1], id=key, task_queue=q)
+            assert await asyncio.wait_for(h.result(), 30) == 6
+            hist = await h.fetch_history()
+        # each step ran once, none of them as a replay
+        assert _steps[key] == [(i, False) for i in range(6)]
+        queues = scheduled_queues(hist)
+        assert len(queues) == 7
+        assert queues[0].name == q and queues[0].kind != STICKY
+        # every later task went to the worker's sticky queue
+        assert all(t.kind == STICKY and t.normal_name == q and t.name != q for t in queues[1:])
+
+    loop.run_until_complete(go())
+
+
+def test_without_a_cache_every_task_replays(loop, env):
+    # the check above can fail: a worker without a cache replays the steps
+    async def go():
+        q = tq()
+        key = f"steps-nocache-{q}"
+        async with Worker(env.client, task_queue=q, workflows=[StepsWorkflow], max_cached_workflows=0):
+            h = await env.client.start_workflow(StepsWorkflow.run, args=[key, 4, -1], id=key, task_queue=q)
+            assert await asyncio.wait_for(h.result(), 30) == 4
+            hist = await h.fetch_history()
+        assert [s for s in _steps[key] if not s[1]] == [(i, False) for i in range(4)]
+        assert (0, True) in _steps[key]
+        assert all(t.kind != STICKY for t in scheduled_queues(hist))
+
+    loop.run_until_complete(go())
+
+
+def test_sticky_worker_gone_then_another_replays(loop, env):
+    # the first worker ends while the run waits for a signal; the run's next
+    # task reaches a second worker (after the sticky queue's worker is known
+    # gone, or its schedule-to-start timeout), which replays from the start
+    async def go():
+        q = tq()
+        key = f"steps-handover-{q}"
+        async with Worker(env.client, task_queue=q, workflows=[StepsWorkflow]):
+            h = await env.client.start_workflow(StepsWorkflow.run, args=[key, 4, 1], id=key, task_queue=q)
+            for _ in range(200):
+                if len(_steps.get(key, [])) >= 2:
+                    break
+                await asyncio.sleep(0.05)
+            assert _steps[key] == [(0, False), (1, False)]
+        async with Worker(env.client, task_queue=q, workflows=[StepsWorkflow]):
+            await h.signal(StepsWorkflow.proceed)
+            assert await asyncio.wait_for(h.result(), 40) == 4
+            hist = await h.fetch_history()
+        # the second worker replayed steps 0 and 1, then ran 2 and 3 live
+        assert _steps[key] == [(0, False), (1, False), (0, True), (1, True), (2, False), (3, False)]
+        assert len(events_with(hist, "workflow_execution_signaled_event_attributes")) == 1
+
+    loop.run_until_complete(go())
+
+
+# ---- payload limits, configured small through Temporal's dynamic-config keys
+# (`--dynamic-config-value limit.blobSize.error=N`), on a server of their own.
+
+BLOB_LIMIT = 20000
+
+
+@workflow.defn
+class BigActivityInputWorkflow:
+    @workflow.run
+    async def run(self, size: int) -> str:
+        return await workflow.execute_activity(greet, "x" * size, start_to_close_timeout=timedelta(seconds=30))
+
+
+@pytest.fixture(scope="module")
+def small_limits_env(loop):
+    e = loop.run_until_complete(
+        WorkflowEnvironment.start_local(
+            dev_server_existing_path=os.environ["DBX_BIN"],
+            dev_server_log_level="error",
+            # Temporal applies the error limit only past the warning one: both are set
+            dev_server_extra_args=[
+                "--dynamic-config-value",
+                f"limit.blobSize.error={BLOB_LIMIT}",
+                "--dynamic-config-value",
+                f"limit.blobSize.warn={BLOB_LIMIT // 2}",
+            ],
+        )
+    )
+    yield e
+    loop.run_until_complete(e.shutdown())
+
+
+def test_blob_limit_refuses_a_big_start(loop, small_limits_env):
+    async def go():
+        q = tq()
+        with pytest.raises(RPCError) as err:
+            await small_limits_env.client.start_workflow(
+                HelloWorkflow.run, "y" * (BLOB_LIMIT + 100), id=f"big-{q}", task_queue=q
+            )
+        assert err.value.status == RPCStatusCode.INVALID_ARGUMENT
+        assert "Blob data size exceeds limit" in err.value.message
+        # under the limit: started
+        h = await small_limits_env.client.start_workflow(HelloWorkflow.run, "y" * 100, id=f"small-{q}", task_queue=q)
+        await h.terminate()
+
+    loop.run_until_complete(go())
+
+
+def test_blob_limit_big_command_fails_the_task_and_ends_the_run(loop, small_limits_env):
+    async def go():
+        q = tq()
+        async with Worker(
+            small_limits_env.client, task_queue=q, workflows=[BigActivityInputWorkflow], activities=[greet]
+        ):
+            h = await small_limits_env.client.start_workflow(
+                BigActivityInputWorkflow.run, BLOB_LIMIT + 100, id=f"bigcmd-{q}", task_queue=q
+            )
+            # the server fails the task and terminates the run
+            d = None
+            for _ in range(600):
+                d = await h.describe()
+                if d.status != WorkflowExecutionStatus.RUNNING:
+                    break
+                await asyncio.sleep(0.05)
+            hist = await h.fetch_history()
+        assert d.status == WorkflowExecutionStatus.TERMINATED
+        failed = events_with(hist, "workflow_task_failed_event_attributes")
+        assert len(failed) == 1
+        a = failed[0].workflow_task_failed_event_attributes
+        assert a.cause == 2  # WORKFLOW_TASK_FAILED_CAUSE_BAD_SCHEDULE_ACTIVITY_ATTRIBUTES
+        msg = "BadScheduleActivityAttributes: ScheduleActivityTaskCommandAttributes.Input exceeds size limit."
+        assert a.failure.message == msg
+        term = events_with(hist, "workflow_execution_terminated_event_attributes")
+        assert len(term) == 1 and term[0].workflow_execution_terminated_event_attributes.reason == msg
+        assert not events_with(hist, "activity_task_scheduled_event_attributes")
 
     loop.run_until_complete(go())

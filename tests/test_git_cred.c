@@ -1,0 +1,404 @@
+/* Git credentials from the worker (driver.h dbx_drv_git_cred, ops
+ * git_clone_cred / git_push_cred) on the local driver (plain and, where
+ * usable, under bubblewrap) against a real git smart-HTTP server with Basic
+ * authentication on loopback (tests/fakes/git/git_http.py: git
+ * http-backend), and on the Daytona driver against the fake Daytona server,
+ * which checks the endpoints' username / password fields, refuses wrong
+ * ones with 401 GIT_AUTH_FAILED, and hands right ones to git against the
+ * same HTTP server. Each case asserts the clone and push happened (files
+ * read back, the pushed sha in the bare repository), that refusals are the
+ * non-retryable AUTH (AuthFailed), and that the token appears in no file of
+ * the workspace / driver home / fake's state, no error message and no log.
+ * The same for a GIT source at create (dbx_drv_create_opts.git_cred). Also: Daytona's 401 / 403 of its API are AUTH naming the API key. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "activities/daytona.h"
+#include "activities/driver.h"
+#include "activities/local.h"
+#include "base/fs.h"
+#include "base/util.h"
+#include "tests/fakes/daytona/fake.h"
+#include "tests/testutil.h"
+
+#define USER "dbx-bot"
+
+static char *g_tmp;
+static char g_token[64];
+static pid_t g_http_pid;
+static int g_http_port;
+static char g_http_log[1100];
+static char *g_url;  /* http://127.0.0.1:PORT/r.git */
+static char *g_bare; /* its folder */
+static char g_seed[64]; /* the seed commit */
+
+static void sh(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char cmd[4096];
+  vsnprintf(cmd, sizeof cmd, fmt, ap);
+  va_end(ap);
+  assert_int_equal(system(cmd), 0);
+}
+
+/* First line of a command's output (malloc'd) or NULL. */
+static char *sh_out(const char *cmd) {
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  char line[256] = "";
+  char *r = fgets(line, sizeof line, p);
+  pclose(p);
+  if (r == NULL) return NULL;
+  line[strcspn(line, "\n")] = 0;
+  return dbx_strdup(line);
+}
+
+/* 1 if the token is in any file under dir (grep -r, binary files too). */
+static int token_under(const char *dir) {
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "grep -r -a -q -F -e '%s' '%s' 2>/dev/null", g_token, dir);
+  return system(cmd) == 0;
+}
+
+static int start_http(void) {
+  char script[1200], portfile[1100], root[1100];
+  const char *src = getenv("DBX_SOURCE_DIR");
+  if (src && *src) {
+    snprintf(script, sizeof script, "%s/tests/fakes/git/git_http.py", src);
+  } else {
+    snprintf(script, sizeof script, "%s", __FILE__);
+    char *slash = strrchr(script, '/');
+    snprintf(slash + 1, sizeof script - (size_t)(slash + 1 - script), "fakes/git/git_http.py");
+  }
+  snprintf(root, sizeof root, "%s/http", g_tmp);
+  snprintf(portfile, sizeof portfile, "%s/http.port", g_tmp);
+  snprintf(g_http_log, sizeof g_http_log, "%s/http.log", g_tmp);
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    int nul = open("/dev/null", O_WRONLY);
+    if (nul >= 0) dup2(nul, 1);
+    execlp("python3", "python3", script, "--root", root, "--user", USER, "--password", g_token,
+           "--log", g_http_log, "--port-file", portfile, (char *)NULL);
+    _exit(127);
+  }
+  g_http_pid = pid;
+  for (int i = 0; i < 1000; i++) { /* up to 20 s */
+    FILE *p = fopen(portfile, "r");
+    if (p) {
+      int got = fscanf(p, "%d", &g_http_port);
+      fclose(p);
+      if (got == 1 && g_http_port > 0) return 0;
+    }
+    if (waitpid(pid, NULL, WNOHANG) == pid) {
+      g_http_pid = 0;
+      return -1;
+    }
+    struct timespec ts = {0, 20 * 1000000};
+    nanosleep(&ts, NULL);
+  }
+  return -1;
+}
+
+static int setup(void **state) {
+  (void)state;
+  g_tmp = dbx_test_tmpdir("dbx-gitcred");
+  char id[40];
+  dbx_uuid_v4(id);
+  snprintf(g_token, sizeof g_token, "tok-%s", id);
+  char cmd[4096];
+  snprintf(cmd, sizeof cmd,
+           "set -e; mkdir -p %s/http; git init -q --bare -b main %s/http/r.git; "
+           "git init -q -b main %s/seed; cd %s/seed; echo one > a.txt; git add a.txt; "
+           "git -c user.name=t -c user.email=t@e commit -q -m init; "
+           "git push -q %s/http/r.git main",
+           g_tmp, g_tmp, g_tmp, g_tmp, g_tmp);
+  if (system(cmd) != 0) return -1;
+  if (start_http() != 0) {
+    fprintf(stderr, "test_git_cred: the git HTTP server did not start (python3?)\n");
+    return -1;
+  }
+  g_url = dbx_asprintf("http://127.0.0.1:%d/r.git", g_http_port);
+  g_bare = dbx_asprintf("%s/http/r.git", g_tmp);
+  snprintf(cmd, sizeof cmd, "git --git-dir=%s rev-parse refs/heads/main", g_bare);
+  char *seed = sh_out(cmd);
+  if (seed == NULL) return -1;
+  snprintf(g_seed, sizeof g_seed, "%s", seed);
+  free(seed);
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  if (g_http_pid > 0) {
+    kill(g_http_pid, SIGTERM);
+    waitpid(g_http_pid, NULL, 0);
+  }
+  dbx_test_rmrf(g_tmp);
+  free(g_tmp);
+  free(g_url);
+  free(g_bare);
+  return 0;
+}
+
+/* The bare repository's main. */
+static char *bare_main(void) {
+  char cmd[1200];
+  snprintf(cmd, sizeof cmd, "git --git-dir=%s rev-parse refs/heads/main", g_bare);
+  return sh_out(cmd);
+}
+
+/* Clone with the right, a wrong and no credentials; commit; push with the
+ * right and a wrong token and to a remote name: through drv's ops. */
+static void clone_push_cases(dbx_driver *drv, const char *sb, const char *search_dir) {
+  const dbx_driver_ops *o = drv->ops;
+  sh("git --git-dir=%s update-ref refs/heads/main %s", g_bare, g_seed); /* each case from the seed */
+  assert_non_null(o->git_clone_cred);
+  assert_non_null(o->git_push_cred);
+  dbx_drv_git_cred good = {USER, g_token};
+  char wrong_tok[80];
+  snprintf(wrong_tok, sizeof wrong_tok, "%s-wrong", g_token);
+  dbx_drv_git_cred bad = {USER, wrong_tok};
+  /* wrong token: AUTH, the token in no message */
+  assert_int_equal(o->git_clone_cred(drv->self, sb, g_url, "w1", NULL, &bad), DBX_DRV_AUTH);
+  assert_null(strstr(o->errmsg(drv->self), wrong_tok));
+  /* none: the remote asks, nothing answers, AUTH (never a prompt that hangs) */
+  assert_int_equal(o->git_clone(drv->self, sb, g_url, "w0", NULL), DBX_DRV_AUTH);
+  /* credentials with no URL to bind them to: refused before git runs */
+  assert_int_equal(o->git_clone_cred(drv->self, sb, g_bare, "w2", NULL, &good), DBX_DRV_INVALID);
+  dbx_drv_git_cred empty = {USER, ""};
+  assert_int_equal(o->git_clone_cred(drv->self, sb, g_url, "w2", NULL, &empty), DBX_DRV_INVALID);
+  /* right: cloned */
+  assert_int_equal(o->git_clone_cred(drv->self, sb, g_url, "w", NULL, &good), DBX_DRV_OK);
+  uint8_t *data = NULL;
+  size_t len = 0;
+  assert_int_equal(o->file_read(drv->self, sb, "w/a.txt", 0, &data, &len), DBX_DRV_OK);
+  assert_int_equal(len, 4);
+  assert_memory_equal(data, "one\n", 4);
+  free(data);
+  /* commit and push */
+  assert_int_equal(o->file_write(drv->self, sb, "w/a.txt", "two\n", 4), DBX_DRV_OK);
+  char *sha = NULL;
+  int nothing = -1;
+  assert_int_equal(o->git_commit(drv->self, sb, "w", "change", "A <a@b>", &sha, &nothing),
+                   DBX_DRV_OK);
+  assert_int_equal(nothing, 0);
+  assert_non_null(sha);
+  char *before = bare_main();
+  assert_non_null(before);
+  assert_string_not_equal(before, sha);
+  assert_int_equal(o->git_push_cred(drv->self, sb, "w", g_url, "main", &bad), DBX_DRV_AUTH);
+  assert_null(strstr(o->errmsg(drv->self), wrong_tok));
+  char *still = bare_main();
+  assert_string_equal(still, before); /* nothing pushed */
+  free(still);
+  /* a remote name resolves through the repository's own config: refused */
+  assert_int_equal(o->git_push_cred(drv->self, sb, "w", "origin", "main", &good), DBX_DRV_INVALID);
+  assert_int_equal(o->git_push_cred(drv->self, sb, "w", g_url, "main", &good), DBX_DRV_OK);
+  char *after = bare_main();
+  assert_non_null(after);
+  assert_string_equal(after, sha);
+  free(after);
+  free(before);
+  free(sha);
+  /* the token is nowhere: not in the workspace (.git/config included), not
+   * in the driver's or fake's files, not in the HTTP server's log */
+  assert_false(token_under(search_dir));
+  char *lg = NULL;
+  size_t ln = 0;
+  assert_int_equal(dbx_fs_read_all(g_http_log, &lg, &ln), DBX_OK);
+  assert_null(strstr(lg, g_token));
+  /* the server saw refused and accepted requests */
+  assert_non_null(strstr(lg, "\"auth\": \"bad\""));
+  assert_non_null(strstr(lg, "\"auth\": \"ok\""));
+  assert_non_null(strstr(lg, "git-receive-pack\", \"auth\": \"ok\", \"status\": 200"));
+  free(lg);
+}
+
+/* A GIT source at create with credentials: refused ones (and none) fail
+ * the create with AUTH and leave no sandbox; right ones clone; the token is
+ * nowhere under search_dir. */
+static void create_cases(dbx_driver *drv, const char *sb, const char *search_dir) {
+  const dbx_driver_ops *o = drv->ops;
+  sh("git --git-dir=%s update-ref refs/heads/main %s", g_bare, g_seed);
+  dbx_drv_git_cred good = {USER, g_token}, bad = {USER, "not-the-token"};
+  dbx_drv_create_opts g = {.source = {DBX_DRV_SOURCE_GIT, g_url, NULL}, .git_cred = &bad};
+  dbx_drv_state st;
+  assert_int_equal(o->create(drv->self, sb, &g, NULL), DBX_DRV_AUTH);
+  assert_int_equal(o->exists(drv->self, sb, &st), DBX_DRV_NO_SANDBOX);
+  g.git_cred = NULL;
+  assert_int_equal(o->create(drv->self, sb, &g, NULL), DBX_DRV_AUTH);
+  g.git_cred = &good;
+  g.source.location = g_bare; /* credentials need an http(s) URL */
+  assert_int_equal(o->create(drv->self, sb, &g, NULL), DBX_DRV_INVALID);
+  g.source.location = g_url;
+  assert_int_equal(o->create(drv->self, sb, &g, NULL), DBX_DRV_OK);
+  uint8_t *data = NULL;
+  size_t len = 0;
+  assert_int_equal(o->file_read(drv->self, sb, "a.txt", 0, &data, &len), DBX_DRV_OK);
+  assert_int_equal(len, 4);
+  assert_memory_equal(data, "one\n", 4);
+  free(data);
+  assert_false(token_under(search_dir));
+  assert_int_equal(o->del(drv->self, sb), DBX_DRV_OK);
+}
+
+static void local_case(int bwrap) {
+  char *home = dbx_asprintf("%s/home-%d", g_tmp, bwrap);
+  dbx_local_open_opts oo = {.unsandboxed = !bwrap};
+  dbx_local *d = NULL;
+  assert_int_equal(dbx_local_open_with(home, &oo, &d), DBX_OK);
+  if (bwrap && !dbx_local_bwrap_enabled(d)) {
+    dbx_local_close(d);
+    free(home);
+    skip();
+  }
+  dbx_driver *drv = dbx_local_driver(d);
+  dbx_drv_create_opts co = {0};
+  int adopted = 0;
+  assert_int_equal(drv->ops->create(drv->self, "gc-1", &co, &adopted), DBX_DRV_OK);
+  clone_push_cases(drv, "gc-1", home);
+  assert_int_equal(drv->ops->del(drv->self, "gc-1"), DBX_DRV_OK);
+  create_cases(drv, "gc-src", home);
+  dbx_local_close(d);
+  free(home);
+}
+
+static void test_git_cred_local_plain(void **state) {
+  (void)state;
+  local_case(0);
+}
+
+static void test_git_cred_local_bwrap(void **state) {
+  (void)state;
+  local_case(1);
+}
+
+static dbx_daytona *open_dt(const dbx_fake_daytona *f, const char *key) {
+  dbx_daytona_opts o = {.api_url = f->api_url, .api_key = key, .state_wait_ms = 20000,
+                        .snapshot_wait_ms = 3000};
+  dbx_daytona *d = NULL;
+  const char *why = NULL;
+  assert_int_equal(dbx_daytona_open(&o, &d, &why), DBX_OK);
+  return d;
+}
+
+static void test_git_cred_daytona(void **state) {
+  (void)state;
+  dbx_fake_daytona f;
+  if (dbx_fake_daytona_start(&f, g_tmp) != 0) fail_msg("fake: %s", f.why);
+  char faults[512];
+  snprintf(faults, sizeof faults,
+           "{\"transition_ms\":60,\"git_auth\":{\"username\":\"%s\",\"password\":\"%s\"}}", USER,
+           g_token);
+  assert_int_equal(dbx_fake_daytona_faults(&f, faults), 0);
+  dbx_daytona *d = open_dt(&f, DBX_FAKE_DAYTONA_KEY);
+  dbx_driver *drv = dbx_daytona_driver(d);
+  dbx_drv_create_opts co = {0};
+  assert_int_equal(drv->ops->create(drv->self, "gc-dt", &co, NULL), DBX_DRV_OK);
+  clone_push_cases(drv, "gc-dt", f.root);
+  /* the git refusals name the git credentials, not the API key */
+  dbx_drv_git_cred bad = {USER, "nope"};
+  assert_int_equal(drv->ops->git_push_cred(drv->self, "gc-dt", "w", g_url, "main", &bad),
+                   DBX_DRV_AUTH);
+  assert_non_null(strstr(drv->ops->errmsg(drv->self), "git remote refused the credentials"));
+  /* the fields were sent, and the fake's log keeps no token */
+  char *log = dbx_fake_daytona_call(&f, "GET", "/_control/log", NULL);
+  assert_non_null(log);
+  assert_null(strstr(log, g_token));
+  assert_non_null(strstr(log, "\\\"password\\\": \\\"<redacted>\\\""));
+  assert_non_null(strstr(log, "\\\"username\\\": \\\"" USER "\\\""));
+  free(log);
+  assert_int_equal(drv->ops->del(drv->self, "gc-dt"), DBX_DRV_OK);
+  create_cases(drv, "gc-dt-src", f.root);
+  dbx_daytona_close(d);
+  dbx_fake_daytona_stop(&f);
+}
+
+/* 401 (a wrong key) and 403 (a key without the scope) from Daytona's API
+ * are the non-retryable AUTH, naming the API key; never InvalidInput. */
+static void test_daytona_api_auth_typed(void **state) {
+  (void)state;
+  dbx_fake_daytona f;
+  if (dbx_fake_daytona_start(&f, g_tmp) != 0) fail_msg("fake: %s", f.why);
+  assert_int_equal(dbx_fake_daytona_faults(&f, "{\"transition_ms\":60}"), 0);
+  dbx_daytona *bad = open_dt(&f, "dtn_wrong_key");
+  dbx_driver *bd = dbx_daytona_driver(bad);
+  dbx_drv_create_opts co = {0};
+  assert_int_equal(bd->ops->create(bd->self, "auth-1", &co, NULL), DBX_DRV_AUTH);
+  const char *m = bd->ops->errmsg(bd->self);
+  assert_non_null(strstr(m, "HTTP 401"));
+  assert_non_null(strstr(m, "DAYTONA_API_KEY"));
+  assert_null(strstr(m, "dtn_wrong_key"));
+  dbx_drv_state st;
+  assert_int_equal(bd->ops->exists(bd->self, "auth-1", &st), DBX_DRV_AUTH);
+  dbx_daytona_close(bad);
+  dbx_daytona *d = open_dt(&f, DBX_FAKE_DAYTONA_KEY);
+  dbx_driver *drv = dbx_daytona_driver(d);
+  assert_int_equal(drv->ops->create(drv->self, "auth-2", &co, NULL), DBX_DRV_OK);
+  /* a 403 of the toolbox that is no FILE_ACCESS_DENIED (a proxy refusing
+   * the key's scope), and one of the API */
+  assert_int_equal(
+      dbx_fake_daytona_faults(&f, "{\"http_error\":{\"match\":\"/files\",\"status\":403,\"count\":1}}"),
+      0);
+  uint8_t *data = NULL;
+  size_t len = 0;
+  assert_int_equal(drv->ops->file_read(drv->self, "auth-2", "x.txt", 0, &data, &len),
+                   DBX_DRV_AUTH);
+  assert_non_null(strstr(drv->ops->errmsg(drv->self), "HTTP 403"));
+  assert_int_equal(
+      dbx_fake_daytona_faults(&f, "{\"http_error\":{\"match\":\"/api/sandbox\",\"status\":403,\"count\":1}}"),
+      0);
+  assert_int_equal(drv->ops->stop(drv->self, "auth-2"), DBX_DRV_AUTH);
+  assert_non_null(strstr(drv->ops->errmsg(drv->self), "API key"));
+  /* a path outside the workspace stays PathRefused (the daemon's 403) */
+  assert_int_equal(drv->ops->file_read(drv->self, "auth-2", "../../etc/passwd", 0, &data, &len),
+                   DBX_DRV_PATH_REFUSED);
+  assert_int_equal(drv->ops->del(drv->self, "auth-2"), DBX_DRV_OK);
+  dbx_daytona_close(d);
+  dbx_fake_daytona_stop(&f);
+}
+
+/* dbx_drv_git_cred_from_env: the default names, given names, unset. */
+static void test_git_cred_from_env(void **state) {
+  (void)state;
+  dbx_drv_git_cred c;
+  unsetenv("DBX_T_TOK");
+  assert_int_equal(dbx_drv_git_cred_from_env(NULL, "DBX_T_TOK", &c), DBX_ENOTFOUND);
+  assert_null(c.password);
+  setenv("DBX_T_TOK", "", 1);
+  assert_int_equal(dbx_drv_git_cred_from_env(NULL, "DBX_T_TOK", &c), DBX_ENOTFOUND);
+  setenv("DBX_T_TOK", "abc", 1);
+  unsetenv("DBX_T_USER");
+  assert_int_equal(dbx_drv_git_cred_from_env("DBX_T_USER", "DBX_T_TOK", &c), DBX_OK);
+  assert_string_equal(c.password, "abc");
+  assert_string_equal(c.username, "x-access-token");
+  setenv("DBX_T_USER", "me", 1);
+  assert_int_equal(dbx_drv_git_cred_from_env("DBX_T_USER", "DBX_T_TOK", &c), DBX_OK);
+  assert_string_equal(c.username, "me");
+  setenv("GIT_TOKEN", "t2", 1);
+  setenv("GIT_USERNAME", "u2", 1);
+  assert_int_equal(dbx_drv_git_cred_from_env(NULL, NULL, &c), DBX_OK);
+  assert_string_equal(c.password, "t2");
+  assert_string_equal(c.username, "u2");
+  unsetenv("GIT_TOKEN");
+  unsetenv("GIT_USERNAME");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_git_cred_from_env),
+      cmocka_unit_test(test_git_cred_local_plain),
+      cmocka_unit_test(test_git_cred_local_bwrap),
+      cmocka_unit_test(test_git_cred_daytona),
+      cmocka_unit_test(test_daytona_api_auth_typed),
+  };
+  return cmocka_run_group_tests_name("git_cred", tests, setup, teardown);
+}
