@@ -1,6 +1,14 @@
-/* durabox approval grant|list: a person's approvals of repeated at_most_once
- * calls, kept in the worker's store (worker/wstore.h "at_most_once
- * identities").
+/* durabox approval list|grant|deny: a person's decisions.
+ *
+ * Held agent steps (workflows/agent.h): a durabox.Agent run holding a step
+ * for approval shows it in its memo "durabox.approval"; `list` prints those
+ * of the open runs (from the service: --address, TEMPORAL_ADDRESS, else
+ * 127.0.0.1:7233), and `grant|deny WORKFLOW_ID --by NAME [--reason TEXT]`
+ * sends the signal "durabox.approval" {step, decision, by, reason} for the
+ * step that is held now (refused when none is).
+ *
+ * Repeated at_most_once calls, kept in the worker's store (worker/wstore.h
+ * "at_most_once identities"):
  *
  * `list` prints the refusals the worker recorded (one line each, with the
  * input hash a grant needs); `grant` writes one approval record, which lets
@@ -13,15 +21,25 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <cjson/cJSON.h>
+
+#include "base/util.h"
+#include "cli/agentview.h"
 #include "cli/cli.h"
+#include "cli/conn.h"
 #include "cli/flags.h"
+#include "worker/client.h"
 #include "worker/wstore.h"
 
 #define USAGE                                                                            \
-  "usage: durabox approval list [--db DIR]\n"                                            \
+  "usage: durabox approval list [--address A] [--db DIR]\n"                              \
+  "       durabox approval grant|deny WORKFLOW_ID --by NAME [--reason TEXT] [--run-id R]\n" \
+  "         decide the step a durabox.Agent run holds for approval\n"                    \
   "       durabox approval grant --workflow-id ID [--run-id R] --activity-type T\n"      \
   "                              --input-hash H [--namespace NS] [--db DIR]\n"      \
-  "  --db DIR: the worker store (default $DURABOX_HOME/worker)\n"
+  "         let a refused repeat of an at_most_once call run once\n"                    \
+  "  --db DIR: the worker store (default $DURABOX_HOME/worker); with --db alone, list\n" \
+  "  shows only its refusals\n"
 
 static dbx_wstore *open_store(const char *db, const char *what) {
   struct stat sb;
@@ -101,44 +119,210 @@ static int cmd_grant(dbx_wstore *s, const char *ns, const char *wid, const char 
   return e == DBX_OK ? 0 : 1;
 }
 
+static void print_held(const WorkflowExecutionInfo *info, const cJSON *h) {
+  char *w = dbx_cli_agent_held_words(h);
+  char *line = dbx_asprintf("workflow_id=%s run_id=%s %s", info->execution->workflow_id,
+                            info->execution->run_id, w ? w : "");
+  if (line) dbx_cli_utf8_puts(line);
+  free(line);
+  free(w);
+}
+
+static int held_list(dbx_client *c, const char *address, int optional) {
+  uint8_t *tok = NULL;
+  size_t tl = 0;
+  int shown = 0;
+  for (;;) {
+    ListWorkflowExecutionsResponse *r = NULL;
+    char *err = NULL;
+    dbx_err e = dbx_client_list(c, "ExecutionStatus = 'Running'", 100, tok, tl, &r, &err);
+    free(tok);
+    tok = NULL;
+    if (e == DBX_EUNAVAILABLE && optional) { /* no address was given: the service is optional */
+      fprintf(stderr, "durabox approval list: no workflow service at %s; held agent steps not "
+                      "listed (give --address)\n", address);
+      free(err);
+      return 0;
+    }
+    if (e != DBX_OK) {
+      dbx_cli_report("approval list", address, e, err);
+      free(err);
+      return 1;
+    }
+    for (size_t i = 0; i < r->n_executions; i++) {
+      cJSON *h = dbx_cli_agent_held(r->executions[i]);
+      if (h) print_held(r->executions[i], h), shown++;
+      cJSON_Delete(h);
+    }
+    if (r->next_page_token.len && (tok = malloc(r->next_page_token.len))) {
+      memcpy(tok, r->next_page_token.data, r->next_page_token.len);
+      tl = r->next_page_token.len;
+    }
+    dbx_client_msg_free(r);
+    if (!tok) break;
+  }
+  if (!shown) printf("no agent step waits for approval\n");
+  return 0;
+}
+
+static int held_decide(dbx_client *c, const char *address, const char *sub, const char *wid,
+                       const char *rid, const char *by, const char *reason) {
+  DescribeWorkflowExecutionResponse *r = NULL;
+  char *err = NULL;
+  dbx_err e = dbx_client_describe(c, wid, rid, &r, &err);
+  if (e != DBX_OK) {
+    dbx_cli_report("approval", address, e, err);
+    free(err);
+    return 1;
+  }
+  cJSON *h = dbx_cli_agent_held(r->workflow_execution_info);
+  char *run = dbx_strdup(r->workflow_execution_info->execution->run_id);
+  dbx_client_msg_free(r);
+  if (!h) {
+    fprintf(stderr, "durabox approval %s: no step of %s waits for approval\n", sub, wid);
+    free(run);
+    return 1;
+  }
+  int step = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(h, "step"));
+  const cJSON *ap = cJSON_GetObjectItemCaseSensitive(h, "approvers");
+  int may = !cJSON_IsArray(ap);
+  for (const cJSON *a = cJSON_IsArray(ap) ? ap->child : NULL; a; a = a->next)
+    may |= cJSON_IsString(a) && strcmp(a->valuestring, by) == 0;
+  if (!may) { /* the workflow would ignore it: say so instead */
+    char *who = cJSON_PrintUnformatted(ap);
+    fprintf(stderr, "durabox approval %s: %s is not among the approvers of step %d of %s: %s\n", sub, by,
+            step, wid, who ? who : "");
+    free(who);
+    free(run);
+    cJSON_Delete(h);
+    return 1;
+  }
+  cJSON *sig = cJSON_CreateObject();
+  cJSON_AddNumberToObject(sig, "step", step);
+  cJSON_AddStringToObject(sig, "decision", strcmp(sub, "grant") == 0 ? "grant" : "deny");
+  cJSON_AddStringToObject(sig, "by", by);
+  if (reason) cJSON_AddStringToObject(sig, "reason", reason);
+  char *txt = cJSON_PrintUnformatted(sig);
+  cJSON_Delete(sig);
+  e = txt ? dbx_client_signal(c, wid, run, "durabox.approval", txt, &err) : DBX_ENOMEM;
+  free(txt);
+  if (e == DBX_OK)
+    printf("%s step %d (%s) of %s run %s, by %s\n", strcmp(sub, "grant") == 0 ? "granted" : "denied",
+           step, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(h, "target")), wid, run, by);
+  else
+    dbx_cli_report("approval", address, e, err);
+  free(err);
+  free(run);
+  cJSON_Delete(h);
+  return e == DBX_OK ? 0 : 1;
+}
+
+/* The agent half of the command: list held steps, grant or deny one. */
+static int agent_approval(const char *sub, dbx_cli_conn *conn, const char *wid, const char *rid,
+                          const char *by, const char *reason) {
+  int optional = conn->address == NULL;
+  if (conn->address == NULL) conn->address = "127.0.0.1:7233";
+  if (dbx_cli_conn_load(conn) != 0) return 2;
+  dbx_client_opts co;
+  dbx_cli_conn_client_opts(conn, &co);
+  dbx_client *c = NULL;
+  if (dbx_client_create(&co, &c) != DBX_OK) {
+    fprintf(stderr, "durabox: cannot create a client for %s\n", conn->address);
+    return 1;
+  }
+  int rc;
+  if (strcmp(sub, "list") == 0) {
+    rc = held_list(c, conn->address, optional);
+  } else {
+    rc = held_decide(c, conn->address, sub, wid, rid, by, reason);
+  }
+  dbx_client_destroy(c);
+  return rc;
+}
+
 int dbx_cli_approval(int argc, char **argv) {
   for (int i = 1; i < argc; i++)
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       fputs(USAGE, stdout);
       return 0;
     }
-  if (argc < 2 || (strcmp(argv[1], "list") != 0 && strcmp(argv[1], "grant") != 0)) {
+  if (argc < 2 || (strcmp(argv[1], "list") != 0 && strcmp(argv[1], "grant") != 0 &&
+                   strcmp(argv[1], "deny") != 0)) {
     if (argc >= 2) fprintf(stderr, "durabox approval: unknown command '%s'\n", argv[1]);
     fputs(USAGE, stderr);
     return 2;
   }
   const char *sub = argv[1], *db = NULL, *wid = NULL, *rid = NULL, *type = NULL, *hash = NULL;
+  const char *by = NULL, *reason = NULL;
   const char *ns = getenv("TEMPORAL_NAMESPACE");
   if (!ns || !*ns) ns = "default";
+  dbx_cli_conn conn;
+  dbx_cli_conn_init(&conn);
+  int address_flag = 0;
   const dbx_cli_flag fl[] = {
       {"--db", NULL, DBX_CLI_FLAG_STR, &db, 0, 0},
       {"--workflow-id", "-w", DBX_CLI_FLAG_STR, &wid, 0, 0},
       {"--run-id", "-r", DBX_CLI_FLAG_STR, &rid, 0, 0},
       {"--activity-type", NULL, DBX_CLI_FLAG_STR, &type, 0, 0},
       {"--input-hash", NULL, DBX_CLI_FLAG_STR, &hash, 0, 0},
-      {"--namespace", "-n", DBX_CLI_FLAG_STR, &ns, 0, 0},
+      {"--by", NULL, DBX_CLI_FLAG_STR, &by, 0, 0},
+      {"--reason", NULL, DBX_CLI_FLAG_STR, &reason, 0, 0},
   };
   for (int i = 2; i < argc; i++) {
-    int r = dbx_cli_flag_take("durabox approval", fl, sizeof fl / sizeof fl[0], argc, argv, &i);
-    if (r < 0) return 2;
+    if (strncmp(argv[i], "--address", 9) == 0) address_flag = 1;
+    int r = dbx_cli_conn_flag(&conn, argc, argv, &i);
+    if (r == 0) r = dbx_cli_flag_take("durabox approval", fl, sizeof fl / sizeof fl[0], argc, argv, &i);
+    if (r < 0) {
+      dbx_cli_conn_cleanup(&conn);
+      return 2;
+    }
     if (r > 0) continue;
+    if (argv[i][0] != '-' && !wid) {
+      wid = argv[i];
+      continue;
+    }
     dbx_cli_flag_unknown("durabox approval", argv[i]);
     fputs(USAGE, stderr);
+    dbx_cli_conn_cleanup(&conn);
     return 2;
   }
-  if (strcmp(sub, "grant") == 0 && (!wid || !type || !hash)) {
+  ns = conn.namespace_ && *conn.namespace_ ? conn.namespace_ : ns;
+  int amo = type || hash; /* the at_most_once form of grant */
+  if (strcmp(sub, "list") != 0 && !amo) {
+    int rc = 2;
+    if (!wid || !by || !*by)
+      fprintf(stderr, "durabox approval %s: give the workflow id and --by NAME\n", sub);
+    else
+      rc = agent_approval(sub, &conn, wid, rid, by, reason);
+    dbx_cli_conn_cleanup(&conn);
+    return rc;
+  }
+  if (strcmp(sub, "deny") == 0 || (strcmp(sub, "grant") == 0 && (!wid || !type || !hash))) {
     fputs(USAGE, stderr);
+    dbx_cli_conn_cleanup(&conn);
     return 2;
   }
+  int rc = 0;
+  if (strcmp(sub, "list") == 0 && (!db || address_flag || getenv("TEMPORAL_ADDRESS"))) {
+    rc = agent_approval(sub, &conn, NULL, NULL, NULL, NULL);
+    if (!db) { /* the default store's refusals too, when there is one */
+      char *dbdef = dbx_cli_worker_db_default();
+      struct stat sb;
+      if (dbdef && stat(dbdef, &sb) == 0) {
+        dbx_wstore *s = open_store(dbdef, sub);
+        if (s) rc |= cmd_list(s);
+        dbx_wstore_close(s);
+      }
+      free(dbdef);
+      dbx_cli_conn_cleanup(&conn);
+      return rc;
+    }
+  }
+  dbx_cli_conn_cleanup(&conn);
   char *dbdef = db ? NULL : dbx_cli_worker_db_default();
   dbx_wstore *s = open_store(db ? db : dbdef, sub);
-  int rc = 1;
-  if (s) rc = strcmp(sub, "list") == 0 ? cmd_list(s) : cmd_grant(s, ns, wid, rid, type, hash);
+  if (s) rc |= strcmp(sub, "list") == 0 ? cmd_list(s) : cmd_grant(s, ns, wid, rid, type, hash);
+  else rc = 1;
   dbx_wstore_close(s);
   free(dbdef);
   return rc;

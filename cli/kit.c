@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "activities/daytona.h"
+#include "activities/llm.h"
 #include "activities/local.h"
 #include "activities/quota.h"
 #include "activities/sandbox.h"
@@ -77,7 +78,9 @@ dbx_err dbx_cli_kit_register(const dbx_cli_kit *k, dbx_worker *w) {
     if (e != DBX_OK) return e;
   }
   dbx_err e = dbx_sandbox_register_all(w, k->acts);
-  return e == DBX_OK ? dbx_fork_acts_register(k->fork, w) : e;
+  if (e == DBX_OK) e = dbx_fork_acts_register(k->fork, w);
+  /* the agent's model and pull-request activities (durabox.Agent) */
+  return e == DBX_OK ? dbx_agent_acts_register(w) : e;
 }
 
 void dbx_cli_kit_close(dbx_cli_kit *k) {

@@ -28,12 +28,14 @@
 
 #include "base/alloc.h"
 #include "base/util.h"
+#include "cli/agentview.h"
 #include "cli/cli.h"
 #include "cli/conn.h"
 #include "cli/flags.h"
 #include "cli/embed.h"
 #include "cli/session.h"
 #include "rpc/rpc.h"
+#include "workflows/agent.h"
 #include "workflows/builtin.h"
 #include "workflows/script.h"
 
@@ -133,14 +135,16 @@ static char *one_line(const char *s, size_t max) {
 /* A short label for an activity from its input. */
 static char *label_for(const char *type, const char *input_json) {
   cJSON *j = cJSON_Parse(input_json ? input_json : "null");
-  const char *keys[] = {"step", "command", "path", "message", "resource", NULL};
+  const char *keys[] = {"step", "command", "path", "message", "resource", "title", NULL};
   char *lbl = NULL;
   for (int i = 0; j && keys[i] && !lbl; i++) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, keys[i]);
     if (cJSON_IsString(v)) lbl = one_line(v->valuestring, 60);
   }
-  cJSON_Delete(j);
   if (lbl == NULL && type && strcmp(type, "sandbox.delete") == 0) lbl = dbx_strdup("cleanup");
+  if (lbl == NULL && type && strcmp(type, "llm.chat") == 0) /* durabox.Agent's model call */
+    lbl = dbx_asprintf("%d messages", cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(j, "messages")));
+  cJSON_Delete(j);
   return lbl ? lbl : dbx_strdup("");
 }
 
@@ -160,6 +164,14 @@ static void elapsed_str(int64_t ns, char *out, size_t n) {
 /* The marker durabox.Script records before it runs an exec step again
  * (retry_on_exit): "attempt N of M exited with code C; next in X s". */
 static void on_marker(live_view *v, const MarkerRecordedEventAttributes *m) {
+  char *agent = dbx_cli_agent_marker_line(m); /* durabox.Agent (cli/agentview.h) */
+  if (agent) {
+    char *l = one_line(agent, 600);
+    printf("  %s\n", l ? l : "");
+    free(l);
+    free(agent);
+    return;
+  }
   if (m == NULL || m->marker_name == NULL || strcmp(m->marker_name, "durabox.exec_retry") != 0)
     return;
   for (size_t i = 0; i < m->n_details; i++) {
@@ -517,6 +529,11 @@ static int print_summary(const char *result_json) {
   const cJSON *steps = cJSON_GetObjectItemCaseSensitive(j, "steps");
   const cJSON *status = cJSON_GetObjectItemCaseSensitive(j, "status");
   int failed = cJSON_IsString(status) && strcmp(status->valuestring, "completed") != 0;
+  if (cJSON_IsArray(steps) && cJSON_GetObjectItemCaseSensitive(j, "model_calls")) { /* durabox.Agent */
+    dbx_cli_agent_print_summary(j);
+    cJSON_Delete(j);
+    return failed;
+  }
   if (!cJSON_IsArray(steps)) {
     printf("%s\n", result_json ? result_json : "null");
     cJSON_Delete(j);
@@ -690,10 +707,11 @@ int dbx_cli_run(int argc, char **argv) {
     free(input);
     return 2;
   }
-  char bad[256];
-  if (strcmp(type, "durabox.Script") == 0 &&
-      (dbx_script_validate(input, len, bad, sizeof bad) != 0 ||
-       (session && run_validate_session_input(input, bad, sizeof bad) != 0))) {
+  char bad[512];
+  int script = strcmp(type, "durabox.Script") == 0;
+  if ((script && (dbx_script_validate(input, len, bad, sizeof bad) != 0 ||
+                  (session && run_validate_session_input(input, bad, sizeof bad) != 0))) ||
+      (strcmp(type, "durabox.Agent") == 0 && dbx_agent_validate(input, len, bad, sizeof bad) != 0)) {
     fprintf(stderr, "durabox run: %s: %s\n", file, bad);
     free(input);
     return 2;

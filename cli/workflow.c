@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli/agentview.h"
 #include "cli/cli.h"
 #include "cli/conn.h"
 #include "cli/fork.h"
@@ -130,6 +131,12 @@ static void event_detail(const HistoryEvent *e, char *out, size_t cap) {
   case HEV(WORKFLOW_TASK_FAILED): {
     const Failure *f = e->workflow_task_failed_event_attributes->failure;
     snprintf(out, cap, "%s", f ? f->message : "");
+    break;
+  }
+  case HEV(MARKER_RECORDED): { /* durabox.Agent's decisions and held steps (cli/agentview.h) */
+    char *l = dbx_cli_agent_marker_line(e->marker_recorded_event_attributes);
+    snprintf(out, cap, "%s", l ? l : e->marker_recorded_event_attributes->marker_name);
+    free(l);
     break;
   }
   default:
@@ -371,6 +378,15 @@ static int cmd_describe(dbx_client *c, const wf_args *a, int json) {
       printf("pending       activity %s %s attempt %d\n", p->activity_id, p->activity_type ? p->activity_type->name : "",
              p->attempt);
     }
+    cJSON *held = dbx_cli_agent_held(i); /* a durabox.Agent step waiting for a person */
+    char *hw = held ? dbx_cli_agent_held_words(held) : NULL;
+    if (hw) {
+      char *line = dbx_asprintf("awaiting      approval of %s", hw);
+      if (line) dbx_cli_utf8_puts(line);
+      free(line);
+    }
+    free(hw);
+    cJSON_Delete(held);
   }
   dbx_client_msg_free(r);
   return 0;

@@ -4,11 +4,12 @@
 
 #include <string.h>
 
+#include "workflows/agent.h"
 #include "workflows/fleet.h"
 #include "workflows/script.h"
 
 const dbx_workflow_type *const dbx_workflows_builtin[] = {&dbx_script_workflow, &dbx_fleet_workflow,
-                                                          NULL};
+                                                          &dbx_agent_workflow, NULL};
 
 const dbx_workflow_type *dbx_workflows_builtin_find(const char *name) {
   if (name == NULL) return NULL;
