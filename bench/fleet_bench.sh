@@ -32,7 +32,7 @@ trap cleanup EXIT
 export DURABOX_HOME="$work/home"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 addr=127.0.0.1:$port
-"$bin" server start-dev --port "$port" --db-filename "$work/svc" --log-level warn >/dev/null 2>&1 &
+"$bin" server start-dev --headless --port "$port" --db-filename "$work/svc" --log-level warn >/dev/null 2>&1 &
 spid=$!
 for _ in $(seq 100); do "$bin" workflow list --address "$addr" >/dev/null 2>&1 && break; sleep 0.2; done
 start_worker() {

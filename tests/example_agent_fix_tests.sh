@@ -60,7 +60,7 @@ pids+=($!)
 waitfile "$work/llm.port" && waitfile "$work/github.port" || fail "the fakes did not start"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 addr=127.0.0.1:$port
-"$DBX_BIN" server start-dev --port "$port" --db-filename "$work/svc" --log-level warn > /dev/null 2>&1 &
+"$DBX_BIN" server start-dev --headless --port "$port" --db-filename "$work/svc" --log-level warn > /dev/null 2>&1 &
 pids+=($!)
 export DURABOX_HOME="$work/home"
 LLM_BASE_URL="http://127.0.0.1:$(cat "$work/llm.port")/v1" LLM_MODEL=fake-model LLM_API_KEY=$key \
