@@ -71,7 +71,8 @@ function cleanup() {
 
 async function devtoolsPort() {
   const f = join(profile, 'DevToolsActivePort');
-  for (let t = 0; t < 200; t++) {
+  const until = Date.now() + 90000; // a loaded machine starts chromium slowly
+  while (Date.now() < until) {
     if (browserExited) throw new Error('chromium exited before opening its DevTools port');
     if (existsSync(f)) {
       const port = Number(readFileSync(f, 'utf8').split('\n')[0]);
@@ -79,7 +80,7 @@ async function devtoolsPort() {
     }
     await sleep(100);
   }
-  throw new Error('chromium did not open its DevTools port within 20 s');
+  throw new Error('chromium did not open its DevTools port within 90 s');
 }
 
 class Cdp {
