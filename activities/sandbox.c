@@ -110,7 +110,10 @@ static const struct {
   int non_retryable;
   int msg;
 } failure_of[DBX_DRV_ERR_COUNT] = {
-    [DBX_DRV_NO_SANDBOX] = {"SandboxNotFound", 1, MSG_SANDBOX},
+    /* a step's sandbox no longer exists (Daytona's contract names it
+     * SandboxGone); a create that re-opens a missing one says
+     * SandboxNotFound instead (create_adopt) */
+    [DBX_DRV_NO_SANDBOX] = {"SandboxGone", 1, MSG_SANDBOX},
     [DBX_DRV_PATH_REFUSED] = {"PathRefused", 1, MSG_DRIVER},
     [DBX_DRV_NOT_FOUND] = {"FileNotFound", 1, MSG_DRIVER},
     [DBX_DRV_SOURCE_NOT_FOUND] = {"SourceNotFound", 1, MSG_DRIVER},

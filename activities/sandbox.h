@@ -104,7 +104,10 @@
  *                    (the message names it); DBX_DRV_INVALID
  *   PathRefused      non-retryable: absolute path, "..", symlink leaving the
  *                    workspace; DBX_DRV_PATH_REFUSED
- *   SandboxNotFound  non-retryable: no sandbox with that id; DBX_DRV_NO_SANDBOX
+ *   SandboxGone      non-retryable: a step's sandbox no longer exists (removed
+ *                    from outside, or never made); DBX_DRV_NO_SANDBOX. A create
+ *                    re-opening (adopt) a missing one says SandboxNotFound
+ *   SandboxNotFound  non-retryable: create's adopt names no such sandbox
  *   FileNotFound     non-retryable: read_file path or exec cwd does not exist;
  *                    DBX_DRV_NOT_FOUND
  *   SourceNotFound   non-retryable: create's source dir or snapshot is missing;
@@ -192,7 +195,7 @@ const dbx_activity_type *dbx_sandbox_acts_at(const dbx_sandbox_acts *acts, size_
  * and the others still made; returns DBX_OK or the first failure's code. */
 dbx_err dbx_sandbox_register_all(struct dbx_worker *w, const dbx_sandbox_acts *acts);
 
-/* The Temporal failure type ("SandboxNotFound") of a driver's typed error and
+/* The Temporal failure type ("SandboxGone") of a driver's typed error and
  * whether it is non-retryable; NULL for DBX_DRV_OK, DBX_DRV_CANCELED,
  * DBX_DRV_NOMEM and values out of range. Static string. non_retryable may be
  * NULL. */

@@ -18,7 +18,7 @@
  *      the step says OutcomeUnknown, "may have run", not "Heartbeat timeout",
  *      and once the worker resumes the command is stopped;
  *   5. a sandbox removed from outside while a command runs: the step fails
- *      SandboxNotFound (non-retryable) and the command is stopped;
+ *      SandboxGone (non-retryable) and the command is stopped;
  *   6. the worker killed after git_commit's commit landed, before its result
  *      was recorded: the retry reports that commit's sha (one commit). */
 #define _GNU_SOURCE
@@ -353,7 +353,7 @@ static void test_vanished_sandbox_fails_typed_and_stops(void **state) {
   free(sbs);
   cJSON *j = result(&g_rig, "gone", rid);
   assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "status")), "failed");
-  assert_true(strncmp(step_error(j), "SandboxNotFound", 15) == 0);
+  assert_true(strncmp(step_error(j), "SandboxGone", 11) == 0);
   assert_int_equal((int)cJSON_GetObjectItem(step0(j), "attempts")->valuedouble, 1);
   cJSON_Delete(j);
   assert_true(group_gone(grp, 10000));

@@ -874,7 +874,7 @@ static void test_sandbox_acts_not_found(void **state) {
                                       T(checkpoint), T(stop),
                                       T(start)};
   for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
-    expect_message(failed(types[i], &a, in, "SandboxNotFound", 1), "dbx-nosuch");
+    expect_message(failed(types[i], &a, in, "SandboxGone", 1), "dbx-nosuch");
   expect_message(failed(T(create), &a,
                         "{\"source\":{\"kind\":\"dir\",\"path\":\"/nonexistent/dbx/dir\"}}",
                         "SourceNotFound", 1),
@@ -1034,7 +1034,7 @@ static void test_sandbox_acts_stop_start_delete(void **state) {
   cJSON_Delete(o);
   cJSON_Delete(ok(T(delete), &a, in));
   cJSON_Delete(ok(T(delete), &a, in)); /* not found counts as done */
-  free(failed(T(exec), &a, in, "SandboxNotFound", 1));
+  free(failed(T(exec), &a, in, "SandboxGone", 1));
   char *p = dbx_asprintf("%s/sandboxes/%s", g_home, id);
   assert_int_not_equal(access(p, F_OK), 0);
   free(p);
@@ -1783,7 +1783,7 @@ static void test_sandbox_acts_failure_types_by_table(void **state) {
     const char *type;
     int non_retryable;
   } want[] = {
-      {DBX_DRV_NO_SANDBOX, "SandboxNotFound", 1}, {DBX_DRV_PATH_REFUSED, "PathRefused", 1},
+      {DBX_DRV_NO_SANDBOX, "SandboxGone", 1}, {DBX_DRV_PATH_REFUSED, "PathRefused", 1},
       {DBX_DRV_NOT_FOUND, "FileNotFound", 1},     {DBX_DRV_SOURCE_NOT_FOUND, "SourceNotFound", 1},
       {DBX_DRV_CONFLICT, "SandboxConflict", 1},   {DBX_DRV_SNAPSHOT_FAILED, "SnapshotFailed", 0},
       {DBX_DRV_OUTCOME_UNKNOWN, "OutcomeUnknown", 1}, {DBX_DRV_TRANSIENT, "SandboxError", 0},
@@ -2395,7 +2395,7 @@ static void test_daytona_exec_split_utf8_exact(void **state) {
 }
 
 /* A sandbox that disappears under a workflow is the non-retryable
- * SandboxNotFound, for every kind of step. */
+ * SandboxGone, for every kind of step. */
 static void test_daytona_sandbox_gone_typed(void **state) {
   (void)state;
   char *id = make_sandbox("wf-dt-gone", NULL);
@@ -2404,13 +2404,13 @@ static void test_daytona_sandbox_gone_typed(void **state) {
   assert_int_equal(dbx_fake_daytona_faults(&g_fake, f), 0);
   free(f);
   char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"true\"}", id);
-  expect_message(failed(T(exec), &a, in, "SandboxNotFound", 1), id);
+  expect_message(failed(T(exec), &a, in, "SandboxGone", 1), id);
   free(in);
   in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"f\",\"content\":\"x\"}", id);
-  free(failed(T(write_file), &a, in, "SandboxNotFound", 1));
+  free(failed(T(write_file), &a, in, "SandboxGone", 1));
   free(in);
   in = dbx_asprintf("{\"sandbox_id\":\"%s\"}", id);
-  free(failed(T(stop), &a, in, "SandboxNotFound", 1));
+  free(failed(T(stop), &a, in, "SandboxGone", 1));
   cJSON_Delete(ok(T(delete), &a, in)); /* gone counts as deleted */
   free(in);
   free(id);

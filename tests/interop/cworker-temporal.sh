@@ -65,7 +65,9 @@ step_running() {
 }
 run_json() { # run_json ID FILE: durabox run --address, its output json in $work/ID.json, exit in $rc
   set +e
-  "$DBX_BIN" run "$2" --address "$addr" -w "$1" --output json >"$work/$1.json" 2>"$work/$1.err"
+  # --pickup-timeout 60: a just-started (or restarted) worker's first poll
+  # can take over 10 s to reach Temporal's server on a loaded machine
+  "$DBX_BIN" run "$2" --address "$addr" -w "$1" --output json --pickup-timeout 60 >"$work/$1.json" 2>"$work/$1.err"
   rc=$?
   set -e
 }
@@ -193,7 +195,7 @@ ok "durabox replay of the recorded runs"
 "$here/../../examples/fix-tests/prepare.sh" "$work/fix" >"$work/prepare.log" 2>&1 ||
   itp_fail "examples/fix-tests/prepare.sh failed: $(tail -20 "$work/prepare.log")"
 set +e
-"$DBX_BIN" run "$work/fix/script.json" --address "$addr" -w fix-tests >"$work/fix.out" 2>&1
+"$DBX_BIN" run "$work/fix/script.json" --address "$addr" -w fix-tests --pickup-timeout 60 >"$work/fix.out" 2>&1
 rc=$?
 set -e
 [ "$rc" = 0 ] || itp_fail "fix-tests: durabox run exited $rc: $(tail -30 "$work/fix.out")"
