@@ -97,21 +97,50 @@ void dbx_policy_free(dbx_policy *p) {
  * stay cheap in a workflow task: over 512 bytes, a repetition count over
  * 100 ({n}, {n,m}), or a back-reference (\\1, which makes matching
  * exponential). NULL when it is fine. */
+/* Refuse what makes glibc's regcomp build huge trees (the fuzzer found
+ * "a+++...+" taking gigabytes): back-references, stacked quantifiers
+ * ("a++", "a*{2}"), more than 32 quantifiers, and counted repetitions whose
+ * counts add up to more than 100. Bracket expressions are skipped whole. */
 static const char *regex_refused(const char *re) {
   if (strlen(re) > 512) return "longer than 512 bytes";
+  int prev_quant = 0, nquant = 0;
+  long counts = 0;
   for (const char *p = re; *p; p++) {
     if (*p == '\\' && p[1] >= '1' && p[1] <= '9') return "back-references are not accepted";
     if (*p == '\\' && p[1]) {
       p++;
+      prev_quant = 0;
       continue;
     }
+    if (*p == '[') { /* to the closing ']' ("[]...]" and "[^]...]" hold a ']') */
+      const char *q = p + 1;
+      if (*q == '^') q++;
+      if (*q == ']') q++;
+      while (*q && *q != ']') q++;
+      if (*q == '\0') return NULL; /* unbalanced: regcomp says so */
+      p = q;
+      prev_quant = 0;
+      continue;
+    }
+    if (*p != '*' && *p != '+' && *p != '?' && *p != '{') {
+      prev_quant = 0;
+      continue;
+    }
+    if (prev_quant) return "a quantifier right after another (such as \"a++\") is not accepted";
+    if (++nquant > 32) return "more than 32 repetition operators are not accepted";
+    prev_quant = 1;
     if (*p != '{') continue;
-    for (const char *q = p + 1; *q && *q != '}'; q++) {
+    const char *q = p + 1;
+    for (; *q && *q != '}'; q++) {
       if (*q < '0' || *q > '9') continue;
       long v = strtol(q, (char **)&q, 10);
       if (v > 100) return "repetition counts over 100 are not accepted";
+      counts += v;
       q--;
     }
+    if (counts > 100) return "counted repetitions adding up to over 100 are not accepted";
+    if (*q == '\0') return NULL;
+    p = q;
   }
   return NULL;
 }
