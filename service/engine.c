@@ -298,6 +298,16 @@ static int ns_add(dbx_service *s, const char *name) {
   return 0;
 }
 
+#define LONG_POLL_TAIL_NS 1000000000LL
+
+int64_t svc_long_poll_until(const ectx *c, const job *j) {
+  int64_t now = dbx_mono_ns();
+  int64_t until = now + c->svc->long_poll_ms * 1000000;
+  int64_t dl = dbx_rpc_call_deadline_mono_ns(j->call);
+  if (dl != INT64_MAX && dl - LONG_POLL_TAIL_NS < until) until = dl - LONG_POLL_TAIL_NS;
+  return until < now ? now : until;
+}
+
 /* ------------------------------------------------------------ rpc callbacks */
 
 static void on_call(dbx_rpc_call *call, void *ud) {

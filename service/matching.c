@@ -151,12 +151,7 @@ static void park_poll(ectx *c, job *j, const char *ns, const char *tq, int kind)
   svc_job_reset(j);
   j->park = PARK_POLL;
   j->park_key = svc_queue_key(ns, tq, kind, &j->park_key_len);
-  int64_t now = dbx_mono_ns();
-  int64_t until = now + c->svc->long_poll_ms * 1000000;
-  int64_t dl = dbx_rpc_call_deadline_mono_ns(j->call);
-  if (dl != INT64_MAX && dl - 500000000LL < until) until = dl - 500000000LL; /* answer before the client gives up */
-  if (until < now) until = now;
-  j->park_deadline_ns = until;
+  j->park_deadline_ns = svc_long_poll_until(c, j); /* answer before the client gives up */
   /* the reply at the deadline is an empty message (no task) */
 }
 

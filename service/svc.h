@@ -449,6 +449,14 @@ dbx_err svc_sa_opts_parse(dbx_service *s, const dbx_service_opts *o, char **msg)
 void svc_sa_opts_free(dbx_service *s);
 dbx_err svc_h_list_search_attributes(ectx *c, job *j);
 
+/* When a parked long poll (task poll, history wait, update wait) that
+ * nothing answers gets its empty reply (monotonic ns): after long_poll_ms,
+ * and at the latest 1 s before the call's own deadline (Temporal's frontend
+ * keeps the same tail room), so a client never sees DEADLINE_EXCEEDED for a
+ * poll that merely found nothing, even when a slow commit delays the engine
+ * by most of a second. Engine thread. */
+int64_t svc_long_poll_until(const ectx *c, const job *j);
+
 /* Namespace lookup: 1 if known. */
 int svc_ns_known(dbx_service *s, const char *ns);
 const char *svc_ns_id(dbx_service *s, const char *ns);
