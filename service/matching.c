@@ -447,6 +447,11 @@ dbx_err svc_h_query(ectx *c, job *j) {
   dbx_err rc = DBX_OK;
   if (!svc_check_ns(c, j, q->namespace_)) goto out;
   if (!svc_check_id(j, "query.query_type", q->query ? q->query->query_type : NULL)) goto out;
+  if (svc_blob_over(c, (const ProtobufCMessage *)q->query->query_args, "the query arguments",
+                    q->execution ? q->execution->workflow_id : "")) {
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, BLOB_REFUSED_MSG);
+    goto out;
+  }
   rc = svc_load_execution(c, j, q->namespace_, q->execution, &rs);
   if (rc != DBX_OK || rs == NULL) goto out;
   /* A run that has completed no workflow task has no state a worker could
@@ -573,6 +578,13 @@ dbx_err svc_h_respond_query(ectx *c, job *j) {
       return DBX_ENOMEM;
     }
     n->query_id = (uint64_t)t->scheduled_event_id;
+    int too_big = svc_blob_over(c, (const ProtobufCMessage *)q->query_result, "a query result", t->workflow_id);
+    if (too_big) { /* Temporal: the query fails with the blob limit's message */
+      q->completed_type = TEMPORAL__API__ENUMS__V1__QUERY_RESULT_TYPE__QUERY_RESULT_TYPE_FAILED;
+      svc_pb_setstr(&q->error_message, BLOB_REFUSED_MSG);
+      if (q->failure) protobuf_c_message_free_unpacked(&q->failure->base, NULL);
+      q->failure = NULL;
+    }
     if (q->completed_type == TEMPORAL__API__ENUMS__V1__QUERY_RESULT_TYPE__QUERY_RESULT_TYPE_ANSWERED) {
       QueryWorkflowResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__QUERY_WORKFLOW_RESPONSE);
       r.query_result = q->query_result;
