@@ -19,7 +19,8 @@
  *    at its last completed workflow task; the current run is terminated and
  *    its signals re-applied to the new run, a resent one still a duplicate;
  *    --type LastWorkflowTask: the last completed task, a later signal
- *    re-applied and deduplicated;
+ *    re-applied and deduplicated; --type FirstWorkflowTask of a run whose
+ *    first task never completed resets to its WorkflowTaskStarted;
  *  - a hand-made history in Temporal CLI's style and one written by
  *    Temporal's Python SDK (tests/data) replay;
  *  - bad history files exit 2 with a message naming the problem. */
@@ -614,6 +615,31 @@ static void test_reset_last_workflow_task(void **state) {
   dbx_rpc_channel_destroy(ch);
 }
 
+/* --type FirstWorkflowTask of a run whose first task started and never
+ * completed (its worker died): the point is that WorkflowTaskStarted (3), as
+ * Temporal's CLI picks; the new run's task goes to the next poller. */
+static void test_reset_first_task_never_completed(void **state) {
+  (void)state;
+  char *out = NULL, *err = NULL, run1[64], run2[64], polled[64];
+  int rc = durabox(&out, &err, "workflow", "start", "--type=it.Can", "--task-queue=rr-first", "-w", "rr-first",
+                   "--address", g_addr, NULL);
+  if (rc != 0) fail_msg("start exited %d: %s", rc, err);
+  free(out);
+  free(err);
+  dbx_rpc_channel *ch = dbx_svct_connect(atoi(strchr(g_addr, ':') + 1));
+  PollWorkflowTaskQueueResponse *t = poll_task(ch, "rr-first", run1, sizeof run1); /* started, never answered */
+  dbx_client_msg_free(t);
+  long ev = reset_by_type("rr-first", "FirstWorkflowTask", run2, sizeof run2);
+  assert_int_equal(ev, 3);
+  assert_int_equal(run_status(ch, "rr-first", run1), ET(WORKFLOW_EXECUTION_TERMINATED));
+  t = poll_task(ch, "rr-first", polled, sizeof polled);
+  assert_string_equal(polled, run2);
+  dbx_svct_wft_complete_workflow(ch, t->task_token);
+  dbx_client_msg_free(t);
+  assert_int_equal(run_status(ch, "rr-first", run2), ET(WORKFLOW_EXECUTION_COMPLETED));
+  dbx_rpc_channel_destroy(ch);
+}
+
 /* A history in the form Temporal's CLI writes (2-space indent, nanosecond
  * times, fields of newer Temporal versions, empty headers): tests/data. */
 static void test_temporal_cli_fixture_replays(void **state) {
@@ -648,6 +674,7 @@ int main(void) {
       cmocka_unit_test(test_reset_reapplies_signals_deduplicated),
       cmocka_unit_test(test_reset_last_continued_as_new),
       cmocka_unit_test(test_reset_last_workflow_task),
+      cmocka_unit_test(test_reset_first_task_never_completed),
       cmocka_unit_test(test_temporal_cli_fixture_replays),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
