@@ -26,7 +26,11 @@
  *    workspace-changing tool call (write_file, shell; the reads do not
  *    count), one at completion; each recorded in history (durabox.checkpoint
  *    with its reason) and in the result, each snapshot holding the files as
- *    they were then. */
+ *    they were then.
+ *  - continue_as_new: {after_model_calls: 2}: the run continues as new
+ *    before its third model call, carrying the conversation; the new run
+ *    adopts the sandbox and finishes; every model turn was asked once; both
+ *    runs replay (durabox replay) without asking the model. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <signal.h>
@@ -594,12 +598,117 @@ static void test_checkpoints(void **state) {
   free(rid);
 }
 
+/* ------------------------------------------------- continue-as-new */
+
+/* The run that continued run rid (its ContinuedAsNew event), or NULL when
+ * rid closed otherwise. Waits for rid to close. */
+static char *next_run(const char *wfid, const char *rid) {
+  for (int64_t end = mono_ms() + 180000; mono_ms() < end;) {
+    dbx_client_history h = {0};
+    dbx_client_history_opts ho = {.wait_new_event = 1, .close_event_only = 1, .timeout_ms = 10000};
+    dbx_err e = dbx_client_get_history(F.c, wfid, rid, &ho, &h, NULL);
+    char *out = NULL;
+    int closed = 0;
+    if (e == DBX_OK && h.n) {
+      const HistoryEvent *ev = h.events[h.n - 1];
+      closed = ev->event_type == ET(WORKFLOW_EXECUTION_COMPLETED) ||
+               ev->event_type == ET(WORKFLOW_EXECUTION_FAILED) ||
+               ev->event_type == ET(WORKFLOW_EXECUTION_CONTINUED_AS_NEW);
+      if (ev->event_type == ET(WORKFLOW_EXECUTION_CONTINUED_AS_NEW))
+        out = dbx_strdup(ev->workflow_execution_continued_as_new_event_attributes->new_execution_run_id);
+    }
+    dbx_client_history_cleanup(&h);
+    if (closed) return out;
+  }
+  fail_msg("%s run %s did not close within 180 s", wfid, rid);
+  return NULL;
+}
+
+static void replay_ok(const char *wfid, const char *rid) {
+  char *argv[] = {(char *)dbx_test_bin(), "replay", "--workflow-id", (char *)wfid, "--run-id",
+                  (char *)rid, "--address", F.addr, NULL};
+  char *out = NULL, *err = NULL;
+  char *env[] = {F.env_home, NULL};
+  int rc = dbx_svct_proc_run(argv, env, 60000, &out, &err);
+  if (rc != 0) fail_msg("durabox replay of %s exited %d: %s%s", rid, rc, out ? out : "", err ? err : "");
+  free(out), free(err);
+}
+
+static void test_continue_as_new(void **state) {
+  (void)state;
+  fixture_start("{\"replies\":["
+                "{\"tool_calls\":[{\"name\":\"write_file\",\"arguments\":{\"path\":\"a.txt\",\"content\":\"one\\n\"}}]},"
+                "{\"expect\":\"wrote\",\"tool_calls\":[{\"name\":\"shell\",\"arguments\":{\"command\":\"cat a.txt\"}}]},"
+                "{\"expect\":\"one\",\"tool_calls\":[{\"name\":\"write_file\",\"arguments\":{\"path\":\"b.txt\",\"content\":\"two\\n\"}}]},"
+                "{\"expect\":\"wrote\",\"content\":\"Done after four.\"}]}", 0);
+  char *in = dbx_asprintf("{\"task\":\"write two files\",\"sandbox\":{\"source\":{\"kind\":\"git\",\"path\":\"%s\"}},"
+                          "\"continue_as_new\":{\"after_model_calls\":2}}", F.repo);
+  char *rid1 = start_agent("agent-can", in, 0);
+  free(in);
+  char *rid2 = next_run("agent-can", rid1);
+  if (!rid2) fail_msg("the first run did not continue as new");
+  cJSON *j = completed("agent-can", rid2);
+  assert_string_equal(cJSON_GetObjectItem(j, "status")->valuestring, "completed");
+  assert_string_equal(cJSON_GetObjectItem(j, "answer")->valuestring, "Done after four.");
+  assert_int_equal((int)cJSON_GetObjectItem(j, "model_calls")->valuedouble, 4);
+  assert_int_equal((int)cJSON_GetObjectItem(j, "tool_calls")->valuedouble, 3);
+  assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "steps")), 7);
+  assert_int_equal((int)cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"), "total_tokens")->valuedouble, 60);
+  /* the whole conversation was carried: system, one user message, 4 answers, 3 tool results */
+  cJSON *conv = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "session_state"), "conversation");
+  assert_int_equal(cJSON_GetArraySize(conv), 9);
+  int users = 0;
+  const cJSON *m;
+  cJSON_ArrayForEach(m, conv) users += strcmp(cJSON_GetObjectItem(m, "role")->valuestring, "user") == 0;
+  assert_int_equal(users, 1);
+  /* each model turn asked once, none again after the continue */
+  cJSON *ll = read_log(F.llm_log);
+  assert_int_equal(cJSON_GetArraySize(ll), 4);
+  for (int t = 0; t < 4; t++) {
+    const cJSON *e = cJSON_GetArrayItem(ll, t);
+    assert_int_equal((int)cJSON_GetObjectItem(e, "turn")->valuedouble, t);
+    assert_int_equal((int)cJSON_GetObjectItem(e, "status")->valuedouble, 200);
+  }
+  /* run 1: no delete (the sandbox goes on); run 2 adopts it, deletes it at the end */
+  sched_ev e1[32], e2[32];
+  size_t n1 = scheduled("agent-can", rid1, e1, 32), n2 = scheduled("agent-can", rid2, e2, 32);
+  assert_int_equal(count_type(e1, n1, "sandbox.delete"), 0);
+  assert_int_equal(count_type(e1, n1, "llm.chat"), 2);
+  assert_int_equal(count_type(e2, n2, "llm.chat"), 2);
+  assert_string_equal(e2[0].type, "sandbox.create");
+  const char *sid = cJSON_GetObjectItem(j, "sandbox_id")->valuestring;
+  if (!strstr(e2[0].input, "\"adopt\":{\"sandbox_id\":\"") || !strstr(e2[0].input, sid))
+    fail_msg("run 2's create does not adopt %s: %s", sid, e2[0].input);
+  assert_true(strstr(e1[0].input, sid) == NULL || strstr(e1[0].input, "adopt") == NULL);
+  assert_string_equal(e2[n2 - 1].type, "sandbox.delete");
+  /* run 2's first model call carries run 1's conversation */
+  for (size_t i = 0; i < n2; i++) {
+    if (strcmp(e2[i].type, "llm.chat") != 0) continue;
+    cJSON *x = cJSON_Parse(e2[i].input);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(x, "messages")), 6);
+    cJSON_Delete(x);
+    break;
+  }
+  sched_free(e1, n1), sched_free(e2, n2);
+  char *dir = dbx_asprintf("%s/sandboxes/%s", F.home, sid);
+  if (access(dir, F_OK) == 0) fail_msg("the sandbox %s is still there", dir);
+  free(dir);
+  /* both runs replay against the code, and the model is not asked again */
+  replay_ok("agent-can", rid1);
+  replay_ok("agent-can", rid2);
+  cJSON *ll2 = read_log(F.llm_log);
+  assert_int_equal(cJSON_GetArraySize(ll2), 4);
+  cJSON_Delete(ll), cJSON_Delete(ll2), cJSON_Delete(j);
+  free(rid1), free(rid2);
+}
+
 int main(void) {
   dbx_rpc_global_init();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(test_push_two_turns, teardown),
       cmocka_unit_test_teardown(test_cancel_cleans, teardown),
       cmocka_unit_test_teardown(test_checkpoints, teardown),
+      cmocka_unit_test_teardown(test_continue_as_new, teardown),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   dbx_rpc_global_shutdown();

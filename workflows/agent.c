@@ -55,6 +55,9 @@ typedef struct {
   char ck_name[128];
   const char *ck_reason;
   cJSON *checkpoints; /* owned: the outcomes, for the result; NULL before the first */
+  /* continue-as-new: model calls of this run, the bounds, 1 in a continued run */
+  int run_model_calls, continued;
+  double can_calls, can_bytes;
 } agent;
 
 static const char *str_of(const cJSON *o, const char *k) {
@@ -152,8 +155,8 @@ static int check_checkpoint(const cJSON *sb, char *err, size_t n) {
                             "true|false}"), -1;
   if (only(p, keys, "sandbox.checkpoint", err, n)) return -1;
   const cJSON *ev = cJSON_GetObjectItemCaseSensitive(p, "every_steps");
-  if (ev && (!cJSON_IsNumber(ev) || ev->valuedouble != (double)(int)ev->valuedouble ||
-             ev->valuedouble < 1 || ev->valuedouble > 10000))
+  if (ev && (!cJSON_IsNumber(ev) || !(ev->valuedouble >= 1 && ev->valuedouble <= 10000) ||
+             ev->valuedouble != (double)(int)ev->valuedouble))
     return snprintf(err, n, "sandbox.checkpoint.every_steps must be a whole number from 1 to 10000"), -1;
   const cJSON *oc = cJSON_GetObjectItemCaseSensitive(p, "on_completion");
   if (oc && !cJSON_IsBool(oc))
@@ -163,7 +166,9 @@ static int check_checkpoint(const cJSON *sb, char *err, size_t n) {
 
 static int validate_tree(const cJSON *in, cJSON **policy_tree, char *err, size_t n) {
   static const char *const top[] = {"task", "sandbox", "repository", "model", "policy", "budget",
-                                    "system_prompt", "tool_output_max_bytes", "session", NULL};
+                                    "system_prompt", "tool_output_max_bytes", "session",
+                                    "continue_as_new", "continued", NULL};
+  static const char *const can[] = {"after_model_calls", "after_history_bytes", NULL};
   static const char *const model[] = {"name", "base_url", "max_tokens", "temperature",
                                       "timeout_s", "retry", NULL};
   static const char *const repo[] = {"github", "base", "branch", "api_url", "remote", NULL};
@@ -173,8 +178,9 @@ static int validate_tree(const cJSON *in, cJSON **policy_tree, char *err, size_t
   if (only(in, top, "input", err, n)) return -1;
   const char *task = str_of(in, "task");
   if (!task || !*task) return snprintf(err, n, "input: \"task\" (text) is required"), -1;
-  static const char *const objs[] = {"sandbox", "repository", "model", "budget", "session"};
-  for (size_t i = 0; i < 5; i++) {
+  static const char *const objs[] = {"sandbox", "repository", "model", "budget", "session",
+                                     "continue_as_new", "continued"};
+  for (size_t i = 0; i < 7; i++) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(in, objs[i]);
     if (v && !cJSON_IsObject(v)) return snprintf(err, n, "input: \"%s\" must be an object", objs[i]), -1;
   }
@@ -182,6 +188,17 @@ static int validate_tree(const cJSON *in, cJSON **policy_tree, char *err, size_t
   if (m && only(m, model, "model", err, n)) return -1;
   if (r && only(r, repo, "repository", err, n)) return -1;
   if (b && only(b, budget, "budget", err, n)) return -1;
+  const cJSON *cn = obj_of(in, "continue_as_new");
+  if (cn && only(cn, can, "continue_as_new", err, n)) return -1;
+  if (cn && (num_or(cn, "after_model_calls", 1) < 1 || num_or(cn, "after_model_calls", 1) > 100000 ||
+             num_or(cn, "after_history_bytes", 65536) < 65536 ||
+             num_or(cn, "after_history_bytes", 65536) > 40e6))
+    return snprintf(err, n, "continue_as_new: after_model_calls must be from 1 to 100000, "
+                            "after_history_bytes from 65536 to 40000000"), -1;
+  const cJSON *co = obj_of(in, "continued");
+  if (co && !cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(co, "conversation")))
+    return snprintf(err, n, "continued.conversation must be an array (the field is written by "
+                            "the run that continued as new)"), -1;
   if (check_remote(r, err, n) != 0 || check_checkpoint(obj_of(in, "sandbox"), err, n) != 0)
     return -1;
   if (b && (num_or(b, "max_steps", 50) < 1 || num_or(b, "max_steps", 50) > 100000))
@@ -412,15 +429,69 @@ static void schedule_chat(agent *s, dbx_wf *wf) {
   o.heartbeat_ms = 20000; /* llm.chat beats while the model answers */
   s->phase = CHATTING;
   s->model_calls++;
+  s->run_model_calls++;
   s->seq = sched(wf, "llm.chat", in, &o);
 }
 
 static void hold(agent *s, dbx_wf *wf, int llm, const char *target, const cJSON *args,
                  const dbx_policy_verdict *v);
 
+/* ------------------------------------------------- continue-as-new
+ * Every llm.chat input holds the whole conversation, so a run's history
+ * grows with the square of its length. Before a model call, once this run
+ * made continue_as_new.after_model_calls of them, or its history reached
+ * after_history_bytes (default 4 MiB), or the service suggests it, the run
+ * continues as new: the same input plus "continued" {conversation, steps,
+ * counters, sandbox, branch, pull_request, checkpoints}, and the new run
+ * re-opens the sandbox (sandbox.create's adopt) and goes on with the model
+ * call. Nothing is asked twice: the conversation is carried, not replayed. */
+
+static int should_continue(const agent *s, const dbx_wf *wf) {
+  if (s->run_model_calls == 0) return 0;
+  if (s->can_calls > 0 && s->run_model_calls >= s->can_calls) return 1;
+  return dbx_wf_history_size_bytes(wf) >= (int64_t)s->can_bytes ||
+         dbx_wf_continue_as_new_suggested(wf);
+}
+
+static void continue_run(agent *s, dbx_wf *wf) {
+  cJSON *in = cJSON_Duplicate(s->input, 1);
+  cJSON_DeleteItemFromObjectCaseSensitive(in, "continued");
+  cJSON *c = cJSON_AddObjectToObject(in, "continued");
+  cJSON_AddItemToObject(c, "conversation", cJSON_Duplicate(s->messages, 1));
+  cJSON_AddItemToObject(c, "steps", cJSON_Duplicate(s->steps, 1));
+  cJSON_AddNumberToObject(c, "nstep", s->nstep);
+  cJSON_AddNumberToObject(c, "model_calls", s->model_calls);
+  cJSON_AddNumberToObject(c, "tool_calls", s->tool_calls);
+  cJSON_AddNumberToObject(c, "prompt_tokens", s->ptok);
+  cJSON_AddNumberToObject(c, "completion_tokens", s->ctok);
+  cJSON_AddNumberToObject(c, "ck_total", s->ck_total);
+  cJSON_AddNumberToObject(c, "ck_changes", s->ck_changes);
+  cJSON_AddNumberToObject(c, "runs", num_or(obj_of(s->input, "continued"), "runs", 1) + 1);
+  if (s->checkpoints) cJSON_AddItemToObject(c, "checkpoints", cJSON_Duplicate(s->checkpoints, 1));
+  cJSON *sb = cJSON_AddObjectToObject(c, "sandbox");
+  cJSON_AddStringToObject(sb, "id", s->sandbox_id ? s->sandbox_id : "");
+  if (s->owner_run) cJSON_AddStringToObject(sb, "owner_run_id", s->owner_run);
+  if (s->driver) cJSON_AddStringToObject(sb, "driver", s->driver);
+  if (s->branch) cJSON_AddStringToObject(c, "branch", s->branch);
+  cJSON_AddItemToObject(c, "pull_request", pr_copy(s));
+  char *txt = cJSON_PrintUnformatted(in);
+  cJSON_Delete(in);
+  if (!txt) {
+    dbx_wf_out_of_memory(wf);
+    return;
+  }
+  s->phase = DONE;
+  dbx_wf_continue_as_new(wf, txt, NULL);
+  free(txt);
+}
+
 static void chat(agent *s, dbx_wf *wf) {
   if (s->nstep >= s->max_steps || (s->max_tokens > 0 && s->ptok + s->ctok >= s->max_tokens)) {
     finish(s, wf, "budget_exhausted");
+    return;
+  }
+  if (should_continue(s, wf)) {
+    continue_run(s, wf);
     return;
   }
   const char *target = s->model ? s->model : "default";
@@ -936,7 +1007,7 @@ static void tool_done(agent *s, dbx_wf *wf, const dbx_act_outcome *o) {
 /* The sandbox is open (and on its branch): the baseline checkpoint when the
  * policy asks for them, then the first model call. */
 static void ready(agent *s, dbx_wf *wf) {
-  if (s->ck_on && s->sandbox_id) {
+  if (s->ck_on && s->sandbox_id && !s->continued) {
     schedule_checkpoint(s, wf, "baseline", CK_THEN_CHAT);
     return;
   }
@@ -1134,11 +1205,31 @@ static void agent_on_cancel(void *state, dbx_wf *wf) {
 
 /* ------------------------------------------------------------- create */
 
+/* A continued run's counters, steps and checkpoints, from "continued". */
+static void restore_continued(agent *s, const cJSON *c) {
+  s->continued = 1;
+  const cJSON *st = cJSON_GetObjectItemCaseSensitive(c, "steps");
+  if (cJSON_IsArray(st)) {
+    cJSON_Delete(s->steps);
+    s->steps = cJSON_Duplicate(st, 1);
+  }
+  const cJSON *ck = cJSON_GetObjectItemCaseSensitive(c, "checkpoints");
+  if (cJSON_IsArray(ck)) s->checkpoints = cJSON_Duplicate(ck, 1);
+  s->nstep = (int)num_or(c, "nstep", 0);
+  s->model_calls = (int)num_or(c, "model_calls", 0);
+  s->tool_calls = (int)num_or(c, "tool_calls", 0);
+  s->ptok = num_or(c, "prompt_tokens", 0);
+  s->ctok = num_or(c, "completion_tokens", 0);
+  s->ck_total = (int)num_or(c, "ck_total", 0);
+  s->ck_changes = (int)num_or(c, "ck_changes", 0);
+}
+
 static int start_conversation(agent *s, const cJSON *state) {
   const cJSON *conv = state ? cJSON_GetObjectItemCaseSensitive(state, "conversation") : NULL;
   s->messages = cJSON_IsArray(conv) && cJSON_GetArraySize(conv) > 0 ? cJSON_Duplicate(conv, 1)
                                                                      : cJSON_CreateArray();
   if (!s->messages) return -1;
+  if (s->continued && cJSON_GetArraySize(s->messages) > 0) return 0; /* goes on as it was */
   if (cJSON_GetArraySize(s->messages) == 0) {
     const char *sys = str_of(s->input, "system_prompt");
     cJSON *m = cJSON_CreateObject();
@@ -1173,10 +1264,17 @@ static void *agent_create(dbx_wf *wf, const char *input_json, size_t len) {
   s->input = in;
   s->policy = pol;
   const cJSON *budget = obj_of(in, "budget"), *sess = obj_of(in, "session");
-  const cJSON *state = obj_of(sess, "state");
+  const cJSON *state = obj_of(sess, "state"), *cont = obj_of(in, "continued");
+  if (cont) { /* a run continued as new: its predecessor's state */
+    state = cont;
+    restore_continued(s, cont);
+  }
   s->max_steps = (int)num_or(budget, "max_steps", 50);
   s->max_tokens = num_or(budget, "max_tokens", 0);
   s->out_cap = (size_t)num_or(in, "tool_output_max_bytes", 16384);
+  const cJSON *can = obj_of(in, "continue_as_new");
+  s->can_calls = num_or(can, "after_model_calls", 0);
+  s->can_bytes = num_or(can, "after_history_bytes", 4.0 * 1024 * 1024);
   const char *mn = str_of(obj_of(in, "model"), "name");
   s->model = mn && *mn ? dbx_strdup(mn) : NULL;
   const cJSON *sb = obj_of(in, "sandbox");
@@ -1199,15 +1297,15 @@ static void *agent_create(dbx_wf *wf, const char *input_json, size_t len) {
   s->ck_on = ckp != NULL;
   s->ck_every = (int)num_or(ckp, "every_steps", 0);
   s->ck_on_completion = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ckp, "on_completion"));
-  if (sid && *sid) { /* a later turn: the same sandbox, re-opened (adopt) */
+  if (sid && *sid) { /* a later turn or a continued run: the same sandbox, re-opened (adopt) */
     s->adopted = 1;
     s->sandbox_id = dbx_strdup(sid);
     const char *own = str_of(ssb, "owner_run_id"), *drv = str_of(ssb, "driver");
     s->owner_run = dbx_strdup(own && *own ? own : dbx_wf_run_id(wf));
     cJSON_AddStringToObject(ci, "resource", "workspace");
     cJSON_AddStringToObject(ci, "owner_run_id", s->owner_run ? s->owner_run : "");
-    cJSON_AddTrueToObject(ci, "keep");
-    cJSON_AddTrueToObject(ci, "session");
+    if (s->keep) cJSON_AddTrueToObject(ci, "keep");
+    if (sess) cJSON_AddTrueToObject(ci, "session");
     cJSON *ad = cJSON_AddObjectToObject(ci, "adopt");
     cJSON_AddStringToObject(ad, "sandbox_id", sid);
     if (drv && *drv) cJSON_AddStringToObject(ad, "driver", drv);
