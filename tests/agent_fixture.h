@@ -33,6 +33,7 @@ typedef struct {
   int port;
   char addr[64];
   pid_t worker;
+  int git_token; /* 1: the worker gets GIT_TOKEN / GIT_USERNAME too (the push prefers them) */
   dbx_client *c;
 } fixture;
 
@@ -93,11 +94,13 @@ static __attribute__((unused)) int sh_rc(const char *cmd, char **out) {
 static __attribute__((unused)) void spawn_worker(void) {
   char *argv[] = {(char *)dbx_test_bin(), "worker", "--address", F.addr, "--task-queue", TQ,
                   "--db", F.wrk, "--log-level", "debug", NULL};
-  /* GIT_TOKEN is emptied: the push uses GITHUB_TOKEN, as on GitHub; a
+  /* GIT_TOKEN is emptied unless F.git_token: the push uses GITHUB_TOKEN; a
    * sandbox quota puts activities/quota.h in front of the local driver, so
    * the credentials pass through it too */
   char *env[] = {F.env_home, F.env_llm, "LLM_MODEL=fake-model", "LLM_API_KEY=" LLM_KEY,
-                 "GITHUB_TOKEN=" GH_TOKEN, "GIT_TOKEN=", F.env_gh, "DURABOX_MAX_SANDBOXES=50", NULL};
+                 "GITHUB_TOKEN=" GH_TOKEN, F.git_token ? "GIT_TOKEN=" GH_TOKEN : "GIT_TOKEN=",
+                 F.git_token ? "GIT_USERNAME=x-access-token" : "GIT_USERNAME=", F.env_gh,
+                 "DURABOX_MAX_SANDBOXES=50", NULL};
   char log[700];
   snprintf(log, sizeof log, "%s.%lld", F.wlog, (long long)mono_ms());
   F.worker = dbx_svct_proc_spawn(argv, env, log, log);

@@ -10,7 +10,8 @@
  *    GITHUB_TOKEN as password). Turn 1 commits, tries `git push` from the
  *    sandbox itself (refused: the sandbox has no credentials), pushes with
  *    the push tool (git.push: the worker's token) and opens a pull request;
- *    turn 2 (--session) re-opens the sandbox through sandbox.create's adopt
+ *    turn 2 (--session, on a worker with GIT_TOKEN / GIT_USERNAME, which the
+ *    push then uses) re-opens the sandbox through sandbox.create's adopt
  *    (no sandbox.start), commits, pushes the same branch and asks for a pull
  *    request again: GitHub's log shows one created (201) and one refused as
  *    existing (422), and turn 2 reports #1. Then the token's bytes are in no
@@ -37,7 +38,7 @@ static const char *PUSH_SCRIPT =
     "{\"expect\":\"Add a second line\",\"tool_calls\":[{\"name\":\"write_file\",\"arguments\":{\"path\":\"notes.txt\",\"content\":\"turn one\\nturn two\\n\"}}]},"
     "{\"expect\":\"wrote\",\"tool_calls\":[{\"name\":\"shell\",\"arguments\":{\"command\":\"git commit -qam two && echo committed\"}}]},"
     "{\"expect\":\"committed\",\"tool_calls\":[{\"name\":\"push\",\"arguments\":{}}]},"
-    "{\"expect\":\"with the worker's GITHUB_TOKEN\",\"tool_calls\":[{\"name\":\"open_pr\",\"arguments\":{\"title\":\"Notes\"}}]},"
+    "{\"expect\":\"with the worker's GIT_TOKEN\",\"tool_calls\":[{\"name\":\"open_pr\",\"arguments\":{\"title\":\"Notes\"}}]},"
     "{\"expect\":\"was already open\",\"content\":\"Updated pull request #1.\"}"
     "]}";
 
@@ -86,6 +87,12 @@ static void test_push_two_turns(void **state) {
   cJSON_AddStringToObject(sess, "previous_run_id", rid1);
   cJSON_AddItemToObject(sess, "state", cJSON_Duplicate(st, 1));
   char *t2 = cJSON_PrintUnformatted(in2);
+  /* turn 2 on a new worker that has GIT_TOKEN / GIT_USERNAME too: the push
+   * takes those (the model reads which variable, never the value) */
+  kill(F.worker, SIGTERM);
+  dbx_svct_proc_wait(F.worker, 30000);
+  F.git_token = 1;
+  spawn_worker();
   char *rid2 = start_agent("sess-p", t2, 1);
   cJSON *j2 = completed("sess-p", rid2);
   assert_string_equal(cJSON_GetObjectItem(j2, "answer")->valuestring, "Updated pull request #1.");
