@@ -10,8 +10,10 @@
  *  - continue_as_new: {after_model_calls: 2}: the run continues as new
  *    before its third model call, carrying the conversation; the new run
  *    adopts the sandbox and finishes; every model turn was asked once; both
- *    runs replay (durabox replay) without asking the model. */
+ *    runs replay (durabox replay) without asking the model.
+ *  - input_bounds: the new fields out of range are refused at the start. */
 #include "tests/agent_fixture.h"
+#include "workflows/agent.h"
 
 /* ------------------------------------------------------- checkpoints */
 
@@ -191,11 +193,47 @@ static void test_continue_as_new(void **state) {
   free(rid1), free(rid2);
 }
 
+/* ------------------------------------------------- input bounds */
+
+/* The new input fields are refused out of range at the start, naming the
+ * field (dbx_agent_validate, as the workflow's create and durabox run). */
+static void test_input_bounds(void **state) {
+  (void)state;
+  static const char *const bad[][2] = {
+      {"{\"task\":\"x\",\"sandbox\":{\"checkpoint\":{\"every_steps\":1.5}}}", "sandbox.checkpoint.every_steps"},
+      {"{\"task\":\"x\",\"sandbox\":{\"checkpoint\":{\"every_steps\":1e300}}}", "sandbox.checkpoint.every_steps"},
+      {"{\"task\":\"x\",\"sandbox\":{\"checkpoint\":{\"on_completion\":\"yes\"}}}", "sandbox.checkpoint.on_completion"},
+      {"{\"task\":\"x\",\"sandbox\":{\"checkpoint\":{\"every\":2}}}", "unknown field \"every\""},
+      {"{\"task\":\"x\",\"sandbox\":{\"checkpoint\":true}}", "sandbox.checkpoint must be"},
+      {"{\"task\":\"x\",\"continue_as_new\":{\"after_model_calls\":0}}", "continue_as_new: after_model_calls"},
+      {"{\"task\":\"x\",\"continue_as_new\":{\"after_history_bytes\":1e300}}", "after_history_bytes"},
+      {"{\"task\":\"x\",\"continued\":{\"conversation\":5}}", "continued.conversation"},
+      {"{\"task\":\"x\",\"model\":{\"timeout_s\":1e300}}", "model.timeout_s"},
+      {"{\"task\":\"x\",\"model\":{\"retry\":{\"maximum_attempts\":1e12}}}", "model.retry.maximum_attempts"},
+      {"{\"task\":\"x\",\"model\":{\"retry\":{\"tries\":2}}}", "unknown field \"tries\""},
+      {"{\"task\":\"x\",\"repository\":{\"remote\":\"https://bot:s3cret@example.invalid/r.git\"}}", "must not carry credentials"},
+      {"{\"task\":\"x\",\"repository\":{\"remote\":\"--upload-pack=x\"}}", "repository.remote"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    char err[512] = "";
+    int rc = dbx_agent_validate(bad[i][0], strlen(bad[i][0]), err, sizeof err);
+    if (rc != -1 || !strstr(err, bad[i][1]))
+      fail_msg("%s: rc %d, \"%s\" does not name \"%s\"", bad[i][0], rc, err, bad[i][1]);
+  }
+  const char *good = "{\"task\":\"x\",\"sandbox\":{\"checkpoint\":{\"every_steps\":3,\"on_completion\":false}},"
+                     "\"continue_as_new\":{\"after_model_calls\":5,\"after_history_bytes\":1000000},"
+                     "\"model\":{\"timeout_s\":60,\"retry\":{\"maximum_attempts\":3,\"initial_interval_s\":0.2}},"
+                     "\"repository\":{\"remote\":\"https://github.com/acme/calc.git\"}}";
+  char err[512] = "";
+  if (dbx_agent_validate(good, strlen(good), err, sizeof err) != 0) fail_msg("refused: %s", err);
+}
+
 int main(void) {
   dbx_rpc_global_init();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(test_checkpoints, teardown),
       cmocka_unit_test_teardown(test_continue_as_new, teardown),
+      cmocka_unit_test(test_input_bounds),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   dbx_rpc_global_shutdown();

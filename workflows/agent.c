@@ -164,6 +164,26 @@ static int check_checkpoint(const cJSON *sb, char *err, size_t n) {
   return 0;
 }
 
+/* model.timeout_s and model.retry's numbers, in ranges that convert to
+ * milliseconds and attempts without overflow. */
+static int check_model_numbers(const cJSON *m, char *err, size_t n) {
+  static const char *const rk[] = {"maximum_attempts", "initial_interval_s", "maximum_interval_s",
+                                   "backoff_coefficient", NULL};
+  static const double lo[] = {1, 0.001, 0.001, 1}, hi[] = {1000, 86400, 86400, 100};
+  double t = num_or(m, "timeout_s", 300);
+  if (!(t >= 1 && t <= 86400)) return snprintf(err, n, "model.timeout_s must be from 1 to 86400"), -1;
+  const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "retry");
+  if (!r) return 0;
+  if (!cJSON_IsObject(r)) return snprintf(err, n, "model.retry must be an object"), -1;
+  if (only(r, rk, "model.retry", err, n)) return -1;
+  for (size_t i = 0; rk[i]; i++) {
+    double v = num_or(r, rk[i], lo[i]);
+    if (!(v >= lo[i] && v <= hi[i]))
+      return snprintf(err, n, "model.retry.%s must be from %g to %g", rk[i], lo[i], hi[i]), -1;
+  }
+  return 0;
+}
+
 static int validate_tree(const cJSON *in, cJSON **policy_tree, char *err, size_t n) {
   static const char *const top[] = {"task", "sandbox", "repository", "model", "policy", "budget",
                                     "system_prompt", "tool_output_max_bytes", "session",
@@ -186,6 +206,7 @@ static int validate_tree(const cJSON *in, cJSON **policy_tree, char *err, size_t
   }
   const cJSON *m = obj_of(in, "model"), *r = obj_of(in, "repository"), *b = obj_of(in, "budget");
   if (m && only(m, model, "model", err, n)) return -1;
+  if (m && check_model_numbers(m, err, n) != 0) return -1;
   if (r && only(r, repo, "repository", err, n)) return -1;
   if (b && only(b, budget, "budget", err, n)) return -1;
   const cJSON *cn = obj_of(in, "continue_as_new");
@@ -1205,6 +1226,13 @@ static void agent_on_cancel(void *state, dbx_wf *wf) {
 
 /* ------------------------------------------------------------- create */
 
+/* A whole number of o's k clamped to 0..10^9 (a hand-written "continued"
+ * cannot make a cast overflow). */
+static int count_of(const cJSON *o, const char *k) {
+  double v = num_or(o, k, 0);
+  return v >= 0 && v <= 1e9 ? (int)v : 0;
+}
+
 /* A continued run's counters, steps and checkpoints, from "continued". */
 static void restore_continued(agent *s, const cJSON *c) {
   s->continued = 1;
@@ -1215,13 +1243,13 @@ static void restore_continued(agent *s, const cJSON *c) {
   }
   const cJSON *ck = cJSON_GetObjectItemCaseSensitive(c, "checkpoints");
   if (cJSON_IsArray(ck)) s->checkpoints = cJSON_Duplicate(ck, 1);
-  s->nstep = (int)num_or(c, "nstep", 0);
-  s->model_calls = (int)num_or(c, "model_calls", 0);
-  s->tool_calls = (int)num_or(c, "tool_calls", 0);
+  s->nstep = count_of(c, "nstep");
+  s->model_calls = count_of(c, "model_calls");
+  s->tool_calls = count_of(c, "tool_calls");
   s->ptok = num_or(c, "prompt_tokens", 0);
   s->ctok = num_or(c, "completion_tokens", 0);
-  s->ck_total = (int)num_or(c, "ck_total", 0);
-  s->ck_changes = (int)num_or(c, "ck_changes", 0);
+  s->ck_total = count_of(c, "ck_total");
+  s->ck_changes = count_of(c, "ck_changes");
 }
 
 static int start_conversation(agent *s, const cJSON *state) {
