@@ -174,6 +174,21 @@ FWD(git_commit_paths, (const char *name, const char *repo_path, const char *cons
 FWD(git_push, (const char *name, const char *repo_path, const char *remote, const char *branch),
     (name, repo_path, remote, branch))
 FWD(checkpoint, (const char *name, const char *snap, char **ref), (name, snap, ref))
+
+/* Optional ops (driver.h): UNSUPPORTED where the inner driver has none. */
+static dbx_drv_err q_git_clone_cred(void *self, const char *name, const char *url, const char *path,
+                                    const char *ref, const dbx_drv_git_cred *cred) {
+  dbx_quota *q = self;
+  if (!q->in->ops->git_clone_cred) return DBX_DRV_UNSUPPORTED;
+  return q->in->ops->git_clone_cred(q->in->self, name, url, path, ref, cred);
+}
+static dbx_drv_err q_git_push_cred(void *self, const char *name, const char *repo_path,
+                                   const char *remote, const char *branch,
+                                   const dbx_drv_git_cred *cred) {
+  dbx_quota *q = self;
+  if (!q->in->ops->git_push_cred) return DBX_DRV_UNSUPPORTED;
+  return q->in->ops->git_push_cred(q->in->self, name, repo_path, remote, branch, cred);
+}
 FWD(restore, (const char *name, const char *ref), (name, ref))
 FWD(snapshot_delete, (const char *ref), (ref))
 
@@ -203,6 +218,8 @@ static const dbx_driver_ops QUOTA_OPS = {
     .git_commit = q_git_commit,
     .git_commit_paths = q_git_commit_paths,
     .git_push = q_git_push,
+    .git_clone_cred = q_git_clone_cred,
+    .git_push_cred = q_git_push_cred,
     .checkpoint = q_checkpoint,
     .restore = q_restore,
     .snapshot_delete = q_snapshot_delete,
