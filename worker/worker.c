@@ -134,7 +134,7 @@ struct dbx_worker {
   size_t ncache;
   uint64_t cache_clock;
   _Atomic uint64_t st_wft, st_act, st_poll_err, st_hits, st_nondet, st_oversized, st_completions;
-  _Atomic uint64_t st_sticky, st_full_fetch;
+  _Atomic uint64_t st_sticky, st_full_fetch, st_in_flight, st_parked;
   char *sticky_tq;     /* this worker's sticky queue; NULL = none */
   size_t cache_max;    /* runs kept in the cache */
   int64_t sticky_s2s_ms;
@@ -242,6 +242,8 @@ void dbx_worker_get_stats(dbx_worker *w, dbx_worker_stats *out) {
   out->nondeterminism = w->st_nondet;
   out->oversized_completions = w->st_oversized;
   out->completions_sent = w->st_completions;
+  out->activities_in_flight = w->st_in_flight;
+  out->activities_parked = w->st_parked;
 }
 
 /* Sleep up to ms on the worker's condition; returns early on stop. */
@@ -1254,6 +1256,7 @@ static void unpark(dbx_worker *w, dbx_act *a) {
   size_t i = a->heap_i;
   if (i >= w->nparked || w->parked[i] != a) return;
   dbx_act *last = w->parked[--w->nparked];
+  w->st_parked = w->nparked;
   if (i < w->nparked) {
     heap_set(w, i, last);
     heap_up(w, i);
@@ -1285,6 +1288,7 @@ static void park_insert(dbx_worker *w, dbx_act *a) {
     w->capparked = cap;
   }
   heap_set(w, w->nparked++, a);
+  w->st_parked = w->nparked;
   heap_up(w, a->heap_i);
   a->park_fd_added = 0;
   if (a->park_fd >= 0) { /* a fd epoll refuses (a regular file) leaves the timer */
@@ -1305,6 +1309,7 @@ static void act_done(dbx_act *a) {
       break;
     }
   atomic_store(&a->done, 1);
+  w->st_in_flight--;
   w->slots_used--;
   pthread_cond_broadcast(&w->cv);
   pthread_mutex_unlock(&w->mu);
@@ -1476,6 +1481,7 @@ static void *act_poller(void *arg) {
     pthread_mutex_lock(&w->mu);
     a->next = w->running;
     w->running = a;
+    w->st_in_flight++;
     pthread_mutex_unlock(&w->mu);
     pthread_mutex_lock(&w->xmu);
     runq_push(w, a);

@@ -109,6 +109,9 @@ typedef struct {
   uint64_t sticky_tasks;        /* workflow tasks taken from the sticky queue */
   uint64_t full_history_fetches; /* tasks with partial history whose run was not cached:
                                    the full history was fetched and replayed */
+  uint64_t activities_in_flight; /* now: attempts received and not yet finished (running,
+                                   queued for a pool thread or parked) */
+  uint64_t activities_parked;   /* now: of those, parked (dbx_act_park) */
 } dbx_worker_stats;
 void dbx_worker_get_stats(dbx_worker *w, dbx_worker_stats *out);
 
