@@ -153,20 +153,28 @@ static void test_exec_pool_bounded_threads(void **state) {
   /* every command started (none can end before the gate opens): all N
    * attempts are in flight at once; threads sampled meanwhile */
   int peak = 0, started = 0;
+  uint64_t max_in_flight = 0, max_parked = 0;
+  dbx_worker_stats wst;
   int64_t deadline = dbx_mono_ns() + 150LL * 1000000000LL;
-  while ((started = count_dir(sdir)) < N && dbx_mono_ns() < deadline) {
+  for (int settled = 0; settled < 10 && dbx_mono_ns() < deadline;) {
+    started = count_dir(sdir);
+    if (started == N) settled++; /* and a second in that state */
     int t = count_dir("/proc/self/task");
     if (t > peak) peak = t;
+    dbx_worker_get_stats(w, &wst);
+    if (wst.activities_in_flight > max_in_flight) max_in_flight = wst.activities_in_flight;
+    if (wst.activities_parked > max_parked) max_parked = wst.activities_parked;
     nap_ms(100);
   }
-  for (int i = 0; i < 10; i++) { /* and a second in that state */
-    int t = count_dir("/proc/self/task");
-    if (t > peak) peak = t;
-    nap_ms(100);
-  }
-  fprintf(stderr, "it_exec_pool: %d of %d commands in flight; threads: %d before, %d at most\n",
-          started, N, base, peak);
+  fprintf(stderr,
+          "it_exec_pool: %d of %d commands in flight; threads: %d before, %d at most; "
+          "attempts in flight at most %llu, parked at most %llu\n",
+          started, N, base, peak, (unsigned long long)max_in_flight,
+          (unsigned long long)max_parked);
   assert_int_equal(started, N);
+  assert_int_equal(max_in_flight, N);
+  /* most of them wait parked (the rest are between looks on the pool) */
+  assert_true(max_parked >= N / 2);
   /* a thread per activity would be N more; gRPC may add a few of its own */
   assert_true(peak <= base + 12);
 
