@@ -156,6 +156,13 @@ FWD(exec_cancel, (const char *name, const char *cmd_id), (name, cmd_id))
 FWD(exec_forget, (const char *name, const char *cmd_id), (name, cmd_id))
 FWD(exec_cancel_as, (const char *name, const char *cmd_id, int32_t attempt, int *superseded),
     (name, cmd_id, attempt, superseded))
+/* optional in the inner driver: UNSUPPORTED when it has none (callers then
+ * poll on a timer) */
+static dbx_drv_err q_exec_wait_fd(void *self, const char *name, const char *cmd_id, int *fd) {
+  dbx_quota *q = self;
+  if (q->in->ops->exec_wait_fd == NULL) return DBX_DRV_UNSUPPORTED;
+  return q->in->ops->exec_wait_fd(q->in->self, name, cmd_id, fd);
+}
 FWD(file_read, (const char *name, const char *path, size_t max_bytes, uint8_t **data, size_t *len),
     (name, path, max_bytes, data, len))
 FWD(file_write, (const char *name, const char *path, const void *data, size_t len),
@@ -210,6 +217,7 @@ static const dbx_driver_ops QUOTA_OPS = {
     .exec_cancel = q_exec_cancel,
     .exec_forget = q_exec_forget,
     .exec_cancel_as = q_exec_cancel_as,
+    .exec_wait_fd = q_exec_wait_fd,
     .file_read = q_file_read,
     .file_write = q_file_write,
     .upload = q_upload,
