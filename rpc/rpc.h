@@ -134,6 +134,10 @@ void dbx_rpc_call_reply(dbx_rpc_call *c, const void *msg, size_t len);
  * its client's deadline. Owner's thread, before its answer; ignored for
  * in-process calls and when out of memory (the owner's answer still comes). */
 void dbx_rpc_call_fallback(dbx_rpc_call *c, const void *msg, size_t len, int64_t at_mono_ns);
+/* 1 once the fallback answer was sent: the owner's answer will be dropped,
+ * so it should hand the call nothing (and answer it to release it). Any
+ * thread. */
+int dbx_rpc_call_fallback_sent(const dbx_rpc_call *c);
 /* Runs once per tracked answer (dbx_rpc_call_reply_tracked), when gRPC has
  * finished both sending it and closing the call: delivered 1 when the call
  * closed without being cancelled (the reply went out to the peer's stream),

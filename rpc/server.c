@@ -836,6 +836,14 @@ void dbx_rpc_call_fallback(dbx_rpc_call *c, const void *msg, size_t len, int64_t
   free(old);
 }
 
+int dbx_rpc_call_fallback_sent(const dbx_rpc_call *c) {
+  if (c == NULL || c->local_fn != NULL) return 0;
+  pthread_mutex_lock(&c->s->mu);
+  int sent = c->fb_answered;
+  pthread_mutex_unlock(&c->s->mu);
+  return sent;
+}
+
 /* The fallback thread: answers each armed call whose owner is late, with its
  * fallback message and the fallback's reference. */
 static void *fb_main(void *arg) {

@@ -509,7 +509,8 @@ static int wake_parked(dbx_service *s, int kind, const char *key, size_t klen, i
     job *j = *pp;
     /* a poll whose client went away must not take a task: expire_parked answers it */
     int match = j->park == kind && j->park_key && j->park_key_len == klen &&
-                memcmp(j->park_key, key, klen) == 0 && !(j->call && dbx_rpc_call_cancelled(j->call));
+                memcmp(j->park_key, key, klen) == 0 && !(j->call && dbx_rpc_call_cancelled(j->call)) &&
+                !(j->call && dbx_rpc_call_fallback_sent(j->call)); /* answered already: nothing for it */
     if (match) {
       *pp = j->next;
       j->next = *ready;
@@ -634,7 +635,7 @@ static int64_t expire_parked(dbx_service *s, int64_t now_mono, int all) {
   job **pp = &s->parked;
   while (*pp) {
     job *j = *pp;
-    int cancelled = j->call == NULL || dbx_rpc_call_cancelled(j->call);
+    int cancelled = j->call == NULL || dbx_rpc_call_cancelled(j->call) || dbx_rpc_call_fallback_sent(j->call);
     if (all || cancelled || j->park_deadline_ns <= now_mono) {
       *pp = j->next;
       if (j->park == PARK_QUERY) {
