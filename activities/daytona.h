@@ -34,9 +34,11 @@
  *                octet-stream body), GET /files/info.
  *   git_*        /git/clone (the target removed first), /git/status +
  *                /git/add + /git/commit, /git/push; git_clone_cred /
- *                git_push_cred send the worker's credentials in the
- *                endpoints' username / password fields (wiped from our
- *                buffers after the call, never in a message).
+ *                git_push_cred store the token as a Daytona secret
+ *                (POST /secret, hosts: the remote's host), mount it (PUT
+ *                /sandbox/{id}/secrets) and send only its placeholder in
+ *                the endpoints' password field; after the call the secret
+ *                is unmounted and deleted (del deletes one a crash left).
  *   checkpoint   POST /sandbox/{id}/snapshot {name}, then GET
  *                /snapshots/{name} until "active": a capture that leaves no
  *                record once the sandbox left "snapshotting", or one still

@@ -111,8 +111,9 @@ typedef struct {
  * of the URL the operation names, never writes them into the workspace, the
  * sandbox's environment, a command text or a message, and keeps no copy
  * after the call (local: a credential helper given on git's command line
- * reads them from git's own process environment; Daytona: the username /
- * password fields of /git/clone and /git/push, over TLS to the toolbox).
+ * reads them from git's own process environment; Daytona: a Daytona secret
+ * restricted to the remote's host, the sandbox seeing only its placeholder;
+ * docs/sandbox.md "Git credentials").
  * Borrowed for the call. */
 typedef struct {
   const char *username; /* NULL or "": "x-access-token" (what GitHub takes with a token) */

@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "activities/daytona.h"
 #include "activities/driver.h"
 #include "activities/local.h"
@@ -290,6 +292,55 @@ static dbx_daytona *open_dt(const dbx_fake_daytona *f, const char *key) {
   return d;
 }
 
+/* The fake's request log: the token is in the body of POST /api/secret
+ * (or PATCH /api/secret/{id}) requests alone, each restricting the secret
+ * to 127.0.0.1, and in no path or query; with git_bodies, the /git/clone
+ * and /git/push bodies carry the username and a dtn_secret_ placeholder. */
+static void log_only_in_secrets(const dbx_fake_daytona *f, int git_bodies) {
+  char *log = dbx_fake_daytona_call(f, "GET", "/_control/log", NULL);
+  assert_non_null(log);
+  cJSON *j = cJSON_Parse(log);
+  assert_non_null(j);
+  int secret_posts = 0, git_placeholders = 0, mounts = 0;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(j, "requests")) {
+    const char *m = cJSON_GetObjectItemCaseSensitive(e, "method")->valuestring;
+    const char *p = cJSON_GetObjectItemCaseSensitive(e, "path")->valuestring;
+    const char *q = cJSON_GetObjectItemCaseSensitive(e, "query")->valuestring;
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(e, "body");
+    const char *body = cJSON_IsString(b) ? b->valuestring : "";
+    assert_null(strstr(p, g_token));
+    assert_null(strstr(q, g_token));
+    int secret_write = (strcmp(m, "POST") == 0 && strcmp(p, "/api/secret") == 0) ||
+                       (strcmp(m, "PATCH") == 0 && strncmp(p, "/api/secret/", 12) == 0);
+    if (strstr(body, g_token)) {
+      if (!secret_write) fail_msg("the token is in the body of %s %s", m, p);
+      assert_non_null(strstr(body, "\"hosts\":[\"127.0.0.1\"]"));
+      secret_posts++;
+    }
+    if (strstr(p, "/git/clone") || strstr(p, "/git/push"))
+      if (strstr(body, "\"password\":\"dtn_secret_") && strstr(body, "\"username\":\"" USER "\""))
+        git_placeholders++;
+    if (strcmp(m, "PUT") == 0 && strstr(p, "/secrets") && strstr(body, "DBX_GIT_TOKEN")) mounts++;
+  }
+  cJSON_Delete(j);
+  free(log);
+  assert_true(secret_posts > 0);
+  assert_true(mounts > 0);
+  if (git_bodies) assert_true(git_placeholders > 0);
+  char *rs = dbx_fake_daytona_call(f, "POST", "/_control/reset", "{}");
+  assert_non_null(rs);
+  free(rs);
+}
+
+/* Every secret durabox made is gone (deleted after each call). */
+static void no_secret_left(const dbx_fake_daytona *f) {
+  char *r = dbx_fake_daytona_call(f, "GET", "/_control/secrets", NULL);
+  assert_non_null(r);
+  if (strstr(r, "dbx_git_")) fail_msg("secrets left: %s", r);
+  free(r);
+}
+
 static void test_git_cred_daytona(void **state) {
   (void)state;
   dbx_fake_daytona f;
@@ -309,15 +360,15 @@ static void test_git_cred_daytona(void **state) {
   assert_int_equal(drv->ops->git_push_cred(drv->self, "gc-dt", "w", g_url, "main", &bad),
                    DBX_DRV_AUTH);
   assert_non_null(strstr(drv->ops->errmsg(drv->self), "git remote refused the credentials"));
-  /* the fields were sent, and the fake's log keeps no token */
-  char *log = dbx_fake_daytona_call(&f, "GET", "/_control/log", NULL);
-  assert_non_null(log);
-  assert_null(strstr(log, g_token));
-  assert_non_null(strstr(log, "\\\"password\\\": \\\"<redacted>\\\""));
-  assert_non_null(strstr(log, "\\\"username\\\": \\\"" USER "\\\""));
-  free(log);
+  /* the token went to Daytona once per call, as a secret's value (POST or
+   * PATCH /secret, restricted to the remote's host); the git endpoints got
+   * the username and the secret's placeholder, never the token */
+  log_only_in_secrets(&f, 1);
+  no_secret_left(&f);
   assert_int_equal(drv->ops->del(drv->self, "gc-dt"), DBX_DRV_OK);
   create_cases(drv, "gc-dt-src", f.root);
+  log_only_in_secrets(&f, 0);
+  no_secret_left(&f);
   dbx_daytona_close(d);
   dbx_fake_daytona_stop(&f);
 }
