@@ -1313,7 +1313,9 @@ static char *wrapper(const char *envfile, const char *rawbase, const char *workd
       snprintf(t, sizeof t, "timeout --foreground -k 2 %lld.%03lld ", (long long)(o->timeout_ms / 1000),
                (long long)(o->timeout_ms % 1000));
     w = dbx_asprintf(EXEC_TAG " t=%lld c=%zu,%zu; F=%s; if [ -f \"$F\" ]; then . \"$F\"; : > \"$F\"; "
-                     "fi; _dbx_r=%s; rm -f \"$_dbx_r.out\" \"$_dbx_r.err\" \"$_dbx_r.op\" "
+                     "fi; _dbx_r=%s; for _dbx_m in \"${_dbx_r%%/*}\"/*.read; do [ -f \"$_dbx_m\" ] && "
+                     "rm -f \"${_dbx_m%%.read}.raw.out\" \"${_dbx_m%%.read}.raw.err\" \"$_dbx_m\"; "
+                     "done; rm -f \"$_dbx_r.out\" \"$_dbx_r.err\" \"$_dbx_r.op\" "
                      "\"$_dbx_r.ep\"; cd %s && if mkfifo \"$_dbx_r.op\" \"$_dbx_r.ep\" 2>/dev/null; "
                      "then tee \"$_dbx_r.out\" <\"$_dbx_r.op\" & tee \"$_dbx_r.err\" <\"$_dbx_r.ep\" >&2 & "
                      "%ssh -c %s </dev/null >\"$_dbx_r.op\" 2>\"$_dbx_r.ep\"; _dbx_s=$?; wait; "
@@ -1644,6 +1646,32 @@ static dbx_drv_err raw_output(cli_t *c, const char *name, const sbinfo *s, const
   return rc;
 }
 
+/* The raw copies once the result is made from them or needs them not:
+ * lossy 0 (the log alone gave the result, as it would to a retry): they
+ * are removed now; lossy 1 (the result came from them, and a retry after a
+ * crash before the journal would need them again): a ".read" mark is left,
+ * and the next command started in this sandbox removes them (a workflow
+ * starts its next step only once this one's result is in its history),
+ * as the sandbox's delete does. Failures only leave files behind. */
+static void raw_done(cli_t *c, const char *name, const sbinfo *s, const char *cmd_id, int lossy) {
+  char *base = NULL, *po = NULL, *pe = NULL, *mk = NULL;
+  dbx_drv_err rc = marker(c, name, s, cmd_id, lossy ? "read" : "raw", lossy ? &mk : &base);
+  if (rc == DBX_DRV_OK && lossy) {
+    rc = tb_put(c, name, s, mk, "", 0);
+  } else if (rc == DBX_DRV_OK) {
+    po = dbx_asprintf("%s.out", base);
+    pe = dbx_asprintf("%s.err", base);
+    if (po && pe && (rc = tb_rm(c, name, s, po)) == DBX_DRV_OK) rc = tb_rm(c, name, s, pe);
+  }
+  if (rc != DBX_DRV_OK)
+    DBX_DEBUG(MOD, "sandbox %s: command %s: raw output copies not cleared: %s", name, cmd_id,
+              tl_err.msg);
+  free(base);
+  free(po);
+  free(pe);
+  free(mk);
+}
+
 static dbx_drv_err dt_exec_result(void *self, const char *name, const char *cmd_id,
                                   dbx_drv_exec_result *res) {
   dbx_daytona *d = self;
@@ -1662,6 +1690,7 @@ static dbx_drv_err dt_exec_result(void *self, const char *name, const char *cmd_
     int lossy = 0;
     rc = sess_logs_l(&c, name, &v.s, cmd_id, v.ss.cid, &o, &ol, &e, &el, &lossy);
     if (rc == DBX_DRV_OK && lossy) rc = raw_output(&c, name, &v.s, cmd_id, &o, &ol, &e, &el);
+    if (rc == DBX_DRV_OK) raw_done(&c, name, &v.s, cmd_id, lossy);
     res->exit_code = v.ss.exit_code;
     res->signal = v.ss.exit_code > 128 && v.ss.exit_code < 160 ? v.ss.exit_code - 128 : 0;
   }
@@ -1732,6 +1761,10 @@ static dbx_drv_err dt_exec_forget(void *self, const char *name, const char *cmd_
     if (rc == DBX_DRV_OK) rc = marker(&c, name, &v.s, cmd_id, "killed", &km);
     if (rc == DBX_DRV_OK) rc = tb_rm(&c, name, &v.s, km);
     if (rc == DBX_DRV_OK) rc = marker(&c, name, &v.s, cmd_id, "env", &em);
+    if (rc == DBX_DRV_OK) rc = tb_rm(&c, name, &v.s, em);
+    free(em);
+    em = NULL;
+    if (rc == DBX_DRV_OK) rc = marker(&c, name, &v.s, cmd_id, "read", &em);
     if (rc == DBX_DRV_OK) rc = tb_rm(&c, name, &v.s, em);
     resp_free(&r);
     free(url);
@@ -2296,10 +2329,11 @@ static dbx_drv_err dt_git_commit_paths(void *self, const char *name, const char 
   return commit_impl(self, name, repo_path, paths, npaths, message, author, sha, nothing);
 }
 
-static dbx_drv_err dt_git_push_cred(void *self, const char *name, const char *repo_path,
-                                    const char *remote, const char *branch,
-                                    const dbx_drv_git_cred *cred) {
-  dbx_daytona *d = self;
+/* POST /git/push or /git/pull (ep) {path, remote?, branch?} of repo_path,
+ * with credentials through the sandbox's git secret. */
+static dbx_drv_err git_remote_call(dbx_daytona *d, const char *ep, const char *name,
+                                   const char *repo_path, const char *remote, const char *branch,
+                                   const dbx_drv_git_cred *cred) {
   cli_t c;
   sbinfo s;
   const char *p;
@@ -2318,8 +2352,9 @@ static dbx_drv_err dt_git_push_cred(void *self, const char *name, const char *re
              (!branch || !*branch || cJSON_AddStringToObject(b, "branch", branch)) &&
              cred_add(b, cred, &g);
     char what[300];
-    snprintf(what, sizeof what, "git push in sandbox '%s' failed", name);
-    if (rc == DBX_DRV_OK) rc = ok ? git_post(&c, name, &s, "push", b, what, NULL) : DBX_DRV_NOMEM;
+    snprintf(what, sizeof what, "git %s in sandbox '%s' failed", ep, name);
+    if (rc == DBX_DRV_OK) rc = ok ? git_post(&c, name, &s, ep, b, what, NULL) : DBX_DRV_NOMEM;
+    if (rc == DBX_DRV_FAILED && strstr(tl_err.msg, "GIT_BRANCH_NOT_FOUND")) rc = DBX_DRV_REF_NOT_FOUND;
     cJSON_Delete(b);
     rc = git_secret_close(&c, name, &s, &g, rc);
     cred_wipe(cred);
@@ -2327,6 +2362,18 @@ static dbx_drv_err dt_git_push_cred(void *self, const char *name, const char *re
   sb_clear(&s);
   cli_close(&c);
   return rc;
+}
+
+static dbx_drv_err dt_git_push_cred(void *self, const char *name, const char *repo_path,
+                                    const char *remote, const char *branch,
+                                    const dbx_drv_git_cred *cred) {
+  return git_remote_call(self, "push", name, repo_path, remote, branch, cred);
+}
+
+static dbx_drv_err dt_git_pull(void *self, const char *name, const char *repo_path,
+                               const char *remote, const char *branch,
+                               const dbx_drv_git_cred *cred) {
+  return git_remote_call(self, "pull", name, repo_path, remote, branch, cred);
 }
 
 static dbx_drv_err dt_git_push(void *self, const char *name, const char *repo_path,
@@ -2493,6 +2540,7 @@ static const dbx_driver_ops daytona_ops = {
     .git_push = dt_git_push,
     .git_clone_cred = dt_git_clone_cred,
     .git_push_cred = dt_git_push_cred,
+    .git_pull = dt_git_pull,
     .checkpoint = dt_checkpoint,
     .restore = dt_restore,
     .snapshot_delete = dt_snapshot_delete,

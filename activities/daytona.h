@@ -29,7 +29,10 @@
  *                its marker left (the sandbox restarted) is LOST. Output is
  *                byte-exact: the wrapper tees each stream to a raw file
  *                ($HOME/.dbx/ID.raw.out / .raw.err), which exec_result reads
- *                when the log's JSON text shows U+FFFD or a NUL.
+ *                when the log's JSON text shows U+FFFD or a NUL; cleared
+ *                once the result is made (left marked ".read" when the
+ *                result came from them, for a retry, and removed by the
+ *                next command started in the sandbox).
  *   files        GET /files/download (bytes), POST /files/upload-v2 (raw
  *                octet-stream body), GET /files/info.
  *   git_*        /git/clone (the target removed first), /git/status +

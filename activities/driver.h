@@ -414,6 +414,16 @@ typedef struct dbx_driver_ops {
   dbx_drv_err (*git_push_cred)(void *self, const char *name, const char *repo_path,
                                const char *remote, const char *branch,
                                const dbx_drv_git_cred *cred);
+  /* git pull, fast-forward only: fetch branch (NULL: the current branch's
+   * name) from remote (NULL: origin; with cred: the remote's http(s) URL,
+   * as git_push_cred) and fast-forward the current branch of repo_path
+   * (NULL: the root) to it; cred NULL: none. Optional (NULL where the
+   * driver has none: callers answer UNSUPPORTED). NOT_FOUND (no repo_path
+   * folder), NOT_A_REPO, REPO_NOT_FOUND, REF_NOT_FOUND (no such branch
+   * there), AUTH, FAILED (not a fast-forward, local changes in the way,
+   * unreachable: git's words). */
+  dbx_drv_err (*git_pull)(void *self, const char *name, const char *repo_path, const char *remote,
+                          const char *branch, const dbx_drv_git_cred *cred);
 
   /* -- checkpoints (Daytona: POST /sandbox/{id}/snapshot + GET /snapshots) -- */
 

@@ -173,6 +173,21 @@ FWD(git_commit_paths, (const char *name, const char *repo_path, const char *cons
     (name, repo_path, paths, npaths, message, author, sha, nothing))
 FWD(git_push, (const char *name, const char *repo_path, const char *remote, const char *branch),
     (name, repo_path, remote, branch))
+/* Optional ops: UNSUPPORTED where the inner driver has none. */
+#define FWD_OPT(op, params, args)                                          \
+  static dbx_drv_err q_##op(void *self, ARGS params) {                     \
+    dbx_quota *q = self;                                                   \
+    if (q->in->ops->op == NULL) return DBX_DRV_UNSUPPORTED;                \
+    return q->in->ops->op(q->in->self, ARGS args);                         \
+  }
+FWD_OPT(git_clone_cred, (const char *name, const char *url, const char *path, const char *ref,
+                         const dbx_drv_git_cred *cred), (name, url, path, ref, cred))
+FWD_OPT(git_push_cred, (const char *name, const char *repo_path, const char *remote,
+                        const char *branch, const dbx_drv_git_cred *cred),
+        (name, repo_path, remote, branch, cred))
+FWD_OPT(git_pull, (const char *name, const char *repo_path, const char *remote,
+                   const char *branch, const dbx_drv_git_cred *cred),
+        (name, repo_path, remote, branch, cred))
 FWD(checkpoint, (const char *name, const char *snap, char **ref), (name, snap, ref))
 FWD(restore, (const char *name, const char *ref), (name, ref))
 FWD(snapshot_delete, (const char *ref), (ref))
@@ -203,6 +218,9 @@ static const dbx_driver_ops QUOTA_OPS = {
     .git_commit = q_git_commit,
     .git_commit_paths = q_git_commit_paths,
     .git_push = q_git_push,
+    .git_clone_cred = q_git_clone_cred,
+    .git_push_cred = q_git_push_cred,
+    .git_pull = q_git_pull,
     .checkpoint = q_checkpoint,
     .restore = q_restore,
     .snapshot_delete = q_snapshot_delete,

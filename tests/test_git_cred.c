@@ -185,6 +185,8 @@ static void clone_push_cases(dbx_driver *drv, const char *sb, const char *search
   assert_int_equal(len, 4);
   assert_memory_equal(data, "one\n", 4);
   free(data);
+  /* a second clone, to pull into later */
+  assert_int_equal(o->git_clone_cred(drv->self, sb, g_url, "wp", NULL, &good), DBX_DRV_OK);
   /* commit and push */
   assert_int_equal(o->file_write(drv->self, sb, "w/a.txt", "two\n", 4), DBX_DRV_OK);
   char *sha = NULL;
@@ -208,6 +210,25 @@ static void clone_push_cases(dbx_driver *drv, const char *sb, const char *search
   assert_non_null(after);
   assert_string_equal(after, sha);
   free(after);
+  /* pull (fetch + fast-forward) into the second clone: refused without or
+   * with a wrong token, and with a remote name; a missing branch is
+   * REF_NOT_FOUND; then it fast-forwards to the pushed commit */
+  assert_non_null(o->git_pull);
+  assert_int_equal(o->git_pull(drv->self, sb, "wp", g_url, "main", NULL), DBX_DRV_AUTH);
+  assert_int_equal(o->git_pull(drv->self, sb, "wp", g_url, "main", &bad), DBX_DRV_AUTH);
+  assert_null(strstr(o->errmsg(drv->self), wrong_tok));
+  assert_int_equal(o->git_pull(drv->self, sb, "wp", "origin", NULL, &good), DBX_DRV_INVALID);
+  assert_int_equal(o->git_pull(drv->self, sb, "wp", g_url, "no-such-branch", &good),
+                   DBX_DRV_REF_NOT_FOUND);
+  assert_int_equal(o->file_read(drv->self, sb, "wp/a.txt", 0, &data, &len), DBX_DRV_OK);
+  assert_memory_equal(data, "one\n", 4); /* nothing pulled yet */
+  free(data);
+  assert_int_equal(o->git_pull(drv->self, sb, "wp", g_url, "main", &good), DBX_DRV_OK);
+  assert_int_equal(o->file_read(drv->self, sb, "wp/a.txt", 0, &data, &len), DBX_DRV_OK);
+  assert_int_equal(len, 4);
+  assert_memory_equal(data, "two\n", 4);
+  free(data);
+  assert_int_equal(o->git_pull(drv->self, sb, "wp", g_url, NULL, &good), DBX_DRV_OK); /* up to date */
   free(before);
   free(sha);
   /* the token is nowhere: not in the workspace (.git/config included), not
@@ -373,6 +394,68 @@ static void test_git_cred_daytona(void **state) {
   dbx_fake_daytona_stop(&f);
 }
 
+/* Requests of method whose path has part and whose status is st (-1: any). */
+static int log_count(const dbx_fake_daytona *f, const char *method, const char *part, int st) {
+  char *log = dbx_fake_daytona_call(f, "GET", "/_control/log", NULL);
+  assert_non_null(log);
+  cJSON *j = cJSON_Parse(log);
+  free(log);
+  int n = 0;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(j, "requests")) {
+    n += strcmp(cJSON_GetObjectItemCaseSensitive(e, "method")->valuestring, method) == 0 &&
+         strstr(cJSON_GetObjectItemCaseSensitive(e, "path")->valuestring, part) != NULL &&
+         (st < 0 || cJSON_GetObjectItemCaseSensitive(e, "status")->valueint == st);
+  }
+  cJSON_Delete(j);
+  return n;
+}
+
+/* The secret's idempotency and clean-up under faults: a POST /secret whose
+ * reply is lost is sent again, meets 409 (the name is deterministic), and
+ * the existing secret is found and updated: one secret, the clone works,
+ * and it is deleted after. A delete of the secret that fails after the
+ * clone fails the call (retryable), and the secret it left is deleted with
+ * the sandbox. */
+static void test_git_cred_daytona_secret_faults(void **state) {
+  (void)state;
+  dbx_fake_daytona f;
+  if (dbx_fake_daytona_start(&f, g_tmp) != 0) fail_msg("fake: %s", f.why);
+  assert_int_equal(dbx_fake_daytona_faults(&f, "{\"transition_ms\":60}"), 0);
+  dbx_daytona *d = open_dt(&f, DBX_FAKE_DAYTONA_KEY);
+  dbx_driver *drv = dbx_daytona_driver(d);
+  const dbx_driver_ops *o = drv->ops;
+  dbx_drv_create_opts co = {0};
+  assert_int_equal(o->create(drv->self, "gc-sf", &co, NULL), DBX_DRV_OK);
+  dbx_drv_git_cred good = {USER, g_token};
+  sh("git --git-dir=%s update-ref refs/heads/main %s", g_bare, g_seed);
+  char *rs = dbx_fake_daytona_call(&f, "POST", "/_control/reset", "{}");
+  free(rs);
+  assert_int_equal(
+      dbx_fake_daytona_faults(&f, "{\"drop_reply\":{\"match\":\"/api/secret\",\"count\":1}}"), 0);
+  assert_int_equal(o->git_clone_cred(drv->self, "gc-sf", g_url, "w", NULL, &good), DBX_DRV_OK);
+  assert_int_equal(log_count(&f, "POST", "/api/secret", 0), 1);   /* made, reply lost */
+  assert_int_equal(log_count(&f, "POST", "/api/secret", 409), 1); /* sent again: exists */
+  assert_int_equal(log_count(&f, "PATCH", "/api/secret/", 200), 1);
+  assert_int_equal(log_count(&f, "POST", "/git/clone", 200), 1);
+  assert_int_equal(log_count(&f, "DELETE", "/api/secret/", 204), 1);
+  no_secret_left(&f);
+  /* the secret's delete fails (twice: a 500 is tried once more) */
+  assert_int_equal(dbx_fake_daytona_faults(
+                       &f, "{\"http_error\":{\"match\":\"/api/secret/\",\"status\":500,\"count\":2}}"),
+                   0);
+  assert_int_not_equal(o->git_clone_cred(drv->self, "gc-sf", g_url, "w2", NULL, &good), DBX_DRV_OK);
+  assert_null(strstr(o->errmsg(drv->self), g_token));
+  char *left = dbx_fake_daytona_call(&f, "GET", "/_control/secrets", NULL);
+  assert_non_null(left);
+  assert_non_null(strstr(left, "dbx_git_")); /* left behind */
+  free(left);
+  assert_int_equal(o->del(drv->self, "gc-sf"), DBX_DRV_OK);
+  no_secret_left(&f); /* deleted with the sandbox */
+  dbx_daytona_close(d);
+  dbx_fake_daytona_stop(&f);
+}
+
 /* 401 (a wrong key) and 403 (a key without the scope) from Daytona's API
  * are the non-retryable AUTH, naming the API key; never InvalidInput. */
 static void test_daytona_api_auth_typed(void **state) {
@@ -449,6 +532,7 @@ int main(void) {
       cmocka_unit_test(test_git_cred_local_plain),
       cmocka_unit_test(test_git_cred_local_bwrap),
       cmocka_unit_test(test_git_cred_daytona),
+      cmocka_unit_test(test_git_cred_daytona_secret_faults),
       cmocka_unit_test(test_daytona_api_auth_typed),
   };
   return cmocka_run_group_tests_name("git_cred", tests, setup, teardown);

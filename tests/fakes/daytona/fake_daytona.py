@@ -649,7 +649,25 @@ def handle_git(sb, method, rest, q, body, path):
         if rc != 0:
             raise daemon_error(400, msg, "GIT_PUSH_REJECTED", path, method)
         return {}
+    if rest == ["pull"] and method == "POST":
+        return git_pull(repo, body, path, method)
     raise daemon_error(404, "Cannot %s %s" % (method, path), "NOT_FOUND", path, method)
+
+
+def git_pull(repo, body, path, method):
+    """POST /git/pull {path, remote?, branch?, username?, password?}: a
+    fast-forward of the current branch (what durabox asks of it)."""
+    args = ["pull", "-q", "--ff-only", "--no-rebase", "--", body.get("remote") or "origin"]
+    if body.get("branch"):
+        args.append(body["branch"])
+    rc, msg = git(args, repo, body)
+    if rc != 0 and ("Authentication failed" in msg or "could not read Username" in msg):
+        raise daemon_error(401, msg, "GIT_AUTH_FAILED", path, method)
+    if rc != 0 and "couldn't find remote ref" in msg:
+        raise daemon_error(404, msg, "GIT_BRANCH_NOT_FOUND", path, method)
+    if rc != 0:
+        raise daemon_error(409, msg, "GIT_MERGE_CONFLICT", path, method)
+    return {}
 
 
 # ---------------------------------------------------------------- secrets
