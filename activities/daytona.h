@@ -36,7 +36,8 @@
  *   files        GET /files/download (bytes), POST /files/upload-v2 (raw
  *                octet-stream body), GET /files/info.
  *   git_*        /git/clone (the target removed first), /git/status +
- *                /git/add + /git/commit, /git/push; git_clone_cred /
+ *                /git/add + /git/commit, /git/push, /git/pull
+ *                (git_pull); git_clone_cred / git_pull /
  *                git_push_cred store the token as a Daytona secret
  *                (POST /secret, hosts: the remote's host), mount it (PUT
  *                /sandbox/{id}/secrets) and send only its placeholder in
