@@ -1896,7 +1896,8 @@ static void git_secret_name(const char *sandbox, char *out, size_t cap) {
   snprintf(out, cap, "dbx_git_%016llx", (unsigned long long)h);
 }
 
-/* The host of an http(s) URL (no userinfo, port or brackets), or "". */
+/* The host of an http(s) URL (no userinfo, port or brackets), lower case,
+ * or "". */
 static void url_host(const char *url, char *out, size_t cap) {
   out[0] = '\0';
   const char *p = strstr(url, "://");
@@ -1915,7 +1916,7 @@ static void url_host(const char *url, char *out, size_t cap) {
     hl = colon ? (size_t)(colon - p) : n;
   }
   if (hl == 0 || hl >= cap) return;
-  memcpy(out, p, hl);
+  for (size_t i = 0; i < hl; i++) out[i] = (char)tolower((unsigned char)p[i]);
   out[hl] = '\0';
 }
 
