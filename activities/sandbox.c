@@ -916,8 +916,21 @@ static int adopt_of(dbx_act *a, dbx_driver *drv, const cJSON *in, const char **i
  * source names none. 0, or -1 with res failed (InvalidInput, SecretMissing). */
 static int git_cred_of(const cJSON *src, dbx_drv_git_cred *c, const dbx_drv_git_cred **out,
                        dbx_act_result *res) {
-  const char *tv = NULL, *uv = NULL;
+  const char *tv = NULL, *uv = NULL, *url = NULL;
   *out = NULL;
+  /* a password in the URL would be in the input, hence the history */
+  if (get_str(src, "url", 0, &url, res) != 0) return -1;
+  const char *auth = url && (strncmp(url, "https://", 8) == 0 || strncmp(url, "http://", 7) == 0)
+                         ? strstr(url, "://") + 3
+                         : NULL;
+  size_t alen = auth ? strcspn(auth, "/?#") : 0;
+  const char *at = auth ? memchr(auth, '@', alen) : NULL;
+  if (at && memchr(auth, ':', (size_t)(at - auth))) {
+    fail(res, 1, "InvalidInput",
+         "field 'source.url' holds a password: put the token in the worker's environment and "
+         "name its variable in 'source.token_env'");
+    return -1;
+  }
   if (get_str(src, "token_env", 0, &tv, res) != 0 || get_str(src, "username_env", 0, &uv, res) != 0)
     return -1;
   if (tv == NULL && uv == NULL) return 0;

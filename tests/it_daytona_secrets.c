@@ -12,7 +12,8 @@
  * except the POST /secret that made the secret, the sandbox's environment
  * (a step prints it) or its files; no secret is left at Daytona. A
  * control puts the token in a file first, so the search is shown to find
- * it. */
+ * it. Refused before any clone: a URL holding a password, and a token
+ * variable the worker does not have. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <fcntl.h>
@@ -197,6 +198,29 @@ static void fake_log_only_in_secret(void) {
   free(secrets);
 }
 
+/* The close event's failure message of a run that failed (malloc'd), the
+ * history long-polled up to about 10 s a poll. */
+static char *await_failure(dbx_client *c, const char *wf, const char *rid) {
+  for (int i = 0; i < 120; i++) {
+    dbx_client_history h = {0};
+    dbx_client_history_opts ho = {.wait_new_event = 1, .close_event_only = 1, .timeout_ms = 10000};
+    assert_int_equal(dbx_client_get_history(c, wf, rid, &ho, &h, NULL), DBX_OK);
+    char *msg = NULL;
+    if (h.n) {
+      assert_int_equal(h.events[0]->event_type,
+                       TEMPORAL__API__ENUMS__V1__EVENT_TYPE__EVENT_TYPE_WORKFLOW_EXECUTION_FAILED);
+      const Temporal__Api__Failure__V1__Failure *f =
+          h.events[0]->workflow_execution_failed_event_attributes->failure;
+      msg = dbx_asprintf("%s | %s", f && f->message ? f->message : "",
+                         f && f->cause && f->cause->message ? f->cause->message : "");
+    }
+    dbx_client_history_cleanup(&h);
+    if (msg) return msg;
+  }
+  fail_msg("workflow %s did not close", wf);
+  return NULL;
+}
+
 static void test_git_token_nowhere(void **state) {
   (void)state;
   dbx_rpc_global_init();
@@ -295,6 +319,34 @@ static void test_git_token_nowhere(void **state) {
   char *sbs = dbx_asprintf("%s/fake-daytona/sb", tmp);
   assert_true(tree_holds(sbs, "one\n")); /* the clone is there */
   assert_false(tree_holds(sbs, g_token));
+
+  /* refused before any clone: a password in the URL (it would be in the
+   * input), and a token variable the worker does not have */
+  const char *bad[][2] = {
+      {"\"url\":\"http://dbx-bot:pw-in-url-77@127.0.0.1:%d/r.git\"", "holds a password"},
+      {"\"url\":\"http://127.0.0.1:%d/r.git\",\"token_env\":\"DBX_NO_SUCH_TOKEN\"",
+       "is not set in the worker's environment"}};
+  for (int i = 0; i < 2; i++) {
+    char fmt[512], wid[32];
+    snprintf(fmt, sizeof fmt, "{\"sandbox\":{\"source\":{\"kind\":\"git\",%s}},\"steps\":[]}",
+             bad[i][0]);
+    char *in2 = dbx_asprintf(fmt, port);
+    snprintf(wid, sizeof wid, "daytona-secrets-bad-%d", i);
+    dbx_client_start_opts o2 = {0};
+    o2.workflow_id = wid;
+    o2.workflow_type = "durabox.Script";
+    o2.task_queue = "dsq";
+    o2.input_json = in2;
+    char *rid2 = NULL;
+    assert_int_equal(dbx_client_start_workflow(c, &o2, &rid2, NULL), DBX_OK);
+    char *r2 = await_failure(c, wid, rid2);
+    assert_non_null(r2);
+    if (strstr(r2, bad[i][1]) == NULL) fail_msg("run %d: %s", i, r2);
+    assert_null(strstr(r2, "pw-in-url-77"));
+    free(r2);
+    free(rid2);
+    free(in2);
+  }
 
   kill(g_worker, SIGTERM);
   int st = 0;
