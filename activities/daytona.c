@@ -1866,7 +1866,7 @@ static dbx_drv_err dt_upload(void *self, const char *name, const char *host_path
 static dbx_drv_err dt_download(void *self, const char *name, const char *path,
                                const char *host_path) {
   dbx_daytona *d = self;
-  char why[512] = ""; /* read below even when no call set it */
+  char why[512] = ""; /* read below also when the file read failed */
   uint8_t *data = NULL;
   size_t len = 0;
   if (!dbx_drv_host_path_check(host_path, why, sizeof why)) return fail(d, DBX_DRV_INVALID, "%s", why);

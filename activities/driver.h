@@ -349,6 +349,15 @@ typedef struct dbx_driver_ops {
    * a newer attempt starts anew a command an older attempt had killed. */
   dbx_drv_err (*exec_cancel_as)(void *self, const char *name, const char *cmd_id,
                                 int32_t attempt, int *superseded);
+  /* A file descriptor that becomes readable (or hangs up) when running
+   * command cmd_id may have finished, for a caller that waits without a
+   * thread (worker/api.h dbx_act_park); *fd: the caller's, close() it. A
+   * hint only: after it fires, exec_poll says what happened, and a command
+   * can end without it firing (poll on a timer too). Optional: NULL where
+   * the driver has none (callers then poll on a timer). Local: a pidfd of
+   * the command's supervisor. NOT_FOUND (no such command), STATE (not
+   * running, or no supervisor recorded yet), FAILED. */
+  dbx_drv_err (*exec_wait_fd)(void *self, const char *name, const char *cmd_id, int *fd);
 
   /* -- files (Daytona: /files) -- */
 

@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 
 #include "activities/http.h"
+#include "activities/sandbox.h"
 #include "base/util.h"
 
 __attribute__((format(printf, 3, 4))) static dbx_err fail(dbx_act_result *res, const char *type,
@@ -239,3 +240,134 @@ out:
 
 const dbx_activity_type dbx_github_find_pr_activity = {"github.find_pr", DBX_SAFE_TO_RETRY,
                                                        run_find_pr, NULL};
+
+/* ------------------------------------------------------------ git.push */
+
+dbx_err dbx_worker_register_activity(struct dbx_worker *w, const dbx_activity_type *t);
+
+struct dbx_git_push_acts {
+  dbx_driver *drv;
+  dbx_activity_type type;
+};
+
+/* The worker's credentials for an http(s) remote: GIT_TOKEN (GIT_USERNAME),
+ * else GITHUB_TOKEN; *var names the one used, NULL when none is set. */
+static int push_cred(dbx_drv_git_cred *c, const char **var) {
+  *var = NULL;
+  if (dbx_drv_git_cred_from_env(NULL, NULL, c) == DBX_OK) return *var = "GIT_TOKEN", 1;
+  const char *gh = getenv("GITHUB_TOKEN");
+  if (gh == NULL || *gh == '\0') return 0;
+  c->username = "x-access-token"; /* what GitHub takes with a token */
+  c->password = gh;
+  return *var = "GITHUB_TOKEN", 1;
+}
+
+static int is_http(const char *u) { return strncmp(u, "https://", 8) == 0 || strncmp(u, "http://", 7) == 0; }
+
+/* 1 when an http(s) URL carries user info (user[:password]@host). */
+static int has_userinfo(const char *u) {
+  const char *p = u + (strncmp(u, "https://", 8) == 0 ? 8 : 7);
+  size_t n = strcspn(p, "/?#");
+  return memchr(p, '@', n) != NULL;
+}
+
+/* msg with every credential value of the worker replaced (malloc'd). */
+static char *push_redact(char *msg) {
+  msg = dbx_http_redact(msg, getenv("GIT_TOKEN"), "GIT_TOKEN");
+  return dbx_http_redact(msg, getenv("GITHUB_TOKEN"), "GITHUB_TOKEN");
+}
+
+static dbx_err push_fail(dbx_act_result *res, int nr, const char *type, char *msg) {
+  res->failure_type = dbx_strdup(type);
+  res->failure_message = msg ? push_redact(msg) : NULL;
+  res->non_retryable = nr;
+  if (!res->failure_type || !res->failure_message) {
+    free(res->failure_type);
+    free(res->failure_message);
+    res->failure_type = res->failure_message = NULL;
+    return DBX_ENOMEM;
+  }
+  return DBX_OK;
+}
+
+static dbx_err run_push(dbx_act *a, const char *json, size_t len, dbx_act_result *res, void *ud) {
+  const dbx_git_push_acts *p = ud;
+  const dbx_driver *drv = p->drv;
+  cJSON *in = cJSON_ParseWithLength(json, len);
+  const char *id = str_of(in, "sandbox_id"), *remote = str_of(in, "remote");
+  const char *branch = str_of(in, "branch"), *rp = str_of(in, "repo_path");
+  dbx_err rc = DBX_OK;
+  if (!id || !remote || !branch) {
+    rc = push_fail(res, 1, "InvalidInput",
+                   dbx_strdup("git.push: \"sandbox_id\", \"remote\" and \"branch\" are required"));
+    goto out;
+  }
+  if (remote[0] == '-' || branch[0] == '-' || (is_http(remote) && has_userinfo(remote))) {
+    rc = push_fail(res, 1, "InvalidInput",
+                   dbx_strdup(remote[0] == '-' || branch[0] == '-'
+                                  ? "git.push: remote and branch may not start with '-'"
+                                  : "git.push: the remote URL may not carry credentials "
+                                    "(user:password@); the worker's GIT_TOKEN / GITHUB_TOKEN are used"));
+    goto out;
+  }
+  if (dbx_act_cancelled(a)) {
+    rc = DBX_ECANCELED;
+    goto out;
+  }
+  dbx_drv_git_cred cred;
+  const char *var = NULL;
+  int with = is_http(remote) && push_cred(&cred, &var);
+  dbx_drv_err d;
+  if (with && !drv->ops->git_push_cred) {
+    rc = push_fail(res, 1, "Unsupported",
+                   dbx_asprintf("git.push: the %s driver cannot keep credentials out of the "
+                                "sandbox", drv->name));
+    goto out;
+  }
+  d = with ? drv->ops->git_push_cred(drv->self, id, rp, remote, branch, &cred)
+           : drv->ops->git_push(drv->self, id, rp, remote, branch);
+  if (d == DBX_DRV_CANCELED || d == DBX_DRV_NOMEM) {
+    rc = d == DBX_DRV_CANCELED ? DBX_ECANCELED : DBX_ENOMEM;
+    goto out;
+  }
+  if (d != DBX_DRV_OK) {
+    int nr = 0;
+    const char *type = dbx_sandbox_failure_type(d, &nr);
+    const char *why = drv->ops->errmsg(drv->self);
+    rc = push_fail(res, nr, type ? type : "SandboxError",
+                   dbx_asprintf("git.push: %s to %s%s%s: %s", branch, remote,
+                                with ? " with " : "", with ? var : "",
+                                why && *why ? why : dbx_drv_strerror(d)));
+    goto out;
+  }
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "remote", remote);
+  cJSON_AddStringToObject(o, "branch", branch);
+  if (var) cJSON_AddStringToObject(o, "credentials", var);
+  else cJSON_AddNullToObject(o, "credentials");
+  char *t = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  res->result_json = t ? push_redact(t) : NULL;
+  if (!res->result_json) rc = DBX_ENOMEM;
+out:
+  cJSON_Delete(in);
+  return rc;
+}
+
+dbx_err dbx_git_push_acts_create(dbx_driver *drv, dbx_git_push_acts **out) {
+  *out = NULL;
+  if (!drv) return DBX_EINVAL;
+  dbx_git_push_acts *p = calloc(1, sizeof *p);
+  if (!p) return DBX_ENOMEM;
+  p->drv = drv;
+  p->type = (dbx_activity_type){"git.push", DBX_SAFE_TO_RETRY, run_push, p};
+  *out = p;
+  return DBX_OK;
+}
+
+dbx_err dbx_git_push_acts_register(const dbx_git_push_acts *p, struct dbx_worker *w) {
+  if (!p || !w) return DBX_EINVAL;
+  return dbx_worker_register_activity(w, &p->type);
+}
+
+void dbx_git_push_acts_destroy(dbx_git_push_acts *p) { free(p); }

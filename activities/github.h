@@ -27,7 +27,11 @@
 #ifndef DBX_ACTIVITIES_GITHUB_H
 #define DBX_ACTIVITIES_GITHUB_H
 
+#include "activities/driver.h"
+#include "base/err.h"
 #include "worker/api.h"
+
+struct dbx_worker;
 
 extern const dbx_activity_type dbx_github_open_pr_activity;
 
@@ -38,5 +42,34 @@ extern const dbx_activity_type dbx_github_open_pr_activity;
  * (the worker died during the call), so it tells the model what exists.
  * A failed lookup (no reply, an error status) is {"found": false}. */
 extern const dbx_activity_type dbx_github_find_pr_activity;
+
+/* "git.push" {"sandbox_id", "remote": URL | host path, "branch",
+ *             "repo_path"?} -> {"remote", "branch", "credentials": NAME | null}
+ * git push of branch from the sandbox's repository (repo_path, default the
+ * workspace root) to remote, with the worker's credentials for an http(s)
+ * remote: GIT_TOKEN (user GIT_USERNAME, default x-access-token), else
+ * GITHUB_TOKEN (user x-access-token), read when the activity runs; none set:
+ * pushed without. The credentials reach git through the driver's
+ * git_push_cred (driver.h: for the host of this URL alone, never written into
+ * the sandbox, its environment, .git/config, a command line or a message);
+ * "credentials" names the variable used, never its value. The remote is the
+ * workflow's input (durabox.Agent: repository.remote), never a remote name
+ * the sandbox's own config resolves; a URL with user:password@ is refused.
+ * A retry pushes the same ref again (safe_to_retry).
+ * Failures: InvalidInput (a field missing, remote or branch starting with
+ * '-', credentials in the URL), Unsupported (credentials needed and the
+ * driver cannot keep them out of the sandbox), and the driver's typed errors
+ * as activities/sandbox.h maps them (AuthFailed: the remote refused the
+ * credentials; SandboxError, retryable: rejected, unreachable), each message
+ * with any credential value replaced by [redacted:NAME].
+ * Thread safety: the set is immutable after create; any number at once. */
+typedef struct dbx_git_push_acts dbx_git_push_acts;
+/* drv borrowed: it must outlive the set and the workers it is registered
+ * with. *out: free with dbx_git_push_acts_destroy after those workers.
+ * DBX_OK, DBX_EINVAL (no driver), DBX_ENOMEM. */
+dbx_err dbx_git_push_acts_create(dbx_driver *drv, dbx_git_push_acts **out);
+/* Register git.push with w (which keeps the pointer). */
+dbx_err dbx_git_push_acts_register(const dbx_git_push_acts *p, struct dbx_worker *w);
+void dbx_git_push_acts_destroy(dbx_git_push_acts *p); /* accepts NULL */
 
 #endif

@@ -2379,6 +2379,33 @@ dbx_err dbx_local_exec_poll(dbx_local *d, const char *id, const char *cmd_id,
   return rc;
 }
 
+dbx_err dbx_local_exec_wait_fd(dbx_local *d, const char *id, const char *cmd_id, int *fd) {
+  int dfd;
+  pid_t sup = 0;
+  *fd = -1;
+  dbx_err rc = cmd_open(d, id, cmd_id, &dfd);
+  if (rc != DBX_OK) return rc;
+  if (faccessat(dfd, "status", F_OK, 0) == 0 || recorded_alive(dfd, "supervisor", &sup) != 1) {
+    close(dfd);
+    return fail(d, DBX_ESTATE, "command '%s' has no running supervisor", cmd_id);
+  }
+  int pfd = (int)syscall(SYS_pidfd_open, sup, 0);
+  int e = errno;
+  /* the pid may have been reused between the check and the open: check again */
+  if (pfd >= 0 && recorded_alive(dfd, "supervisor", &sup) != 1) {
+    close(pfd);
+    pfd = -1;
+    e = ESRCH;
+  }
+  close(dfd);
+  if (pfd < 0)
+    return fail(d, e == ESRCH ? DBX_ESTATE : DBX_EIO, "command '%s': pidfd_open: %s", cmd_id,
+                strerror(e));
+  fcntl(pfd, F_SETFD, FD_CLOEXEC);
+  *fd = pfd;
+  return DBX_OK;
+}
+
 /* Claim command dir (of cmd_id) for attempt: refused (DBX_ESTATE) when a
  * newer attempt owns it. *ofd: the owner file, locked until closed. */
 static dbx_err owner_claim(dbx_local *d, const char *dir, const char *cmd_id, int32_t attempt,

@@ -385,6 +385,12 @@ dbx_err dbx_local_exec_start(dbx_local *d, const char *id, const char *cmd_id,
  * (unreadable status). */
 dbx_err dbx_local_exec_poll(dbx_local *d, const char *id, const char *cmd_id,
                             dbx_local_cmd_status *st);
+/* *fd: a pidfd of cmd_id's supervisor, readable once it exits (after it
+ * wrote the command's status, or died), for waiting without a thread;
+ * close() it. Thread-safe as exec_poll. DBX_OK, DBX_EINVAL, DBX_ENOTFOUND,
+ * DBX_ESTATE (finished, or no live supervisor recorded yet), DBX_EIO
+ * (pidfd_open failed: kernel older than 5.3). */
+dbx_err dbx_local_exec_wait_fd(dbx_local *d, const char *id, const char *cmd_id, int *fd);
 /* Read up to cap bytes of stream (1 = stdout, 2 = stderr) from offset into
  * buf (borrowed); *n: bytes read (0 at the end). DBX_OK, DBX_EINVAL,
  * DBX_ENOTFOUND, DBX_EIO. */

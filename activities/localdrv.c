@@ -177,6 +177,10 @@ static dbx_drv_err ld_exec_cancel(void *self, const char *name, const char *cmd_
   return from_err(self, dbx_local_exec_kill(self, name, cmd_id));
 }
 
+static dbx_drv_err ld_exec_wait_fd(void *self, const char *name, const char *cmd_id, int *fd) {
+  return from_err(self, dbx_local_exec_wait_fd(self, name, cmd_id, fd));
+}
+
 static dbx_drv_err ld_exec_cancel_as(void *self, const char *name, const char *cmd_id,
                                      int32_t attempt, int *superseded) {
   return from_err(self, dbx_local_exec_kill_as(self, name, cmd_id, attempt, superseded));
@@ -280,6 +284,7 @@ const dbx_driver_ops dbx_local_driver_ops = {
     .exec_cancel = ld_exec_cancel,
     .exec_forget = ld_exec_forget,
     .exec_cancel_as = ld_exec_cancel_as,
+    .exec_wait_fd = ld_exec_wait_fd,
     .file_read = ld_file_read,
     .file_write = ld_file_write,
     .upload = ld_upload,

@@ -156,6 +156,13 @@ FWD(exec_cancel, (const char *name, const char *cmd_id), (name, cmd_id))
 FWD(exec_forget, (const char *name, const char *cmd_id), (name, cmd_id))
 FWD(exec_cancel_as, (const char *name, const char *cmd_id, int32_t attempt, int *superseded),
     (name, cmd_id, attempt, superseded))
+/* optional in the inner driver: UNSUPPORTED when it has none (callers then
+ * poll on a timer) */
+static dbx_drv_err q_exec_wait_fd(void *self, const char *name, const char *cmd_id, int *fd) {
+  dbx_quota *q = self;
+  if (q->in->ops->exec_wait_fd == NULL) return DBX_DRV_UNSUPPORTED;
+  return q->in->ops->exec_wait_fd(q->in->self, name, cmd_id, fd);
+}
 FWD(file_read, (const char *name, const char *path, size_t max_bytes, uint8_t **data, size_t *len),
     (name, path, max_bytes, data, len))
 FWD(file_write, (const char *name, const char *path, const void *data, size_t len),
@@ -180,15 +187,25 @@ FWD(git_push, (const char *name, const char *repo_path, const char *remote, cons
     if (q->in->ops->op == NULL) return DBX_DRV_UNSUPPORTED;                \
     return q->in->ops->op(q->in->self, ARGS args);                         \
   }
-FWD_OPT(git_clone_cred, (const char *name, const char *url, const char *path, const char *ref,
-                         const dbx_drv_git_cred *cred), (name, url, path, ref, cred))
-FWD_OPT(git_push_cred, (const char *name, const char *repo_path, const char *remote,
-                        const char *branch, const dbx_drv_git_cred *cred),
-        (name, repo_path, remote, branch, cred))
 FWD_OPT(git_pull, (const char *name, const char *repo_path, const char *remote,
                    const char *branch, const dbx_drv_git_cred *cred),
         (name, repo_path, remote, branch, cred))
 FWD(checkpoint, (const char *name, const char *snap, char **ref), (name, snap, ref))
+
+/* Optional ops (driver.h): UNSUPPORTED where the inner driver has none. */
+static dbx_drv_err q_git_clone_cred(void *self, const char *name, const char *url, const char *path,
+                                    const char *ref, const dbx_drv_git_cred *cred) {
+  dbx_quota *q = self;
+  if (!q->in->ops->git_clone_cred) return DBX_DRV_UNSUPPORTED;
+  return q->in->ops->git_clone_cred(q->in->self, name, url, path, ref, cred);
+}
+static dbx_drv_err q_git_push_cred(void *self, const char *name, const char *repo_path,
+                                   const char *remote, const char *branch,
+                                   const dbx_drv_git_cred *cred) {
+  dbx_quota *q = self;
+  if (!q->in->ops->git_push_cred) return DBX_DRV_UNSUPPORTED;
+  return q->in->ops->git_push_cred(q->in->self, name, repo_path, remote, branch, cred);
+}
 FWD(restore, (const char *name, const char *ref), (name, ref))
 FWD(snapshot_delete, (const char *ref), (ref))
 
@@ -210,6 +227,7 @@ static const dbx_driver_ops QUOTA_OPS = {
     .exec_cancel = q_exec_cancel,
     .exec_forget = q_exec_forget,
     .exec_cancel_as = q_exec_cancel_as,
+    .exec_wait_fd = q_exec_wait_fd,
     .file_read = q_file_read,
     .file_write = q_file_write,
     .upload = q_upload,

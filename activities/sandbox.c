@@ -29,11 +29,13 @@
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <math.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "activities/driver.h"
 #include "base/alloc.h"
@@ -1172,7 +1174,8 @@ out:
 
 /* ------------------------------------------------------------ exec */
 
-#define EXEC_POLL_MS 200
+#define EXEC_POLL_MS 200   /* between looks without a wait fd */
+#define EXEC_WATCH_MS 1000 /* between looks with one (the worker wakes it sooner to heartbeat) */
 #define EXEC_START_TRIES 20
 
 /* The command id of this activity: the same for every attempt, so a retry
@@ -1276,105 +1279,263 @@ static char *live_details(dbx_driver *drv, const char *id, const char *cmd_id,
   return txt;
 }
 
-/* Start the command detached (or re-attach to it), heartbeat
- * {cmd_id, stdout_offset, stderr_offset} and the live tail (live_details)
- * every EXEC_POLL_MS until it
- * finishes, then collect its result. Every start claims the command for this
- * attempt (opts->attempt; driver.h exec_cancel_as): an attempt that learns it
- * is out of date (dbx_act_superseded) asks for the kill on its own behalf,
- * which the driver ignores once a newer attempt has re-attached. A cancel
- * request kills the command's group (DBX_ECANCELED). A command whose supervisor vanished (LOST:
- * the driver says so only once nothing of it runs) is, for a safe_to_retry
- * attempt, started again once; vanishing twice (or never launching) is
- * DBX_DRV_FAILED with *lost = 1. For an at_most_once attempt a LOST command
- * is never started again: DBX_DRV_OUTCOME_UNKNOWN with *lost = 2. A command
- * whose sandbox vanished (its folder removed under it) is NO_SANDBOX. Other
- * errors are the driver's. */
-static dbx_drv_err exec_detached(dbx_act *a, dbx_driver *drv, const char *id,
-                                 const dbx_drv_exec_opts *opts, dbx_drv_exec_result *er,
-                                 int *lost, live_tail *lt) {
+/* One exec attempt, kept between the steps of a parked activity (the worker
+ * resumes exec_wait on any pool thread; api.h dbx_act_park). Owns in, sec,
+ * envv and wait_fd; id and cwd are borrowed from in. */
+typedef struct {
+  dbx_driver *drv;
+  cJSON *in;
+  const char *id, *cwd;
+  secret_env *sec;
+  size_t nsec;
+  char **envv; /* plain entries ours, secret ones borrowed from sec */
+  size_t nenv;
+  dbx_drv_exec_opts opts;
+  live_tail lt;
   char cmd_id[24];
-  exec_cmd_id(a, cmd_id);
-  int adopted = 0, restarts = 0, starts = 0;
-  int amo = dbx_act_retry_class(a) == DBX_AT_MOST_ONCE;
-  dbx_drv_err rc = CALL(drv, exec_start, id, cmd_id, opts, &adopted);
+  int restarts, starts, amo, lost;
+  int wait_fd; /* the driver's exec_wait_fd; -1: none yet; -2: none (it misled) */
+} exec_job;
+
+static void exec_job_free(exec_job *j) {
+  if (j == NULL) return;
+  live_tail_free(&j->lt);
+  if (j->wait_fd >= 0) close(j->wait_fd);
+  for (size_t i = 0; i < j->nenv; i++) {
+    int borrowed = 0;
+    for (size_t k = 0; k < j->nsec; k++)
+      if (j->envv[i] == j->sec[k].entry) borrowed = 1;
+    if (!borrowed) free(j->envv[i]);
+  }
+  for (size_t i = 0; i < j->nsec; i++) {
+    free(j->sec[i].name);
+    wipe_free(j->sec[i].value);
+    wipe_free(j->sec[i].entry);
+  }
+  free(j->sec);
+  free(j->envv);
+  cJSON_Delete(j->in);
+  free(j);
+}
+
+static int fd_fired(int fd) {
+  struct pollfd p = {.fd = fd, .events = POLLIN};
+  return poll(&p, 1, 0) > 0;
+}
+
+/* Ask the driver for an fd that fires when the command may have finished
+ * (optional op exec_wait_fd), once it runs; without one the attempt wakes
+ * every EXEC_POLL_MS. */
+static void exec_watch(exec_job *j) {
+  if (j->wait_fd != -1 || j->drv->ops->exec_wait_fd == NULL) return;
+  int fd = -1;
+  if (CALL(j->drv, exec_wait_fd, j->id, j->cmd_id, &fd) == DBX_DRV_OK) j->wait_fd = fd;
+}
+
+/* Start the command detached (or re-attach to it), claimed for this attempt
+ * (opts.attempt; driver.h exec_cancel_as). */
+static dbx_drv_err exec_begin(dbx_act *a, exec_job *j) {
+  exec_cmd_id(a, j->cmd_id);
+  int adopted = 0;
+  j->amo = dbx_act_retry_class(a) == DBX_AT_MOST_ONCE;
+  dbx_drv_err rc = CALL(j->drv, exec_start, j->id, j->cmd_id, &j->opts, &adopted);
+  if (rc == DBX_DRV_OK && adopted)
+    DBX_INFO(MOD, "sandbox %s: re-attached to command %s", j->id, j->cmd_id);
+  return rc;
+}
+
+/* One look at the command: *done = 1 with its end (er filled when OK), or
+ * *done = 0 after a heartbeat {cmd_id, stdout_offset, stderr_offset} and the
+ * live tail (live_details): wait, then look again. An attempt that learns
+ * it is out of date (dbx_act_superseded) asks for the kill on its own
+ * behalf, which the driver ignores once a newer attempt has re-attached. A
+ * cancel request kills the command's group (CANCELED). A command whose
+ * supervisor vanished (LOST: the driver says so only once nothing of it
+ * runs) is, for a safe_to_retry attempt, started again once; vanishing twice
+ * (or never launching) is FAILED with lost = 1. For an at_most_once attempt
+ * a LOST command is never started again: OUTCOME_UNKNOWN with lost = 2. A
+ * command whose sandbox vanished (its folder removed under it) is
+ * NO_SANDBOX. Other errors are the driver's. */
+static dbx_drv_err exec_look(dbx_act *a, exec_job *j, dbx_drv_exec_result *er, int *done) {
+  dbx_driver *drv = j->drv;
+  const char *id = j->id, *cmd_id = j->cmd_id;
+  dbx_drv_cmd_status st;
+  *done = 1;
+  dbx_drv_err rc = CALL(drv, exec_poll, id, cmd_id, &st);
+  if (rc == DBX_DRV_NOT_FOUND && CALL(drv, exists, id, NULL) == DBX_DRV_NO_SANDBOX)
+    return DBX_DRV_NO_SANDBOX;
   if (rc != DBX_DRV_OK) return rc;
-  if (adopted) DBX_INFO(MOD, "sandbox %s: re-attached to command %s", id, cmd_id);
+  if (st.state == DBX_DRV_CMD_FINISHED) return CALL(drv, exec_result, id, cmd_id, er);
+  if (st.state == DBX_DRV_CMD_LOST && j->amo) {
+    DBX_WARN(MOD, "sandbox %s: at_most_once command %s lost its supervisor; not run again", id,
+             cmd_id);
+    j->lost = 2;
+    return DBX_DRV_OUTCOME_UNKNOWN;
+  }
+  if (st.state == DBX_DRV_CMD_LOST) {
+    if (j->restarts++ > 0) {
+      j->lost = 1;
+      return DBX_DRV_FAILED;
+    }
+    DBX_WARN(MOD, "sandbox %s: command %s lost its supervisor; starting it again", id, cmd_id);
+    if (j->wait_fd >= 0) close(j->wait_fd);
+    j->wait_fd = -1;
+    if ((rc = CALL(drv, exec_forget, id, cmd_id)) != DBX_DRV_OK) return rc;
+    if ((rc = CALL(drv, exec_start, id, cmd_id, &j->opts, NULL)) != DBX_DRV_OK) return rc;
+    *done = 0; /* look again at once */
+    return DBX_DRV_OK;
+  }
+  if (st.state == DBX_DRV_CMD_PENDING) { /* a start raced with a poller: launch it */
+    if (j->starts++ >= EXEC_START_TRIES) {
+      j->lost = 1;
+      return DBX_DRV_FAILED;
+    }
+    if ((rc = CALL(drv, exec_start, id, cmd_id, &j->opts, NULL)) != DBX_DRV_OK) return rc;
+  } else if (j->wait_fd >= 0 && fd_fired(j->wait_fd)) {
+    /* it fired but the command still runs (a wait fd is a hint): poll */
+    close(j->wait_fd);
+    j->wait_fd = -2;
+  } else {
+    exec_watch(j);
+  }
+  char details[160];
+  snprintf(details, sizeof details,
+           "{\"cmd_id\":\"%s\",\"stdout_offset\":%llu,\"stderr_offset\":%llu}", cmd_id,
+           (unsigned long long)st.stdout_size, (unsigned long long)st.stderr_size);
+  char *live = live_details(drv, id, cmd_id, &st, &j->lt);
+  int stop = dbx_act_heartbeat(a, live ? live : details);
+  if (live) wipe_free(live);
+  if (stop) {
+    /* the worker stopping is no reason to lose the command: it runs on
+     * under its supervisor and the next attempt re-attaches to it */
+    if (dbx_act_worker_stopping(a)) return DBX_DRV_CANCELED;
+    /* a cancel request reaches the live attempt only: kill outright; an
+     * out-of-date attempt kills only what no newer attempt has claimed */
+    int superseded = 0;
+    if (dbx_act_superseded(a) && drv->ops->exec_cancel_as)
+      CALL(drv, exec_cancel_as, id, cmd_id, j->opts.attempt, &superseded);
+    else
+      CALL(drv, exec_cancel, id, cmd_id);
+    if (superseded)
+      DBX_INFO(MOD, "sandbox %s: command %s belongs to a newer attempt; left running", id,
+               cmd_id);
+    return DBX_DRV_CANCELED;
+  }
+  *done = 0;
+  return DBX_DRV_OK;
+}
+
+static dbx_err exec_end(exec_job *j, dbx_drv_err drc, dbx_drv_exec_result *er,
+                        dbx_act_result *res);
+
+/* The wait of sandbox.exec, and its resume: look at the command until it
+ * ends, parked between looks (woken by the driver's wait fd, after
+ * EXEC_POLL_MS without one, at the next heartbeat, or on cancellation); a
+ * runner that cannot park (tests/act_fake.c) waits here. Takes ownership of
+ * ctx (an exec_job). */
+static dbx_err exec_wait(dbx_act *a, dbx_act_result *res, void *ctx) {
+  exec_job *j = ctx;
   for (;;) {
-    dbx_drv_cmd_status st;
-    rc = CALL(drv, exec_poll, id, cmd_id, &st);
-    if (rc == DBX_DRV_NOT_FOUND && CALL(drv, exists, id, NULL) == DBX_DRV_NO_SANDBOX)
-      return DBX_DRV_NO_SANDBOX;
-    if (rc != DBX_DRV_OK) return rc;
-    if (st.state == DBX_DRV_CMD_FINISHED) break;
-    if (st.state == DBX_DRV_CMD_LOST && amo) {
-      DBX_WARN(MOD, "sandbox %s: at_most_once command %s lost its supervisor; not run again",
-               id, cmd_id);
-      *lost = 2;
-      return DBX_DRV_OUTCOME_UNKNOWN;
-    }
-    if (st.state == DBX_DRV_CMD_LOST) {
-      if (restarts++ > 0) {
-        *lost = 1;
-        return DBX_DRV_FAILED;
-      }
-      DBX_WARN(MOD, "sandbox %s: command %s lost its supervisor; starting it again", id, cmd_id);
-      if ((rc = CALL(drv, exec_forget, id, cmd_id)) != DBX_DRV_OK) return rc;
-      if ((rc = CALL(drv, exec_start, id, cmd_id, opts, NULL)) != DBX_DRV_OK) return rc;
-      continue;
-    }
-    if (st.state == DBX_DRV_CMD_PENDING) { /* a start raced with a poller: launch it */
-      if (starts++ >= EXEC_START_TRIES) {
-        *lost = 1;
-        return DBX_DRV_FAILED;
-      }
-      if ((rc = CALL(drv, exec_start, id, cmd_id, opts, NULL)) != DBX_DRV_OK) return rc;
-    }
-    char details[160];
-    snprintf(details, sizeof details,
-             "{\"cmd_id\":\"%s\",\"stdout_offset\":%llu,\"stderr_offset\":%llu}", cmd_id,
-             (unsigned long long)st.stdout_size, (unsigned long long)st.stderr_size);
-    char *live = live_details(drv, id, cmd_id, &st, lt);
-    int stop = dbx_act_heartbeat(a, live ? live : details);
-    if (live) wipe_free(live);
-    if (stop) {
-      /* the worker stopping is no reason to lose the command: it runs on
-       * under its supervisor and the next attempt re-attaches to it */
-      if (dbx_act_worker_stopping(a)) return DBX_DRV_CANCELED;
-      /* a cancel request reaches the live attempt only: kill outright; an
-       * out-of-date attempt kills only what no newer attempt has claimed */
-      int superseded = 0;
-      if (dbx_act_superseded(a) && drv->ops->exec_cancel_as)
-        CALL(drv, exec_cancel_as, id, cmd_id, opts->attempt, &superseded);
-      else
-        CALL(drv, exec_cancel, id, cmd_id);
-      if (superseded)
-        DBX_INFO(MOD, "sandbox %s: command %s belongs to a newer attempt; left running", id,
-                 cmd_id);
-      return DBX_DRV_CANCELED;
-    }
+    dbx_drv_exec_result er = {0};
+    int done = 0;
+    dbx_drv_err drc = exec_look(a, j, &er, &done);
+    if (done) return exec_end(j, drc, &er, res);
+    int fd = j->wait_fd >= 0 ? j->wait_fd : -1;
+    if (dbx_act_park(a, fd, fd >= 0 ? EXEC_WATCH_MS : EXEC_POLL_MS, exec_wait, j) == DBX_OK)
+      return DBX_OK;
     struct timespec ts = {0, (long)EXEC_POLL_MS * 1000000};
     nanosleep(&ts, NULL);
   }
-  return CALL(drv, exec_result, id, cmd_id, er);
+}
+
+/* The end of an exec attempt: its result (drc, er) into res; frees j and er. */
+static dbx_err exec_end(exec_job *j, dbx_drv_err drc, dbx_drv_exec_result *er,
+                        dbx_act_result *res) {
+  dbx_driver *drv = j->drv;
+  dbx_err rc = DBX_OK;
+  kept_out ko[2] = {{0}, {0}};
+  const char *id = j->id;
+  if (drc == DBX_DRV_CANCELED) {
+    rc = DBX_ECANCELED;
+    goto out;
+  }
+  if (j->lost == 2) {
+    rc = fail(res, 1, "OutcomeUnknown",
+              "sandbox.exec: the command's supervisor died while it ran, so the command may "
+              "have run; an at_most_once step is not started again");
+    goto out;
+  }
+  if (j->lost) { /* the supervisor vanished twice: report, let retries decide */
+    rc = fail(res, 0, "CommandLost", "sandbox.exec: the command's supervisor vanished");
+    goto out;
+  }
+  if (drc != DBX_DRV_OK) {
+    rc = fail_path(res, drv, drc, "sandbox.exec", id, j->cwd ? j->cwd : "");
+    goto out;
+  }
+  uint64_t totals[2] = {er->stdout_total, er->stderr_total};
+  if (kept_init(&ko[0], er->stdout_buf, er->stdout_len, er->stdout_head_len, er->stdout_total) ||
+      kept_init(&ko[1], er->stderr_buf, er->stderr_len, er->stderr_head_len, er->stderr_total)) {
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  for (int i = 0; i < 2; i++) {
+    /* head: cut after it when truncated; tail: cut before it when it has bytes */
+    int hh = redact(&ko[i].h, &ko[i].hl, j->sec, j->nsec, ko[i].truncated, 0);
+    int th = hh < 0 ? -1 : redact(&ko[i].t, &ko[i].tl, j->sec, j->nsec, 0, ko[i].tl > 0);
+    if (th < 0) {
+      rc = DBX_ENOMEM;
+      goto out;
+    }
+    /* A stream with a redacted value counts the redacted text it kept: the
+     * raw count would tell the value's length (or, past the cap, its rest). */
+    if (hh + th > 0) {
+      totals[i] = ko[i].hl + ko[i].tl;
+      ko[i].count_known = 0;
+    }
+  }
+  cJSON *o = cJSON_CreateObject();
+  if (o == NULL || !cJSON_AddNumberToObject(o, "exit_code", er->exit_code) ||
+      !cJSON_AddNumberToObject(o, "signal", er->signal) ||
+      !cJSON_AddBoolToObject(o, "timed_out", er->timed_out) ||
+      !cJSON_AddNumberToObject(o, "stdout_bytes", (double)totals[0]) ||
+      !cJSON_AddNumberToObject(o, "stderr_bytes", (double)totals[1]) ||
+      !cJSON_AddNumberToObject(o, "duration_ms", (double)er->duration_ms)) {
+    cJSON_Delete(o);
+    rc = DBX_ENOMEM;
+    goto out;
+  }
+  static const char *const names[2] = {"stdout", "stderr"};
+  static const char *const tnames[2] = {"stdout_truncated", "stderr_truncated"};
+  rc = succeed_fitted(res, o, ko, names, tnames, 2);
+out:
+  kept_free(&ko[0]);
+  kept_free(&ko[1]);
+  if (er->stdout_buf) memset(er->stdout_buf, 0, er->stdout_len);
+  if (er->stderr_buf) memset(er->stderr_buf, 0, er->stderr_len);
+  dbx_drv_exec_result_cleanup(er);
+  exec_job_free(j);
+  return rc;
 }
 
 static dbx_err run_exec(dbx_act *a, const char *json, size_t len, dbx_act_result *res,
                         void *ud) {
   dbx_driver *drv = DRV(ud);
   dbx_err rc = DBX_OK;
-  secret_env *sec = NULL;
-  size_t nsec = 0;
-  char **envv = NULL;
-  size_t nenv = 0;
-  dbx_drv_exec_result er = {0};
-  kept_out ko[2] = {{0}, {0}};
-  cJSON *in = parse_input(json, len, res);
-  if (in == NULL) return DBX_OK;
-  const char *id, *command, *cwd;
+  exec_job *j = dbx_calloc(1, sizeof *j);
+  if (j == NULL) return DBX_ENOMEM;
+  j->drv = drv;
+  j->wait_fd = -1;
+  j->in = parse_input(json, len, res);
+  if (j->in == NULL) {
+    exec_job_free(j);
+    return DBX_OK;
+  }
+  cJSON *in = j->in;
+  const char *command;
   double timeout_s = 0, max_out = (double)DBX_SANDBOX_OUTPUT_DEFAULT_BYTES;
-  if (get_sandbox(in, &id, res) != 0 || get_str(in, "command", 1, &command, res) != 0 ||
-      get_path(in, "cwd", 0, &cwd, res) != 0 || get_num(in, "timeout_s", &timeout_s, res) != 0 ||
+  if (get_sandbox(in, &j->id, res) != 0 || get_str(in, "command", 1, &command, res) != 0 ||
+      get_path(in, "cwd", 0, &j->cwd, res) != 0 || get_num(in, "timeout_s", &timeout_s, res) != 0 ||
       get_num(in, "max_output_bytes", &max_out, res) != 0)
     goto out;
   if (max_out > (double)DBX_SANDBOX_OUTPUT_MAX_BYTES) {
@@ -1392,9 +1553,9 @@ static dbx_err run_exec(dbx_act *a, const char *json, size_t len, dbx_act_result
       goto out;
     }
     int n = cJSON_GetArraySize(env);
-    envv = dbx_calloc((size_t)n + 1, sizeof *envv);
-    sec = dbx_calloc((size_t)n + 1, sizeof *sec);
-    if (envv == NULL || sec == NULL) {
+    j->envv = dbx_calloc((size_t)n + 1, sizeof *j->envv);
+    j->sec = dbx_calloc((size_t)n + 1, sizeof *j->sec);
+    if (j->envv == NULL || j->sec == NULL) {
       rc = DBX_ENOMEM;
       goto out;
     }
@@ -1407,12 +1568,12 @@ static dbx_err run_exec(dbx_act *a, const char *json, size_t len, dbx_act_result
         goto out;
       }
       if (cJSON_IsString(e)) {
-        envv[nenv] = dbx_asprintf("%s=%s", k, e->valuestring);
-        if (envv[nenv] == NULL) {
+        j->envv[j->nenv] = dbx_asprintf("%s=%s", k, e->valuestring);
+        if (j->envv[j->nenv] == NULL) {
           rc = DBX_ENOMEM;
           goto out;
         }
-        nenv++;
+        j->nenv++;
         continue;
       }
       const cJSON *sn = cJSON_IsObject(e) ? cJSON_GetObjectItemCaseSensitive(e, "secret") : NULL;
@@ -1428,21 +1589,21 @@ static dbx_err run_exec(dbx_act *a, const char *json, size_t len, dbx_act_result
                   sn->valuestring, k);
         goto out;
       }
-      sec[nsec].name = dbx_strdup(sn->valuestring);
-      sec[nsec].value = dbx_strdup(val);
-      sec[nsec].entry = dbx_asprintf("%s=%s", k, val);
-      if (!sec[nsec].name || !sec[nsec].value || !sec[nsec].entry) {
-        nsec++;
+      secret_env *se = &j->sec[j->nsec];
+      se->name = dbx_strdup(sn->valuestring);
+      se->value = dbx_strdup(val);
+      se->entry = dbx_asprintf("%s=%s", k, val);
+      j->nsec++;
+      if (!se->name || !se->value || !se->entry) {
         rc = DBX_ENOMEM;
         goto out;
       }
-      envv[nenv++] = sec[nsec].entry; /* borrowed from sec */
-      nsec++;
+      j->envv[j->nenv++] = se->entry; /* borrowed from sec */
     }
   }
-  dbx_drv_err ex = CALL(drv, exists, id, NULL);
+  dbx_drv_err ex = CALL(drv, exists, j->id, NULL);
   if (ex != DBX_DRV_OK) {
-    rc = fail_drv(res, drv, ex, "sandbox.exec", id);
+    rc = fail_drv(res, drv, ex, "sandbox.exec", j->id);
     goto out;
   }
   if (dbx_act_cancelled(a)) {
@@ -1452,8 +1613,8 @@ static dbx_err run_exec(dbx_act *a, const char *json, size_t len, dbx_act_result
 
   dbx_drv_exec_opts opts = {0};
   opts.command = command;
-  opts.cwd = cwd;
-  opts.env = (const char *const *)envv;
+  opts.cwd = j->cwd;
+  opts.env = (const char *const *)j->envv;
   int64_t tmo = (int64_t)(timeout_s * 1000.0);
   if (timeout_s > 0 && tmo == 0) tmo = 1;
   int64_t remaining = dbx_act_remaining_ms(a);
@@ -1463,84 +1624,16 @@ static dbx_err run_exec(dbx_act *a, const char *json, size_t len, dbx_act_result
   opts.stdout_cap_bytes = cap;
   opts.stderr_cap_bytes = cap;
   opts.attempt = dbx_act_attempt(a) > 0 ? dbx_act_attempt(a) : 0;
-  int lost = 0;
-  live_tail lt = {.sec = sec, .nsec = nsec, .cap = cap};
-  dbx_drv_err drc = exec_detached(a, drv, id, &opts, &er, &lost, &lt);
-  live_tail_free(&lt);
-  if (drc == DBX_DRV_CANCELED) {
-    rc = DBX_ECANCELED;
-    goto out;
-  }
-  if (lost == 2) {
-    rc = fail(res, 1, "OutcomeUnknown",
-              "sandbox.exec: the command's supervisor died while it ran, so the command may "
-              "have run; an at_most_once step is not started again");
-    goto out;
-  }
-  if (lost) { /* the supervisor vanished twice: report, let retries decide */
-    rc = fail(res, 0, "CommandLost", "sandbox.exec: the command's supervisor vanished");
-    goto out;
-  }
+  j->opts = opts;
+  j->lt = (live_tail){.sec = j->sec, .nsec = j->nsec, .cap = cap};
+  dbx_drv_err drc = exec_begin(a, j);
   if (drc != DBX_DRV_OK) {
-    rc = fail_path(res, drv, drc, "sandbox.exec", id, cwd ? cwd : "");
-    goto out;
+    dbx_drv_exec_result er = {0};
+    return exec_end(j, drc, &er, res);
   }
-  uint64_t totals[2] = {er.stdout_total, er.stderr_total};
-  if (kept_init(&ko[0], er.stdout_buf, er.stdout_len, er.stdout_head_len, er.stdout_total) ||
-      kept_init(&ko[1], er.stderr_buf, er.stderr_len, er.stderr_head_len, er.stderr_total)) {
-    rc = DBX_ENOMEM;
-    goto out;
-  }
-  for (int i = 0; i < 2; i++) {
-    /* head: cut after it when truncated; tail: cut before it when it has bytes */
-    int hh = redact(&ko[i].h, &ko[i].hl, sec, nsec, ko[i].truncated, 0);
-    int th = hh < 0 ? -1 : redact(&ko[i].t, &ko[i].tl, sec, nsec, 0, ko[i].tl > 0);
-    if (th < 0) {
-      rc = DBX_ENOMEM;
-      goto out;
-    }
-    /* A stream with a redacted value counts the redacted text it kept: the
-     * raw count would tell the value's length (or, past the cap, its rest). */
-    if (hh + th > 0) {
-      totals[i] = ko[i].hl + ko[i].tl;
-      ko[i].count_known = 0;
-    }
-  }
-  cJSON *o = cJSON_CreateObject();
-  if (o == NULL || !cJSON_AddNumberToObject(o, "exit_code", er.exit_code) ||
-      !cJSON_AddNumberToObject(o, "signal", er.signal) ||
-      !cJSON_AddBoolToObject(o, "timed_out", er.timed_out) ||
-      !cJSON_AddNumberToObject(o, "stdout_bytes", (double)totals[0]) ||
-      !cJSON_AddNumberToObject(o, "stderr_bytes", (double)totals[1]) ||
-      !cJSON_AddNumberToObject(o, "duration_ms", (double)er.duration_ms)) {
-    cJSON_Delete(o);
-    rc = DBX_ENOMEM;
-    goto out;
-  }
-  static const char *const names[2] = {"stdout", "stderr"};
-  static const char *const tnames[2] = {"stdout_truncated", "stderr_truncated"};
-  rc = succeed_fitted(res, o, ko, names, tnames, 2);
+  return exec_wait(a, res, j);
 out:
-  kept_free(&ko[0]);
-  kept_free(&ko[1]);
-  if (er.stdout_buf) memset(er.stdout_buf, 0, er.stdout_len);
-  if (er.stderr_buf) memset(er.stderr_buf, 0, er.stderr_len);
-  dbx_drv_exec_result_cleanup(&er);
-  /* plain entries of envv are ours; secret entries are borrowed from sec */
-  for (size_t i = 0; i < nenv; i++) {
-    int borrowed = 0;
-    for (size_t j = 0; j < nsec; j++)
-      if (envv[i] == sec[j].entry) borrowed = 1;
-    if (!borrowed) free(envv[i]);
-  }
-  for (size_t i = 0; i < nsec; i++) {
-    free(sec[i].name);
-    wipe_free(sec[i].value);
-    wipe_free(sec[i].entry);
-  }
-  free(sec);
-  free(envv);
-  cJSON_Delete(in);
+  exec_job_free(j);
   return rc;
 }
 

@@ -28,13 +28,14 @@
 
 volatile int dbx_failpoints_on = 0;
 
-enum { ACT_KILL = 1, ACT_LOG = 2 };
+enum { ACT_KILL = 1, ACT_LOG = 2, ACT_STALL = 3 };
 
 typedef struct {
   char *pattern;
   int action;
   double probability;
   uint64_t after, count; /* count 0 = unlimited */
+  uint64_t ms;           /* ACT_STALL: how long */
   uint64_t hits, fired;
 } fp_entry;
 
@@ -113,8 +114,15 @@ static int parse_entry(const char *s, size_t n, fp_entry *e, char **err) {
     e->action = ACT_KILL;
   } else if (strcmp(act, "log") == 0) {
     e->action = ACT_LOG;
+  } else if (strncmp(act, "stall", 5) == 0 && (act[5] == '\0' || act[5] == '=')) {
+    e->action = ACT_STALL;
+    e->ms = 1000;
+    if (act[5] == '=' && (parse_u64(act + 6, strlen(act + 6), &e->ms) != 0 || e->ms > 600000)) {
+      *err = dbx_asprintf("failpoint '%s': stall=MS takes 0 to 600000 ms", txt);
+      goto out;
+    }
   } else {
-    *err = dbx_asprintf("failpoint '%s': unknown action '%s' (kill or log)", txt, act);
+    *err = dbx_asprintf("failpoint '%s': unknown action '%s' (kill, log or stall=MS)", txt, act);
     goto out;
   }
   while (opts && *opts) {
@@ -232,6 +240,7 @@ int dbx_failpoint_hit(const char *name) {
     if (fire) e->fired++;
   }
   int action = e ? e->action : 0;
+  uint64_t ms = e ? e->ms : 0;
   if (fire) log_hit(log_path, name);
   if (fire && action == ACT_KILL) {
     /* the mutex stays held: no other thread gets past a failpoint meanwhile */
@@ -239,6 +248,11 @@ int dbx_failpoint_hit(const char *name) {
     for (;;) pause();
   }
   pthread_mutex_unlock(&mu);
+  if (fire && action == ACT_STALL) { /* this thread only, as a slow disk would hold it */
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+  }
   return fire;
 }
 

@@ -12,6 +12,8 @@
  *     entry  := pattern '=' action ['@' probability] {':' option}
  *     action := 'kill'  SIGKILL this process (after logging, see below)
  *             | 'log'   only log the hit (to measure which points are reached)
+ *             | 'stall' ['=' MS]  hold the hitting thread MS ms (default 1000,
+ *                       at most 600000): a slow commit or a descheduled thread
  *     probability: 0..1 per eligible hit, default 1
  *     option := 'after=' N  (the first N matching hits never fire)
  *             | 'count=' N  (fire at most N times; 'log' entries only matter)
@@ -55,8 +57,8 @@ dbx_err dbx_failpoint_init_from_env(char **errmsg);
 void dbx_failpoint_reset(void);
 
 /* The slow path of DBX_FAILPOINT (name: borrowed, a string literal). Returns
- * 0 when nothing fired, 1 when a 'log' entry fired; a 'kill' entry that fires
- * does not return. */
+ * 0 when nothing fired, 1 when a 'log' or 'stall' entry fired (a stall
+ * returns after its time); a 'kill' entry that fires does not return. */
 int dbx_failpoint_hit(const char *name);
 
 /* How many times failpoints matching configured entry `pattern` were hit

@@ -90,16 +90,24 @@ static dbx_err act_noop(dbx_act *a, const char *in, size_t len, dbx_act_result *
   return DBX_OK;
 }
 
-/* Sleeps in slices so a cancel or a stopping worker ends it early. */
-static dbx_err act_sleep(dbx_act *a, const char *in, size_t len, dbx_act_result *res, void *ud) {
-  (void)ud;
-  int64_t until = dbx_mono_ns() + (int64_t)json_int(in, len, "ms", 1000) * 1000000;
-  while (dbx_mono_ns() < until && !dbx_act_cancelled(a) && !dbx_act_worker_stopping(a)) {
-    struct timespec ts = {0, 50 * 1000000};
-    nanosleep(&ts, NULL);
-  }
+/* Sleeps parked on a timer (worker/api.h dbx_act_park: no thread held); a
+ * cancel or a stopping worker wakes and ends it early. */
+static dbx_err sleep_resume(dbx_act *a, dbx_act_result *res, void *ctx) {
+  int64_t *until = ctx;
+  int64_t left = (*until - dbx_mono_ns()) / 1000000;
+  if (left > 0 && !dbx_act_cancelled(a) && dbx_act_park(a, -1, left, sleep_resume, until) == DBX_OK)
+    return DBX_OK;
+  free(until);
   res->result_json = NULL;
   return DBX_OK;
+}
+
+static dbx_err act_sleep(dbx_act *a, const char *in, size_t len, dbx_act_result *res, void *ud) {
+  (void)ud;
+  int64_t *until = malloc(sizeof *until);
+  if (!until) return DBX_ENOMEM;
+  *until = dbx_mono_ns() + (int64_t)json_int(in, len, "ms", 1000) * 1000000;
+  return sleep_resume(a, res, until);
 }
 
 static const dbx_activity_type at_noop = {"bench.noop", DBX_SAFE_TO_RETRY, act_noop, NULL};

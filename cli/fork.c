@@ -4,7 +4,7 @@
  * fork reads the source run's whole history, makes the same plan the fork's
  * first activity will (to refuse a bad point, say where it snapped and warn
  * at an uncovered point before anything starts), then starts a new
- * execution of the same type, task queue, timeouts and input, the input
+ * execution of the same type, task queue (or --task-queue), timeouts and input, the input
  * marked "fork_of": {"workflow_id", "run_id", "event_id"}. The source is not
  * changed. The run timeout and execution timeout are durations, so the fork
  * gets them afresh from its own start. */
@@ -20,7 +20,7 @@
 #include "worker/client.h"
 
 typedef struct {
-  const char *workflow_id, *run_id, *new_id;
+  const char *workflow_id, *run_id, *new_id, *task_queue;
   double at;
   int points;
 } fork_args;
@@ -28,13 +28,15 @@ typedef struct {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: durabox workflow fork --workflow-id ID [--run-id R] --at EVENT_ID\n"
-          "                             [--workflow-id-new NEW] [--address A] [--output json]\n"
+          "                             [--workflow-id-new NEW] [--task-queue Q] [--address A]\n"
+          "                             [--output json]\n"
           "       durabox workflow fork-points --workflow-id ID [--run-id R]\n"
           "fork starts a new execution of the run's type and input from event EVENT_ID:\n"
           "its sandbox is restored from the checkpoint covering that event, the steps\n"
           "recorded up to it are taken from the record, the rest run live (at_most_once\n"
           "steps wait for a durabox.approval signal). fork-points lists the events a\n"
-          "checkpoint covers.\n");
+          "checkpoint covers. --task-queue runs the fork on another queue (default: the\n"
+          "source's), e.g. a worker with changed code or another sandbox driver.\n");
 }
 
 static int parse(int argc, char **argv, fork_args *a, dbx_cli_conn *conn) {
@@ -43,11 +45,12 @@ static int parse(int argc, char **argv, fork_args *a, dbx_cli_conn *conn) {
       {"--run-id", "-r", DBX_CLI_FLAG_STR, &a->run_id, 0, 0},
       {"--workflow-id-new", NULL, DBX_CLI_FLAG_STR, &a->new_id, 0, 0},
       {"--at", NULL, DBX_CLI_FLAG_NUM, &a->at, 1, 1e15},
+      {"--task-queue", "-t", DBX_CLI_FLAG_STR, &a->task_queue, 0, 0},
   };
   const char *cmd = a->points ? "durabox workflow fork-points" : "durabox workflow fork";
   for (int i = 2; i < argc; i++) {
     int r = dbx_cli_conn_flag(conn, argc, argv, &i);
-    if (r == 0) r = dbx_cli_flag_take(cmd, fl, a->points ? 2 : 4, argc, argv, &i);
+    if (r == 0) r = dbx_cli_flag_take(cmd, fl, a->points ? 2 : 5, argc, argv, &i);
     if (r < 0) return 2;
     if (r > 0) continue;
     if (dbx_cli_flag_is_help(argv[i])) {
@@ -164,7 +167,9 @@ static int start_fork(dbx_client *c, const fork_args *a, const char *rid, const 
   dbx_client_start_opts so = {
       .workflow_id = nid,
       .workflow_type = s->workflow_type->name,
-      .task_queue = s->task_queue ? s->task_queue->name : "durabox",
+      .task_queue = a->task_queue && *a->task_queue ? a->task_queue
+                    : s->task_queue                 ? s->task_queue->name
+                                                    : "durabox",
       .input_json = txt,
       .execution_timeout_ms = dbx_pb_duration_ms(s->workflow_execution_timeout),
       .run_timeout_ms = dbx_pb_duration_ms(s->workflow_run_timeout),

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "activities/daytona.h"
+#include "activities/github.h"
 #include "activities/llm.h"
 #include "activities/local.h"
 #include "activities/quota.h"
@@ -27,6 +28,7 @@ static dbx_err kit_acts(dbx_cli_kit *k, dbx_driver *drv) {
     drv = dbx_quota_driver(k->quota);
   }
   dbx_err e = dbx_sandbox_acts_create(drv, &k->acts);
+  if (e == DBX_OK) e = dbx_git_push_acts_create(drv, &k->push);
   return e == DBX_OK ? dbx_fork_acts_create(drv, &k->fork) : e;
 }
 
@@ -51,6 +53,7 @@ dbx_err dbx_cli_kit_open(const char *home, dbx_cli_kit *k, char **errmsg) {
   k->fork = NULL;
   k->quota = NULL;
   k->fleet = NULL;
+  k->push = NULL;
   if (errmsg) *errmsg = NULL;
   const char *which = getenv("DURABOX_SANDBOX");
   if (which && *which && strcmp(which, "local") != 0) {
@@ -79,6 +82,7 @@ dbx_err dbx_cli_kit_register(const dbx_cli_kit *k, dbx_worker *w) {
   }
   dbx_err e = dbx_sandbox_register_all(w, k->acts);
   if (e == DBX_OK) e = dbx_fork_acts_register(k->fork, w);
+  if (e == DBX_OK) e = dbx_git_push_acts_register(k->push, w);
   /* the agent's model and pull-request activities (durabox.Agent) */
   return e == DBX_OK ? dbx_agent_acts_register(w) : e;
 }
@@ -87,6 +91,8 @@ void dbx_cli_kit_close(dbx_cli_kit *k) {
   dbx_fork_acts_destroy(k->fork);
   k->fork = NULL;
   dbx_sandbox_acts_destroy(k->acts);
+  dbx_git_push_acts_destroy(k->push);
+  k->push = NULL;
   dbx_cli_fleet_acts_destroy(k->fleet);
   k->fleet = NULL;
   dbx_quota_close(k->quota); /* before the driver behind it */

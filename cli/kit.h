@@ -18,6 +18,7 @@ struct dbx_sandbox_acts;
 struct dbx_fork_acts;
 struct dbx_cli_fleet_acts;
 struct dbx_quota;
+struct dbx_git_push_acts;
 
 typedef struct {
   struct dbx_local *local;       /* the local sandbox driver (owned), or NULL */
@@ -26,6 +27,7 @@ typedef struct {
   struct dbx_fork_acts *fork;    /* durabox.checkpoint, durabox.fork_load over it (owned) */
   struct dbx_cli_fleet_acts *fleet; /* durabox.Fleet's activities (owned), or NULL */
   struct dbx_quota *quota;       /* the sandbox quotas in front of the driver (owned), or NULL */
+  struct dbx_git_push_acts *push; /* git.push over it, durabox.Agent's (owned) */
 } dbx_cli_kit;
 
 /* Open the sandbox driver chosen by $DURABOX_SANDBOX ("local", the default,

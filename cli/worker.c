@@ -54,7 +54,11 @@ static void worker_usage(FILE *f) {
           "  --sandbox-home DIR    local sandboxes (DURABOX_HOME)\n"
           "  --sandbox DRIVER      local (default) or daytona (DURABOX_SANDBOX; daytona reads\n"
           "                        DAYTONA_API_KEY, DAYTONA_API_URL, DAYTONA_TARGET)\n"
-          "  --activity-slots N    concurrent activities (default 8)\n"
+          "  --activity-slots N    concurrent activity executions, running or waiting on a\n"
+          "                        command (default 8)\n"
+          "  --activity-threads N  threads that run activities (default: the larger of\n"
+          "                        2 x CPUs + 4 and the slots up to 32); a sandbox.exec\n"
+          "                        waiting on its command holds a slot but no thread\n"
           "  --log-level LEVEL     debug|info|warn|error\n"
           "flags are written --flag value or --flag=value; a service that cannot be reached is\n"
           "said at level warn, and retried\n");
@@ -123,7 +127,7 @@ int dbx_cli_worker(int argc, char **argv) {
              *key = env_or("TEMPORAL_TLS_KEY", NULL);
   const char *tq = "durabox", *db = NULL, *home = NULL, *sandbox = NULL;
   const char *level = NULL;
-  int tls = 0, slots = 0;
+  int tls = 0, slots = 0, act_threads = 0;
   const dbx_cli_flag fl[] = {
       {"--address", NULL, DBX_CLI_FLAG_STR, &address, 0, 0},
       {"--namespace", "-n", DBX_CLI_FLAG_STR, &ns, 0, 0},
@@ -135,7 +139,8 @@ int dbx_cli_worker(int argc, char **argv) {
       {"--db", NULL, DBX_CLI_FLAG_STR, &db, 0, 0},
       {"--sandbox-home", NULL, DBX_CLI_FLAG_STR, &home, 0, 0},
       {"--sandbox", NULL, DBX_CLI_FLAG_STR, &sandbox, 0, 0},
-      {"--activity-slots", NULL, DBX_CLI_FLAG_INT, &slots, 1, 4096},
+      {"--activity-slots", NULL, DBX_CLI_FLAG_INT, &slots, 1, 100000},
+      {"--activity-threads", NULL, DBX_CLI_FLAG_INT, &act_threads, 1, 1024},
       {"--tls", NULL, DBX_CLI_FLAG_BOOL, &tls, 0, 0},
       {"--log-level", NULL, DBX_CLI_FLAG_STR, &level, 0, 0},
   };
@@ -190,6 +195,7 @@ int dbx_cli_worker(int argc, char **argv) {
   o.api_key = api_key;
   o.db_dir = db;
   o.activity_slots = slots;
+  o.activity_threads = act_threads;
   dbx_err e = dbx_worker_create(&o, &w, &err);
   if (e != DBX_OK) {
     fprintf(stderr, "durabox worker: %s\n", err ? err : dbx_strerror(e));

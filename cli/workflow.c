@@ -491,15 +491,18 @@ static int cmd_query(dbx_client *c, const wf_args *a, const char *in) {
 }
 
 /* The workflow task event a --type reset point names in events[0..n):
- * the first or last WorkflowTaskCompleted; 0 when there is none. */
-static int64_t reset_point(HistoryEvent *const *evs, size_t n, int last) {
-  int64_t id = 0;
+ * the first or last WorkflowTaskCompleted; with none, when started_ok, the
+ * event after the first WorkflowTaskScheduled (its Started), as Temporal's
+ * CLI does for FirstWorkflowTask and LastWorkflowTask; else 0. */
+static int64_t reset_point(HistoryEvent *const *evs, size_t n, int last, int started_ok) {
+  int64_t id = 0, sched = 0;
   for (size_t i = 0; i < n; i++) {
+    if (evs[i]->event_type == ET(WORKFLOW_TASK_SCHEDULED) && sched == 0) sched = evs[i]->event_id;
     if (evs[i]->event_type != ET(WORKFLOW_TASK_COMPLETED)) continue;
     id = evs[i]->event_id;
     if (!last) break;
   }
-  return id;
+  return id ? id : started_ok && sched ? sched + 1 : 0;
 }
 
 /* reset: ResetWorkflowExecution of (workflow id, run) at --event-id or at
@@ -547,7 +550,7 @@ static int cmd_reset(dbx_client *c, const wf_args *a) {
       dbx_client_history_cleanup(&h);
       goto out;
     }
-    ev = reset_point(h.events, h.n, !first);
+    ev = reset_point(h.events, h.n, !first, !can);
     dbx_client_history_cleanup(&h);
     if (ev == 0) {
       fprintf(stderr, "durabox workflow reset: the run has no completed workflow task to reset to\n");

@@ -125,6 +125,15 @@ void *dbx_rpc_call_user(const dbx_rpc_call *c);
 /* Answer OK with a message (bytes copied; len may be 0 for an empty message).
  * Any thread; exactly once per call; frees the call. */
 void dbx_rpc_call_reply(dbx_rpc_call *c, const void *msg, size_t len);
+/* The answer of a parked long poll when its owner is late: if the owner has
+ * not answered by at_mono_ns (CLOCK_MONOTONIC ns), the server answers OK
+ * with msg (copied; len may be 0) on a thread of its own. The owner must
+ * still answer once to release the call; that answer is then dropped
+ * quietly (a tracked one reports delivered 0). Calling it again replaces the
+ * fallback. For an engine whose slow commit would otherwise make a poll miss
+ * its client's deadline. Owner's thread, before its answer; ignored for
+ * in-process calls and when out of memory (the owner's answer still comes). */
+void dbx_rpc_call_fallback(dbx_rpc_call *c, const void *msg, size_t len, int64_t at_mono_ns);
 /* Runs once per tracked answer (dbx_rpc_call_reply_tracked), when gRPC has
  * finished both sending it and closing the call: delivered 1 when the call
  * closed without being cancelled (the reply went out to the peer's stream),

@@ -88,6 +88,12 @@ struct dbx_rpc_server {
    * already warned about a call that ended before its answer; under mu. */
   char *warned[WARNED_PEERS];
   size_t warned_next;
+  /* Calls with an armed fallback answer (dbx_rpc_call_fallback), each
+   * holding a reference; under mu. The fallback thread answers them. */
+  struct dbx_rpc_call *fb_head;
+  pthread_t fb_thread;
+  int fb_started, fb_stop;
+  pthread_cond_t fb_cv; /* CLOCK_MONOTONIC */
 };
 
 struct dbx_rpc_call {
@@ -126,6 +132,13 @@ struct dbx_rpc_call {
   /* An in-process call (dbx_rpc_call_local_new): no server, no gRPC call. */
   dbx_rpc_local_fn local_fn;
   void *local_arg;
+  /* The fallback answer (dbx_rpc_call_fallback); under s->mu. */
+  uint8_t *fb_msg;
+  size_t fb_len;
+  int64_t fb_at;
+  int fb_armed;    /* in s->fb_head's list, holding a reference */
+  int fb_answered; /* the fallback thread gave the answer */
+  struct dbx_rpc_call *fb_prev, *fb_next;
 };
 
 /* The answer to an in-process call: to its callback, then freed. */
@@ -221,6 +234,22 @@ static void on_send(dbx_rpc_call *c, int success) {
   call_unref(c);
 }
 
+static void call_send(dbx_rpc_call *c, int status, const char *message, const void *msg, size_t msg_len,
+                      int with_msg, const void *details, size_t details_len);
+
+static void *fb_main(void *arg);
+
+/* Unlinks c from the fallback list (under s->mu). */
+static void fb_unlink(dbx_rpc_server *s, dbx_rpc_call *c) {
+  if (c->fb_prev)
+    c->fb_prev->fb_next = c->fb_next;
+  else
+    s->fb_head = c->fb_next;
+  if (c->fb_next) c->fb_next->fb_prev = c->fb_prev;
+  c->fb_prev = c->fb_next = NULL;
+  c->fb_armed = 0;
+}
+
 /* Starts the one answer batch. The caller's reference passes to the batch;
  * if the batch cannot start, it is dropped here. */
 static void call_answer(dbx_rpc_call *c, int status, const char *message, const void *msg,
@@ -233,18 +262,42 @@ static void call_answer(dbx_rpc_call *c, int status, const char *message, const 
   }
   dbx_rpc_server *s = c->s;
   pthread_mutex_lock(&s->mu);
-  int again = c->answered;
+  int again = c->answered, by_fallback = c->fb_answered;
   c->answered = 1;
   if (!again) {
     c->done_fn = done_fn;
     c->done_arg = done_arg;
   }
+  uint8_t *fb_msg = NULL;
+  int fb_drop = !again && c->fb_armed;
+  if (fb_drop) {
+    fb_unlink(s, c);
+    fb_msg = c->fb_msg;
+    c->fb_msg = NULL;
+  }
   pthread_mutex_unlock(&s->mu);
+  if (fb_drop) {
+    free(fb_msg);
+    call_unref(c); /* the fallback's reference; the owner's still holds it */
+  }
   if (again) {
+    if (by_fallback) { /* the fallback answered in time: this one only releases the call */
+      if (done_fn) done_fn(done_arg, 0);
+      call_unref(c);
+      return;
+    }
     DBX_ERROR("rpc", "call %s answered twice; second answer ignored", c->method_full);
     if (done_fn) done_fn(done_arg, 0);
     return;
   }
+  call_send(c, status, message, msg, msg_len, with_msg, details, details_len);
+}
+
+/* Starts the answer batch (the caller's reference passes to it; dropped
+ * here if the batch cannot start). */
+static void call_send(dbx_rpc_call *c, int status, const char *message, const void *msg, size_t msg_len,
+                      int with_msg, const void *details, size_t details_len) {
+  dbx_rpc_server *s = c->s;
   grpc_op ops[3];
   memset(ops, 0, sizeof ops);
   size_t n = 0;
@@ -578,6 +631,7 @@ dbx_err dbx_rpc_server_start(const dbx_rpc_server_opts *o, dbx_rpc_server **out,
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&s->cv, &ca);
+  pthread_cond_init(&s->fb_cv, &ca);
   pthread_condattr_destroy(&ca);
   s->sd_tag = (evtag){TAG_SHUTDOWN, s};
 
@@ -619,6 +673,7 @@ dbx_err dbx_rpc_server_start(const dbx_rpc_server_opts *o, dbx_rpc_server **out,
     grpc_server_destroy(s->srv);
     cq_drain_destroy(s->cq);
     pthread_cond_destroy(&s->cv);
+    pthread_cond_destroy(&s->fb_cv);
     pthread_mutex_destroy(&s->mu);
     free(s->bearer);
     free(s);
@@ -643,12 +698,16 @@ dbx_err dbx_rpc_server_start(const dbx_rpc_server_opts *o, dbx_rpc_server **out,
     grpc_server_destroy(s->srv);
     cq_drain_destroy(s->cq);
     pthread_cond_destroy(&s->cv);
+    pthread_cond_destroy(&s->fb_cv);
     pthread_mutex_destroy(&s->mu);
     free(s->bearer);
     free(s);
     return DBX_EIO;
   }
   s->thread_started = 1;
+  /* without it, parked polls are answered by their owner only */
+  s->fb_started = pthread_create(&s->fb_thread, NULL, fb_main, s) == 0;
+  if (!s->fb_started) DBX_WARN("rpc", "cannot start the fallback-answer thread");
   *out = s;
   return DBX_OK;
 }
@@ -695,11 +754,19 @@ void dbx_rpc_server_destroy(dbx_rpc_server *s) {
     DBX_ERROR("rpc", "server destroy: %d call(s) never answered; server leaked", left);
     return;
   }
+  if (s->fb_started) { /* no call is left, so none is armed */
+    pthread_mutex_lock(&s->mu);
+    s->fb_stop = 1;
+    pthread_cond_signal(&s->fb_cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->fb_thread, NULL);
+  }
   grpc_server_destroy(s->srv);
   grpc_completion_queue_shutdown(s->cq);
   pthread_join(s->thread, NULL);
   grpc_completion_queue_destroy(s->cq);
   pthread_cond_destroy(&s->cv);
+  pthread_cond_destroy(&s->fb_cv);
   pthread_mutex_destroy(&s->mu);
   for (size_t i = 0; i < WARNED_PEERS; i++) free(s->warned[i]);
   free(s->bearer);
@@ -736,6 +803,78 @@ void *dbx_rpc_call_user(const dbx_rpc_call *c) { return c->user; }
 void dbx_rpc_call_reply(dbx_rpc_call *c, const void *msg, size_t len) {
   if (c == NULL) return;
   call_answer(c, GRPC_STATUS_OK, NULL, msg, len, 1, NULL, 0, NULL, NULL);
+}
+
+void dbx_rpc_call_fallback(dbx_rpc_call *c, const void *msg, size_t len, int64_t at_mono_ns) {
+  if (c == NULL || c->local_fn != NULL) return;
+  uint8_t *copy = dbx_malloc(len ? len : 1);
+  if (copy == NULL) return;
+  if (len) memcpy(copy, msg, len);
+  dbx_rpc_server *s = c->s;
+  uint8_t *old = NULL;
+  pthread_mutex_lock(&s->mu);
+  if (c->answered || !s->fb_started) {
+    pthread_mutex_unlock(&s->mu);
+    free(copy);
+    return;
+  }
+  if (c->fb_armed) {
+    old = c->fb_msg;
+  } else {
+    c->refs++; /* the fallback's own: the call outlives its answer until the owner's */
+    c->fb_armed = 1;
+    c->fb_prev = NULL;
+    c->fb_next = s->fb_head;
+    if (s->fb_head) s->fb_head->fb_prev = c;
+    s->fb_head = c;
+  }
+  c->fb_msg = copy;
+  c->fb_len = len;
+  c->fb_at = at_mono_ns;
+  pthread_cond_signal(&s->fb_cv);
+  pthread_mutex_unlock(&s->mu);
+  free(old);
+}
+
+/* The fallback thread: answers each armed call whose owner is late, with its
+ * fallback message and the fallback's reference. */
+static void *fb_main(void *arg) {
+  dbx_rpc_server *s = arg;
+  pthread_mutex_lock(&s->mu);
+  while (!s->fb_stop) {
+    int64_t now = dbx_mono_ns(), next = now + 1000000000LL;
+    dbx_rpc_call *due = NULL;
+    for (dbx_rpc_call *c = s->fb_head; c; c = c->fb_next) {
+      if (c->fb_at <= now) {
+        due = c;
+        break;
+      }
+      if (c->fb_at < next) next = c->fb_at;
+    }
+    if (due) {
+      fb_unlink(s, due);
+      uint8_t *msg = due->fb_msg;
+      size_t len = due->fb_len;
+      due->fb_msg = NULL;
+      int answer = !due->answered; /* always: an owner's answer unlinks first */
+      if (answer) {
+        due->answered = 1;
+        due->fb_answered = 1;
+      }
+      pthread_mutex_unlock(&s->mu);
+      if (answer)
+        call_send(due, GRPC_STATUS_OK, NULL, msg, len, 1, NULL, 0);
+      else
+        call_unref(due);
+      free(msg);
+      pthread_mutex_lock(&s->mu);
+      continue;
+    }
+    struct timespec ts = {next / 1000000000LL, next % 1000000000LL};
+    pthread_cond_timedwait(&s->fb_cv, &s->mu, &ts);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
 }
 
 void dbx_rpc_call_reply_tracked(dbx_rpc_call *c, const void *msg, size_t len, dbx_rpc_delivered_fn fn,

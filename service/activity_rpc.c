@@ -78,17 +78,14 @@ static dbx_err load_activity_by_id(ectx *c, job *j, const char *ns, const char *
 
 static dbx_err act_fail(ectx *c, job *j, RunState *rs, ActivityInfo *ai, Failure *failure, Payloads *details);
 
-/* Temporal's server: a result over the blob size limit fails the activity
- * (non-retryable, source Server) instead of completing it. */
-static dbx_err act_result_too_big(ectx *c, job *j, RunState *rs, ActivityInfo *ai) {
-  Failure f = INIT(TEMPORAL__API__FAILURE__V1__FAILURE);
-  ServerFailureInfo si = INIT(TEMPORAL__API__FAILURE__V1__SERVER_FAILURE_INFO);
-  si.non_retryable = 1;
-  f.message = "Complete result exceeds size limit.";
-  f.source = "Server";
-  f.failure_info_case = FI(SERVER_FAILURE_INFO);
-  f.server_failure_info = &si;
-  dbx_err rc = act_fail(c, j, rs, ai, &f, NULL);
+/* Temporal's server: a response over the blob size limit fails the activity
+ * with a non-retryable server failure (msg, source Server) instead, and the
+ * call itself succeeds. */
+static dbx_err act_fail_server(ectx *c, job *j, RunState *rs, ActivityInfo *ai, const char *msg) {
+  Failure *f = svc_server_failure_new(msg, NULL, 0);
+  if (f == NULL) return DBX_ENOMEM;
+  dbx_err rc = act_fail(c, j, rs, ai, f, NULL);
+  protobuf_c_message_free_unpacked(&f->base, NULL);
   if (rc == DBX_OK) j->status = DBX_GRPC_OK;
   return rc;
 }
@@ -96,7 +93,7 @@ static dbx_err act_result_too_big(ectx *c, job *j, RunState *rs, ActivityInfo *a
 static dbx_err act_complete(ectx *c, job *j, RunState *rs, ActivityInfo *ai, const Payloads *result,
                             const char *identity) {
   if (svc_blob_over(c, (const ProtobufCMessage *)result, "an activity result", rs->workflow_id))
-    return act_result_too_big(c, j, rs, ai);
+    return act_fail_server(c, j, rs, ai, RESULT_TOO_BIG_MSG);
   HistoryEvent *ev = svc_event_new(ET(ACTIVITY_TASK_COMPLETED));
   if (ev == NULL) return DBX_ENOMEM;
   ActivityTaskCompletedEventAttributes *a = ev->activity_task_completed_event_attributes;
@@ -120,9 +117,43 @@ static dbx_err act_fail(ectx *c, job *j, RunState *rs, ActivityInfo *ai, Failure
   return rc;
 }
 
+/* RespondActivityTaskFailed(ById): oversized last heartbeat details are
+ * dropped and an oversized failure is replaced by "Failure exceeds size
+ * limit." (its cause the original cut to the warn limit), each replacement
+ * also listed in the reply's failures, as Temporal's server does. The two
+ * reply types have the same single field. */
+static dbx_err act_fail_rpc(ectx *c, job *j, RunState *rs, ActivityInfo *ai, Failure *failure,
+                            Payloads *details) {
+  Failure *given[2] = {NULL, NULL};
+  size_t n = 0;
+  if (svc_blob_over(c, (const ProtobufCMessage *)details, "the last heartbeat details", rs->workflow_id)) {
+    details = NULL;
+    given[n] = svc_server_failure_new(HEARTBEAT_TOO_BIG_MSG, NULL, 0);
+    if (given[n++] == NULL) return DBX_ENOMEM;
+  }
+  if (failure && svc_blob_over(c, (const ProtobufCMessage *)failure, "an activity failure", rs->workflow_id)) {
+    given[n] = svc_server_failure_new(FAILURE_TOO_BIG_MSG, failure, svc_blob_warn_bytes(c));
+    if (given[n] == NULL) {
+      if (n) protobuf_c_message_free_unpacked(&given[0]->base, NULL);
+      return DBX_ENOMEM;
+    }
+    failure = given[n++];
+  }
+  dbx_err rc = act_fail(c, j, rs, ai, failure, details);
+  if (rc == DBX_OK && j->status == DBX_GRPC_OK && n > 0) {
+    RespondActivityTaskFailedResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_ACTIVITY_TASK_FAILED_RESPONSE);
+    r.failures = given;
+    r.n_failures = n;
+    svc_job_reply(j, &r.base);
+  }
+  for (size_t i = 0; i < n; i++) protobuf_c_message_free_unpacked(&given[i]->base, NULL);
+  return rc;
+}
+
 static dbx_err act_cancel(ectx *c, job *j, RunState *rs, ActivityInfo *ai, const Payloads *details,
                           const char *identity) {
-  (void)j;
+  if (svc_blob_over(c, (const ProtobufCMessage *)details, "the cancellation details", rs->workflow_id))
+    return act_fail_server(c, j, rs, ai, CANCEL_TOO_BIG_MSG);
   HistoryEvent *ev = svc_event_new(ET(ACTIVITY_TASK_CANCELED));
   if (ev == NULL) return DBX_ENOMEM;
   ActivityTaskCanceledEventAttributes *a = ev->activity_task_canceled_event_attributes;
@@ -140,6 +171,16 @@ static dbx_err act_cancel(ectx *c, job *j, RunState *rs, ActivityInfo *ai, const
  * of the token or ById form; both are {cancel_requested = 1, ...}). */
 static dbx_err act_heartbeat(ectx *c, job *j, RunState *rs, ActivityInfo *ai, const Payloads *details) {
   dbx_err rc = DBX_OK;
+  if (svc_blob_over(c, (const ProtobufCMessage *)details, "the heartbeat details", rs->workflow_id)) {
+    /* Temporal: the activity fails, and the worker is told to stop */
+    rc = act_fail_server(c, j, rs, ai, HEARTBEAT_TOO_BIG_MSG);
+    if (rc == DBX_OK) {
+      RecordActivityTaskHeartbeatResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RECORD_ACTIVITY_TASK_HEARTBEAT_RESPONSE);
+      r.cancel_requested = 1;
+      svc_job_reply(j, &r.base);
+    }
+    return rc;
+  }
   if (details) {
     Payloads *d = PB_CLONE(Payloads, details);
     if (d == NULL) return DBX_ENOMEM;
@@ -184,10 +225,10 @@ static dbx_err act_heartbeat(ectx *c, job *j, RunState *rs, ActivityInfo *ai, co
   }
 
 ACT_BY_TOKEN(svc_h_activity_completed, RespondActivityTaskCompletedRequest, act_complete(c, j, rs, ai, q->result, q->identity))
-ACT_BY_TOKEN(svc_h_activity_failed, RespondActivityTaskFailedRequest, act_fail(c, j, rs, ai, q->failure, q->last_heartbeat_details))
+ACT_BY_TOKEN(svc_h_activity_failed, RespondActivityTaskFailedRequest, act_fail_rpc(c, j, rs, ai, q->failure, q->last_heartbeat_details))
 ACT_BY_TOKEN(svc_h_activity_canceled, RespondActivityTaskCanceledRequest, act_cancel(c, j, rs, ai, q->details, q->identity))
 ACT_BY_TOKEN(svc_h_heartbeat, RecordActivityTaskHeartbeatRequest, act_heartbeat(c, j, rs, ai, q->details))
 ACT_BY_ID(svc_h_activity_completed_by_id, RespondActivityTaskCompletedByIdRequest, 0, act_complete(c, j, rs, ai, q->result, q->identity))
-ACT_BY_ID(svc_h_activity_failed_by_id, RespondActivityTaskFailedByIdRequest, 0, act_fail(c, j, rs, ai, q->failure, q->last_heartbeat_details))
+ACT_BY_ID(svc_h_activity_failed_by_id, RespondActivityTaskFailedByIdRequest, 0, act_fail_rpc(c, j, rs, ai, q->failure, q->last_heartbeat_details))
 ACT_BY_ID(svc_h_activity_canceled_by_id, RespondActivityTaskCanceledByIdRequest, 0, act_cancel(c, j, rs, ai, q->details, q->identity))
 ACT_BY_ID(svc_h_heartbeat_by_id, RecordActivityTaskHeartbeatByIdRequest, 1, act_heartbeat(c, j, rs, ai, q->details))

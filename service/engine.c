@@ -298,6 +298,16 @@ static int ns_add(dbx_service *s, const char *name) {
   return 0;
 }
 
+#define LONG_POLL_TAIL_NS 1000000000LL
+
+int64_t svc_long_poll_until(const ectx *c, const job *j) {
+  int64_t now = dbx_mono_ns();
+  int64_t until = now + c->svc->long_poll_ms * 1000000;
+  int64_t dl = dbx_rpc_call_deadline_mono_ns(j->call);
+  if (dl != INT64_MAX && dl - LONG_POLL_TAIL_NS < until) until = dl - LONG_POLL_TAIL_NS;
+  return until < now ? now : until;
+}
+
 /* ------------------------------------------------------------ rpc callbacks */
 
 static void on_call(dbx_rpc_call *call, void *ud) {
@@ -342,6 +352,7 @@ typedef struct {
   int fire_timers;
   ectx ctx;
   int timers_fired;
+  int64_t run_ns;     /* the calls and timers, before the commit (the last try) */
 } batch;
 
 static int wake_parked(dbx_service *s, int kind, const char *key, size_t klen, int max, job **ready);
@@ -404,8 +415,17 @@ static job *take_woken(ectx *c) {
   return woken;
 }
 
+static dbx_err batch_fn_run(dbx_txn *txn, batch *b);
+
 static dbx_err batch_fn(dbx_txn *txn, void *arg) {
   batch *b = arg;
+  int64_t t0 = dbx_mono_ns();
+  dbx_err rc = batch_fn_run(txn, b);
+  b->run_ns = dbx_mono_ns() - t0;
+  return rc;
+}
+
+static dbx_err batch_fn_run(dbx_txn *txn, batch *b) {
   ectx *c = &b->ctx;
   notes_free(c->notes);
   memset(c, 0, sizeof *c);
@@ -465,9 +485,17 @@ static int64_t earliest_timer(dbx_service *s) {
   return when;
 }
 
+/* How long after a parked call's due time the rpc layer answers it itself
+ * when the engine is still busy (a slow commit): within the 1 s tail room. */
+#define FALLBACK_AFTER_NS 250000000LL
+
 static void park(dbx_service *s, job *j) {
   j->next = s->parked;
   s->parked = j;
+  /* polls, history and update waits answer with the reply they prepared
+   * (empty) at their deadline, even while a batch holds the engine */
+  if (j->park != PARK_QUERY && j->call)
+    dbx_rpc_call_fallback(j->call, j->reply, j->reply_len, j->park_deadline_ns + FALLBACK_AFTER_NS);
 }
 
 /* Move parked jobs whose key matches into *ready (to run again now), at most
@@ -650,12 +678,25 @@ static void test_alloc_disarm(dbx_service *s, long n) {
   pthread_mutex_unlock(&s->mu);
 }
 
+/* A batch slower than this is logged: every parked long poll waits for it,
+ * and one near its deadline needs the engine within the 1 s tail room. */
+#define SLOW_BATCH_NS 500000000LL
+
 static void run_batch(dbx_service *s, job *jobs, int fire_timers, job **ready) {
   batch b = {.svc = s, .jobs = jobs, .fire_timers = fire_timers};
   DBX_FAILPOINT("service.commit.before");
   long armed = test_alloc_arm(s, jobs);
+  int64_t t0 = dbx_mono_ns();
   dbx_err rc = dbx_store_write(s->store, batch_fn, &b);
+  int64_t took = dbx_mono_ns() - t0;
   test_alloc_disarm(s, armed);
+  if (took > SLOW_BATCH_NS) {
+    int n = 0;
+    for (job *j = b.jobs; j; j = j->next) n++;
+    DBX_WARN("service", "a batch of %d calls (first %s) and %d timers took %lld ms (%lld ms to run, the rest to commit)",
+             n, b.jobs && b.jobs->method ? b.jobs->method : "-", b.timers_fired, (long long)(took / 1000000),
+             (long long)(b.run_ns / 1000000));
+  }
   DBX_FAILPOINT("service.commit.after");
   if (rc == DBX_OK) {
     apply_after_commit(s, &b, ready);

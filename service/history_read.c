@@ -31,11 +31,7 @@ static void park_history(ectx *c, job *j, RunState *rs, const ProtobufCMessage *
   svc_job_reply(j, empty_reply); /* what the caller gets if nothing happens before the deadline */
   j->park = PARK_HISTORY;
   j->park_key = svc_run_key(rs->namespace_, rs->workflow_id, rs->run_id, &j->park_key_len);
-  int64_t now = dbx_mono_ns();
-  int64_t until = now + c->svc->long_poll_ms * 1000000;
-  int64_t dl = dbx_rpc_call_deadline_mono_ns(j->call);
-  if (dl != INT64_MAX && dl - 500000000LL < until) until = dl - 500000000LL;
-  j->park_deadline_ns = until < now ? now : until;
+  j->park_deadline_ns = svc_long_poll_until(c, j);
 }
 
 dbx_err svc_h_get_history(ectx *c, job *j) {

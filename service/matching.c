@@ -151,12 +151,7 @@ static void park_poll(ectx *c, job *j, const char *ns, const char *tq, int kind)
   svc_job_reset(j);
   j->park = PARK_POLL;
   j->park_key = svc_queue_key(ns, tq, kind, &j->park_key_len);
-  int64_t now = dbx_mono_ns();
-  int64_t until = now + c->svc->long_poll_ms * 1000000;
-  int64_t dl = dbx_rpc_call_deadline_mono_ns(j->call);
-  if (dl != INT64_MAX && dl - 500000000LL < until) until = dl - 500000000LL; /* answer before the client gives up */
-  if (until < now) until = now;
-  j->park_deadline_ns = until;
+  j->park_deadline_ns = svc_long_poll_until(c, j); /* answer before the client gives up */
   /* the reply at the deadline is an empty message (no task) */
 }
 
@@ -452,6 +447,11 @@ dbx_err svc_h_query(ectx *c, job *j) {
   dbx_err rc = DBX_OK;
   if (!svc_check_ns(c, j, q->namespace_)) goto out;
   if (!svc_check_id(j, "query.query_type", q->query ? q->query->query_type : NULL)) goto out;
+  if (svc_blob_over(c, (const ProtobufCMessage *)q->query->query_args, "the query arguments",
+                    q->execution ? q->execution->workflow_id : "")) {
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, BLOB_REFUSED_MSG);
+    goto out;
+  }
   rc = svc_load_execution(c, j, q->namespace_, q->execution, &rs);
   if (rc != DBX_OK || rs == NULL) goto out;
   /* A run that has completed no workflow task has no state a worker could
@@ -578,6 +578,13 @@ dbx_err svc_h_respond_query(ectx *c, job *j) {
       return DBX_ENOMEM;
     }
     n->query_id = (uint64_t)t->scheduled_event_id;
+    int too_big = svc_blob_over(c, (const ProtobufCMessage *)q->query_result, "a query result", t->workflow_id);
+    if (too_big) { /* Temporal: the query fails with the blob limit's message */
+      q->completed_type = TEMPORAL__API__ENUMS__V1__QUERY_RESULT_TYPE__QUERY_RESULT_TYPE_FAILED;
+      svc_pb_setstr(&q->error_message, BLOB_REFUSED_MSG);
+      if (q->failure) protobuf_c_message_free_unpacked(&q->failure->base, NULL);
+      q->failure = NULL;
+    }
     if (q->completed_type == TEMPORAL__API__ENUMS__V1__QUERY_RESULT_TYPE__QUERY_RESULT_TYPE_ANSWERED) {
       QueryWorkflowResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__QUERY_WORKFLOW_RESPONSE);
       r.query_result = q->query_result;

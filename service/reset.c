@@ -8,7 +8,12 @@
  * pending children (started, closed) recorded after the reset point, its
  * pending activities queued again from now, its timers at their original
  * fire time, its children that still run handed over from the base run, and
- * a new workflow task; the base run is terminated if it still runs. */
+ * a new workflow task; the base run is terminated if it still runs. When the
+ * base is not the current run (a reset to a run that continued as new, as
+ * Temporal CLI's --type LastContinuedAsNew asks), the runs it continued as
+ * new into hand over their signals and signal request ids too, and the
+ * current run is terminated if it runs, as Temporal's workflow resetter
+ * does. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,6 +262,103 @@ static dbx_err set_current(ectx *c, const RunState *nrs) {
   return rc;
 }
 
+/* The run id evs[0..n) continued as new into (malloc'd), or NULL. */
+static char *continued_into(HistoryEvent *const *evs, size_t n) {
+  for (size_t i = n; i > 0; i--)
+    if (evs[i - 1] && evs[i - 1]->event_type == ET(WORKFLOW_EXECUTION_CONTINUED_AS_NEW)) {
+      const char *r = evs[i - 1]->workflow_execution_continued_as_new_event_attributes->new_execution_run_id;
+      return r && r[0] ? dbx_strdup(r) : NULL;
+    }
+  return NULL;
+}
+
+/* Keep rs's signal request ids in nrs (no duplicates; the newest 64). */
+static dbx_err keep_request_ids(RunState *nrs, const RunState *rs) {
+  for (size_t i = 0; i < rs->n_signal_request_ids; i++) {
+    const char *r = rs->signal_request_ids[i];
+    int seen = 0;
+    for (size_t k = 0; k < nrs->n_signal_request_ids && !seen; k++) seen = strcmp(nrs->signal_request_ids[k], r) == 0;
+    if (seen) continue;
+    if (nrs->n_signal_request_ids >= 64) {
+      free(nrs->signal_request_ids[0]);
+      memmove(nrs->signal_request_ids, nrs->signal_request_ids + 1, 63 * sizeof *nrs->signal_request_ids);
+      nrs->n_signal_request_ids--;
+    }
+    char **arr = dbx_realloc(nrs->signal_request_ids, (nrs->n_signal_request_ids + 1) * sizeof *arr);
+    if (arr == NULL) return DBX_ENOMEM;
+    nrs->signal_request_ids = arr;
+    if ((arr[nrs->n_signal_request_ids] = dbx_strdup(r)) == NULL) return DBX_ENOMEM;
+    nrs->n_signal_request_ids++;
+  }
+  return DBX_OK;
+}
+
+/* Move the signals of evs[0..n) to the end of *later. */
+static dbx_err move_signals(HistoryEvent **evs, size_t n, HistoryEvent ***later, size_t *nl) {
+  for (size_t i = 0; i < n; i++) {
+    if (evs[i]->event_type != ET(WORKFLOW_EXECUTION_SIGNALED)) continue;
+    HistoryEvent **arr = dbx_realloc(*later, (*nl + 1) * sizeof *arr);
+    if (arr == NULL) return DBX_ENOMEM;
+    *later = arr;
+    arr[(*nl)++] = evs[i];
+    evs[i] = NULL;
+  }
+  return DBX_OK;
+}
+
+/* The runs the base continued as new into, in order (at most 1000): their
+ * signals after *later (reapply_later takes them to the new run), their
+ * signal request ids into nrs. */
+static dbx_err take_chain_signals(ectx *c, const RunState *base, RunState *nrs, HistoryEvent ***later, size_t *nl) {
+  char *next = continued_into(*later, *nl);
+  dbx_err rc = DBX_OK;
+  for (int hop = 0; rc == DBX_OK && next && hop < 1000; hop++) {
+    RunState *rs = NULL;
+    HistoryEvent **evs = NULL;
+    size_t n = 0;
+    rc = svc_run_load(c, base->namespace_, base->workflow_id, next, &rs);
+    free(next);
+    next = NULL;
+    if (rc == DBX_ENOTFOUND) return DBX_OK;
+    if (rc == DBX_OK) rc = svc_events_load(c, rs->run_seq, 1, 0, &evs, &n, 0);
+    if (rc == DBX_OK) next = continued_into(evs, n);
+    if (rc == DBX_OK) rc = move_signals(evs, n, later, nl);
+    if (rc == DBX_OK) rc = keep_request_ids(nrs, rs);
+    svc_events_free(evs, n);
+    svc_runstate_free(rs);
+  }
+  free(next);
+  return rc;
+}
+
+/* The current run of the base's workflow id when it is another run that
+ * still runs (to terminate), else NULL in *out. */
+static dbx_err other_running_current(ectx *c, const RunState *base, RunState **out) {
+  *out = NULL;
+  char *cur = NULL;
+  dbx_err rc = svc_current_run_id(c, base->namespace_, base->workflow_id, &cur);
+  if (rc == DBX_ENOTFOUND) return DBX_OK;
+  if (rc == DBX_OK && cur && strcmp(cur, base->run_id) != 0) {
+    rc = svc_run_load(c, base->namespace_, base->workflow_id, cur, out);
+    if (rc == DBX_ENOTFOUND) rc = DBX_OK;
+    if (*out && (*out)->status != WS(RUNNING)) {
+      svc_runstate_free(*out);
+      *out = NULL;
+    }
+  }
+  free(cur);
+  return rc;
+}
+
+/* Terminate rs (a running run the reset replaces). */
+static dbx_err terminate_replaced(ectx *c, RunState *rs, const RunState *nrs, const ResetWorkflowExecutionRequest *q) {
+  char *reason = dbx_asprintf("reset to a new run %s: %s", nrs->run_id, q->reason);
+  if (reason == NULL) return DBX_ENOMEM;
+  dbx_err rc = svc_run_terminate(c, rs, reason, q->identity);
+  free(reason);
+  return rc;
+}
+
 /* Build the new run from the base run's events [1, e) and later ones. */
 static dbx_err reset_run(ectx *c, const ResetWorkflowExecutionRequest *q, RunState *base, RunState *nrs,
                          HistoryEvent **evs, size_t n, HistoryEvent **later, size_t nl) {
@@ -268,13 +370,15 @@ static dbx_err reset_run(ectx *c, const ResetWorkflowExecutionRequest *q, RunSta
   if (rc == DBX_OK) rc = svc_wft_schedule(c, nrs);
   if (rc != DBX_OK) return rc;
   if (base->status == WS(RUNNING)) {
-    char *reason = dbx_asprintf("reset to a new run %s: %s", nrs->run_id, q->reason);
-    if (reason == NULL) return DBX_ENOMEM;
-    rc = svc_run_terminate(c, base, reason, q->identity);
-    free(reason);
+    rc = terminate_replaced(c, base, nrs, q);
     if (rc != DBX_OK) return rc;
   } else {
     rc = svc_run_save(c, base); /* it may have handed over children */
+    if (rc != DBX_OK) return rc;
+    RunState *cur = NULL;
+    rc = other_running_current(c, base, &cur);
+    if (rc == DBX_OK && cur) rc = terminate_replaced(c, cur, nrs, q);
+    svc_runstate_free(cur);
     if (rc != DBX_OK) return rc;
   }
   rc = set_current(c, nrs);
@@ -305,7 +409,8 @@ dbx_err svc_h_reset(ectx *c, job *j) {
     rc = DBX_ENOMEM;
     goto out;
   }
-  rc = reset_run(c, q, base, nrs, evs, n, later, nl);
+  rc = take_chain_signals(c, base, nrs, &later, &nl);
+  if (rc == DBX_OK) rc = reset_run(c, q, base, nrs, evs, n, later, nl);
   if (rc == DBX_OK) {
     ResetWorkflowExecutionResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESET_WORKFLOW_EXECUTION_RESPONSE);
     r.run_id = new_run;

@@ -1018,10 +1018,35 @@ static int page_alloc(list_page *p, size_t max) {
   return p->recs && p->entries && p->infos && p->futures && p->n_futures ? 0 : -1;
 }
 
-/* Records of ns after the id `after` (len alen), up to max, into p->recs;
- * *more when another one follows. */
-static dbx_err page_read(ectx *c, const char *ns, const uint8_t *after, size_t alen, size_t max, list_page *p,
-                         int *more) {
+/* 1 when the schedule r satisfies vq (NULL: every one), 0 when not, -1 on
+ * OOM. A schedule's visibility is its search attributes and
+ * TemporalSchedulePaused. */
+static int sched_matches(const dbx_visq *vq, const ScheduleRecord *r) {
+  if (vq == NULL) return 1;
+  const SearchAttributes *sa = r->search_attributes;
+  size_t n = sa ? sa->n_indexed_fields : 0;
+  dbx_visq_sa_value *vals = dbx_calloc(n + 1, sizeof *vals);
+  if (vals == NULL) return -1;
+  for (size_t i = 0; i < n; i++) {
+    const Payload *pv = sa->indexed_fields[i]->value;
+    vals[i].name = sa->indexed_fields[i]->key;
+    vals[i].json = pv ? (const char *)pv->data.data : NULL;
+    vals[i].json_len = pv ? pv->data.len : 0;
+  }
+  int paused = r->schedule->state && r->schedule->state->paused;
+  vals[n].name = "TemporalSchedulePaused";
+  vals[n].json = paused ? "true" : "false";
+  vals[n].json_len = strlen(vals[n].json);
+  dbx_visq_record rec = {.sa = vals, .n_sa = n + 1};
+  int m = dbx_visq_match(vq, &rec);
+  free(vals);
+  return m;
+}
+
+/* Records of ns after the id `after` (len alen) that match vq (NULL: all),
+ * up to max, into p->recs; *more when another one follows. */
+static dbx_err page_read(ectx *c, const char *ns, const uint8_t *after, size_t alen, size_t max,
+                         const dbx_visq *vq, list_page *p, int *more) {
   size_t pl;
   char *pfx = sched_key(ns, NULL, &pl);
   char *start = pfx ? dbx_malloc(pl + alen + 1) : NULL;
@@ -1052,6 +1077,15 @@ static dbx_err page_read(ectx *c, const char *ns, const uint8_t *after, size_t a
       rec_free(r);
       continue;
     }
+    int m = sched_matches(vq, r);
+    if (m <= 0) {
+      rec_free(r);
+      if (m < 0) {
+        rc = DBX_ENOMEM;
+        goto out;
+      }
+      continue;
+    }
     p->recs[p->n++] = r;
   }
   if (rc == DBX_ENOTFOUND) rc = DBX_OK;
@@ -1062,16 +1096,44 @@ out:
   return rc;
 }
 
+/* A ListSchedules query: the visibility language over the namespace's
+ * search attributes and TemporalSchedulePaused (Bool). *out NULL with the
+ * job refused (INVALID_ARGUMENT naming the problem) when it does not
+ * compile. */
+static dbx_err compile_query(ectx *c, job *j, const char *ns, const char *text, dbx_visq **out) {
+  *out = NULL;
+  svc_sa_defs defs;
+  dbx_err rc = svc_sa_defs_load(c, ns, &defs);
+  if (rc != DBX_OK) return rc;
+  dbx_visq_sa_def *all = dbx_calloc(defs.n + 1, sizeof *all);
+  if (all == NULL) {
+    svc_sa_defs_free(&defs);
+    return DBX_ENOMEM;
+  }
+  if (defs.n) memcpy(all, defs.defs, defs.n * sizeof *all);
+  all[defs.n] = (dbx_visq_sa_def){"TemporalSchedulePaused", DBX_VISQ_SA_BOOL};
+  char err[256];
+  rc = dbx_visq_create_sa(text, all, defs.n + 1, out, err, sizeof err);
+  free(all);
+  svc_sa_defs_free(&defs);
+  if (rc == DBX_EINVAL) {
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "ListSchedules: %s", err);
+    return DBX_OK;
+  }
+  return rc;
+}
+
 dbx_err svc_h_list_schedules(ectx *c, job *j) {
   ListSchedulesRequest *q = svc_decode(j, &ListSchedulesRequest__D);
   if (q == NULL) return DBX_OK;
   dbx_err rc = DBX_OK;
   list_page p;
   memset(&p, 0, sizeof p);
+  dbx_visq *vq = NULL;
   if (!svc_check_ns(c, j, q->namespace_)) goto out;
   if (q->query && q->query[0]) {
-    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "ListSchedules: a query is not supported by this service");
-    goto out;
+    rc = compile_query(c, j, q->namespace_, q->query, &vq);
+    if (rc != DBX_OK || vq == NULL) goto out;
   }
   size_t max = q->maximum_page_size > 0 && q->maximum_page_size < 1000 ? (size_t)q->maximum_page_size : 1000;
   if (page_alloc(&p, max) != 0) {
@@ -1079,7 +1141,7 @@ dbx_err svc_h_list_schedules(ectx *c, job *j) {
     goto out;
   }
   int more = 0;
-  rc = page_read(c, q->namespace_, q->next_page_token.data, q->next_page_token.len, max, &p, &more);
+  rc = page_read(c, q->namespace_, q->next_page_token.data, q->next_page_token.len, max, vq, &p, &more);
   for (size_t i = 0; rc == DBX_OK && i < p.n; i++)
     if (page_entry(c, &p, i) != 0) rc = DBX_ENOMEM;
   if (rc != DBX_OK) goto out;
@@ -1092,6 +1154,7 @@ dbx_err svc_h_list_schedules(ectx *c, job *j) {
   }
   svc_job_reply(j, &resp.base);
 out:
+  dbx_visq_destroy(vq);
   page_free(&p);
   protobuf_c_message_free_unpacked(&q->base, NULL);
   return rc;

@@ -220,6 +220,23 @@ dbx_err svc_h_wft_failed(ectx *c, job *j);
 int svc_blob_over(ectx *c, const ProtobufCMessage *m, const char *what, const char *wfid);
 int svc_blob_size_over(ectx *c, int64_t size, const char *what, const char *wfid); /* the same for a size */
 #define BLOB_REFUSED_MSG "Blob data size exceeds limit."
+/* limit.blobSize.warn in bytes (the budget a replaced failure's cause keeps). */
+int64_t svc_blob_warn_bytes(ectx *c);
+/* Temporal's server failure: message, source "Server", ServerFailureInfo
+ * {non_retryable: true}; with cause, a copy of it cut to cause_budget bytes
+ * (svc_failure_truncated). malloc'd (free with
+ * protobuf_c_message_free_unpacked); NULL on OOM (marked). */
+Failure *svc_server_failure_new(const char *message, const Failure *cause, int64_t cause_budget);
+/* A copy of f that fits about budget bytes, as Temporal cuts an oversized
+ * failure: its kind, non-retryable flag and application type stay; its
+ * causes, encoded attributes and application details go; source, message
+ * and stack trace are cut at UTF-8 boundaries, in that order. NULL on OOM. */
+Failure *svc_failure_truncated(const Failure *f, int64_t budget);
+/* Temporal's messages for what an oversized worker response becomes. */
+#define FAILURE_TOO_BIG_MSG "Failure exceeds size limit."
+#define HEARTBEAT_TOO_BIG_MSG "Heartbeat details exceed size limit."
+#define CANCEL_TOO_BIG_MSG "Cancel details exceed size limit."
+#define RESULT_TOO_BIG_MSG "Complete result exceeds size limit."
 
 /* ---- sticky execution (sticky.c; the handlers in matching.c) ---- */
 /* 1 when the sticky queue (ns, name) has a worker: a poll parked on it now,
@@ -448,6 +465,14 @@ dbx_err svc_h_add_search_attributes(ectx *c, job *j);
 dbx_err svc_sa_opts_parse(dbx_service *s, const dbx_service_opts *o, char **msg);
 void svc_sa_opts_free(dbx_service *s);
 dbx_err svc_h_list_search_attributes(ectx *c, job *j);
+
+/* When a parked long poll (task poll, history wait, update wait) that
+ * nothing answers gets its empty reply (monotonic ns): after long_poll_ms,
+ * and at the latest 1 s before the call's own deadline (Temporal's frontend
+ * keeps the same tail room), so a client never sees DEADLINE_EXCEEDED for a
+ * poll that merely found nothing, even when a slow commit delays the engine
+ * by most of a second. Engine thread. */
+int64_t svc_long_poll_until(const ectx *c, const job *j);
 
 /* Namespace lookup: 1 if known. */
 int svc_ns_known(dbx_service *s, const char *ns);

@@ -263,11 +263,7 @@ dbx_err svc_update_message_apply(ectx *c, job *j, RunState *rs, const ProtocolMe
 static void park_update(ectx *c, job *j, const RunState *rs) {
   j->park = PARK_HISTORY;
   j->park_key = svc_run_key(rs->namespace_, rs->workflow_id, rs->run_id, &j->park_key_len);
-  int64_t now = dbx_mono_ns();
-  int64_t until = now + c->svc->long_poll_ms * 1000000;
-  int64_t dl = dbx_rpc_call_deadline_mono_ns(j->call);
-  if (dl != INT64_MAX && dl - 500000000LL < until) until = dl - 500000000LL;
-  j->park_deadline_ns = until < now ? now : until;
+  j->park_deadline_ns = svc_long_poll_until(c, j);
   if (j->park_key == NULL) svc_oom_mark();
 }
 

@@ -1011,8 +1011,15 @@ dbx_err svc_h_wft_failed(ectx *c, job *j) {
   if (rc == DBX_OK && rs) {
     DBX_INFO("service", "workflow task failed: workflow %s run %s cause %d: %s", rs->workflow_id, rs->run_id,
              (int)q->cause, q->failure ? q->failure->message : "");
-    rc = wft_fail(c, rs, q->cause, q->failure, q->identity);
+    Failure *f = q->failure, *replaced = NULL;
+    if (f && svc_blob_over(c, (const ProtobufCMessage *)f, "a workflow task failure", rs->workflow_id)) {
+      /* Temporal: "Failure exceeds size limit.", the original cut as its cause */
+      replaced = f = svc_server_failure_new(FAILURE_TOO_BIG_MSG, f, svc_blob_warn_bytes(c));
+      if (f == NULL) rc = DBX_ENOMEM;
+    }
+    if (rc == DBX_OK) rc = wft_fail(c, rs, q->cause, f, q->identity);
     if (rc == DBX_OK) rc = svc_run_save(c, rs);
+    if (replaced) protobuf_c_message_free_unpacked(&replaced->base, NULL);
   }
   svc_runstate_free(rs);
   protobuf_c_message_free_unpacked(&q->base, NULL);

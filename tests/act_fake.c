@@ -35,6 +35,12 @@ int64_t dbx_act_remaining_ms(const dbx_act *a) {
   return a->remaining_ms > 0 ? a->remaining_ms : INT64_MAX;
 }
 
+/* The fake runs activities on the caller's thread only: no parking. */
+dbx_err dbx_act_park(dbx_act *a, int fd, int64_t wait_ms, dbx_act_resume_fn resume, void *ctx) {
+  (void)a, (void)fd, (void)wait_ms, (void)resume, (void)ctx;
+  return DBX_EUNSUPPORTED;
+}
+
 dbx_err dbx_worker_register_activity(struct dbx_worker *w, const dbx_activity_type *t) {
   for (int i = 0; i < w->n; i++)
     if (strcmp(w->types[i]->name, t->name) == 0) return DBX_EEXIST;

@@ -223,8 +223,16 @@ static void sigint_run(int signals) {
   snprintf(env_home, sizeof env_home, "DURABOX_HOME=%s", home);
   snprintf(out_path, sizeof out_path, "%s/out.txt", g_dir);
   snprintf(err_path, sizeof err_path, "%s/err.txt", g_dir);
-  char *f = input_file("sig.json",
-                       "{\"steps\":[{\"name\":\"long\",\"kind\":\"exec\",\"command\":\"sleep 4243\"}]}");
+  /* the command is unique to this test process ("sleep 4243.PID"), so
+   * another checkout's suite running at the same time is not mistaken for it;
+   * the "[.]" keeps the pattern from matching pgrep's own shell */
+  unsigned tag = (unsigned)getpid() % 100000u;
+  char input[256], pgrep[96], pkill[96];
+  snprintf(input, sizeof input,
+           "{\"steps\":[{\"name\":\"long\",\"kind\":\"exec\",\"command\":\"sleep 4243.%05u\"}]}", tag);
+  snprintf(pgrep, sizeof pgrep, "pgrep -f 'sleep 4243[.]%05u' >/dev/null", tag);
+  snprintf(pkill, sizeof pkill, "pkill -f 'sleep 4243[.]%05u'", tag);
+  char *f = input_file("sig.json", input);
   char *argv[] = {(char *)dbx_test_bin(), "run", f, "--workflow-id", "cli-sigint", NULL};
   char *env[] = {env_home, "TEMPORAL_ADDRESS", "DURABOX_WORKER_DB", NULL};
   pid_t pid = dbx_svct_proc_spawn(argv, env, out_path, err_path);
@@ -241,7 +249,7 @@ static void sigint_run(int signals) {
   /* ...and its command runs */
   int running = 0;
   for (int i = 0; i < 3000 && !running; i++) {
-    int ps = system("pgrep -f 'sleep 424[3]' >/dev/null");
+    int ps = system(pgrep);
     running = WIFEXITED(ps) && WEXITSTATUS(ps) == 0;
     if (!running) nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
   }
@@ -255,10 +263,10 @@ static void sigint_run(int signals) {
   char sb[700];
   snprintf(sb, sizeof sb, "%s/sandboxes", home);
   if (dir_entries(sb) != 0) fail_msg("%s is not empty (%d entries); stderr:\n%s", sb, dir_entries(sb), err);
-  /* nothing of the step runs on ("424[3]": the pattern must not match pgrep's shell) */
-  int st = system("pgrep -f 'sleep 424[3]' >/dev/null");
+  /* nothing of the step runs on */
+  int st = system(pgrep);
   if (!WIFEXITED(st) || WEXITSTATUS(st) != 1) {
-    if (system("pkill -f 'sleep 424[3]'") != 0) { /* leave no stray process either way */
+    if (system(pkill) != 0) { /* leave no stray process either way */
     }
     fail_msg("the step's command still runs after the cancellation; stderr:\n%s", err);
   }

@@ -14,6 +14,13 @@
  *    same workflow id that the worker runs to completion;
  *  - a signal after the reset point is re-applied with its request id, so
  *    resending it to the new run is deduplicated;
+ *  - reset --type LastContinuedAsNew (driven by hand on a queue of its
+ *    own): the base is the run that continued as new into the current one,
+ *    at its last completed workflow task; the current run is terminated and
+ *    its signals re-applied to the new run, a resent one still a duplicate;
+ *    --type LastWorkflowTask: the last completed task, a later signal
+ *    re-applied and deduplicated; --type FirstWorkflowTask of a run whose
+ *    first task never completed resets to its WorkflowTaskStarted;
  *  - a hand-made history in Temporal CLI's style and one written by
  *    Temporal's Python SDK (tests/data) replay;
  *  - bad history files exit 2 with a message naming the problem. */
@@ -27,6 +34,7 @@
 #include <cjson/cJSON.h>
 
 #include "tests/svc_client.h"
+#include "worker/client.h"
 
 #define CMD_TIMEOUT_MS 150000
 
@@ -434,6 +442,204 @@ static void test_reset_reapplies_signals_deduplicated(void **state) {
   dbx_rpc_channel_destroy(ch);
 }
 
+/* ---------------------------------------- reset by --type, driven by hand */
+
+/* RespondWorkflowTaskCompleted with one ContinueAsNewWorkflowExecution of
+ * type it.Can on queue tq. */
+static void wft_continue_as_new(dbx_rpc_channel *ch, ProtobufCBinaryData token, const char *tq) {
+  Command cmd = INIT(TEMPORAL__API__COMMAND__V1__COMMAND);
+  ContinueAsNewWorkflowExecutionCommandAttributes a =
+      INIT(TEMPORAL__API__COMMAND__V1__CONTINUE_AS_NEW_WORKFLOW_EXECUTION_COMMAND_ATTRIBUTES);
+  WorkflowType wt = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_TYPE);
+  TaskQueue q = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
+  wt.name = "it.Can";
+  q.name = (char *)tq;
+  a.workflow_type = &wt;
+  a.task_queue = &q;
+  cmd.command_type = CT(CONTINUE_AS_NEW_WORKFLOW_EXECUTION);
+  cmd.attributes_case = CMD(CONTINUE_AS_NEW_WORKFLOW_EXECUTION);
+  cmd.continue_as_new_workflow_execution_command_attributes = &a;
+  RespondWorkflowTaskCompletedRequest r =
+      INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_WORKFLOW_TASK_COMPLETED_REQUEST);
+  Command *cmds[1] = {&cmd};
+  r.namespace_ = "default";
+  r.task_token = token;
+  r.commands = cmds;
+  r.n_commands = 1;
+  r.identity = "it_replay_reset";
+  dbx_rpc_result raw;
+  memset(&raw, 0, sizeof raw);
+  int st = dbx_svct_call(ch, "RespondWorkflowTaskCompleted", &r.base, NULL, 10000, NULL, &raw);
+  if (st != DBX_GRPC_OK) fail_msg("continue-as-new: status %d %s", st, raw.message ? raw.message : "");
+  dbx_rpc_result_cleanup(&raw);
+}
+
+/* Poll queue tq for a workflow task (the service has one ready); the run id
+ * it is for into run (cap bytes); returns the response. */
+static PollWorkflowTaskQueueResponse *poll_task(dbx_rpc_channel *ch, const char *tq, char *run, size_t cap) {
+  PollWorkflowTaskQueueResponse *t = dbx_svct_wft_poll(ch, tq, 10000);
+  if (t == NULL || t->task_token.len == 0 || t->workflow_execution == NULL) fail_msg("no workflow task on %s", tq);
+  snprintf(run, cap, "%s", t->workflow_execution->run_id);
+  return t;
+}
+
+/* `workflow reset -w wid --type type --output json`: the new run id (into
+ * run) and the event the CLI reset to. */
+static long reset_by_type(const char *wid, const char *type, char *run, size_t cap) {
+  char *out = NULL, *err = NULL;
+  int rc = durabox(&out, &err, "workflow", "reset", "-w", wid, "--type", type, "--output", "json", "--address",
+                   g_addr, NULL);
+  if (rc != 0) fail_msg("reset --type %s exited %d\n%s\n%s", type, rc, out, err);
+  cJSON *j = cJSON_Parse(out);
+  const char *r = cJSON_GetStringValue(cJSON_GetObjectItem(j, "runId"));
+  if (r == NULL || strlen(r) < 8) fail_msg("no runId in %s", out);
+  snprintf(run, cap, "%s", r);
+  long ev = (long)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "eventId"));
+  cJSON_Delete(j);
+  free(out);
+  free(err);
+  return ev;
+}
+
+static int run_status(dbx_rpc_channel *ch, const char *wid, const char *run) {
+  dbx_svct_history h = {0};
+  dbx_svct_history_get(ch, wid, run, &h);
+  int t = h.n ? (int)h.events[h.n - 1]->event_type : 0;
+  dbx_svct_history_cleanup(&h);
+  return t;
+}
+
+static size_t signals_in(dbx_rpc_channel *ch, const char *wid, const char *run) {
+  dbx_svct_history h = {0};
+  dbx_svct_history_get(ch, wid, run, &h);
+  size_t n = dbx_svct_history_count(&h, ET(WORKFLOW_EXECUTION_SIGNALED));
+  dbx_svct_history_cleanup(&h);
+  return n;
+}
+
+/* --type LastContinuedAsNew (Temporal's CLI): the base is the run that
+ * continued as new into the current one, at its last completed workflow
+ * task; the current run is terminated, the signals it received are
+ * re-applied to the new run with their request ids. */
+static void test_reset_last_continued_as_new(void **state) {
+  (void)state;
+  char *out = NULL, *err = NULL, run1[64], run2[64], run3[64], polled[64];
+  int rc = durabox(&out, &err, "workflow", "start", "--type=it.Can", "--task-queue=rr-can", "-w", "rr-can",
+                   "--address", g_addr, NULL);
+  if (rc != 0) fail_msg("start exited %d: %s", rc, err);
+  free(out);
+  free(err);
+  dbx_rpc_channel *ch = dbx_svct_connect(atoi(strchr(g_addr, ':') + 1));
+  /* a run that is not a continuation has no such point */
+  rc = durabox(&out, &err, "workflow", "reset", "-w", "rr-can", "--type", "LastContinuedAsNew", "--address", g_addr,
+               NULL);
+  assert_int_equal(rc, 1);
+  assert_non_null(strstr(err, "did not start from a continue-as-new"));
+  free(out);
+  free(err);
+  PollWorkflowTaskQueueResponse *t = poll_task(ch, "rr-can", run1, sizeof run1);
+  wft_continue_as_new(ch, t->task_token, "rr-can"); /* run1: 1-3, WTC 4, ContinuedAsNew 5 */
+  dbx_client_msg_free(t);
+  t = poll_task(ch, "rr-can", run2, sizeof run2);
+  assert_string_not_equal(run1, run2);
+  dbx_svct_wft_start_timer(ch, t->task_token, "1", 3600);
+  dbx_client_msg_free(t);
+  signal_req(ch, "rr-can", "can-one"); /* to run2, after the reset point */
+  signal_req(ch, "rr-can", "can-one"); /* a resend: deduplicated */
+  assert_int_equal(signals_in(ch, "rr-can", run2), 1);
+  long ev = reset_by_type("rr-can", "LastContinuedAsNew", run3, sizeof run3);
+  assert_int_equal(ev, 4); /* run1's last WorkflowTaskCompleted */
+  assert_string_not_equal(run3, run1);
+  assert_string_not_equal(run3, run2);
+  dbx_svct_history h = {0};
+  dbx_svct_history_get(ch, "rr-can", run3, &h);
+  assert_true(h.n >= 5);
+  assert_string_equal(h.events[0]->workflow_execution_started_event_attributes->original_execution_run_id
+                          ? h.events[0]->workflow_execution_started_event_attributes->original_execution_run_id
+                          : run1,
+                      run1);
+  assert_int_equal(h.events[3]->event_type, ET(WORKFLOW_TASK_FAILED)); /* in place of run1's WTC 4 */
+  assert_int_equal(dbx_svct_history_count(&h, ET(WORKFLOW_EXECUTION_SIGNALED)), 1);
+  assert_int_equal(dbx_svct_history_count(&h, ET(WORKFLOW_EXECUTION_CONTINUED_AS_NEW)), 0);
+  dbx_svct_history_cleanup(&h);
+  /* run2, the current run then, is terminated; the id's current run is run3 */
+  assert_int_equal(run_status(ch, "rr-can", run2), ET(WORKFLOW_EXECUTION_TERMINATED));
+  dbx_svct_history_get(ch, "rr-can", NULL, &h);
+  assert_true(h.n > 0);
+  dbx_svct_history_cleanup(&h);
+  signal_req(ch, "rr-can", "can-one"); /* the new run knows this id */
+  assert_int_equal(signals_in(ch, "rr-can", run3), 1);
+  signal_req(ch, "rr-can", "can-two");
+  assert_int_equal(signals_in(ch, "rr-can", run3), 2);
+  assert_int_equal(signals_in(ch, "rr-can", run2), 1); /* nothing reached the terminated run */
+  /* the worker side: the next task on the queue is the new run's */
+  t = poll_task(ch, "rr-can", polled, sizeof polled);
+  assert_string_equal(polled, run3);
+  dbx_svct_wft_complete_workflow(ch, t->task_token);
+  dbx_client_msg_free(t);
+  assert_int_equal(run_status(ch, "rr-can", run3), ET(WORKFLOW_EXECUTION_COMPLETED));
+  dbx_rpc_channel_destroy(ch);
+}
+
+/* --type LastWorkflowTask: the last WorkflowTaskCompleted of the run; a
+ * signal after it is re-applied, its resend deduplicated. */
+static void test_reset_last_workflow_task(void **state) {
+  (void)state;
+  char *out = NULL, *err = NULL, run1[64], run2[64], polled[64];
+  int rc = durabox(&out, &err, "workflow", "start", "--type=it.Can", "--task-queue=rr-last", "-w", "rr-last",
+                   "--address", g_addr, NULL);
+  if (rc != 0) fail_msg("start exited %d: %s", rc, err);
+  free(out);
+  free(err);
+  dbx_rpc_channel *ch = dbx_svct_connect(atoi(strchr(g_addr, ':') + 1));
+  PollWorkflowTaskQueueResponse *t = poll_task(ch, "rr-last", run1, sizeof run1);
+  dbx_svct_wft_start_timer(ch, t->task_token, "1", 3600); /* WTC 4, TimerStarted 5 */
+  dbx_client_msg_free(t);
+  signal_req(ch, "rr-last", "last-one"); /* 6, its task 7-8 */
+  t = poll_task(ch, "rr-last", polled, sizeof polled);
+  dbx_svct_wft_start_timer(ch, t->task_token, "2", 3600); /* WTC 9, TimerStarted 10 */
+  dbx_client_msg_free(t);
+  signal_req(ch, "rr-last", "last-two"); /* 11: after the last completed task */
+  long ev = reset_by_type("rr-last", "LastWorkflowTask", run2, sizeof run2);
+  assert_int_equal(ev, 9);
+  assert_int_equal(run_status(ch, "rr-last", run1), ET(WORKFLOW_EXECUTION_TERMINATED));
+  assert_int_equal(signals_in(ch, "rr-last", run2), 2); /* one in the prefix, one re-applied */
+  signal_req(ch, "rr-last", "last-two");
+  signal_req(ch, "rr-last", "last-one");
+  assert_int_equal(signals_in(ch, "rr-last", run2), 2);
+  t = poll_task(ch, "rr-last", polled, sizeof polled);
+  assert_string_equal(polled, run2);
+  dbx_svct_wft_complete_workflow(ch, t->task_token);
+  dbx_client_msg_free(t);
+  assert_int_equal(run_status(ch, "rr-last", run2), ET(WORKFLOW_EXECUTION_COMPLETED));
+  dbx_rpc_channel_destroy(ch);
+}
+
+/* --type FirstWorkflowTask of a run whose first task started and never
+ * completed (its worker died): the point is that WorkflowTaskStarted (3), as
+ * Temporal's CLI picks; the new run's task goes to the next poller. */
+static void test_reset_first_task_never_completed(void **state) {
+  (void)state;
+  char *out = NULL, *err = NULL, run1[64], run2[64], polled[64];
+  int rc = durabox(&out, &err, "workflow", "start", "--type=it.Can", "--task-queue=rr-first", "-w", "rr-first",
+                   "--address", g_addr, NULL);
+  if (rc != 0) fail_msg("start exited %d: %s", rc, err);
+  free(out);
+  free(err);
+  dbx_rpc_channel *ch = dbx_svct_connect(atoi(strchr(g_addr, ':') + 1));
+  PollWorkflowTaskQueueResponse *t = poll_task(ch, "rr-first", run1, sizeof run1); /* started, never answered */
+  dbx_client_msg_free(t);
+  long ev = reset_by_type("rr-first", "FirstWorkflowTask", run2, sizeof run2);
+  assert_int_equal(ev, 3);
+  assert_int_equal(run_status(ch, "rr-first", run1), ET(WORKFLOW_EXECUTION_TERMINATED));
+  t = poll_task(ch, "rr-first", polled, sizeof polled);
+  assert_string_equal(polled, run2);
+  dbx_svct_wft_complete_workflow(ch, t->task_token);
+  dbx_client_msg_free(t);
+  assert_int_equal(run_status(ch, "rr-first", run2), ET(WORKFLOW_EXECUTION_COMPLETED));
+  dbx_rpc_channel_destroy(ch);
+}
+
 /* A history in the form Temporal's CLI writes (2-space indent, nanosecond
  * times, fields of newer Temporal versions, empty headers): tests/data. */
 static void test_temporal_cli_fixture_replays(void **state) {
@@ -466,6 +672,9 @@ int main(void) {
       cmocka_unit_test(test_reset),
       cmocka_unit_test(test_long_history_pages),
       cmocka_unit_test(test_reset_reapplies_signals_deduplicated),
+      cmocka_unit_test(test_reset_last_continued_as_new),
+      cmocka_unit_test(test_reset_last_workflow_task),
+      cmocka_unit_test(test_reset_first_task_never_completed),
       cmocka_unit_test(test_temporal_cli_fixture_replays),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

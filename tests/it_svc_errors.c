@@ -5,7 +5,9 @@
  *   nothing is written (execution count or history length unchanged);
  * - stale and late activity completions are NOT_FOUND with a typed detail
  *   and add no event;
- * - an empty long poll is answered OK before the client's deadline;
+ * - an empty long poll is answered OK before the client's deadline, and
+ *   dbx_client_get_history turns a long poll whose answer comes too late
+ *   (the engine held) into an empty page that continues from the same token;
  * - an unknown method is UNIMPLEMENTED "unknown method".
  * The test plays both the client and the workers. */
 #include "tests/svc_client.h"
@@ -15,6 +17,7 @@
 #include <string.h>
 
 #include "service/service.h"
+#include "worker/client.h"
 
 #define NS_DEFAULT "default"
 #define MAX_MSG (64 * 1024)
@@ -343,6 +346,50 @@ static void test_svc_errors_empty_long_poll_answers_ok(void **state) {
   protobuf_c_message_free_unpacked(&r->base, NULL);
 }
 
+static void test_svc_errors_late_history_long_poll_is_an_empty_page(void **state) {
+  fixture *f = *state;
+  char *run_id = dbx_svct_workflow_start(f->ch, "wf-late-poll", "tq-late-poll");
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", dbx_service_port(f->svc));
+  dbx_client_opts co = {.address = addr};
+  dbx_client *c = NULL;
+  assert_int_equal(dbx_client_create(&co, &c), DBX_OK);
+  /* answered in time: the close event of a running run is an empty page */
+  dbx_client_history h = {0};
+  dbx_client_history_opts o = {.wait_new_event = 1, .close_event_only = 1, .timeout_ms = 2500};
+  char *err = NULL;
+  assert_int_equal(dbx_client_get_history(c, "wf-late-poll", run_id, &o, &h, &err), DBX_OK);
+  assert_null(err);
+  assert_int_equal(h.n, 0);
+  dbx_client_history_cleanup(&h);
+  /* the engine held: no answer by the deadline, still an empty page */
+  uint8_t tok[16] = {0};
+  tok[7] = 3; /* from event 3: our service's token is (from, upto), big-endian */
+  dbx_service_test_hold(f->svc, 1);
+  dbx_client_history h2 = {0};
+  dbx_client_history_opts o2 = {.wait_new_event = 1, .page_token = tok, .page_token_len = sizeof tok,
+                                .timeout_ms = 800};
+  dbx_err rc = dbx_client_get_history(c, "wf-late-poll", run_id, &o2, &h2, &err);
+  dbx_service_test_hold(f->svc, 0);
+  assert_int_equal(rc, DBX_OK);
+  assert_null(err);
+  assert_int_equal(h2.n, 0);
+  assert_int_equal(h2.next_page_token_len, sizeof tok);
+  assert_memory_equal(h2.next_page_token, tok, sizeof tok);
+  dbx_client_history_cleanup(&h2);
+  /* without a token or the close filter a late answer stays an error */
+  dbx_service_test_hold(f->svc, 1);
+  dbx_client_history h3 = {0};
+  dbx_client_history_opts o3 = {.wait_new_event = 1, .timeout_ms = 800};
+  rc = dbx_client_get_history(c, "wf-late-poll", run_id, &o3, &h3, &err);
+  dbx_service_test_hold(f->svc, 0);
+  assert_int_equal(rc, DBX_ETIMEDOUT);
+  free(err);
+  dbx_client_history_cleanup(&h3);
+  dbx_client_destroy(c);
+  free(run_id);
+}
+
 static void test_svc_errors_unknown_method(void **state) {
   fixture *f = *state;
   dbx_rpc_result r;
@@ -366,6 +413,7 @@ int main(void) {
       cmocka_unit_test(test_svc_errors_forged_and_stale_task_token),
       cmocka_unit_test(test_svc_errors_completion_after_timeout),
       cmocka_unit_test(test_svc_errors_empty_long_poll_answers_ok),
+      cmocka_unit_test(test_svc_errors_late_history_long_poll_is_an_empty_page),
       cmocka_unit_test(test_svc_errors_unknown_method),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);

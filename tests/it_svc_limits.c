@@ -10,11 +10,20 @@
  *   then WorkflowExecutionTerminated, INVALID_ARGUMENT to the worker,
  *   nothing of the completion applied; at the limit it is accepted;
  * - an activity result over the limit fails the activity, non-retryable
- *   ("Complete result exceeds size limit.");
+ *   ("Complete result exceeds size limit."); so do heartbeat details
+ *   ("Heartbeat details exceed size limit.", the heartbeat answered
+ *   cancel_requested) and cancellation details ("Cancel details exceed size
+ *   limit."); an oversized activity failure becomes "Failure exceeds size
+ *   limit." with the original, cut, as its cause, oversized last heartbeat
+ *   details are dropped, and the reply lists both replacements; an oversized
+ *   workflow task failure is replaced the same way; query arguments over
+ *   the limit are INVALID_ARGUMENT, and a query result over it fails the
+ *   query with the blob limit's message;
  * - `durabox server start-dev --dynamic-config-value limit.blobSize.error=N`
  *   sets the same limit. */
 #include "tests/svc_client.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -295,6 +304,213 @@ static void test_limits_activity_result_over_the_limit_fails_it(void **state) {
   free(big.buf);
 }
 
+/* A run "wfid" whose activity a1 (task queue tq + "-a", retries allowed) is
+ * started; returns its activity task. */
+static PollActivityTaskQueueResponse *started_activity(fixture *f, const char *wfid, const char *tq) {
+  char atq[128];
+  snprintf(atq, sizeof atq, "%s-a", tq);
+  assert_int_equal(start_with(f, wfid, tq, NULL, NULL), DBX_GRPC_OK);
+  PollWorkflowTaskQueueResponse *t = dbx_svct_wft_poll(f->ch, tq, 5000);
+  assert_true(t->task_token.len > 0);
+  dbx_svct_wft_schedule_activity(f->ch, t->task_token, "a1", atq, 30, 0);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  PollActivityTaskQueueResponse *a = dbx_svct_activity_poll(f->ch, atq, 5000);
+  assert_true(a->task_token.len > 0);
+  return a;
+}
+
+/* The run's last ActivityTaskFailed is a non-retryable server failure with msg. */
+static void expect_activity_server_failure(fixture *f, const char *wfid, const char *msg) {
+  dbx_svct_history h;
+  dbx_svct_history_get(f->ch, wfid, "", &h);
+  const HistoryEvent *e = last_of(&h, ET(ACTIVITY_TASK_FAILED));
+  assert_non_null(e);
+  const Failure *fl = e->activity_task_failed_event_attributes->failure;
+  assert_string_equal(fl->message, msg);
+  assert_string_equal(fl->source, "Server");
+  assert_int_equal(fl->failure_info_case, FI(SERVER_FAILURE_INFO));
+  assert_true(fl->server_failure_info->non_retryable);
+  assert_int_equal(e->activity_task_failed_event_attributes->retry_state, RS(NON_RETRYABLE_FAILURE));
+  dbx_svct_history_cleanup(&h);
+}
+
+static void test_limits_heartbeat_and_cancel_details_over_the_limit_fail_the_activity(void **state) {
+  fixture *f = *state;
+  blob big;
+  blob_make(&big, LIMIT + 1);
+  PollActivityTaskQueueResponse *a = started_activity(f, "lim-hb", "tq-lim-hb");
+  RecordActivityTaskHeartbeatRequest hq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RECORD_ACTIVITY_TASK_HEARTBEAT_REQUEST);
+  hq.namespace_ = "default";
+  hq.task_token = a->task_token;
+  hq.details = &big.ps;
+  RecordActivityTaskHeartbeatResponse *hr = NULL;
+  assert_int_equal(dbx_svct_call(f->ch, "RecordActivityTaskHeartbeat", &hq.base,
+                                 &RecordActivityTaskHeartbeatResponse__D, 5000, (void **)&hr, NULL),
+                   DBX_GRPC_OK);
+  assert_true(hr->cancel_requested); /* the worker is told to stop */
+  protobuf_c_message_free_unpacked(&hr->base, NULL);
+  protobuf_c_message_free_unpacked(&a->base, NULL);
+  expect_activity_server_failure(f, "lim-hb", "Heartbeat details exceed size limit.");
+
+  a = started_activity(f, "lim-cancel", "tq-lim-cancel");
+  RespondActivityTaskCanceledRequest cq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_ACTIVITY_TASK_CANCELED_REQUEST);
+  cq.namespace_ = "default";
+  cq.task_token = a->task_token;
+  cq.details = &big.ps;
+  assert_int_equal(dbx_svct_call(f->ch, "RespondActivityTaskCanceled", &cq.base,
+                                 &RespondActivityTaskCanceledResponse__D, 5000, NULL, NULL),
+                   DBX_GRPC_OK);
+  protobuf_c_message_free_unpacked(&a->base, NULL);
+  expect_activity_server_failure(f, "lim-cancel", "Cancel details exceed size limit.");
+  dbx_svct_history h;
+  dbx_svct_history_get(f->ch, "lim-cancel", "", &h);
+  assert_int_equal(dbx_svct_history_count(&h, ET(ACTIVITY_TASK_CANCELED)), 0);
+  dbx_svct_history_cleanup(&h);
+  free(big.buf);
+}
+
+static void test_limits_failure_over_the_limit_is_replaced(void **state) {
+  fixture *f = *state;
+  blob big;
+  blob_make(&big, LIMIT + 1);
+  char msg[1600];
+  memset(msg, 'm', sizeof msg - 1);
+  msg[sizeof msg - 1] = '\0';
+  memcpy(msg, "original:\xc3\xa9", 11); /* a two-byte character early on */
+  PollActivityTaskQueueResponse *a = started_activity(f, "lim-fail", "tq-lim-fail");
+  Failure fl = INIT(TEMPORAL__API__FAILURE__V1__FAILURE);
+  ApplicationFailureInfo ai = INIT(TEMPORAL__API__FAILURE__V1__APPLICATION_FAILURE_INFO);
+  ai.type = "Boom";
+  fl.message = msg;
+  fl.failure_info_case = FI(APPLICATION_FAILURE_INFO);
+  fl.application_failure_info = &ai;
+  RespondActivityTaskFailedRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_ACTIVITY_TASK_FAILED_REQUEST);
+  q.namespace_ = "default";
+  q.task_token = a->task_token;
+  q.failure = &fl;
+  q.last_heartbeat_details = &big.ps;
+  RespondActivityTaskFailedResponse *r = NULL;
+  assert_int_equal(dbx_svct_call(f->ch, "RespondActivityTaskFailed", &q.base, &RespondActivityTaskFailedResponse__D,
+                                 5000, (void **)&r, NULL),
+                   DBX_GRPC_OK);
+  assert_int_equal(r->n_failures, 2);
+  assert_string_equal(r->failures[0]->message, "Heartbeat details exceed size limit.");
+  assert_string_equal(r->failures[1]->message, "Failure exceeds size limit.");
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  protobuf_c_message_free_unpacked(&a->base, NULL);
+  expect_activity_server_failure(f, "lim-fail", "Failure exceeds size limit.");
+  dbx_svct_history h;
+  dbx_svct_history_get(f->ch, "lim-fail", "", &h);
+  const HistoryEvent *e = last_of(&h, ET(ACTIVITY_TASK_FAILED));
+  const Failure *cause = e->activity_task_failed_event_attributes->failure->cause;
+  assert_non_null(cause); /* the original, cut to the warn limit */
+  assert_int_equal(cause->failure_info_case, FI(APPLICATION_FAILURE_INFO));
+  assert_string_equal(cause->application_failure_info->type, "Boom");
+  assert_true(strncmp(cause->message, "original:\xc3\xa9mmm", 14) == 0);
+  assert_true(strlen(cause->message) < 400);
+  assert_true(protobuf_c_message_get_packed_size(&cause->base) <= 400);
+  dbx_svct_history_cleanup(&h);
+
+  /* a workflow task failure over the limit: replaced the same way */
+  assert_int_equal(start_with(f, "lim-wft", "tq-lim-wft", NULL, NULL), DBX_GRPC_OK);
+  PollWorkflowTaskQueueResponse *t = dbx_svct_wft_poll(f->ch, "tq-lim-wft", 5000);
+  assert_true(t->task_token.len > 0);
+  RespondWorkflowTaskFailedRequest wq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_WORKFLOW_TASK_FAILED_REQUEST);
+  wq.namespace_ = "default";
+  wq.task_token = t->task_token;
+  wq.cause = TEMPORAL__API__ENUMS__V1__WORKFLOW_TASK_FAILED_CAUSE__WORKFLOW_TASK_FAILED_CAUSE_WORKFLOW_WORKER_UNHANDLED_FAILURE;
+  wq.failure = &fl;
+  assert_int_equal(dbx_svct_call(f->ch, "RespondWorkflowTaskFailed", &wq.base, &RespondWorkflowTaskFailedResponse__D,
+                                 5000, NULL, NULL),
+                   DBX_GRPC_OK);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  dbx_svct_history_get(f->ch, "lim-wft", "", &h);
+  e = last_of(&h, ET(WORKFLOW_TASK_FAILED));
+  assert_non_null(e);
+  assert_string_equal(e->workflow_task_failed_event_attributes->failure->message, "Failure exceeds size limit.");
+  assert_non_null(e->workflow_task_failed_event_attributes->failure->cause);
+  dbx_svct_history_cleanup(&h);
+  free(big.buf);
+}
+
+static void test_limits_query_arguments_over_the_limit_are_refused(void **state) {
+  fixture *f = *state;
+  blob big;
+  blob_make(&big, LIMIT + 1);
+  assert_int_equal(start_with(f, "lim-query", "tq-lim-query", NULL, NULL), DBX_GRPC_OK);
+  QueryWorkflowRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__QUERY_WORKFLOW_REQUEST);
+  WorkflowQuery wq = INIT(TEMPORAL__API__QUERY__V1__WORKFLOW_QUERY);
+  WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  we.workflow_id = "lim-query";
+  wq.query_type = "state";
+  wq.query_args = &big.ps;
+  q.namespace_ = "default";
+  q.execution = &we;
+  q.query = &wq;
+  dbx_rpc_result raw;
+  memset(&raw, 0, sizeof raw);
+  assert_int_equal(dbx_svct_call(f->ch, "QueryWorkflow", &q.base, &QueryWorkflowResponse__D, 5000, NULL, &raw),
+                   DBX_GRPC_INVALID_ARGUMENT);
+  assert_string_equal(raw.message, "Blob data size exceeds limit.");
+  dbx_rpc_result_cleanup(&raw);
+  free(big.buf);
+}
+
+typedef struct {
+  dbx_rpc_channel *ch;
+  int status;
+  char *message;
+} query_arg;
+
+static void *query_thread(void *arg) {
+  query_arg *a = arg;
+  QueryWorkflowRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__QUERY_WORKFLOW_REQUEST);
+  WorkflowQuery wq = INIT(TEMPORAL__API__QUERY__V1__WORKFLOW_QUERY);
+  WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  we.workflow_id = "lim-qres";
+  wq.query_type = "state";
+  q.namespace_ = "default";
+  q.execution = &we;
+  q.query = &wq;
+  dbx_rpc_result raw;
+  memset(&raw, 0, sizeof raw);
+  a->status = dbx_svct_call(a->ch, "QueryWorkflow", &q.base, &QueryWorkflowResponse__D, 10000, NULL, &raw);
+  a->message = raw.message ? strdup(raw.message) : NULL;
+  dbx_rpc_result_cleanup(&raw);
+  return NULL;
+}
+
+static void test_limits_query_result_over_the_limit_fails_the_query(void **state) {
+  fixture *f = *state;
+  blob big;
+  blob_make(&big, LIMIT + 1);
+  assert_int_equal(start_with(f, "lim-qres", "tq-lim-qres", NULL, NULL), DBX_GRPC_OK);
+  PollWorkflowTaskQueueResponse *t = dbx_svct_wft_poll(f->ch, "tq-lim-qres", 5000);
+  assert_true(t->task_token.len > 0);
+  dbx_svct_wft_start_timer(f->ch, t->task_token, "1", 60); /* the first task completes, the run goes on */
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  query_arg qa = {.ch = f->ch};
+  pthread_t qt;
+  assert_int_equal(pthread_create(&qt, NULL, query_thread, &qa), 0);
+  t = dbx_svct_wft_poll(f->ch, "tq-lim-qres", 8000);
+  assert_non_null(t->query);
+  RespondQueryTaskCompletedRequest rq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_QUERY_TASK_COMPLETED_REQUEST);
+  rq.namespace_ = "default";
+  rq.task_token = t->task_token;
+  rq.completed_type = TEMPORAL__API__ENUMS__V1__QUERY_RESULT_TYPE__QUERY_RESULT_TYPE_ANSWERED;
+  rq.query_result = &big.ps;
+  assert_int_equal(dbx_svct_call(f->ch, "RespondQueryTaskCompleted", &rq.base, &RespondQueryTaskCompletedResponse__D,
+                                 5000, NULL, NULL),
+                   DBX_GRPC_OK);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  pthread_join(qt, NULL);
+  assert_int_equal(qa.status, DBX_GRPC_INVALID_ARGUMENT); /* a failed query, as Temporal answers it */
+  assert_non_null(qa.message);
+  assert_string_equal(qa.message, "Blob data size exceeds limit.");
+  free(qa.message);
+  free(big.buf);
+}
+
 static void test_limits_dynamic_config_flag_of_start_dev(void **state) {
   (void)state;
   char *dir = dbx_test_tmpdir("it-limits-srv");
@@ -325,6 +541,10 @@ int main(void) {
       cmocka_unit_test(test_limits_start_and_signal_over_the_limit_are_refused),
       cmocka_unit_test(test_limits_command_over_the_limit_fails_the_task),
       cmocka_unit_test(test_limits_activity_result_over_the_limit_fails_it),
+      cmocka_unit_test(test_limits_heartbeat_and_cancel_details_over_the_limit_fail_the_activity),
+      cmocka_unit_test(test_limits_failure_over_the_limit_is_replaced),
+      cmocka_unit_test(test_limits_query_arguments_over_the_limit_are_refused),
+      cmocka_unit_test(test_limits_query_result_over_the_limit_fails_the_query),
       cmocka_unit_test(test_limits_dynamic_config_flag_of_start_dev),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -709,6 +709,47 @@ static void test_schedule_backfill_update_list(void **state) {
   assert_int_equal(delete_schedule(f->ch, "s-back2"), DBX_GRPC_OK);
 }
 
+/* The ids ListSchedules returns for query (one page), comma-joined into out. */
+static int list_ids(dbx_rpc_channel *ch, const char *query, char *out, size_t cap, dbx_rpc_result *raw) {
+  W(ListSchedulesRequest) lq = WI(LIST_SCHEDULES_REQUEST__INIT);
+  lq.namespace_ = "default";
+  lq.query = (char *)query;
+  void *lo = NULL;
+  int st = dbx_svct_call(ch, "ListSchedules", &lq.base,
+                         &temporal__api__workflowservice__v1__list_schedules_response__descriptor, 5000, &lo, raw);
+  out[0] = '\0';
+  W(ListSchedulesResponse) *l = lo;
+  for (size_t i = 0; l && i < l->n_schedules; i++)
+    snprintf(out + strlen(out), cap - strlen(out), "%s%s", i ? "," : "", l->schedules[i]->schedule_id);
+  if (l) protobuf_c_message_free_unpacked(&l->base, NULL);
+  return st;
+}
+
+static void test_schedule_list_query(void **state) {
+  fixture *f = *state;
+  sched_args a = {.id = "s-lq-paused", .workflow_id = "wf-lq1", .interval_s = 3600, .paused = 1};
+  sched_args b = {.id = "s-lq-running", .workflow_id = "wf-lq2", .interval_s = 3600};
+  assert_int_equal(create(f->ch, &a, NULL), DBX_GRPC_OK);
+  assert_int_equal(create(f->ch, &b, NULL), DBX_GRPC_OK);
+  char ids[256];
+  assert_int_equal(list_ids(f->ch, "TemporalSchedulePaused = true", ids, sizeof ids, NULL), DBX_GRPC_OK);
+  assert_string_equal(ids, "s-lq-paused");
+  assert_int_equal(list_ids(f->ch, "TemporalSchedulePaused = false", ids, sizeof ids, NULL), DBX_GRPC_OK);
+  assert_string_equal(ids, "s-lq-running");
+  /* after a pause both are */
+  assert_int_equal(patch(f->ch, "s-lq-running", "paused by the test", NULL, 0, 0), DBX_GRPC_OK);
+  assert_int_equal(list_ids(f->ch, "TemporalSchedulePaused = true", ids, sizeof ids, NULL), DBX_GRPC_OK);
+  assert_string_equal(ids, "s-lq-paused,s-lq-running");
+  dbx_rpc_result raw;
+  memset(&raw, 0, sizeof raw);
+  assert_int_equal(list_ids(f->ch, "Nope = 1", ids, sizeof ids, &raw), DBX_GRPC_INVALID_ARGUMENT);
+  assert_non_null(raw.message);
+  assert_non_null(strstr(raw.message, "Nope"));
+  dbx_rpc_result_cleanup(&raw);
+  assert_int_equal(delete_schedule(f->ch, "s-lq-paused"), DBX_GRPC_OK);
+  assert_int_equal(delete_schedule(f->ch, "s-lq-running"), DBX_GRPC_OK);
+}
+
 static void test_schedule_jitter_and_exclusions(void **state) {
   fixture *f = *state;
   /* jitter 30 s on an hourly schedule: every time within [hour, hour + 30 s), the same on every call */
@@ -1094,6 +1135,7 @@ int main(void) {
       cmocka_unit_test(test_schedule_buffer_one_and_all),
       cmocka_unit_test(test_schedule_terminate_and_cancel_other),
       cmocka_unit_test(test_schedule_backfill_update_list),
+      cmocka_unit_test(test_schedule_list_query),
       cmocka_unit_test(test_schedule_jitter_and_exclusions),
       cmocka_unit_test(test_schedule_bad_input_refused),
       cmocka_unit_test(test_schedule_named_time_zones),

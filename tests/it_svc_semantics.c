@@ -15,7 +15,10 @@
  *   call that answers them, after it in the batch: they park only after the
  *   commit and must still be woken (a missed wake-up answers them empty at
  *   their deadline instead);
- * - temporary stores left by killed services are removed by the next one. */
+ * - temporary stores left by killed services are removed by the next one;
+ * - a parked poll is answered before its client's deadline even while a
+ *   slow commit holds the engine past it (the rpc layer's fallback answer;
+ *   the commit held by the service.commit.before=stall failpoint). */
 #include "tests/svc_client.h"
 
 #include <fcntl.h>
@@ -29,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/failpoint.h"
 #include "base/util.h"
 #include "service/service.h"
 
@@ -439,6 +443,60 @@ static void *query_thread(void *arg) {
  * from a run that has begun (its query task's history holds the completed
  * task); a closed run that never completed a task answers
  * FAILED_PRECONDITION at once. */
+typedef struct {
+  dbx_rpc_channel *ch;
+  int status;
+  int64_t took_ms;
+} empty_poll_arg;
+
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* An activity poll of a queue nobody schedules on, with a 3 s deadline. */
+static void *empty_poll_thread(void *arg) {
+  empty_poll_arg *a = arg;
+  PollActivityTaskQueueRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__POLL_ACTIVITY_TASK_QUEUE_REQUEST);
+  TaskQueue tq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
+  tq.name = "tq-nobody-stalled";
+  q.namespace_ = "default";
+  q.task_queue = &tq;
+  int64_t t0 = mono_ms();
+  PollActivityTaskQueueResponse *r = NULL;
+  a->status = dbx_svct_call(a->ch, "PollActivityTaskQueue", &q.base, &PollActivityTaskQueueResponse__D, 3000,
+                            (void **)&r, NULL);
+  a->took_ms = mono_ms() - t0;
+  if (r) protobuf_c_message_free_unpacked(&r->base, NULL);
+  return NULL;
+}
+
+static void test_svc_parked_poll_answered_while_a_commit_stalls(void **state) {
+  fixture *f = *state;
+  /* the poll parks first, in a batch of its own */
+  dbx_service_test_hold(f->svc, 1);
+  empty_poll_arg a = {.ch = f->ch};
+  pthread_t pt;
+  assert_int_equal(pthread_create(&pt, NULL, empty_poll_thread, &a), 0);
+  wait_queued(f->svc, 1);
+  dbx_service_test_hold(f->svc, 0);
+  for (int i = 0; i < 10000 && dbx_service_test_queued(f->svc) > 0; i++) { /* the engine took it */
+    struct timespec ts = {0, 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  assert_int_equal(dbx_service_test_queued(f->svc), 0);
+  /* then a commit holds the engine for 3.5 s, past the poll's deadline */
+  assert_int_equal(dbx_failpoint_configure("service.commit.before=stall=3500:count=1", 1, NULL, NULL), DBX_OK);
+  char *run_id = NULL;
+  start_with(f->ch, "stalled-commit", "tq-stalled-commit", 0, 0, &run_id);
+  dbx_failpoint_reset();
+  pthread_join(pt, NULL);
+  assert_int_equal(a.status, DBX_GRPC_OK); /* an empty poll, not DEADLINE_EXCEEDED */
+  assert_true(a.took_ms < 3000);
+  free(run_id);
+}
+
 static void test_svc_query_waits_for_the_first_workflow_task(void **state) {
   fixture *f = *state;
   char *run_id = NULL;
@@ -674,6 +732,7 @@ int main(void) {
       cmocka_unit_test(test_svc_temporary_store_sweeps_orphans),
       cmocka_unit_test(test_svc_waiters_in_the_answering_batch_are_woken),
       cmocka_unit_test(test_svc_query_waits_for_the_first_workflow_task),
+      cmocka_unit_test(test_svc_parked_poll_answered_while_a_commit_stalls),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -12,6 +12,7 @@
 #include "worker/client.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -379,6 +380,96 @@ int dbx_svct_free_port(void) {
   return ntohs(a.sin_port);
 }
 
+/* ------------------------------------------------------------ children's sanitizer reports */
+
+/* A spawned durabox of a sanitizer build writes its ASan/UBSan reports
+ * (log_path) to files in one directory of this test process, not to a stderr
+ * that is often /dev/null: the kill_all calls print them and fail the test,
+ * so a child's heap error, leak or undefined behaviour is never lost. The
+ * options are ignored by binaries built without sanitizers. */
+static char g_san_dir[768];
+static char g_san_asan[1024], g_san_ubsan[1024];
+
+static int san_reports(void);
+
+static void san_remove_dir(void) {
+  if (san_reports() == 0) rmdir(g_san_dir); /* a report at exit stays, printed */
+}
+
+static void san_init(void) {
+  if (g_san_dir[0]) return;
+  char *d = dbx_test_tmpdir("svct-san");
+  atexit(san_remove_dir);
+  snprintf(g_san_dir, sizeof g_san_dir, "%s", d);
+  free(d);
+  const char *a = getenv("ASAN_OPTIONS"), *u = getenv("UBSAN_OPTIONS");
+  snprintf(g_san_asan, sizeof g_san_asan, "ASAN_OPTIONS=%s%slog_path=%s/asan", a ? a : "",
+           a && *a ? ":" : "", g_san_dir);
+  snprintf(g_san_ubsan, sizeof g_san_ubsan, "UBSAN_OPTIONS=%s%slog_path=%s/ubsan", u ? u : "",
+           u && *u ? ":" : "", g_san_dir);
+}
+
+/* Prints every report a child left (then removes it); returns how many. */
+static int san_reports(void) {
+  if (!g_san_dir[0]) return 0;
+  DIR *d = opendir(g_san_dir);
+  if (d == NULL) return 0;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    char p[1100];
+    snprintf(p, sizeof p, "%s/%s", g_san_dir, e->d_name);
+    char *text = dbx_svct_file_read(p);
+    fprintf(stderr, "---- sanitizer report of a spawned process (%s) ----\n%s\n---- end of report ----\n",
+            e->d_name, text ? text : "(unreadable)");
+    free(text);
+    unlink(p);
+    n++;
+  }
+  closedir(d);
+  return n;
+}
+
+static void san_check(void) {
+  int n = san_reports();
+  if (n > 0) fail_msg("%d spawned process(es) reported a sanitizer error (printed above)", n);
+}
+
+static int env_key_matches(const char *entry, const char *spec) {
+  size_t k = strcspn(spec, "=");
+  return strncmp(entry, spec, k) == 0 && entry[k] == '=';
+}
+
+/* This process's environment with env's overrides ("K=V" sets, bare "K"
+ * removes) and the sanitizer log paths, built before fork (no allocation in
+ * the child). The array is calloc'd; its strings are borrowed. */
+static char **child_env(char *const env[]) {
+  san_init();
+  extern char **environ;
+  char *san[2] = {g_san_asan, g_san_ubsan};
+  size_t n = 0, ne = 0;
+  while (environ[n]) n++;
+  while (env && env[ne]) ne++;
+  char **envp = calloc(n + ne + 3, sizeof *envp);
+  assert_non_null(envp);
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    int overridden = env_key_matches(environ[i], san[0]) || env_key_matches(environ[i], san[1]);
+    for (size_t j = 0; j < ne && !overridden; j++) overridden = env_key_matches(environ[i], env[j]);
+    if (!overridden) envp[k++] = environ[i];
+  }
+  for (size_t s = 0; s < 2; s++) {
+    int overridden = 0;
+    for (size_t j = 0; j < ne && !overridden; j++) overridden = env_key_matches(san[s], env[j]);
+    if (!overridden) envp[k++] = san[s];
+  }
+  for (size_t j = 0; j < ne; j++)
+    if (strchr(env[j], '=')) envp[k++] = env[j];
+  envp[k] = NULL;
+  return envp;
+}
+
 pid_t dbx_svct_server_spawn(const char *db_dir, int port) {
   const char *bin = dbx_test_bin();
   int slot = -1;
@@ -390,6 +481,9 @@ pid_t dbx_svct_server_spawn(const char *db_dir, int port) {
   assert_true(slot >= 0);
   char port_s[16];
   snprintf(port_s, sizeof port_s, "%d", port);
+  char *argv[] = {(char *)bin, "server", "start-dev", "--port", port_s, "--db-filename", (char *)db_dir,
+                  "--log-level", "warn", "--headless", NULL};
+  char **envp = child_env(NULL);
   pid_t parent = getpid();
   pid_t pid = fork();
   assert_true(pid >= 0);
@@ -403,10 +497,10 @@ pid_t dbx_svct_server_spawn(const char *db_dir, int port) {
       if (getenv("DBX_IT_SERVER_STDERR") == NULL) dup2(devnull, 2);
       close(devnull);
     }
-    execl(bin, bin, "server", "start-dev", "--port", port_s, "--db-filename", db_dir, "--log-level", "warn",
-          "--headless", (char *)NULL);
+    execve(bin, argv, envp);
     _exit(127);
   }
+  free(envp);
   g_servers[slot] = pid;
   return pid;
 }
@@ -425,6 +519,7 @@ int dbx_svct_server_kill(pid_t pid) {
 void dbx_svct_server_kill_all(void) {
   for (int i = 0; i < MAX_SERVERS; i++)
     if (g_servers[i] > 0) dbx_svct_server_kill(g_servers[i]);
+  san_check();
 }
 
 #define MAX_PROCS 16
@@ -433,11 +528,6 @@ static pid_t g_procs[MAX_PROCS];
 static void proc_forget(pid_t pid) {
   for (int i = 0; i < MAX_PROCS; i++)
     if (g_procs[i] == pid) g_procs[i] = 0;
-}
-
-static int env_key_matches(const char *entry, const char *spec) {
-  size_t k = strcspn(spec, "=");
-  return strncmp(entry, spec, k) == 0 && entry[k] == '=';
 }
 
 static void child_redirect(int fd, const char *path) {
@@ -456,22 +546,7 @@ pid_t dbx_svct_proc_spawn(char *const argv[], char *const env[], const char *out
       break;
     }
   assert_true(slot >= 0);
-  /* the environment is built before fork: no allocation in the child */
-  extern char **environ;
-  size_t n = 0, ne = 0;
-  while (environ[n]) n++;
-  while (env && env[ne]) ne++;
-  char **envp = calloc(n + ne + 1, sizeof *envp);
-  assert_non_null(envp);
-  size_t k = 0;
-  for (size_t i = 0; i < n; i++) {
-    int overridden = 0;
-    for (size_t j = 0; j < ne && !overridden; j++) overridden = env_key_matches(environ[i], env[j]);
-    if (!overridden) envp[k++] = environ[i];
-  }
-  for (size_t j = 0; j < ne; j++)
-    if (strchr(env[j], '=')) envp[k++] = env[j];
-  envp[k] = NULL;
+  char **envp = child_env(env);
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid == 0) {
@@ -498,6 +573,7 @@ int dbx_svct_proc_wait(pid_t pid, int64_t timeout_ms) {
     pid_t r = waitpid(pid, &st, WNOHANG);
     if (r == pid) {
       proc_forget(pid);
+      san_check();
       return decode_status(st);
     }
     if (r < 0 && errno != EINTR) fail_msg("waitpid(%d): %s", (int)pid, strerror(errno));
@@ -524,6 +600,7 @@ int dbx_svct_proc_kill(pid_t pid, int sig) {
 void dbx_svct_proc_kill_all(void) {
   for (int i = 0; i < MAX_PROCS; i++)
     if (g_procs[i] > 0) dbx_svct_proc_kill(g_procs[i], SIGKILL);
+  san_check();
 }
 
 char *dbx_svct_file_read(const char *path) {
@@ -561,7 +638,11 @@ char *dbx_svct_await_result(struct dbx_client *c, const char *workflow_id, const
   for (int i = 0; i < polls && !result; i++) {
     dbx_client_history h = {0};
     dbx_client_history_opts ho = {.wait_new_event = 1, .close_event_only = 1, .timeout_ms = 10000};
-    assert_int_equal(dbx_client_get_history(c, workflow_id, run_id, &ho, &h, NULL), DBX_OK);
+    char *err = NULL;
+    dbx_err rc = dbx_client_get_history(c, workflow_id, run_id, &ho, &h, &err);
+    if (rc != DBX_OK) /* the service answers an empty page before the deadline: not this */
+      fail_msg("waiting for %s to close: GetWorkflowExecutionHistory: %s: %s", workflow_id, dbx_strerror(rc),
+               err ? err : "");
     if (h.n) {
       assert_int_equal(h.events[0]->event_type, ET(WORKFLOW_EXECUTION_COMPLETED));
       result = dbx_payloads_to_json(h.events[0]->workflow_execution_completed_event_attributes->result);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/failpoint.h"
@@ -32,7 +33,8 @@ static void test_failpoint_parse_errors(void **state) {
   (void)state;
   static const char *const bad[] = {"x", "=kill", "x=explode", "x=kill@1.5", "x=kill@-0.1",
                                     "x=kill@abc", "x=kill:after=", "x=kill:after=1x",
-                                    "x=log:limit=3", "a=kill,b"};
+                                    "x=log:limit=3", "a=kill,b", "x=stall=", "x=stall=2s",
+                                    "x=stall=600001", "x=stalled"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char *err = NULL;
     assert_int_equal(dbx_failpoint_configure(bad[i], 1, NULL, &err), DBX_EINVAL);
@@ -105,6 +107,25 @@ static void test_failpoint_after_count_and_glob(void **state) {
   assert_int_equal(dbx_failpoint_hit("v.x"), 0);
 }
 
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void test_failpoint_stall_holds_the_thread(void **state) {
+  (void)state;
+  assert_int_equal(dbx_failpoint_configure("s.x=stall=120:count=1", 1, NULL, NULL), DBX_OK);
+  int64_t t0 = now_ms();
+  assert_int_equal(dbx_failpoint_hit("s.x"), 1);
+  int64_t held = now_ms() - t0;
+  assert_true(held >= 120); /* at least the time asked for */
+  assert_int_equal(dbx_failpoint_hit("s.x"), 0); /* count=1: once */
+  assert_int_equal(dbx_failpoint_hits("s.x"), 2);
+  assert_int_equal(dbx_failpoint_configure("s.y=stall", 1, NULL, NULL), DBX_OK); /* 1000 ms by default */
+  assert_int_equal(dbx_failpoints_on, 1);
+}
+
 static void test_failpoint_log_line(void **state) {
   (void)state;
   char *dir = dbx_test_tmpdir("dbx-fp");
@@ -171,6 +192,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_failpoint_disabled_is_noop, teardown),
       cmocka_unit_test_teardown(test_failpoint_probability_zero_and_one, teardown),
       cmocka_unit_test_teardown(test_failpoint_after_count_and_glob, teardown),
+      cmocka_unit_test_teardown(test_failpoint_stall_holds_the_thread, teardown),
       cmocka_unit_test_teardown(test_failpoint_log_line, teardown),
       cmocka_unit_test_teardown(test_failpoint_kill_in_child, teardown),
   };

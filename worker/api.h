@@ -22,7 +22,8 @@
  * commands; a string or outcome given to a callback is borrowed for it.
  *
  * Activity types (activities/) do the side effects. Each execution gets its
- * own dbx_act context on a worker thread; they may block. Payloads are
+ * own dbx_act context on one of the worker's pool threads; they may block,
+ * but a long wait should park (dbx_act_park) so the pool stays free. Payloads are
  * Temporal "json/plain" payloads: UTF-8 JSON text, never NUL-terminated
  * assumptions on bytes (lengths are given).
  *
@@ -388,5 +389,29 @@ const char *dbx_act_run_id(const dbx_act *a);
 const char *dbx_act_activity_id(const dbx_act *a);
 /* Remaining time before the start-to-close deadline, ms (INT64_MAX if none). */
 int64_t dbx_act_remaining_ms(const dbx_act *a);
+
+/* Parking: waiting without holding a thread. A worker runs activities on a
+ * fixed pool of threads (dbx_worker_opts.activity_threads); an activity that
+ * would block for long (a detached command, a timer) parks instead: from
+ * run() or from a resume function it calls dbx_act_park and, when that
+ * returns DBX_OK, returns at once (its return value and res are then ignored
+ * for this step). The worker's reactor thread later calls resume(a, res, ctx)
+ * on a pool thread, with the same a and res, when fd is readable (or hung up),
+ * when wait_ms have passed, as soon as the attempt is cancelled
+ * (dbx_act_cancelled: a cancel request, a timeout, the worker stopping), or
+ * early, when a heartbeat the activity sent before is due again (every
+ * <= 1 s), so the resume must heartbeat to keep cancel requests flowing. A
+ * resume may come early for any of these reasons: it checks its own state and
+ * parks again or finishes; it returns as run() does.
+ * fd: borrowed, >= 0 to wait for POLLIN/POLLHUP, -1 for a pure timer; it must
+ * stay open until resume runs (the worker stops watching it before then).
+ * wait_ms: >= 0, milliseconds. ctx: owned by the activity (free it when it
+ * finishes). One park per step; the activity runs on one thread at a time
+ * (each step happens after the previous one), not always the same thread.
+ * Returns DBX_OK (parked), DBX_EINVAL (bad arguments, parked twice in one
+ * step), DBX_EUNSUPPORTED (the runner cannot park, as tests/act_fake.c:
+ * wait on the calling thread instead). */
+typedef dbx_err (*dbx_act_resume_fn)(dbx_act *a, dbx_act_result *res, void *ctx);
+dbx_err dbx_act_park(dbx_act *a, int fd, int64_t wait_ms, dbx_act_resume_fn resume, void *ctx);
 
 #endif

@@ -300,6 +300,18 @@ dbx_err dbx_client_get_history(dbx_client *c, const char *workflow_id, const cha
     rc = dbx_client_call(c, "GetWorkflowExecutionHistory", &rq.base,
                          &GetWorkflowExecutionHistoryResponse__D, tmo, o->cancel,
                          (ProtobufCMessage **)&rs, errmsg);
+    if (rc == DBX_ETIMEDOUT && o->wait_new_event && (token_len || o->close_event_only) &&
+        !(o->cancel && dbx_rpc_cancel_fired(o->cancel))) {
+      /* the long poll's answer (nothing new) came too late: an empty page,
+       * and the token sent continues from the same place */
+      if (errmsg) {
+        free(*errmsg);
+        *errmsg = NULL;
+      }
+      out->next_page_token = token;
+      out->next_page_token_len = token_len;
+      return DBX_OK;
+    }
     free(token);
     token = NULL;
     token_len = 0;

@@ -134,7 +134,10 @@ typedef struct {
 
 /* Temporal: GetWorkflowExecutionHistory. run_id NULL/"" = the latest run.
  * o NULL = all pages, no filter. Without wait_new_event every page is fetched
- * and next_page_token stays NULL. out must be zeroed; release with
+ * and next_page_token stays NULL. With wait_new_event, a long poll whose
+ * answer does not arrive by timeout_ms (from page_token, or for the close
+ * event) is an empty page, DBX_OK, whose next_page_token is page_token again:
+ * the caller polls again. out must be zeroed; release with
  * dbx_client_history_cleanup (also after a failure). */
 dbx_err dbx_client_get_history(dbx_client *c, const char *workflow_id, const char *run_id,
                                const dbx_client_history_opts *o, dbx_client_history *out,

@@ -1,7 +1,7 @@
 /* worker/worker: pollers, workflow task processing, activity execution.
  *
- * Threads: N workflow pollers, M activity pollers, one watchdog, and one
- * thread per running activity. Every poll uses the worker's cancel token, so
+ * Threads: N workflow pollers, M activity pollers, a fixed pool of activity
+ * threads and one reactor (see "Executor" below). Every poll uses the worker's cancel token, so
  * stop() aborts in-flight long polls at once. Polls wait for the channel
  * (wait_for_ready) while the service is unreachable; a poll the service
  * fails backs off exponentially (100 ms .. 5 s, 500 ms for a dropped
@@ -24,15 +24,33 @@
  * Activities: an activity poller first takes a slot (a counting semaphore
  * on the worker mutex), then polls. The journal in the worker store decides
  * whether to run, to report a journaled result, or to answer OutcomeUnknown
- * (wstore.h). The watchdog marks attempts whose start-to-close or heartbeat
- * timer passed, or whose heartbeats have failed to reach the service for
- * longer than the heartbeat timeout, as cancelled and timed out; their late
- * results are not reported. Heartbeats never extend start-to-close.
- * Mutex order: w->mu only (no nesting). */
+ * (wstore.h). The watchdog pass (run by the reactor every 50 ms) marks
+ * attempts whose start-to-close or heartbeat timer passed, or whose
+ * heartbeats have failed to reach the service for longer than the heartbeat
+ * timeout, as cancelled and timed out; their late results are not reported.
+ * Heartbeats never extend start-to-close.
+ *
+ * Executor: an activity is a sequence of steps (run(), then one resume per
+ * park, api.h dbx_act_park), each run by one of pool_n pool threads taken
+ * from a FIFO run queue. A step that parked is handed to the reactor thread:
+ * a min-heap of parked attempts by wake time (the park's wait, capped at the
+ * attempt's next heartbeat when it heartbeats) and an epoll set of their
+ * fds. The reactor moves an attempt back to the run queue when its fd fires,
+ * its time comes, or it is cancelled (checked every 50 ms, after the
+ * watchdog pass). Only the reactor un-parks, so an attempt is on exactly one
+ * of: a pool thread, the run queue, the parked set. The slots
+ * (activity_slots) bound attempts in all three; the threads stay pool_n + 1
+ * however many are parked. After its last step an attempt journals its
+ * result, reports it, leaves w->running and frees its slot.
+ * Mutex order: w->mu and w->xmu (executor queue and parked set) are never
+ * held together. */
 #include "worker/worker.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +69,7 @@
 #define CALL_TIMEOUT_MS 10000
 #define CACHE_MAX 512
 #define DEFAULT_MAX_MSG ((size_t)128 << 20)
+#define POOL_DEFAULT_MAX 32
 
 struct dbx_act {
   dbx_worker *w;
@@ -64,8 +83,18 @@ struct dbx_act {
   _Atomic int64_t hb_ok_ns;    /* last heartbeat the service acknowledged (or start) */
   atomic_int hb_failing;       /* a heartbeat RPC failed since hb_ok_ns */
   int64_t last_sent_ns;
-  pthread_t th;
-  struct dbx_act *next;
+  struct dbx_act *next;        /* w->running, under w->mu */
+  /* executor; the step fields belong to the thread running the step, the
+   * park fields to the reactor (under w->xmu) while parked */
+  dbx_act_result res;          /* the attempt's result, filled across steps */
+  int begun;                   /* run() was called */
+  int park_set;                /* dbx_act_park was called in this step */
+  int park_fd, park_fd_added;  /* -1: none; added: in w->epfd */
+  int64_t park_until_ns;       /* mono clock */
+  dbx_act_resume_fn resume;
+  void *resume_ctx;
+  size_t heap_i;               /* index in w->parked while parked */
+  struct dbx_act *qnext;       /* run queue */
 };
 
 typedef struct {
@@ -85,8 +114,15 @@ struct dbx_worker {
   int n_wf_pollers, n_act_pollers, slots;
   pthread_t *threads;
   int nthreads;
-  pthread_t watchdog;
-  int watchdog_started;
+  /* executor (see the file comment) */
+  int pool_n, pool_started, reactor_started, x_stop;
+  pthread_t *pool, reactor;
+  pthread_mutex_t xmu;
+  pthread_cond_t xcv;
+  dbx_act *qhead, *qtail;      /* run queue */
+  dbx_act **parked;            /* min-heap by park_until_ns */
+  size_t nparked, capparked;
+  int epfd, evfd;              /* parked fds; the reactor's wake-up */
   dbx_rpc_cancel *poll_cancel;
   atomic_int stopping;
   int started, stopped;
@@ -98,12 +134,14 @@ struct dbx_worker {
   size_t ncache;
   uint64_t cache_clock;
   _Atomic uint64_t st_wft, st_act, st_poll_err, st_hits, st_nondet, st_oversized, st_completions;
-  _Atomic uint64_t st_sticky, st_full_fetch;
+  _Atomic uint64_t st_sticky, st_full_fetch, st_in_flight, st_parked;
   char *sticky_tq;     /* this worker's sticky queue; NULL = none */
   size_t cache_max;    /* runs kept in the cache */
   int64_t sticky_s2s_ms;
   size_t max_msg; /* the service's message limit (bytes) */
 };
+
+static dbx_err executor_open(dbx_worker *w);
 
 /* ------------------------------------------------------------ lifecycle */
 
@@ -118,11 +156,22 @@ dbx_err dbx_worker_create(const dbx_worker_opts *o, dbx_worker **out, char **err
   if (!w) return DBX_ENOMEM;
   pthread_mutex_init(&w->mu, NULL);
   pthread_cond_init(&w->cv, NULL);
+  pthread_mutex_init(&w->xmu, NULL);
+  pthread_cond_init(&w->xcv, NULL);
+  w->epfd = w->evfd = -1;
   w->ns = dbx_strdup(o->namespace_ ? o->namespace_ : "default");
   w->tq = dbx_strdup(o->task_queue);
   w->n_wf_pollers = o->workflow_pollers > 0 ? o->workflow_pollers : 2;
   w->n_act_pollers = o->activity_pollers > 0 ? o->activity_pollers : 2;
   w->slots = o->activity_slots > 0 ? o->activity_slots : 8;
+  /* default: 2 x CPUs + 4, and as many as the slots up to POOL_DEFAULT_MAX, so
+   * that up to that many activities that block rather than park (a model
+   * call, a clone) still all run at once as they did with a thread each */
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  int by_cpu = 2 * (int)(ncpu > 0 && ncpu < 512 ? ncpu : 1) + 4;
+  int by_slots = w->slots < POOL_DEFAULT_MAX ? w->slots : POOL_DEFAULT_MAX;
+  w->pool_n = o->activity_threads > 0 ? o->activity_threads
+                                      : (by_cpu > by_slots ? by_cpu : by_slots);
   w->max_msg = o->max_message_bytes ? o->max_message_bytes : DEFAULT_MAX_MSG;
   w->cache_max = o->max_cached_runs > 0 ? (size_t)o->max_cached_runs : CACHE_MAX;
   dbx_client_opts co = {0};
@@ -147,6 +196,7 @@ dbx_err dbx_worker_create(const dbx_worker_opts *o, dbx_worker **out, char **err
     if (rc == DBX_OK && !w->sticky_tq) rc = DBX_ENOMEM;
   }
   if (rc == DBX_OK) rc = dbx_rpc_cancel_create(&w->poll_cancel);
+  if (rc == DBX_OK) rc = executor_open(w);
   if (rc == DBX_OK) rc = dbx_wstore_open(o->db_dir, o->no_sync, &w->ws, errmsg);
   if (rc != DBX_OK) {
     if (errmsg && !*errmsg) *errmsg = dbx_asprintf("worker: %s", dbx_strerror(rc));
@@ -192,6 +242,8 @@ void dbx_worker_get_stats(dbx_worker *w, dbx_worker_stats *out) {
   out->nondeterminism = w->st_nondet;
   out->oversized_completions = w->st_oversized;
   out->completions_sent = w->st_completions;
+  out->activities_in_flight = w->st_in_flight;
+  out->activities_parked = w->st_parked;
 }
 
 /* Sleep up to ms on the worker's condition; returns early on stop. */
@@ -989,7 +1041,10 @@ dbx_retry_class dbx_act_retry_class(const dbx_act *a) {
   return task_retry_class(a->task, a->type ? a->type->retry_class : DBX_SAFE_TO_RETRY);
 }
 
-static void run_activity(dbx_act *a) {
+/* The first step of an attempt: the journal decides; run() is called unless
+ * the attempt is answered here. Returns 1 with *rcp = run()'s code when run
+ * was called, 0 when the attempt was answered (reported) already. */
+static int act_begin(dbx_act *a, dbx_err *rcp) {
   dbx_worker *w = a->w;
   PollActivityTaskQueueResponse *t = a->task;
   const char *wid = dbx_act_workflow_id(a), *rid = dbx_act_run_id(a), *aid = t->activity_id;
@@ -1003,7 +1058,7 @@ static void run_activity(dbx_act *a) {
                                        w->identity);
     report(a, 1, &res);
     result_cleanup(&res);
-    return;
+    return 0;
   }
   dbx_journal_entry je;
   dbx_err rc = dbx_wstore_journal_get(w->ws, ns, wid, rid, aid, &je);
@@ -1013,7 +1068,7 @@ static void run_activity(dbx_act *a) {
     res.non_retryable = task_retry_class(t, a->type->retry_class) == DBX_AT_MOST_ONCE;
     report(a, 1, &res);
     result_cleanup(&res);
-    return;
+    return 0;
   }
   dbx_retry_class cls = task_retry_class(t, a->type->retry_class);
   dbx_journal_decision d = dbx_journal_decide(&je, cls, t->attempt);
@@ -1028,7 +1083,7 @@ static void run_activity(dbx_act *a) {
              aid, wid, rid, je.attempt);
     report(a, je.result.failure_type ? 1 : 0, &je.result);
     dbx_journal_entry_cleanup(&je);
-    return;
+    return 0;
   }
   dbx_journal_entry_cleanup(&je);
   if (d == DBX_JOURNAL_OUTCOME_UNKNOWN) {
@@ -1040,7 +1095,7 @@ static void run_activity(dbx_act *a) {
     res.non_retryable = 1;
     report(a, 1, &res);
     result_cleanup(&res);
-    return;
+    return 0;
   }
   char *input = dbx_payloads_to_json(t->input);
   if (cls == DBX_AT_MOST_ONCE) {
@@ -1067,7 +1122,7 @@ static void run_activity(dbx_act *a) {
       free(input);
       report(a, 1, &res);
       result_cleanup(&res);
-      return;
+      return 0;
     }
     free(earlier);
     if (rc != DBX_OK) {
@@ -1076,79 +1131,290 @@ static void run_activity(dbx_act *a) {
       free(input);
       report(a, 1, &res);
       result_cleanup(&res);
-      return;
+      return 0;
     }
   }
-  rc = input ? a->type->run(a, input, strlen(input), &res, a->type->ud) : DBX_ENOMEM;
+  *rcp = input ? a->type->run(a, input, strlen(input), &a->res, a->type->ud) : DBX_ENOMEM;
   free(input);
+  return 1;
+}
+
+/* After the last step (rc: its code, a->res its result): journal, report. */
+static void act_finish(dbx_act *a, dbx_err rc) {
+  dbx_worker *w = a->w;
+  PollActivityTaskQueueResponse *t = a->task;
+  const char *wid = dbx_act_workflow_id(a), *rid = dbx_act_run_id(a), *aid = t->activity_id;
+  const char *ns = t->workflow_namespace && *t->workflow_namespace ? t->workflow_namespace : w->ns;
+  dbx_act_result *res = &a->res;
   DBX_FAILPOINT("worker.activity.after_effect");
   if (atomic_load(&a->timed_out) || atomic_load(&a->abandoned)) {
-    if (rc == DBX_OK) dbx_wstore_journal_result(w->ws, ns, wid, rid, aid, t->attempt, &res);
+    if (rc == DBX_OK) dbx_wstore_journal_result(w->ws, ns, wid, rid, aid, t->attempt, res);
     DBX_WARN("worker", "activity %s of %s/%s: %s; its result is not reported", aid, wid, rid,
              atomic_load(&a->timed_out) ? "timed out locally" : "abandoned");
-    result_cleanup(&res);
+    result_cleanup(res);
     return;
   }
   if (rc == DBX_ECANCELED) {
     if (atomic_load(&a->cancel_requested)) {
       report(a, 2, NULL);
     } else {
-      result_cleanup(&res);
-      res.failure_type = dbx_strdup("WorkerShutdown");
-      res.failure_message = dbx_strdup("the worker stopped while the activity ran");
-      report(a, 1, &res);
+      result_cleanup(res);
+      res->failure_type = dbx_strdup("WorkerShutdown");
+      res->failure_message = dbx_strdup("the worker stopped while the activity ran");
+      report(a, 1, res);
     }
-    result_cleanup(&res);
+    result_cleanup(res);
     return;
   }
-  if (rc != DBX_OK && !res.failure_type) {
-    res.failure_type = dbx_strdup("ActivityError");
-    res.failure_message = dbx_asprintf("activity returned %s", dbx_strerror(rc));
+  if (rc != DBX_OK && !res->failure_type) {
+    res->failure_type = dbx_strdup("ActivityError");
+    res->failure_message = dbx_asprintf("activity returned %s", dbx_strerror(rc));
   }
-  rc = dbx_wstore_journal_result(w->ws, ns, wid, rid, aid, t->attempt, &res);
+  rc = dbx_wstore_journal_result(w->ws, ns, wid, rid, aid, t->attempt, res);
   DBX_FAILPOINT("worker.journal.after_result");
   if (rc != DBX_OK)
     DBX_WARN("worker", "activity %s of %s/%s: journaling the result: %s", aid, wid, rid,
              dbx_strerror(rc));
-  report(a, res.failure_type ? 1 : 0, &res);
-  result_cleanup(&res);
-}
-
-static void *act_thread(void *arg) {
-  dbx_act *a = arg;
-  run_activity(a);
-  dbx_worker *w = a->w;
-  pthread_mutex_lock(&w->mu);
-  atomic_store(&a->done, 1);
-  w->slots_used--;
-  pthread_cond_broadcast(&w->cv);
-  pthread_mutex_unlock(&w->mu);
-  return NULL;
+  report(a, res->failure_type ? 1 : 0, res);
+  result_cleanup(res);
 }
 
 static void act_free(dbx_act *a) {
+  result_cleanup(&a->res);
   dbx_client_msg_free(a->task);
   free(a->prev_details);
   free(a);
 }
 
-/* Join finished activity threads (caller holds no lock). */
-static void reap(dbx_worker *w, int all) {
+/* ------------------------------------------------------------ executor */
+
+dbx_err dbx_act_park(dbx_act *a, int fd, int64_t wait_ms, dbx_act_resume_fn resume, void *ctx) {
+  if (!a || !resume || fd < -1 || wait_ms < 0 || a->park_set) return DBX_EINVAL;
+  int64_t now = dbx_mono_ns();
+  a->park_set = 1;
+  a->park_fd = fd;
+  a->park_until_ns = wait_ms > (INT64_MAX - now) / 1000000 ? INT64_MAX : now + wait_ms * 1000000;
+  a->resume = resume;
+  a->resume_ctx = ctx;
+  return DBX_OK;
+}
+
+static dbx_err executor_open(dbx_worker *w) {
+  w->epfd = epoll_create1(EPOLL_CLOEXEC);
+  w->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+  if (w->epfd < 0 || w->evfd < 0 || epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->evfd, &ev) != 0)
+    return DBX_EIO;
+  w->pool = dbx_calloc((size_t)w->pool_n, sizeof *w->pool);
+  return w->pool ? DBX_OK : DBX_ENOMEM;
+}
+
+static void reactor_poke(dbx_worker *w) {
+  uint64_t one = 1;
+  if (write(w->evfd, &one, sizeof one) < 0) { /* EAGAIN: a wake-up is pending already */
+  }
+}
+
+/* Append to the run queue (caller holds w->xmu). */
+static void runq_push(dbx_worker *w, dbx_act *a) {
+  a->qnext = NULL;
+  if (w->qtail) w->qtail->qnext = a;
+  else w->qhead = a;
+  w->qtail = a;
+  pthread_cond_signal(&w->xcv);
+}
+
+/* The min-heap of parked attempts by park_until_ns (caller holds w->xmu). */
+static void heap_set(dbx_worker *w, size_t i, dbx_act *a) {
+  w->parked[i] = a;
+  a->heap_i = i;
+}
+static void heap_up(dbx_worker *w, size_t i) {
+  dbx_act *a = w->parked[i];
+  while (i > 0 && w->parked[(i - 1) / 2]->park_until_ns > a->park_until_ns) {
+    heap_set(w, i, w->parked[(i - 1) / 2]);
+    i = (i - 1) / 2;
+  }
+  heap_set(w, i, a);
+}
+static void heap_down(dbx_worker *w, size_t i) {
+  dbx_act *a = w->parked[i];
   for (;;) {
-    dbx_act *found = NULL;
-    pthread_mutex_lock(&w->mu);
-    for (dbx_act **pp = &w->running; *pp; pp = &(*pp)->next) {
-      if (all || atomic_load(&(*pp)->done)) {
-        found = *pp;
-        *pp = found->next;
-        break;
+    size_t c = 2 * i + 1;
+    if (c >= w->nparked) break;
+    if (c + 1 < w->nparked && w->parked[c + 1]->park_until_ns < w->parked[c]->park_until_ns) c++;
+    if (w->parked[c]->park_until_ns >= a->park_until_ns) break;
+    heap_set(w, i, w->parked[c]);
+    i = c;
+  }
+  heap_set(w, i, a);
+}
+
+/* Un-park a: out of the heap and the epoll set, onto the run queue. Only the
+ * reactor calls this (caller holds w->xmu). */
+static void unpark(dbx_worker *w, dbx_act *a) {
+  size_t i = a->heap_i;
+  if (i >= w->nparked || w->parked[i] != a) return;
+  dbx_act *last = w->parked[--w->nparked];
+  w->st_parked = w->nparked;
+  if (i < w->nparked) {
+    heap_set(w, i, last);
+    heap_up(w, i);
+    heap_down(w, last->heap_i);
+  }
+  if (a->park_fd_added) epoll_ctl(w->epfd, EPOLL_CTL_DEL, a->park_fd, NULL);
+  a->park_fd_added = 0;
+  runq_push(w, a);
+}
+
+/* Hand a step that parked to the reactor. The wait is capped at the next
+ * heartbeat of an attempt that heartbeats, so its resume keeps heartbeats
+ * (and with them cancel requests) flowing. */
+static void park_insert(dbx_worker *w, dbx_act *a) {
+  if (a->last_sent_ns) {
+    int64_t due = a->last_sent_ns + hb_send_interval_ns(a->hb_timeout_ns);
+    if (due < a->park_until_ns) a->park_until_ns = due;
+  }
+  pthread_mutex_lock(&w->xmu);
+  if (w->nparked == w->capparked) {
+    size_t cap = w->capparked ? w->capparked * 2 : 64;
+    dbx_act **np = dbx_realloc(w->parked, cap * sizeof *np);
+    if (!np) { /* no room to park: run the resume again at once (a busy wait, not a loss) */
+      runq_push(w, a);
+      pthread_mutex_unlock(&w->xmu);
+      return;
+    }
+    w->parked = np;
+    w->capparked = cap;
+  }
+  heap_set(w, w->nparked++, a);
+  w->st_parked = w->nparked;
+  heap_up(w, a->heap_i);
+  a->park_fd_added = 0;
+  if (a->park_fd >= 0) { /* a fd epoll refuses (a regular file) leaves the timer */
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = a};
+    a->park_fd_added = epoll_ctl(w->epfd, EPOLL_CTL_ADD, a->park_fd, &ev) == 0;
+  }
+  pthread_mutex_unlock(&w->xmu);
+  reactor_poke(w);
+}
+
+/* An attempt is over: out of w->running, its slot free, freed. */
+static void act_done(dbx_act *a) {
+  dbx_worker *w = a->w;
+  pthread_mutex_lock(&w->mu);
+  for (dbx_act **pp = &w->running; *pp; pp = &(*pp)->next)
+    if (*pp == a) {
+      *pp = a->next;
+      break;
+    }
+  atomic_store(&a->done, 1);
+  w->st_in_flight--;
+  w->slots_used--;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+  act_free(a);
+}
+
+/* Run one step of a: run() first, then a resume per park. */
+static void act_step(dbx_act *a) {
+  dbx_err rc = DBX_OK;
+  a->park_set = 0;
+  if (!a->begun) {
+    a->begun = 1;
+    if (!act_begin(a, &rc)) {
+      act_done(a);
+      return;
+    }
+  } else {
+    rc = a->resume(a, &a->res, a->resume_ctx);
+  }
+  if (a->park_set) {
+    park_insert(a->w, a);
+    return;
+  }
+  act_finish(a, rc);
+  act_done(a);
+}
+
+static void *pool_thread(void *arg) {
+  dbx_worker *w = arg;
+  pthread_mutex_lock(&w->xmu);
+  for (;;) {
+    while (!w->qhead && !w->x_stop) pthread_cond_wait(&w->xcv, &w->xmu);
+    dbx_act *a = w->qhead;
+    if (!a) break;
+    w->qhead = a->qnext;
+    if (!w->qhead) w->qtail = NULL;
+    pthread_mutex_unlock(&w->xmu);
+    act_step(a);
+    pthread_mutex_lock(&w->xmu);
+  }
+  pthread_mutex_unlock(&w->xmu);
+  return NULL;
+}
+
+static void watchdog_scan(dbx_worker *w);
+
+#define SCAN_NS 50000000LL
+/* The reactor: wakes parked attempts (fd, time, cancellation) and runs the
+ * watchdog pass every SCAN_NS. */
+static void *reactor_thread(void *arg) {
+  dbx_worker *w = arg;
+  struct epoll_event evs[64];
+  int64_t next_scan = 0;
+  pthread_mutex_lock(&w->xmu);
+  while (!w->x_stop) {
+    int64_t now = dbx_mono_ns();
+    if (now >= next_scan) {
+      pthread_mutex_unlock(&w->xmu);
+      watchdog_scan(w);
+      pthread_mutex_lock(&w->xmu);
+      for (size_t i = w->nparked; i-- > 0;)
+        if (i < w->nparked && atomic_load(&w->parked[i]->cancelled)) unpark(w, w->parked[i]);
+      next_scan = now + SCAN_NS;
+    }
+    while (w->nparked && w->parked[0]->park_until_ns <= now) unpark(w, w->parked[0]);
+    int64_t until = next_scan;
+    if (w->nparked && w->parked[0]->park_until_ns < until) until = w->parked[0]->park_until_ns;
+    int ms = until > now ? (int)((until - now + 999999) / 1000000) : 0;
+    pthread_mutex_unlock(&w->xmu);
+    int n = epoll_wait(w->epfd, evs, 64, ms);
+    pthread_mutex_lock(&w->xmu);
+    for (int i = 0; i < n; i++) {
+      if (evs[i].data.ptr == NULL) {
+        uint64_t v;
+        if (read(w->evfd, &v, sizeof v) < 0) { /* EAGAIN: drained */
+        }
+      } else {
+        unpark(w, evs[i].data.ptr);
       }
     }
-    pthread_mutex_unlock(&w->mu);
-    if (!found) return;
-    pthread_join(found->th, NULL);
-    act_free(found);
   }
+  pthread_mutex_unlock(&w->xmu);
+  return NULL;
+}
+
+/* Start the pool and the reactor. */
+static dbx_err executor_start(dbx_worker *w) {
+  if (pthread_create(&w->reactor, NULL, reactor_thread, w) != 0) return DBX_ENOMEM;
+  w->reactor_started = 1;
+  for (; w->pool_started < w->pool_n; w->pool_started++)
+    if (pthread_create(&w->pool[w->pool_started], NULL, pool_thread, w) != 0) return DBX_ENOMEM;
+  return DBX_OK;
+}
+
+/* Stop the pool and the reactor (every attempt is done). */
+static void executor_stop(dbx_worker *w) {
+  pthread_mutex_lock(&w->xmu);
+  w->x_stop = 1;
+  pthread_cond_broadcast(&w->xcv);
+  pthread_mutex_unlock(&w->xmu);
+  if (w->evfd >= 0) reactor_poke(w);
+  for (int i = 0; i < w->pool_started; i++) pthread_join(w->pool[i], NULL);
+  w->pool_started = 0;
+  if (w->reactor_started) pthread_join(w->reactor, NULL);
+  w->reactor_started = 0;
 }
 
 static void *act_poller(void *arg) {
@@ -1156,7 +1422,6 @@ static void *act_poller(void *arg) {
   unsigned seed = (unsigned)dbx_mono_ns() ^ 0x5bd1e995u;
   int failures = 0;
   while (!w->stopping) {
-    reap(w, 0);
     pthread_mutex_lock(&w->mu);
     while (!w->stopping && w->slots_used >= w->slots) pthread_cond_wait(&w->cv, &w->mu);
     if (w->stopping) {
@@ -1212,27 +1477,24 @@ static void *act_poller(void *arg) {
     atomic_store(&a->hb_ok_ns, now);
     if (t->heartbeat_details && t->heartbeat_details->n_payloads)
       a->prev_details = dbx_payloads_to_json(t->heartbeat_details);
+    a->park_fd = -1;
     pthread_mutex_lock(&w->mu);
     a->next = w->running;
     w->running = a;
-    if (pthread_create(&a->th, NULL, act_thread, a) != 0) {
-      w->running = a->next;
-      w->slots_used--;
-      pthread_mutex_unlock(&w->mu);
-      DBX_ERROR("worker", "cannot start an activity thread");
-      act_free(a); /* the attempt times out on the service and is retried */
-      continue;
-    }
+    w->st_in_flight++;
     pthread_mutex_unlock(&w->mu);
+    pthread_mutex_lock(&w->xmu);
+    runq_push(w, a);
+    pthread_mutex_unlock(&w->xmu);
   }
   return NULL;
 }
 
-/* Marks attempts whose start-to-close or heartbeat timer passed. */
-static void *watchdog(void *arg) {
-  dbx_worker *w = arg;
+/* Marks attempts whose start-to-close or heartbeat timer passed (the
+ * reactor runs it every SCAN_NS). */
+static void watchdog_scan(dbx_worker *w) {
   pthread_mutex_lock(&w->mu);
-  while (!w->stopped) {
+  {
     int64_t now = dbx_mono_ns();
     for (dbx_act *a = w->running; a; a = a->next) {
       if (atomic_load(&a->done) || atomic_load(&a->timed_out)) continue;
@@ -1256,14 +1518,8 @@ static void *watchdog(void *arg) {
                    s2c ? "start-to-close" : "heartbeat");
       }
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 50000000;
-    if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
-    pthread_cond_timedwait(&w->cv, &w->mu, &ts);
   }
   pthread_mutex_unlock(&w->mu);
-  return NULL;
 }
 
 dbx_err dbx_worker_start(dbx_worker *w) {
@@ -1273,8 +1529,10 @@ dbx_err dbx_worker_start(dbx_worker *w) {
   int total = w->n_wf_pollers + w->n_act_pollers + (w->sticky_tq != NULL);
   w->threads = dbx_calloc((size_t)total, sizeof *w->threads);
   if (!w->threads) return DBX_ENOMEM;
-  if (pthread_create(&w->watchdog, NULL, watchdog, w) != 0) return DBX_ENOMEM;
-  w->watchdog_started = 1;
+  if (executor_start(w) != DBX_OK) {
+    DBX_ERROR("worker", "cannot start the activity executor's threads");
+    return DBX_ENOMEM;
+  }
   for (int i = 0; i < total; i++) {
     void *(*fn)(void *) = i < w->n_wf_pollers                     ? wf_poller
                           : i < w->n_wf_pollers + w->n_act_pollers ? act_poller
@@ -1309,14 +1567,12 @@ void dbx_worker_stop(dbx_worker *w, int64_t grace_ms) {
     pthread_cond_timedwait(&w->cv, &w->mu, &ts);
   }
   for (dbx_act *a = w->running; a; a = a->next) atomic_store(&a->cancelled, 1);
-  pthread_mutex_unlock(&w->mu);
-  reap(w, 1);
-  pthread_mutex_lock(&w->mu);
+  /* parked ones are woken by the reactor's next pass; each reports and
+   * leaves w->running (act_done broadcasts w->cv) */
+  while (w->running) pthread_cond_wait(&w->cv, &w->mu);
   w->stopped = 1;
-  pthread_cond_broadcast(&w->cv);
   pthread_mutex_unlock(&w->mu);
-  if (w->watchdog_started) pthread_join(w->watchdog, NULL);
-  w->watchdog_started = 0;
+  executor_stop(w);
   ShutdownWorkerRequest rq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__SHUTDOWN_WORKER_REQUEST);
   rq.namespace_ = w->ns;
   rq.identity = w->identity;
@@ -1340,6 +1596,12 @@ void dbx_worker_destroy(dbx_worker *w) {
   }
   free(w->cache);
   free(w->threads);
+  free(w->pool);
+  free(w->parked);
+  if (w->epfd >= 0) close(w->epfd);
+  if (w->evfd >= 0) close(w->evfd);
+  pthread_mutex_destroy(&w->xmu);
+  pthread_cond_destroy(&w->xcv);
   free(w->wfs);
   free(w->acts);
   dbx_rpc_cancel_destroy(w->poll_cancel);

@@ -3,8 +3,11 @@
  *
  * A dbx_worker owns a client (worker/client.h), its LMDB environment
  * (worker/wstore.h: replay history, activity journal, bindings) and its
- * threads: workflow pollers, activity pollers, one thread per running
- * activity (bounded by activity_slots). Poll loops survive the service going
+ * threads: workflow pollers, activity pollers, a fixed pool of
+ * activity_threads that run activities and one reactor thread that holds the
+ * parked ones (waiting on an fd or a timer: api.h dbx_act_park) and runs the
+ * timeouts; the threads do not grow with the activities in flight (bounded
+ * by activity_slots). Poll loops survive the service going
  * away: polls and reports wait for the channel to reconnect (it retries
  * every 100 .. 500 ms), so the worker polls again within about a second of
  * the service being back; errors the service answers back off exponentially
@@ -48,7 +51,14 @@ typedef struct {
   const char *db_dir;         /* worker LMDB directory (required; created if missing) */
   int workflow_pollers;       /* 0 = 2 */
   int activity_pollers;       /* 0 = 2 */
-  int activity_slots;         /* concurrent activities; 0 = 8 */
+  int activity_slots;         /* concurrent activity executions (Temporal's "max concurrent
+                                 activity executions": running and parked together); 0 = 8 */
+  int activity_threads;       /* pool threads that run activity steps; 0 = the larger of
+                                 2 x online CPUs + 4 and min(activity_slots, 32). A parked
+                                 activity (api.h dbx_act_park: sandbox.exec waiting on its
+                                 command) holds a slot but no thread, so slots may far
+                                 exceed threads; one that blocks (a model call) holds a
+                                 thread, and attempts beyond the pool wait in a queue */
   const char *identity;       /* NULL = "durabox@<host>:<pid>" */
   int no_sync;                /* 1 = LMDB commits not synced (tests/benchmarks only) */
   size_t max_message_bytes;   /* the service's message limit; 0 = 128 MiB. A workflow task
@@ -99,6 +109,9 @@ typedef struct {
   uint64_t sticky_tasks;        /* workflow tasks taken from the sticky queue */
   uint64_t full_history_fetches; /* tasks with partial history whose run was not cached:
                                    the full history was fetched and replayed */
+  uint64_t activities_in_flight; /* now: attempts received and not yet finished (running,
+                                   queued for a pool thread or parked) */
+  uint64_t activities_parked;   /* now: of those, parked (dbx_act_park) */
 } dbx_worker_stats;
 void dbx_worker_get_stats(dbx_worker *w, dbx_worker_stats *out);
 

@@ -18,7 +18,10 @@
 #include "base/util.h"
 #include "workflows/policy.h"
 
-enum { OPENING, BRANCHING, CHATTING, TOOLING, HOLDING, RESUMING, DELETING, DONE, CHECKING_PR };
+enum { OPENING, BRANCHING, CHATTING, TOOLING, HOLDING, RESUMING, DELETING, DONE, CHECKING_PR,
+       CHECKPOINTING, CANCEL_OPEN, CANCELLING };
+/* What follows a checkpoint: the first model call, the next tool call, the end. */
+enum { CK_THEN_CHAT = 1, CK_THEN_NEXT_TOOL, CK_THEN_FINISH };
 enum { UNDECIDED = 0, GRANTED, DENIED };
 
 typedef struct {
@@ -43,6 +46,18 @@ typedef struct {
   cJSON *held_args;  /* owned */
   cJSON *approvers;  /* owned: who may decide the held step, NULL = anyone */
   char *held_target, *held_rule, *held_reason, *by, *why;
+  char *driver; /* the sandbox's driver (sandbox.create's result), NULL: unknown */
+  /* checkpoints (sandbox.checkpoint, issue 12's rules; off by default):
+   * workspace-changing tool calls since the last checkpoint and in all, the
+   * checkpoint's covered event, name, reason (static) and what follows it */
+  int ck_on, ck_every, ck_on_completion, ck_changes, ck_total, ck_then;
+  int64_t ck_at;
+  char ck_name[128];
+  const char *ck_reason;
+  cJSON *checkpoints; /* owned: the outcomes, for the result; NULL before the first */
+  /* continue-as-new: model calls of this run, the bounds, 1 in a continued run */
+  int run_model_calls, continued;
+  double can_calls, can_bytes;
 } agent;
 
 static const char *str_of(const cJSON *o, const char *k) {
@@ -68,6 +83,8 @@ static void agent_free(agent *s) {
   cJSON_Delete(s->pr);
   cJSON_Delete(s->held_args);
   cJSON_Delete(s->approvers);
+  cJSON_Delete(s->checkpoints);
+  free(s->driver);
   free(s->sandbox_id), free(s->owner_run), free(s->branch), free(s->answer), free(s->status);
   free(s->model), free(s->fail_type), free(s->fail_msg), free(s->held_target);
   free(s->held_rule), free(s->held_reason), free(s->by), free(s->why);
@@ -86,6 +103,9 @@ static const char TOOLS_JSON[] =
     "whole file of the working tree.\",\"parameters\":{\"type\":\"object\",\"properties\":"
     "{\"path\":{\"type\":\"string\"},\"content\":{\"type\":\"string\"}},\"required\":[\"path\","
     "\"content\"]}}},"
+    "{\"type\":\"function\",\"function\":{\"name\":\"push\",\"description\":\"Push the "
+    "sandbox's branch (commit first) to the repository's remote, with the worker's credentials "
+    "(the sandbox has none).\",\"parameters\":{\"type\":\"object\",\"properties\":{}}}},"
     "{\"type\":\"function\",\"function\":{\"name\":\"open_pr\",\"description\":\"Open a pull "
     "request from the sandbox's branch (commit and push it first).\",\"parameters\":{\"type\":"
     "\"object\",\"properties\":{\"title\":{\"type\":\"string\"},\"body\":{\"type\":\"string\"}},"
@@ -108,27 +128,100 @@ static int only(const cJSON *o, const char *const *keys, const char *where, char
   return 0;
 }
 
+/* repository.remote: where `push` sends the branch; a URL carrying
+ * credentials is refused (they would be in history: the worker's
+ * GIT_TOKEN / GITHUB_TOKEN are used instead). */
+static int check_remote(const cJSON *r, char *err, size_t n) {
+  const cJSON *v = r ? cJSON_GetObjectItemCaseSensitive(r, "remote") : NULL;
+  if (!v) return 0;
+  if (!cJSON_IsString(v) || !v->valuestring[0] || v->valuestring[0] == '-')
+    return snprintf(err, n, "repository.remote must be a URL or a repository path"), -1;
+  const char *u = v->valuestring;
+  const char *p = strncmp(u, "https://", 8) == 0 ? u + 8 : strncmp(u, "http://", 7) == 0 ? u + 7 : NULL;
+  if (p && memchr(p, '@', strcspn(p, "/?#")))
+    return snprintf(err, n, "repository.remote must not carry credentials (user:password@): the "
+                            "worker's GIT_TOKEN or GITHUB_TOKEN are used for the push"), -1;
+  return 0;
+}
+
+/* sandbox.checkpoint: {"every_steps": 1..10000, "on_completion": bool}, as
+ * durabox.Script takes it. */
+static int check_checkpoint(const cJSON *sb, char *err, size_t n) {
+  const cJSON *p = sb ? cJSON_GetObjectItemCaseSensitive(sb, "checkpoint") : NULL;
+  static const char *const keys[] = {"every_steps", "on_completion", NULL};
+  if (!p) return 0;
+  if (!cJSON_IsObject(p))
+    return snprintf(err, n, "sandbox.checkpoint must be {\"every_steps\": N, \"on_completion\": "
+                            "true|false}"), -1;
+  if (only(p, keys, "sandbox.checkpoint", err, n)) return -1;
+  const cJSON *ev = cJSON_GetObjectItemCaseSensitive(p, "every_steps");
+  if (ev && (!cJSON_IsNumber(ev) || !(ev->valuedouble >= 1 && ev->valuedouble <= 10000) ||
+             ev->valuedouble != (double)(int)ev->valuedouble))
+    return snprintf(err, n, "sandbox.checkpoint.every_steps must be a whole number from 1 to 10000"), -1;
+  const cJSON *oc = cJSON_GetObjectItemCaseSensitive(p, "on_completion");
+  if (oc && !cJSON_IsBool(oc))
+    return snprintf(err, n, "sandbox.checkpoint.on_completion must be true or false"), -1;
+  return 0;
+}
+
+/* model.timeout_s and model.retry's numbers, in ranges that convert to
+ * milliseconds and attempts without overflow. */
+static int check_model_numbers(const cJSON *m, char *err, size_t n) {
+  static const char *const rk[] = {"maximum_attempts", "initial_interval_s", "maximum_interval_s",
+                                   "backoff_coefficient", NULL};
+  static const double lo[] = {1, 0.001, 0.001, 1}, hi[] = {1000, 86400, 86400, 100};
+  double t = num_or(m, "timeout_s", 300);
+  if (!(t >= 1 && t <= 86400)) return snprintf(err, n, "model.timeout_s must be from 1 to 86400"), -1;
+  const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "retry");
+  if (!r) return 0;
+  if (!cJSON_IsObject(r)) return snprintf(err, n, "model.retry must be an object"), -1;
+  if (only(r, rk, "model.retry", err, n)) return -1;
+  for (size_t i = 0; rk[i]; i++) {
+    double v = num_or(r, rk[i], lo[i]);
+    if (!(v >= lo[i] && v <= hi[i]))
+      return snprintf(err, n, "model.retry.%s must be from %g to %g", rk[i], lo[i], hi[i]), -1;
+  }
+  return 0;
+}
+
 static int validate_tree(const cJSON *in, cJSON **policy_tree, char *err, size_t n) {
   static const char *const top[] = {"task", "sandbox", "repository", "model", "policy", "budget",
-                                    "system_prompt", "tool_output_max_bytes", "session", NULL};
+                                    "system_prompt", "tool_output_max_bytes", "session",
+                                    "continue_as_new", "continued", NULL};
+  static const char *const can[] = {"after_model_calls", "after_history_bytes", NULL};
   static const char *const model[] = {"name", "base_url", "max_tokens", "temperature",
                                       "timeout_s", "retry", NULL};
-  static const char *const repo[] = {"github", "base", "branch", "api_url", NULL};
+  static const char *const repo[] = {"github", "base", "branch", "api_url", "remote", NULL};
   static const char *const budget[] = {"max_steps", "max_tokens", NULL};
   *policy_tree = NULL;
   if (!cJSON_IsObject(in)) return snprintf(err, n, "input must be a JSON object"), -1;
   if (only(in, top, "input", err, n)) return -1;
   const char *task = str_of(in, "task");
   if (!task || !*task) return snprintf(err, n, "input: \"task\" (text) is required"), -1;
-  static const char *const objs[] = {"sandbox", "repository", "model", "budget", "session"};
-  for (size_t i = 0; i < 5; i++) {
+  static const char *const objs[] = {"sandbox", "repository", "model", "budget", "session",
+                                     "continue_as_new", "continued"};
+  for (size_t i = 0; i < 7; i++) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(in, objs[i]);
     if (v && !cJSON_IsObject(v)) return snprintf(err, n, "input: \"%s\" must be an object", objs[i]), -1;
   }
   const cJSON *m = obj_of(in, "model"), *r = obj_of(in, "repository"), *b = obj_of(in, "budget");
   if (m && only(m, model, "model", err, n)) return -1;
+  if (m && check_model_numbers(m, err, n) != 0) return -1;
   if (r && only(r, repo, "repository", err, n)) return -1;
   if (b && only(b, budget, "budget", err, n)) return -1;
+  const cJSON *cn = obj_of(in, "continue_as_new");
+  if (cn && only(cn, can, "continue_as_new", err, n)) return -1;
+  if (cn && (num_or(cn, "after_model_calls", 1) < 1 || num_or(cn, "after_model_calls", 1) > 100000 ||
+             num_or(cn, "after_history_bytes", 65536) < 65536 ||
+             num_or(cn, "after_history_bytes", 65536) > 40e6))
+    return snprintf(err, n, "continue_as_new: after_model_calls must be from 1 to 100000, "
+                            "after_history_bytes from 65536 to 40000000"), -1;
+  const cJSON *co = obj_of(in, "continued");
+  if (co && !cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(co, "conversation")))
+    return snprintf(err, n, "continued.conversation must be an array (the field is written by "
+                            "the run that continued as new)"), -1;
+  if (check_remote(r, err, n) != 0 || check_checkpoint(obj_of(in, "sandbox"), err, n) != 0)
+    return -1;
   if (b && (num_or(b, "max_steps", 50) < 1 || num_or(b, "max_steps", 50) > 100000))
     return snprintf(err, n, "budget.max_steps must be a number from 1 to 100000"), -1;
   double cap = num_or(in, "tool_output_max_bytes", 16384);
@@ -185,12 +278,14 @@ static char *output_json(const agent *s) {
   cJSON_AddItemToObject(o, "pull_request", pr_copy(s));
   if (s->sandbox_id) cJSON_AddStringToObject(o, "sandbox_id", s->sandbox_id);
   if (s->branch) cJSON_AddStringToObject(o, "branch", s->branch);
+  if (s->checkpoints) cJSON_AddItemToObject(o, "checkpoints", cJSON_Duplicate(s->checkpoints, 1));
   cJSON *st = cJSON_AddObjectToObject(o, "session_state");
   cJSON_AddItemToObject(st, "conversation", cJSON_Duplicate(s->messages, 1));
   if (s->sandbox_id && s->keep) {
     cJSON *sb = cJSON_AddObjectToObject(st, "sandbox");
     cJSON_AddStringToObject(sb, "id", s->sandbox_id);
     if (s->owner_run) cJSON_AddStringToObject(sb, "owner_run_id", s->owner_run);
+    if (s->driver) cJSON_AddStringToObject(sb, "driver", s->driver);
   } else {
     cJSON_AddNullToObject(st, "sandbox");
   }
@@ -233,8 +328,14 @@ static int64_t sched(dbx_wf *wf, const char *type, cJSON *in, const dbx_activity
   return seq;
 }
 
+static void schedule_checkpoint(agent *s, dbx_wf *wf, const char *reason, int then);
+
 static void finish(agent *s, dbx_wf *wf, const char *status) {
   if (!s->status) s->status = dbx_strdup(status);
+  if (s->ck_on_completion && s->ck_changes > 0 && s->sandbox_id) {
+    schedule_checkpoint(s, wf, "completion", CK_THEN_FINISH);
+    return;
+  }
   if (s->keep || !s->sandbox_id) {
     complete(s, wf);
     return;
@@ -349,15 +450,69 @@ static void schedule_chat(agent *s, dbx_wf *wf) {
   o.heartbeat_ms = 20000; /* llm.chat beats while the model answers */
   s->phase = CHATTING;
   s->model_calls++;
+  s->run_model_calls++;
   s->seq = sched(wf, "llm.chat", in, &o);
 }
 
 static void hold(agent *s, dbx_wf *wf, int llm, const char *target, const cJSON *args,
                  const dbx_policy_verdict *v);
 
+/* ------------------------------------------------- continue-as-new
+ * Every llm.chat input holds the whole conversation, so a run's history
+ * grows with the square of its length. Before a model call, once this run
+ * made continue_as_new.after_model_calls of them, or its history reached
+ * after_history_bytes (default 4 MiB), or the service suggests it, the run
+ * continues as new: the same input plus "continued" {conversation, steps,
+ * counters, sandbox, branch, pull_request, checkpoints}, and the new run
+ * re-opens the sandbox (sandbox.create's adopt) and goes on with the model
+ * call. Nothing is asked twice: the conversation is carried, not replayed. */
+
+static int should_continue(const agent *s, const dbx_wf *wf) {
+  if (s->run_model_calls == 0) return 0;
+  if (s->can_calls > 0 && s->run_model_calls >= s->can_calls) return 1;
+  return dbx_wf_history_size_bytes(wf) >= (int64_t)s->can_bytes ||
+         dbx_wf_continue_as_new_suggested(wf);
+}
+
+static void continue_run(agent *s, dbx_wf *wf) {
+  cJSON *in = cJSON_Duplicate(s->input, 1);
+  cJSON_DeleteItemFromObjectCaseSensitive(in, "continued");
+  cJSON *c = cJSON_AddObjectToObject(in, "continued");
+  cJSON_AddItemToObject(c, "conversation", cJSON_Duplicate(s->messages, 1));
+  cJSON_AddItemToObject(c, "steps", cJSON_Duplicate(s->steps, 1));
+  cJSON_AddNumberToObject(c, "nstep", s->nstep);
+  cJSON_AddNumberToObject(c, "model_calls", s->model_calls);
+  cJSON_AddNumberToObject(c, "tool_calls", s->tool_calls);
+  cJSON_AddNumberToObject(c, "prompt_tokens", s->ptok);
+  cJSON_AddNumberToObject(c, "completion_tokens", s->ctok);
+  cJSON_AddNumberToObject(c, "ck_total", s->ck_total);
+  cJSON_AddNumberToObject(c, "ck_changes", s->ck_changes);
+  cJSON_AddNumberToObject(c, "runs", num_or(obj_of(s->input, "continued"), "runs", 1) + 1);
+  if (s->checkpoints) cJSON_AddItemToObject(c, "checkpoints", cJSON_Duplicate(s->checkpoints, 1));
+  cJSON *sb = cJSON_AddObjectToObject(c, "sandbox");
+  cJSON_AddStringToObject(sb, "id", s->sandbox_id ? s->sandbox_id : "");
+  if (s->owner_run) cJSON_AddStringToObject(sb, "owner_run_id", s->owner_run);
+  if (s->driver) cJSON_AddStringToObject(sb, "driver", s->driver);
+  if (s->branch) cJSON_AddStringToObject(c, "branch", s->branch);
+  cJSON_AddItemToObject(c, "pull_request", pr_copy(s));
+  char *txt = cJSON_PrintUnformatted(in);
+  cJSON_Delete(in);
+  if (!txt) {
+    dbx_wf_out_of_memory(wf);
+    return;
+  }
+  s->phase = DONE;
+  dbx_wf_continue_as_new(wf, txt, NULL);
+  free(txt);
+}
+
 static void chat(agent *s, dbx_wf *wf) {
   if (s->nstep >= s->max_steps || (s->max_tokens > 0 && s->ptok + s->ctok >= s->max_tokens)) {
     finish(s, wf, "budget_exhausted");
+    return;
+  }
+  if (should_continue(s, wf)) {
+    continue_run(s, wf);
     return;
   }
   const char *target = s->model ? s->model : "default";
@@ -377,6 +532,17 @@ static void chat(agent *s, dbx_wf *wf) {
 }
 
 static const cJSON *cur_call(const agent *s) { return cJSON_GetArrayItem(s->calls, s->ci); }
+
+/* Where `push` sends the branch: repository.remote, else the git source's
+ * url or path (the input's, never a remote the sandbox's config names). */
+static const char *push_remote(const agent *s) {
+  const char *r = str_of(obj_of(s->input, "repository"), "remote");
+  const cJSON *src = obj_of(obj_of(s->input, "sandbox"), "source");
+  if (r && *r) return r;
+  if (!str_of(src, "kind") || strcmp(str_of(src, "kind"), "git") != 0) return NULL;
+  r = str_of(src, "url") ? str_of(src, "url") : str_of(src, "path");
+  return r && *r ? r : NULL;
+}
 
 /* Schedule the tool for call ci with args; 0, or -1 when it was answered
  * at once (unknown tool, bad arguments: the model gets the error). */
@@ -406,6 +572,13 @@ static int run_tool(agent *s, dbx_wf *wf, const cJSON *args) {
     if (w) cJSON_AddStringToObject(in, "content", content ? content : "");
     safe_opts(&o, 30000, 3);
     type = w ? "sandbox.write_file" : "sandbox.read_file";
+  } else if (strcmp(name, "push") == 0) {
+    const char *remote = push_remote(s);
+    if (!remote) missing = "a remote (repository.remote, or a git source with a url or path, in the workflow input)";
+    cJSON_AddStringToObject(in, "remote", remote ? remote : "");
+    cJSON_AddStringToObject(in, "branch", s->branch ? s->branch : "");
+    safe_opts(&o, 300000, 3);
+    type = "git.push";
   } else if (strcmp(name, "open_pr") == 0) {
     const cJSON *repo = obj_of(s->input, "repository");
     const char *title = str_of(args, "title"), *gh = str_of(repo, "github");
@@ -429,7 +602,7 @@ static int run_tool(agent *s, dbx_wf *wf, const cJSON *args) {
   }
   if (!type || missing) {
     cJSON_Delete(in);
-    char *e = !type ? dbx_asprintf("error: unknown tool \"%s\" (shell, read_file, write_file, open_pr)", name)
+    char *e = !type ? dbx_asprintf("error: unknown tool \"%s\" (shell, read_file, write_file, push, open_pr)", name)
                     : dbx_asprintf("error: %s needs \"%s\"", name, missing);
     tool_message(s, id, e);
     step_result(s, 0, e);
@@ -676,6 +849,11 @@ static char *tool_text(agent *s, const char *name, const cJSON *r, int *ok) {
     return dbx_asprintf("(a binary file of %.0f bytes)", num_or(r, "bytes", 0));
   }
   if (strcmp(name, "write_file") == 0) return dbx_asprintf("wrote %.0f bytes", num_or(r, "bytes", 0));
+  if (strcmp(name, "push") == 0)
+    return dbx_asprintf("pushed %s to %s%s%s", str_of(r, "branch") ? str_of(r, "branch") : "the branch",
+                        str_of(r, "remote") ? str_of(r, "remote") : "the remote",
+                        str_of(r, "credentials") ? " with the worker's " : "",
+                        str_of(r, "credentials") ? str_of(r, "credentials") : "");
   /* open_pr */
   cJSON_Delete(s->pr);
   s->pr = cJSON_CreateObject();
@@ -743,6 +921,85 @@ static void checked_pr(agent *s, dbx_wf *wf, const dbx_act_outcome *o) {
   next_tool(s, wf);
 }
 
+/* ------------------------------------------------------- checkpoints
+ * As durabox.Script takes them (docs/worker.md "Checkpoints and forks"):
+ * the activity durabox.checkpoint {"sandbox_id", "name", "covered_event_id",
+ * "reason"}, named by the run and the covered event (the WorkflowTaskStarted
+ * of the task that schedules it), so a retry names the same snapshot. A
+ * baseline once the sandbox is open, one after every Nth tool call that
+ * changes the workspace (shell, write_file; failed ones count; read_file,
+ * push, open_pr and model calls do not), one at the end when something
+ * changed since the last. A failed checkpoint is recorded as failed and the
+ * run goes on. Nothing runs while one is taken. */
+
+static void schedule_checkpoint(agent *s, dbx_wf *wf, const char *reason, int then) {
+  const char *r = dbx_wf_run_id(wf);
+  char run[96];
+  size_t k = 0;
+  for (; r && *r && k < 80; r++) /* a name of [A-Za-z0-9._-] */
+    run[k++] = (*r >= 'a' && *r <= 'z') || (*r >= 'A' && *r <= 'Z') || (*r >= '0' && *r <= '9') ||
+                       *r == '-' || *r == '_' ? *r : '_';
+  run[k] = '\0';
+  s->ck_at = dbx_wf_history_length(wf);
+  snprintf(s->ck_name, sizeof s->ck_name, "ck-%s-e%lld", run, (long long)s->ck_at);
+  cJSON *in = cJSON_CreateObject();
+  cJSON_AddStringToObject(in, "sandbox_id", s->sandbox_id);
+  cJSON_AddStringToObject(in, "name", s->ck_name);
+  cJSON_AddNumberToObject(in, "covered_event_id", (double)s->ck_at);
+  cJSON_AddStringToObject(in, "reason", reason);
+  /* a Daytona snapshot may take minutes; a failed one is tried 3 times */
+  dbx_activity_opts o = {0};
+  safe_opts(&o, 900000, 3);
+  s->ck_reason = reason;
+  s->ck_then = then;
+  s->ck_changes = 0;
+  s->phase = CHECKPOINTING;
+  s->seq = sched(wf, "durabox.checkpoint", in, &o);
+}
+
+static void checkpoint_done(agent *s, dbx_wf *wf, const dbx_act_outcome *o) {
+  if (!s->checkpoints) s->checkpoints = cJSON_CreateArray();
+  cJSON *res = o->status == DBX_ACT_COMPLETED ? cJSON_Parse(o->result_json) : NULL;
+  const char *ref = str_of(res, "ref");
+  cJSON *c = cJSON_CreateObject();
+  cJSON_AddStringToObject(c, "name", s->ck_name);
+  cJSON_AddStringToObject(c, "reason", s->ck_reason ? s->ck_reason : "");
+  cJSON_AddNumberToObject(c, "covered_event_id", (double)s->ck_at);
+  cJSON_AddNumberToObject(c, "after_step", s->nstep);
+  cJSON_AddBoolToObject(c, "ok", ref != NULL);
+  if (ref) {
+    cJSON_AddStringToObject(c, "ref", ref);
+  } else {
+    char *e = failure_text(o);
+    cJSON_AddStringToObject(c, "error", e ? e : "failed");
+    free(e);
+  }
+  cJSON_AddItemToArray(s->checkpoints, c);
+  cJSON_Delete(res);
+  switch (s->ck_then) {
+  case CK_THEN_CHAT: chat(s, wf); return;
+  case CK_THEN_NEXT_TOOL:
+    s->phase = TOOLING;
+    s->ci++;
+    next_tool(s, wf);
+    return;
+  default: finish(s, wf, s->status ? s->status : "completed"); return;
+  }
+}
+
+/* A workspace-changing tool call ended (completed or failed): 1 when it
+ * made an every_steps checkpoint due (scheduled; the next tool follows it). */
+static int count_change(agent *s, dbx_wf *wf, const char *name) {
+  if (!s->ck_on || !name || (strcmp(name, "shell") != 0 && strcmp(name, "write_file") != 0))
+    return 0;
+  s->ck_changes++;
+  if (s->ck_every > 0 && ++s->ck_total % s->ck_every == 0 && s->sandbox_id) {
+    schedule_checkpoint(s, wf, "every_steps", CK_THEN_NEXT_TOOL);
+    return 1;
+  }
+  return 0;
+}
+
 static void tool_done(agent *s, dbx_wf *wf, const dbx_act_outcome *o) {
   const cJSON *c = cur_call(s);
   const char *name = str_of(c, "name");
@@ -763,8 +1020,19 @@ static void tool_done(agent *s, dbx_wf *wf, const dbx_act_outcome *o) {
   tool_message(s, str_of(c, "id"), text ? text : "");
   step_result(s, ok, text);
   free(text);
+  if (count_change(s, wf, name)) return;
   s->ci++;
   next_tool(s, wf);
+}
+
+/* The sandbox is open (and on its branch): the baseline checkpoint when the
+ * policy asks for them, then the first model call. */
+static void ready(agent *s, dbx_wf *wf) {
+  if (s->ck_on && s->sandbox_id && !s->continued) {
+    schedule_checkpoint(s, wf, "baseline", CK_THEN_CHAT);
+    return;
+  }
+  chat(s, wf);
 }
 
 static void chat_done(agent *s, dbx_wf *wf, const dbx_act_outcome *o) {
@@ -841,11 +1109,13 @@ static void opened(agent *s, dbx_wf *wf, const dbx_act_outcome *o) {
     free(t);
     return;
   }
+  cJSON *r = cJSON_Parse(o->result_json);
+  const char *id = str_of(r, "sandbox_id"), *drv = str_of(r, "driver");
+  if (id && *id) free(s->sandbox_id), s->sandbox_id = dbx_strdup(id);
+  if (!s->sandbox_id) s->sandbox_id = dbx_strdup("");
+  if (drv && *drv) free(s->driver), s->driver = dbx_strdup(drv);
+  cJSON_Delete(r);
   if (!s->adopted) {
-    cJSON *r = cJSON_Parse(o->result_json);
-    const char *id = str_of(r, "sandbox_id");
-    s->sandbox_id = dbx_strdup(id ? id : "");
-    cJSON_Delete(r);
     const cJSON *src = obj_of(obj_of(s->input, "sandbox"), "source");
     if (str_of(src, "kind") && strcmp(str_of(src, "kind"), "git") == 0) {
       /* a branch of this sandbox's own; a later turn keeps it */
@@ -866,11 +1136,23 @@ static void opened(agent *s, dbx_wf *wf, const dbx_act_outcome *o) {
       return;
     }
   }
-  chat(s, wf);
+  ready(s, wf);
 }
+
+static void cancel_opened(agent *s, dbx_wf *wf, const dbx_act_outcome *o);
 
 static void agent_on_activity(void *state, dbx_wf *wf, int64_t seq, const dbx_act_outcome *o) {
   agent *s = state;
+  if (s->phase == CANCEL_OPEN || s->phase == CANCELLING) { /* only the cleanup's outcome matters */
+    if (seq != s->seq) return;
+    if (s->phase == CANCEL_OPEN) {
+      cancel_opened(s, wf, o);
+      return;
+    }
+    s->phase = DONE;
+    dbx_wf_cancel_done(wf);
+    return;
+  }
   if (s->phase == HOLDING && seq == s->stop_seq) {
     s->stop_pending = 0;
     if (s->decided) resume(s, wf);
@@ -879,7 +1161,8 @@ static void agent_on_activity(void *state, dbx_wf *wf, int64_t seq, const dbx_ac
   if (seq != s->seq) return;
   switch (s->phase) {
   case OPENING: opened(s, wf, o); return;
-  case BRANCHING: chat(s, wf); return; /* without a branch, pushes fail visibly later */
+  case BRANCHING: ready(s, wf); return; /* without a branch, pushes fail visibly later */
+  case CHECKPOINTING: checkpoint_done(s, wf, o); return;
   case CHATTING: chat_done(s, wf, o); return;
   case TOOLING: tool_done(s, wf, o); return;
   case CHECKING_PR: checked_pr(s, wf, o); return;
@@ -889,13 +1172,92 @@ static void agent_on_activity(void *state, dbx_wf *wf, int64_t seq, const dbx_ac
   }
 }
 
+/* ------------------------------------------------------------- cancel
+ * As durabox.Script does: the running step is asked to stop (an exec kills
+ * its command), a create still running is waited for, then the sandbox is
+ * deleted, or, when it is kept (a session's, sandbox.keep), stopped, so
+ * nothing of the run goes on running; then the run ends cancelled. */
+
+static void cancel_cleanup(agent *s, dbx_wf *wf) {
+  if (!s->sandbox_id || !*s->sandbox_id) {
+    s->phase = DONE;
+    dbx_wf_cancel_done(wf);
+    return;
+  }
+  cJSON *in = cJSON_CreateObject();
+  cJSON_AddStringToObject(in, "sandbox_id", s->sandbox_id);
+  if (!s->keep && s->owner_run) cJSON_AddStringToObject(in, "owner_run_id", s->owner_run);
+  dbx_activity_opts o = {0};
+  safe_opts(&o, 60000, 5);
+  s->phase = CANCELLING;
+  s->seq = sched(wf, s->keep ? "sandbox.stop" : "sandbox.delete", in, &o);
+}
+
+/* The outcome of the create that ran when the cancellation came. */
+static void cancel_opened(agent *s, dbx_wf *wf, const dbx_act_outcome *o) {
+  cJSON *r = o->status == DBX_ACT_COMPLETED ? cJSON_Parse(o->result_json) : NULL;
+  const char *id = str_of(r, "sandbox_id");
+  if (id && *id) {
+    free(s->sandbox_id);
+    s->sandbox_id = dbx_strdup(id);
+  } else if (!s->adopted) { /* nothing was made */
+    free(s->sandbox_id);
+    s->sandbox_id = NULL;
+  }
+  cJSON_Delete(r);
+  cancel_cleanup(s, wf);
+}
+
+static void agent_on_cancel(void *state, dbx_wf *wf) {
+  agent *s = state;
+  if (s->phase == DONE || s->phase == CANCEL_OPEN || s->phase == CANCELLING) return;
+  if (s->phase == OPENING) { /* its outcome says whether there is a sandbox */
+    (void)dbx_wf_cancel_activity(wf, s->seq);
+    s->phase = CANCEL_OPEN;
+    return;
+  }
+  if (s->phase == DELETING) { /* the delete in flight ends the run */
+    s->phase = CANCELLING;
+    return;
+  }
+  if (s->phase != HOLDING && s->seq > 0) (void)dbx_wf_cancel_activity(wf, s->seq);
+  cancel_cleanup(s, wf);
+}
+
 /* ------------------------------------------------------------- create */
+
+/* A whole number of o's k clamped to 0..10^9 (a hand-written "continued"
+ * cannot make a cast overflow). */
+static int count_of(const cJSON *o, const char *k) {
+  double v = num_or(o, k, 0);
+  return v >= 0 && v <= 1e9 ? (int)v : 0;
+}
+
+/* A continued run's counters, steps and checkpoints, from "continued". */
+static void restore_continued(agent *s, const cJSON *c) {
+  s->continued = 1;
+  const cJSON *st = cJSON_GetObjectItemCaseSensitive(c, "steps");
+  if (cJSON_IsArray(st)) {
+    cJSON_Delete(s->steps);
+    s->steps = cJSON_Duplicate(st, 1);
+  }
+  const cJSON *ck = cJSON_GetObjectItemCaseSensitive(c, "checkpoints");
+  if (cJSON_IsArray(ck)) s->checkpoints = cJSON_Duplicate(ck, 1);
+  s->nstep = count_of(c, "nstep");
+  s->model_calls = count_of(c, "model_calls");
+  s->tool_calls = count_of(c, "tool_calls");
+  s->ptok = num_or(c, "prompt_tokens", 0);
+  s->ctok = num_or(c, "completion_tokens", 0);
+  s->ck_total = count_of(c, "ck_total");
+  s->ck_changes = count_of(c, "ck_changes");
+}
 
 static int start_conversation(agent *s, const cJSON *state) {
   const cJSON *conv = state ? cJSON_GetObjectItemCaseSensitive(state, "conversation") : NULL;
   s->messages = cJSON_IsArray(conv) && cJSON_GetArraySize(conv) > 0 ? cJSON_Duplicate(conv, 1)
                                                                      : cJSON_CreateArray();
   if (!s->messages) return -1;
+  if (s->continued && cJSON_GetArraySize(s->messages) > 0) return 0; /* goes on as it was */
   if (cJSON_GetArraySize(s->messages) == 0) {
     const char *sys = str_of(s->input, "system_prompt");
     cJSON *m = cJSON_CreateObject();
@@ -930,10 +1292,17 @@ static void *agent_create(dbx_wf *wf, const char *input_json, size_t len) {
   s->input = in;
   s->policy = pol;
   const cJSON *budget = obj_of(in, "budget"), *sess = obj_of(in, "session");
-  const cJSON *state = obj_of(sess, "state");
+  const cJSON *state = obj_of(sess, "state"), *cont = obj_of(in, "continued");
+  if (cont) { /* a run continued as new: its predecessor's state */
+    state = cont;
+    restore_continued(s, cont);
+  }
   s->max_steps = (int)num_or(budget, "max_steps", 50);
   s->max_tokens = num_or(budget, "max_tokens", 0);
   s->out_cap = (size_t)num_or(in, "tool_output_max_bytes", 16384);
+  const cJSON *can = obj_of(in, "continue_as_new");
+  s->can_calls = num_or(can, "after_model_calls", 0);
+  s->can_bytes = num_or(can, "after_history_bytes", 4.0 * 1024 * 1024);
   const char *mn = str_of(obj_of(in, "model"), "name");
   s->model = mn && *mn ? dbx_strdup(mn) : NULL;
   const cJSON *sb = obj_of(in, "sandbox");
@@ -952,20 +1321,31 @@ static void *agent_create(dbx_wf *wf, const char *input_json, size_t len) {
   cJSON *ci = cJSON_CreateObject();
   dbx_activity_opts o = {0};
   s->phase = OPENING;
-  if (sid && *sid) { /* a later turn: the same sandbox, started again */
+  const cJSON *ckp = obj_of(sb, "checkpoint");
+  s->ck_on = ckp != NULL;
+  s->ck_every = (int)num_or(ckp, "every_steps", 0);
+  s->ck_on_completion = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ckp, "on_completion"));
+  if (sid && *sid) { /* a later turn or a continued run: the same sandbox, re-opened (adopt) */
     s->adopted = 1;
     s->sandbox_id = dbx_strdup(sid);
-    const char *own = str_of(ssb, "owner_run_id");
-    s->owner_run = dbx_strdup(own ? own : "");
-    cJSON_AddStringToObject(ci, "sandbox_id", sid);
-    safe_opts(&o, 30000, 5);
-    s->seq = sched(wf, "sandbox.start", ci, &o);
+    const char *own = str_of(ssb, "owner_run_id"), *drv = str_of(ssb, "driver");
+    s->owner_run = dbx_strdup(own && *own ? own : dbx_wf_run_id(wf));
+    cJSON_AddStringToObject(ci, "resource", "workspace");
+    cJSON_AddStringToObject(ci, "owner_run_id", s->owner_run ? s->owner_run : "");
+    if (s->keep) cJSON_AddTrueToObject(ci, "keep");
+    if (sess) cJSON_AddTrueToObject(ci, "session");
+    cJSON *ad = cJSON_AddObjectToObject(ci, "adopt");
+    cJSON_AddStringToObject(ad, "sandbox_id", sid);
+    if (drv && *drv) cJSON_AddStringToObject(ad, "driver", drv);
+    safe_opts(&o, 120000, 5);
+    s->seq = sched(wf, "sandbox.create", ci, &o);
     return s;
   }
   s->owner_run = dbx_strdup(dbx_wf_run_id(wf));
   cJSON_AddStringToObject(ci, "resource", "workspace");
   cJSON_AddStringToObject(ci, "owner_run_id", dbx_wf_run_id(wf));
   if (s->keep) cJSON_AddTrueToObject(ci, "keep");
+  if (sess) cJSON_AddTrueToObject(ci, "session"); /* labelled: gc asks the session */
   const cJSON *src = obj_of(sb, "source");
   cJSON_AddItemToObject(ci, "source", src ? cJSON_Duplicate(src, 1) : cJSON_Parse("{\"kind\":\"empty\"}"));
   static const char *const pass[] = {"env", "network", "host_fs", "resources"};
@@ -1003,6 +1383,7 @@ const dbx_workflow_type dbx_agent_workflow = {
     .create = agent_create,
     .on_activity = agent_on_activity,
     .on_signal = agent_on_signal,
+    .on_cancel = agent_on_cancel,
     .on_query = agent_on_query,
     .destroy = agent_destroy,
     .on_signal_wait = agent_on_signal_wait,

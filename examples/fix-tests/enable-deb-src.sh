@@ -1,7 +1,8 @@
 #!/bin/sh
 # Enable source packages (deb-src) mirroring this machine's own apt sources.
 # Writes /etc/apt/sources.list.d/durabox-src.{sources,list} derived from the
-# configured deb entries (no host is named here), then runs apt-get update.
+# configured deb entries (no host is named here), then runs apt-get update
+# (waiting for another apt's lock).
 # Idempotent; needs root. Does nothing when deb-src entries already exist.
 set -eu
 d=/etc/apt/sources.list.d
@@ -36,4 +37,20 @@ if [ "$have" = 0 ]; then
     rm -f $d/durabox-src.list.tmp
   fi
 fi
-apt-get update -qq
+# Another apt (a second example at the same time, unattended upgrades) may
+# hold the lists lock: wait for it, up to 5 minutes, rather than fail.
+tries=0
+until out=$(apt-get update -qq 2>&1); do
+  case "$out" in
+    *"Could not get lock"*) ;;
+    *) printf '%s\n' "$out" >&2; exit 1 ;;
+  esac
+  tries=$((tries + 1))
+  if [ "$tries" -ge 150 ]; then
+    printf '%s\n' "$out" >&2
+    echo "enable-deb-src: apt's lock was held for 5 minutes" >&2
+    exit 1
+  fi
+  sleep 2
+done
+[ -z "$out" ] || printf '%s\n' "$out"

@@ -69,12 +69,38 @@ static const char *const WRK_FPS[] = {
 
 /* ------------------------------------------------------------ options, rng */
 
+enum { K_SERVICE, K_WORKER, K_SUPERVISOR, K_PAUSE, K_COUNT };
+static const char *const KIND_NAMES[K_COUNT] = {"service", "worker", "supervisor", "pause"};
+
 static struct {
   const char *bin, *dir;
   int rounds, inflight, round_s, drain_s, max_after;
   uint64_t seed;
   int verbose;
-} opt = {NULL, NULL, 10, 12, 15, 240, 6, 1, 0};
+  int kinds[K_COUNT]; /* --kinds: the faults the rounds take in turn */
+  int n_kinds;
+} opt = {NULL, NULL, 10, 12, 15, 240, 6, 1, 0, {K_SERVICE, K_WORKER, K_SUPERVISOR, K_PAUSE}, K_COUNT};
+
+/* --kinds service,worker,supervisor,pause (any subset, in the order the
+ * rounds take them). 0, or -1 naming nothing known. */
+static int kinds_parse(const char *v) {
+  opt.n_kinds = 0;
+  const char *p = v;
+  while (*p) {
+    size_t n = strcspn(p, ",");
+    int k = -1;
+    for (int i = 0; i < K_COUNT; i++)
+      if (strlen(KIND_NAMES[i]) == n && strncmp(p, KIND_NAMES[i], n) == 0) k = i;
+    if (k < 0 || opt.n_kinds == K_COUNT) {
+      fprintf(stderr, "dbx-faults: --kinds: '%.*s' is not service, worker, supervisor or pause\n", (int)n, p);
+      return -1;
+    }
+    opt.kinds[opt.n_kinds++] = k;
+    p += n;
+    if (*p == ',') p++;
+  }
+  return opt.n_kinds > 0 ? 0 : -1;
+}
 
 /* SIGINT/SIGTERM: the first ends the rounds early (then drain and summary
  * as usual), the second ends the drain too. */
@@ -712,19 +738,21 @@ static void round_pause(int r) {
   }
 }
 
-/* Round r: r % 4 picks the fault: 0 the service, 1 a worker (the two in
- * turn) killed and restarted armed with a failpoint; 2 an exec supervisor
- * killed; 3 a worker paused past its heartbeat timeout. */
+/* Round r takes the next fault of --kinds (by default all four in turn):
+ * the service, or a worker (the two in turn), killed and restarted armed
+ * with a failpoint; an exec supervisor killed; a worker paused past its
+ * heartbeat timeout. */
 static void round_run(int r) {
-  int kind = r % 4;
-  if (kind == 2 || kind == 3) {
-    if (kind == 2) round_supervisor(r);
+  static int worker_rounds;
+  int kind = opt.kinds[r % opt.n_kinds];
+  if (kind == K_SUPERVISOR || kind == K_PAUSE) {
+    if (kind == K_SUPERVISOR) round_supervisor(r);
     else round_pause(r);
     st.rounds++;
     return;
   }
-  int idx = kind; /* 0 service, 1 worker (stats) */
-  proc *p = idx == 0 ? &procs[0] : &procs[1 + (r / 4) % 2];
+  int idx = kind == K_SERVICE ? 0 : 1; /* stats */
+  proc *p = idx == 0 ? &procs[0] : &procs[1 + (worker_rounds++) % 2];
   const char *fp = idx == 0 ? SVC_FPS[rnd() % N_SVC_FPS] : WRK_FPS[rnd() % N_WRK_FPS];
   char spec[160];
   snprintf(spec, sizeof spec, "%s=kill:after=%d", fp, (int)(rnd() % (uint64_t)(opt.max_after + 1)));
@@ -768,7 +796,8 @@ static int listen_any(int *port_out) {
 static void usage(void) {
   fprintf(stderr,
           "usage: dbx-faults --bin DURABOX --dir DIR [--rounds N] [--inflight N] [--round-s S]\n"
-          "                  [--drain-s S] [--max-after N] [--seed N] [--verbose]\n");
+          "                  [--drain-s S] [--max-after N] [--seed N] [--verbose]\n"
+          "                  [--kinds service,worker,supervisor,pause]\n");
 }
 
 int main(int argc, char **argv) {
@@ -784,7 +813,10 @@ int main(int argc, char **argv) {
     else if (strcmp(a, "--drain-s") == 0) opt.drain_s = atoi(v), i++;
     else if (strcmp(a, "--max-after") == 0) opt.max_after = atoi(v), i++;
     else if (strcmp(a, "--seed") == 0) opt.seed = strtoull(v, NULL, 10), i++;
-    else return usage(), 2;
+    else if (strcmp(a, "--kinds") == 0) {
+      if (kinds_parse(v) != 0) return usage(), 2;
+      i++;
+    } else return usage(), 2;
   }
   if (!opt.bin || !opt.dir) return usage(), 2;
   rng = opt.seed ? opt.seed * 2654435761ULL + 1 : 1;

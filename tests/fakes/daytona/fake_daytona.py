@@ -54,7 +54,8 @@ Control endpoints (no auth): GET /_control/log -> {"requests": [{"t", "method",
 true/false, never the key; body: a JSON request body as the client sent it,
 so a test can assert what reached Daytona), GET /_control/sandboxes ->
 {"items": [...]}, GET /_control/secrets -> {"items": [...]} (no values), POST
-/_control/reset (forget the log).
+/_control/reset (forget the log), GET /_control/snapshots -> {"items": [{"name", "state",
+"dir"}]} and POST /_control/snapshots/forget {"name": N} (the snapshot is gone).
 
 Usage: fake_daytona.py --root DIR [--port-file FILE] [--api-key KEY]
 Prints "PORT <n>" on stdout once it listens on 127.0.0.1 (port 0: any).
@@ -923,12 +924,31 @@ class Handler(BaseHTTPRequestHandler):
                 return self._reply(200, {k: v for k, v in STATE["faults"].items()})
             if parts == ["secrets"]:  # names, hosts and placeholders, never values
                 return self._reply(200, {"items": [secret_dto(r) for r in STATE["secrets"].values()]})
+            if parts[:1] == ["snapshots"]:
+                return self._control_snapshots(method, parts[1:], raw)
             if parts == ["sandboxes"]:
                 for s in list(STATE["sandboxes"].values()):
                     settle(s)
                 return self._reply(200, {"items": [dto(s) for s in STATE["sandboxes"].values()
                                                    if not s.get("_vanished")]})
         self._reply(404, {"message": "no such control endpoint"})
+
+    def _control_snapshots(self, method, rest, raw):
+        """Snapshots for fork tests (called with LOCK held): GET -> {"items":
+        [{"name", "state", "dir"}]} (dir: the snapshot's files, to hash);
+        POST /forget {"name": N}: the snapshot is gone (its files too), as
+        one deleted or expired on Daytona; 404 when there is none."""
+        if method == "GET" and not rest:
+            return self._reply(200, {"items": [{"name": x["name"], "state": x["state"], "dir": x["_dir"]}
+                                               for x in STATE["snapshots"].values()]})
+        if method == "POST" and rest == ["forget"]:
+            name = (json.loads(raw or b"{}") or {}).get("name")
+            rec = STATE["snapshots"].pop(name, None) if isinstance(name, str) else None
+            if rec is None:
+                return self._reply(404, {"message": "no snapshot %r" % name})
+            shutil.rmtree(rec["_dir"], ignore_errors=True)
+            return self._reply(200, {"name": name})
+        return self._reply(404, {"message": "no such control endpoint"})
 
     do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _serve
 

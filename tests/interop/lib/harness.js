@@ -21,11 +21,27 @@ function serverBinary() {
   return path.resolve(bin);
 }
 
+// Temporal's SDK core gives a dev server it starts 5 s to answer
+// (sdk-core's ephemeral_server: 50 connection tries 100 ms apart, not
+// configurable). Temporal's own dev server can take longer on a loaded
+// machine, so a start that fails with exactly that timeout is tried again,
+// up to 3 times; any other error, and a fourth timeout, fail the suite.
+async function createLocalEnv(opts) {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await TestWorkflowEnvironment.createLocal(opts);
+    } catch (e) {
+      if (!String(e && e.message).includes('did not start within') || attempt === 3) throw e;
+      console.warn(`the dev server did not answer within the SDK's 5 s (attempt ${attempt + 1}); starting it again`);
+    }
+  }
+}
+
 async function startSuite() {
   // SDK log level: WARN unless DBX_INTEROP_LOG says otherwise (e.g. DEBUG).
   Runtime.install({ logger: new DefaultLogger(process.env.DBX_INTEROP_LOG || 'WARN') });
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'dbx-interop-'));
-  const env = await TestWorkflowEnvironment.createLocal({
+  const env = await createLocalEnv({
     server: {
       executable: { type: 'existing-path', path: serverBinary() },
       namespace: NAMESPACE,

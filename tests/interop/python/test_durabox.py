@@ -27,7 +27,9 @@ from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSe
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
-from temporalio.testing import WorkflowEnvironment
+from temporalio.testing import WorkflowEnvironment  # noqa: F401
+
+from conftest import start_local_env
 from temporalio.worker import Worker
 
 ORDER = SearchAttributeKey.for_keyword("DbxOrder")
@@ -124,7 +126,7 @@ def env(loop):
     binary = os.environ.get("DBX_BIN")
     assert binary, "DBX_BIN must name the durabox binary"
     e = loop.run_until_complete(
-        WorkflowEnvironment.start_local(
+        start_local_env(
             dev_server_existing_path=binary, dev_server_log_level="warn", search_attributes=[FLAGGED]
         )
     )
@@ -1043,7 +1045,7 @@ class BigActivityInputWorkflow:
 @pytest.fixture(scope="module")
 def small_limits_env(loop):
     e = loop.run_until_complete(
-        WorkflowEnvironment.start_local(
+        start_local_env(
             dev_server_existing_path=os.environ["DBX_BIN"],
             dev_server_log_level="error",
             # Temporal applies the error limit only past the warning one: both are set

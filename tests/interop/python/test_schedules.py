@@ -30,7 +30,9 @@ from temporalio.client import (
 )
 from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError
-from temporalio.testing import WorkflowEnvironment
+from temporalio.testing import WorkflowEnvironment  # noqa: F401
+
+from conftest import start_local_env
 from temporalio.worker import Worker
 
 SCHEDULED_BY = SearchAttributeKey.for_keyword("TemporalScheduledById")
@@ -54,7 +56,7 @@ def loop():
 def env(loop):
     binary = os.environ.get("DBX_BIN")
     assert binary, "DBX_BIN must name the server binary"
-    e = loop.run_until_complete(WorkflowEnvironment.start_local(dev_server_existing_path=binary, dev_server_log_level="warn"))
+    e = loop.run_until_complete(start_local_env(dev_server_existing_path=binary, dev_server_log_level="warn"))
     yield e
     loop.run_until_complete(e.shutdown())
 
