@@ -1021,6 +1021,15 @@ static dbx_drv_err dt_stop(void *self, const char *name) {
   return dt_life(self, name, "stop", "stopped");
 }
 
+/* A sandbox's git secret (see "git" below). */
+typedef struct {
+  char name[40];         /* dbx_git_<16 hex> */
+  char id[128];          /* the secret's id, "" until made */
+  char placeholder[256]; /* what the sandbox sees */
+} git_secret;
+static void git_secret_name(const char *sandbox, char *out, size_t cap);
+static dbx_drv_err secret_delete(cli_t *c, git_secret *g);
+
 static dbx_drv_err dt_del(void *self, const char *name) {
   dbx_daytona *d = self;
   cli_t c;
@@ -1052,6 +1061,11 @@ static dbx_drv_err dt_del(void *self, const char *name) {
     break;
   }
   free(url);
+  if (rc == DBX_DRV_OK) { /* git credentials a crash left behind (git_secret_close) */
+    git_secret g = {0};
+    git_secret_name(name, g.name, sizeof g.name);
+    rc = secret_delete(&c, &g);
+  }
   cli_close(&c);
   return rc;
 }
@@ -1299,7 +1313,9 @@ static char *wrapper(const char *envfile, const char *rawbase, const char *workd
       snprintf(t, sizeof t, "timeout --foreground -k 2 %lld.%03lld ", (long long)(o->timeout_ms / 1000),
                (long long)(o->timeout_ms % 1000));
     w = dbx_asprintf(EXEC_TAG " t=%lld c=%zu,%zu; F=%s; if [ -f \"$F\" ]; then . \"$F\"; : > \"$F\"; "
-                     "fi; _dbx_r=%s; rm -f \"$_dbx_r.out\" \"$_dbx_r.err\" \"$_dbx_r.op\" "
+                     "fi; _dbx_r=%s; for _dbx_m in \"${_dbx_r%%/*}\"/*.read; do [ -f \"$_dbx_m\" ] && "
+                     "rm -f \"${_dbx_m%%.read}.raw.out\" \"${_dbx_m%%.read}.raw.err\" \"$_dbx_m\"; "
+                     "done; rm -f \"$_dbx_r.out\" \"$_dbx_r.err\" \"$_dbx_r.op\" "
                      "\"$_dbx_r.ep\"; cd %s && if mkfifo \"$_dbx_r.op\" \"$_dbx_r.ep\" 2>/dev/null; "
                      "then tee \"$_dbx_r.out\" <\"$_dbx_r.op\" & tee \"$_dbx_r.err\" <\"$_dbx_r.ep\" >&2 & "
                      "%ssh -c %s </dev/null >\"$_dbx_r.op\" 2>\"$_dbx_r.ep\"; _dbx_s=$?; wait; "
@@ -1630,6 +1646,32 @@ static dbx_drv_err raw_output(cli_t *c, const char *name, const sbinfo *s, const
   return rc;
 }
 
+/* The raw copies once the result is made from them or needs them not:
+ * lossy 0 (the log alone gave the result, as it would to a retry): they
+ * are removed now; lossy 1 (the result came from them, and a retry after a
+ * crash before the journal would need them again): a ".read" mark is left,
+ * and the next command started in this sandbox removes them (a workflow
+ * starts its next step only once this one's result is in its history),
+ * as the sandbox's delete does. Failures only leave files behind. */
+static void raw_done(cli_t *c, const char *name, const sbinfo *s, const char *cmd_id, int lossy) {
+  char *base = NULL, *po = NULL, *pe = NULL, *mk = NULL;
+  dbx_drv_err rc = marker(c, name, s, cmd_id, lossy ? "read" : "raw", lossy ? &mk : &base);
+  if (rc == DBX_DRV_OK && lossy) {
+    rc = tb_put(c, name, s, mk, "", 0);
+  } else if (rc == DBX_DRV_OK) {
+    po = dbx_asprintf("%s.out", base);
+    pe = dbx_asprintf("%s.err", base);
+    if (po && pe && (rc = tb_rm(c, name, s, po)) == DBX_DRV_OK) rc = tb_rm(c, name, s, pe);
+  }
+  if (rc != DBX_DRV_OK)
+    DBX_DEBUG(MOD, "sandbox %s: command %s: raw output copies not cleared: %s", name, cmd_id,
+              tl_err.msg);
+  free(base);
+  free(po);
+  free(pe);
+  free(mk);
+}
+
 static dbx_drv_err dt_exec_result(void *self, const char *name, const char *cmd_id,
                                   dbx_drv_exec_result *res) {
   dbx_daytona *d = self;
@@ -1648,6 +1690,7 @@ static dbx_drv_err dt_exec_result(void *self, const char *name, const char *cmd_
     int lossy = 0;
     rc = sess_logs_l(&c, name, &v.s, cmd_id, v.ss.cid, &o, &ol, &e, &el, &lossy);
     if (rc == DBX_DRV_OK && lossy) rc = raw_output(&c, name, &v.s, cmd_id, &o, &ol, &e, &el);
+    if (rc == DBX_DRV_OK) raw_done(&c, name, &v.s, cmd_id, lossy);
     res->exit_code = v.ss.exit_code;
     res->signal = v.ss.exit_code > 128 && v.ss.exit_code < 160 ? v.ss.exit_code - 128 : 0;
   }
@@ -1718,6 +1761,10 @@ static dbx_drv_err dt_exec_forget(void *self, const char *name, const char *cmd_
     if (rc == DBX_DRV_OK) rc = marker(&c, name, &v.s, cmd_id, "killed", &km);
     if (rc == DBX_DRV_OK) rc = tb_rm(&c, name, &v.s, km);
     if (rc == DBX_DRV_OK) rc = marker(&c, name, &v.s, cmd_id, "env", &em);
+    if (rc == DBX_DRV_OK) rc = tb_rm(&c, name, &v.s, em);
+    free(em);
+    em = NULL;
+    if (rc == DBX_DRV_OK) rc = marker(&c, name, &v.s, cmd_id, "read", &em);
     if (rc == DBX_DRV_OK) rc = tb_rm(&c, name, &v.s, em);
     resp_free(&r);
     free(url);
@@ -1832,20 +1879,209 @@ static dbx_drv_err dt_download(void *self, const char *name, const char *path,
 
 /* ---- git ---- */
 
-/* Add git credentials to a /git/clone or /git/push body (the reference's
- * username / password fields); cred NULL: nothing. 0: out of memory. */
-static int cred_add(cJSON *b, const dbx_drv_git_cred *cred) {
+/* Git credentials travel as a Daytona secret (reference section 5), never
+ * as themselves: the driver stores the token as an organization secret
+ * named after the sandbox (git_secret_name), restricted to the remote's
+ * host, mounts it on the sandbox (PUT /sandbox/{id}/secrets) and sends the
+ * secret's placeholder (dtn_secret_...) in the password field of /git/clone
+ * or /git/push; Daytona's egress proxy swaps the value in on the way to that
+ * host only. After the call the secret is unmounted and deleted (and a
+ * sandbox delete deletes one a crash left). The token is in one request
+ * body alone, POST or PATCH /secret, which is wiped before it is freed. */
+
+/* The deterministic secret name of a sandbox: a retried call finds the one
+ * it made (409 on POST: it is looked up and its value and hosts updated). */
+static void git_secret_name(const char *sandbox, char *out, size_t cap) {
+  uint64_t h = dbx_fnv1a64(DBX_FNV1A64_OFFSET, sandbox, strlen(sandbox));
+  snprintf(out, cap, "dbx_git_%016llx", (unsigned long long)h);
+}
+
+/* The host of an http(s) URL (no userinfo, port or brackets), lower case,
+ * or "". */
+static void url_host(const char *url, char *out, size_t cap) {
+  out[0] = '\0';
+  const char *p = strstr(url, "://");
+  if (p == NULL) return;
+  p += 3;
+  size_t n = strcspn(p, "/?#");
+  const char *at = memchr(p, '@', n);
+  if (at) n -= (size_t)(at + 1 - p), p = at + 1;
+  size_t hl;
+  if (n > 0 && p[0] == '[') {
+    const char *rb = memchr(p, ']', n);
+    if (rb == NULL) return;
+    p++, hl = (size_t)(rb - p);
+  } else {
+    const char *colon = memchr(p, ':', n);
+    hl = colon ? (size_t)(colon - p) : n;
+  }
+  if (hl == 0 || hl >= cap) return;
+  for (size_t i = 0; i < hl; i++) out[i] = (char)tolower((unsigned char)p[i]);
+  out[hl] = '\0';
+}
+
+/* The secret record's id and placeholder from a Secret DTO. */
+static dbx_drv_err secret_parse(cli_t *c, const resp_t *r, git_secret *g) {
+  cJSON *j = reply_json(r);
+  const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "id");
+  const cJSON *ph = cJSON_GetObjectItemCaseSensitive(j, "placeholder");
+  dbx_drv_err rc = DBX_DRV_OK;
+  if (!cJSON_IsString(id) || !cJSON_IsString(ph) || strlen(id->valuestring) >= sizeof g->id ||
+      strlen(ph->valuestring) >= sizeof g->placeholder || ph->valuestring[0] == '\0')
+    rc = fail(c->d, DBX_DRV_FAILED, "secret '%s': the reply is no Secret (id, placeholder)",
+              g->name);
+  else {
+    snprintf(g->id, sizeof g->id, "%s", id->valuestring);
+    snprintf(g->placeholder, sizeof g->placeholder, "%s", ph->valuestring);
+  }
+  cJSON_Delete(j);
+  return rc;
+}
+
+/* The id of the secret named g->name into g->id ("" when there is none). */
+static dbx_drv_err secret_find(cli_t *c, git_secret *g) {
+  char *ne = esc(c, g->name), *url = ne ? api(c->d, "/secret/paginated?name=%s", ne) : NULL;
+  resp_t r = {0};
+  g->id[0] = '\0';
+  dbx_drv_err rc = url ? req(c, "GET", url, NULL, NULL, 0, SAFE, 0, &r) : DBX_DRV_NOMEM;
+  if (rc == DBX_DRV_OK && r.status != 200)
+    rc = fail_http(c, status_err(r.status), g->name, "GET", url, &r);
+  if (rc == DBX_DRV_OK) {
+    cJSON *j = reply_json(&r), *it;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(j, "items")) {
+      const cJSON *nm = cJSON_GetObjectItemCaseSensitive(it, "name");
+      const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
+      if (cJSON_IsString(nm) && strcmp(nm->valuestring, g->name) == 0 && cJSON_IsString(id) &&
+          strlen(id->valuestring) < sizeof g->id)
+        snprintf(g->id, sizeof g->id, "%s", id->valuestring);
+    }
+    cJSON_Delete(j);
+  }
+  if (url) resp_free(&r);
+  free(url);
+  free(ne);
+  return rc;
+}
+
+/* POST /secret {name, value, hosts:[host]}; 409 (a retry, or a crash left
+ * it): PATCH the existing one's value and hosts. The body is wiped. */
+static dbx_drv_err secret_put(cli_t *c, git_secret *g, const char *host, const char *token) {
+  cJSON *b = cJSON_CreateObject(), *hosts = cJSON_AddArrayToObject(b, "hosts");
+  int ok = b && hosts && cJSON_AddItemToArray(hosts, cJSON_CreateString(host)) &&
+           cJSON_AddStringToObject(b, "value", token) &&
+           cJSON_AddStringToObject(b, "description", "durabox: git credentials of one sandbox");
+  char *patch = ok ? cJSON_PrintUnformatted(b) : NULL;
+  ok = patch && cJSON_AddStringToObject(b, "name", g->name);
+  char *post = ok ? cJSON_PrintUnformatted(b) : NULL;
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(b, "value");
+  if (cJSON_IsString(v)) memset(v->valuestring, 0, strlen(v->valuestring));
+  cJSON_Delete(b);
+  char *url = api(c->d, "%s", "/secret"), *purl = NULL;
+  resp_t r = {0};
+  dbx_drv_err rc = post && url ? req(c, "POST", url, "application/json", post, strlen(post), SAFE,
+                                     0, &r)
+                               : DBX_DRV_NOMEM;
+  if (rc == DBX_DRV_OK && (r.status == 200 || r.status == 201)) {
+    rc = secret_parse(c, &r, g);
+  } else if (rc == DBX_DRV_OK && r.status == 409) {
+    resp_free(&r);
+    rc = secret_find(c, g);
+    if (rc == DBX_DRV_OK && g->id[0] == '\0')
+      rc = fail(c->d, DBX_DRV_TRANSIENT, "secret '%s': 409 on create, yet not listed", g->name);
+    if (rc == DBX_DRV_OK && (purl = api(c->d, "/secret/%s", g->id)) == NULL) rc = DBX_DRV_NOMEM;
+    if (rc == DBX_DRV_OK)
+      rc = req(c, "PATCH", purl, "application/json", patch, strlen(patch), SAFE, 0, &r);
+    if (rc == DBX_DRV_OK && r.status != 200)
+      rc = fail_http(c, status_err(r.status), g->name, "PATCH", purl, &r);
+    if (rc == DBX_DRV_OK) rc = secret_parse(c, &r, g);
+  } else if (rc == DBX_DRV_OK) {
+    rc = fail_http(c, status_err(r.status), g->name, "POST", url, &r);
+  }
+  resp_free(&r);
+  if (post) memset(post, 0, strlen(post));
+  if (patch) memset(patch, 0, strlen(patch));
+  free(post);
+  free(patch);
+  free(url);
+  free(purl);
+  return rc;
+}
+
+/* PUT /sandbox/{id}/secrets: the set is g alone (mount) or empty (g NULL). */
+static dbx_drv_err secret_mount(cli_t *c, const char *name, const sbinfo *s, const git_secret *g) {
+  char *url = api(c->d, "/sandbox/%s/secrets", s->id);
+  char *body = g ? dbx_asprintf("{\"secrets\":[{\"DBX_GIT_TOKEN\":\"%s\"}]}", g->name)
+                 : dbx_strdup("{\"secrets\":[]}");
+  resp_t r = {0};
+  dbx_drv_err rc = url && body ? req(c, "PUT", url, "application/json", body, strlen(body), SAFE,
+                                     0, &r)
+                               : DBX_DRV_NOMEM;
+  if (rc == DBX_DRV_OK && r.status != 200 && r.status != 204)
+    rc = fail_http(c, status_err(r.status), name, "PUT", url, &r);
+  resp_free(&r);
+  free(url);
+  free(body);
+  return rc;
+}
+
+/* DELETE /secret/{id} of g (looked up by name when g->id is ""); a missing
+ * one counts as done. */
+static dbx_drv_err secret_delete(cli_t *c, git_secret *g) {
+  dbx_drv_err rc = g->id[0] ? DBX_DRV_OK : secret_find(c, g);
+  if (rc != DBX_DRV_OK || g->id[0] == '\0') return rc;
+  char *url = api(c->d, "/secret/%s", g->id);
+  resp_t r = {0};
+  rc = url ? req(c, "DELETE", url, NULL, NULL, 0, SAFE, 0, &r) : DBX_DRV_NOMEM;
+  if (rc == DBX_DRV_OK && r.status != 200 && r.status != 204 && r.status != 404)
+    rc = fail_http(c, status_err(r.status), g->name, "DELETE", url, &r);
+  resp_free(&r);
+  free(url);
+  return rc;
+}
+
+/* Make and mount the sandbox's git secret for url's host (cred NULL:
+ * nothing, g->placeholder ""). */
+static dbx_drv_err git_secret_open(cli_t *c, const char *name, const sbinfo *s, const char *url,
+                                   const dbx_drv_git_cred *cred, git_secret *g) {
+  memset(g, 0, sizeof *g);
+  if (cred == NULL) return DBX_DRV_OK;
+  char host[256];
+  url_host(url, host, sizeof host);
+  if (host[0] == '\0')
+    return fail(c->d, DBX_DRV_INVALID, "git credentials: no host in the URL '%.200s'", url);
+  git_secret_name(name, g->name, sizeof g->name);
+  dbx_drv_err rc = secret_put(c, g, host, cred->password);
+  if (rc == DBX_DRV_OK) rc = secret_mount(c, name, s, g);
+  return rc;
+}
+
+/* Unmount and delete what git_secret_open made; rc: the git call's result,
+ * kept unless it succeeded and the clean-up did not (then the clean-up's
+ * error, so the retried call cleans up). */
+static dbx_drv_err git_secret_close(cli_t *c, const char *name, const sbinfo *s, git_secret *g,
+                                    dbx_drv_err rc) {
+  if (g->name[0] == '\0') return rc;
+  char keep[sizeof tl_err.msg];
+  snprintf(keep, sizeof keep, "%s", tl_err.msg);
+  dbx_drv_err e = secret_mount(c, name, s, NULL);
+  dbx_drv_err e2 = secret_delete(c, g);
+  if (e == DBX_DRV_OK) e = e2;
+  if (rc != DBX_DRV_OK) snprintf(tl_err.msg, sizeof tl_err.msg, "%s", keep);
+  memset(g, 0, sizeof *g);
+  return rc != DBX_DRV_OK ? rc : e;
+}
+
+/* Add the username and the secret's placeholder (never the token) to a
+ * /git/clone or /git/push body; cred NULL: nothing. 0: out of memory. */
+static int cred_add(cJSON *b, const dbx_drv_git_cred *cred, const git_secret *g) {
   if (cred == NULL) return 1;
   const char *u = cred->username && *cred->username ? cred->username : "x-access-token";
   return cJSON_AddStringToObject(b, "username", u) != NULL &&
-         cJSON_AddStringToObject(b, "password", cred->password ? cred->password : "") != NULL;
+         cJSON_AddStringToObject(b, "password", g->placeholder) != NULL;
 }
 
-/* Wipe the password field of a body (before it is freed) and any copy of
- * the password in this thread's message. */
-static void cred_wipe(cJSON *b, const dbx_drv_git_cred *cred) {
-  const cJSON *pw = cJSON_GetObjectItemCaseSensitive(b, "password");
-  if (cJSON_IsString(pw)) memset(pw->valuestring, 0, strlen(pw->valuestring));
+/* Scrub any copy of the token from this thread's message. */
+static void cred_wipe(const dbx_drv_git_cred *cred) {
   const char *p = cred ? cred->password : NULL;
   size_t n = p ? strlen(p) : 0;
   for (char *m = n ? strstr(tl_err.msg, p) : NULL; m; m = strstr(m, p)) memset(m, '*', n);
@@ -1893,19 +2129,22 @@ static dbx_drv_err git_post(cli_t *c, const char *name, const sbinfo *s, const c
 
 static dbx_drv_err clone_into(cli_t *c, const char *name, const sbinfo *s, const char *url,
                               const char *path, const char *ref, const dbx_drv_git_cred *cred) {
-  cJSON *b = cJSON_CreateObject();
-  if (!b || !cJSON_AddStringToObject(b, "url", url) || !cJSON_AddStringToObject(b, "path", path) ||
-      (ref && *ref && !cJSON_AddStringToObject(b, "branch", ref)) || !cred_add(b, cred)) {
-    cred_wipe(b, cred);
-    cJSON_Delete(b);
-    return DBX_DRV_NOMEM;
+  git_secret g;
+  dbx_drv_err rc = git_secret_open(c, name, s, url, cred, &g);
+  cJSON *b = rc == DBX_DRV_OK ? cJSON_CreateObject() : NULL;
+  if (rc == DBX_DRV_OK &&
+      (!b || !cJSON_AddStringToObject(b, "url", url) || !cJSON_AddStringToObject(b, "path", path) ||
+       (ref && *ref && !cJSON_AddStringToObject(b, "branch", ref)) || !cred_add(b, cred, &g)))
+    rc = DBX_DRV_NOMEM;
+  if (rc == DBX_DRV_OK) {
+    char what[300];
+    snprintf(what, sizeof what, "git clone in sandbox '%s' failed", name);
+    rc = git_post(c, name, s, "clone", b, what, NULL);
+    if (rc == DBX_DRV_NOT_FOUND) rc = DBX_DRV_FAILED; /* the message says what */
   }
-  char what[300];
-  snprintf(what, sizeof what, "git clone in sandbox '%s' failed", name);
-  dbx_drv_err rc = git_post(c, name, s, "clone", b, what, NULL);
-  if (rc == DBX_DRV_NOT_FOUND) rc = DBX_DRV_FAILED; /* the message says what */
-  cred_wipe(b, cred);
   cJSON_Delete(b);
+  rc = git_secret_close(c, name, s, &g, rc);
+  cred_wipe(cred);
   return rc;
 }
 
@@ -2091,10 +2330,11 @@ static dbx_drv_err dt_git_commit_paths(void *self, const char *name, const char 
   return commit_impl(self, name, repo_path, paths, npaths, message, author, sha, nothing);
 }
 
-static dbx_drv_err dt_git_push_cred(void *self, const char *name, const char *repo_path,
-                                    const char *remote, const char *branch,
-                                    const dbx_drv_git_cred *cred) {
-  dbx_daytona *d = self;
+/* POST /git/push or /git/pull (ep) {path, remote?, branch?} of repo_path,
+ * with credentials through the sandbox's git secret. */
+static dbx_drv_err git_remote_call(dbx_daytona *d, const char *ep, const char *name,
+                                   const char *repo_path, const char *remote, const char *branch,
+                                   const dbx_drv_git_cred *cred) {
   cli_t c;
   sbinfo s;
   const char *p;
@@ -2105,20 +2345,36 @@ static dbx_drv_err dt_git_push_cred(void *self, const char *name, const char *re
   rc = sb_running(&c, name, &s);
   if (rc == DBX_DRV_OK && strcmp(p, ".") != 0) rc = tb_info(&c, name, &s, p, NULL, NULL);
   if (rc == DBX_DRV_OK) {
-    cJSON *b = cJSON_CreateObject();
+    git_secret g;
+    rc = git_secret_open(&c, name, &s, remote, cred, &g);
+    cJSON *b = rc == DBX_DRV_OK ? cJSON_CreateObject() : NULL;
     int ok = b && cJSON_AddStringToObject(b, "path", p) &&
              (!remote || !*remote || cJSON_AddStringToObject(b, "remote", remote)) &&
              (!branch || !*branch || cJSON_AddStringToObject(b, "branch", branch)) &&
-             cred_add(b, cred);
+             cred_add(b, cred, &g);
     char what[300];
-    snprintf(what, sizeof what, "git push in sandbox '%s' failed", name);
-    rc = ok ? git_post(&c, name, &s, "push", b, what, NULL) : DBX_DRV_NOMEM;
-    cred_wipe(b, cred);
+    snprintf(what, sizeof what, "git %s in sandbox '%s' failed", ep, name);
+    if (rc == DBX_DRV_OK) rc = ok ? git_post(&c, name, &s, ep, b, what, NULL) : DBX_DRV_NOMEM;
+    if (rc == DBX_DRV_FAILED && strstr(tl_err.msg, "GIT_BRANCH_NOT_FOUND")) rc = DBX_DRV_REF_NOT_FOUND;
     cJSON_Delete(b);
+    rc = git_secret_close(&c, name, &s, &g, rc);
+    cred_wipe(cred);
   }
   sb_clear(&s);
   cli_close(&c);
   return rc;
+}
+
+static dbx_drv_err dt_git_push_cred(void *self, const char *name, const char *repo_path,
+                                    const char *remote, const char *branch,
+                                    const dbx_drv_git_cred *cred) {
+  return git_remote_call(self, "push", name, repo_path, remote, branch, cred);
+}
+
+static dbx_drv_err dt_git_pull(void *self, const char *name, const char *repo_path,
+                               const char *remote, const char *branch,
+                               const dbx_drv_git_cred *cred) {
+  return git_remote_call(self, "pull", name, repo_path, remote, branch, cred);
 }
 
 static dbx_drv_err dt_git_push(void *self, const char *name, const char *repo_path,
@@ -2285,6 +2541,7 @@ static const dbx_driver_ops daytona_ops = {
     .git_push = dt_git_push,
     .git_clone_cred = dt_git_clone_cred,
     .git_push_cred = dt_git_push_cred,
+    .git_pull = dt_git_pull,
     .checkpoint = dt_checkpoint,
     .restore = dt_restore,
     .snapshot_delete = dt_snapshot_delete,

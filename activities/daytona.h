@@ -29,14 +29,20 @@
  *                its marker left (the sandbox restarted) is LOST. Output is
  *                byte-exact: the wrapper tees each stream to a raw file
  *                ($HOME/.dbx/ID.raw.out / .raw.err), which exec_result reads
- *                when the log's JSON text shows U+FFFD or a NUL.
+ *                when the log's JSON text shows U+FFFD or a NUL; cleared
+ *                once the result is made (left marked ".read" when the
+ *                result came from them, for a retry, and removed by the
+ *                next command started in the sandbox).
  *   files        GET /files/download (bytes), POST /files/upload-v2 (raw
  *                octet-stream body), GET /files/info.
  *   git_*        /git/clone (the target removed first), /git/status +
- *                /git/add + /git/commit, /git/push; git_clone_cred /
- *                git_push_cred send the worker's credentials in the
- *                endpoints' username / password fields (wiped from our
- *                buffers after the call, never in a message).
+ *                /git/add + /git/commit, /git/push, /git/pull
+ *                (git_pull); git_clone_cred / git_pull /
+ *                git_push_cred store the token as a Daytona secret
+ *                (POST /secret, hosts: the remote's host), mount it (PUT
+ *                /sandbox/{id}/secrets) and send only its placeholder in
+ *                the endpoints' password field; after the call the secret
+ *                is unmounted and deleted (del deletes one a crash left).
  *   checkpoint   POST /sandbox/{id}/snapshot {name}, then GET
  *                /snapshots/{name} until "active": a capture that leaves no
  *                record once the sandbox left "snapshotting", or one still

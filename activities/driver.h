@@ -111,8 +111,9 @@ typedef struct {
  * of the URL the operation names, never writes them into the workspace, the
  * sandbox's environment, a command text or a message, and keeps no copy
  * after the call (local: a credential helper given on git's command line
- * reads them from git's own process environment; Daytona: the username /
- * password fields of /git/clone and /git/push, over TLS to the toolbox).
+ * reads them from git's own process environment; Daytona: a Daytona secret
+ * restricted to the remote's host, the sandbox seeing only its placeholder;
+ * docs/sandbox.md "Git credentials").
  * Borrowed for the call. */
 typedef struct {
   const char *username; /* NULL or "": "x-access-token" (what GitHub takes with a token) */
@@ -422,6 +423,16 @@ typedef struct dbx_driver_ops {
   dbx_drv_err (*git_push_cred)(void *self, const char *name, const char *repo_path,
                                const char *remote, const char *branch,
                                const dbx_drv_git_cred *cred);
+  /* git pull, fast-forward only: fetch branch (NULL: the current branch's
+   * name) from remote (NULL: origin; with cred: the remote's http(s) URL,
+   * as git_push_cred) and fast-forward the current branch of repo_path
+   * (NULL: the root) to it; cred NULL: none. Optional (NULL where the
+   * driver has none: callers answer UNSUPPORTED). NOT_FOUND (no repo_path
+   * folder), NOT_A_REPO, REPO_NOT_FOUND, REF_NOT_FOUND (no such branch
+   * there), AUTH, FAILED (not a fast-forward, local changes in the way,
+   * unreachable: git's words). */
+  dbx_drv_err (*git_pull)(void *self, const char *name, const char *repo_path, const char *remote,
+                          const char *branch, const dbx_drv_git_cred *cred);
 
   /* -- checkpoints (Daytona: POST /sandbox/{id}/snapshot + GET /snapshots) -- */
 

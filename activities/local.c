@@ -427,6 +427,7 @@ static dbx_drv_err tool_kind(const char *err) {
     return DBX_DRV_AUTH;
   if (strstr(err, "invalid reference: ") || strstr(err, "did not match any file(s) known to git") ||
       strstr(err, "not found in upstream") || strstr(err, "unknown revision") ||
+      strstr(err, "couldn't find remote ref") ||
       (strstr(err, "src refspec") && strstr(err, "does not match any")))
     return DBX_DRV_REF_NOT_FOUND;
   return DBX_DRV_OK;
@@ -3007,6 +3008,27 @@ dbx_err dbx_local_git_push_cred(dbx_local *d, const char *id, const char *repo_p
   char *push_c[] = {GIT_SAFE, GIT_CRED_ARGS, "push", "-q", "--no-verify", "--", (char *)remote,
                     (char *)ref, NULL};
   rc = git_step_env(d, id, cred ? push_c : push, "git push", git_host_path(d, remote), 1,
+                    repo_path && *repo_path ? repo_path : NULL, (const char *const *)ge.v);
+out:
+  git_envv_clear(&ge, cred);
+  return rc;
+}
+
+dbx_err dbx_local_git_pull(dbx_local *d, const char *id, const char *repo_path,
+                           const char *remote, const char *branch, const dbx_drv_git_cred *cred) {
+  dbx_err rc;
+  git_envv ge = {0};
+  if (remote == NULL || *remote == '\0') remote = "origin";
+  if (remote[0] == '-' || (branch && branch[0] == '-'))
+    return fail(d, DBX_EINVAL, "git pull: remote and branch may not start with '-'");
+  if (repo_path && *repo_path && (rc = path_check(d, repo_path, 0)) != DBX_OK) return rc;
+  if ((rc = sb_check(d, id, 1)) != DBX_OK) return rc;
+  if ((rc = git_envv_make(d, cred, remote, &ge)) != DBX_OK) goto out;
+  char *br = branch && *branch ? (char *)branch : NULL;
+  char *pull[] = {GIT_SAFE, "pull", "-q", "--ff-only", "--no-rebase", "--", (char *)remote, br, NULL};
+  char *pull_c[] = {GIT_SAFE, GIT_CRED_ARGS, "pull", "-q", "--ff-only", "--no-rebase", "--",
+                    (char *)remote, br, NULL};
+  rc = git_step_env(d, id, cred ? pull_c : pull, "git pull", git_host_path(d, remote), 0,
                     repo_path && *repo_path ? repo_path : NULL, (const char *const *)ge.v);
 out:
   git_envv_clear(&ge, cred);

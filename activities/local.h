@@ -479,6 +479,12 @@ dbx_err dbx_local_git_clone_cred(dbx_local *d, const char *id, const char *url, 
 dbx_err dbx_local_git_push_cred(dbx_local *d, const char *id, const char *repo_path,
                                 const char *remote, const char *branch,
                                 const dbx_drv_git_cred *cred);
+/* driver.h git_pull: git pull --ff-only of branch (NULL: the current
+ * branch's name) from remote (NULL: origin) into repo_path (NULL: the
+ * root), credentials as dbx_local_git_push_cred gives them. Errors as
+ * dbx_local_git_push_cred. Thread-safe as the other git calls. */
+dbx_err dbx_local_git_pull(dbx_local *d, const char *id, const char *repo_path,
+                           const char *remote, const char *branch, const dbx_drv_git_cred *cred);
 
 /* Copy the host file host_path (absolute) into the sandbox at path (as
  * dbx_local_file_write). DBX_ENOTFOUND (no host file or sandbox),

@@ -247,6 +247,12 @@ static dbx_drv_err ld_git_push_cred(void *self, const char *name, const char *re
   return from_err(self, dbx_local_git_push_cred(self, name, repo_path, remote, branch, cred));
 }
 
+static dbx_drv_err ld_git_pull(void *self, const char *name, const char *repo_path,
+                               const char *remote, const char *branch,
+                               const dbx_drv_git_cred *cred) {
+  return from_err(self, dbx_local_git_pull(self, name, repo_path, remote, branch, cred));
+}
+
 static dbx_drv_err ld_checkpoint(void *self, const char *name, const char *snap, char **ref) {
   dbx_err e = dbx_local_sandbox_checkpoint(self, name, snap, ref);
   return e == DBX_ENOTFOUND ? DBX_DRV_NO_SANDBOX : from_err(self, e);
@@ -289,6 +295,7 @@ const dbx_driver_ops dbx_local_driver_ops = {
     .git_push = ld_git_push,
     .git_clone_cred = ld_git_clone_cred,
     .git_push_cred = ld_git_push_cred,
+    .git_pull = ld_git_pull,
     .checkpoint = ld_checkpoint,
     .restore = ld_restore,
     .snapshot_delete = ld_snapshot_delete,

@@ -180,6 +180,16 @@ FWD(git_commit_paths, (const char *name, const char *repo_path, const char *cons
     (name, repo_path, paths, npaths, message, author, sha, nothing))
 FWD(git_push, (const char *name, const char *repo_path, const char *remote, const char *branch),
     (name, repo_path, remote, branch))
+/* Optional ops: UNSUPPORTED where the inner driver has none. */
+#define FWD_OPT(op, params, args)                                          \
+  static dbx_drv_err q_##op(void *self, ARGS params) {                     \
+    dbx_quota *q = self;                                                   \
+    if (q->in->ops->op == NULL) return DBX_DRV_UNSUPPORTED;                \
+    return q->in->ops->op(q->in->self, ARGS args);                         \
+  }
+FWD_OPT(git_pull, (const char *name, const char *repo_path, const char *remote,
+                   const char *branch, const dbx_drv_git_cred *cred),
+        (name, repo_path, remote, branch, cred))
 FWD(checkpoint, (const char *name, const char *snap, char **ref), (name, snap, ref))
 
 /* Optional ops (driver.h): UNSUPPORTED where the inner driver has none. */
@@ -228,6 +238,7 @@ static const dbx_driver_ops QUOTA_OPS = {
     .git_push = q_git_push,
     .git_clone_cred = q_git_clone_cred,
     .git_push_cred = q_git_push_cred,
+    .git_pull = q_git_pull,
     .checkpoint = q_checkpoint,
     .restore = q_restore,
     .snapshot_delete = q_snapshot_delete,

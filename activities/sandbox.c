@@ -27,6 +27,7 @@
 #include "activities/sandbox.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <math.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -911,6 +912,53 @@ static int adopt_of(dbx_act *a, dbx_driver *drv, const cJSON *in, const char **i
   return 0;
 }
 
+/* A git source's credentials: "token_env" (and optionally "username_env")
+ * name variables of the worker's environment, read now (driver.h
+ * dbx_drv_git_cred); the input never holds the values. *out NULL when the
+ * source names none. 0, or -1 with res failed (InvalidInput, SecretMissing). */
+static int git_cred_of(const cJSON *src, dbx_drv_git_cred *c, const dbx_drv_git_cred **out,
+                       dbx_act_result *res) {
+  const char *tv = NULL, *uv = NULL, *url = NULL;
+  *out = NULL;
+  /* a password in the URL would be in the input, hence the history */
+  if (get_str(src, "url", 0, &url, res) != 0) return -1;
+  const char *auth = url && (strncmp(url, "https://", 8) == 0 || strncmp(url, "http://", 7) == 0)
+                         ? strstr(url, "://") + 3
+                         : NULL;
+  size_t alen = auth ? strcspn(auth, "/?#") : 0;
+  const char *at = auth ? memchr(auth, '@', alen) : NULL;
+  if (at && memchr(auth, ':', (size_t)(at - auth))) {
+    fail(res, 1, "InvalidInput",
+         "field 'source.url' holds a password: put the token in the worker's environment and "
+         "name its variable in 'source.token_env'");
+    return -1;
+  }
+  if (get_str(src, "token_env", 0, &tv, res) != 0 || get_str(src, "username_env", 0, &uv, res) != 0)
+    return -1;
+  if (tv == NULL && uv == NULL) return 0;
+  const char *bad = tv == NULL ? "token_env" : NULL;
+  for (int i = 0; bad == NULL && i < 2; i++) {
+    const char *v = i ? uv : tv;
+    for (const char *p = v; v && *p && bad == NULL; p++)
+      if (!(isalnum((unsigned char)*p) || *p == '_') || (p == v && isdigit((unsigned char)*p)))
+        bad = i ? "username_env" : "token_env";
+    if (v && *v == '\0') bad = i ? "username_env" : "token_env";
+  }
+  if (bad) {
+    fail(res, 1, "InvalidInput",
+         "field 'source.%s' must name a variable of the worker's environment (the token "
+         "itself never goes in the input)", bad);
+    return -1;
+  }
+  if (dbx_drv_git_cred_from_env(uv, tv, c) != DBX_OK) {
+    fail(res, 1, "SecretMissing", "git credentials: '%.100s' is not set in the worker's environment",
+         tv);
+    return -1;
+  }
+  *out = c;
+  return 0;
+}
+
 static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_result *res,
                           void *ud) {
   dbx_driver *drv = DRV(ud);
@@ -933,6 +981,8 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
     goto out;
   }
   dbx_drv_source src = {.kind = DBX_DRV_SOURCE_EMPTY};
+  dbx_drv_git_cred gcred = {0};
+  const dbx_drv_git_cred *gc = NULL;
   const cJSON *s = cJSON_GetObjectItemCaseSensitive(in, "source");
   if (s != NULL && !cJSON_IsNull(s)) {
     if (!cJSON_IsObject(s)) {
@@ -951,6 +1001,7 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
       if (get_str(s, "url", 0, &src.location, res) != 0) goto out;
       if (src.location == NULL) loc_field = "path";
       if (get_str(s, "ref", 0, &src.ref, res) != 0) goto out;
+      if (git_cred_of(s, &gcred, &gc, res) != 0) goto out;
     } else if (strcmp(kind, "snapshot") == 0) {
       src.kind = DBX_DRV_SOURCE_SNAPSHOT, loc_field = "ref";
     } else {
@@ -1062,6 +1113,12 @@ static dbx_err run_create(dbx_act *a, const char *json, size_t len, dbx_act_resu
    * worker is noticed after the heartbeat timeout, and stop on cancellation */
   co.cancelled = create_heartbeat;
   co.cancelled_ud = a;
+  co.git_cred = gc;
+  if (gc && drv->ops->git_clone_cred == NULL) {
+    rc = fail(res, 1, "Unsupported", "sandbox.create: the %s driver takes no git credentials",
+              drv->name);
+    goto out;
+  }
   DBX_FAILPOINT("activity.sandbox_create.before");
   dbx_drv_err drc = reopen ? DBX_DRV_OK : CALL(drv, create, id, &co, &adopted);
   if (reopen) adopted = 1;

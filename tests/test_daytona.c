@@ -550,6 +550,58 @@ static void test_daytona_exec_start_outcome_checked(void **state) {
   assert_int_equal(OPS(del, "ex-once"), DBX_DRV_OK);
 }
 
+/* 1 if a file named sandbox-HOME/.dbx/<name> exists in a sandbox of the
+ * fake (<root>/sb/<id>/home). */
+static int dbx_file_there(const char *name) {
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "ls %s/sb/*/home/.dbx/%s >/dev/null 2>&1", g_fake.root, name);
+  return system(cmd) == 0;
+}
+
+/* The raw output copies the exec wrapper keeps in the sandbox are cleared
+ * once the result is made: at once when the log alone gave it (a retry
+ * gets the same from the log); when the result came from them (bytes that
+ * are no UTF-8), they stay, marked read, for a retry until the next command
+ * started in the sandbox, which removes them, so the result of a re-attach
+ * is still byte-exact. */
+static void test_daytona_raw_copies_cleared(void **state) {
+  (void)state;
+  dbx_drv_create_opts o = {0};
+  assert_int_equal(OPS(create, "raw-clr", &o, NULL), DBX_DRV_OK);
+  dbx_drv_exec_opts text = {.command = "echo text-only"};
+  assert_int_equal(OPS(exec_start, "raw-clr", "c-text", &text, NULL), DBX_DRV_OK);
+  wait_cmd("raw-clr", "c-text");
+  assert_true(dbx_file_there("c-text.raw.out")); /* the wrapper wrote them */
+  dbx_drv_exec_result r;
+  assert_int_equal(OPS(exec_result, "raw-clr", "c-text", &r), DBX_DRV_OK);
+  assert_int_equal(r.stdout_len, 10);
+  assert_memory_equal(r.stdout_buf, "text-only\n", 10);
+  dbx_drv_exec_result_cleanup(&r);
+  assert_false(dbx_file_there("c-text.raw.out"));
+  assert_false(dbx_file_there("c-text.raw.err"));
+  assert_false(dbx_file_there("c-text.read"));
+  /* bytes that are no UTF-8: the result comes from the raw copy */
+  dbx_drv_exec_opts bin = {.command = "printf 'a\\377b'"};
+  assert_int_equal(OPS(exec_start, "raw-clr", "c-bin", &bin, NULL), DBX_DRV_OK);
+  wait_cmd("raw-clr", "c-bin");
+  for (int i = 0; i < 2; i++) { /* the first attempt, then a retry that re-attaches */
+    assert_int_equal(OPS(exec_result, "raw-clr", "c-bin", &r), DBX_DRV_OK);
+    assert_int_equal(r.stdout_len, 3);
+    assert_memory_equal(r.stdout_buf, "a\377b", 3);
+    dbx_drv_exec_result_cleanup(&r);
+    assert_true(dbx_file_there("c-bin.raw.out"));
+    assert_true(dbx_file_there("c-bin.read"));
+  }
+  /* the next command clears them */
+  assert_int_equal(OPS(exec_start, "raw-clr", "c-next", &text, NULL), DBX_DRV_OK);
+  wait_cmd("raw-clr", "c-next");
+  assert_false(dbx_file_there("c-bin.raw.out"));
+  assert_false(dbx_file_there("c-bin.raw.err"));
+  assert_false(dbx_file_there("c-bin.read"));
+  assert_true(dbx_file_there("c-next.raw.out")); /* its own, until its result */
+  assert_int_equal(OPS(del, "raw-clr"), DBX_DRV_OK);
+}
+
 /* 409 "state change in progress" on stop: the driver waits for the state
  * to settle and decides again, until the stop goes through. */
 static void test_daytona_409_during_transition(void **state) {
@@ -579,6 +631,7 @@ int main(void) {
       cmocka_unit_test(test_daytona_git_clone_commit_push),
       cmocka_unit_test(test_daytona_checkpoint_then_create_from_it),
       cmocka_unit_test(test_daytona_exec_start_outcome_checked),
+      cmocka_unit_test(test_daytona_raw_copies_cleared),
       cmocka_unit_test(test_daytona_409_during_transition),
   };
   return cmocka_run_group_tests_name("daytona", tests, setup, teardown);

@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "activities/daytona.h"
 #include "activities/driver.h"
 #include "activities/local.h"
@@ -183,6 +185,8 @@ static void clone_push_cases(dbx_driver *drv, const char *sb, const char *search
   assert_int_equal(len, 4);
   assert_memory_equal(data, "one\n", 4);
   free(data);
+  /* a second clone, to pull into later */
+  assert_int_equal(o->git_clone_cred(drv->self, sb, g_url, "wp", NULL, &good), DBX_DRV_OK);
   /* commit and push */
   assert_int_equal(o->file_write(drv->self, sb, "w/a.txt", "two\n", 4), DBX_DRV_OK);
   char *sha = NULL;
@@ -206,6 +210,25 @@ static void clone_push_cases(dbx_driver *drv, const char *sb, const char *search
   assert_non_null(after);
   assert_string_equal(after, sha);
   free(after);
+  /* pull (fetch + fast-forward) into the second clone: refused without or
+   * with a wrong token, and with a remote name; a missing branch is
+   * REF_NOT_FOUND; then it fast-forwards to the pushed commit */
+  assert_non_null(o->git_pull);
+  assert_int_equal(o->git_pull(drv->self, sb, "wp", g_url, "main", NULL), DBX_DRV_AUTH);
+  assert_int_equal(o->git_pull(drv->self, sb, "wp", g_url, "main", &bad), DBX_DRV_AUTH);
+  assert_null(strstr(o->errmsg(drv->self), wrong_tok));
+  assert_int_equal(o->git_pull(drv->self, sb, "wp", "origin", NULL, &good), DBX_DRV_INVALID);
+  assert_int_equal(o->git_pull(drv->self, sb, "wp", g_url, "no-such-branch", &good),
+                   DBX_DRV_REF_NOT_FOUND);
+  assert_int_equal(o->file_read(drv->self, sb, "wp/a.txt", 0, &data, &len), DBX_DRV_OK);
+  assert_memory_equal(data, "one\n", 4); /* nothing pulled yet */
+  free(data);
+  assert_int_equal(o->git_pull(drv->self, sb, "wp", g_url, "main", &good), DBX_DRV_OK);
+  assert_int_equal(o->file_read(drv->self, sb, "wp/a.txt", 0, &data, &len), DBX_DRV_OK);
+  assert_int_equal(len, 4);
+  assert_memory_equal(data, "two\n", 4);
+  free(data);
+  assert_int_equal(o->git_pull(drv->self, sb, "wp", g_url, NULL, &good), DBX_DRV_OK); /* up to date */
   free(before);
   free(sha);
   /* the token is nowhere: not in the workspace (.git/config included), not
@@ -290,6 +313,55 @@ static dbx_daytona *open_dt(const dbx_fake_daytona *f, const char *key) {
   return d;
 }
 
+/* The fake's request log: the token is in the body of POST /api/secret
+ * (or PATCH /api/secret/{id}) requests alone, each restricting the secret
+ * to 127.0.0.1, and in no path or query; with git_bodies, the /git/clone
+ * and /git/push bodies carry the username and a dtn_secret_ placeholder. */
+static void log_only_in_secrets(const dbx_fake_daytona *f, int git_bodies) {
+  char *log = dbx_fake_daytona_call(f, "GET", "/_control/log", NULL);
+  assert_non_null(log);
+  cJSON *j = cJSON_Parse(log);
+  assert_non_null(j);
+  int secret_posts = 0, git_placeholders = 0, mounts = 0;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(j, "requests")) {
+    const char *m = cJSON_GetObjectItemCaseSensitive(e, "method")->valuestring;
+    const char *p = cJSON_GetObjectItemCaseSensitive(e, "path")->valuestring;
+    const char *q = cJSON_GetObjectItemCaseSensitive(e, "query")->valuestring;
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(e, "body");
+    const char *body = cJSON_IsString(b) ? b->valuestring : "";
+    assert_null(strstr(p, g_token));
+    assert_null(strstr(q, g_token));
+    int secret_write = (strcmp(m, "POST") == 0 && strcmp(p, "/api/secret") == 0) ||
+                       (strcmp(m, "PATCH") == 0 && strncmp(p, "/api/secret/", 12) == 0);
+    if (strstr(body, g_token)) {
+      if (!secret_write) fail_msg("the token is in the body of %s %s", m, p);
+      assert_non_null(strstr(body, "\"hosts\":[\"127.0.0.1\"]"));
+      secret_posts++;
+    }
+    if (strstr(p, "/git/clone") || strstr(p, "/git/push"))
+      if (strstr(body, "\"password\":\"dtn_secret_") && strstr(body, "\"username\":\"" USER "\""))
+        git_placeholders++;
+    if (strcmp(m, "PUT") == 0 && strstr(p, "/secrets") && strstr(body, "DBX_GIT_TOKEN")) mounts++;
+  }
+  cJSON_Delete(j);
+  free(log);
+  assert_true(secret_posts > 0);
+  assert_true(mounts > 0);
+  if (git_bodies) assert_true(git_placeholders > 0);
+  char *rs = dbx_fake_daytona_call(f, "POST", "/_control/reset", "{}");
+  assert_non_null(rs);
+  free(rs);
+}
+
+/* Every secret durabox made is gone (deleted after each call). */
+static void no_secret_left(const dbx_fake_daytona *f) {
+  char *r = dbx_fake_daytona_call(f, "GET", "/_control/secrets", NULL);
+  assert_non_null(r);
+  if (strstr(r, "dbx_git_")) fail_msg("secrets left: %s", r);
+  free(r);
+}
+
 static void test_git_cred_daytona(void **state) {
   (void)state;
   dbx_fake_daytona f;
@@ -309,15 +381,77 @@ static void test_git_cred_daytona(void **state) {
   assert_int_equal(drv->ops->git_push_cred(drv->self, "gc-dt", "w", g_url, "main", &bad),
                    DBX_DRV_AUTH);
   assert_non_null(strstr(drv->ops->errmsg(drv->self), "git remote refused the credentials"));
-  /* the fields were sent, and the fake's log keeps no token */
-  char *log = dbx_fake_daytona_call(&f, "GET", "/_control/log", NULL);
-  assert_non_null(log);
-  assert_null(strstr(log, g_token));
-  assert_non_null(strstr(log, "\\\"password\\\": \\\"<redacted>\\\""));
-  assert_non_null(strstr(log, "\\\"username\\\": \\\"" USER "\\\""));
-  free(log);
+  /* the token went to Daytona once per call, as a secret's value (POST or
+   * PATCH /secret, restricted to the remote's host); the git endpoints got
+   * the username and the secret's placeholder, never the token */
+  log_only_in_secrets(&f, 1);
+  no_secret_left(&f);
   assert_int_equal(drv->ops->del(drv->self, "gc-dt"), DBX_DRV_OK);
   create_cases(drv, "gc-dt-src", f.root);
+  log_only_in_secrets(&f, 0);
+  no_secret_left(&f);
+  dbx_daytona_close(d);
+  dbx_fake_daytona_stop(&f);
+}
+
+/* Requests of method whose path has part and whose status is st (-1: any). */
+static int log_count(const dbx_fake_daytona *f, const char *method, const char *part, int st) {
+  char *log = dbx_fake_daytona_call(f, "GET", "/_control/log", NULL);
+  assert_non_null(log);
+  cJSON *j = cJSON_Parse(log);
+  free(log);
+  int n = 0;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(j, "requests")) {
+    n += strcmp(cJSON_GetObjectItemCaseSensitive(e, "method")->valuestring, method) == 0 &&
+         strstr(cJSON_GetObjectItemCaseSensitive(e, "path")->valuestring, part) != NULL &&
+         (st < 0 || cJSON_GetObjectItemCaseSensitive(e, "status")->valueint == st);
+  }
+  cJSON_Delete(j);
+  return n;
+}
+
+/* The secret's idempotency and clean-up under faults: a POST /secret whose
+ * reply is lost is sent again, meets 409 (the name is deterministic), and
+ * the existing secret is found and updated: one secret, the clone works,
+ * and it is deleted after. A delete of the secret that fails after the
+ * clone fails the call (retryable), and the secret it left is deleted with
+ * the sandbox. */
+static void test_git_cred_daytona_secret_faults(void **state) {
+  (void)state;
+  dbx_fake_daytona f;
+  if (dbx_fake_daytona_start(&f, g_tmp) != 0) fail_msg("fake: %s", f.why);
+  assert_int_equal(dbx_fake_daytona_faults(&f, "{\"transition_ms\":60}"), 0);
+  dbx_daytona *d = open_dt(&f, DBX_FAKE_DAYTONA_KEY);
+  dbx_driver *drv = dbx_daytona_driver(d);
+  const dbx_driver_ops *o = drv->ops;
+  dbx_drv_create_opts co = {0};
+  assert_int_equal(o->create(drv->self, "gc-sf", &co, NULL), DBX_DRV_OK);
+  dbx_drv_git_cred good = {USER, g_token};
+  sh("git --git-dir=%s update-ref refs/heads/main %s", g_bare, g_seed);
+  char *rs = dbx_fake_daytona_call(&f, "POST", "/_control/reset", "{}");
+  free(rs);
+  assert_int_equal(
+      dbx_fake_daytona_faults(&f, "{\"drop_reply\":{\"match\":\"/api/secret\",\"count\":1}}"), 0);
+  assert_int_equal(o->git_clone_cred(drv->self, "gc-sf", g_url, "w", NULL, &good), DBX_DRV_OK);
+  assert_int_equal(log_count(&f, "POST", "/api/secret", 0), 1);   /* made, reply lost */
+  assert_int_equal(log_count(&f, "POST", "/api/secret", 409), 1); /* sent again: exists */
+  assert_int_equal(log_count(&f, "PATCH", "/api/secret/", 200), 1);
+  assert_int_equal(log_count(&f, "POST", "/git/clone", 200), 1);
+  assert_int_equal(log_count(&f, "DELETE", "/api/secret/", 204), 1);
+  no_secret_left(&f);
+  /* the secret's delete fails (twice: a 500 is tried once more) */
+  assert_int_equal(dbx_fake_daytona_faults(
+                       &f, "{\"http_error\":{\"match\":\"/api/secret/\",\"status\":500,\"count\":2}}"),
+                   0);
+  assert_int_not_equal(o->git_clone_cred(drv->self, "gc-sf", g_url, "w2", NULL, &good), DBX_DRV_OK);
+  assert_null(strstr(o->errmsg(drv->self), g_token));
+  char *left = dbx_fake_daytona_call(&f, "GET", "/_control/secrets", NULL);
+  assert_non_null(left);
+  assert_non_null(strstr(left, "dbx_git_")); /* left behind */
+  free(left);
+  assert_int_equal(o->del(drv->self, "gc-sf"), DBX_DRV_OK);
+  no_secret_left(&f); /* deleted with the sandbox */
   dbx_daytona_close(d);
   dbx_fake_daytona_stop(&f);
 }
@@ -398,6 +532,7 @@ int main(void) {
       cmocka_unit_test(test_git_cred_local_plain),
       cmocka_unit_test(test_git_cred_local_bwrap),
       cmocka_unit_test(test_git_cred_daytona),
+      cmocka_unit_test(test_git_cred_daytona_secret_faults),
       cmocka_unit_test(test_daytona_api_auth_typed),
   };
   return cmocka_run_group_tests_name("git_cred", tests, setup, teardown);

@@ -156,7 +156,8 @@ static const char *const SANDBOX_FIELDS[] = {"source",  "env",     "keep", "time
  * transfers existed (tests/it_worker.c pins this text; docs/sandbox.md and
  * the Script docs list them all). */
 #define SANDBOX_FIELD_LIST "source, env, keep, timeout_s, heartbeat_timeout_s, network, host_fs"
-static const char *const SOURCE_FIELDS[] = {"kind", "path", "url", "ref", NULL};
+static const char *const SOURCE_FIELDS[] = {"kind", "path", "url", "ref", "token_env",
+                                            "username_env", NULL};
 static const char *const STEP_COMMON[] = {"name", "kind", "retry_class", "continue_on_failure",
                                           "retry", "schedule_to_close_s", NULL};
 static const struct {
@@ -557,9 +558,9 @@ static int validate(const cJSON *in, char *err, size_t n) {
       return snprintf(err, n, "sandbox.source of kind %s needs \"%s\"%s", k, need[found],
                       found == 2 ? " or \"path\"" : ""), -1;
     /* and nothing another kind takes */
-    static const char *const takes[][4] = {{"kind", NULL},
+    static const char *const takes[][7] = {{"kind", NULL},
                                           {"kind", "path", NULL},
-                                          {"kind", "url", "path", "ref"},
+                                          {"kind", "url", "path", "ref", "token_env", "username_env"},
                                           {"kind", "ref", NULL}};
     unk = bad_field(src, takes[found], NULL, &dup);
     if (unk)

@@ -43,11 +43,17 @@ counters count down per matching request):
                          their username / password fields, else 401
                          GIT_AUTH_FAILED (as a remote refusing them); null:
                          no check
+Secrets (reference section 5): POST /secret, GET /secret[/paginated]?name=,
+GET|PATCH|DELETE /secret/{id}; a create's "secrets" or PUT
+/sandbox/{id}/secrets mounts them; commands see ENV=<placeholder>, and the
+egress model swaps a mounted secret's placeholder, sent as the password of
+/git/clone, /git/push or /git/pull, for its value when the remote's host is
+one of the secret's hosts (what Daytona's egress proxy does).
 Control endpoints (no auth): GET /_control/log -> {"requests": [{"t", "method",
 "path", "query", "status", "source", "sdk_version", "auth", "body"}]} (auth is
-true/false, never the key; body: a JSON request body, as Daytona would keep it
-- command texts, for instance - with a "password" field's value replaced by
-"<redacted>", so a test can see it was sent), GET /_control/sandboxes -> {"items": [...]}, POST
+true/false, never the key; body: a JSON request body as the client sent it,
+so a test can assert what reached Daytona), GET /_control/sandboxes ->
+{"items": [...]}, GET /_control/secrets -> {"items": [...]} (no values), POST
 /_control/reset (forget the log), GET /_control/snapshots -> {"items": [{"name", "state",
 "dir"}]} and POST /_control/snapshots/forget {"name": N} (the snapshot is gone).
 
@@ -59,6 +65,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -75,6 +82,7 @@ STATE = {
     "sandboxes": {},   # id -> dict
     "snapshots": {},   # name -> dict
     "sessions": {},    # (sandbox id, session id) -> {"commands": {cid: cmd}}
+    "secrets": {},     # name -> {"id", "name", "value", "placeholder", "hosts", ...}
     "log": [],
     "faults": {"transition_ms": 300, "retry_after": 1, "snapshot_mode": "ok"},
 }
@@ -205,6 +213,8 @@ def create_sandbox(body, path):
         "toolboxProxyUrl": "http://127.0.0.1:%d/toolbox" % SERVER_PORT,
         "_root": root,
     }
+    if body.get("secrets") is not None:
+        mount_secrets(sb, body.get("secrets"), path)
     STATE["sandboxes"][sid] = sb
     transition(sb, "creating", "started", "started")
     return sb
@@ -213,6 +223,10 @@ def create_sandbox(body, path):
 def handle_api(h, method, parts, query, body):
     path = "/" + "/".join(parts)
     f = STATE["faults"]
+    if parts[:1] == ["secret"]:
+        return handle_secret(method, parts[1:], query, body, path)
+    if parts[:1] == ["sandbox"] and len(parts) == 3 and parts[2] == "secrets" and method == "PUT":
+        return mount_secrets(find_sandbox(parts[1], path), (body or {}).get("secrets"), path)
     if parts[:1] == ["sandbox"]:
         if len(parts) == 1 and method == "POST":
             if f.get("create_429", 0) > 0:
@@ -363,6 +377,7 @@ def run_command(sb, command):
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.path.join(sb["_root"], "home"),
            "LANG": "C.UTF-8", "GIT_CEILING_DIRECTORIES": os.path.realpath(sb["_root"])}
     env.update({k: v for k, v in (sb.get("env") or {}).items() if isinstance(v, str)})
+    env.update(secret_env(sb))
     p = subprocess.Popen(["bash", "-c", command], cwd=os.path.join(sb["_root"], "work"), env=env,
                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          start_new_session=True)
@@ -570,6 +585,8 @@ def handle_files(sb, method, rest, q, raw, path):
 
 def handle_git(sb, method, rest, q, body, path):
     body = body or {}
+    if rest in (["clone"], ["push"], ["pull"]) and method == "POST":
+        body = egress(sb, body, body.get("url") if rest == ["clone"] else body.get("remote"))
     want = STATE["faults"].get("git_auth")
     if want and rest in (["clone"], ["push"], ["pull"]) and method == "POST":
         if body.get("username") != want.get("username") or body.get("password") != want.get("password"):
@@ -633,7 +650,142 @@ def handle_git(sb, method, rest, q, body, path):
         if rc != 0:
             raise daemon_error(400, msg, "GIT_PUSH_REJECTED", path, method)
         return {}
+    if rest == ["pull"] and method == "POST":
+        return git_pull(repo, body, path, method)
     raise daemon_error(404, "Cannot %s %s" % (method, path), "NOT_FOUND", path, method)
+
+
+def git_pull(repo, body, path, method):
+    """POST /git/pull {path, remote?, branch?, username?, password?}: a
+    fast-forward of the current branch (what durabox asks of it)."""
+    args = ["pull", "-q", "--ff-only", "--no-rebase", "--", body.get("remote") or "origin"]
+    if body.get("branch"):
+        args.append(body["branch"])
+    rc, msg = git(args, repo, body)
+    if rc != 0 and ("Authentication failed" in msg or "could not read Username" in msg):
+        raise daemon_error(401, msg, "GIT_AUTH_FAILED", path, method)
+    if rc != 0 and "couldn't find remote ref" in msg:
+        raise daemon_error(404, msg, "GIT_BRANCH_NOT_FOUND", path, method)
+    if rc != 0:
+        raise daemon_error(409, msg, "GIT_MERGE_CONFLICT", path, method)
+    return {}
+
+
+# ---------------------------------------------------------------- secrets
+# Organization-scoped secrets (reference section 5): the value is write-only,
+# a sandbox that mounts one sees only its placeholder in its environment,
+# and the egress model (egress below) swaps the placeholder for the value
+# only on git traffic to one of the secret's hosts.
+
+SECRET_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_-]*$")
+
+
+def secret_dto(rec):
+    return {k: v for k, v in rec.items() if k != "value" and not k.startswith("_")}
+
+
+def secret_by_id(sid, path):
+    rec = next((r for r in STATE["secrets"].values() if r["id"] == sid), None)
+    if rec is None:
+        raise api_error(404, "Secret %s not found" % sid, path)
+    return rec
+
+
+def check_hosts(hosts, path):
+    if hosts is None:
+        return []
+    if not isinstance(hosts, list) or not all(isinstance(x, str) and x and ":" not in x
+                                              for x in hosts):
+        raise api_error(400, "hosts must be host names (no ports)", path)
+    return hosts
+
+
+def handle_secret(method, rest, query, body, path):
+    body = body or {}
+    if not rest and method == "POST":
+        name, value = body.get("name"), body.get("value")
+        if not isinstance(name, str) or not SECRET_NAME.match(name):
+            raise api_error(400, "name must match ^[a-zA-Z_][a-zA-Z0-9_-]*$", path)
+        if not isinstance(value, str) or not value:
+            raise api_error(400, "value is required", path)
+        if name in STATE["secrets"]:
+            raise api_error(409, "Secret with name %s already exists" % name, path)
+        rec = {"id": str(uuid.uuid4()), "name": name, "description": body.get("description"),
+               "placeholder": "dtn_secret_" + uuid.uuid4().hex, "value": value,
+               "hosts": check_hosts(body.get("hosts"), path), "createdAt": now_iso(),
+               "updatedAt": now_iso()}
+        STATE["secrets"][name] = rec
+        raise Reply(201, secret_dto(rec))
+    if rest in ([], ["paginated"]) and method == "GET":
+        name = query.get("name", [None])[0]
+        items = [secret_dto(r) for r in STATE["secrets"].values() if name in (None, r["name"])]
+        return {"items": items, "total": len(items), "nextCursor": None}
+    if len(rest) == 1 and method == "GET":
+        return secret_dto(secret_by_id(rest[0], path))
+    if len(rest) == 1 and method == "PATCH":
+        rec = secret_by_id(rest[0], path)
+        if isinstance(body.get("value"), str) and body["value"]:
+            rec["value"] = body["value"]
+        if "hosts" in body:
+            rec["hosts"] = check_hosts(body["hosts"], path)
+        if "description" in body:
+            rec["description"] = body["description"]
+        rec["updatedAt"] = now_iso()
+        return secret_dto(rec)
+    if len(rest) == 1 and method == "DELETE":
+        rec = secret_by_id(rest[0], path)
+        del STATE["secrets"][rec["name"]]
+        raise Reply(204, raw=b"")
+    raise api_error(404, "Cannot %s %s" % (method, path), path)
+
+
+def mount_secrets(sb, secrets, path):
+    """secrets: [{ENV: secretName}] replaces the sandbox's set."""
+    if not isinstance(secrets, list):
+        raise api_error(400, "secrets must be an array", path)
+    mounted = {}
+    for m in secrets:
+        if not isinstance(m, dict) or len(m) != 1:
+            raise api_error(400, "each secret is {ENV_NAME: secretName}", path)
+        (env, name), = m.items()
+        if name not in STATE["secrets"]:
+            raise api_error(404, "Secret %s not found" % name, path)
+        mounted[env] = name
+    sb["_secrets"] = mounted
+    return dto(sb)
+
+
+def secret_env(sb):
+    """What the sandbox's processes see: ENV=placeholder, never the value."""
+    out = {}
+    for env, name in (sb.get("_secrets") or {}).items():
+        rec = STATE["secrets"].get(name)
+        if rec:
+            out[env] = rec["placeholder"]
+    return out
+
+
+def host_allowed(host, hosts):
+    for h in hosts:
+        if h == host or (h.startswith("*.") and host.endswith(h[1:])):
+            return True
+    return not hosts  # no hosts: any host (reference section 5)
+
+
+def egress(sb, body, url):
+    """The egress proxy on the sandbox's git traffic: a placeholder of a
+    secret the sandbox mounts, sent as the password to an allowed host,
+    reaches the remote as the secret's value. A copy of body."""
+    body = dict(body or {})
+    pw = body.get("password")
+    if not isinstance(pw, str) or not pw.startswith("dtn_secret_"):
+        return body
+    host = urllib.parse.urlsplit(url or "").hostname or ""
+    for name in (sb.get("_secrets") or {}).values():
+        rec = STATE["secrets"].get(name)
+        if rec and rec["placeholder"] == pw and host and host_allowed(host, rec["hosts"]):
+            body["password"] = rec["value"]
+    return body
 
 
 # ---------------------------------------------------------------- HTTP
@@ -679,14 +831,7 @@ class Handler(BaseHTTPRequestHandler):
                  "auth": self.headers.get("Authorization") == "Bearer " + ARGS.api_key,
                  "status": -1}  # -1: no reply yet
         if (self.headers.get("Content-Type") or "").startswith("application/json") and raw:
-            entry["body"] = raw[:4000].decode("utf-8", errors="replace")  # what Daytona keeps
-            try:
-                jb = json.loads(raw)
-                if isinstance(jb, dict) and "password" in jb:
-                    jb["password"] = "<redacted>"
-                    entry["body"] = json.dumps(jb)[:4000]
-            except ValueError:
-                pass
+            entry["body"] = raw[:4000].decode("utf-8", errors="replace")  # what Daytona gets
         self._entry = None
         if parts[:1] == ["_control"]:
             return self._control(method, parts[1:], raw)
@@ -777,6 +922,8 @@ class Handler(BaseHTTPRequestHandler):
                             s["_vanished"] = True
                             kill_sessions(s["id"])
                 return self._reply(200, {k: v for k, v in STATE["faults"].items()})
+            if parts == ["secrets"]:  # names, hosts and placeholders, never values
+                return self._reply(200, {"items": [secret_dto(r) for r in STATE["secrets"].values()]})
             if parts[:1] == ["snapshots"]:
                 return self._control_snapshots(method, parts[1:], raw)
             if parts == ["sandboxes"]:
@@ -803,7 +950,7 @@ class Handler(BaseHTTPRequestHandler):
             return self._reply(200, {"name": name})
         return self._reply(404, {"message": "no such control endpoint"})
 
-    do_GET = do_POST = do_DELETE = do_PUT = _serve
+    do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _serve
 
 
 SERVER_PORT = 0
