@@ -93,6 +93,7 @@ struct dbx_rpc_server {
   struct dbx_rpc_call *fb_head;
   pthread_t fb_thread;
   int fb_started, fb_stop;
+  int64_t fb_wake_at;   /* when the fallback thread wakes next (mono ns) */
   pthread_cond_t fb_cv; /* CLOCK_MONOTONIC */
 };
 
@@ -831,7 +832,7 @@ void dbx_rpc_call_fallback(dbx_rpc_call *c, const void *msg, size_t len, int64_t
   c->fb_msg = copy;
   c->fb_len = len;
   c->fb_at = at_mono_ns;
-  pthread_cond_signal(&s->fb_cv);
+  if (at_mono_ns < s->fb_wake_at) pthread_cond_signal(&s->fb_cv); /* else it wakes in time anyway */
   pthread_mutex_unlock(&s->mu);
   free(old);
 }
@@ -879,7 +880,9 @@ static void *fb_main(void *arg) {
       continue;
     }
     struct timespec ts = {next / 1000000000LL, next % 1000000000LL};
+    s->fb_wake_at = next;
     pthread_cond_timedwait(&s->fb_cv, &s->mu, &ts);
+    s->fb_wake_at = 0; /* awake: it scans the list again before it sleeps, so no arm needs to signal */
   }
   pthread_mutex_unlock(&s->mu);
   return NULL;
