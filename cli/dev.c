@@ -16,6 +16,7 @@
 #include "cli/flags.h"
 #include "cli/ui.h"
 #include "rpc/rpc.h"
+#include "worker/worker.h"
 
 static volatile sig_atomic_t stop_requested;
 static void on_signal(int sig) {
@@ -88,7 +89,18 @@ int dbx_cli_dev(int argc, char **argv) {
                     "this process stops (--db-filename DIR keeps them)\n");
   while (!stop_requested) pause();
   fprintf(stderr, "durabox dev: stopping\n");
+  dbx_worker_stats ws;
+  memset(&ws, 0, sizeof ws);
+  if (e.worker) dbx_worker_get_stats(e.worker, &ws);
   dbx_cli_ui_stop(ui);
   dbx_embed_stop(&e, 10000);
+  if (ws.activities_in_flight > 0)
+    /* by design: a stopping worker leaves a step's command running for the next worker to re-attach */
+    fprintf(stderr,
+            "durabox dev: %llu activit%s still ran; a command a step started keeps running in its sandbox for "
+            "the next worker to re-attach to%s (`durabox sandbox list` shows it busy, `durabox sandbox rm ID` "
+            "stops it)\n",
+            (unsigned long long)ws.activities_in_flight, ws.activities_in_flight == 1 ? "y" : "ies",
+            o.db_path ? "" : "; with this temporary store nothing will");
   return 0;
 }
