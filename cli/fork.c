@@ -178,8 +178,9 @@ static int start_fork(dbx_client *c, const fork_args *a, const char *rid, const 
   if (e != DBX_OK) {
     dbx_cli_report("fork: start", conn->address, e, err);
     if (e == DBX_EEXIST)
-      fprintf(stderr, "durabox workflow fork: a run of %s is open; name the fork with "
-                      "--workflow-id-new\n", nid);
+      fprintf(stderr, "durabox workflow fork: a run of %s is open; %s\n", nid,
+              a->new_id && *a->new_id ? "pick another --workflow-id-new, or wait for that run to close"
+                                      : "name the fork with --workflow-id-new");
     goto out;
   }
   const cJSON *ck = cJSON_GetObjectItemCaseSensitive(plan, "checkpoint");
