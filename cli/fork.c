@@ -129,7 +129,8 @@ static void warn_plan(const cJSON *plan) {
     snprintf(head, sizeof head, "a fresh sandbox (no checkpoint at or before the event)");
   fprintf(stderr,
           "durabox workflow fork: warning: event %lld is not covered by a checkpoint: the fork "
-          "restores %s, and these recorded steps describe changes that sandbox does not have:\n",
+          "restores %s, and these recorded steps describe changes that sandbox does not have; the fork "
+          "takes their results from the record and does not run them again:\n",
           (long long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(plan, "event_id")), head);
   const cJSON *u;
   cJSON_ArrayForEach(u, cJSON_GetObjectItemCaseSensitive(plan, "uncovered_steps")) {
