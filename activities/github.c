@@ -171,10 +171,7 @@ static dbx_err run_open_pr(dbx_act *a, const char *json, size_t len, dbx_act_res
   }
 out:
   dbx_http_reply_cleanup(&r);
-  if (auth) {
-    memset(auth, 0, strlen(auth));
-    free(auth);
-  }
+  dbx_http_secret_free(auth);
   cJSON_Delete(body);
   cJSON_Delete(in);
   free(txt);
@@ -229,10 +226,7 @@ static dbx_err run_find_pr(dbx_act *a, const char *json, size_t len, dbx_act_res
   }
   if (rc == DBX_OK && !res->result_json) rc = DBX_ENOMEM;
 out:
-  if (auth) {
-    memset(auth, 0, strlen(auth));
-    free(auth);
-  }
+  dbx_http_secret_free(auth);
   free(api);
   cJSON_Delete(in);
   return rc;

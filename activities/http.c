@@ -188,3 +188,10 @@ char *dbx_http_redact(char *text, const char *secret, const char *name) {
   free(text);
   return out;
 }
+
+void dbx_http_secret_free(char *s) {
+  if (s == NULL) return;
+  volatile char *v = s; /* a plain memset before free may be optimised away */
+  for (size_t i = 0; v[i]; i++) v[i] = 0;
+  free(s);
+}

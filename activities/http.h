@@ -47,4 +47,8 @@ void dbx_http_reply_cleanup(dbx_http_reply *r);
  * else text itself; NULL on OOM (text freed). */
 char *dbx_http_redact(char *text, const char *secret, const char *name);
 
+/* Overwrite a malloc'd NUL-terminated secret (a built Authorization header)
+ * with zeros, then free it. NULL is a no-op. */
+void dbx_http_secret_free(char *s);
+
 #endif

@@ -221,10 +221,7 @@ static dbx_err run_chat(dbx_act *a, const char *json, size_t len, dbx_act_result
   }
 out:
   dbx_http_reply_cleanup(&r);
-  if (auth) {
-    memset(auth, 0, strlen(auth));
-    free(auth);
-  }
+  dbx_http_secret_free(auth);
   free(body);
   free(url);
   cJSON_Delete(in);
