@@ -138,7 +138,7 @@ struct dbx_rpc_call {
   size_t fb_len;
   int64_t fb_at;
   int fb_armed;    /* in s->fb_head's list, holding a reference */
-  int fb_answered; /* the fallback thread gave the answer */
+  atomic_int fb_answered; /* the fallback thread gave the answer (set under s->mu; read lock-free) */
   struct dbx_rpc_call *fb_prev, *fb_next;
 };
 
@@ -263,7 +263,7 @@ static void call_answer(dbx_rpc_call *c, int status, const char *message, const 
   }
   dbx_rpc_server *s = c->s;
   pthread_mutex_lock(&s->mu);
-  int again = c->answered, by_fallback = c->fb_answered;
+  int again = c->answered, by_fallback = atomic_load(&c->fb_answered);
   c->answered = 1;
   if (!again) {
     c->done_fn = done_fn;
@@ -838,11 +838,8 @@ void dbx_rpc_call_fallback(dbx_rpc_call *c, const void *msg, size_t len, int64_t
 }
 
 int dbx_rpc_call_fallback_sent(const dbx_rpc_call *c) {
-  if (c == NULL || c->local_fn != NULL) return 0;
-  pthread_mutex_lock(&c->s->mu);
-  int sent = c->fb_answered;
-  pthread_mutex_unlock(&c->s->mu);
-  return sent;
+  /* lock-free: the engine asks for every parked call on each pass */
+  return c != NULL && c->local_fn == NULL && atomic_load(&((dbx_rpc_call *)c)->fb_answered);
 }
 
 /* The fallback thread: answers each armed call whose owner is late, with its
@@ -868,7 +865,7 @@ static void *fb_main(void *arg) {
       int answer = !due->answered; /* always: an owner's answer unlinks first */
       if (answer) {
         due->answered = 1;
-        due->fb_answered = 1;
+        atomic_store(&due->fb_answered, 1);
       }
       pthread_mutex_unlock(&s->mu);
       if (answer)
