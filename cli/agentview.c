@@ -17,6 +17,12 @@ static int n_of(const cJSON *o, const char *k) {
   return cJSON_IsNumber(x) ? (int)x->valuedouble : 0;
 }
 
+char *dbx_cli_held_step_words(const cJSON *h) {
+  const cJSON *st = cJSON_GetObjectItemCaseSensitive(h, "step");
+  if (cJSON_IsString(st)) return dbx_asprintf("step '%s'", st->valuestring);
+  return dbx_asprintf("step %d", n_of(h, "step"));
+}
+
 char *dbx_cli_agent_held_words(const cJSON *h) {
   char *args = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(h, "arguments"));
   if (args && strlen(args) > 300) strcpy(args + 296, "...");
@@ -25,9 +31,14 @@ char *dbx_cli_agent_held_words(const cJSON *h) {
   const char *why = s_of(h, "reason");
   const cJSON *ap = cJSON_GetObjectItemCaseSensitive(h, "approvers");
   char *who = cJSON_IsArray(ap) ? cJSON_PrintUnformatted(ap) : NULL;
-  char *w = dbx_asprintf("step %d %s %s (rule %s%s%s) arguments %s, times out in %lld s%s%s", n_of(h, "step"),
+  char *step = dbx_cli_held_step_words(h);
+  char *until = cJSON_IsNumber(dl) ? dbx_asprintf("times out in %lld s", left > 0 ? left : 0)
+                                   : dbx_strdup("waits without a timeout");
+  char *w = dbx_asprintf("%s %s %s (rule %s%s%s) arguments %s, %s%s%s", step ? step : "step ?",
                          s_of(h, "kind"), s_of(h, "target"), s_of(h, "rule"), *why ? ": " : "", why,
-                         args ? args : "null", left > 0 ? left : 0, who ? ", approvers " : "", who ? who : "");
+                         args ? args : "null", until ? until : "", who ? ", approvers " : "", who ? who : "");
+  free(until);
+  free(step);
   free(who);
   free(args);
   return w;

@@ -183,22 +183,24 @@ static int held_decide(dbx_client *c, const char *address, const char *sub, cons
     free(run);
     return 1;
   }
-  int step = (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(h, "step"));
+  const cJSON *step = cJSON_GetObjectItemCaseSensitive(h, "step"); /* a number, or a name */
+  char *sw = dbx_cli_held_step_words(h);
   const cJSON *ap = cJSON_GetObjectItemCaseSensitive(h, "approvers");
   int may = !cJSON_IsArray(ap);
   for (const cJSON *a = cJSON_IsArray(ap) ? ap->child : NULL; a; a = a->next)
     may |= cJSON_IsString(a) && strcmp(a->valuestring, by) == 0;
   if (!may) { /* the workflow would ignore it: say so instead */
     char *who = cJSON_PrintUnformatted(ap);
-    fprintf(stderr, "durabox approval %s: %s is not among the approvers of step %d of %s: %s\n", sub, by,
-            step, wid, who ? who : "");
+    fprintf(stderr, "durabox approval %s: %s is not among the approvers of %s of %s: %s\n", sub, by,
+            sw ? sw : "the step", wid, who ? who : "");
     free(who);
+    free(sw);
     free(run);
     cJSON_Delete(h);
     return 1;
   }
   cJSON *sig = cJSON_CreateObject();
-  cJSON_AddNumberToObject(sig, "step", step);
+  cJSON_AddItemToObject(sig, "step", step ? cJSON_Duplicate(step, 1) : cJSON_CreateNull());
   cJSON_AddStringToObject(sig, "decision", strcmp(sub, "grant") == 0 ? "grant" : "deny");
   cJSON_AddStringToObject(sig, "by", by);
   if (reason) cJSON_AddStringToObject(sig, "reason", reason);
@@ -207,11 +209,13 @@ static int held_decide(dbx_client *c, const char *address, const char *sub, cons
   e = txt ? dbx_client_signal(c, wid, run, "durabox.approval", txt, &err) : DBX_ENOMEM;
   free(txt);
   if (e == DBX_OK)
-    printf("%s step %d (%s) of %s run %s, by %s\n", strcmp(sub, "grant") == 0 ? "granted" : "denied",
-           step, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(h, "target")), wid, run, by);
+    printf("%s %s (%s) of %s run %s, by %s\n", strcmp(sub, "grant") == 0 ? "granted" : "denied",
+           sw ? sw : "the step", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(h, "target")), wid,
+           run, by);
   else
     dbx_cli_report("approval", address, e, err);
   free(err);
+  free(sw);
   free(run);
   cJSON_Delete(h);
   return e == DBX_OK ? 0 : 1;

@@ -385,7 +385,19 @@ static void test_fork_covered_restores_the_checkpoint(void **state) {
   cJSON *p = progress_of("fk-cov");
   assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(p, "awaiting_approval")), "c");
   cJSON_Delete(p);
-  signal_approval("fk-cov", "{\"step\":\"c\",\"decision\":\"grant\",\"by\":\"it\"}");
+  /* the held step is where a person looks for it: durabox approval list|grant */
+  char *lout = NULL, *lerr = NULL;
+  int lrc = durabox(&lout, &lerr, "approval", "list", NULL);
+  if (lrc != 0 || !strstr(lout, "workflow_id=fk-cov ") || !strstr(lout, "step 'c' at_most_once sandbox.exec") ||
+      !strstr(lout, "waits without a timeout"))
+    fail_msg("approval list exited %d\n%s\n%s", lrc, lout, lerr);
+  free(lout);
+  free(lerr);
+  lrc = durabox(&lout, &lerr, "approval", "grant", "fk-cov", "--by", "it", NULL);
+  if (lrc != 0 || !strstr(lout, "granted step 'c' (sandbox.exec) of fk-cov run "))
+    fail_msg("approval grant exited %d\n%s\n%s", lrc, lout, lerr);
+  free(lout);
+  free(lerr);
   cJSON *res = result_of("fk-cov");
   assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(res, "status")), "completed");
   for (int i = 0; i < 3; i++) assert_true(step_flag(res, i, "from_record")); /* a, r, b */

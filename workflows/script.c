@@ -71,6 +71,7 @@ typedef struct {
   int satisfied, from_record;
   int64_t approval_seq;
   int approved;
+  int approval_memo; /* 1 while memo "durabox.approval" names the held step */
 } script;
 
 static const char *str_of(const cJSON *o, const char *k) {
@@ -1099,10 +1100,46 @@ static int fork_satisfy(script *s, dbx_wf *wf, const char *type, const char *txt
   return 1;
 }
 
+/* While a fork's at_most_once step waits, memo "durabox.approval" names it
+ * ({"step": its name, "kind": "at_most_once", "target": activity type,
+ * "arguments": the step, "rule", "reason"}), the shape a held agent step has
+ * (workflows/agent.h), so that `durabox approval list|grant|deny` find it; a
+ * decision clears it (null). Runs whose history has no marker of the version
+ * "durabox.fork-approval-memo" (recorded before the memo existed) replay
+ * without it. */
+static void approval_memo(script *s, dbx_wf *wf, int open) {
+  if (open == s->approval_memo) return;
+  if (dbx_wf_get_version(wf, "durabox.fork-approval-memo", DBX_WF_DEFAULT_VERSION, 1) < 1) return;
+  const char *key = "durabox.approval";
+  char *txt = NULL;
+  if (open) {
+    const cJSON *st = cJSON_GetArrayItem(s->steps, s->cur);
+    char type[64];
+    snprintf(type, sizeof type, "sandbox.%s", str_of(st, "kind"));
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "step", str_of(st, "name"));
+    cJSON_AddStringToObject(m, "kind", "at_most_once");
+    cJSON_AddStringToObject(m, "target", type);
+    cJSON_AddItemToObject(m, "arguments", cJSON_Duplicate(st, 1));
+    cJSON_AddStringToObject(m, "rule", "fork");
+    cJSON_AddStringToObject(m, "reason", "a fork runs an at_most_once step live only with approval");
+    txt = cJSON_PrintUnformatted(m);
+    cJSON_Delete(m);
+    if (!txt) {
+      dbx_wf_out_of_memory(wf);
+      return;
+    }
+  }
+  const char *val = txt ? txt : "null";
+  if (dbx_wf_upsert_memo(wf, &key, &val, 1) == 0) s->approval_memo = open;
+  free(txt);
+}
+
 /* A fork's at_most_once step waits for the signal "durabox.approval"
  * {"step": its name, "decision": "grant" | "deny", "by"?, "reason"?}. */
 static void await_approval(script *s, dbx_wf *wf) {
   s->step_seq = 0;
+  approval_memo(s, wf, 1);
   s->approval_seq = dbx_wf_await_signal(wf, "durabox.approval", 0);
 }
 
@@ -1118,8 +1155,10 @@ static void script_on_signal_wait(void *state, dbx_wf *wf, int64_t seq, const ch
   if (step && dec && strcmp(step, name) == 0 &&
       (strcmp(dec, "grant") == 0 || strcmp(dec, "approve") == 0 || strcmp(dec, "allow") == 0)) {
     s->approved = s->cur;
+    approval_memo(s, wf, 0);
     run_step(s, wf);
   } else if (step && dec && strcmp(step, name) == 0 && strcmp(dec, "deny") == 0) {
+    approval_memo(s, wf, 0);
     char *m = dbx_asprintf("denied by %s%s%s", str_of(j, "by") ? str_of(j, "by") : "someone",
                            str_of(j, "reason") ? ": " : "",
                            str_of(j, "reason") ? str_of(j, "reason") : "");
