@@ -55,7 +55,29 @@ char *dbx_cli_read_file(const char *path, size_t *len_out) {
   return buf; /* NULL with errno set by base/fs */
 }
 
+int dbx_cli_address_check(const char *a) {
+  static const char *const schemes[] = {"dns:", "ipv4:", "ipv6:", "unix:", "unix-abstract:"};
+  for (size_t i = 0; i < sizeof schemes / sizeof *schemes; i++)
+    if (strncmp(a, schemes[i], strlen(schemes[i])) == 0) return 0;
+  const char *colon = strrchr(a, ':');
+  const char *why = NULL;
+  if (!colon || colon == a) why = "is not HOST:PORT";
+  else if (a[0] == '[' ? colon[-1] != ']' : memchr(a, ':', (size_t)(colon - a)) != NULL)
+    why = "is not HOST:PORT (an IPv6 host goes in brackets: [::1]:7233)";
+  else {
+    char *end = NULL;
+    errno = 0;
+    long port = strtol(colon + 1, &end, 10);
+    if (!colon[1] || *end || errno || port < 1 || port > 65535 || colon[1] == '+' || colon[1] == '-')
+      why = "has no port from 1 to 65535 after its last ':'";
+  }
+  if (!why) return 0;
+  fprintf(stderr, "durabox: the service address '%s' %s\n", a, why);
+  return -1;
+}
+
 int dbx_cli_conn_load(dbx_cli_conn *c) {
+  if (c->address && dbx_cli_address_check(c->address) != 0) return -1;
   struct { const char *path; char **out; } files[] = {
       {c->tls_ca, &c->ca_pem}, {c->tls_cert, &c->cert_pem}, {c->tls_key, &c->key_pem}};
   for (size_t i = 0; i < 3; i++) {

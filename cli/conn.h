@@ -30,7 +30,14 @@ void dbx_cli_conn_init(dbx_cli_conn *c);
  * `--flag=value`, cli/flags.h), consume it (and its value) and return 1;
  * 0 if it is not one; -1 (message printed) if its value is missing or bad. */
 int dbx_cli_conn_flag(dbx_cli_conn *c, int argc, char **argv, int *i);
-/* Read the TLS files. Returns 0, or -1 with a message printed naming the file. */
+/* A service address is HOST:PORT (HOST a name, an IPv4 address or an IPv6
+ * one in brackets; PORT 1 to 65535), or a gRPC target with its scheme
+ * (dns:, ipv4:, ipv6:, unix:, unix-abstract:), passed on as it is. 0, or -1
+ * with a message on stderr naming the address and what is wrong with it. */
+int dbx_cli_address_check(const char *address);
+/* Check the address (HOST:PORT, or a gRPC target with its scheme) and read
+ * the TLS files. Returns 0, or -1 with a message printed naming the bad
+ * address or the file. */
 int dbx_cli_conn_load(dbx_cli_conn *c);
 void dbx_cli_conn_client_opts(const dbx_cli_conn *c, dbx_client_opts *o);
 void dbx_cli_conn_cleanup(dbx_cli_conn *c);

@@ -479,7 +479,10 @@ int dbx_cli_sandbox(int argc, char **argv) {
   }
   c.address = conn.address ? conn.address : "127.0.0.1:7233";
   conn.address = c.address;
-  if (dbx_cli_conn_load(&conn) != 0) goto out;
+  if (dbx_cli_conn_load(&conn) != 0) {
+    rc = 2; /* a bad address or TLS file: the command line's fault */
+    goto out;
+  }
   dbx_client_opts co;
   dbx_cli_conn_client_opts(&conn, &co);
   if (dbx_client_create(&co, &c.client) != DBX_OK) c.client = NULL;

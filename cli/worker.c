@@ -164,6 +164,7 @@ int dbx_cli_worker(int argc, char **argv) {
     }
     dbx_log_set_level(l);
   }
+  if (dbx_cli_address_check(address) != 0) return 2;
   int rc = 1;
   char *ca_pem = NULL, *cert_pem = NULL, *key_pem = NULL, *dbdef = NULL, *err = NULL;
   dbx_worker *w = NULL;

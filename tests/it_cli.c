@@ -827,6 +827,10 @@ static void test_cli_flags_are_checked(void **state) {
       {{"run", "x.json", "--type", "no.such.Type"}, 2, "the embedded worker serves only the built-in types (durabox.Script"},
       {{"replay", "--db=/nonexistent/x", "--workflow-id=w"}, 2, "no worker store at /nonexistent/x"},
       {{"workflow", "list", addr_eq}, 1, addr_eq + strlen("--address=")}, /* the = form reached the hint */
+      {{"workflow", "list", "--address=127.0.0.1:"}, 2, "the service address '127.0.0.1:' has no port from 1 to 65535"},
+      {{"worker", "--address", "localhost:70000"}, 2, "the service address 'localhost:70000' has no port"},
+      {{"approval", "list", "--address", "::1:7233"}, 2, "an IPv6 host goes in brackets"},
+      {{"sandbox", "list", "--address", ":7233"}, 2, "the service address ':7233' is not HOST:PORT"},
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     const char *const *a = cases[k].args;
