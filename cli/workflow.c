@@ -761,14 +761,19 @@ int dbx_cli_workflow(int argc, char **argv) {
     dbx_err e = dbx_client_signal(c, a.workflow_id, a.run_id, a.name, in, &err);
     rc = e == DBX_OK ? 0 : 1;
     if (e != DBX_OK) report(&a, "signal", e, err);
+    else if (!conn.json) printf("signal %s sent to %s\n", a.name, a.workflow_id);
   } else if (strcmp(sub, "cancel") == 0) {
     dbx_err e = dbx_client_cancel(c, a.workflow_id, a.run_id, a.reason, &err);
     rc = e == DBX_OK ? 0 : 1;
     if (e != DBX_OK) report(&a, "cancel", e, err);
+    else if (!conn.json) /* the run's workflow code decides when it stops */
+      printf("cancellation of %s requested; `durabox workflow result -w %s` waits for its end\n",
+             a.workflow_id, a.workflow_id);
   } else if (strcmp(sub, "terminate") == 0) {
     dbx_err e = dbx_client_terminate(c, a.workflow_id, a.run_id, a.reason, NULL, &err);
     rc = e == DBX_OK ? 0 : 1;
     if (e != DBX_OK) report(&a, "terminate", e, err);
+    else if (!conn.json) printf("%s terminated\n", a.workflow_id);
   }
 out:
   dbx_cli_session_turn_free(&turn);

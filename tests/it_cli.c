@@ -582,6 +582,7 @@ static void test_cli_workflow_commands_against_dev(void **state) {
   rc = durabox(NULL, &out, &err, "workflow", "terminate", "--workflow-id", "cli-long", "--reason",
                "it-cli", "--address", addr, NULL);
   if (rc != 0) fail_msg("workflow terminate exited %d: %s", rc, err);
+  assert_string_equal(out, "cli-long terminated\n"); /* a success says so */
   free(out);
   free(err);
   rc = durabox(NULL, &out, &err, "workflow", "result", "--workflow-id", "cli-long", "--address", addr,
@@ -1001,6 +1002,7 @@ static void test_cli_query_json_errors_and_no_worker(void **state) {
   rc = durabox(NULL, &out, &err, "workflow", "signal", "-w", "i9-q", "--name", "poke", "--input", "\"caf\xe9\"",
                "--address", addr, NULL);
   if (rc != 0) fail_msg("signal exited %d: %s", rc, err);
+  assert_string_equal(out, "signal poke sent to i9-q\n");
   free(out);
   free(err);
   rc = durabox(NULL, &out, &err, "workflow", "show", "-w", "i9-q", "--output", "json", "--address", addr, NULL);
