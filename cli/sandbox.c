@@ -362,8 +362,17 @@ static int cmd_gc(sbx_ctx *c, int dry, int json) {
   say_unreachable(c, json);
   if (!c->reachable && !json)
     printf("orphans are not collected without the service; leftovers are\n");
+  cJSON *skipped = json ? cJSON_CreateArray() : NULL;
   for (size_t i = 0; i < c->nrows; i++) {
     const sbx_row *w = &c->rows[i];
+    if (strcmp(w->verdict, "busy") == 0) { /* left alone, but not in silence */
+      if (json) cJSON_AddItemToArray(skipped, row_json(w));
+      else
+        printf("kept busy sandbox %s: a command runs in it and this service does not know its workflow %s "
+               "(a run of another service, such as durabox run's?); durabox sandbox rm --force %s removes it\n",
+               w->id, w->wf ? w->wf : "?", w->id);
+      continue;
+    }
     if (strcmp(w->verdict, "orphaned") != 0) continue;
     if (!dry && remove_one(c, w->id) != 0) {
       rc = 1;
@@ -391,6 +400,7 @@ static int cmd_gc(sbx_ctx *c, int dry, int json) {
   if (json) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddItemToObject(o, dry ? "would_remove" : "removed", out);
+    cJSON_AddItemToObject(o, "kept_busy", skipped);
     cJSON_AddBoolToObject(o, "service_reachable", c->reachable);
     cJSON_AddBoolToObject(o, "ok", rc == 0);
     dbx_cli_json_print(o, 1);

@@ -460,6 +460,7 @@ static void test_sandbox_list_gc_rm(void **state) {
   assert_non_null(strstr(out, "would remove orphaned sandbox dbx-ghost"));
   assert_non_null(strstr(out, jstr(orph, "id")));
   assert_non_null(strstr(out, "would remove half-deleted tree"));
+  assert_non_null(strstr(out, "kept busy sandbox dbx-busy: a command runs in it"));
   assert_null(strstr(out, jstr(k, "sandbox_id")));
   assert_null(strstr(out, jstr(live, "id")));
   free(out);
@@ -473,6 +474,9 @@ static void test_sandbox_list_gc_rm(void **state) {
   cJSON *g = cJSON_Parse(out);
   assert_non_null(g);
   assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(g, "removed")), 3);
+  const cJSON *kb = cJSON_GetObjectItemCaseSensitive(g, "kept_busy"); /* named, not removed */
+  assert_int_equal(cJSON_GetArraySize(kb), 1);
+  assert_string_equal(jstr(cJSON_GetArrayItem(kb, 0), "id"), "dbx-busy");
   cJSON_Delete(g);
   free(out);
   free(err);
