@@ -31,6 +31,7 @@
 #include <cjson/cJSON.h>
 
 #include "base/codec.h"
+#include "base/util.h"
 
 #include "tests/svc_client.h"
 #include "workflows/script.h"
@@ -139,6 +140,27 @@ static void test_cli_run_embedded_script_completes(void **state) {
   /* the end of the exec step's output: wc -c of "hello world" */
   assert_non_null(strstr(out, "--- count-bytes (passed)"));
   assert_non_null(strstr(table, "\n11\n"));
+  assert_non_null(strstr(out, "\nscript completed\n"));
+  free(out);
+  free(err);
+  free(f);
+}
+
+/* The README's first example, examples/hello/script.json, runs as shown:
+ * it compiles and runs a C program in its sandbox. */
+static void test_cli_run_the_hello_example(void **state) {
+  (void)state;
+  const char *src = getenv("DBX_SOURCE_DIR");
+  if (src == NULL) fail_msg("DBX_SOURCE_DIR is not set (run through ctest)");
+  char *f = dbx_asprintf("%s/examples/hello/script.json", src);
+  char *out = NULL, *err = NULL;
+  int rc = durabox(NULL, &out, &err, "run", f, NULL);
+  if (rc != 0) fail_msg("durabox run %s exited %d\nstdout:\n%s\nstderr:\n%s", f, rc, out, err);
+  const char *table = strstr(out, "\nSTEP ");
+  assert_non_null(table);
+  assert_line_has(table, "build ", (const char *[]){"exec", "yes", " 0 ", NULL});
+  assert_line_has(table, "pause ", (const char *[]){"sleep", "yes", NULL});
+  assert_non_null(strstr(table, "--- run (passed): last lines of output ---\nhello from a sandbox\n"));
   assert_non_null(strstr(out, "\nscript completed\n"));
   free(out);
   free(err);
@@ -1117,6 +1139,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_teardown(test_cli_run_embedded_script_completes, test_teardown),
       cmocka_unit_test_teardown(test_cli_run_summary_details, test_teardown),
+      cmocka_unit_test_teardown(test_cli_run_the_hello_example, test_teardown),
       cmocka_unit_test_teardown(test_cli_run_create_failure_message, test_teardown),
       cmocka_unit_test_teardown(test_cli_run_failing_step_exits_1, test_teardown),
       cmocka_unit_test_teardown(test_cli_run_sigint_cancels_and_cleans_up, test_teardown),
