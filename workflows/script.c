@@ -1102,7 +1102,8 @@ static int fork_satisfy(script *s, dbx_wf *wf, const char *type, const char *txt
 
 /* While a fork's at_most_once step waits, memo "durabox.approval" names it
  * ({"step": its name, "kind": "at_most_once", "target": activity type,
- * "arguments": the step, "rule", "reason"}), the shape a held agent step has
+ * "arguments": the step, a file's content as its length, "rule", "reason"}),
+ * the shape a held agent step has
  * (workflows/agent.h), so that `durabox approval list|grant|deny` find it; a
  * decision clears it (null). Runs whose history has no marker of the version
  * "durabox.fork-approval-memo" (recorded before the memo existed) replay
@@ -1120,7 +1121,13 @@ static void approval_memo(script *s, dbx_wf *wf, int open) {
     cJSON_AddStringToObject(m, "step", str_of(st, "name"));
     cJSON_AddStringToObject(m, "kind", "at_most_once");
     cJSON_AddStringToObject(m, "target", type);
-    cJSON_AddItemToObject(m, "arguments", cJSON_Duplicate(st, 1));
+    cJSON *args = cJSON_Duplicate(st, 1);
+    static const char *const bulky[] = {"content", "content_b64"}; /* a file's bytes: their size only */
+    for (size_t i = 0; args && i < 2; i++) {
+      const char *v = str_of(args, bulky[i]);
+      if (v) cJSON_ReplaceItemInObjectCaseSensitive(args, bulky[i], cJSON_CreateNumber((double)strlen(v)));
+    }
+    cJSON_AddItemToObject(m, "arguments", args);
     cJSON_AddStringToObject(m, "rule", "fork");
     cJSON_AddStringToObject(m, "reason", "a fork runs an at_most_once step live only with approval");
     txt = cJSON_PrintUnformatted(m);
