@@ -282,15 +282,23 @@ static int cmd_list(sbx_ctx *c, int json) {
     return 0;
   }
   say_unreachable(c, json);
-  printf("%-20s %-24s %-36s %-7s %-10s %-10s %s\n", "ID", "WORKFLOW ID", "RUN ID", "STATE", "SIZE",
+  /* columns as wide as their longest value (ids and workflow ids can be long) */
+  int wid = 20, wwf = 24, wrun = 36;
+  for (size_t i = 0; i < c->nrows; i++) {
+    const sbx_row *w = &c->rows[i];
+    int a = (int)strlen(w->id), b = w->wf ? (int)strlen(w->wf) : 1, r = w->run ? (int)strlen(w->run) : 1;
+    wid = a > wid ? a : wid;
+    wwf = b > wwf ? b : wwf;
+    wrun = r > wrun ? r : wrun;
+  }
+  printf("%-*s %-*s %-*s %-7s %-10s %-10s %s\n", wid, "ID", wwf, "WORKFLOW ID", wrun, "RUN ID", "STATE", "SIZE",
          "OWNER", "STATUS");
   for (size_t i = 0; i < c->nrows; i++) {
     const sbx_row *w = &c->rows[i];
     char sz[32] = "-";
     if (w->sized) human_bytes(w->bytes, sz, sizeof sz);
-    printf("%-20s %-24s %-36s %-7s %-10s %-10s %s\n", w->id, w->wf ? w->wf : "-",
-           w->run ? w->run : "-", w->stopped ? "stopped" : "running", sz, w->owner_state,
-           w->verdict);
+    printf("%-*s %-*s %-*s %-7s %-10s %-10s %s\n", wid, w->id, wwf, w->wf ? w->wf : "-", wrun,
+           w->run ? w->run : "-", w->stopped ? "stopped" : "running", sz, w->owner_state, w->verdict);
   }
   if (c->nrows == 0) printf("(no sandboxes)\n");
   for (size_t i = 0; i < c->nleft; i++) {

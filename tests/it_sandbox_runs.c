@@ -405,7 +405,7 @@ static void test_sandbox_list_gc_rm(void **state) {
   cJSON *o2 = await_verdict("gc-orphan", "orphaned");
   assert_string_equal(jstr(o2, "owner_state"), "terminated");
   assert_true(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o2, "orphaned")));
-  char *ghost = make_ghost("dbx-ghost", "ghost", 0);
+  char *ghost = make_ghost("dbx-ghost", "ghost-of-a-workflow-whose-id-is-longer-than-its-column", 0);
   /* closed-or-unknown owner, but its workflow id has an open run: held */
   char *held = make_ghost("dbx-held", "gc-live", 0);
   /* an owner the service does not know, and a command at work: busy */
@@ -451,6 +451,15 @@ static void test_sandbox_list_gc_rm(void **state) {
   assert_non_null(strstr(out, "dbx-ghost"));
   assert_non_null(strstr(out, "orphaned"));
   assert_non_null(strstr(out, "leftover half-deleted"));
+  /* a workflow id longer than its column widens it: STATE stays aligned */
+  const char *hdr = strstr(out, "ID "), *row = strstr(out, "\ndbx-ghost ");
+  assert_non_null(hdr);
+  assert_non_null(row);
+  row++;
+  const char *hs = strstr(hdr, " STATE "), *rs = strstr(row, " running ");
+  assert_non_null(hs);
+  assert_non_null(rs);
+  assert_int_equal(hs - hdr, rs - row);
   free(out);
   free(err);
 
