@@ -247,6 +247,10 @@ typedef struct {
   int stderr_truncated;
   size_t stderr_head_len;
   int64_t duration_ms;
+  /* the command never started, and nothing of it ran (the driver knows it
+   * for certain: its supervisor failed before or at exec): why; else "".
+   * exit_code is then 127 and the streams empty. */
+  char not_started[256];
 } dbx_drv_exec_result;
 
 /* Frees the buffers and zeroes *r; accepts a zeroed struct or NULL. */

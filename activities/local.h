@@ -287,6 +287,7 @@ typedef struct {
   int stderr_truncated;
   size_t stderr_head_len;
   int64_t duration_ms;
+  char not_started[256]; /* detached commands: as dbx_local_cmd_status.not_started */
 } dbx_local_exec_result;
 
 /* Run opts->command in sandbox id and wait for the shell to exit (or the
@@ -367,6 +368,10 @@ typedef struct {
   uint64_t stdout_total; /* all bytes written to the stream */
   uint64_t stderr_total;
   int64_t duration_ms;
+  /* the supervisor could not start the command, and nothing of it ran
+   * (setup, fork or exec failed, or its child died before exec): why, e.g.
+   * "cannot start /usr/bin/bwrap: Broken pipe", with exit_code 127; else "" */
+  char not_started[256];
 } dbx_local_cmd_status;
 
 /* Start opts->command in sandbox id as detached command cmd_id, unless that

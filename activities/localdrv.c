@@ -170,6 +170,7 @@ static dbx_drv_err ld_exec_result(void *self, const char *name, const char *cmd_
   res->stderr_truncated = l.stderr_truncated;
   res->stderr_head_len = l.stderr_head_len;
   res->duration_ms = l.duration_ms;
+  memcpy(res->not_started, l.not_started, sizeof res->not_started);
   return DBX_DRV_OK; /* the buffers now belong to res */
 }
 

@@ -42,6 +42,7 @@ typedef struct {
   char *id;
   int ready;           /* the callback has answered */
   int lost, killed, timed_out, finished;
+  int not_started; /* dbx_memdrv_not_started_next: finished at once, never run */
   int exit_code, signal;
   uint8_t *out, *err;
   size_t out_len, err_len;
@@ -96,6 +97,7 @@ struct dbx_memdrv {
   dbx_drv_err fail_err;
   int fail_count;
   int exec_count;
+  int not_started_next;
 };
 
 /* ---- errors ---- */
@@ -712,11 +714,24 @@ static dbx_drv_err md_exec_start(void *self, const char *name, const char *cmd_i
       c->timeout_ms = o->timeout_ms;
       c->start_ns = dbx_mono_ns();
       s->cmds[s->ncmds++] = c;
-      m->exec_count++;
+      if (m->not_started_next > 0) { /* as a supervisor whose child died before exec */
+        m->not_started_next--;
+        c->not_started = 1;
+        c->exit_code = 127;
+        c->ready = 1;
+      } else {
+        m->exec_count++;
+      }
     }
   }
+  int never = rc == DBX_DRV_OK && c->not_started;
   pthread_mutex_unlock(&m->mu);
   free(cwd);
+  if (never) {
+    for (size_t i = 0; merged && i < merged_own; i++) free((char *)merged[i]);
+    free(merged);
+    return DBX_DRV_OK;
+  }
   if (rc != DBX_DRV_OK) {
     for (size_t i = 0; merged && i < merged_own; i++) free((char *)merged[i]);
     free(merged);
@@ -847,6 +862,8 @@ static dbx_drv_err md_exec_result(void *self, const char *name, const char *cmd_
     res->timed_out = c->timed_out;
     res->killed = c->killed;
     res->duration_ms = c->end_ms;
+    if (c->not_started)
+      snprintf(res->not_started, sizeof res->not_started, "cannot start /bin/sh: Broken pipe (memdrv)");
     res->stdout_len = kept(c, 0);
     res->stderr_len = kept(c, 1);
     res->stdout_total = c->out_len;
@@ -1333,6 +1350,12 @@ dbx_err dbx_memdrv_pushed(dbx_memdrv *m, const char *remote, const char *branch,
     }
   pthread_mutex_unlock(&m->mu);
   return rc;
+}
+
+void dbx_memdrv_not_started_next(dbx_memdrv *m, int count) {
+  pthread_mutex_lock(&m->mu);
+  m->not_started_next = count;
+  pthread_mutex_unlock(&m->mu);
 }
 
 int dbx_memdrv_exec_count(dbx_memdrv *m) {

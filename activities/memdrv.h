@@ -74,7 +74,12 @@ dbx_err dbx_memdrv_cmd_lose(dbx_memdrv *m, const char *sandbox, const char *cmd_
 /* The sha last pushed to (remote, branch); branch NULL: "HEAD". *sha:
  * malloc'd (free()). DBX_OK, DBX_ENOTFOUND, DBX_ENOMEM. */
 dbx_err dbx_memdrv_pushed(dbx_memdrv *m, const char *remote, const char *branch, char **sha);
-/* Number of exec_start calls that started a command (not adoptions). */
+/* Number of exec_start calls that started a command (not adoptions, not
+ * the ones dbx_memdrv_not_started_next turned away). */
 int dbx_memdrv_exec_count(dbx_memdrv *m);
+/* The next count exec_start calls make commands that never run: FINISHED at
+ * once with exit 127 and exec_result's not_started set, as the local
+ * driver's supervisor reports a child killed before exec. */
+void dbx_memdrv_not_started_next(dbx_memdrv *m, int count);
 
 #endif

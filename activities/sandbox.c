@@ -1294,6 +1294,7 @@ typedef struct {
   live_tail lt;
   char cmd_id[24];
   int restarts, starts, amo, lost;
+  char not_started[256]; /* why the command did not start, twice (then reported) */
   int wait_fd; /* the driver's exec_wait_fd; -1: none yet; -2: none (it misled) */
 } exec_job;
 
@@ -1354,8 +1355,12 @@ static dbx_drv_err exec_begin(dbx_act *a, exec_job *j) {
  * runs) is, for a safe_to_retry attempt, started again once; vanishing twice
  * (or never launching) is FAILED with lost = 1. For an at_most_once attempt
  * a LOST command is never started again: OUTCOME_UNKNOWN with lost = 2. A
- * command whose sandbox vanished (its folder removed under it) is
- * NO_SANDBOX. Other errors are the driver's. */
+ * command that FINISHED without ever starting (er.not_started: its
+ * supervisor's setup, fork or exec failed, or its child was killed before
+ * exec; nothing of it ran, whatever its retry class) is started again once;
+ * twice is FAILED with j->not_started set. A command whose sandbox vanished
+ * (its folder removed under it) is NO_SANDBOX. Other errors are the
+ * driver's. */
 static dbx_drv_err exec_look(dbx_act *a, exec_job *j, dbx_drv_exec_result *er, int *done) {
   dbx_driver *drv = j->drv;
   const char *id = j->id, *cmd_id = j->cmd_id;
@@ -1365,7 +1370,23 @@ static dbx_drv_err exec_look(dbx_act *a, exec_job *j, dbx_drv_exec_result *er, i
   if (rc == DBX_DRV_NOT_FOUND && CALL(drv, exists, id, NULL) == DBX_DRV_NO_SANDBOX)
     return DBX_DRV_NO_SANDBOX;
   if (rc != DBX_DRV_OK) return rc;
-  if (st.state == DBX_DRV_CMD_FINISHED) return CALL(drv, exec_result, id, cmd_id, er);
+  if (st.state == DBX_DRV_CMD_FINISHED) {
+    rc = CALL(drv, exec_result, id, cmd_id, er);
+    if (rc != DBX_DRV_OK || !er->not_started[0]) return rc;
+    if (j->restarts++ > 0) {
+      snprintf(j->not_started, sizeof j->not_started, "%s", er->not_started);
+      return DBX_DRV_FAILED;
+    }
+    DBX_WARN(MOD, "sandbox %s: command %s did not start (%s); nothing of it ran: starting it again", id,
+             cmd_id, er->not_started);
+    dbx_drv_exec_result_cleanup(er);
+    if (j->wait_fd >= 0) close(j->wait_fd);
+    j->wait_fd = -1;
+    if ((rc = CALL(drv, exec_forget, id, cmd_id)) != DBX_DRV_OK) return rc;
+    if ((rc = CALL(drv, exec_start, id, cmd_id, &j->opts, NULL)) != DBX_DRV_OK) return rc;
+    *done = 0; /* look again at once */
+    return DBX_DRV_OK;
+  }
   if (st.state == DBX_DRV_CMD_LOST && j->amo) {
     DBX_WARN(MOD, "sandbox %s: at_most_once command %s lost its supervisor; not run again", id,
              cmd_id);
@@ -1463,6 +1484,11 @@ static dbx_err exec_end(exec_job *j, dbx_drv_err drc, dbx_drv_exec_result *er,
     rc = fail(res, 1, "OutcomeUnknown",
               "sandbox.exec: the command's supervisor died while it ran, so the command may "
               "have run; an at_most_once step is not started again");
+    goto out;
+  }
+  if (j->not_started[0]) { /* certain that nothing ran: a retry may start it */
+    rc = fail(res, 0, "CommandNotStarted", "sandbox.exec: the command did not start, twice (nothing of it ran): %s",
+              j->not_started);
     goto out;
   }
   if (j->lost) { /* the supervisor vanished twice: report, let retries decide */

@@ -843,8 +843,10 @@ static void test_local_detached_keeps_head_and_tail(void **state) {
 static void test_local_detached_timeout_and_kill(void **state) {
   fixture *f = *state;
   make_empty(f->d, "dk");
+  /* the shell must reach its `wait` before the timeout fires: 300 ms was not
+   * always enough on a loaded machine (the test failed once at load 22) */
   dbx_local_exec_opts o = {.command = "echo begin; sleep 30 & echo $! > t.pid; wait",
-                           .timeout_ms = 300};
+                           .timeout_ms = 2000};
   assert_int_equal(dbx_local_exec_start(f->d, "dk", "t", &o, NULL), DBX_OK);
   dbx_local_cmd_status st = wait_cmd(f->d, "dk", "t");
   assert_int_equal(st.state, DBX_LOCAL_CMD_FINISHED);
@@ -995,6 +997,42 @@ static void test_local_detached_lost_supervisor(void **state) {
   long cpid = read_pid(f->d, "ls", "l.pid");
   if (cpid > 1) kill((pid_t)cpid, SIGKILL); /* the orphaned sleep */
   assert_int_equal(dbx_local_exec_forget(f->d, "ls", "l"), DBX_OK);
+}
+
+/* The supervisor's child killed before exec (failpoint
+ * local.supervise.child_killed_before_exec, armed through the environment
+ * the supervisor inherits): the command FINISHED with exit 127 and
+ * not_started naming why, and nothing of it ran. */
+static void test_local_detached_child_killed_before_exec(void **state) {
+  fixture *f = *state;
+  make_empty(f->d, "nx");
+  assert_int_equal(setenv("DURABOX_FAILPOINTS", "local.supervise.child_killed_before_exec=log", 1), 0);
+  dbx_local_exec_opts o = {.command = "touch ran"};
+  dbx_err rc = dbx_local_exec_start(f->d, "nx", "n", &o, NULL);
+  unsetenv("DURABOX_FAILPOINTS");
+  assert_int_equal(rc, DBX_OK);
+  dbx_local_cmd_status st = wait_cmd(f->d, "nx", "n");
+  assert_int_equal(st.state, DBX_LOCAL_CMD_FINISHED);
+  assert_int_equal(st.exit_code, 127);
+  if (strstr(st.not_started, "cannot start ") == NULL || strstr(st.not_started, "Broken pipe") == NULL)
+    fail_msg("not_started is '%s'", st.not_started);
+  dbx_local_exec_result r;
+  assert_int_equal(dbx_local_exec_collect(f->d, "nx", "n", &r), DBX_OK);
+  assert_string_equal(r.not_started, st.not_started);
+  assert_int_equal(r.stdout_total + r.stderr_total, 0);
+  dbx_local_exec_result_cleanup(&r);
+  uint8_t *data = NULL;
+  size_t len = 0;
+  assert_int_equal(dbx_local_file_read(f->d, "nx", "ran", 0, &data, &len), DBX_ENOTFOUND); /* it never ran */
+  free(data);
+  /* forgotten and started again without the failpoint, it runs */
+  assert_int_equal(dbx_local_exec_forget(f->d, "nx", "n"), DBX_OK);
+  assert_int_equal(dbx_local_exec_start(f->d, "nx", "n", &o, NULL), DBX_OK);
+  st = wait_cmd(f->d, "nx", "n");
+  assert_int_equal(st.exit_code, 0);
+  assert_string_equal(st.not_started, "");
+  assert_int_equal(dbx_local_file_read(f->d, "nx", "ran", 0, &data, &len), DBX_OK);
+  free(data);
 }
 
 static void test_local_labels_list_exists(void **state) {
@@ -1640,6 +1678,7 @@ int main(int argc, char **argv) {
       T(test_local_detached_timeout_and_kill),
       T(test_local_detached_survives_its_starter),
       T(test_local_detached_lost_supervisor),
+      T(test_local_detached_child_killed_before_exec),
       T(test_local_exec_cancel_kills_group),
       T(test_local_labels_list_exists),
       T(test_local_restore_in_place),

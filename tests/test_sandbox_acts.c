@@ -1875,6 +1875,42 @@ static void test_sandbox_acts_exec_lost_restarts_once(void **state) {
   free(id);
 }
 
+/* A command the driver says never started (its supervisor's child died
+ * before exec; nothing of it ran) is started again once, whatever its retry
+ * class: the step then succeeds with the command's own output. Twice is a
+ * retryable CommandNotStarted naming why, never "exit code 127". */
+static void test_sandbox_acts_exec_not_started_restarts_once(void **state) {
+  (void)state;
+  char *id = make_sandbox("wf-nostart", NULL);
+  for (int amo = 0; amo < 2; amo++) {
+    struct dbx_act a = act_for("wf-nostart");
+    a.activity_id = amo ? "7" : "6";
+    a.retry_class = amo ? DBX_AT_MOST_ONCE : DBX_SAFE_TO_RETRY;
+    char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"printf ran\"}", id);
+    int before = dbx_memdrv_exec_count(g_mem);
+    dbx_memdrv_not_started_next(g_mem, 1);
+    cJSON *o = ok(T(exec), &a, in);
+    assert_int_equal(num(o, "exit_code"), 0);
+    assert_string_equal(str(o, "stdout"), "ran");
+    assert_int_equal(dbx_memdrv_exec_count(g_mem), before + 1); /* it ran once */
+    cJSON_Delete(o);
+    dbx_fake_act_cleanup(&a);
+    free(in);
+  }
+  struct dbx_act a = act_for("wf-nostart");
+  a.activity_id = "8";
+  char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"printf ran\"}", id);
+  int before = dbx_memdrv_exec_count(g_mem);
+  dbx_memdrv_not_started_next(g_mem, 2);
+  char *m = failed(T(exec), &a, in, "CommandNotStarted", 0);
+  assert_int_equal(dbx_memdrv_exec_count(g_mem), before); /* nothing ran */
+  expect_message(m, "did not start, twice (nothing of it ran): cannot start /bin/sh: Broken pipe");
+  dbx_memdrv_not_started_next(g_mem, 0);
+  dbx_fake_act_cleanup(&a);
+  free(in);
+  free(id);
+}
+
 /* Two local drivers over two homes and a memory driver in one process, at
  * once: the same workflow's sandbox exists in each, apart. */
 static void test_driver_two_homes_one_process(void **state) {
@@ -2738,6 +2774,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_sandbox_acts_unretryable_git_failures),
       cmocka_unit_test(test_sandbox_acts_failure_types_by_table),
       cmocka_unit_test(test_sandbox_acts_exec_lost_restarts_once),
+      cmocka_unit_test(test_sandbox_acts_exec_not_started_restarts_once),
       cmocka_unit_test(test_driver_threads),
       cmocka_unit_test(test_sandbox_acts_derived_names_pinned),
       cmocka_unit_test(test_sandbox_acts_write_file_base64_strict),

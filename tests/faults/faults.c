@@ -663,9 +663,30 @@ static void reap_others(const proc *skip) {
   }
 }
 
+/* Field 22 of /proc/PID/stat (the start time in clock ticks), 0 when the
+ * process is gone or a zombie. */
+static unsigned long long proc_start_ticks(long pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+  FILE *f = fopen(path, "r");
+  size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+  if (f) fclose(f);
+  buf[n] = '\0';
+  const char *p = n ? strrchr(buf, ')') : NULL; /* the name may hold ')' */
+  if (p == NULL || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X') return 0;
+  p += 2;
+  for (int field = 3; field < 22 && p; field++)
+    if ((p = strchr(p, ' ')) != NULL) p++;
+  return p ? strtoull(p, NULL, 10) : 0;
+}
+
 /* A live exec supervisor of a command still running (no status), or 0:
- * its pid from the command's "supervisor" file, checked against the
- * process's own argv[0] so that a reused pid is never signalled. */
+ * its pid and start time from the command's "supervisor" file ("pid
+ * starttime"), both checked against the process, so that a reused pid is
+ * never signalled. The pid alone, with argv[0], was not enough: pids wrap
+ * at 32,768 here, and a supervisor's own child, forked and not yet exec'd,
+ * is also "durabox-supervise"; run 15 killed such a child of another
+ * command (whose supervisor then said "cannot start ...: Broken pipe"). */
 static pid_t find_supervisor(void) {
   char *pat = dbx_asprintf("%s/home/sandboxes/*/meta/cmds/*/supervisor", opt.dir);
   glob_t g;
@@ -679,9 +700,10 @@ static pid_t find_supervisor(void) {
       free(status);
       FILE *fp = done ? NULL : fopen(f, "r");
       long pid = 0;
-      if (fp && fscanf(fp, "%ld", &pid) != 1) pid = 0;
+      unsigned long long ticks = 0;
+      if (fp && fscanf(fp, "%ld %llu", &pid, &ticks) != 2) pid = 0;
       if (fp) fclose(fp);
-      if (pid <= 1) continue;
+      if (pid <= 1 || ticks == 0 || proc_start_ticks(pid) != ticks) continue;
       char cpath[64], argv0[64] = "";
       snprintf(cpath, sizeof cpath, "/proc/%ld/cmdline", pid);
       FILE *cf = fopen(cpath, "r");
