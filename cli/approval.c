@@ -34,7 +34,7 @@
 #define USAGE                                                                            \
   "usage: durabox approval list [--address A] [--db DIR]\n"                              \
   "       durabox approval grant|deny WORKFLOW_ID --by NAME [--reason TEXT] [--run-id R]\n" \
-  "         decide the step a durabox.Agent run holds for approval\n"                    \
+  "         decide the step a durabox.Agent run, or a fork's at_most_once step, holds\n"  \
   "       durabox approval grant --workflow-id ID [--run-id R] --activity-type T\n"      \
   "                              --input-hash H [--namespace NS] [--db DIR]\n"      \
   "         let a refused repeat of an at_most_once call run once\n"                    \
@@ -161,7 +161,7 @@ static int held_list(dbx_client *c, const char *address, int optional) {
     dbx_client_msg_free(r);
     if (!tok) break;
   }
-  if (!shown) printf("no agent step waits for approval\n");
+  if (!shown) printf("no agent or fork step waits for approval\n");
   return 0;
 }
 
@@ -290,6 +290,11 @@ int dbx_cli_approval(int argc, char **argv) {
     dbx_cli_conn_cleanup(&conn);
     return 2;
   }
+  if (conn.json) { /* refused rather than ignored */
+    fprintf(stderr, "durabox approval: --output json is not supported; its output is text\n");
+    dbx_cli_conn_cleanup(&conn);
+    return 2;
+  }
   ns = conn.namespace_ && *conn.namespace_ ? conn.namespace_ : ns;
   int amo = type || hash; /* the at_most_once form of grant */
   if (strcmp(sub, "list") != 0 && !amo) {
@@ -309,6 +314,10 @@ int dbx_cli_approval(int argc, char **argv) {
   int rc = 0;
   if (strcmp(sub, "list") == 0 && (!db || address_flag || getenv("TEMPORAL_ADDRESS"))) {
     rc = agent_approval(sub, &conn, NULL, NULL, NULL, NULL);
+    if (rc == 2) { /* a bad address or TLS file: nothing else is listed */
+      dbx_cli_conn_cleanup(&conn);
+      return rc;
+    }
     if (!db) { /* the default store's refusals too, when there is one */
       char *dbdef = dbx_cli_worker_db_default();
       struct stat sb;

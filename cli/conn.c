@@ -56,19 +56,26 @@ char *dbx_cli_read_file(const char *path, size_t *len_out) {
 }
 
 int dbx_cli_address_check(const char *a) {
-  static const char *const schemes[] = {"dns:", "ipv4:", "ipv6:", "unix:", "unix-abstract:"};
-  for (size_t i = 0; i < sizeof schemes / sizeof *schemes; i++)
-    if (strncmp(a, schemes[i], strlen(schemes[i])) == 0) return 0;
-  const char *colon = strrchr(a, ':');
+  static const char *const schemes[] = {"dns:///", "dns:", "ipv4:", "ipv6:", "unix:", "unix-abstract:"};
   const char *why = NULL;
-  if (!colon || colon == a) why = "is not HOST:PORT";
-  else if (a[0] == '[' ? colon[-1] != ']' : memchr(a, ':', (size_t)(colon - a)) != NULL)
+  for (const char *p = a; *p && !why; p++)
+    if ((unsigned char)*p <= 0x20 || *p == 0x7f) why = "has a space or a control character in it";
+  for (size_t i = 0; i < sizeof schemes / sizeof *schemes && !why; i++)
+    if (strncmp(a, schemes[i], strlen(schemes[i])) == 0) {
+      if (a[strlen(schemes[i])] != '\0') return 0; /* gRPC's own target syntax */
+      why = "names nothing after its scheme";
+    }
+  const char *colon = why ? NULL : strrchr(a, ':');
+  if (why) {
+  } else if (!colon || colon == a) {
+    why = "is not HOST:PORT";
+  } else if (a[0] == '[' ? colon[-1] != ']' || colon - a < 3 : memchr(a, ':', (size_t)(colon - a)) != NULL) {
     why = "is not HOST:PORT (an IPv6 host goes in brackets: [::1]:7233)";
-  else {
+  } else {
     char *end = NULL;
     errno = 0;
     long port = strtol(colon + 1, &end, 10);
-    if (!colon[1] || *end || errno || port < 1 || port > 65535 || colon[1] == '+' || colon[1] == '-')
+    if (colon[1] < '0' || colon[1] > '9' || *end || errno || port < 1 || port > 65535)
       why = "has no port from 1 to 65535 after its last ':'";
   }
   if (!why) return 0;

@@ -632,6 +632,29 @@ static int parse_flags(const char *sub, int argc, char **argv, wf_args *a, dbx_c
   return 0;
 }
 
+/* What a successful cancel did: the service accepts a cancel of a closed run
+ * as a no-op (as Temporal's does), so a closed run is named as such. */
+static void cancel_said(dbx_client *c, const wf_args *a) {
+  DescribeWorkflowExecutionResponse *r = NULL;
+  char *err = NULL;
+  int closed = 0;
+  const char *name = "?";
+  if (dbx_client_describe(c, a->workflow_id, a->run_id, &r, &err) == DBX_OK && r->workflow_execution_info) {
+    int st = r->workflow_execution_info->status;
+    closed = st != TEMPORAL__API__ENUMS__V1__WORKFLOW_EXECUTION_STATUS__WORKFLOW_EXECUTION_STATUS_RUNNING;
+    const ProtobufCEnumValue *v =
+        protobuf_c_enum_descriptor_get_value(&temporal__api__enums__v1__workflow_execution_status__descriptor, st);
+    if (v) name = v->name + strlen("WORKFLOW_EXECUTION_STATUS_");
+  }
+  if (closed)
+    printf("%s had already closed (%s): nothing to cancel\n", a->workflow_id, name);
+  else /* the run's workflow code decides when it stops */
+    printf("cancellation of %s requested; `durabox workflow result -w %s` waits for its end\n", a->workflow_id,
+           a->workflow_id);
+  dbx_client_msg_free(r);
+  free(err);
+}
+
 int dbx_cli_workflow(int argc, char **argv) {
   if (argc < 2 || dbx_cli_flag_is_help(argv[1])) {
     usage(argc < 2 ? stderr : stdout);
@@ -766,9 +789,7 @@ int dbx_cli_workflow(int argc, char **argv) {
     dbx_err e = dbx_client_cancel(c, a.workflow_id, a.run_id, a.reason, &err);
     rc = e == DBX_OK ? 0 : 1;
     if (e != DBX_OK) report(&a, "cancel", e, err);
-    else if (!conn.json) /* the run's workflow code decides when it stops */
-      printf("cancellation of %s requested; `durabox workflow result -w %s` waits for its end\n",
-             a.workflow_id, a.workflow_id);
+    else if (!conn.json) cancel_said(c, &a);
   } else if (strcmp(sub, "terminate") == 0) {
     dbx_err e = dbx_client_terminate(c, a.workflow_id, a.run_id, a.reason, NULL, &err);
     rc = e == DBX_OK ? 0 : 1;

@@ -607,6 +607,12 @@ static void test_cli_workflow_commands_against_dev(void **state) {
   assert_string_equal(out, "cli-long terminated\n"); /* a success says so */
   free(out);
   free(err);
+  /* a cancel of a closed run is a no-op success (as on Temporal's server): said so */
+  rc = durabox(NULL, &out, &err, "workflow", "cancel", "-w", "cli-long", "--address", addr, NULL);
+  if (rc != 0) fail_msg("workflow cancel exited %d: %s", rc, err);
+  assert_string_equal(out, "cli-long had already closed (TERMINATED): nothing to cancel\n");
+  free(out);
+  free(err);
   rc = durabox(NULL, &out, &err, "workflow", "result", "--workflow-id", "cli-long", "--address", addr,
                NULL);
   assert_int_equal(rc, 1);
@@ -854,6 +860,9 @@ static void test_cli_flags_are_checked(void **state) {
       {{"worker", "--address", "localhost:70000"}, 2, "the service address 'localhost:70000' has no port"},
       {{"approval", "list", "--address", "::1:7233"}, 2, "an IPv6 host goes in brackets"},
       {{"sandbox", "list", "--address", ":7233"}, 2, "the service address ':7233' is not HOST:PORT"},
+      {{"workflow", "list", "--address", " localhost:7233"}, 2, "has a space or a control character in it"},
+      {{"workflow", "list", "--address", "dns:"}, 2, "the service address 'dns:' names nothing after its scheme"},
+      {{"approval", "list", "--output", "json"}, 2, "--output json is not supported; its output is text"},
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     const char *const *a = cases[k].args;
@@ -864,6 +873,12 @@ static void test_cli_flags_are_checked(void **state) {
     free(out);
     free(err);
   }
+  /* a bad address lists nothing at all (the worker store's refusals neither) */
+  int arc = durabox(NULL, &out, &err, "approval", "list", "--address", "127.0.0.1:", NULL);
+  assert_int_equal(arc, 2);
+  assert_string_equal(out, "");
+  free(out);
+  free(err);
   /* an unreachable service with --output json: the error object on stdout */
   int rc = durabox(NULL, &out, &err, "workflow", "describe", "-w", "x", "--output=json", addr_eq, NULL);
   assert_int_equal(rc, 1);

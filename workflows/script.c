@@ -1102,7 +1102,8 @@ static int fork_satisfy(script *s, dbx_wf *wf, const char *type, const char *txt
 
 /* While a fork's at_most_once step waits, memo "durabox.approval" names it
  * ({"step": its name, "kind": "at_most_once", "target": activity type,
- * "arguments": the step, a file's content as its length, "rule", "reason"}),
+ * "arguments": the step, a file's content as content_bytes (its length),
+ * "rule", "reason"}),
  * the shape a held agent step has
  * (workflows/agent.h), so that `durabox approval list|grant|deny` find it; a
  * decision clears it (null). Runs whose history has no marker of the version
@@ -1125,7 +1126,11 @@ static void approval_memo(script *s, dbx_wf *wf, int open) {
     static const char *const bulky[] = {"content", "content_b64"}; /* a file's bytes: their size only */
     for (size_t i = 0; args && i < 2; i++) {
       const char *v = str_of(args, bulky[i]);
-      if (v) cJSON_ReplaceItemInObjectCaseSensitive(args, bulky[i], cJSON_CreateNumber((double)strlen(v)));
+      if (!v) continue;
+      char bkey[32];
+      snprintf(bkey, sizeof bkey, "%s_bytes", bulky[i]);
+      cJSON_AddNumberToObject(args, bkey, (double)strlen(v));
+      cJSON_DeleteItemFromObjectCaseSensitive(args, bulky[i]);
     }
     cJSON_AddItemToObject(m, "arguments", args);
     cJSON_AddStringToObject(m, "rule", "fork");
