@@ -1361,6 +1361,17 @@ static dbx_drv_err exec_begin(dbx_act *a, exec_job *j) {
  * twice is FAILED with j->not_started set. A command whose sandbox vanished
  * (its folder removed under it) is NO_SANDBOX. Other errors are the
  * driver's. */
+/* Forget j's command (nothing of it runs) and start it anew; *done = 0 so
+ * that the caller looks again at once. */
+static dbx_drv_err exec_restart(exec_job *j, int *done) {
+  if (j->wait_fd >= 0) close(j->wait_fd);
+  j->wait_fd = -1;
+  dbx_drv_err rc = CALL(j->drv, exec_forget, j->id, j->cmd_id);
+  if (rc == DBX_DRV_OK) rc = CALL(j->drv, exec_start, j->id, j->cmd_id, &j->opts, NULL);
+  if (rc == DBX_DRV_OK) *done = 0;
+  return rc;
+}
+
 static dbx_drv_err exec_look(dbx_act *a, exec_job *j, dbx_drv_exec_result *er, int *done) {
   dbx_driver *drv = j->drv;
   const char *id = j->id, *cmd_id = j->cmd_id;
@@ -1380,12 +1391,7 @@ static dbx_drv_err exec_look(dbx_act *a, exec_job *j, dbx_drv_exec_result *er, i
     DBX_WARN(MOD, "sandbox %s: command %s did not start (%s); nothing of it ran: starting it again", id,
              cmd_id, er->not_started);
     dbx_drv_exec_result_cleanup(er);
-    if (j->wait_fd >= 0) close(j->wait_fd);
-    j->wait_fd = -1;
-    if ((rc = CALL(drv, exec_forget, id, cmd_id)) != DBX_DRV_OK) return rc;
-    if ((rc = CALL(drv, exec_start, id, cmd_id, &j->opts, NULL)) != DBX_DRV_OK) return rc;
-    *done = 0; /* look again at once */
-    return DBX_DRV_OK;
+    return exec_restart(j, done);
   }
   if (st.state == DBX_DRV_CMD_LOST && j->amo) {
     DBX_WARN(MOD, "sandbox %s: at_most_once command %s lost its supervisor; not run again", id,
@@ -1399,12 +1405,7 @@ static dbx_drv_err exec_look(dbx_act *a, exec_job *j, dbx_drv_exec_result *er, i
       return DBX_DRV_FAILED;
     }
     DBX_WARN(MOD, "sandbox %s: command %s lost its supervisor; starting it again", id, cmd_id);
-    if (j->wait_fd >= 0) close(j->wait_fd);
-    j->wait_fd = -1;
-    if ((rc = CALL(drv, exec_forget, id, cmd_id)) != DBX_DRV_OK) return rc;
-    if ((rc = CALL(drv, exec_start, id, cmd_id, &j->opts, NULL)) != DBX_DRV_OK) return rc;
-    *done = 0; /* look again at once */
-    return DBX_DRV_OK;
+    return exec_restart(j, done);
   }
   if (st.state == DBX_DRV_CMD_PENDING) { /* a start raced with a poller: launch it */
     if (j->starts++ >= EXEC_START_TRIES) {
