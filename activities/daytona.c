@@ -55,12 +55,38 @@ static _Thread_local struct {
   char msg[768];
 } tl_err;
 
+/* Replace every copy of d's API key in buf (NUL-terminated, cap bytes) with
+ * a mark, cutting what no longer fits: a reply may echo the key (an error
+ * body quoting the Authorization header it refused), and what is quoted from
+ * replies goes to messages, logs and history (found by tests/fuzz/fuzz_http). */
+static void redact_key(const dbx_daytona *d, char *buf, size_t cap) {
+  static const char pre[] = "Authorization: Bearer ", mark[] = "[redacted:DAYTONA_API_KEY]";
+  if (!d || !d->auth_hdr || strncmp(d->auth_hdr, pre, sizeof pre - 1) != 0) return;
+  const char *key = d->auth_hdr + sizeof pre - 1;
+  size_t kn = strlen(key), mn = sizeof mark - 1;
+  if (kn < 4 || cap == 0) return;
+  char *at = buf;
+  while ((at = strstr(at, key)) != NULL) {
+    size_t off = (size_t)(at - buf), rest = strlen(at + kn);
+    if (off + mn >= cap) { /* the mark itself does not fit: cut here */
+      *at = '\0';
+      return;
+    }
+    size_t keep = rest < cap - 1 - off - mn ? rest : cap - 1 - off - mn;
+    memmove(at + mn, at + kn, keep);
+    memcpy(at, mark, mn);
+    at[mn + keep] = '\0';
+    at += mn;
+  }
+}
+
 __attribute__((format(printf, 3, 4))) static dbx_drv_err fail(dbx_daytona *d, dbx_drv_err e,
                                                               const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(tl_err.msg, sizeof tl_err.msg, fmt, ap);
   va_end(ap);
+  redact_key(d, tl_err.msg, sizeof tl_err.msg);
   tl_err.owner = d;
   return e;
 }
@@ -69,7 +95,12 @@ static const char *dt_errmsg(void *self) { return tl_err.owner == self ? tl_err.
 
 static int64_t now_ms(void) { return dbx_mono_ns() / 1000000; }
 
+/* The fuzz build (tests/fuzz/fuzz_http.c) does not wait: a retry or a poll
+ * costs a request there, not time; every deadline still holds. */
 static void sleep_ms(int64_t ms) {
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+  ms = 0;
+#endif
   if (ms <= 0) return;
   struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);
@@ -163,7 +194,7 @@ static int transport_unsent(CURLcode cc) {
 
 enum { UNSAFE = 0, SAFE = 1 };
 
-static void reply_words(const resp_t *r, char *out, size_t cap);
+static void reply_words(const dbx_daytona *d, const resp_t *r, char *out, size_t cap);
 
 /* One exchange, tried again as the reference allows: connection failures
  * (nothing sent) for any call; 429 after Retry-After for any call; a reply
@@ -263,7 +294,7 @@ static dbx_drv_err req(cli_t *c, const char *method, const char *url, const char
     int gateway = r->status == 502 || r->status == 503 || r->status == 504;
     if (safe && attempt < MAX_TRIES && (gateway || (r->status == 500 && fails500++ == 0))) {
       char words[256];
-      reply_words(r, words, sizeof words);
+      reply_words(d, r, words, sizeof words);
       DBX_WARN(MOD, "%s: HTTP %ld %s (attempt %d), trying again", ep, r->status, words, attempt);
       sleep_ms(backoff);
       backoff = backoff * 2 > 4000 ? 4000 : backoff * 2;
@@ -278,7 +309,7 @@ static dbx_drv_err req(cli_t *c, const char *method, const char *url, const char
 
 /* The reply's words: "message" (a string or NestJS's array) and "code" of
  * either error body shape; an empty or non-JSON body says so. */
-static void reply_words(const resp_t *r, char *out, size_t cap) {
+static void reply_words(const dbx_daytona *d, const resp_t *r, char *out, size_t cap) {
   out[0] = '\0';
   if (r->body.n == 0) {
     snprintf(out, cap, "(empty body)");
@@ -301,6 +332,7 @@ static void reply_words(const resp_t *r, char *out, size_t cap) {
     snprintf(out + o, cap - o, ")");
   }
   cJSON_Delete(j);
+  redact_key(d, out, cap);
 }
 
 /* The default type of a status (the reference's table); callers override
@@ -326,7 +358,7 @@ static dbx_drv_err fail_http(cli_t *c, dbx_drv_err e, const char *what, const ch
                              const char *url, const resp_t *r) {
   char ep[256], words[512];
   endpoint(method, url, ep, sizeof ep);
-  reply_words(r, words, sizeof words);
+  reply_words(c->d, r, words, sizeof words);
   if (r->status == 401 || (r->status == 403 && !strstr(words, "FILE_ACCESS_DENIED"))) {
     int git = strstr(ep, "/git/") != NULL || strstr(words, "GIT_AUTH") != NULL;
     return fail(c->d, DBX_DRV_AUTH, "%s: HTTP %ld from %s: %s (%s)", what, r->status, ep, words,
@@ -548,7 +580,7 @@ static char *tb(const sbinfo *s, const char *fmt, ...) {
 static dbx_drv_err tb_status_err(cli_t *c, const char *name, const char *what, const char *method,
                                  const char *url, const resp_t *r, dbx_drv_err dflt) {
   char words[512];
-  reply_words(r, words, sizeof words);
+  reply_words(c->d, r, words, sizeof words);
   if (r->status == 400 && (strstr(words, "Is the Sandbox started") || strstr(words, "container IP"))) {
     sbinfo s;
     dbx_drv_err e = sb_get(c, name, &s);
@@ -2111,7 +2143,7 @@ static dbx_drv_err git_post(cli_t *c, const char *name, const sbinfo *s, const c
                             : DBX_DRV_NOMEM;
   if (rc == DBX_DRV_OK && r.status == 404) {
     char words[512];
-    reply_words(&r, words, sizeof words);
+    reply_words(c->d, &r, words, sizeof words);
     rc = strstr(words, "FILE_NOT_FOUND") || strstr(words, "path not found")
              ? fail(c->d, DBX_DRV_NOT_FOUND, "%s: %s", what, words)
              : fail_http(c, DBX_DRV_FAILED, what, "POST", url, &r);
