@@ -116,7 +116,7 @@ static int check_items(const cJSON *items, char *err, size_t n) {
     }
     keys[i++] = str_of(it, "key");
   }
-  qsort(keys, (size_t)cnt, sizeof *keys, cmp_str);
+  if (cnt > 1) qsort(keys, (size_t)cnt, sizeof *keys, cmp_str); /* qsort(NULL, 0) is undefined */
   for (i = 1; i < cnt; i++)
     if (strcmp(keys[i - 1], keys[i]) == 0) {
       snprintf(err, n, "items: key \"%.80s\" given twice", keys[i]);
