@@ -3,13 +3,20 @@
  * use on a Script input file. Any bytes: a verdict (0, or -1 with a
  * NUL-terminated message that names the problem; on success err is not
  * written), never a crash. The same
- * input is also checked with a tiny error buffer (truncation). */
+ * input is also checked with a tiny error buffer (truncation). fuzz_fleet.c
+ * builds this file with DBX_FUZZ_FLEET for the Fleet input check. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef DBX_FUZZ_FLEET /* fuzz_fleet.c */
+#include "workflows/fleet.h"
+#define VALIDATE dbx_fleet_validate
+#else
 #include "workflows/script.h"
+#define VALIDATE dbx_script_validate
+#endif
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -20,12 +27,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size) memcpy(in, data, size);
   char err[256];
   memset(err, 'x', sizeof err);
-  int rc = dbx_script_validate(in, size, err, sizeof err);
+  int rc = VALIDATE(in, size, err, sizeof err);
   if (rc != 0 && rc != -1) abort();
   /* a refusal names its problem in a terminated message */
   if (rc == -1 && (memchr(err, '\0', sizeof err) == NULL || err[0] == '\0')) abort();
   char small[8];
-  int rc2 = dbx_script_validate(in, size, small, sizeof small);
+  int rc2 = VALIDATE(in, size, small, sizeof small);
   if (rc2 != rc || (rc2 == -1 && memchr(small, '\0', sizeof small) == NULL)) abort(); /* same verdict */
   free(in);
   return 0;
