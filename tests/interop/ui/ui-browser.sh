@@ -52,7 +52,13 @@ until curl -fsS "$ui/api/v1/cluster-info" >/dev/null 2>&1; do
   [ $SECONDS -lt $until ] || { cat "$tmp/dev.log" >&2; fail "the Web UI did not answer on $ui within 60 s"; }
   sleep 0.2
 done
-grep -q "Web UI on $ui" "$tmp/dev.log" || { cat "$tmp/dev.log" >&2; fail "durabox dev did not say where the Web UI is"; }
+# dev says where the UI is once its start returns, which can be just after
+# the UI's first answer: wait for the line, do not race it
+until=$((SECONDS + 10))
+until grep -q "Web UI on $ui" "$tmp/dev.log"; do
+  [ $SECONDS -lt $until ] || { cat "$tmp/dev.log" >&2; fail "durabox dev did not say where the Web UI is within 10 s of its answer"; }
+  sleep 0.1
+done
 
 # the repository: add() subtracts, and its test says so
 repo=$tmp/repo
