@@ -71,7 +71,6 @@ static dbx_driver *g_drv;
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static const uint8_t *g_rp;
 static size_t g_rn;
-static unsigned g_requests;
 
 static void die(const char *what) {
   fprintf(stderr, "fuzz_http: %s: %s\n", what, strerror(errno));
@@ -149,7 +148,6 @@ static void *server(void *arg) {
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     read_request(fd);
     pthread_mutex_lock(&g_mu);
-    g_requests++;
     unsigned st = 400, flags = 0;
     const uint8_t *body = (const uint8_t *)"{\"message\":\"no more replies\"}";
     size_t blen = strlen((const char *)body);
