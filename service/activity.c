@@ -54,10 +54,13 @@ dbx_err svc_activity_queue_attempt(ectx *c, RunState *rs, ActivityInfo *ai) {
   return rc;
 }
 
+/* The wait before the next attempt (ms), at most MAX_TIMEOUT_MS: a worker's
+ * next_retry_delay is not checked where it arrives, and the caller adds the
+ * result in ns to a clock reading. */
 static int64_t retry_backoff_ms(const RetryPolicy *p, int attempt, const Failure *f) {
   if (f && f->failure_info_case == FI(APPLICATION_FAILURE_INFO) && f->application_failure_info->next_retry_delay) {
     int64_t d = dbx_pb_duration_ms(f->application_failure_info->next_retry_delay);
-    if (d >= 0) return d;
+    if (d >= 0) return d > MAX_TIMEOUT_MS ? MAX_TIMEOUT_MS : d;
   }
   double ms = (double)dbx_pb_duration_ms(p ? p->initial_interval : NULL);
   if (ms <= 0) ms = 1000;
@@ -65,7 +68,8 @@ static int64_t retry_backoff_ms(const RetryPolicy *p, int attempt, const Failure
   double maxi = (double)dbx_pb_duration_ms(p ? p->maximum_interval : NULL);
   if (maxi <= 0) maxi = ms * 100;
   for (int i = 1; i < attempt && ms < maxi; i++) ms *= coeff;
-  return (int64_t)(ms > maxi ? maxi : ms);
+  if (ms > maxi) ms = maxi;
+  return ms > (double)MAX_TIMEOUT_MS ? MAX_TIMEOUT_MS : (int64_t)ms;
 }
 
 static int type_listed(const RetryPolicy *p, const char *type) {

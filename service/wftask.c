@@ -32,12 +32,13 @@ static dbx_err load_wft(ectx *c, job *j, ProtobufCBinaryData token, RunState **o
 
 static void fill_retry_policy(RetryPolicy *p) {
   if (p->initial_interval == NULL || dbx_pb_duration_ms(p->initial_interval) <= 0) {
-    free(p->initial_interval);
+    /* the worker's Duration may carry unknown fields: free it whole */
+    if (p->initial_interval) protobuf_c_message_free_unpacked(&p->initial_interval->base, NULL);
     p->initial_interval = svc_duration_new_ms(1000);
   }
   if (p->backoff_coefficient < 1.0) p->backoff_coefficient = 2.0;
   if (p->maximum_interval == NULL || dbx_pb_duration_ms(p->maximum_interval) <= 0) {
-    free(p->maximum_interval);
+    if (p->maximum_interval) protobuf_c_message_free_unpacked(&p->maximum_interval->base, NULL);
     int64_t ii = dbx_pb_duration_ms(p->initial_interval); /* saturates at INT64_MAX / 2 */
     p->maximum_interval = svc_duration_new_ms(ii > MAX_TIMEOUT_MS ? ii : 100 * ii);
   }
