@@ -1,6 +1,7 @@
 /* Generic protobuf-c -> JSON by walking message descriptors (see pbjson.h). */
 #include "cli/pbjson.h"
 
+#include <float.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -258,9 +259,16 @@ static int enum_from(const ProtobufCEnumDescriptor *ed, const cJSON *j, int *out
 /* A 64-bit integer: a JSON string of digits (protobuf's mapping) or a number. */
 static int int64_from(const cJSON *j, int is_signed, uint64_t *out) {
   if (cJSON_IsNumber(j)) {
+    /* range first (a cast of a double outside the type's range, or NaN, is
+     * undefined), then whole: -2^63 <= d < 2^63 signed, 0 <= d < 2^64 not */
     double d = j->valuedouble;
-    if (d != (double)(int64_t)d || (!is_signed && d < 0)) return -1;
-    *out = (uint64_t)(int64_t)d;
+    if (is_signed) {
+      if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0) || d != (double)(int64_t)d) return -1;
+      *out = (uint64_t)(int64_t)d;
+    } else {
+      if (!(d >= 0 && d < 18446744073709551616.0) || d != (double)(uint64_t)d) return -1;
+      *out = (uint64_t)d;
+    }
     return 0;
   }
   if (!cJSON_IsString(j) || j->valuestring[0] == '\0') return -1;
@@ -290,8 +298,9 @@ static int int32_from(const cJSON *j, int is_signed, uint32_t *out) {
   } else {
     return -1;
   }
+  /* range first, so that NaN and huge values never reach a cast */
+  if (!(is_signed ? (d >= INT32_MIN && d <= INT32_MAX) : (d >= 0 && d <= UINT32_MAX))) return -1;
   if (d != (double)(int64_t)d) return -1;
-  if (is_signed ? (d < INT32_MIN || d > INT32_MAX) : (d < 0 || d > UINT32_MAX)) return -1;
   *out = is_signed ? (uint32_t)(int32_t)d : (uint32_t)d;
   return 0;
 }
@@ -389,6 +398,7 @@ static int value_from(const ProtobufCFieldDescriptor *f, const cJSON *j, void *p
     return int64_from(j, 0, p) == 0 ? 0 : imp_fail(x, "expected an unsigned 64-bit integer");
   case PROTOBUF_C_TYPE_FLOAT:
     if (!cJSON_IsNumber(j)) return imp_fail(x, "expected a number");
+    if (j->valuedouble > FLT_MAX || j->valuedouble < -FLT_MAX) return imp_fail(x, "number out of range for a float");
     *(float *)p = (float)j->valuedouble;
     return 0;
   case PROTOBUF_C_TYPE_DOUBLE:
