@@ -26,6 +26,7 @@
 #include "base/alloc.h"
 #include "base/fs.h"
 #include "base/hash.h"
+#include "base/json.h"
 #include "base/util.h"
 
 #define MOD "daytona"
@@ -1139,7 +1140,7 @@ static dbx_drv_err tb_info(cli_t *c, const char *name, const sbinfo *s, const ch
     cJSON *j = reply_json(&r);
     if (isdir) *isdir = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "isDir"));
     const cJSON *sz = cJSON_GetObjectItemCaseSensitive(j, "size");
-    if (size) *size = cJSON_IsNumber(sz) && sz->valuedouble > 0 ? (uint64_t)sz->valuedouble : 0;
+    if (size) *size = cJSON_IsNumber(sz) ? (uint64_t)dbx_json_int(sz->valuedouble, 0, INT64_MAX) : 0;
     cJSON_Delete(j);
   }
   if (url) resp_free(&r);

@@ -60,3 +60,10 @@ const char *dbx_json_problem_str(dbx_json_problem p) {
   }
   return "is not valid";
 }
+
+int64_t dbx_json_int(double d, int64_t lo, int64_t hi) {
+  if (!(d >= (double)lo)) return lo; /* NaN too */
+  if (d >= (double)hi) return hi;    /* (double)INT64_MAX rounds up to 2^63: the cast below stays in range */
+  int64_t v = (int64_t)d;
+  return v < lo ? lo : v > hi ? hi : v;
+}

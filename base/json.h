@@ -9,6 +9,7 @@
 #define DBX_BASE_JSON_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef enum {
   DBX_JSON_OK = 0,
@@ -30,5 +31,11 @@ dbx_json_problem dbx_json_text_check(const char *s, size_t n, size_t end, size_t
 /* A short description of a problem ("contains a NUL character (\\u0000)");
  * a static string, never NULL. */
 const char *dbx_json_problem_str(dbx_json_problem p);
+
+/* A JSON number (cJSON keeps every number as a double) as an integer in
+ * [lo, hi]: truncated toward zero, then clamped; NaN gives lo. A plain cast
+ * of a double outside the target type's range is undefined behaviour, and
+ * numbers from a file, a reply or history can be anything ("1e300"). */
+int64_t dbx_json_int(double d, int64_t lo, int64_t hi);
 
 #endif

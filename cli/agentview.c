@@ -1,10 +1,12 @@
 /* cli/agentview: see agentview.h. */
 #include "cli/agentview.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/json.h"
 #include "base/util.h"
 #include "worker/client.h"
 
@@ -14,7 +16,7 @@ static const char *s_of(const cJSON *o, const char *k) {
 }
 static int n_of(const cJSON *o, const char *k) {
   const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
-  return cJSON_IsNumber(x) ? (int)x->valuedouble : 0;
+  return cJSON_IsNumber(x) ? (int)dbx_json_int(x->valuedouble, INT_MIN, INT_MAX) : 0;
 }
 
 char *dbx_cli_held_step_words(const cJSON *h) {

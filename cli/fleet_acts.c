@@ -77,8 +77,8 @@ static dbx_err run_read_items(dbx_act *a, const char *json, size_t len, dbx_act_
     cJSON_Delete(in);
     return DBX_OK;
   }
-  long long at = (long long)off->valuedouble;
-  int limit = (int)lim->valuedouble;
+  long long at = (long long)dbx_json_int(off->valuedouble, 0, INT64_MAX);
+  int limit = (int)dbx_json_int(lim->valuedouble, 1, DBX_FLEET_MAX_PAGE);
   dbx_err rc = DBX_OK;
   cJSON *o = cJSON_CreateObject(), *items = cJSON_AddArrayToObject(o, "items"),
         *ends = cJSON_AddArrayToObject(o, "ends");

@@ -10,10 +10,12 @@
  * gets them afresh from its own start. */
 #include "cli/fork.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/json.h"
 #include "base/util.h"
 #include "cli/conn.h"
 #include "cli/flags.h"
@@ -96,7 +98,7 @@ static void print_points(const cJSON *p, const fork_args *a, const char *rid, in
   }
   const cJSON *iv = cJSON_GetObjectItemCaseSensitive(p, "intervals"), *i;
   printf("workflow %s run %s: %d events, %d checkpoint%s\n", a->workflow_id, rid,
-         (int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(p, "last_event_id")),
+         (int)dbx_json_int(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(p, "last_event_id")), 0, INT_MAX),
          cJSON_GetArraySize(iv), cJSON_GetArraySize(iv) == 1 ? "" : "s");
   cJSON_ArrayForEach(i, iv) {
     char line[512];
@@ -150,7 +152,7 @@ static int start_fork(dbx_client *c, const fork_args *a, const char *rid, const 
   const WorkflowExecutionStartedEventAttributes *s = first->workflow_execution_started_event_attributes;
   char *in = dbx_payloads_to_json(s->input), *err = NULL, *new_run = NULL, *txt = NULL;
   cJSON *inj = in ? cJSON_Parse(in) : NULL;
-  int64_t at = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(plan, "event_id"));
+  int64_t at = dbx_json_int(cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(plan, "event_id")), 0, INT64_MAX);
   char defid[300];
   snprintf(defid, sizeof defid, "%.200s-fork-%lld", a->workflow_id, (long long)at);
   const char *nid = a->new_id && *a->new_id ? a->new_id : defid;

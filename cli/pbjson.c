@@ -229,8 +229,10 @@ static void fold(const char *s, char *out, size_t cap) {
 
 static int enum_from(const ProtobufCEnumDescriptor *ed, const cJSON *j, int *out) {
   if (cJSON_IsNumber(j)) {
-    *out = (int)j->valuedouble;
-    return j->valuedouble == (double)*out ? 0 : -1;
+    double d = j->valuedouble;
+    if (!(d >= INT32_MIN && d <= INT32_MAX)) return -1; /* before the cast: NaN, huge */
+    *out = (int)d;
+    return d == (double)*out ? 0 : -1;
   }
   if (!cJSON_IsString(j)) return -1;
   char want[128], have[128];

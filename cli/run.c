@@ -27,6 +27,7 @@
 #include <cjson/cJSON.h>
 
 #include "base/alloc.h"
+#include "base/json.h"
 #include "base/util.h"
 #include "cli/agentview.h"
 #include "cli/cli.h"
@@ -353,7 +354,7 @@ static void live_refresh(live_view *v, dbx_client *c, const char *wfid, const ch
         static const char *const tails[2] = {"stdout_tail", "stderr_tail"};
         for (int k = 0; k < 2; k++) {
           const cJSON *o = cJSON_GetObjectItemCaseSensitive(j, offs[k]);
-          uint64_t off = cJSON_IsNumber(o) ? (uint64_t)o->valuedouble : 0;
+          uint64_t off = cJSON_IsNumber(o) ? (uint64_t)dbx_json_int(o->valuedouble, 0, INT64_MAX) : 0;
           if (off > v->seen_off[k]) v->recent = k, v->seen_off[k] = off;
         }
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, tails[v->recent]);

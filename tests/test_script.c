@@ -5,9 +5,12 @@
  * size limits, each refused past its boundary and accepted at it. */
 #include "tests/testutil.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cjson/cJSON.h>
 
 #include "base/json.h"
 #include "workflows/script.h"
@@ -192,6 +195,25 @@ static void test_json_text_check_ordinals(void **state) {
 /* An exec step's retry_on_exit, checked before anything runs. */
 #define R(extra, roe) "{\"steps\":[{\"name\":\"t\",\"kind\":\"exec\",\"command\":\"make test\"" extra \
                       ",\"retry_on_exit\":" roe "}]}"
+/* base/json.h dbx_json_int: JSON numbers of any size become integers in
+ * range without an undefined cast. */
+static void test_json_int_clamps(void **state) {
+  (void)state;
+  assert_int_equal(dbx_json_int(42.9, 0, 100), 42);
+  assert_int_equal(dbx_json_int(-42.9, -100, 100), -42);
+  assert_int_equal(dbx_json_int(1e300, 0, INT32_MAX), INT32_MAX);
+  assert_int_equal(dbx_json_int(-1e300, INT32_MIN, INT32_MAX), INT32_MIN);
+  assert_true(dbx_json_int(9.3e18, 0, INT64_MAX) == INT64_MAX);
+  assert_true(dbx_json_int(-9.3e18, INT64_MIN, INT64_MAX) == INT64_MIN);
+  assert_true(dbx_json_int(9223372036854774784.0, 0, INT64_MAX) == 9223372036854774784LL); /* 2^63 - 1024 */
+  assert_int_equal(dbx_json_int(0.0 / 0.0, 5, 10), 5);
+  assert_int_equal(dbx_json_int(3, 5, 10), 5);
+  cJSON *j = cJSON_Parse("1e999"); /* strtod: infinity */
+  assert_non_null(j);
+  assert_int_equal(dbx_json_int(j->valuedouble, 0, 7), 7);
+  cJSON_Delete(j);
+}
+
 static void test_script_retry_on_exit_checked(void **state) {
   (void)state;
   assert_string_equal(check(R("", "{\"codes\":[1,2],\"max_attempts\":3,\"backoff_s\":2}")), "");
@@ -285,6 +307,7 @@ static void test_script_sandbox_sizes_and_transfers_checked(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_script_nul_refused_in_values_and_keys),
+      cmocka_unit_test(test_json_int_clamps),
       cmocka_unit_test(test_script_control_and_utf8_refused),
       cmocka_unit_test(test_script_trailing_data_refused),
       cmocka_unit_test(test_script_duplicate_names_refused),

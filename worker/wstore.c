@@ -18,6 +18,7 @@
  * own transaction, with no wait added. */
 #include "worker/wstore.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,7 @@
 #include "base/alloc.h"
 #include "base/failpoint.h"
 #include "base/hash.h"
+#include "base/json.h"
 #include "base/util.h"
 #include "store/store.h"
 
@@ -377,7 +379,7 @@ dbx_err dbx_wstore_journal_get(dbx_wstore *s, const char *ns, const char *workfl
   if (!j) return DBX_ESTORE;
   cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "state");
   cJSON *at = cJSON_GetObjectItemCaseSensitive(j, "attempt");
-  out->attempt = cJSON_IsNumber(at) ? (int32_t)at->valuedouble : 0;
+  out->attempt = cJSON_IsNumber(at) ? (int32_t)dbx_json_int(at->valuedouble, 0, INT32_MAX) : 0;
   if (cJSON_IsString(st) && strcmp(st->valuestring, "done") == 0) {
     out->state = DBX_JOURNAL_DONE;
     /* a member that could not be copied must not read as absent: a failure
@@ -511,7 +513,7 @@ typedef struct {
 
 static int json_int(cJSON *j, const char *name) {
   cJSON *x = cJSON_GetObjectItemCaseSensitive(j, name);
-  return cJSON_IsNumber(x) ? (int)x->valuedouble : 0;
+  return cJSON_IsNumber(x) ? (int)dbx_json_int(x->valuedouble, INT_MIN, INT_MAX) : 0;
 }
 
 static dbx_err put_json(dbx_txn *t, dbx_table tb, const uint8_t *key, size_t kl, cJSON *j) {

@@ -349,7 +349,7 @@ static void page_read(fleet *f, dbx_wf *wf, const dbx_act_outcome *o) {
   }
   int j = 0;
   const cJSON *e;
-  cJSON_ArrayForEach(e, ends) f->ends[j++] = (int64_t)e->valuedouble;
+  cJSON_ArrayForEach(e, ends) f->ends[j++] = dbx_json_int(e->valuedouble, 0, INT64_MAX);
   f->eof = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "eof")) || f->npage == 0;
   cJSON_Delete(r);
   if (f->skip && f->npage && !f->cancelling && lookup_page(f, wf) != 0) dbx_wf_out_of_memory(wf);

@@ -8,6 +8,7 @@
  * before anything is scheduled. */
 #include "workflows/script.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1056,7 +1057,7 @@ static int fork_satisfy(script *s, dbx_wf *wf, const char *type, const char *txt
     return 1;
   }
   cJSON *cnt = cJSON_GetObjectItemCaseSensitive(s->fork_seen, key);
-  int occ = cnt ? (int)cnt->valuedouble : 0;
+  int occ = cnt ? (int)dbx_json_int(cnt->valuedouble, 0, INT_MAX - 1) : 0;
   if (cnt) cJSON_SetNumberValue(cnt, occ + 1);
   else cJSON_AddNumberToObject(s->fork_seen, key, 1);
   const cJSON *e, *hit = NULL;
@@ -1214,7 +1215,7 @@ static void run_step(script *s, dbx_wf *wf) {
     snprintf(type, sizeof type, "sandbox.%s", kind);
     dbx_activity_opts o = {0};
     const cJSON *to = cJSON_GetObjectItemCaseSensitive(st, "timeout_s");
-    int64_t timeout_s = cJSON_IsNumber(to) ? (int64_t)to->valuedouble : 600;
+    int64_t timeout_s = cJSON_IsNumber(to) ? dbx_json_int(to->valuedouble, 0, (int64_t)MAX_SECONDS) : 600;
     o.start_to_close_ms = strcmp(kind, "exec") == 0 ? (timeout_s + 60) * 1000 : 60000;
     if (strcmp(kind, "exec") == 0) {
       /* sandbox.exec heartbeats every ~200 ms while its detached command runs:
@@ -1388,7 +1389,7 @@ static void *script_create(dbx_wf *wf, const char *input_json, size_t len) {
    * it copies or clones, so a dead worker is noticed after
    * sandbox.heartbeat_timeout_s (default 30) */
   const cJSON *cto = sb ? cJSON_GetObjectItemCaseSensitive(sb, "timeout_s") : NULL;
-  int64_t create_s = cJSON_IsNumber(cto) && cto->valuedouble >= 1 ? (int64_t)cto->valuedouble : 600;
+  int64_t create_s = cJSON_IsNumber(cto) && cto->valuedouble >= 1 ? dbx_json_int(cto->valuedouble, 1, (int64_t)MAX_SECONDS) : 600;
   const cJSON *chb = sb ? cJSON_GetObjectItemCaseSensitive(sb, "heartbeat_timeout_s") : NULL;
   double chb_s = cJSON_IsNumber(chb) && chb->valuedouble >= 1 ? chb->valuedouble : 30;
   dbx_activity_opts o = {.start_to_close_ms = create_s * 1000,
@@ -1523,8 +1524,8 @@ static char *exec_reason(const cJSON *res) {
   if (!cJSON_IsNumber(ec)) return dbx_asprintf("the result has no exit code");
   if (ec->valuedouble == 0) return NULL;
   if (cJSON_IsNumber(sg) && sg->valuedouble > 0)
-    return dbx_asprintf("killed by signal %d", (int)sg->valuedouble);
-  return dbx_asprintf("exit code %d", (int)ec->valuedouble);
+    return dbx_asprintf("killed by signal %d", (int)dbx_json_int(sg->valuedouble, 0, INT_MAX));
+  return dbx_asprintf("exit code %d", (int)dbx_json_int(ec->valuedouble, INT_MIN, INT_MAX));
 }
 
 static void record_step(script *s, const cJSON *st, const dbx_act_outcome *o, int *ok_out) {
@@ -1604,12 +1605,12 @@ static int exit_retry_due(const script *s, const cJSON *st, const dbx_act_outcom
   const cJSON *ec = cJSON_GetObjectItemCaseSensitive(res, "exit_code");
   int due = cJSON_IsNumber(ec) && ec->valuedouble != 0 &&
             !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "timed_out"));
-  *code = due ? (int)ec->valuedouble : 0;
+  *code = due ? (int)dbx_json_int(ec->valuedouble, INT_MIN, INT_MAX) : 0;
   const cJSON *codes = cJSON_GetObjectItemCaseSensitive(r, "codes");
   if (due && cJSON_IsArray(codes)) {
     int listed_code = 0;
     const cJSON *c;
-    cJSON_ArrayForEach(c, codes) if ((int)c->valuedouble == *code) listed_code = 1;
+    cJSON_ArrayForEach(c, codes) if (cJSON_IsNumber(c) && c->valuedouble == (double)*code) listed_code = 1;
     due = listed_code;
   }
   cJSON_Delete(res);
