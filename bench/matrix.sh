@@ -143,7 +143,8 @@ run_loadgen() {
     '{rep: ($rep|tonumber), server: $srv, worker: "loadgen", workload: "one", server_cpu_s: $scpu,
       server_rss_kib: $shwm, completed: .completed, failed: .errors, wall_s: .wall_s, wf_per_s: .workflows_per_s,
       p50_ms: .latency_ms.workflow_end_to_end.p50, p99_ms: .latency_ms.workflow_end_to_end.p99,
-      driver_cpu_s: .loadgen_cpu_s, driver_rss_kib: $drss, worker_cpu_s: 0, worker_rss_kib: 0}' <<<"$lg" | tee -a "$results"
+      driver_cpu_s: .loadgen_cpu_s, driver_rss_kib: $drss, worker_cpu_s: 0, worker_rss_kib: 0,
+      in_flight_mean: .in_flight_mean}' <<<"$lg" | tee -a "$results"
   rm -rf "$dir"/*.db "$dir"/*.db-*
 }
 
