@@ -29,7 +29,7 @@ char *dbx_cli_agent_held_words(const cJSON *h) {
   char *args = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(h, "arguments"));
   if (args && strlen(args) > 300) strcpy(args + 296, "...");
   const cJSON *dl = cJSON_GetObjectItemCaseSensitive(h, "deadline_ms");
-  long long left = cJSON_IsNumber(dl) ? ((long long)dl->valuedouble - dbx_wall_ns() / 1000000) / 1000 : 0;
+  long long left = cJSON_IsNumber(dl) ? ((long long)dbx_json_int(dl->valuedouble, 0, INT64_MAX) - dbx_wall_ns() / 1000000) / 1000 : 0;
   const char *why = s_of(h, "reason");
   const cJSON *ap = cJSON_GetObjectItemCaseSensitive(h, "approvers");
   char *who = cJSON_IsArray(ap) ? cJSON_PrintUnformatted(ap) : NULL;

@@ -258,6 +258,8 @@ static int enum_from(const ProtobufCEnumDescriptor *ed, const cJSON *j, int *out
   return -1;
 }
 
+static int digits_from(const char *s, int is_signed, uint64_t *out);
+
 /* A 64-bit integer: a JSON string of digits (protobuf's mapping) or a number. */
 static int int64_from(const cJSON *j, int is_signed, uint64_t *out) {
   if (cJSON_IsNumber(j)) {
@@ -273,11 +275,17 @@ static int int64_from(const cJSON *j, int is_signed, uint64_t *out) {
     }
     return 0;
   }
-  if (!cJSON_IsString(j) || j->valuestring[0] == '\0') return -1;
-  const char *s = j->valuestring;
+  if (!cJSON_IsString(j)) return -1;
+  return digits_from(j->valuestring, is_signed, out);
+}
+
+/* A string of decimal digits with an optional '-' (protobuf's JSON form of
+ * an integer in a string): nothing else, not empty, within 64 bits. */
+static int digits_from(const char *s, int is_signed, uint64_t *out) {
   int neg = *s == '-';
   if (neg && !is_signed) return -1;
   if (neg) s++;
+  if (*s == '\0') return -1; /* "" or a lone "-" */
   uint64_t v = 0;
   for (; *s; s++) {
     if (*s < '0' || *s > '9') return -1;
@@ -293,10 +301,12 @@ static int int32_from(const cJSON *j, int is_signed, uint32_t *out) {
   double d;
   if (cJSON_IsNumber(j)) {
     d = j->valuedouble;
-  } else if (cJSON_IsString(j) && j->valuestring[0]) {
-    char *end = NULL;
-    d = strtod(j->valuestring, &end);
-    if (*end) return -1;
+  } else if (cJSON_IsString(j)) {
+    uint64_t v;
+    if (digits_from(j->valuestring, is_signed, &v) != 0) return -1; /* "0x10", " 5", "1e2": refused */
+    if (is_signed ? ((int64_t)v < INT32_MIN || (int64_t)v > INT32_MAX) : v > UINT32_MAX) return -1;
+    *out = is_signed ? (uint32_t)(int32_t)(int64_t)v : (uint32_t)v;
+    return 0;
   } else {
     return -1;
   }
@@ -400,7 +410,10 @@ static int value_from(const ProtobufCFieldDescriptor *f, const cJSON *j, void *p
     return int64_from(j, 0, p) == 0 ? 0 : imp_fail(x, "expected an unsigned 64-bit integer");
   case PROTOBUF_C_TYPE_FLOAT:
     if (!cJSON_IsNumber(j)) return imp_fail(x, "expected a number");
-    if (j->valuedouble > FLT_MAX || j->valuedouble < -FLT_MAX) return imp_fail(x, "number out of range for a float");
+    /* beyond FLT_MAX plus half its ulp (2^103) the conversion overflows;
+     * below, it rounds to FLT_MAX ("3.4028235e38", as Go writes it) */
+    if (j->valuedouble >= (double)FLT_MAX + 0x1p103 || j->valuedouble <= -((double)FLT_MAX + 0x1p103))
+      return imp_fail(x, "number out of range for a float");
     *(float *)p = (float)j->valuedouble;
     return 0;
   case PROTOBUF_C_TYPE_DOUBLE:

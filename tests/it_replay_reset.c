@@ -252,6 +252,18 @@ static void test_bad_history_files(void **state) {
       {"{\"events\": [{\"eventId\": \"1\", \"eventType\": \"EVENT_TYPE_WORKFLOW_EXECUTION_STARTED\", "
        "\"workflowExecutionStartedEventAttributes\": {\"input\": {\"payloads\": [{\"data\": \"%%%\"}]}}}]}",
        "events[0].workflowExecutionStartedEventAttributes.input.payloads[0].data: not valid base64"},
+      /* numbers: a lone '-', hex or spaces in a string, beyond a type's range */
+      {"{\"events\": [{\"eventId\": \"1\", \"taskId\": \"-\"}]}", "events[0].taskId: expected a 64-bit integer"},
+      {"{\"events\": [{\"eventId\": \"1\", \"taskId\": 1e20}]}", "events[0].taskId: expected a 64-bit integer"},
+      {"{\"events\": [{\"eventId\": \"1\", \"eventType\": \"EVENT_TYPE_WORKFLOW_EXECUTION_STARTED\", "
+       "\"workflowExecutionStartedEventAttributes\": {\"attempt\": \"0x10\"}}]}",
+       "events[0].workflowExecutionStartedEventAttributes.attempt: expected a 32-bit integer"},
+      {"{\"events\": [{\"eventId\": \"1\", \"eventType\": \"EVENT_TYPE_WORKFLOW_EXECUTION_STARTED\", "
+       "\"workflowExecutionStartedEventAttributes\": {\"attempt\": 8.9e19}}]}",
+       "events[0].workflowExecutionStartedEventAttributes.attempt: expected a 32-bit integer"},
+      {"{\"events\": [{\"eventId\": \"1\", \"eventType\": \"EVENT_TYPE_WORKFLOW_EXECUTION_STARTED\", "
+       "\"workflowExecutionStartedEventAttributes\": {\"priority\": {\"fairnessWeight\": 1e39}}}]}",
+       "priority.fairnessWeight: number out of range for a float"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char *p = file_of("bad.json", cases[i].text), *out = NULL, *err = NULL;
@@ -262,6 +274,18 @@ static void test_bad_history_files(void **state) {
     free(err);
     free(p);
   }
+  /* the largest float as Go's protojson writes it (above FLT_MAX, rounds to it) loads */
+  char *fp = file_of("maxfloat.json",
+                     "{\"events\": [{\"eventId\": \"1\", \"eventType\": \"EVENT_TYPE_WORKFLOW_EXECUTION_STARTED\", "
+                     "\"workflowExecutionStartedEventAttributes\": {\"workflowType\": {\"name\": \"durabox.Script\"}, "
+                     "\"attempt\": \"7\", \"priority\": {\"fairnessWeight\": 3.4028235e38}}}]}");
+  char *fo = NULL, *fe = NULL;
+  int frc = durabox(&fo, &fe, "replay", "--history", fp, NULL);
+  if (frc != 0 || strstr(fo, "deterministic: 1 events") == NULL)
+    fail_msg("max float history: exit %d\n%s\n%s", frc, fo, fe);
+  free(fo);
+  free(fe);
+  free(fp);
   char *out = NULL, *err = NULL;
   int rc = durabox(&out, &err, "replay", "--history", "/nonexistent/h.json", NULL);
   assert_int_equal(rc, 2);

@@ -798,7 +798,7 @@ static void agent_on_signal(void *state, dbx_wf *wf, const char *name, const cha
   int may = s->approvers == NULL; /* a name the rule lists, when it lists any */
   for (const cJSON *a = s->approvers ? s->approvers->child : NULL; a && by; a = a->next)
     may |= cJSON_IsString(a) && strcmp(a->valuestring, by) == 0;
-  if (dec && may && (!step || (cJSON_IsNumber(step) && (int)step->valuedouble == s->held_step)))
+  if (dec && may && (!step || (cJSON_IsNumber(step) && step->valuedouble == (double)s->held_step)))
     decide(s, wf, dec, by, str_of(j, "reason"));
   cJSON_Delete(j);
 }

@@ -393,8 +393,9 @@ static char *subst(const char *s, const cJSON *item, char **bad) {
       const cJSON *v = cJSON_GetObjectItemCaseSensitive(item, name);
       if (cJSON_IsString(v)) val = v->valuestring;
       else if (cJSON_IsNumber(v)) {
-        if (v->valuedouble == (double)(int64_t)v->valuedouble)
-          snprintf(num, sizeof num, "%lld", (long long)v->valuedouble);
+        double d = v->valuedouble; /* whole and inside int64 (the range first: no undefined cast) */
+        if (d >= -9223372036854775808.0 && d < 9223372036854775808.0 && d == (double)(int64_t)d)
+          snprintf(num, sizeof num, "%lld", (long long)d);
         else
           snprintf(num, sizeof num, "%.17g", v->valuedouble);
         val = num;
