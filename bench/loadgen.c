@@ -411,7 +411,7 @@ static void usage(FILE *f) {
           "  --workflows N         workflows to run (default 2000)\n"
           "  --concurrency C       closed loop: at most C workflows in flight (default 64)\n"
           "  --rate R              open loop: start R workflows per second instead\n"
-          "  --starters N          starter threads (default 16, at most C; 8 with --rate)\n"
+          "  --starters N          starter threads (default: 16, or C if smaller; 8 with --rate)\n"
           "  --wft-pollers N       workflow task poller threads (default 16)\n"
           "  --act-pollers N       activity task poller threads (default 16)\n"
           "  --timeout S           give up after S seconds (default 600)\n"
@@ -444,53 +444,72 @@ int main(int argc, char **argv) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     long n = 0;
+    /* --flag=value as well as --flag value */
+    char name[64];
+    const char *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
+    int inline_v = eq != NULL && (size_t)(eq - a) < sizeof name;
+    if (inline_v) {
+      memcpy(name, a, (size_t)(eq - a));
+      name[eq - a] = '\0';
+      a = name;
+      v = eq + 1;
+    }
 #define NEED_V()                                              \
   do {                                                        \
     if (v == NULL) {                                          \
       fprintf(stderr, "dbx-loadgen: %s needs a value\n", a); \
       return 2;                                               \
     }                                                         \
-    i++;                                                      \
+    if (!inline_v) i++;                                       \
   } while (0)
-#define NEED_N()                                                      \
-  do {                                                                \
-    NEED_V();                                                         \
-    if (arg_long(v, &n) != 0) {                                       \
-      fprintf(stderr, "dbx-loadgen: %s: not a number: %s\n", a, v); \
-      return 2;                                                       \
-    }                                                                 \
+#define NEED_N(lo, hi)                                                                          \
+  do {                                                                                          \
+    NEED_V();                                                                                   \
+    if (arg_long(v, &n) != 0 || n < (lo) || n > (hi)) {                                         \
+      fprintf(stderr, "dbx-loadgen: %s wants a whole number from %ld to %ld, not '%s'\n", a,  \
+              (long)(lo), (long)(hi), v);                                                       \
+      return 2;                                                                                 \
+    }                                                                                           \
+  } while (0)
+#define NO_V()                                                       \
+  do {                                                               \
+    if (inline_v) {                                                  \
+      fprintf(stderr, "dbx-loadgen: %s takes no value\n", a);      \
+      return 2;                                                      \
+    }                                                                \
   } while (0)
     if (strcmp(a, "--address") == 0) { NEED_V(); b.address = v; }
-    else if (strcmp(a, "--spawn") == 0) spawn = 1;
-    else if (strcmp(a, "--no-sync") == 0) no_sync = 1;
+    else if (strcmp(a, "--spawn") == 0) { NO_V(); spawn = 1; }
+    else if (strcmp(a, "--no-sync") == 0) { NO_V(); no_sync = 1; }
     else if (strcmp(a, "--durabox") == 0) { NEED_V(); durabox = v; }
     else if (strcmp(a, "--db-parent") == 0) { NEED_V(); db_parent = v; }
     else if (strcmp(a, "--namespace") == 0) { NEED_V(); b.ns = v; }
-    else if (strcmp(a, "--workflows") == 0) { NEED_N(); b.workflows = n; }
-    else if (strcmp(a, "--concurrency") == 0) { NEED_N(); b.concurrency = n; }
+    else if (strcmp(a, "--workflows") == 0) { NEED_N(1, 100000000); b.workflows = n; }
+    else if (strcmp(a, "--concurrency") == 0) { NEED_N(1, 1000000); b.concurrency = n; }
     else if (strcmp(a, "--rate") == 0) {
       NEED_V();
-      b.rate = strtod(v, NULL);
-      if (!(b.rate > 0)) { fprintf(stderr, "dbx-loadgen: --rate must be > 0\n"); return 2; }
+      char *end = NULL;
+      b.rate = strtod(v, &end);
+      if (end == v || *end || !(b.rate > 0) || b.rate > 1e7) {
+        fprintf(stderr, "dbx-loadgen: --rate wants workflows per second, more than 0, not '%s'\n", v);
+        return 2;
+      }
     }
-    else if (strcmp(a, "--starters") == 0) { NEED_N(); b.starters = (int)n; }
-    else if (strcmp(a, "--wft-pollers") == 0) { NEED_N(); b.wft_pollers = (int)n; }
-    else if (strcmp(a, "--act-pollers") == 0) { NEED_N(); b.act_pollers = (int)n; }
-    else if (strcmp(a, "--timeout") == 0) { NEED_N(); b.timeout_s = (int)n; }
-    else if (strcmp(a, "--json") == 0) b.json = 1;
+    else if (strcmp(a, "--starters") == 0) { NEED_N(1, 10000); b.starters = (int)n; }
+    else if (strcmp(a, "--wft-pollers") == 0) { NEED_N(1, 10000); b.wft_pollers = (int)n; }
+    else if (strcmp(a, "--act-pollers") == 0) { NEED_N(1, 10000); b.act_pollers = (int)n; }
+    else if (strcmp(a, "--timeout") == 0) { NEED_N(1, 86400); b.timeout_s = (int)n; }
+    else if (strcmp(a, "--json") == 0) { NO_V(); b.json = 1; }
     else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) { usage(stdout); return 0; }
     else { fprintf(stderr, "dbx-loadgen: unknown option %s\n", a); usage(stderr); return 2; }
 #undef NEED_V
 #undef NEED_N
+#undef NO_V
   }
   /* Each starter waits for its StartWorkflowExecution (a synced commit,
    * 1-2 ms): 2 starters held the closed loop near 1,100 wf/s with a
    * fraction of C in flight. */
   if (b.starters < 0) b.starters = b.rate > 0 ? 8 : (int)(b.concurrency < 16 ? b.concurrency : 16);
-  if (b.workflows < 1 || b.concurrency < 1 || b.starters < 1 || b.wft_pollers < 1 || b.act_pollers < 1) {
-    fprintf(stderr, "dbx-loadgen: counts must be >= 1\n");
-    return 2;
-  }
   snprintf(b.id_prefix, sizeof b.id_prefix, "bench-%d-%lld", (int)getpid(), (long long)(dbx_wall_ns() / 1000000));
   snprintf(b.task_queue, sizeof b.task_queue, "%s-tq", b.id_prefix);
 
@@ -659,18 +678,24 @@ int main(int argc, char **argv) {
       printf("  target rate %.1f wf/s, %ld workflows, %d starters, %d+%d pollers\n", b.rate, b.workflows,
              b.starters, b.wft_pollers, b.act_pollers);
     else
-      printf("  concurrency %ld, %ld workflows, %d starters, %d+%d pollers\n", b.concurrency, b.workflows,
-             b.starters, b.wft_pollers, b.act_pollers);
+      printf("  concurrency %ld, %ld workflows, %d starter%s, %d+%d pollers\n", b.concurrency, b.workflows,
+             b.starters, b.starters == 1 ? "" : "s", b.wft_pollers, b.act_pollers);
     printf("  completed %ld/%ld workflows, %ld activities, %ld errors in %.3f s\n", done, b.workflows, acts,
            all.errors, wall_s);
     printf("  workflows/s              %10.1f\n", wall_s > 0 ? (double)done / wall_s : 0);
     printf("  activity round trips/s   %10.1f\n", wall_s > 0 ? (double)acts / wall_s : 0);
     printf("  loadgen CPU              %10.2f s\n", cpu_self);
-    if (b.rate <= 0)
-      printf("  in flight on average     %10.1f of %ld%s\n", in_flight, b.concurrency,
-             in_flight < 0.75 * (double)b.concurrency
-                 ? "  (well under C: the driver set the pace; raise --starters or pollers)"
+    if (b.rate <= 0) {
+      /* at most min(C, N) can be in flight; a run of a few times C also
+       * spends a share of its time filling and draining */
+      long cap = b.concurrency < b.workflows ? b.concurrency : b.workflows;
+      printf("  in flight on average     %10.1f of %ld%s\n", in_flight, cap,
+             done == b.workflows && b.workflows >= 10 * cap && in_flight < 0.75 * (double)cap
+                 ? "  (well under C: the starters, not the service, set the pace; raise --starters)"
                  : "");
+    }
+    if (done < b.workflows)
+      printf("  timed out after %d s: %ld of %ld workflows completed\n", b.timeout_s, done, b.workflows);
     if (child > 0) {
       printf("  server CPU               %10.2f s  (", srv_total);
       int first = 1;
