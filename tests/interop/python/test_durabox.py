@@ -179,6 +179,19 @@ def test_signal_and_query(loop, env):
     loop.run_until_complete(go())
 
 
+async def settled(get, want, secs: float = 15.0):
+    """Visibility (list, count) is eventually consistent on Temporal's server
+    (durabox answers from the same commit): the value of get() once it equals
+    want, or its last value at the deadline."""
+    got = None
+    for _ in range(int(secs / 0.1)):
+        got = await get()
+        if got == want:
+            break
+        await asyncio.sleep(0.1)
+    return got
+
+
 def test_search_attributes_upserted_then_listed(loop, env):
     async def go():
         await env.client.operator_service.add_search_attributes(
@@ -221,7 +234,13 @@ def test_search_attributes_upserted_then_listed(loop, env):
                     [SearchAttributePair(ORDER, "o-1"), SearchAttributePair(FLAGGED, "from the flag")]
                 ),
             )
-            assert (await env.client.count_workflows(f"DbxOrder IS NOT NULL AND WorkflowId = '{wid}'")).count == 1
+            async def count(query):
+                return (await env.client.count_workflows(query)).count
+
+            async def ids(query):
+                return [w.id async for w in env.client.list_workflows(query)]
+
+            assert await settled(lambda: count(f"DbxOrder IS NOT NULL AND WorkflowId = '{wid}'"), 1) == 1
             # the upsert is in the first workflow task: wait until Describe shows it
             d = None
             for _ in range(100):
@@ -232,14 +251,11 @@ def test_search_attributes_upserted_then_listed(loop, env):
             assert d.typed_search_attributes.get(ORDER) == "o-2"
             assert d.typed_search_attributes.get(AMOUNT) == 42
             assert await d.memo_value("note") == "upserted"
-            listed = [w.id async for w in env.client.list_workflows(f"DbxOrder = 'o-2' AND WorkflowId = '{wid}'")]
-            assert listed == [wid]
-            assert [w.id async for w in env.client.list_workflows(f"DbxOrder = 'o-1' AND WorkflowId = '{wid}'")] == []
-            c = await env.client.count_workflows(f"DbxAmount >= 40 AND WorkflowId = '{wid}'")
-            assert c.count == 1
+            assert await settled(lambda: ids(f"DbxOrder = 'o-2' AND WorkflowId = '{wid}'"), [wid]) == [wid]
+            assert await settled(lambda: ids(f"DbxOrder = 'o-1' AND WorkflowId = '{wid}'"), []) == []
+            assert await settled(lambda: count(f"DbxAmount >= 40 AND WorkflowId = '{wid}'"), 1) == 1
             assert d.typed_search_attributes.get(FLAGGED) == "from the flag"  # kept through the upsert
-            c = await env.client.count_workflows(f"DbxFlagText = 'from the flag' AND WorkflowId = '{wid}'")
-            assert c.count == 1
+            assert await settled(lambda: count(f"DbxFlagText = 'from the flag' AND WorkflowId = '{wid}'"), 1) == 1
             await h.signal(UpsertWorkflow.release)
             assert await h.result() == "ok"
 
@@ -266,9 +282,11 @@ def test_continue_as_new(loop, env):
         async with worker(env.client, q):
             h = await env.client.start_workflow(CountdownWorkflow.run, args=[3, 0], id=f"can-{q}", task_queue=q)
             assert await h.result() == 6  # 3 + 2 + 1, over four runs
-            runs = [w async for w in env.client.list_workflows(f"WorkflowId = 'can-{q}'")]
-            assert len(runs) == 4
-            assert sum(1 for w in runs if w.status == WorkflowExecutionStatus.CONTINUED_AS_NEW) == 3
+            async def shape():
+                runs = [w async for w in env.client.list_workflows(f"WorkflowId = 'can-{q}'")]
+                return len(runs), sum(1 for w in runs if w.status == WorkflowExecutionStatus.CONTINUED_AS_NEW)
+
+            assert await settled(shape, (4, 3)) == (4, 3)  # four runs, three continued as new
 
     loop.run_until_complete(go())
 
@@ -729,8 +747,10 @@ def test_signal_with_start(loop, env):
         sig = events_with(hist, "workflow_execution_signaled_event_attributes")
         assert [e.workflow_execution_signaled_event_attributes.signal_name for e in sig] == ["add", "add", "finish"]
         assert hist.events[1].HasField("workflow_execution_signaled_event_attributes")  # right after the start
-        runs = [w async for w in env.client.list_workflows(f"WorkflowId = '{wid}'")]
-        assert len(runs) == 1
+        async def n_runs():
+            return len([w async for w in env.client.list_workflows(f"WorkflowId = '{wid}'")])
+
+        assert await settled(n_runs, 1) == 1
 
     loop.run_until_complete(go())
 
