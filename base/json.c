@@ -67,3 +67,8 @@ int64_t dbx_json_int(double d, int64_t lo, int64_t hi) {
   int64_t v = (int64_t)d;
   return v < lo ? lo : v > hi ? hi : v;
 }
+
+int dbx_json_whole(double d, double lo, double hi) {
+  return d >= lo && d <= hi && d >= -9223372036854775808.0 && d < 9223372036854775808.0 &&
+         d == (double)(int64_t)d;
+}

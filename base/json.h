@@ -38,4 +38,8 @@ const char *dbx_json_problem_str(dbx_json_problem p);
  * numbers from a file, a reply or history can be anything ("1e300"). */
 int64_t dbx_json_int(double d, int64_t lo, int64_t hi);
 
+/* 1 when d is a whole number in [lo, hi] that int64 holds, else 0 (NaN
+ * too); the range is tested before the one cast, so never undefined. */
+int dbx_json_whole(double d, double lo, double hi);
+
 #endif

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "base/codec.h"
+#include "base/json.h"
 
 static void camel(const char *name, char *out, size_t cap) {
   size_t k = 0;
@@ -267,7 +268,7 @@ static int int64_from(const cJSON *j, int is_signed, uint64_t *out) {
      * undefined), then whole: -2^63 <= d < 2^63 signed, 0 <= d < 2^64 not */
     double d = j->valuedouble;
     if (is_signed) {
-      if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0) || d != (double)(int64_t)d) return -1;
+      if (!dbx_json_whole(d, -9223372036854775808.0, 9223372036854775807.0)) return -1;
       *out = (uint64_t)(int64_t)d;
     } else {
       if (!(d >= 0 && d < 18446744073709551616.0) || d != (double)(uint64_t)d) return -1;

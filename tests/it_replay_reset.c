@@ -275,17 +275,16 @@ static void test_bad_history_files(void **state) {
     free(p);
   }
   /* the largest float as Go's protojson writes it (above FLT_MAX, rounds to it) loads */
-  char *fp = file_of("maxfloat.json",
-                     "{\"events\": [{\"eventId\": \"1\", \"eventType\": \"EVENT_TYPE_WORKFLOW_EXECUTION_STARTED\", "
-                     "\"workflowExecutionStartedEventAttributes\": {\"workflowType\": {\"name\": \"durabox.Script\"}, "
-                     "\"attempt\": \"7\", \"priority\": {\"fairnessWeight\": 3.4028235e38}}}]}");
+  free(file_of("maxfloat.json",
+                "{\"events\": [{\"eventId\": \"1\", \"eventType\": \"EVENT_TYPE_WORKFLOW_EXECUTION_STARTED\", "
+                "\"workflowExecutionStartedEventAttributes\": {\"workflowType\": {\"name\": \"durabox.Script\"}, "
+                "\"attempt\": \"7\", \"priority\": {\"fairnessWeight\": 3.4028235e38}}}]}"));
   char *fo = NULL, *fe = NULL;
-  int frc = durabox(&fo, &fe, "replay", "--history", fp, NULL);
+  int frc = replay_file("maxfloat.json", &fo, &fe);
   if (frc != 0 || strstr(fo, "deterministic: 1 events") == NULL)
     fail_msg("max float history: exit %d\n%s\n%s", frc, fo, fe);
   free(fo);
   free(fe);
-  free(fp);
   char *out = NULL, *err = NULL;
   int rc = durabox(&out, &err, "replay", "--history", "/nonexistent/h.json", NULL);
   assert_int_equal(rc, 2);

@@ -211,7 +211,14 @@ static void test_json_int_clamps(void **state) {
   cJSON *j = cJSON_Parse("1e999"); /* strtod: infinity */
   assert_non_null(j);
   assert_int_equal(dbx_json_int(j->valuedouble, 0, 7), 7);
+  assert_int_equal(dbx_json_whole(j->valuedouble, 0, 1e308), 0); /* infinity */
   cJSON_Delete(j);
+  assert_int_equal(dbx_json_whole(42.0, 0, 100), 1);
+  assert_int_equal(dbx_json_whole(42.5, 0, 100), 0);
+  assert_int_equal(dbx_json_whole(101.0, 0, 100), 0);
+  assert_int_equal(dbx_json_whole(1e20, 0, 1e30), 0); /* beyond int64: refused, no cast */
+  assert_int_equal(dbx_json_whole(-9223372036854775808.0, -1e19, 0), 1);
+  assert_int_equal(dbx_json_whole(0.0 / 0.0, 0, 1), 0);
 }
 
 static void test_script_retry_on_exit_checked(void **state) {

@@ -97,8 +97,7 @@ static const char *const TOP[] = {"items", "items_file", "template", "concurrenc
                                   "skip_succeeded", "max_events", "page_size", "state", NULL};
 
 static int whole_in(const cJSON *v, double lo, double hi) {
-  return cJSON_IsNumber(v) && v->valuedouble >= lo && v->valuedouble <= hi &&
-         v->valuedouble == (double)(int64_t)v->valuedouble;
+  return cJSON_IsNumber(v) && dbx_json_whole(v->valuedouble, lo, hi);
 }
 
 static int check_items(const cJSON *items, char *err, size_t n) {
@@ -393,8 +392,8 @@ static char *subst(const char *s, const cJSON *item, char **bad) {
       const cJSON *v = cJSON_GetObjectItemCaseSensitive(item, name);
       if (cJSON_IsString(v)) val = v->valuestring;
       else if (cJSON_IsNumber(v)) {
-        double d = v->valuedouble; /* whole and inside int64 (the range first: no undefined cast) */
-        if (d >= -9223372036854775808.0 && d < 9223372036854775808.0 && d == (double)(int64_t)d)
+        double d = v->valuedouble;
+        if (dbx_json_whole(d, -9223372036854775808.0, 9223372036854775807.0))
           snprintf(num, sizeof num, "%lld", (long long)d);
         else
           snprintf(num, sizeof num, "%.17g", v->valuedouble);

@@ -287,8 +287,7 @@ static int check_retry_on_exit(const cJSON *s, const char *name, char *err, size
 
 /* A whole number in [lo, hi]. */
 static int whole_in(const cJSON *v, double lo, double hi) {
-  return cJSON_IsNumber(v) && v->valuedouble >= lo && v->valuedouble <= hi &&
-         v->valuedouble == (double)(int64_t)v->valuedouble;
+  return cJSON_IsNumber(v) && dbx_json_whole(v->valuedouble, lo, hi);
 }
 
 /* sandbox.upload / sandbox.download: 1..100 {"from", "to"}; the host side
