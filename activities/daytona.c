@@ -56,18 +56,18 @@ static _Thread_local struct {
   char msg[768];
 } tl_err;
 
-/* Replace every copy of d's API key in buf (NUL-terminated, cap bytes) with
- * a mark, cutting what no longer fits: a reply may echo the key (an error
- * body quoting the Authorization header it refused), and what is quoted from
- * replies goes to messages, logs and history (found by tests/fuzz/fuzz_http). */
-static void redact_key(const dbx_daytona *d, char *buf, size_t cap) {
-  static const char pre[] = "Authorization: Bearer ", mark[] = "[redacted:DAYTONA_API_KEY]";
-  if (!d || !d->auth_hdr || strncmp(d->auth_hdr, pre, sizeof pre - 1) != 0) return;
-  const char *key = d->auth_hdr + sizeof pre - 1;
-  size_t kn = strlen(key), mn = sizeof mark - 1;
+/* A git token this thread is sending to Daytona (secret_put, for the length
+ * of its requests), or NULL: redacted like the API key, since a reply to
+ * that request may echo its body. */
+static _Thread_local const char *tl_token;
+
+/* Replace every copy of secret (at least 4 bytes) in buf (NUL-terminated,
+ * cap bytes) with mark, cutting what no longer fits. */
+static void redact(char *buf, size_t cap, const char *secret, const char *mark) {
+  size_t kn = secret ? strlen(secret) : 0, mn = strlen(mark);
   if (kn < 4 || cap == 0) return;
   char *at = buf;
-  while ((at = strstr(at, key)) != NULL) {
+  while ((at = strstr(at, secret)) != NULL) {
     size_t off = (size_t)(at - buf), rest = strlen(at + kn);
     if (off + mn >= cap) { /* the mark itself does not fit: cut here */
       *at = '\0';
@@ -79,6 +79,18 @@ static void redact_key(const dbx_daytona *d, char *buf, size_t cap) {
     at[mn + keep] = '\0';
     at += mn;
   }
+}
+
+/* Replace every copy of d's API key, and of the git token in flight, in buf
+ * (NUL-terminated, cap bytes) with a mark: a reply may echo the key (an
+ * error body quoting the Authorization header it refused, found by
+ * tests/fuzz/fuzz_http) or the body it refused, and what is quoted from
+ * replies goes to messages, logs and history. */
+static void redact_key(const dbx_daytona *d, char *buf, size_t cap) {
+  static const char pre[] = "Authorization: Bearer ";
+  if (d && d->auth_hdr && strncmp(d->auth_hdr, pre, sizeof pre - 1) == 0)
+    redact(buf, cap, d->auth_hdr + sizeof pre - 1, "[redacted:DAYTONA_API_KEY]");
+  redact(buf, cap, tl_token, "[redacted:git token]");
 }
 
 __attribute__((format(printf, 3, 4))) static dbx_drv_err fail(dbx_daytona *d, dbx_drv_err e,
@@ -2011,6 +2023,7 @@ static dbx_drv_err secret_put(cli_t *c, git_secret *g, const char *host, const c
   cJSON_Delete(b);
   char *url = api(c->d, "%s", "/secret"), *purl = NULL;
   resp_t r = {0};
+  tl_token = token; /* a reply may quote the body: the token is redacted from what it says */
   dbx_drv_err rc = post && url ? req(c, "POST", url, "application/json", post, strlen(post), SAFE,
                                      0, &r)
                                : DBX_DRV_NOMEM;
@@ -2030,6 +2043,7 @@ static dbx_drv_err secret_put(cli_t *c, git_secret *g, const char *host, const c
   } else if (rc == DBX_DRV_OK) {
     rc = fail_http(c, status_err(r.status), g->name, "POST", url, &r);
   }
+  tl_token = NULL;
   resp_free(&r);
   if (post) memset(post, 0, strlen(post));
   if (patch) memset(patch, 0, strlen(patch));

@@ -10,6 +10,7 @@
  * non-retryable AUTH (AuthFailed), and that the token appears in no file of
  * the workspace / driver home / fake's state, no error message and no log.
  * The same for a GIT source at create (dbx_drv_create_opts.git_cred). Also: Daytona's 401 / 403 of its API are AUTH naming the API key. */
+#define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,7 +19,9 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <fcntl.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -456,6 +459,73 @@ static void test_git_cred_daytona_secret_faults(void **state) {
   dbx_fake_daytona_stop(&f);
 }
 
+/* A reply to POST /secret that quotes the request's body (a validating
+ * proxy's 400, a gateway's 502) carries the token: into the driver's
+ * message (an activity's failure: history) and into its retry warning (the
+ * log; before the fix the warning of each 502 held it). The driver redacts
+ * it from both. The 502s are tried again and the clone then works; the 400
+ * fails the call. stderr (the log) goes to a file for each call. */
+static void test_git_cred_daytona_echoed_token(void **state) {
+  (void)state;
+  dbx_fake_daytona f;
+  if (dbx_fake_daytona_start(&f, g_tmp) != 0) fail_msg("fake: %s", f.why);
+  assert_int_equal(dbx_fake_daytona_faults(&f, "{\"transition_ms\":60}"), 0);
+  dbx_daytona *d = open_dt(&f, DBX_FAKE_DAYTONA_KEY);
+  dbx_driver *drv = dbx_daytona_driver(d);
+  const dbx_driver_ops *o = drv->ops;
+  dbx_drv_create_opts co = {0};
+  assert_int_equal(o->create(drv->self, "gc-echo", &co, NULL), DBX_DRV_OK);
+  sh("git --git-dir=%s update-ref refs/heads/main %s", g_bare, g_seed);
+  dbx_drv_git_cred good = {USER, g_token};
+  char *logf = dbx_asprintf("%s/echo.log", g_tmp);
+  dbx_log_set_level(DBX_LOG_WARN);
+  for (int round = 0; round < 2; round++) {
+    const char *fault = round == 0
+                            ? "{\"echo_body\":{\"match\":\"/api/secret\",\"status\":400,\"count\":1}}"
+                            : "{\"echo_body\":{\"match\":\"/api/secret\",\"status\":502,\"count\":2}}";
+    assert_int_equal(dbx_fake_daytona_faults(&f, fault), 0);
+    fflush(stderr);
+    int saved = dup(2), fd = open(logf, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(saved >= 0 && fd >= 0);
+    assert_int_equal(dup2(fd, 2), 2);
+    close(fd);
+    char dir[16];
+    snprintf(dir, sizeof dir, "e%d", round);
+    dbx_drv_err rc = o->git_clone_cred(drv->self, "gc-echo", g_url, dir, NULL, &good);
+    char *msg = dbx_strdup(o->errmsg(drv->self));
+    fflush(stderr);
+    assert_int_equal(dup2(saved, 2), 2);
+    close(saved);
+    char *lg = NULL;
+    size_t ln = 0;
+    assert_int_equal(dbx_fs_read_all(logf, &lg, &ln), DBX_OK);
+    if (memmem(lg, ln, g_token, strlen(g_token))) fail_msg("the token is in the log: %s", lg);
+    assert_null(strstr(msg, g_token));
+    if (round == 0) {
+      /* refused: the message quotes the reply, the token marked */
+      assert_int_not_equal(rc, DBX_DRV_OK);
+      assert_non_null(strstr(msg, "HTTP 400"));
+      assert_non_null(strstr(msg, "fault: refused body"));
+      assert_non_null(strstr(msg, "[redacted:git token]"));
+    } else {
+      /* tried again after each 502, whose warning quotes the reply */
+      if (rc != DBX_DRV_OK) fail_msg("clone after two 502s: %d %s", rc, msg);
+      assert_non_null(strstr(lg, "HTTP 502"));
+      assert_non_null(strstr(lg, "[redacted:git token]"));
+      assert_int_equal(log_count(&f, "POST", "/api/secret", 502), 2);
+      assert_int_equal(log_count(&f, "POST", "/git/clone", 200), 1);
+    }
+    free(lg);
+    free(msg);
+  }
+  dbx_log_set_level(DBX_LOG_INFO);
+  free(logf);
+  no_secret_left(&f);
+  assert_int_equal(o->del(drv->self, "gc-echo"), DBX_DRV_OK);
+  dbx_daytona_close(d);
+  dbx_fake_daytona_stop(&f);
+}
+
 /* 401 (a wrong key) and 403 (a key without the scope) from Daytona's API
  * are the non-retryable AUTH, naming the API key; never InvalidInput. */
 static void test_daytona_api_auth_typed(void **state) {
@@ -533,6 +603,7 @@ int main(void) {
       cmocka_unit_test(test_git_cred_local_bwrap),
       cmocka_unit_test(test_git_cred_daytona),
       cmocka_unit_test(test_git_cred_daytona_secret_faults),
+      cmocka_unit_test(test_git_cred_daytona_echoed_token),
       cmocka_unit_test(test_daytona_api_auth_typed),
   };
   return cmocka_run_group_tests_name("git_cred", tests, setup, teardown);

@@ -38,6 +38,10 @@ counters count down per matching request):
   http_error: {"match": "substring of the path", "status": S, "count": N}
                          the next N matching requests answer S (401, 403 ...)
                          with an API error body (nothing is done)
+  echo_body: {"match": "substring of the path", "status": S, "count": N}
+                         the next N matching requests answer S with an API
+                         error whose message quotes the request's body (as a
+                         validating proxy does; nothing is done)
   git_auth: {"username": U, "password": P}
                          /git/clone and /git/push then need exactly these in
                          their username / password fields, else 401
@@ -846,6 +850,11 @@ class Handler(BaseHTTPRequestHandler):
                 if he and he.get("count", 0) > 0 and he.get("match", "") in u.path:
                     he["count"] -= 1
                     raise api_error(int(he.get("status", 403)), "fault: refused", u.path)
+                eb = STATE["faults"].get("echo_body")
+                if eb and eb.get("count", 0) > 0 and eb.get("match", "") in u.path:
+                    eb["count"] -= 1
+                    raise api_error(int(eb.get("status", 400)),
+                                    "fault: refused body " + raw.decode("utf-8", "replace"), u.path)
                 e = STATE["faults"].get("empty_502")
                 if e and e.get("count", 0) > 0 and e.get("match", "") in u.path:
                     e["count"] -= 1
