@@ -414,6 +414,19 @@ static int log_count(const dbx_fake_daytona *f, const char *method, const char *
   return n;
 }
 
+/* A fake Daytona in *f, the driver on it in *d, a sandbox name made on it,
+ * and the remote's main back at the seed commit. */
+static dbx_driver *dt_sandbox(dbx_fake_daytona *f, dbx_daytona **d, const char *name) {
+  if (dbx_fake_daytona_start(f, g_tmp) != 0) fail_msg("fake: %s", f->why);
+  assert_int_equal(dbx_fake_daytona_faults(f, "{\"transition_ms\":60}"), 0);
+  *d = open_dt(f, DBX_FAKE_DAYTONA_KEY);
+  dbx_driver *drv = dbx_daytona_driver(*d);
+  dbx_drv_create_opts co = {0};
+  assert_int_equal(drv->ops->create(drv->self, name, &co, NULL), DBX_DRV_OK);
+  sh("git --git-dir=%s update-ref refs/heads/main %s", g_bare, g_seed);
+  return drv;
+}
+
 /* The secret's idempotency and clean-up under faults: a POST /secret whose
  * reply is lost is sent again, meets 409 (the name is deterministic), and
  * the existing secret is found and updated: one secret, the clone works,
@@ -423,15 +436,10 @@ static int log_count(const dbx_fake_daytona *f, const char *method, const char *
 static void test_git_cred_daytona_secret_faults(void **state) {
   (void)state;
   dbx_fake_daytona f;
-  if (dbx_fake_daytona_start(&f, g_tmp) != 0) fail_msg("fake: %s", f.why);
-  assert_int_equal(dbx_fake_daytona_faults(&f, "{\"transition_ms\":60}"), 0);
-  dbx_daytona *d = open_dt(&f, DBX_FAKE_DAYTONA_KEY);
-  dbx_driver *drv = dbx_daytona_driver(d);
+  dbx_daytona *d = NULL;
+  dbx_driver *drv = dt_sandbox(&f, &d, "gc-sf");
   const dbx_driver_ops *o = drv->ops;
-  dbx_drv_create_opts co = {0};
-  assert_int_equal(o->create(drv->self, "gc-sf", &co, NULL), DBX_DRV_OK);
   dbx_drv_git_cred good = {USER, g_token};
-  sh("git --git-dir=%s update-ref refs/heads/main %s", g_bare, g_seed);
   char *rs = dbx_fake_daytona_call(&f, "POST", "/_control/reset", "{}");
   free(rs);
   assert_int_equal(
@@ -468,14 +476,9 @@ static void test_git_cred_daytona_secret_faults(void **state) {
 static void test_git_cred_daytona_echoed_token(void **state) {
   (void)state;
   dbx_fake_daytona f;
-  if (dbx_fake_daytona_start(&f, g_tmp) != 0) fail_msg("fake: %s", f.why);
-  assert_int_equal(dbx_fake_daytona_faults(&f, "{\"transition_ms\":60}"), 0);
-  dbx_daytona *d = open_dt(&f, DBX_FAKE_DAYTONA_KEY);
-  dbx_driver *drv = dbx_daytona_driver(d);
+  dbx_daytona *d = NULL;
+  dbx_driver *drv = dt_sandbox(&f, &d, "gc-echo");
   const dbx_driver_ops *o = drv->ops;
-  dbx_drv_create_opts co = {0};
-  assert_int_equal(o->create(drv->self, "gc-echo", &co, NULL), DBX_DRV_OK);
-  sh("git --git-dir=%s update-ref refs/heads/main %s", g_bare, g_seed);
   dbx_drv_git_cred good = {USER, g_token};
   char *logf = dbx_asprintf("%s/echo.log", g_tmp);
   dbx_log_set_level(DBX_LOG_WARN);
