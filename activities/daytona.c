@@ -60,6 +60,9 @@ static _Thread_local struct {
  * of its requests), or NULL: redacted like the API key, since a reply to
  * that request may echo its body. */
 static _Thread_local const char *tl_token;
+/* The same token as it appears inside a JSON string (cJSON escapes '"',
+ * '\\' and control characters), when that differs; else NULL. */
+static _Thread_local const char *tl_token_json;
 
 /* Replace every copy of secret (at least 4 bytes) in buf (NUL-terminated,
  * cap bytes) with mark, cutting what no longer fits. */
@@ -91,6 +94,33 @@ static void redact_key(const dbx_daytona *d, char *buf, size_t cap) {
   if (d && d->auth_hdr && strncmp(d->auth_hdr, pre, sizeof pre - 1) == 0)
     redact(buf, cap, d->auth_hdr + sizeof pre - 1, "[redacted:DAYTONA_API_KEY]");
   redact(buf, cap, tl_token, "[redacted:git token]");
+  redact(buf, cap, tl_token_json, "[redacted:git token]");
+}
+
+/* The length of the longest secret redact_key looks for. */
+static size_t secret_max(const dbx_daytona *d) {
+  size_t m = d && d->auth_hdr ? strlen(d->auth_hdr) : 0;
+  size_t t = tl_token ? strlen(tl_token) : 0, tj = tl_token_json ? strlen(tl_token_json) : 0;
+  return m > t ? (m > tj ? m : tj) : (t > tj ? t : tj);
+}
+
+/* The first lim bytes of s (n bytes) as a NUL-terminated copy, redacted
+ * before it is cut, so a secret that straddles the cut is never half shown;
+ * bytes outside printable ASCII become '.' after redaction. malloc'd; NULL
+ * on out of memory. */
+static char *redacted_cut(const dbx_daytona *d, const char *s, size_t n, size_t lim) {
+  size_t take = n < lim + secret_max(d) ? n : lim + secret_max(d);
+  size_t cap = take * 7 + 64; /* each mark (<= 26 bytes) replaces >= 4 */
+  char *b = malloc(cap);
+  if (b == NULL) return NULL;
+  for (size_t i = 0; i < take; i++) b[i] = s[i] ? s[i] : '.';
+  b[take] = '\0';
+  redact_key(d, b, cap);
+  size_t len = strlen(b);
+  if (len > lim) b[len = lim] = '\0';
+  for (size_t i = 0; i < len; i++)
+    if ((unsigned char)b[i] < 0x20 || (unsigned char)b[i] >= 0x7f) b[i] = '.';
+  return b;
 }
 
 __attribute__((format(printf, 3, 4))) static dbx_drv_err fail(dbx_daytona *d, dbx_drv_err e,
@@ -332,17 +362,20 @@ static void reply_words(const dbx_daytona *d, const resp_t *r, char *out, size_t
   const cJSON *m = j ? cJSON_GetObjectItemCaseSensitive(j, "message") : NULL;
   const cJSON *code = j ? cJSON_GetObjectItemCaseSensitive(j, "code") : NULL;
   if (cJSON_IsArray(m)) m = cJSON_GetArrayItem(m, 0);
+  /* each part is redacted before it is cut to its length (and to cap) */
   if (cJSON_IsString(m)) {
-    snprintf(out, cap, "%.400s%s%.60s%s", m->valuestring, cJSON_IsString(code) ? " [" : "",
-             cJSON_IsString(code) ? code->valuestring : "", cJSON_IsString(code) ? "]" : "");
+    char *mw = redacted_cut(d, m->valuestring, strlen(m->valuestring), 400);
+    char *cw = cJSON_IsString(code)
+                   ? redacted_cut(d, code->valuestring, strlen(code->valuestring), 60)
+                   : NULL;
+    snprintf(out, cap, "%s%s%s%s", mw ? mw : "(out of memory)", cw ? " [" : "", cw ? cw : "",
+             cw ? "]" : "");
+    free(mw);
+    free(cw);
   } else {
-    size_t n = r->body.n < 120 ? r->body.n : 120, o = 0;
-    o += (size_t)snprintf(out, cap, "(non-JSON body: ");
-    for (size_t i = 0; i < n && o + 8 < cap; i++) {
-      unsigned char ch = r->body.p[i];
-      out[o++] = ch >= 0x20 && ch < 0x7f ? (char)ch : '.';
-    }
-    snprintf(out + o, cap - o, ")");
+    char *bw = redacted_cut(d, (const char *)r->body.p, r->body.n, 120);
+    snprintf(out, cap, "(non-JSON body: %s)", bw ? bw : "out of memory");
+    free(bw);
   }
   cJSON_Delete(j);
   redact_key(d, out, cap);
@@ -2023,7 +2056,15 @@ static dbx_drv_err secret_put(cli_t *c, git_secret *g, const char *host, const c
   cJSON_Delete(b);
   char *url = api(c->d, "%s", "/secret"), *purl = NULL;
   resp_t r = {0};
-  tl_token = token; /* a reply may quote the body: the token is redacted from what it says */
+  /* a reply may quote the body: the token is redacted from what it says,
+   * as itself and as the body wrote it */
+  cJSON *ts = cJSON_CreateString(token);
+  char *tj = ts ? cJSON_PrintUnformatted(ts) : NULL;
+  cJSON_Delete(ts);
+  size_t tjn = tj ? strlen(tj) : 0;
+  if (tjn >= 2) memmove(tj, tj + 1, tjn - 2), tj[tjn - 2] = '\0'; /* the quotes off */
+  tl_token = token;
+  tl_token_json = tj && strcmp(tj, token) != 0 ? tj : NULL;
   dbx_drv_err rc = post && url ? req(c, "POST", url, "application/json", post, strlen(post), SAFE,
                                      0, &r)
                                : DBX_DRV_NOMEM;
@@ -2043,7 +2084,9 @@ static dbx_drv_err secret_put(cli_t *c, git_secret *g, const char *host, const c
   } else if (rc == DBX_DRV_OK) {
     rc = fail_http(c, status_err(r.status), g->name, "POST", url, &r);
   }
-  tl_token = NULL;
+  tl_token = tl_token_json = NULL;
+  if (tj) memset(tj, 0, strlen(tj));
+  free(tj);
   resp_free(&r);
   if (post) memset(post, 0, strlen(post));
   if (patch) memset(patch, 0, strlen(patch));

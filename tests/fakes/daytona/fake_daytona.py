@@ -38,10 +38,12 @@ counters count down per matching request):
   http_error: {"match": "substring of the path", "status": S, "count": N}
                          the next N matching requests answer S (401, 403 ...)
                          with an API error body (nothing is done)
-  echo_body: {"match": "substring of the path", "status": S, "count": N}
+  echo_body: {"match": "substring of the path", "status": S, "count": N,
+              "pad": P}
                          the next N matching requests answer S with an API
                          error whose message quotes the request's body (as a
-                         validating proxy does; nothing is done)
+                         validating proxy does; nothing is done), after P
+                         dashes (default 0)
   git_auth: {"username": U, "password": P}
                          /git/clone and /git/push then need exactly these in
                          their username / password fields, else 401
@@ -854,7 +856,8 @@ class Handler(BaseHTTPRequestHandler):
                 if eb and eb.get("count", 0) > 0 and eb.get("match", "") in u.path:
                     eb["count"] -= 1
                     raise api_error(int(eb.get("status", 400)),
-                                    "fault: refused body " + raw.decode("utf-8", "replace"), u.path)
+                                    "fault: refused body " + "-" * int(eb.get("pad", 0)) +
+                                    raw.decode("utf-8", "replace"), u.path)
                 e = STATE["faults"].get("empty_502")
                 if e and e.get("count", 0) > 0 and e.get("match", "") in u.path:
                     e["count"] -= 1
