@@ -64,24 +64,33 @@ static _Thread_local const char *tl_token;
  * '\\' and control characters), when that differs; else NULL. */
 static _Thread_local const char *tl_token_json;
 
-/* Replace every copy of secret (at least 4 bytes) in buf (NUL-terminated,
- * cap bytes) with mark, cutting what no longer fits. */
-static void redact(char *buf, size_t cap, const char *secret, const char *mark) {
+/* Replace every copy of secret (at least min bytes) in buf (NUL-terminated,
+ * cap bytes) with mark. What no longer fits is cut, at a place where no part
+ * of a copy is left: before a copy, or inside a mark. */
+static void redact(char *buf, size_t cap, const char *secret, size_t min, const char *mark) {
   size_t kn = secret ? strlen(secret) : 0, mn = strlen(mark);
-  if (kn < 4 || cap == 0) return;
-  char *at = buf;
-  while ((at = strstr(at, secret)) != NULL) {
-    size_t off = (size_t)(at - buf), rest = strlen(at + kn);
-    if (off + mn >= cap) { /* the mark itself does not fit: cut here */
-      *at = '\0';
-      return;
-    }
-    size_t keep = rest < cap - 1 - off - mn ? rest : cap - 1 - off - mn;
-    memmove(at + mn, at + kn, keep);
-    memcpy(at, mark, mn);
-    at[mn + keep] = '\0';
-    at += mn;
+  if (kn == 0 || kn < min || cap == 0 || strstr(buf, secret) == NULL) return;
+  char *out = malloc(cap);
+  if (out == NULL) { /* nothing of buf is kept rather than the secret */
+    snprintf(buf, cap, "%s", mark);
+    return;
   }
+  size_t o = 0;
+  for (const char *p = buf; *p;) {
+    const char *at = strstr(p, secret);
+    size_t plain = at ? (size_t)(at - p) : strlen(p), n = plain < cap - 1 - o ? plain : cap - 1 - o;
+    memcpy(out + o, p, n);
+    o += n;
+    if (n < plain || at == NULL) break;
+    n = mn < cap - 1 - o ? mn : cap - 1 - o;
+    memcpy(out + o, mark, n);
+    o += n;
+    if (n < mn) break;
+    p = at + kn;
+  }
+  out[o] = '\0';
+  memcpy(buf, out, o + 1);
+  free(out);
 }
 
 /* Replace every copy of d's API key, and of the git token in flight, in buf
@@ -92,9 +101,10 @@ static void redact(char *buf, size_t cap, const char *secret, const char *mark) 
 static void redact_key(const dbx_daytona *d, char *buf, size_t cap) {
   static const char pre[] = "Authorization: Bearer ";
   if (d && d->auth_hdr && strncmp(d->auth_hdr, pre, sizeof pre - 1) == 0)
-    redact(buf, cap, d->auth_hdr + sizeof pre - 1, "[redacted:DAYTONA_API_KEY]");
-  redact(buf, cap, tl_token, "[redacted:git token]");
-  redact(buf, cap, tl_token_json, "[redacted:git token]");
+    redact(buf, cap, d->auth_hdr + sizeof pre - 1, 4, "[redacted:DAYTONA_API_KEY]");
+  /* the token whatever its length: this is only ever a reply to its request */
+  redact(buf, cap, tl_token, 1, "[redacted:git token]");
+  redact(buf, cap, tl_token_json, 1, "[redacted:git token]");
 }
 
 /* The length of the longest secret redact_key looks for. */
@@ -110,7 +120,7 @@ static size_t secret_max(const dbx_daytona *d) {
  * on out of memory. */
 static char *redacted_cut(const dbx_daytona *d, const char *s, size_t n, size_t lim) {
   size_t take = n < lim + secret_max(d) ? n : lim + secret_max(d);
-  size_t cap = take * 7 + 64; /* each mark (<= 26 bytes) replaces >= 4 */
+  size_t cap = take * 27 + 64; /* each mark (<= 26 bytes) replaces >= 1 */
   char *b = malloc(cap);
   if (b == NULL) return NULL;
   for (size_t i = 0; i < take; i++) b[i] = s[i] ? s[i] : '.';

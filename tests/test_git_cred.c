@@ -476,7 +476,8 @@ static void test_git_cred_daytona_secret_faults(void **state) {
  * pads the quote so the token straddles where the driver cuts the reply's
  * words (400 bytes in a message, 256 in a warning): it is redacted before
  * the cut, never half shown. Round 2's token holds a quote, which the
- * echoed body escapes: that form is redacted too. */
+ * echoed body escapes: that form is redacted too. Round 3's token is 3
+ * bytes long (it is still redacted; git then refuses it). */
 static void test_git_cred_daytona_echoed_token(void **state) {
   (void)state;
   dbx_fake_daytona f;
@@ -490,9 +491,10 @@ static void test_git_cred_daytona_echoed_token(void **state) {
   const char *faults[] = {
       "{\"echo_body\":{\"match\":\"/api/secret\",\"status\":400,\"count\":1,\"pad\":330}}",
       "{\"echo_body\":{\"match\":\"/api/secret\",\"status\":502,\"count\":2,\"pad\":190}}",
-      "{\"echo_body\":{\"match\":\"/api/secret\",\"status\":400,\"count\":1}}"};
-  dbx_drv_git_cred quoted = {USER, "tok\"quoted-tail-7d1e"};
-  for (int round = 0; round < 3; round++) {
+      "{\"echo_body\":{\"match\":\"/api/secret\",\"status\":400,\"count\":1}}",
+      "{\"echo_body\":{\"match\":\"/api/secret\",\"status\":502,\"count\":1}}"};
+  dbx_drv_git_cred quoted = {USER, "tok\"quoted-tail-7d1e"}, tiny = {USER, "Zq9"};
+  for (int round = 0; round < 4; round++) {
     assert_int_equal(dbx_fake_daytona_faults(&f, faults[round]), 0);
     fflush(stderr);
     int saved = dup(2), fd = open(logf, O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -502,7 +504,8 @@ static void test_git_cred_daytona_echoed_token(void **state) {
     char dir[16];
     snprintf(dir, sizeof dir, "e%d", round);
     dbx_drv_err rc =
-        o->git_clone_cred(drv->self, "gc-echo", g_url, dir, NULL, round == 2 ? &quoted : &good);
+        o->git_clone_cred(drv->self, "gc-echo", g_url, dir, NULL,
+                          round == 2 ? &quoted : round == 3 ? &tiny : &good);
     char *msg = dbx_strdup(o->errmsg(drv->self));
     fflush(stderr);
     assert_int_equal(dup2(saved, 2), 2);
@@ -516,7 +519,14 @@ static void test_git_cred_daytona_echoed_token(void **state) {
     if (memmem(lg, ln, g_token, 8)) fail_msg("part of the token is in the log: %s", lg);
     if (strstr(msg, "tok-")) fail_msg("part of the token is in the message: %s", msg);
     if (strstr(msg, "quoted-tail")) fail_msg("the quoted token is in the message: %s", msg);
-    if (round != 1) {
+    /* a 3-byte token is redacted too */
+    if (memmem(lg, ln, "Zq9", 3) || strstr(msg, "Zq9")) fail_msg("Zq9 in %s / %s", lg, msg);
+    if (round == 3) {
+      /* the 502's warning marked it; then git refuses the token */
+      assert_int_equal(rc, DBX_DRV_AUTH);
+      assert_non_null(strstr(lg, "HTTP 502"));
+      assert_non_null(strstr(lg, "[redacted:git token]"));
+    } else if (round != 1) {
       /* refused: the message quotes the reply, the token marked */
       assert_int_not_equal(rc, DBX_DRV_OK);
       assert_non_null(strstr(msg, "HTTP 400"));
