@@ -109,9 +109,11 @@ static void redact_key(const dbx_daytona *d, char *buf, size_t cap) {
 
 /* The length of the longest secret redact_key looks for. */
 static size_t secret_max(const dbx_daytona *d) {
-  size_t m = d && d->auth_hdr ? strlen(d->auth_hdr) : 0;
-  size_t t = tl_token ? strlen(tl_token) : 0, tj = tl_token_json ? strlen(tl_token_json) : 0;
-  return m > t ? (m > tj ? m : tj) : (t > tj ? t : tj);
+  const char *all[] = {d ? d->auth_hdr : NULL, tl_token, tl_token_json};
+  size_t m = 0;
+  for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+    if (all[i] && strlen(all[i]) > m) m = strlen(all[i]);
+  return m;
 }
 
 /* The first lim bytes of s (n bytes) as a NUL-terminated copy, redacted
@@ -388,7 +390,6 @@ static void reply_words(const dbx_daytona *d, const resp_t *r, char *out, size_t
     free(bw);
   }
   cJSON_Delete(j);
-  redact_key(d, out, cap);
 }
 
 /* The default type of a status (the reference's table); callers override
