@@ -162,6 +162,22 @@ int svc_check_id(job *j, const char *what, const char *v) {
   return 1;
 }
 
+int svc_keyed_fits(const char *ns, const char *name, size_t extra) {
+  return strlen(ns ? ns : "") + strlen(name ? name : "") + extra <= MAX_KEYED_BYTES;
+}
+
+int svc_check_keyed(job *j, const char *what, const char *ns, const char *v, size_t extra) {
+  if (!svc_check_id(j, what, v)) return 0;
+  if (!svc_keyed_fits(ns, v, extra)) {
+    svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT,
+                 "%s: %s (%zu bytes) and the namespace (%zu bytes) are together over the %d bytes this "
+                 "service's store keys hold",
+                 j->method, what, strlen(v), strlen(ns ? ns : ""), MAX_KEYED_BYTES - (int)extra);
+    return 0;
+  }
+  return 1;
+}
+
 void svc_fail_not_found(job *j, const char *fmt, const char *a, const char *b) {
   NotFoundFailure d = INIT(TEMPORAL__API__ERRORDETAILS__V1__NOT_FOUND_FAILURE);
   svc_job_fail_detail(j, DBX_GRPC_NOT_FOUND, &d.base, NOT_FOUND_URL, fmt, a, b);

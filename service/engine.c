@@ -705,9 +705,11 @@ static void run_batch(dbx_service *s, job *jobs, int fire_timers, job **ready) {
   }
   notes_free(b.ctx.notes);
   b.ctx.notes = NULL;
-  /* The batch failed as a whole. If it held several jobs, run each alone so
-   * that one oversized change does not sink the others. */
-  if (jobs && jobs->next) {
+  /* The batch failed as a whole. If it held several jobs, or a job and due
+   * timers, run each alone and the timers alone, so that one change that
+   * cannot be stored does not sink the others (a call is never failed for
+   * a timer's change). */
+  if (jobs && (jobs->next || fire_timers)) {
     job *j = jobs;
     while (j) {
       job *next = j->next;
@@ -721,10 +723,14 @@ static void run_batch(dbx_service *s, job *jobs, int fire_timers, job **ready) {
   const char *msg = dbx_store_errmsg(s->store);
   if (rc == DBX_ENOMEM)
     DBX_WARN("service", "out of memory running a batch");
-  else if (rc != DBX_ESTOREFULL)
+  else if (rc != DBX_ESTOREFULL) {
     DBX_ERROR("service", "storage error: %s (%s)", dbx_strerror(rc), msg);
-  else
+    pthread_mutex_lock(&s->mu);
+    s->storage_errors++;
+    pthread_mutex_unlock(&s->mu);
+  } else {
     DBX_WARN("service", "%s", msg);
+  }
   for (job *j = jobs; j;) {
     job *next = j->next;
     if (rc == DBX_ESTOREFULL)
@@ -1072,6 +1078,13 @@ int dbx_service_test_alloc_result(dbx_service *s) {
   int r = !s->test_alloc_done ? -1 : s->test_alloc_failed;
   pthread_mutex_unlock(&s->mu);
   return r;
+}
+
+long dbx_service_test_storage_errors(dbx_service *s) {
+  pthread_mutex_lock(&s->mu);
+  long n = s->storage_errors;
+  pthread_mutex_unlock(&s->mu);
+  return n;
 }
 
 int dbx_service_test_queued(dbx_service *s) {

@@ -28,9 +28,9 @@ typedef struct {
 static dbx_err start_common(ectx *c, job *j, const start_args *a, char **run_id_out, int *started) {
   *run_id_out = NULL;
   *started = 0;
-  if (!svc_check_ns(c, j, a->ns) || !svc_check_id(j, "workflow_id", a->workflow_id)) return DBX_OK;
+  if (!svc_check_ns(c, j, a->ns) || !svc_check_keyed(j, "workflow_id", a->ns, a->workflow_id, 0)) return DBX_OK;
   if (!svc_check_id(j, "workflow_type.name", a->type ? a->type->name : NULL)) return DBX_OK;
-  if (!svc_check_id(j, "task_queue.name", a->task_queue ? a->task_queue->name : NULL)) return DBX_OK;
+  if (!svc_check_keyed(j, "task_queue.name", a->ns, a->task_queue ? a->task_queue->name : NULL, 0)) return DBX_OK;
   if (a->request_id && strlen(a->request_id) > MAX_ID_BYTES) {
     svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "%s: request_id is longer than %d bytes", j->method, MAX_ID_BYTES);
     return DBX_OK;
@@ -272,7 +272,7 @@ dbx_err svc_h_signal_with_start(ectx *c, job *j) {
   dbx_err rc = DBX_OK;
   RunState *rs = NULL;
   char *cur = NULL;
-  if (!svc_check_ns(c, j, q->namespace_) || !svc_check_id(j, "workflow_id", q->workflow_id) ||
+  if (!svc_check_ns(c, j, q->namespace_) || !svc_check_keyed(j, "workflow_id", q->namespace_, q->workflow_id, 0) ||
       !svc_check_id(j, "signal_name", q->signal_name))
     goto out;
   if (svc_blob_over(c, (const ProtobufCMessage *)q->signal_input, "the signal input", q->workflow_id) ||

@@ -650,9 +650,10 @@ static int schedule_prepare(ectx *c, job *j, const char *ns, const Schedule *in,
     svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "schedule action start_workflow is required");
     return 0;
   }
-  if (!svc_check_id(j, "workflow_id", nw->workflow_id) ||
+  /* a scheduled run's workflow id is the action's, "-" and the time (at most 32 bytes more) */
+  if (!svc_check_keyed(j, "workflow_id", ns, nw->workflow_id, 32) ||
       !svc_check_id(j, "workflow_type.name", nw->workflow_type ? nw->workflow_type->name : NULL) ||
-      !svc_check_id(j, "task_queue.name", nw->task_queue ? nw->task_queue->name : NULL))
+      !svc_check_keyed(j, "task_queue.name", ns, nw->task_queue ? nw->task_queue->name : NULL, 0))
     return 0;
   if (!svc_sa_check(c, j, ns, nw->search_attributes, rc)) return 0;
   ScheduleSpec *spec = NULL;

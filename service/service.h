@@ -106,6 +106,11 @@ int dbx_service_test_queued_cancelled(dbx_service *s);
  * thread. */
 void dbx_service_test_alloc_fail_at(dbx_service *s, long n);
 int dbx_service_test_alloc_result(dbx_service *s);
+/* How many store writes (batches of calls, due timers or both) the store
+ * refused with a storage error since the start: a change the engine made
+ * that the store cannot hold (neither a full store nor out of memory). 0 in
+ * a healthy service; the fuzzer checks it. Any thread. */
+long dbx_service_test_storage_errors(dbx_service *s);
 
 /* Stop serving, answer parked polls, close the store, free. Accepts NULL. */
 void dbx_service_stop(dbx_service *s);

@@ -139,6 +139,7 @@ struct dbx_service {
   int test_hold;                /* dbx_service_test_hold */
   long test_alloc_fail_at;      /* dbx_service_test_alloc_fail_at, taken by the next batch */
   int test_alloc_failed, test_alloc_done;
+  long storage_errors;          /* dbx_service_test_storage_errors */
 
   /* engine-thread only */
   job *parked;
@@ -271,6 +272,13 @@ int svc_job_set_handoff(job *j, int kind, const RunState *rs, int64_t scheduled_
   "type.googleapis.com/temporal.api.errordetails.v1.WorkflowExecutionAlreadyStartedFailure"
 #define QUERY_FAILED_URL "type.googleapis.com/temporal.api.errordetails.v1.QueryFailedFailure"
 #define MAX_ID_BYTES 1000
+/* The store's keys (store/store.h: at most 511 bytes) are made of a
+ * namespace and a workflow id or a task queue name; the longest, a run's
+ * (namespace \0 workflow id \0 run id, a 36-byte UUID), adds 38 bytes to
+ * the two. So a namespace and a workflow id or task queue name are together
+ * at most 473 bytes here, where Temporal takes each up to 1,000
+ * (docs/compatibility.md). */
+#define MAX_KEYED_BYTES 473
 /* Longest timeout, delay or interval a request may ask for: 100 years, so a
  * clock reading in ns plus any of them in ns stays far inside int64. */
 #define MAX_TIMEOUT_MS (100LL * 365 * 24 * 3600 * 1000)
@@ -281,6 +289,12 @@ int svc_job_set_handoff(job *j, int kind, const RunState *rs, int64_t scheduled_
 void *svc_decode(job *j, const ProtobufCMessageDescriptor *d);
 int svc_check_ns(ectx *c, job *j, const char *ns);         /* 1 = known namespace */
 int svc_check_id(job *j, const char *what, const char *v); /* 1 = present, not too long */
+/* 1 when namespace ns and name (a workflow id or task queue name) with extra
+ * bytes more (a schedule's suffix) fit MAX_KEYED_BYTES. */
+int svc_keyed_fits(const char *ns, const char *name, size_t extra);
+/* svc_check_id, and v with the namespace fits the store's keys
+ * (svc_keyed_fits); INVALID_ARGUMENT naming both otherwise. */
+int svc_check_keyed(job *j, const char *what, const char *ns, const char *v, size_t extra);
 /* NOT_FOUND with NotFoundFailure; fmt takes two strings. */
 void svc_fail_not_found(job *j, const char *fmt, const char *a, const char *b);
 /* Resolve (ns, execution) to a loaded run; run_id "" = current run. *out NULL

@@ -62,6 +62,9 @@ static dbx_err cmd_schedule_activity(ectx *c, job *j, RunState *rs, Command *cmd
   if (!svc_check_id(j, "ScheduleActivityTask.activity_id", a->activity_id)) return DBX_OK;
   if (!svc_check_id(j, "ScheduleActivityTask.activity_type.name", a->activity_type ? a->activity_type->name : NULL))
     return DBX_OK;
+  if (a->task_queue && a->task_queue->name[0] &&
+      !svc_check_keyed(j, "ScheduleActivityTask.task_queue.name", rs->namespace_, a->task_queue->name, 0))
+    return DBX_OK;
   for (size_t i = 0; i < rs->n_activities; i++)
     if (strcmp(rs->activities[i]->activity_id, a->activity_id) == 0) {
       svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "ScheduleActivityTask: activity id %s is already pending", a->activity_id);
@@ -386,6 +389,9 @@ static dbx_err cmd_continue_as_new(ectx *c, job *j, RunState *rs, Command *cmd, 
   HistoryEvent *ev = NULL;
   ContinueAsNewWorkflowExecutionCommandAttributes *a = cmd->continue_as_new_workflow_execution_command_attributes;
   if (!svc_sa_check(c, j, rs->namespace_, a->search_attributes, &rc)) return rc;
+  if (a->task_queue && a->task_queue->name[0] &&
+      !svc_check_keyed(j, "ContinueAsNewWorkflowExecution.task_queue.name", rs->namespace_, a->task_queue->name, 0))
+    return DBX_OK;
   char *new_run = svc_new_uuid();
   ev = svc_event_new(ET(WORKFLOW_EXECUTION_CONTINUED_AS_NEW));
   HistoryEvent *sev = svc_event_new(ET(WORKFLOW_EXECUTION_STARTED));
@@ -531,11 +537,12 @@ static dbx_err cmd_start_child(ectx *c, job *j, RunState *rs, Command *cmd, wft_
     svc_job_fail(j, DBX_GRPC_INVALID_ARGUMENT, "StartChildWorkflowExecution: namespace %s is not registered", cns);
     return DBX_OK;
   }
-  if (!svc_check_id(j, "StartChildWorkflowExecution.workflow_id", a->workflow_id)) return DBX_OK;
+  if (!svc_check_keyed(j, "StartChildWorkflowExecution.workflow_id", cns, a->workflow_id, 0)) return DBX_OK;
   if (!svc_check_id(j, "StartChildWorkflowExecution.workflow_type.name", a->workflow_type ? a->workflow_type->name : NULL))
     return DBX_OK;
   if (!svc_sa_check(c, j, cns, a->search_attributes, &rc)) return rc;
   const char *ctq = a->task_queue && a->task_queue->name[0] ? a->task_queue->name : rs->task_queue;
+  if (!svc_check_keyed(j, "StartChildWorkflowExecution.task_queue.name", cns, ctq, 0)) return DBX_OK;
   ev = svc_event_new(ET(START_CHILD_WORKFLOW_EXECUTION_INITIATED));
   if (ev == NULL) return DBX_ENOMEM;
   StartChildWorkflowExecutionInitiatedEventAttributes *e = ev->start_child_workflow_execution_initiated_event_attributes;
@@ -916,7 +923,7 @@ static int refuse_big_commands(ectx *c, job *j, RunState *rs, const RespondWorkf
 #define STICKY_DEFAULT_S2S_MS 5000
 static void sticky_set(RunState *rs, const Temporal__Api__Taskqueue__V1__StickyExecutionAttributes *sa) {
   if (sa == NULL || sa->worker_task_queue == NULL || sa->worker_task_queue->name[0] == '\0' ||
-      strlen(sa->worker_task_queue->name) > MAX_ID_BYTES || strcmp(sa->worker_task_queue->name, rs->task_queue) == 0) {
+      !svc_keyed_fits(rs->namespace_, sa->worker_task_queue->name, 0) || strcmp(sa->worker_task_queue->name, rs->task_queue) == 0) {
     svc_sticky_clear(rs);
     return;
   }

@@ -591,12 +591,13 @@ static int take_injected_map_full(void) {
 void dbx_store_test_inject_map_full(int n) { atomic_store(&inject_map_full, n > 0 ? n : 0); }
 
 dbx_err dbx_store_get(dbx_txn *t, dbx_table tb, const void *key, size_t klen, dbx_val *out) {
-  dbx_err err = check_args(t, tb, key, klen, "get");
+  dbx_err err = check_args(t, tb, key, klen <= KEY_MAX ? klen : 1, "get");
   if (err != DBX_OK) return err;
   if (out == NULL) {
     set_msg(t->s, "get: out is NULL");
     return DBX_EINVAL;
   }
+  if (klen > KEY_MAX) return DBX_ENOTFOUND; /* longer than any key put can store */
   MDB_val k = {klen, (void *)key}, v;
   int rc = mdb_get(t->mt, tb, &k, &v);
   if (rc != 0) return lmdb_err(t->s, rc, "mdb_get");
@@ -701,25 +702,32 @@ static dbx_err check_seek_key(dbx_cursor *c, const void *key, size_t klen, const
     set_msg(c->t->s, "%s: key is NULL with length %zu", op, klen);
     return DBX_EINVAL;
   }
-  if (klen > KEY_MAX) {
-    set_msg(c->t->s, "%s: key is %zu bytes, over the %d-byte limit", op, klen, KEY_MAX);
-    return DBX_EINVAL;
-  }
+  (void)op;
   return DBX_OK;
 }
+
+/* A seek key longer than any stored key (KEY_MAX) orders as its first
+ * KEY_MAX bytes T do, except against T itself, which is smaller: so the
+ * first key >= it is the first key >= T unless that is T, then the next;
+ * and the last key <= it is the last key <= T. */
 
 dbx_err dbx_store_cursor_seek(dbx_cursor *c, const void *key, size_t klen, dbx_val *k,
                               dbx_val *v) {
   dbx_err err = check_seek_key(c, key, klen, "cursor_seek");
   if (err != DBX_OK) return err;
-  MDB_val mk = {klen, (void *)key}, mv;
-  return cursor_get(c, &mk, &mv, klen ? MDB_SET_RANGE : MDB_FIRST, k, v);
+  MDB_val mk = {klen > KEY_MAX ? KEY_MAX : klen, (void *)key}, mv;
+  if (klen <= KEY_MAX) return cursor_get(c, &mk, &mv, klen ? MDB_SET_RANGE : MDB_FIRST, k, v);
+  dbx_err rc = cursor_get(c, &mk, &mv, MDB_SET_RANGE, k, v);
+  if (rc == DBX_OK && mk.mv_size == KEY_MAX && memcmp(mk.mv_data, key, KEY_MAX) == 0)
+    rc = cursor_get(c, &mk, &mv, MDB_NEXT, k, v);
+  return rc;
 }
 
 dbx_err dbx_store_cursor_seek_le(dbx_cursor *c, const void *key, size_t klen, dbx_val *k,
                                  dbx_val *v) {
   dbx_err err = check_seek_key(c, key, klen, "cursor_seek_le");
   if (err != DBX_OK) return err;
+  if (klen > KEY_MAX) klen = KEY_MAX; /* the same answer (above) */
   MDB_val mk = {klen, (void *)key}, mv;
   if (klen == 0) return cursor_get(c, &mk, &mv, MDB_LAST, k, v);
   int rc = mdb_cursor_get(c->mc, &mk, &mv, MDB_SET_RANGE);

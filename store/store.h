@@ -31,7 +31,8 @@
  *
  * Errors: DBX_OK; DBX_ENOTFOUND (a normal outcome for get and seek);
  * DBX_ESTOREFULL; DBX_ESTORE (anything else, detail in dbx_store_errmsg);
- * DBX_EINVAL for bad arguments (key over 511 bytes, unknown table). */
+ * DBX_EINVAL for bad arguments (put or del of a key over 511 bytes, unknown
+ * table). */
 #ifndef DBX_STORE_STORE_H
 #define DBX_STORE_STORE_H
 
@@ -117,7 +118,8 @@ dbx_err dbx_store_txn_child_begin(dbx_txn *parent, dbx_txn **out);
 dbx_err dbx_store_txn_child_commit(dbx_txn *t);
 
 /* Point lookups and changes. Keys are 1..511 bytes; values any size.
- * get: DBX_OK with *out a borrowed view, or DBX_ENOTFOUND. */
+ * get: DBX_OK with *out a borrowed view, or DBX_ENOTFOUND (also for a key
+ * over 511 bytes, which no put stores). */
 dbx_err dbx_store_get(dbx_txn *t, dbx_table tb, const void *key, size_t klen, dbx_val *out);
 dbx_err dbx_store_put(dbx_txn *t, dbx_table tb, const void *key, size_t klen, const void *val,
                       size_t vlen);
@@ -128,7 +130,9 @@ dbx_err dbx_store_del(dbx_txn *t, dbx_table tb, const void *key, size_t klen);
  * (a cursor still open then is released with it and must not be used again). */
 dbx_err dbx_store_cursor_open(dbx_txn *t, dbx_table tb, dbx_cursor **out);
 void dbx_store_cursor_close(dbx_cursor *c); /* accepts NULL */
-/* Position at the first key >= key (klen 0: the first key). DBX_ENOTFOUND past the end. */
+/* Position at the first key >= key (klen 0: the first key). DBX_ENOTFOUND past the end.
+ * A key may be longer than the 511 bytes a stored one has (a prefix built
+ * from long names): it orders as memcmp would. */
 dbx_err dbx_store_cursor_seek(dbx_cursor *c, const void *key, size_t klen, dbx_val *k, dbx_val *v);
 /* Position at the last key <= key (klen 0: the last key). DBX_ENOTFOUND before the start. */
 dbx_err dbx_store_cursor_seek_le(dbx_cursor *c, const void *key, size_t klen, dbx_val *k,

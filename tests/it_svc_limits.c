@@ -20,7 +20,11 @@
  *   the limit are INVALID_ARGUMENT, and a query result over it fails the
  *   query with the blob limit's message;
  * - `durabox server start-dev --dynamic-config-value limit.blobSize.error=N`
- *   sets the same limit. */
+ *   sets the same limit;
+ * - a workflow id or task queue name that with the namespace is over the
+ *   473 bytes the store's keys hold (svc.h MAX_KEYED_BYTES) is
+ *   INVALID_ARGUMENT naming it, at the limit it is accepted; a lookup of a
+ *   workflow id longer than any key is NOT_FOUND (not a storage error). */
 #include "tests/svc_client.h"
 
 #include <pthread.h>
@@ -511,6 +515,40 @@ static void test_limits_query_result_over_the_limit_fails_the_query(void **state
   free(big.buf);
 }
 
+static void test_limits_ids_that_do_not_fit_a_store_key_are_refused(void **state) {
+  fixture *f = *state;
+  enum { FITS = 473 - 7 }; /* "default" is 7 bytes */
+  char wfid[FITS + 2], tq[FITS + 2];
+  memset(wfid, 'w', sizeof wfid - 1);
+  memset(tq, 'q', sizeof tq - 1);
+  wfid[FITS + 1] = tq[FITS + 1] = '\0';
+  char *msg = NULL;
+  assert_int_equal(start_with(f, wfid, "tq-key", NULL, &msg), DBX_GRPC_INVALID_ARGUMENT);
+  assert_non_null(msg);
+  assert_non_null(strstr(msg, "workflow_id (467 bytes)"));
+  assert_non_null(strstr(msg, "store keys"));
+  free(msg);
+  assert_int_equal(start_with(f, "key-tq", tq, NULL, &msg), DBX_GRPC_INVALID_ARGUMENT);
+  assert_non_null(msg);
+  assert_non_null(strstr(msg, "task_queue.name (467 bytes)"));
+  free(msg);
+  wfid[FITS] = tq[FITS] = '\0';
+  assert_int_equal(start_with(f, wfid, tq, NULL, NULL), DBX_GRPC_OK); /* at the limit */
+  assert_int_equal(dbx_svct_workflow_status(f->ch, wfid, ""), WS(RUNNING));
+  /* a lookup longer than any key: NOT_FOUND, as for any unknown id */
+  char far[700];
+  memset(far, 'w', sizeof far - 1);
+  far[sizeof far - 1] = '\0';
+  DescribeWorkflowExecutionRequest dq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__DESCRIBE_WORKFLOW_EXECUTION_REQUEST);
+  WorkflowExecution we = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  we.workflow_id = far;
+  dq.namespace_ = "default";
+  dq.execution = &we;
+  assert_int_equal(dbx_svct_call(f->ch, "DescribeWorkflowExecution", &dq.base, &DescribeWorkflowExecutionResponse__D,
+                                 5000, NULL, NULL),
+                   DBX_GRPC_NOT_FOUND);
+}
+
 static void test_limits_dynamic_config_flag_of_start_dev(void **state) {
   (void)state;
   char *dir = dbx_test_tmpdir("it-limits-srv");
@@ -545,6 +583,7 @@ int main(void) {
       cmocka_unit_test(test_limits_failure_over_the_limit_is_replaced),
       cmocka_unit_test(test_limits_query_arguments_over_the_limit_are_refused),
       cmocka_unit_test(test_limits_query_result_over_the_limit_fails_the_query),
+      cmocka_unit_test(test_limits_ids_that_do_not_fit_a_store_key_are_refused),
       cmocka_unit_test(test_limits_dynamic_config_flag_of_start_dev),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -11,6 +11,9 @@
  *   same attempt;
  * - ResetStickyTaskQueue, a completion without sticky_attributes, and a
  *   sticky queue nobody polls: the next task goes to the normal queue;
+ * - a sticky queue whose name does not fit the store's keys with the
+ *   namespace (bug 15, found by fuzz_service): not used, the task after a
+ *   timer goes to the normal queue, and the service answers every call;
  * - a failed task on a sticky queue: the next attempt on the normal queue
  *   with the attempt number unchanged (Temporal's rule), the one after
  *   counts;
@@ -300,6 +303,31 @@ static void test_sticky_reset_and_unpolled_queue_go_to_normal(void **state) {
   free(run_id);
 }
 
+static void test_sticky_queue_too_long_for_a_key_is_not_used(void **state) {
+  fixture *f = *state;
+  char sticky[601];
+  memset(sticky, 's', sizeof sticky - 1);
+  sticky[sizeof sticky - 1] = '\0';
+  char *run_id = dbx_svct_workflow_start(f->ch, "sticky-long", "tq-sl");
+  PollWorkflowTaskQueueResponse *t = first_task(f, "tq-sl", sticky); /* the long queue has a poller */
+  Command cmd;
+  StartTimerCommandAttributes ta;
+  Duration d;
+  respond(f->ch, t->task_token, timer_cmd(&cmd, &ta, &d, "t1", 200), sticky, "tq-sl", 5000);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  /* the timer fires; its workflow task is on the normal queue (a sticky one
+   * would need a key of 614 bytes: the timer's change could not be stored,
+   * and before the fix every later batch failed with it) */
+  t = next_on_normal(f, "tq-sl", 8); /* 4 completed, 5 timer started, 6 fired, 7 scheduled, 8 started */
+  GetSystemInfoRequest gq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__GET_SYSTEM_INFO_REQUEST);
+  assert_int_equal(dbx_svct_call(f->ch, "GetSystemInfo", &gq.base, &GetSystemInfoResponse__D, 5000, NULL, NULL),
+                   DBX_GRPC_OK);
+  dbx_svct_wft_complete_workflow(f->ch, t->task_token);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  assert_int_equal(dbx_svct_workflow_status(f->ch, "sticky-long", run_id), WS(COMPLETED));
+  free(run_id);
+}
+
 static void fail_task(dbx_rpc_channel *ch, ProtobufCBinaryData token) {
   RespondWorkflowTaskFailedRequest q = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESPOND_WORKFLOW_TASK_FAILED_REQUEST);
   Failure fl = INIT(TEMPORAL__API__FAILURE__V1__FAILURE);
@@ -463,6 +491,7 @@ int main(void) {
       cmocka_unit_test(test_sticky_task_carries_only_new_events),
       cmocka_unit_test(test_sticky_timeout_falls_back_to_the_normal_queue),
       cmocka_unit_test(test_sticky_reset_and_unpolled_queue_go_to_normal),
+      cmocka_unit_test(test_sticky_queue_too_long_for_a_key_is_not_used),
       cmocka_unit_test(test_sticky_failure_retries_on_normal_with_same_attempt),
       cmocka_unit_test(test_c_worker_uses_its_sticky_queue),
       cmocka_unit_test(test_c_worker_cache_miss_fetches_full_history),

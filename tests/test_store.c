@@ -403,6 +403,9 @@ static void test_store_bad_args_einval(void **state) {
   assert_int_equal(dbx_store_get(t, 0, "k", 1, &v), DBX_EINVAL);
   assert_non_null(strstr(dbx_store_errmsg(s), "table handle"));
   assert_int_equal(dbx_store_get(t, 77, "k", 1, &v), DBX_EINVAL);
+  char longkey[600];
+  memset(longkey, 'k', sizeof longkey);
+  assert_int_equal(dbx_store_get(t, tb, longkey, sizeof longkey, &v), DBX_ENOTFOUND); /* none is stored */
   assert_int_equal(dbx_store_put(t, tb, "k", 1, "v", 1), DBX_EINVAL);
   assert_non_null(strstr(dbx_store_errmsg(s), "read-only"));
   assert_int_equal(dbx_store_get(NULL, tb, "k", 1, &v), DBX_EINVAL);
@@ -410,6 +413,19 @@ static void test_store_bad_args_einval(void **state) {
   assert_int_equal(dbx_store_cursor_open(t, 0, &c), DBX_EINVAL);
   assert_null(c);
   assert_int_equal(dbx_store_cursor_open(t, tb, &c), DBX_OK);
+  /* seek keys longer than any stored one order as memcmp does: stored are
+   * "first" and 511 'x' bytes */
+  memset(longkey, 'x', sizeof longkey);
+  assert_int_equal(dbx_store_cursor_seek(c, longkey, sizeof longkey, &v, NULL), DBX_ENOTFOUND);
+  assert_int_equal(dbx_store_cursor_seek_le(c, longkey, sizeof longkey, &v, NULL), DBX_OK);
+  assert_int_equal(v.size, 511);
+  memset(longkey, 'f', sizeof longkey);
+  assert_int_equal(dbx_store_cursor_seek(c, longkey, sizeof longkey, &v, NULL), DBX_OK);
+  assert_int_equal(v.size, 5);
+  assert_memory_equal(v.data, "first", 5);
+  memset(longkey, 'w', sizeof longkey);
+  assert_int_equal(dbx_store_cursor_seek_le(c, longkey, sizeof longkey, &v, NULL), DBX_OK);
+  assert_memory_equal(v.data, "first", 5);
   assert_int_equal(dbx_store_cursor_del(c), DBX_EINVAL);
   assert_int_equal(dbx_store_cursor_seek(c, NULL, 5, &v, &v), DBX_EINVAL);
   dbx_store_cursor_close(c);

@@ -12,9 +12,13 @@
  * over loopback through rpc/ exactly as a client's does, so the server loop
  * and gRPC's framing are fuzzed too.
  *
+ * Checked after each input: the store refused no change of the engine, a
+ * call's or a due timer's (dbx_service_test_storage_errors).
  * Checked after each call: a status arrived (never a transport error or the
  * service gone), the status is one the service sends (not INTERNAL, UNKNOWN
- * or DATA_LOSS), and an OK reply decodes as the method's response type.
+ * or DATA_LOSS, nor UNAVAILABLE for a storage error: a change the service
+ * accepted that its store cannot hold), and an OK reply decodes as the
+ * method's response type.
  * Checked every CHECK_EVERY inputs, on each store before it is dropped for
  * a fresh one (every RESET_EVERY inputs) and at exit (check_store):
  * LMDB's own mdb_dump reads every table of the store; the service still
@@ -144,6 +148,10 @@ static void call(const char *method, const uint8_t *req, size_t len, int64_t ms,
   if (rc != DBX_OK) die("call failed", method, -1, dbx_strerror(rc));
   if (r->status == DBX_GRPC_INTERNAL || r->status == DBX_GRPC_UNKNOWN || r->status == DBX_GRPC_DATA_LOSS)
     die("unexpected status", method, r->status, r->message);
+  /* the store refused a change the service had accepted (bug 15: a name
+   * too long for a key); a full store is RESOURCE_EXHAUSTED, not this */
+  if (r->status == DBX_GRPC_UNAVAILABLE && r->message && strncmp(r->message, "storage error", 13) == 0)
+    die("the store refused a change", method, r->status, r->message);
   if (r->status == DBX_GRPC_DEADLINE_EXCEEDED && ms >= CALL_MS)
     die("no answer in time", method, r->status, r->message);
 }
@@ -367,6 +375,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   free(wft.data);
   free(act.data);
+  if (dbx_service_test_storage_errors(g_svc) != 0)
+    die("the store refused a change of the engine (a call's or a due timer's)", NULL, 0, NULL);
   if (++g_inputs % RESET_EVERY == 0) {
     stop_checked();
     start_fresh();
