@@ -702,7 +702,6 @@ static dbx_err check_seek_key(dbx_cursor *c, const void *key, size_t klen, const
     set_msg(c->t->s, "%s: key is NULL with length %zu", op, klen);
     return DBX_EINVAL;
   }
-  (void)op;
   return DBX_OK;
 }
 
