@@ -683,7 +683,11 @@ static void test_alloc_disarm(dbx_service *s, long n) {
  * and one near its deadline needs the engine within the 1 s tail room. */
 #define SLOW_BATCH_NS 500000000LL
 
-static void run_batch(dbx_service *s, job *jobs, int fire_timers, job **ready) {
+/* Runs jobs (a list, owned: each is answered or parked) and, with
+ * fire_timers, the due durable timers in one write. Returns the outcome of
+ * the timers' change: DBX_OK when it committed or none was asked for, else
+ * the store's error (the timers stay due). */
+static dbx_err run_batch(dbx_service *s, job *jobs, int fire_timers, job **ready) {
   batch b = {.svc = s, .jobs = jobs, .fire_timers = fire_timers};
   DBX_FAILPOINT("service.commit.before");
   long armed = test_alloc_arm(s, jobs);
@@ -701,7 +705,7 @@ static void run_batch(dbx_service *s, job *jobs, int fire_timers, job **ready) {
   DBX_FAILPOINT("service.commit.after");
   if (rc == DBX_OK) {
     apply_after_commit(s, &b, ready);
-    return;
+    return DBX_OK;
   }
   notes_free(b.ctx.notes);
   b.ctx.notes = NULL;
@@ -714,11 +718,10 @@ static void run_batch(dbx_service *s, job *jobs, int fire_timers, job **ready) {
     while (j) {
       job *next = j->next;
       j->next = NULL;
-      run_batch(s, j, 0, ready);
+      (void)run_batch(s, j, 0, ready);
       j = next;
     }
-    if (fire_timers) run_batch(s, NULL, 1, ready);
-    return;
+    return fire_timers ? run_batch(s, NULL, 1, ready) : DBX_OK;
   }
   const char *msg = dbx_store_errmsg(s->store);
   if (rc == DBX_ENOMEM)
@@ -743,6 +746,34 @@ static void run_batch(dbx_service *s, job *jobs, int fire_timers, job **ready) {
     job_free(j);
     j = next;
   }
+  return fire_timers ? rc : DBX_OK;
+}
+
+#define TIMERS_BACKOFF_MIN_NS 1000000000LL
+#define TIMERS_BACKOFF_MAX_NS 10000000000LL
+
+/* When the next timer batch may run (wall ns): the earliest timer, or later
+ * while timers are held after a failure; INT64_MAX if none. */
+static int64_t timers_due_at(const dbx_service *s) {
+  int64_t t = s->next_timer_wall_ns;
+  if (t != INT64_MAX && t < s->timers_held_until_wall_ns) t = s->timers_held_until_wall_ns;
+  return t;
+}
+
+/* After a batch that fired timers: a failure holds every timer back for a
+ * pause that doubles while they keep failing, so a change the store cannot
+ * take (a full store) is retried, not spun on with an error logged each
+ * time; a success ends the pause. */
+static void timers_after_batch(dbx_service *s, dbx_err rc) {
+  if (rc == DBX_OK) {
+    s->timers_backoff_ns = 0;
+    s->timers_held_until_wall_ns = 0;
+    return;
+  }
+  int64_t b = s->timers_backoff_ns ? s->timers_backoff_ns * 2 : TIMERS_BACKOFF_MIN_NS;
+  if (b > TIMERS_BACKOFF_MAX_NS) b = TIMERS_BACKOFF_MAX_NS;
+  s->timers_backoff_ns = b;
+  s->timers_held_until_wall_ns = dbx_wall_ns() + b;
 }
 
 static void *engine_main(void *arg) {
@@ -757,8 +788,9 @@ static void *engine_main(void *arg) {
       int64_t park_next = expire_parked(s, now_mono, 0);
       int64_t wait_ns = INT64_MAX;
       if (park_next != INT64_MAX) wait_ns = park_next - now_mono;
-      if (s->next_timer_wall_ns != INT64_MAX) {
-        int64_t t = s->next_timer_wall_ns - dbx_wall_ns();
+      int64_t due = timers_due_at(s);
+      if (due != INT64_MAX) {
+        int64_t t = due - dbx_wall_ns();
         if (t < wait_ns) wait_ns = t;
       }
       if (wait_ns <= 0) break;
@@ -808,7 +840,7 @@ static void *engine_main(void *arg) {
     } else {
       jobs = in;
     }
-    int timers_due = s->next_timer_wall_ns <= dbx_wall_ns();
+    int timers_due = timers_due_at(s) <= dbx_wall_ns();
     while (jobs || timers_due) {
       job *head = jobs, *tail = jobs;
       int n = 1;
@@ -822,15 +854,10 @@ static void *engine_main(void *arg) {
       } else {
         head = NULL;
       }
-      run_batch(s, head, timers_due, &ready);
-      if (timers_due) {
-        s->next_timer_wall_ns = earliest_timer(s);
-        timers_due = 0;
-      } else if (s->next_timer_wall_ns != INT64_MAX) {
-        s->next_timer_wall_ns = earliest_timer(s);
-      } else {
-        s->next_timer_wall_ns = earliest_timer(s);
-      }
+      dbx_err trc = run_batch(s, head, timers_due, &ready);
+      if (timers_due) timers_after_batch(s, trc);
+      timers_due = 0;
+      s->next_timer_wall_ns = earliest_timer(s);
     }
   }
 }

@@ -147,6 +147,11 @@ struct dbx_service {
   uint64_t next_query_id;
   uint64_t epoch;
   int64_t next_timer_wall_ns;   /* earliest durable timer, INT64_MAX if none known */
+  /* After a batch that fired timers failed (a full store, a name that does
+   * not fit a key): no timer fires before this wall time, and the pause
+   * doubles from 1 s to 10 s while they keep failing (0 after a success). */
+  int64_t timers_held_until_wall_ns;
+  int64_t timers_backoff_ns;
   int64_t started_wall_ns;      /* this process's start: no heartbeat could arrive before it */
   dbx_visq_sa_def *start_sa;    /* opts.search_attributes, parsed (names owned) */
   size_t n_start_sa;

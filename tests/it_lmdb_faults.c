@@ -11,6 +11,8 @@
  * - the disk filling up (a 2 MiB tmpfs): writes fail with a retryable
  *   status that says the storage is full, reads go on, and after space is
  *   freed new writes succeed and every acknowledged event is intact.
+ * - a durable timer due while the store cannot take its change: held back
+ *   and retried after a pause that doubles, then fired once.
  * Stale readers are this binary (argv[0]) run again as `it_lmdb_faults --stale-reader
  * DIR MAP_BYTES read|hold` (a fresh process that opens the store through
  * store/, never a handle inherited across fork). */
@@ -31,6 +33,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/failpoint.h"
+#include "base/util.h"
 #include "service/service.h"
 #include "store/store.h"
 
@@ -478,6 +482,59 @@ static void test_lmdb_faults_disk_full(void **state) {
   unmount_tmpfs();
 }
 
+static int64_t event_ms(const HistoryEvent *e) {
+  return e->event_time ? (int64_t)e->event_time->seconds * 1000 + e->event_time->nanos / 1000000 : 0;
+}
+
+/* A durable timer that comes due while its change cannot be stored (the
+ * store at its ceiling: each of the next two writes finds the map full) is
+ * held back and retried after a pause that doubles (1 s, then 2 s), not
+ * retried at once in a loop that logs an error each time; when the store
+ * takes the change again the timer fires, once. The engine's writes are
+ * counted at the failpoint service.commit.before (probability 0: counted,
+ * never fired); the test makes no call while the timer is held, so every
+ * write counted then is a timer batch. */
+static void test_lmdb_faults_timer_due_in_a_full_store_is_retried_after_a_pause(void **state) {
+  (void)state;
+  assert_int_equal(dbx_failpoint_configure("service.commit.before=log@0", 1, NULL, NULL), DBX_OK);
+  char *db = dbx_test_tmpdir("dbx-lmdbf");
+  dbx_service *svc = svc_start(db, TINY_CEILING, TINY_CEILING, 1); /* no room to grow */
+  dbx_rpc_channel *ch = dbx_svct_connect(dbx_service_port(svc));
+  char *rid = dbx_svct_workflow_start(ch, "timer-held", "timer-held");
+  PollWorkflowTaskQueueResponse *t = dbx_svct_wft_poll(ch, "timer-held", CALL_MS);
+  assert_true(t->task_token.len > 0);
+  dbx_svct_wft_start_timer(ch, t->task_token, "t1", 2);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  uint64_t before = dbx_failpoint_hits("service.commit.before");
+  dbx_store_test_inject_map_full(2);
+  /* the attempts: at the due time (fails), 1 s later (fails), 2 s after
+   * that (commits); without the pause all three within milliseconds */
+  int64_t deadline = dbx_mono_ns() + 20 * 1000000000LL;
+  while (dbx_failpoint_hits("service.commit.before") - before < 3 && dbx_mono_ns() < deadline)
+    usleep(20000);
+  assert_int_equal(dbx_failpoint_hits("service.commit.before") - before, 3);
+  assert_true(dbx_svct_history_wait_for(ch, "timer-held", rid, ET(TIMER_FIRED), CALL_MS));
+  dbx_svct_history h;
+  dbx_svct_history_get(ch, "timer-held", rid, &h);
+  assert_int_equal(dbx_svct_history_count(&h, ET(TIMER_FIRED)), 1);
+  int64_t started_ms = 0, fired_ms = 0;
+  for (size_t i = 0; i < h.n; i++) {
+    if (h.events[i]->event_type == ET(TIMER_STARTED)) started_ms = event_ms(h.events[i]);
+    if (h.events[i]->event_type == ET(TIMER_FIRED)) fired_ms = event_ms(h.events[i]);
+  }
+  dbx_svct_history_cleanup(&h);
+  /* due 2 s after it started, then held 1 s and 2 s */
+  if (fired_ms - started_ms < 5000)
+    fail_msg("the timer fired %lld ms after it started; want at least 5000 (2 s, then pauses of 1 and 2 s)",
+             (long long)(fired_ms - started_ms));
+  dbx_failpoint_reset();
+  free(rid);
+  dbx_rpc_channel_destroy(ch);
+  dbx_service_stop(svc);
+  dbx_test_rmrf(db);
+  free(db);
+}
+
 static int group_setup(void **state) {
   (void)state;
   dbx_rpc_global_init();
@@ -500,6 +557,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_lmdb_faults_dead_readers_live_service),
       cmocka_unit_test(test_lmdb_faults_dead_readers_restarted_service),
       cmocka_unit_test(test_lmdb_faults_disk_full),
+      cmocka_unit_test(test_lmdb_faults_timer_due_in_a_full_store_is_retried_after_a_pause),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
