@@ -48,7 +48,10 @@ dbx_err svc_activity_queue_attempt(ectx *c, RunState *rs, ActivityInfo *ai) {
   ai->started_time_ns = 0;
   dbx_err rc = svc_task_enqueue(c, rs->namespace_, ai->task_queue, TASK_ACTIVITY, rs->workflow_id, rs->run_id,
                                 ai->scheduled_event_id, ai->attempt);
-  if (rc == DBX_OK && ai->schedule_to_start_ms > 0 && ai->schedule_to_start_ms < ai->schedule_to_close_ms)
+  /* a schedule-to-close timeout of 0 is unlimited: the schedule-to-start one
+   * then stands alone; else it is armed only when it would fire first */
+  if (rc == DBX_OK && ai->schedule_to_start_ms > 0 &&
+      (ai->schedule_to_close_ms == 0 || ai->schedule_to_start_ms < ai->schedule_to_close_ms))
     rc = svc_timer_add(c, c->now_ns + ai->schedule_to_start_ms * 1000000, TK_ACTIVITY_SCHEDULE_TO_START, rs,
                        ai->scheduled_event_id, ai->attempt, NULL);
   return rc;

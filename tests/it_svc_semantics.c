@@ -8,6 +8,8 @@
  * - a workflow task that is not answered times out and comes back as
  *   attempt 2;
  * - a workflow run timeout closes the run as TIMED_OUT;
+ * - an activity's ScheduleToStart timeout holds without a ScheduleToClose
+ *   one;
  * - a history over the 4 MiB page size reaches the worker in pages that join
  *   up exactly (the poll's next_page_token continued by
  *   GetWorkflowExecutionHistory);
@@ -221,6 +223,64 @@ static void test_svc_run_timeout_closes_the_run(void **state) {
   dbx_svct_history_get(f->ch, "run-timeout", run_id, &h);
   assert_contiguous(&h);
   assert_int_equal(h.events[h.n - 1]->workflow_execution_timed_out_event_attributes->retry_state, RS(TIMEOUT));
+  dbx_svct_history_cleanup(&h);
+  free(run_id);
+}
+
+/* A ScheduleToStart timeout holds without a ScheduleToClose one (Temporal:
+ * an unset schedule-to-close is unlimited, and the schedule-to-start
+ * timeout stands alone): the activity nobody polls times out after 1 s as
+ * ScheduleToStart, not retried (RetryState NON_RETRYABLE_FAILURE), and the
+ * workflow gets a task for it. Before the fix the timer was armed only when
+ * it was shorter than a schedule-to-close timeout, so here never. */
+static void test_svc_schedule_to_start_alone_times_out(void **state) {
+  fixture *f = *state;
+  char *run_id = NULL;
+  start_with(f->ch, "s2s-alone", "tq-s2s-alone", 0, 0, &run_id);
+  PollWorkflowTaskQueueResponse *t = dbx_svct_wft_poll(f->ch, "tq-s2s-alone", 5000);
+  assert_true(t->task_token.len > 0);
+  Command cmd = INIT(TEMPORAL__API__COMMAND__V1__COMMAND);
+  ScheduleActivityTaskCommandAttributes a = INIT(TEMPORAL__API__COMMAND__V1__SCHEDULE_ACTIVITY_TASK_COMMAND_ATTRIBUTES);
+  ActivityType at = INIT(TEMPORAL__API__COMMON__V1__ACTIVITY_TYPE);
+  TaskQueue atq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
+  Duration s2s = INIT(GOOGLE__PROTOBUF__DURATION), st2c = INIT(GOOGLE__PROTOBUF__DURATION);
+  at.name = "it.Activity";
+  atq.name = "tq-s2s-nobody-polls";
+  s2s.seconds = 1;
+  st2c.seconds = 60;
+  a.activity_id = "1";
+  a.activity_type = &at;
+  a.task_queue = &atq;
+  a.schedule_to_start_timeout = &s2s;
+  a.start_to_close_timeout = &st2c;
+  cmd.command_type = CT(SCHEDULE_ACTIVITY_TASK);
+  cmd.attributes_case = CMD(SCHEDULE_ACTIVITY_TASK);
+  cmd.schedule_activity_task_command_attributes = &a;
+  assert_int_equal(wft_respond(f->ch, t->task_token, &cmd), DBX_GRPC_OK);
+  protobuf_c_message_free_unpacked(&t->base, NULL);
+  assert_true(dbx_svct_history_wait_for(f->ch, "s2s-alone", run_id, ET(ACTIVITY_TASK_TIMED_OUT), 10000));
+  dbx_svct_history h = {0};
+  dbx_svct_history_get(f->ch, "s2s-alone", run_id, &h);
+  assert_contiguous(&h);
+  const HistoryEvent *sched = NULL, *to = NULL;
+  for (size_t i = 0; i < h.n; i++) {
+    if (h.events[i]->event_type == ET(ACTIVITY_TASK_SCHEDULED)) sched = h.events[i];
+    if (h.events[i]->event_type == ET(ACTIVITY_TASK_TIMED_OUT)) to = h.events[i];
+  }
+  assert_non_null(sched);
+  assert_non_null(to);
+  const ActivityTaskTimedOutEventAttributes *ta = to->activity_task_timed_out_event_attributes;
+  assert_int_equal(ta->scheduled_event_id, sched->event_id);
+  assert_int_equal(ta->started_event_id, 0); /* it never started */
+  assert_int_equal(ta->retry_state, RS(NON_RETRYABLE_FAILURE));
+  assert_non_null(ta->failure);
+  assert_int_equal(ta->failure->failure_info_case, FI(TIMEOUT_FAILURE_INFO));
+  assert_int_equal(ta->failure->timeout_failure_info->timeout_type, TT(SCHEDULE_TO_START));
+  /* fired about 1 s after it was scheduled, not at once and not much later */
+  int64_t waited_ms = (to->event_time->seconds - sched->event_time->seconds) * 1000 +
+                      (to->event_time->nanos - sched->event_time->nanos) / 1000000;
+  assert_in_range(waited_ms, 1000, 9000);
+  assert_int_equal(h.events[h.n - 1]->event_type, ET(WORKFLOW_TASK_SCHEDULED));
   dbx_svct_history_cleanup(&h);
   free(run_id);
 }
@@ -726,6 +786,7 @@ int main(void) {
       cmocka_unit_test(test_svc_unhandled_command_when_events_arrived),
       cmocka_unit_test(test_svc_workflow_task_timeout_then_attempt_2),
       cmocka_unit_test(test_svc_run_timeout_closes_the_run),
+      cmocka_unit_test(test_svc_schedule_to_start_alone_times_out),
       cmocka_unit_test(test_svc_large_history_in_pages),
       cmocka_unit_test(test_svc_terminated_run_has_nothing_pending),
       cmocka_unit_test(test_svc_one_service_per_store_and_port),
