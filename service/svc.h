@@ -186,8 +186,11 @@ dbx_err svc_handle_rpc(ectx *c, job *j);
  * timer would (WorkflowTaskTimedOut, buffered events, the next attempt);
  * the caller saves rs. */
 dbx_err svc_wft_time_out(ectx *c, RunState *rs);
-/* Fire due durable timers (timers.c): up to max, returns count fired or <0 error. */
-int svc_fire_due_timers(ectx *c, int max, dbx_err *err);
+/* Fire due durable timers (timers.c), earliest first: up to max of them,
+ * and none after budget_ns (monotonic) have passed since the first; the
+ * rest stay due for the next batch. Returns the count fired, or <0 with
+ * *err set (the store's error). */
+int svc_fire_due_timers(ectx *c, int max, int64_t budget_ns, dbx_err *err);
 
 /* ---- RPC handlers, one file per family (see handlers.c). Each runs one
  * job in ctx: sets the job's reply or gRPC status; returns DBX_OK, or a store

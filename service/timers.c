@@ -168,10 +168,11 @@ out:
   return rc;
 }
 
-int svc_fire_due_timers(ectx *c, int max, dbx_err *err) {
+int svc_fire_due_timers(ectx *c, int max, int64_t budget_ns, dbx_err *err) {
   int fired = 0;
   *err = DBX_OK;
-  for (; fired < max; fired++) {
+  int64_t until = dbx_mono_ns() + budget_ns;
+  for (; fired < max && (fired == 0 || dbx_mono_ns() < until); fired++) {
     dbx_cursor *cur = NULL;
     dbx_err rc = dbx_store_cursor_open(c->txn, c->svc->t_timers, &cur);
     if (rc != DBX_OK) {
