@@ -85,6 +85,17 @@ static void die(const char *what, const char *method, int status, const char *ms
 }
 
 #ifndef DBX_FUZZ_SVC_RPC
+/* A hang: with DBX_FUZZ_HANG_GDB set, every thread's stack first (what the
+ * engine was doing), then abort. */
+static void die_hang(const char *what, const char *method) {
+  if (getenv("DBX_FUZZ_HANG_GDB")) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "gdb -p %d -batch -ex 'thread apply all bt' >&2 2>/dev/null", (int)getpid());
+    if (system(cmd) != 0) fprintf(stderr, "fuzz_service: gdb could not attach\n");
+  }
+  die(what, method, -1, NULL);
+}
+
 /* The answer of one in-process call, filled on the engine thread. */
 static struct {
   pthread_mutex_t mu;
@@ -127,7 +138,7 @@ static dbx_err call_local(const char *method, const uint8_t *req, size_t len, in
   while (!g_wait.done)
     if (pthread_cond_timedwait(&g_wait.cv, &g_wait.mu, &until) != 0 && !g_wait.done) {
       pthread_mutex_unlock(&g_wait.mu);
-      die("no answer in time (in-process)", method, -1, NULL);
+      die_hang("no answer in time (in-process)", method);
     }
   g_wait.r = NULL;
   pthread_mutex_unlock(&g_wait.mu);
@@ -287,7 +298,8 @@ static void finish(void) {
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc, (void)argv;
-  dbx_log_set_level(DBX_LOG_OFF);
+  /* DBX_FUZZ_LOG=1: the service's warnings (slow batches) on stderr */
+  dbx_log_set_level(getenv("DBX_FUZZ_LOG") ? DBX_LOG_WARN : DBX_LOG_OFF);
   dbx_rpc_global_init();
   start_fresh();
   atexit(finish);
