@@ -259,8 +259,7 @@ int main(int argc, char **argv) {
   if (dbx_rpc_channel_create(&co, &g_ch) != DBX_OK) return 1;
 
   /* the probe: its own channel and thread, a call every 2 ms */
-  dbx_rpc_channel_opts po = co;
-  if (dbx_rpc_channel_create(&po, &g_probe.ch) != DBX_OK) return 1;
+  if (dbx_rpc_channel_create(&co, &g_probe.ch) != DBX_OK) return 1;
   g_probe.cap = 1 << 16;
   g_probe.lat = malloc(g_probe.cap * sizeof *g_probe.lat);
   if (!g_probe.lat) return 1;
@@ -293,12 +292,13 @@ int main(int argc, char **argv) {
   }
   atomic_store(&g_probe.stop, 1);
   pthread_join(pt, NULL);
-  for (int w = 0; w < W; w++)
-    if (timeouts(w) != A) {
-      fprintf(stderr, "dbx-timer-storm: workflow storm-%d has %d ActivityTaskTimedOut events, not %d\n", w,
-              timeouts(w), A);
+  for (int w = 0; w < W; w++) {
+    int got = timeouts(w);
+    if (got != A) {
+      fprintf(stderr, "dbx-timer-storm: workflow storm-%d has %d ActivityTaskTimedOut events, not %d\n", w, got, A);
       return 1;
     }
+  }
   int64_t *lat = g_probe.lat;
   size_t n = g_probe.n;
   qsort(lat, n, sizeof *lat, cmp_i64);
