@@ -22,9 +22,11 @@
  *   its task on the sticky queue, fetches the full history and replays. */
 #include "tests/svc_client.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/util.h"
 #include "service/service.h"
@@ -391,7 +393,37 @@ static void steps_timer(void *st, dbx_wf *wf, int64_t seq) {
 }
 static const dbx_workflow_type wf_steps = {"it.Steps", steps_create, NULL, steps_timer, NULL, NULL, NULL, free};
 
-static dbx_worker *worker_start(fixture *f, const char *dir, int cache) {
+/* it.Meet: one timer; its workflow task waits (up to 2 s, under the sticky
+ * queue's 5 s schedule-to-start timeout) until as many runs as meet_want are
+ * inside that same task, then completes with how many it saw. Two runs meet
+ * only if two of their sticky tasks run at once. */
+static pthread_mutex_t meet_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t meet_cv = PTHREAD_COND_INITIALIZER;
+static int meet_in, meet_want = 2;
+static void *meet_create(dbx_wf *wf, const char *json, size_t len) {
+  (void)json, (void)len;
+  dbx_wf_start_timer(wf, 200); /* the sticky pollers are polling by then */
+  return calloc(1, 1);
+}
+static void meet_timer(void *st, dbx_wf *wf, int64_t seq) {
+  (void)st, (void)seq;
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 2;
+  pthread_mutex_lock(&meet_mu);
+  meet_in++;
+  pthread_cond_broadcast(&meet_cv);
+  while (meet_in < meet_want && pthread_cond_timedwait(&meet_cv, &meet_mu, &until) == 0) {
+  }
+  int seen = meet_in;
+  pthread_mutex_unlock(&meet_mu);
+  char buf[32];
+  snprintf(buf, sizeof buf, "{\"met\":%d}", seen);
+  dbx_wf_complete(wf, buf);
+}
+static const dbx_workflow_type wf_meet = {"it.Meet", meet_create, NULL, meet_timer, NULL, NULL, NULL, free};
+
+static dbx_worker *worker_start_n(fixture *f, const char *dir, int cache, int sticky_pollers) {
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", dbx_service_port(f->svc));
   dbx_worker_opts o = {0};
@@ -401,12 +433,18 @@ static dbx_worker *worker_start(fixture *f, const char *dir, int cache) {
   o.no_sync = 1;
   o.workflow_pollers = 1;
   o.max_cached_runs = cache;
+  o.sticky_pollers = sticky_pollers;
   dbx_worker *w = NULL;
   char *err = NULL;
   assert_int_equal(dbx_worker_create(&o, &w, &err), DBX_OK);
   assert_int_equal(dbx_worker_register_workflow(w, &wf_steps), DBX_OK);
+  assert_int_equal(dbx_worker_register_workflow(w, &wf_meet), DBX_OK);
   assert_int_equal(dbx_worker_start(w), DBX_OK);
   return w;
+}
+
+static dbx_worker *worker_start(fixture *f, const char *dir, int cache) {
+  return worker_start_n(f, dir, cache, 0);
 }
 
 static char *start_steps(dbx_client *c, const char *wfid) {
@@ -486,6 +524,38 @@ static void test_c_worker_cache_miss_fetches_full_history(void **state) {
   free(dir);
 }
 
+/* The sticky queue has as many pollers as asked, each running its task: two
+ * runs' sticky tasks run at once (with one sticky poller the first waits its
+ * 2 s alone and completes with {"met":1}). */
+static void test_c_worker_sticky_tasks_run_concurrently(void **state) {
+  fixture *f = *state;
+  char *dir = dbx_test_tmpdir("it-sticky-w3");
+  dbx_worker *w = worker_start_n(f, dir, 0, 2);
+  dbx_client *c = client_of(f);
+  dbx_client_start_opts so = {0};
+  so.workflow_type = "it.Meet";
+  so.task_queue = "tq-cw";
+  char *rid[2], *res[2], *err = NULL;
+  const char *ids[2] = {"cw-meet-1", "cw-meet-2"};
+  for (int i = 0; i < 2; i++) {
+    so.workflow_id = ids[i];
+    assert_int_equal(dbx_client_start_workflow(c, &so, &rid[i], &err), DBX_OK);
+  }
+  for (int i = 0; i < 2; i++) res[i] = dbx_svct_await_result(c, ids[i], rid[i], 3);
+  for (int i = 0; i < 2; i++) assert_string_equal(res[i], "{\"met\":2}");
+  dbx_worker_stats st;
+  dbx_worker_get_stats(w, &st);
+  assert_int_equal(st.sticky_tasks, 2);
+  for (int i = 0; i < 2; i++) {
+    free(res[i]);
+    free(rid[i]);
+  }
+  dbx_client_destroy(c);
+  dbx_worker_destroy(w);
+  dbx_test_rmrf(dir);
+  free(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sticky_task_carries_only_new_events),
@@ -495,6 +565,7 @@ int main(void) {
       cmocka_unit_test(test_sticky_failure_retries_on_normal_with_same_attempt),
       cmocka_unit_test(test_c_worker_uses_its_sticky_queue),
       cmocka_unit_test(test_c_worker_cache_miss_fetches_full_history),
+      cmocka_unit_test(test_c_worker_sticky_tasks_run_concurrently),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

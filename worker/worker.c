@@ -111,7 +111,7 @@ struct dbx_worker {
   size_t nwfs;
   const dbx_activity_type **acts;
   size_t nacts;
-  int n_wf_pollers, n_act_pollers, slots;
+  int n_wf_pollers, n_act_pollers, n_sticky_pollers, slots;
   pthread_t *threads;
   int nthreads;
   /* executor (see the file comment) */
@@ -163,6 +163,7 @@ dbx_err dbx_worker_create(const dbx_worker_opts *o, dbx_worker **out, char **err
   w->tq = dbx_strdup(o->task_queue);
   w->n_wf_pollers = o->workflow_pollers > 0 ? o->workflow_pollers : 2;
   w->n_act_pollers = o->activity_pollers > 0 ? o->activity_pollers : 2;
+  w->n_sticky_pollers = o->sticky_pollers > 0 ? o->sticky_pollers : w->n_wf_pollers;
   w->slots = o->activity_slots > 0 ? o->activity_slots : 8;
   /* default: 2 x CPUs + 4, and as many as the slots up to POOL_DEFAULT_MAX, so
    * that up to that many activities that block rather than park (a model
@@ -1526,7 +1527,7 @@ dbx_err dbx_worker_start(dbx_worker *w) {
   if (!w) return DBX_EINVAL;
   if (w->started) return DBX_ESTATE;
   w->started = 1;
-  int total = w->n_wf_pollers + w->n_act_pollers + (w->sticky_tq != NULL);
+  int total = w->n_wf_pollers + w->n_act_pollers + (w->sticky_tq ? w->n_sticky_pollers : 0);
   w->threads = dbx_calloc((size_t)total, sizeof *w->threads);
   if (!w->threads) return DBX_ENOMEM;
   if (executor_start(w) != DBX_OK) {

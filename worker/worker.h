@@ -17,8 +17,9 @@
  *
  * Lifecycle: create -> register_* -> start -> stop -> destroy, all from one
  * controlling thread. Registered types are borrowed and must outlive the
- * worker. Sticky execution: besides the task queue's pollers, one poller
- * polls a sticky queue of this worker process ("<identity>:<uuid>"), which
+ * worker. Sticky execution: besides the task queue's pollers, sticky_pollers
+ * pollers (as many as workflow_pollers unless set) poll a sticky queue of
+ * this worker process ("<identity>:<uuid>"), which
  * every completion names in sticky_attributes; the service then sends the
  * later tasks of the run there with only the new events, applied to the run
  * held in the worker's bounded cache (max_cached_runs, least recently
@@ -70,6 +71,9 @@ typedef struct {
                                  completions ask for; 0 = 5000 (Temporal's SDK default);
                                  < 0 = no sticky queue (every task carries the full history) */
   int max_cached_runs;        /* runs whose state the worker keeps between tasks; 0 = 512 */
+  int sticky_pollers;         /* pollers of the sticky queue; 0 = workflow_pollers. A poller
+                                 runs each task it gets before it polls again, so the pollers
+                                 of a queue bound how many of its tasks run at once */
 } dbx_worker_opts;
 
 /* Strings in o are copied. Opens the store; does not connect.
