@@ -58,12 +58,17 @@ cpu_s() { # CPU seconds (user+system) of PID so far
   awk -v t="$tick" '{sub(/^.*\) /, ""); print ($12 + $13) / t}' "/proc/$1/stat" 2>/dev/null || echo 0
 }
 hwm_kib() { awk '/^VmHWM/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
-# monitor PID FILE: the most threads PID had, sampled every 0.2 s, into FILE.
+# monitor PID FILE: the most threads PID had and its largest RssAnon (KiB:
+# its own memory, without the mapped files: libraries, and the C worker's
+# LMDB map, which grows with its store), sampled every 0.2 s, into FILE as
+# "THREADS ANON_KIB".
 monitor() {
-  local pid=$1 file=$2 max=0 n
+  local pid=$1 file=$2 max=0 amax=0 n a
   while kill -0 "$pid" 2>/dev/null; do
-    n=$(awk '/^Threads/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo 0)
-    [ "${n:-0}" -gt "$max" ] && { max=$n; echo "$max" >"$file"; }
+    read -r n a < <(awk '/^Threads/ {t = $2} /^RssAnon/ {a = $2} END {print t + 0, a + 0}' "/proc/$pid/status" 2>/dev/null || echo "0 0")
+    [ "${n:-0}" -gt "$max" ] && max=$n
+    [ "${a:-0}" -gt "$amax" ] && amax=$a
+    echo "$max $amax" >"$file"
     sleep 0.2
   done
 }
@@ -119,9 +124,10 @@ run_cell() {
   [ -n "$drive" ] || drive='{"completed":0,"failed":-1}'
   jq -c --arg rep "$rep" --arg srv "$srv" --arg wrk "$wrk" --arg wl "$wl" \
     --argjson scpu "$(echo "$s1 $s0" | awk '{print $1 - $2}')" --argjson wcpu "$(echo "$w1 $w0" | awk '{print $1 - $2}')" \
-    --argjson shwm "${shwm:-0}" --argjson whwm "${whwm:-0}" --argjson wthr "$(cat "$dir/worker.threads" 2>/dev/null || echo 0)" \
+    --argjson shwm "${shwm:-0}" --argjson whwm "${whwm:-0}" --argjson wthr "$(awk '{print $1 + 0}' "$dir/worker.threads" 2>/dev/null || echo 0)" \
+    --argjson wanon "$(awk '{print $2 + 0}' "$dir/worker.threads" 2>/dev/null || echo 0)" \
     '{rep: ($rep|tonumber), server: $srv, worker: $wrk, workload: $wl, server_cpu_s: $scpu, worker_cpu_s: $wcpu,
-      server_rss_kib: $shwm, worker_rss_kib: $whwm, worker_threads_max: $wthr} + .' <<<"$drive" | tee -a "$results"
+      server_rss_kib: $shwm, worker_rss_kib: $whwm, worker_anon_kib: $wanon, worker_threads_max: $wthr} + .' <<<"$drive" | tee -a "$results"
   rm -rf "$dir/cworker" "$dir"/*.db "$dir"/*.db-*
 }
 

@@ -119,7 +119,10 @@ static void on_signal(int sig) { (void)sig, g_stop = 1; }
 static void usage(void) {
   fprintf(stderr,
           "usage: dbx-bench-worker --address HOST:PORT --db-dir DIR [--task-queue Q]\n"
-          "         [--slots N] [--pollers N] [--no-sync]\n");
+          "         [--slots N] [--pollers N] [--act-pollers N] [--threads N] [--no-sync]\n"
+          "  --pollers N      workflow, sticky and activity pollers each (2)\n"
+          "  --act-pollers N  activity pollers (after --pollers)\n"
+          "  --threads N      activity pool threads (dbx_worker_opts.activity_threads)\n");
 }
 
 int main(int argc, char **argv) {
@@ -133,6 +136,8 @@ int main(int argc, char **argv) {
     else if (strcmp(a, "--task-queue") == 0 && v) wo.task_queue = argv[++i];
     else if (strcmp(a, "--slots") == 0 && v) wo.activity_slots = atoi(argv[++i]);
     else if (strcmp(a, "--pollers") == 0 && v) wo.workflow_pollers = wo.activity_pollers = atoi(argv[++i]);
+    else if (strcmp(a, "--act-pollers") == 0 && v) wo.activity_pollers = atoi(argv[++i]);
+    else if (strcmp(a, "--threads") == 0 && v) wo.activity_threads = atoi(argv[++i]);
     else if (strcmp(a, "--no-sync") == 0) wo.no_sync = 1;
     else {
       usage();

@@ -45,6 +45,7 @@ def summary(runs, workload):
         "scpu": med([per_act(r, "server_cpu_s") for r in runs]),
         "dcpu": med([per_act(r, "driver_cpu_s") for r in runs]),
         "wrss": med([r.get("worker_rss_kib", 0) / 1024 for r in runs]),
+        "wanon": med([r.get("worker_anon_kib", 0) / 1024 for r in runs]) if any("worker_anon_kib" in r for r in runs) else None,
         "srss": med([r.get("server_rss_kib", 0) / 1024 for r in runs]),
         "drss": med([r.get("driver_rss_kib", 0) / 1024 for r in runs]),
         "thr": med([r.get("worker_threads_max") for r in runs]),
@@ -58,27 +59,27 @@ def table(results, conditions):
     cond = open(conditions).read().strip().replace("\n", "; ")
     o = ["Conditions: " + cond + ".", ""]
     o.append("| server | worker | workload | wf/s median (runs) | p50 / p99 ms | CPU ms per activity: worker / server / driver | "
-             "peak RSS MiB: worker / server / driver | worker threads (max) | failed |")
-    o.append("|---|---|---|---|---|---|---|---|---|")
+             "peak RSS MiB: worker / server / driver | worker peak RssAnon MiB | worker threads (max) | failed |")
+    o.append("|---|---|---|---|---|---|---|---|---|---|")
     order = {"one": 0, "chain20": 1, "hold": 2}
     for k in sorted(cs, key=lambda k: (order.get(k[2], 9), k[0], k[1])):
         s = cs[k]
         runs = ", ".join("%.0f" % x if x >= 10 else "%.1f" % x for x in s["wfs_all"])
-        o.append("| %s | %s | %s | **%s** (%s) | %s / %s | %s / %s / %s | %s / %s / %s | %s | %d |" % (
+        o.append("| %s | %s | %s | **%s** (%s) | %s / %s | %s / %s / %s | %s / %s / %s | %s | %s | %d |" % (
             k[0], "dbx-loadgen (client+worker)" if k[1] == "loadgen" else k[1], k[2],
             f(s["wfs"]), runs, f(s["p50"]), f(s["p99"]), f(s["wcpu"], "{:.2f}"), f(s["scpu"], "{:.2f}"),
-            f(s["dcpu"], "{:.2f}"), f(s["wrss"]), f(s["srss"]), f(s["drss"]), f(s["thr"], "{:.0f}"), s["failed"]))
+            f(s["dcpu"], "{:.2f}"), f(s["wrss"]), f(s["srss"]), f(s["drss"]), f(s["wanon"]), f(s["thr"], "{:.0f}"), s["failed"]))
     o += ["", "Ratios (medians of the same run):", ""]
-    o.append("| server | workload | C / Go throughput | C / Go CPU per activity | C / Go RSS | C / TS throughput | C / TS RSS |")
-    o.append("|---|---|---|---|---|---|---|")
+    o.append("| server | workload | C / Go throughput | C / Go CPU per activity | C / Go RSS | C / Go RssAnon | C / TS throughput | C / TS RSS |")
+    o.append("|---|---|---|---|---|---|---|---|")
     for srv in sorted({k[0] for k in cs}):
         for wl in sorted({k[2] for k in cs}, key=lambda w: order.get(w, 9)):
             c, g, t = cs.get((srv, "c", wl)), cs.get((srv, "go", wl)), cs.get((srv, "ts", wl))
             if not c:
                 continue
             r = lambda a, b, key: f(ratio(a and a[key], b and b[key]), "{:.2f}")
-            o.append("| %s | %s | %s | %s | %s | %s | %s |" % (srv, wl, r(c, g, "wfs"), r(c, g, "wcpu"), r(c, g, "wrss"),
-                                                            r(c, t, "wfs"), r(c, t, "wrss")))
+            o.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (srv, wl, r(c, g, "wfs"), r(c, g, "wcpu"), r(c, g, "wrss"),
+                                                                 r(c, g, "wanon"), r(c, t, "wfs"), r(c, t, "wrss")))
     for srv in sorted({k[0] for k in cs}):
         for wl in sorted({k[2] for k in cs}, key=lambda w: order.get(w, 9)):
             c, b = cs.get((srv, "c", wl)), cs.get((srv, "cbase", wl))
