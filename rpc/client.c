@@ -10,8 +10,10 @@
  * the callers' stacks). A call leaves the list under the mutex before it is
  * unref'd, so fire() only ever cancels live calls.
  * Also here: dbx_rpc_global_init/_shutdown (grpc_init/grpc_shutdown). */
+#define _GNU_SOURCE 1 /* dlfcn.h: RTLD_DEFAULT */
 #include "rpc/rpc.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -50,7 +52,33 @@
  * signal mask: with every asynchronous signal blocked around it they never
  * take SIGINT/SIGTERM/SIGUSR1 meant for the program's own handling (a
  * process-directed signal goes to a thread that does not block it). */
+/* Debian builds Abseil without NDEBUG, which leaves absl::Mutex's deadlock
+ * detection on: every lock gRPC takes records an edge in a global lock graph
+ * with a stack trace (GraphCycles, about 5% of the C worker's CPU under load).
+ * Abseil's release builds have it off, as here; DBX_ABSL_DEADLOCK_DETECTION=1
+ * leaves it on (to debug a lock-order problem in gRPC). The setter is C++
+ * (absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore = 0)),
+ * found by its mangled names, Debian's inline namespace first; an Abseil
+ * without either is left as it is. */
+static void absl_deadlock_detection_off(void) {
+  const char *keep = getenv("DBX_ABSL_DEADLOCK_DETECTION");
+  if (keep && strcmp(keep, "1") == 0) return;
+  static const char *const names[] = {
+      "_ZN4absl7debian329SetMutexDeadlockDetectionModeENS0_15OnDeadlockCycleE",
+      "_ZN4absl29SetMutexDeadlockDetectionModeENS_15OnDeadlockCycleE",
+  };
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+    void *sym = dlsym(RTLD_DEFAULT, names[i]);
+    if (!sym) continue;
+    void (*set_mode)(int);
+    memcpy(&set_mode, &sym, sizeof set_mode);
+    set_mode(0);
+    return;
+  }
+}
+
 void dbx_rpc_global_init(void) {
+  absl_deadlock_detection_off();
   sigset_t all, old;
   sigfillset(&all);
   sigdelset(&all, SIGSEGV);
