@@ -68,7 +68,7 @@ monitor() {
     read -r n a < <(awk '/^Threads/ {t = $2} /^RssAnon/ {a = $2} END {print t + 0, a + 0}' "/proc/$pid/status" 2>/dev/null || echo "0 0")
     [ "${n:-0}" -gt "$max" ] && max=$n
     [ "${a:-0}" -gt "$amax" ] && amax=$a
-    echo "$max $amax" >"$file"
+    echo "$max $amax" >"$file.new" && mv -f "$file.new" "$file" # whole, even if killed mid-write
     sleep 0.2
   done
 }
@@ -119,13 +119,14 @@ run_cell() {
   shwm=$(hwm_kib "$SRV_PID") whwm=$(hwm_kib "$WRK_PID")
   kill "$mon" 2>/dev/null || true
   wait "$mon" 2>/dev/null || true
+  local wthr wanon
+  read -r wthr wanon <"$dir/worker.threads" 2>/dev/null || true
   stop "$WRK_PID"
   stop "$SRV_PID"
   [ -n "$drive" ] || drive='{"completed":0,"failed":-1}'
   jq -c --arg rep "$rep" --arg srv "$srv" --arg wrk "$wrk" --arg wl "$wl" \
     --argjson scpu "$(echo "$s1 $s0" | awk '{print $1 - $2}')" --argjson wcpu "$(echo "$w1 $w0" | awk '{print $1 - $2}')" \
-    --argjson shwm "${shwm:-0}" --argjson whwm "${whwm:-0}" --argjson wthr "$(awk '{print $1 + 0}' "$dir/worker.threads" 2>/dev/null || echo 0)" \
-    --argjson wanon "$(awk '{print $2 + 0}' "$dir/worker.threads" 2>/dev/null || echo 0)" \
+    --argjson shwm "${shwm:-0}" --argjson whwm "${whwm:-0}" --argjson wthr "${wthr:-0}" --argjson wanon "${wanon:-0}" \
     '{rep: ($rep|tonumber), server: $srv, worker: $wrk, workload: $wl, server_cpu_s: $scpu, worker_cpu_s: $wcpu,
       server_rss_kib: $shwm, worker_rss_kib: $whwm, worker_anon_kib: $wanon, worker_threads_max: $wthr} + .' <<<"$drive" | tee -a "$results"
   rm -rf "$dir/cworker" "$dir"/*.db "$dir"/*.db-*
