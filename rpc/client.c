@@ -48,10 +48,6 @@
 #define RECONNECT_INITIAL_MS 100
 #define RECONNECT_MAX_MS 500
 
-/* grpc_init() starts gRPC core's own threads, which inherit the caller's
- * signal mask: with every asynchronous signal blocked around it they never
- * take SIGINT/SIGTERM/SIGUSR1 meant for the program's own handling (a
- * process-directed signal goes to a thread that does not block it). */
 /* Debian builds Abseil without NDEBUG, which leaves absl::Mutex's deadlock
  * detection on: every lock gRPC takes records an edge in a global lock graph
  * with a stack trace (GraphCycles, about 5% of the C worker's CPU under load).
@@ -77,6 +73,10 @@ static void absl_deadlock_detection_off(void) {
   }
 }
 
+/* grpc_init() starts gRPC core's own threads, which inherit the caller's
+ * signal mask: with every asynchronous signal blocked around it they never
+ * take SIGINT/SIGTERM/SIGUSR1 meant for the program's own handling (a
+ * process-directed signal goes to a thread that does not block it). */
 void dbx_rpc_global_init(void) {
   absl_deadlock_detection_off();
   sigset_t all, old;

@@ -20,7 +20,10 @@
  * above). grpc_init()/grpc_shutdown() are called by dbx_rpc_global_init/
  * _shutdown, once per process, in main() and test setup, before the
  * program's own threads start; the threads gRPC starts there block every
- * asynchronous signal, so signals reach the program's threads only. */
+ * asynchronous signal, so signals reach the program's threads only.
+ * dbx_rpc_global_init also turns off Abseil's mutex deadlock detection (on in
+ * Debian's build, off in Abseil's release builds; a cost on every lock gRPC
+ * takes) unless the environment has DBX_ABSL_DEADLOCK_DETECTION=1. */
 #ifndef DBX_RPC_RPC_H
 #define DBX_RPC_RPC_H
 
