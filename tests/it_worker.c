@@ -1221,8 +1221,55 @@ static void test_worker_survives_service_restart(void **st) {
   free(rid);
 }
 
+/* A count past its limit is refused by name, before any thread or store:
+ * started, 2^31 - 1 pollers ran the host out of tasks (and their sum
+ * overflowed int). */
+static void test_worker_counts_over_limit_refused(void **st) {
+  (void)st;
+  char *dir = dbx_test_tmpdir("itw-limits");
+  static const char *const names[] = {"workflow_pollers", "activity_pollers", "sticky_pollers",
+                                      "activity_threads", "activity_slots"};
+  for (int i = 0; i < 5; i++) {
+    dbx_worker_opts o = {0};
+    o.address = "127.0.0.1:1";
+    o.task_queue = "tq-limits";
+    o.db_dir = dir;
+    int big = i == 4 ? 100001 : 1025;
+    o.workflow_pollers = i == 0 ? big : 0;
+    o.activity_pollers = i == 1 ? big : 0;
+    o.sticky_pollers = i == 2 ? big : 0;
+    o.activity_threads = i == 3 ? big : 0;
+    o.activity_slots = i == 4 ? big : 0;
+    dbx_worker *w = (dbx_worker *)&o; /* must come back NULL */
+    char *err = NULL;
+    assert_int_equal(dbx_worker_create(&o, &w, &err), DBX_EINVAL);
+    assert_null(w);
+    char want[96];
+    snprintf(want, sizeof want, "worker: %s %d is over the limit of %d", names[i], big,
+             i == 4 ? 100000 : 1024);
+    assert_string_equal(err, want);
+    free(err);
+  }
+  /* at the limits it is made (nothing starts before dbx_worker_start) */
+  dbx_worker_opts o = {0};
+  o.address = "127.0.0.1:1";
+  o.task_queue = "tq-limits";
+  o.db_dir = dir;
+  o.workflow_pollers = o.activity_pollers = o.sticky_pollers = o.activity_threads = 1024;
+  o.activity_slots = 100000;
+  o.no_sync = 1;
+  dbx_worker *w = NULL;
+  char *err = NULL;
+  assert_int_equal(dbx_worker_create(&o, &w, &err), DBX_OK);
+  assert_non_null(w);
+  dbx_worker_destroy(w);
+  dbx_test_rmrf(dir);
+  free(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_worker_counts_over_limit_refused),
       cmocka_unit_test(test_worker_activity_success),
       cmocka_unit_test(test_worker_retry_then_success),
       cmocka_unit_test(test_worker_heartbeat_cancel),

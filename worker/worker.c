@@ -70,6 +70,8 @@
 #define CACHE_MAX 512
 #define DEFAULT_MAX_MSG ((size_t)128 << 20)
 #define POOL_DEFAULT_MAX 32
+#define MAX_THREADS_EACH 1024 /* pollers of each kind, pool threads (worker.h) */
+#define MAX_SLOTS 100000       /* activity_slots (worker.h) */
 
 struct dbx_act {
   dbx_worker *w;
@@ -152,6 +154,26 @@ dbx_err dbx_worker_create(const dbx_worker_opts *o, dbx_worker **out, char **err
     return DBX_EINVAL;
   }
   *out = NULL;
+  /* each count is a thread (or, for slots, an attempt's memory): a value
+   * past the bound is refused by name rather than started until the host
+   * runs out of tasks (the pollers' sum must not overflow either) */
+  const struct {
+    const char *name;
+    int v, max;
+  } counts[] = {
+      {"workflow_pollers", o->workflow_pollers, MAX_THREADS_EACH},
+      {"activity_pollers", o->activity_pollers, MAX_THREADS_EACH},
+      {"sticky_pollers", o->sticky_pollers, MAX_THREADS_EACH},
+      {"activity_threads", o->activity_threads, MAX_THREADS_EACH},
+      {"activity_slots", o->activity_slots, MAX_SLOTS},
+  };
+  for (size_t i = 0; i < sizeof counts / sizeof *counts; i++) {
+    if (counts[i].v <= counts[i].max) continue;
+    if (errmsg)
+      *errmsg = dbx_asprintf("worker: %s %d is over the limit of %d", counts[i].name, counts[i].v,
+                             counts[i].max);
+    return DBX_EINVAL;
+  }
   dbx_worker *w = dbx_calloc(1, sizeof *w);
   if (!w) return DBX_ENOMEM;
   pthread_mutex_init(&w->mu, NULL);

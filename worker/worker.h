@@ -50,6 +50,9 @@ typedef struct {
   const char *tls_key_pem;
   const char *api_key;        /* NULL = none */
   const char *db_dir;         /* worker LMDB directory (required; created if missing) */
+  /* The counts below: 0 or less = the default; each at most 1024 threads
+   * (activity_slots at most 100000), dbx_worker_create refuses more with
+   * DBX_EINVAL naming the field. */
   int workflow_pollers;       /* 0 = 2 */
   int activity_pollers;       /* 0 = 2 */
   int activity_slots;         /* concurrent activity executions (Temporal's "max concurrent
@@ -71,14 +74,16 @@ typedef struct {
                                  completions ask for; 0 = 5000 (Temporal's SDK default);
                                  < 0 = no sticky queue (every task carries the full history) */
   int max_cached_runs;        /* runs whose state the worker keeps between tasks; 0 = 512 */
-  int sticky_pollers;         /* pollers of the sticky queue; 0 = workflow_pollers. A poller
+  int sticky_pollers;         /* pollers of the sticky queue (none without one: sticky_schedule_
+                                 to_start_ms < 0); 0 = workflow_pollers. A poller
                                  runs each task it gets before it polls again, so the pollers
                                  of a queue bound how many of its tasks run at once */
 } dbx_worker_opts;
 
 /* Strings in o are copied. Opens the store; does not connect.
  * *out: free with dbx_worker_destroy. errmsg (may be NULL): malloc'd on failure.
- * Returns DBX_OK, DBX_EINVAL, DBX_ENOMEM, DBX_ESTORE. */
+ * Returns DBX_OK, DBX_EINVAL (a required field missing, a count over its
+ * limit), DBX_ENOMEM, DBX_ESTORE. */
 dbx_err dbx_worker_create(const dbx_worker_opts *o, dbx_worker **out, char **errmsg);
 /* Register before start. t is borrowed (static in practice).
  * Returns DBX_OK, DBX_EEXIST (name taken), DBX_ESTATE (already started), DBX_ENOMEM. */
