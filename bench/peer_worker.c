@@ -7,6 +7,7 @@
  * Connects to --address, polls --task-queue, keeps its store in --db-dir
  * (durable commits unless --no-sync), runs until SIGTERM or SIGINT. Not a
  * test. */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,6 +126,19 @@ static void usage(void) {
           "  --threads N      activity pool threads (dbx_worker_opts.activity_threads)\n");
 }
 
+/* A count flag's value: a whole decimal number in 1..max, or -1 (told on stderr). */
+static int count_arg(const char *flag, const char *v, int max) {
+  char *end = NULL;
+  errno = 0;
+  long n = v ? strtol(v, &end, 10) : 0;
+  if (!v || end == v || *end || errno || n < 1 || n > max) {
+    fprintf(stderr, "dbx-bench-worker: %s wants a number from 1 to %d, not '%s'\n", flag, max,
+            v ? v : "");
+    return -1;
+  }
+  return (int)n;
+}
+
 int main(int argc, char **argv) {
   dbx_worker_opts wo = {0};
   wo.task_queue = "bench";
@@ -134,11 +148,15 @@ int main(int argc, char **argv) {
     if (strcmp(a, "--address") == 0 && v) wo.address = argv[++i];
     else if (strcmp(a, "--db-dir") == 0 && v) wo.db_dir = argv[++i];
     else if (strcmp(a, "--task-queue") == 0 && v) wo.task_queue = argv[++i];
-    else if (strcmp(a, "--slots") == 0 && v) wo.activity_slots = atoi(argv[++i]);
-    else if (strcmp(a, "--pollers") == 0 && v) wo.workflow_pollers = wo.activity_pollers = atoi(argv[++i]);
-    else if (strcmp(a, "--act-pollers") == 0 && v) wo.activity_pollers = atoi(argv[++i]);
-    else if (strcmp(a, "--threads") == 0 && v) wo.activity_threads = atoi(argv[++i]);
-    else if (strcmp(a, "--no-sync") == 0) wo.no_sync = 1;
+    else if (strcmp(a, "--slots") == 0 && v) {
+      if ((wo.activity_slots = count_arg(a, argv[++i], 100000)) < 0) return 2;
+    } else if (strcmp(a, "--pollers") == 0 && v) {
+      if ((wo.workflow_pollers = wo.activity_pollers = count_arg(a, argv[++i], 1024)) < 0) return 2;
+    } else if (strcmp(a, "--act-pollers") == 0 && v) {
+      if ((wo.activity_pollers = count_arg(a, argv[++i], 1024)) < 0) return 2;
+    } else if (strcmp(a, "--threads") == 0 && v) {
+      if ((wo.activity_threads = count_arg(a, argv[++i], 1024)) < 0) return 2;
+    } else if (strcmp(a, "--no-sync") == 0) wo.no_sync = 1;
     else {
       usage();
       return 2;
