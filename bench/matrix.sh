@@ -64,6 +64,7 @@ hwm_kib() { awk '/^VmHWM/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 # "THREADS ANON_KIB".
 monitor() {
   local pid=$1 file=$2 max=0 amax=0 n a
+  rm -f "$file" # no sample (the worker died at once): the run's line says null
   while kill -0 "$pid" 2>/dev/null; do
     read -r n a < <(awk '/^Threads/ {t = $2} /^RssAnon/ {a = $2} END {print t + 0, a + 0}' "/proc/$pid/status" 2>/dev/null || echo "0 0")
     [ "${n:-0}" -gt "$max" ] && max=$n
@@ -126,7 +127,7 @@ run_cell() {
   [ -n "$drive" ] || drive='{"completed":0,"failed":-1}'
   jq -c --arg rep "$rep" --arg srv "$srv" --arg wrk "$wrk" --arg wl "$wl" \
     --argjson scpu "$(echo "$s1 $s0" | awk '{print $1 - $2}')" --argjson wcpu "$(echo "$w1 $w0" | awk '{print $1 - $2}')" \
-    --argjson shwm "${shwm:-0}" --argjson whwm "${whwm:-0}" --argjson wthr "${wthr:-0}" --argjson wanon "${wanon:-0}" \
+    --argjson shwm "${shwm:-0}" --argjson whwm "${whwm:-0}" --argjson wthr "${wthr:-null}" --argjson wanon "${wanon:-null}" \
     '{rep: ($rep|tonumber), server: $srv, worker: $wrk, workload: $wl, server_cpu_s: $scpu, worker_cpu_s: $wcpu,
       server_rss_kib: $shwm, worker_rss_kib: $whwm, worker_anon_kib: $wanon, worker_threads_max: $wthr} + .' <<<"$drive" | tee -a "$results"
   rm -rf "$dir/cworker" "$dir"/*.db "$dir"/*.db-*

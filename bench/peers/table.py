@@ -45,7 +45,7 @@ def summary(runs, workload):
         "scpu": med([per_act(r, "server_cpu_s") for r in runs]),
         "dcpu": med([per_act(r, "driver_cpu_s") for r in runs]),
         "wrss": med([r.get("worker_rss_kib", 0) / 1024 for r in runs]),
-        "wanon": med([r.get("worker_anon_kib", 0) / 1024 for r in runs]) if any("worker_anon_kib" in r for r in runs) else None,
+        "wanon": med([r["worker_anon_kib"] / 1024 if r.get("worker_anon_kib") is not None else None for r in runs]),
         "srss": med([r.get("server_rss_kib", 0) / 1024 for r in runs]),
         "drss": med([r.get("driver_rss_kib", 0) / 1024 for r in runs]),
         "thr": med([r.get("worker_threads_max") for r in runs]),
