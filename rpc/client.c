@@ -71,6 +71,8 @@ static void absl_deadlock_detection_off(void) {
     set_mode(0);
     return;
   }
+  DBX_DEBUG("rpc", "Abseil's SetMutexDeadlockDetectionMode not found: its deadlock detection "
+                   "is left as built");
 }
 
 /* grpc_init() starts gRPC core's own threads, which inherit the caller's
