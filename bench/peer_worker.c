@@ -120,10 +120,12 @@ static void on_signal(int sig) { (void)sig, g_stop = 1; }
 static void usage(void) {
   fprintf(stderr,
           "usage: dbx-bench-worker --address HOST:PORT --db-dir DIR [--task-queue Q]\n"
-          "         [--slots N] [--pollers N] [--act-pollers N] [--threads N] [--no-sync]\n"
+          "         [--slots N] [--pollers N] [--act-pollers N] [--threads N] [--wft-threads N]\n"
+          "         [--no-sync]\n"
           "  --pollers N      workflow, sticky and activity pollers each (2)\n"
           "  --act-pollers N  activity pollers (after --pollers)\n"
-          "  --threads N      activity pool threads (dbx_worker_opts.activity_threads)\n");
+          "  --threads N      activity pool threads (dbx_worker_opts.activity_threads)\n"
+          "  --wft-threads N  workflow task threads (dbx_worker_opts.workflow_task_threads)\n");
 }
 
 /* A count flag's value: a whole decimal number in 1..max, or -1 (told on stderr). */
@@ -156,6 +158,8 @@ int main(int argc, char **argv) {
       if ((wo.activity_pollers = count_arg(a, argv[++i], 1024)) < 0) return 2;
     } else if (strcmp(a, "--threads") == 0 && v) {
       if ((wo.activity_threads = count_arg(a, argv[++i], 1024)) < 0) return 2;
+    } else if (strcmp(a, "--wft-threads") == 0 && v) {
+      if ((wo.workflow_task_threads = count_arg(a, argv[++i], 1024)) < 0) return 2;
     } else if (strcmp(a, "--no-sync") == 0) wo.no_sync = 1;
     else {
       usage();

@@ -59,6 +59,8 @@ static void worker_usage(FILE *f) {
           "  --activity-threads N  threads that run activities (default: the larger of\n"
           "                        2 x CPUs + 4 and the slots up to 32); a sandbox.exec\n"
           "                        waiting on its command holds a slot but no thread\n"
+          "  --workflow-task-threads N  threads that run workflow tasks, which the pollers\n"
+          "                        hand over (default 2 x CPUs + 4, at least the pollers)\n"
           "  --log-level LEVEL     debug|info|warn|error\n"
           "flags are written --flag value or --flag=value; a service that cannot be reached is\n"
           "said at level warn, and retried\n");
@@ -127,7 +129,7 @@ int dbx_cli_worker(int argc, char **argv) {
              *key = env_or("TEMPORAL_TLS_KEY", NULL);
   const char *tq = "durabox", *db = NULL, *home = NULL, *sandbox = NULL;
   const char *level = NULL;
-  int tls = 0, slots = 0, act_threads = 0;
+  int tls = 0, slots = 0, act_threads = 0, wft_threads = 0;
   const dbx_cli_flag fl[] = {
       {"--address", NULL, DBX_CLI_FLAG_STR, &address, 0, 0},
       {"--namespace", "-n", DBX_CLI_FLAG_STR, &ns, 0, 0},
@@ -141,6 +143,7 @@ int dbx_cli_worker(int argc, char **argv) {
       {"--sandbox", NULL, DBX_CLI_FLAG_STR, &sandbox, 0, 0},
       {"--activity-slots", NULL, DBX_CLI_FLAG_INT, &slots, 1, 100000},
       {"--activity-threads", NULL, DBX_CLI_FLAG_INT, &act_threads, 1, 1024},
+      {"--workflow-task-threads", NULL, DBX_CLI_FLAG_INT, &wft_threads, 1, 1024},
       {"--tls", NULL, DBX_CLI_FLAG_BOOL, &tls, 0, 0},
       {"--log-level", NULL, DBX_CLI_FLAG_STR, &level, 0, 0},
   };
@@ -197,6 +200,7 @@ int dbx_cli_worker(int argc, char **argv) {
   o.db_dir = db;
   o.activity_slots = slots;
   o.activity_threads = act_threads;
+  o.workflow_task_threads = wft_threads;
   dbx_err e = dbx_worker_create(&o, &w, &err);
   if (e != DBX_OK) {
     fprintf(stderr, "durabox worker: %s\n", err ? err : dbx_strerror(e));

@@ -395,11 +395,12 @@ static const dbx_workflow_type wf_steps = {"it.Steps", steps_create, NULL, steps
 
 /* it.Meet: one timer; its workflow task waits (up to 2 s, under the sticky
  * queue's 5 s schedule-to-start timeout) until as many runs as meet_want are
- * inside that same task, then completes with how many it saw. Two runs meet
- * only if two of their sticky tasks run at once. */
+ * inside that same task, then completes with how many were inside at once.
+ * Two runs meet only if two of their sticky tasks run at once. */
 static pthread_mutex_t meet_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t meet_cv = PTHREAD_COND_INITIALIZER;
-static int meet_in, meet_want = 2;
+static int meet_in, meet_peak, meet_want = 2; /* inside now; most inside at once since
+                                                 the last time none was */
 static void *meet_create(dbx_wf *wf, const char *json, size_t len) {
   (void)json, (void)len;
   dbx_wf_start_timer(wf, 200); /* the sticky pollers are polling by then */
@@ -411,11 +412,12 @@ static void meet_timer(void *st, dbx_wf *wf, int64_t seq) {
   clock_gettime(CLOCK_REALTIME, &until);
   until.tv_sec += 2;
   pthread_mutex_lock(&meet_mu);
-  meet_in++;
+  if (++meet_in > meet_peak) meet_peak = meet_in;
   pthread_cond_broadcast(&meet_cv);
-  while (meet_in < meet_want && pthread_cond_timedwait(&meet_cv, &meet_mu, &until) == 0) {
+  while (meet_peak < meet_want && pthread_cond_timedwait(&meet_cv, &meet_mu, &until) == 0) {
   }
-  int seen = meet_in;
+  int seen = meet_peak;
+  if (--meet_in == 0) meet_peak = 0;
   pthread_mutex_unlock(&meet_mu);
   char buf[32];
   snprintf(buf, sizeof buf, "{\"met\":%d}", seen);
@@ -423,7 +425,8 @@ static void meet_timer(void *st, dbx_wf *wf, int64_t seq) {
 }
 static const dbx_workflow_type wf_meet = {"it.Meet", meet_create, NULL, meet_timer, NULL, NULL, NULL, free};
 
-static dbx_worker *worker_start_n(fixture *f, const char *dir, int cache, int sticky_pollers) {
+static dbx_worker *worker_start_n(fixture *f, const char *dir, int cache, int sticky_pollers,
+                                  int wft_threads) {
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", dbx_service_port(f->svc));
   dbx_worker_opts o = {0};
@@ -434,6 +437,7 @@ static dbx_worker *worker_start_n(fixture *f, const char *dir, int cache, int st
   o.workflow_pollers = 1;
   o.max_cached_runs = cache;
   o.sticky_pollers = sticky_pollers;
+  o.workflow_task_threads = wft_threads;
   dbx_worker *w = NULL;
   char *err = NULL;
   assert_int_equal(dbx_worker_create(&o, &w, &err), DBX_OK);
@@ -444,7 +448,7 @@ static dbx_worker *worker_start_n(fixture *f, const char *dir, int cache, int st
 }
 
 static dbx_worker *worker_start(fixture *f, const char *dir, int cache) {
-  return worker_start_n(f, dir, cache, 0);
+  return worker_start_n(f, dir, cache, 0, 0);
 }
 
 static char *start_steps(dbx_client *c, const char *wfid) {
@@ -524,25 +528,27 @@ static void test_c_worker_cache_miss_fetches_full_history(void **state) {
   free(dir);
 }
 
-/* The sticky queue has as many pollers as asked, each running its task: two
- * runs' sticky tasks run at once (with one sticky poller the first waits its
- * 2 s alone and completes with {"met":1}). */
-static void test_c_worker_sticky_tasks_run_concurrently(void **state) {
-  fixture *f = *state;
-  char *dir = dbx_test_tmpdir("it-sticky-w3");
-  dbx_worker *w = worker_start_n(f, dir, 0, 2);
+/* Two it.Meet runs on a worker with sticky_pollers and workflow_task_threads
+ * as given; both results must be want (how many of their sticky tasks were
+ * inside at once), within wait_s. */
+static void meet_two(fixture *f, const char *tag, int sticky_pollers, int wft_threads,
+                     const char *want, int wait_s) {
+  char name[64];
+  snprintf(name, sizeof name, "it-sticky-%s", tag);
+  char *dir = dbx_test_tmpdir(name);
+  dbx_worker *w = worker_start_n(f, dir, 0, sticky_pollers, wft_threads);
   dbx_client *c = client_of(f);
   dbx_client_start_opts so = {0};
   so.workflow_type = "it.Meet";
   so.task_queue = "tq-cw";
-  char *rid[2], *res[2], *err = NULL;
-  const char *ids[2] = {"cw-meet-1", "cw-meet-2"};
+  char *rid[2], *res[2], *err = NULL, ids[2][64];
   for (int i = 0; i < 2; i++) {
+    snprintf(ids[i], sizeof ids[i], "cw-meet-%s-%d", tag, i + 1);
     so.workflow_id = ids[i];
     assert_int_equal(dbx_client_start_workflow(c, &so, &rid[i], &err), DBX_OK);
   }
-  for (int i = 0; i < 2; i++) res[i] = dbx_svct_await_result(c, ids[i], rid[i], 3);
-  for (int i = 0; i < 2; i++) assert_string_equal(res[i], "{\"met\":2}");
+  for (int i = 0; i < 2; i++) res[i] = dbx_svct_await_result(c, ids[i], rid[i], wait_s);
+  for (int i = 0; i < 2; i++) assert_string_equal(res[i], want);
   dbx_worker_stats st;
   dbx_worker_get_stats(w, &st);
   assert_int_equal(st.sticky_tasks, 2);
@@ -556,6 +562,26 @@ static void test_c_worker_sticky_tasks_run_concurrently(void **state) {
   free(dir);
 }
 
+/* Two sticky pollers and the default threads: two runs' sticky tasks run at
+ * once (when a poller ran its own task, one sticky poller made the first
+ * wait its 2 s alone and complete with {"met":1}). */
+static void test_c_worker_sticky_tasks_run_concurrently(void **state) {
+  meet_two(*state, "w3", 2, 0, "{\"met\":2}", 3);
+}
+
+/* One sticky poller hands each task to the workflow task threads and polls
+ * again: with two threads, the two runs' tasks still meet. */
+static void test_c_worker_one_poller_feeds_many_threads(void **state) {
+  meet_two(*state, "w4", 1, 2, "{\"met\":2}", 3);
+}
+
+/* The threads bound how many tasks run at once, whatever the pollers: with
+ * one thread and two sticky pollers the tasks run one after the other (each
+ * waits its 2 s alone), and both are answered. */
+static void test_c_worker_task_threads_bound_concurrency(void **state) {
+  meet_two(*state, "w5", 2, 1, "{\"met\":1}", 8);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sticky_task_carries_only_new_events),
@@ -566,6 +592,8 @@ int main(void) {
       cmocka_unit_test(test_c_worker_uses_its_sticky_queue),
       cmocka_unit_test(test_c_worker_cache_miss_fetches_full_history),
       cmocka_unit_test(test_c_worker_sticky_tasks_run_concurrently),
+      cmocka_unit_test(test_c_worker_one_poller_feeds_many_threads),
+      cmocka_unit_test(test_c_worker_task_threads_bound_concurrency),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -1228,8 +1228,9 @@ static void test_worker_counts_over_limit_refused(void **st) {
   (void)st;
   char *dir = dbx_test_tmpdir("itw-limits");
   static const char *const names[] = {"workflow_pollers", "activity_pollers", "sticky_pollers",
-                                      "activity_threads", "activity_slots"};
-  for (int i = 0; i < 5; i++) {
+                                      "activity_threads", "activity_slots",
+                                      "workflow_task_threads"};
+  for (int i = 0; i < 6; i++) {
     dbx_worker_opts o = {0};
     o.address = "127.0.0.1:1";
     o.task_queue = "tq-limits";
@@ -1240,6 +1241,7 @@ static void test_worker_counts_over_limit_refused(void **st) {
     o.sticky_pollers = i == 2 ? big : 0;
     o.activity_threads = i == 3 ? big : 0;
     o.activity_slots = i == 4 ? big : 0;
+    o.workflow_task_threads = i == 5 ? big : 0;
     dbx_worker *w = (dbx_worker *)&o; /* must come back NULL */
     char *err = NULL;
     assert_int_equal(dbx_worker_create(&o, &w, &err), DBX_EINVAL);
@@ -1256,6 +1258,7 @@ static void test_worker_counts_over_limit_refused(void **st) {
   o.task_queue = "tq-limits";
   o.db_dir = dir;
   o.workflow_pollers = o.activity_pollers = o.sticky_pollers = o.activity_threads = 1024;
+  o.workflow_task_threads = 1024;
   o.activity_slots = 100000;
   o.no_sync = 1;
   dbx_worker *w = NULL;

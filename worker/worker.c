@@ -1,14 +1,26 @@
 /* worker/worker: pollers, workflow task processing, activity execution.
  *
- * Threads: N workflow pollers, M activity pollers, a fixed pool of activity
- * threads and one reactor (see "Executor" below). Every poll uses the worker's cancel token, so
+ * Threads: N workflow pollers (and as many sticky ones), M activity pollers,
+ * a fixed set of workflow task threads, a fixed pool of activity threads and
+ * one reactor (see "Executor" below). Every poll uses the worker's cancel token, so
  * stop() aborts in-flight long polls at once. Polls wait for the channel
  * (wait_for_ready) while the service is unreachable; a poll the service
  * fails backs off exponentially (100 ms .. 5 s, 500 ms for a dropped
  * connection, jittered to 50..100%) on the worker's condition variable, so
  * stop() also ends a backoff.
  *
- * Workflow tasks: the full history (all pages) is recorded in the worker
+ * Workflow tasks: a workflow poller (normal or sticky queue) queues the task
+ * it gets for the wft_n workflow task threads (a FIFO under w->wmu) and polls
+ * again at once, so a few pollers keep many tasks running (Temporal's SDKs
+ * split pollers from executors the same way). A poller polls only while
+ * fewer than wft_n tasks wait in that queue: when every thread is busy the
+ * worker stops taking tasks it could not start soon, and neither queue's
+ * pollers can hold the other's back (a slot taken before the poll would let
+ * pollers parked on an empty sticky queue starve the normal one). The
+ * service hands out one workflow task of a run at a time, so two threads
+ * never work on one run. On stop, the tasks already queued are still
+ * processed and answered before the threads end.
+ * A task's full history (all pages) is recorded in the worker
  * store and applied to the run's cached dbx_wf_run; the cache entry is used
  * only when the first event after its last applied one is the
  * WorkflowTaskCompleted of the task it answered (our answer was accepted),
@@ -42,8 +54,8 @@
  * (activity_slots) bound attempts in all three; the threads stay pool_n + 1
  * however many are parked. After its last step an attempt journals its
  * result, reports it, leaves w->running and frees its slot.
- * Mutex order: w->mu and w->xmu (executor queue and parked set) are never
- * held together. */
+ * Mutex order: w->mu, w->xmu (executor queue and parked set) and w->wmu
+ * (workflow task slots and queue) are never held together. */
 #include "worker/worker.h"
 
 #include <errno.h>
@@ -99,6 +111,12 @@ struct dbx_act {
   struct dbx_act *qnext;       /* run queue */
 };
 
+/* A polled workflow task waiting for a workflow task thread. */
+typedef struct wft_item {
+  PollWorkflowTaskQueueResponse *task;
+  struct wft_item *next;
+} wft_item;
+
 typedef struct {
   char *key; /* wid \n rid */
   dbx_wf_run *run;
@@ -125,6 +143,13 @@ struct dbx_worker {
   dbx_act **parked;            /* min-heap by park_until_ns */
   size_t nparked, capparked;
   int epfd, evfd;              /* parked fds; the reactor's wake-up */
+  /* workflow task threads (see the file comment) */
+  int wft_n, wft_started, wft_stop;
+  pthread_t *wft;
+  pthread_mutex_t wmu;
+  pthread_cond_t wcv_task, wcv_room; /* a task queued / one taken from the queue */
+  int wq_len;                  /* tasks queued, not yet taken by a thread */
+  wft_item *wq_head, *wq_tail;
   dbx_rpc_cancel *poll_cancel;
   atomic_int stopping;
   int started, stopped;
@@ -165,6 +190,7 @@ dbx_err dbx_worker_create(const dbx_worker_opts *o, dbx_worker **out, char **err
       {"activity_pollers", o->activity_pollers, MAX_THREADS_EACH},
       {"sticky_pollers", o->sticky_pollers, MAX_THREADS_EACH},
       {"activity_threads", o->activity_threads, MAX_THREADS_EACH},
+      {"workflow_task_threads", o->workflow_task_threads, MAX_THREADS_EACH},
       {"activity_slots", o->activity_slots, MAX_SLOTS},
   };
   for (size_t i = 0; i < sizeof counts / sizeof *counts; i++) {
@@ -180,6 +206,9 @@ dbx_err dbx_worker_create(const dbx_worker_opts *o, dbx_worker **out, char **err
   pthread_cond_init(&w->cv, NULL);
   pthread_mutex_init(&w->xmu, NULL);
   pthread_cond_init(&w->xcv, NULL);
+  pthread_mutex_init(&w->wmu, NULL);
+  pthread_cond_init(&w->wcv_task, NULL);
+  pthread_cond_init(&w->wcv_room, NULL);
   w->epfd = w->evfd = -1;
   w->ns = dbx_strdup(o->namespace_ ? o->namespace_ : "default");
   w->tq = dbx_strdup(o->task_queue);
@@ -195,6 +224,13 @@ dbx_err dbx_worker_create(const dbx_worker_opts *o, dbx_worker **out, char **err
   int by_slots = w->slots < POOL_DEFAULT_MAX ? w->slots : POOL_DEFAULT_MAX;
   w->pool_n = o->activity_threads > 0 ? o->activity_threads
                                       : (by_cpu > by_slots ? by_cpu : by_slots);
+  /* a workflow task is mostly waiting (its history commit, the answer's
+   * round trip, the service's synced commit behind it): the default keeps at
+   * least as many tasks running as there are pollers to bring them */
+  int npollers = w->n_wf_pollers + (o->sticky_schedule_to_start_ms >= 0 ? w->n_sticky_pollers : 0);
+  w->wft_n = o->workflow_task_threads > 0 ? o->workflow_task_threads
+                                          : (by_cpu > npollers ? by_cpu : npollers);
+  w->wft = dbx_calloc((size_t)w->wft_n, sizeof *w->wft);
   w->max_msg = o->max_message_bytes ? o->max_message_bytes : DEFAULT_MAX_MSG;
   w->cache_max = o->max_cached_runs > 0 ? (size_t)o->max_cached_runs : CACHE_MAX;
   dbx_client_opts co = {0};
@@ -206,7 +242,7 @@ dbx_err dbx_worker_create(const dbx_worker_opts *o, dbx_worker **out, char **err
   co.tls_key_pem = o->tls_key_pem;
   co.api_key = o->api_key;
   co.identity = o->identity;
-  dbx_err rc = (!w->ns || !w->tq) ? DBX_ENOMEM : dbx_client_create(&co, &w->client);
+  dbx_err rc = (!w->ns || !w->tq || !w->wft) ? DBX_ENOMEM : dbx_client_create(&co, &w->client);
   if (rc == DBX_OK) {
     w->identity = dbx_strdup(dbx_client_identity(w->client));
     rc = w->identity ? DBX_OK : DBX_ENOMEM;
@@ -779,10 +815,61 @@ out:
   dbx_client_history_cleanup(&more);
 }
 
+/* Wait until fewer than wft_n tasks wait for a thread: 1, or 0 when the
+ * worker is stopping. */
+static int wft_may_poll(dbx_worker *w) {
+  pthread_mutex_lock(&w->wmu);
+  while (w->wq_len >= w->wft_n && !w->stopping) pthread_cond_wait(&w->wcv_room, &w->wmu);
+  int ok = !w->stopping;
+  pthread_mutex_unlock(&w->wmu);
+  return ok;
+}
+
+/* Hand a polled task (owned) to the workflow task threads. */
+static void wft_queue(dbx_worker *w, PollWorkflowTaskQueueResponse *t) {
+  wft_item *it = dbx_malloc(sizeof *it);
+  if (!it) { /* run it here rather than leave it unanswered */
+    process_wft(w, t);
+    dbx_client_msg_free(t);
+    return;
+  }
+  it->task = t;
+  it->next = NULL;
+  pthread_mutex_lock(&w->wmu);
+  if (w->wq_tail) w->wq_tail->next = it;
+  else w->wq_head = it;
+  w->wq_tail = it;
+  w->wq_len++;
+  pthread_cond_signal(&w->wcv_task);
+  pthread_mutex_unlock(&w->wmu);
+}
+
+/* A workflow task thread: runs queued tasks until stopped and drained. */
+static void *wft_thread(void *arg) {
+  dbx_worker *w = arg;
+  pthread_mutex_lock(&w->wmu);
+  for (;;) {
+    while (!w->wq_head && !w->wft_stop) pthread_cond_wait(&w->wcv_task, &w->wmu);
+    wft_item *it = w->wq_head;
+    if (!it) break;
+    w->wq_head = it->next;
+    if (!w->wq_head) w->wq_tail = NULL;
+    w->wq_len--;
+    pthread_cond_signal(&w->wcv_room);
+    pthread_mutex_unlock(&w->wmu);
+    process_wft(w, it->task);
+    dbx_client_msg_free(it->task);
+    free(it);
+    pthread_mutex_lock(&w->wmu);
+  }
+  pthread_mutex_unlock(&w->wmu);
+  return NULL;
+}
+
 static void wf_poll_loop(dbx_worker *w, int sticky) {
   unsigned seed = (unsigned)dbx_mono_ns();
   int failures = 0;
-  while (!w->stopping) {
+  while (wft_may_poll(w)) {
     PollWorkflowTaskQueueRequest rq = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__POLL_WORKFLOW_TASK_QUEUE_REQUEST);
     TaskQueue tq = INIT(TEMPORAL__API__TASKQUEUE__V1__TASK_QUEUE);
     tq.name = sticky ? w->sticky_tq : w->tq;
@@ -813,9 +900,12 @@ static void wf_poll_loop(dbx_worker *w, int sticky) {
       continue;
     }
     failures = 0;
-    if (t->task_token.len && sticky) w->st_sticky++;
-    if (t->task_token.len) process_wft(w, t);
-    dbx_client_msg_free(t);
+    if (!t->task_token.len) { /* the long poll ended without a task */
+      dbx_client_msg_free(t);
+      continue;
+    }
+    if (sticky) w->st_sticky++;
+    wft_queue(w, t);
   }
 }
 
@@ -1556,6 +1646,11 @@ dbx_err dbx_worker_start(dbx_worker *w) {
     DBX_ERROR("worker", "cannot start the activity executor's threads");
     return DBX_ENOMEM;
   }
+  for (; w->wft_started < w->wft_n; w->wft_started++)
+    if (pthread_create(&w->wft[w->wft_started], NULL, wft_thread, w) != 0) {
+      DBX_ERROR("worker", "cannot start the workflow task threads");
+      return DBX_ENOMEM;
+    }
   for (int i = 0; i < total; i++) {
     void *(*fn)(void *) = i < w->n_wf_pollers                     ? wf_poller
                           : i < w->n_wf_pollers + w->n_act_pollers ? act_poller
@@ -1576,9 +1671,19 @@ void dbx_worker_stop(dbx_worker *w, int64_t grace_ms) {
   w->stopping = 1;
   pthread_cond_broadcast(&w->cv);
   pthread_mutex_unlock(&w->mu);
+  pthread_mutex_lock(&w->wmu); /* pollers waiting for room in the queue */
+  pthread_cond_broadcast(&w->wcv_room);
+  pthread_mutex_unlock(&w->wmu);
   dbx_rpc_cancel_fire(w->poll_cancel);
   for (int i = 0; i < w->nthreads; i++) pthread_join(w->threads[i], NULL);
   w->nthreads = 0;
+  /* no poller is left to queue a task: the threads answer the queued ones and end */
+  pthread_mutex_lock(&w->wmu);
+  w->wft_stop = 1;
+  pthread_cond_broadcast(&w->wcv_task);
+  pthread_mutex_unlock(&w->wmu);
+  for (int i = 0; i < w->wft_started; i++) pthread_join(w->wft[i], NULL);
+  w->wft_started = 0;
   /* Let running activities finish within the grace period, then cancel them. */
   int64_t deadline = dbx_mono_ns() + (grace_ms > 0 ? grace_ms : 0) * 1000000LL;
   pthread_mutex_lock(&w->mu);
@@ -1620,11 +1725,15 @@ void dbx_worker_destroy(dbx_worker *w) {
   free(w->cache);
   free(w->threads);
   free(w->pool);
+  free(w->wft);
   free(w->parked);
   if (w->epfd >= 0) close(w->epfd);
   if (w->evfd >= 0) close(w->evfd);
   pthread_mutex_destroy(&w->xmu);
   pthread_cond_destroy(&w->xcv);
+  pthread_mutex_destroy(&w->wmu);
+  pthread_cond_destroy(&w->wcv_task);
+  pthread_cond_destroy(&w->wcv_room);
   free(w->wfs);
   free(w->acts);
   dbx_rpc_cancel_destroy(w->poll_cancel);

@@ -3,7 +3,8 @@
  *
  * A dbx_worker owns a client (worker/client.h), its LMDB environment
  * (worker/wstore.h: replay history, activity journal, bindings) and its
- * threads: workflow pollers, activity pollers, a fixed pool of
+ * threads: workflow pollers, activity pollers, workflow_task_threads that run
+ * the workflow tasks the pollers hand over, a fixed pool of
  * activity_threads that run activities and one reactor thread that holds the
  * parked ones (waiting on an fd or a timer: api.h dbx_act_park) and runs the
  * timeouts; the threads do not grow with the activities in flight (bounded
@@ -75,9 +76,13 @@ typedef struct {
                                  < 0 = no sticky queue (every task carries the full history) */
   int max_cached_runs;        /* runs whose state the worker keeps between tasks; 0 = 512 */
   int sticky_pollers;         /* pollers of the sticky queue (none without one: sticky_schedule_
-                                 to_start_ms < 0); 0 = workflow_pollers. A poller
-                                 runs each task it gets before it polls again, so the pollers
-                                 of a queue bound how many of its tasks run at once */
+                                 to_start_ms < 0); 0 = workflow_pollers */
+  int workflow_task_threads;  /* threads that run workflow tasks (Temporal's "max concurrent
+                                 workflow task executions"), both queues' together; 0 = the
+                                 larger of 2 x online CPUs + 4 and the workflow and sticky
+                                 pollers together. A poller hands its task to them and polls
+                                 again, so a few pollers keep this many tasks running; they
+                                 poll only while fewer than this many tasks wait for a thread */
 } dbx_worker_opts;
 
 /* Strings in o are copied. Opens the store; does not connect.
