@@ -28,7 +28,9 @@
 #   LG_WORKFLOWS_DURABOX (3000), LG_WORKFLOWS_TEMPORAL (300), OUT (a fresh dir),
 #   BUILD (build: the directory holding cli/durabox and bench/dbx-*),
 #   BASE_BUILD (another such directory: the worker "cbase" is its C worker,
-#   so a change to the C worker is compared before/after in the same run).
+#   so a change to the C worker is compared before/after in the same run),
+#   C_ARGS (the C worker's flags after --db-dir; "--pollers 16"), CBASE_ARGS
+#   (cbase's; C_ARGS unless set, for a cbase that lacks one of its flags).
 # Needs: scripts/build.sh build, bench/peers/setup.sh. Not part of the tests.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,6 +40,8 @@ SERVERS=${SERVERS:-durabox temporal} WORKERS=${WORKERS:-c go ts} WORKLOADS=${WOR
 CONC_TEMPORAL=${CONC_TEMPORAL:-16} TEMPORAL_WORKLOADS=${TEMPORAL_WORKLOADS:-one}
 LOADGEN=${LOADGEN:-1} LG_WORKFLOWS_DURABOX=${LG_WORKFLOWS_DURABOX:-3000} LG_WORKFLOWS_TEMPORAL=${LG_WORKFLOWS_TEMPORAL:-300}
 BUILD=${BUILD:-$root/build}
+read -r -a c_args <<<"${C_ARGS:---pollers 16}"
+read -r -a cbase_args <<<"${CBASE_ARGS:-${c_args[*]}}"
 DBX=$BUILD/cli/durabox CW=$BUILD/bench/dbx-bench-worker LG=$BUILD/bench/dbx-loadgen
 GO=$root/.cache/bench-peers/dbx-peer-go TS_BUNDLE=$root/.cache/bench-peers/ts-workflow-bundle.js
 for f in "$DBX" "$CW" "$LG"; do [ -x "$f" ] || { echo "matrix: $f missing: scripts/build.sh build" >&2; exit 1; }; done
@@ -84,9 +88,9 @@ start_server() { # start_server KIND DIR -> SRV_PID, ADDR
 start_worker() { # start_worker KIND DIR -> WRK_PID
   local kind=$1 dir=$2
   case $kind in
-    c) "$CW" --address "$ADDR" --task-queue bench --db-dir "$dir/cworker" --pollers 16 >"$dir/worker.log" 2>&1 & ;;
+    c) "$CW" --address "$ADDR" --task-queue bench --db-dir "$dir/cworker" "${c_args[@]}" >"$dir/worker.log" 2>&1 & ;;
     cbase) "${BASE_BUILD:?BASE_BUILD names the build of worker cbase}/bench/dbx-bench-worker" --address "$ADDR" \
-      --task-queue bench --db-dir "$dir/cworker" --pollers 16 >"$dir/worker.log" 2>&1 & ;;
+      --task-queue bench --db-dir "$dir/cworker" "${cbase_args[@]}" >"$dir/worker.log" 2>&1 & ;;
     go) "$GO" worker --address "$ADDR" --task-queue bench >"$dir/worker.log" 2>&1 & ;;
     ts) node bench/peers/ts/worker.js --address "$ADDR" --task-queue bench --bundle "$TS_BUNDLE" >"$dir/worker.log" 2>&1 & ;;
   esac
@@ -159,7 +163,7 @@ run_loadgen() {
 echo "matrix: results in $OUT (load average $(cut -d' ' -f1-3 /proc/loadavg))" >&2
 {
   echo "date_utc=$(date -u +%FT%TZ) commit=$(git rev-parse --short HEAD) nproc=$(nproc)"
-  echo "loadavg_start=$(cut -d' ' -f1-3 /proc/loadavg) REPS=$REPS RUN_S=$RUN_S CONC=$CONC CONC_TEMPORAL=$CONC_TEMPORAL TEMPORAL_WORKLOADS=$TEMPORAL_WORKLOADS HOLD_N=$HOLD_N HOLD_MS=$HOLD_MS"
+  echo "loadavg_start=$(cut -d' ' -f1-3 /proc/loadavg) C_ARGS=${c_args[*]} CBASE_ARGS=${cbase_args[*]} REPS=$REPS RUN_S=$RUN_S CONC=$CONC CONC_TEMPORAL=$CONC_TEMPORAL TEMPORAL_WORKLOADS=$TEMPORAL_WORKLOADS HOLD_N=$HOLD_N HOLD_MS=$HOLD_MS"
 } >"$OUT/conditions"
 for rep in $(seq 1 "$REPS"); do
   for wl in $WORKLOADS; do
