@@ -29,7 +29,8 @@
 #   BUILD (build: the directory holding cli/durabox and bench/dbx-*),
 #   BASE_BUILD (another such directory: the worker "cbase" is its C worker,
 #   so a change to the C worker is compared before/after in the same run),
-#   C_ARGS (the C worker's flags after --db-dir; "--pollers 16"), CBASE_ARGS
+#   C_ARGS (the C worker's flags after --db-dir; "--pollers 4 --wft-threads 16
+#   --threads 8": 46 threads; docs/benchmarks.md "Workflow task threads"), CBASE_ARGS
 #   (cbase's; C_ARGS unless set, for a cbase that lacks one of its flags).
 # Needs: scripts/build.sh build, bench/peers/setup.sh. Not part of the tests.
 set -euo pipefail
@@ -40,7 +41,7 @@ SERVERS=${SERVERS:-durabox temporal} WORKERS=${WORKERS:-c go ts} WORKLOADS=${WOR
 CONC_TEMPORAL=${CONC_TEMPORAL:-16} TEMPORAL_WORKLOADS=${TEMPORAL_WORKLOADS:-one}
 LOADGEN=${LOADGEN:-1} LG_WORKFLOWS_DURABOX=${LG_WORKFLOWS_DURABOX:-3000} LG_WORKFLOWS_TEMPORAL=${LG_WORKFLOWS_TEMPORAL:-300}
 BUILD=${BUILD:-$root/build}
-read -r -a c_args <<<"${C_ARGS:---pollers 16}"
+read -r -a c_args <<<"${C_ARGS:---pollers 4 --wft-threads 16 --threads 8}"
 read -r -a cbase_args <<<"${CBASE_ARGS:-${c_args[*]}}"
 DBX=$BUILD/cli/durabox CW=$BUILD/bench/dbx-bench-worker LG=$BUILD/bench/dbx-loadgen
 GO=$root/.cache/bench-peers/dbx-peer-go TS_BUNDLE=$root/.cache/bench-peers/ts-workflow-bundle.js
