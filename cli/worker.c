@@ -60,7 +60,8 @@ static void worker_usage(FILE *f) {
           "                        2 x CPUs + 4 and the slots up to 32); a sandbox.exec\n"
           "                        waiting on its command holds a slot but no thread\n"
           "  --workflow-task-threads N  threads that run workflow tasks, which the pollers\n"
-          "                        hand over (default 2 x CPUs + 4, at least the pollers)\n"
+          "                        hand over, 1-1024 (default 2 x CPUs + 4, at least the\n"
+          "                        pollers: 2 for the task queue and 2 for the sticky queue)\n"
           "  --log-level LEVEL     debug|info|warn|error\n"
           "flags are written --flag value or --flag=value; a service that cannot be reached is\n"
           "said at level warn, and retried\n");

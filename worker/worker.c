@@ -16,7 +16,9 @@
  * fewer than wft_n tasks wait in that queue: when every thread is busy the
  * worker stops taking tasks it could not start soon, and neither queue's
  * pollers can hold the other's back (a slot taken before the poll would let
- * pollers parked on an empty sticky queue starve the normal one). The
+ * pollers parked on an empty sticky queue starve the normal one; when room
+ * comes every waiting poller is woken, or a normal poller could take it
+ * while the sticky ones slept). The
  * service hands out one workflow task of a run at a time, so two threads
  * never work on one run. On stop, the tasks already queued are still
  * processed and answered before the threads end.
@@ -854,8 +856,11 @@ static void *wft_thread(void *arg) {
     if (!it) break;
     w->wq_head = it->next;
     if (!w->wq_head) w->wq_tail = NULL;
+    /* every waiting poller may poll now, not one: woken one at a time, a
+     * normal poller took the room and the sticky ones slept on while their
+     * tasks waited out the sticky schedule-to-start */
     w->wq_len--;
-    pthread_cond_signal(&w->wcv_room);
+    pthread_cond_broadcast(&w->wcv_room);
     pthread_mutex_unlock(&w->wmu);
     process_wft(w, it->task);
     dbx_client_msg_free(it->task);
