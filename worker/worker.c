@@ -18,10 +18,9 @@
  * pollers can hold the other's back (a slot taken before the poll would let
  * pollers parked on an empty sticky queue starve the normal one; when room
  * comes every waiting poller is woken, or a normal poller could take it
- * while the sticky ones slept). The
- * service hands out one workflow task of a run at a time, so two threads
- * never work on one run. On stop, the tasks already queued are still
- * processed and answered before the threads end.
+ * while the sticky ones slept). The service hands out one workflow task of
+ * a run at a time, so two threads never work on one run. On stop, the tasks
+ * already queued are still processed and answered before the threads end.
  * A task's full history (all pages) is recorded in the worker
  * store and applied to the run's cached dbx_wf_run; the cache entry is used
  * only when the first event after its last applied one is the
@@ -57,7 +56,7 @@
  * however many are parked. After its last step an attempt journals its
  * result, reports it, leaves w->running and frees its slot.
  * Mutex order: w->mu, w->xmu (executor queue and parked set) and w->wmu
- * (workflow task slots and queue) are never held together. */
+ * (workflow task queue) are never held together. */
 #include "worker/worker.h"
 
 #include <errno.h>
