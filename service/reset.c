@@ -306,6 +306,27 @@ static dbx_err move_signals(HistoryEvent **evs, size_t n, HistoryEvent ***later,
   return DBX_OK;
 }
 
+/* The base run's buffered events (recorded while its workflow task was
+ * started: acknowledged, but with no event in its history yet) after *later,
+ * in their order: they too came after the reset point, and a signal among
+ * them must reach the new run like one in the history. */
+static dbx_err take_buffered(const RunState *base, HistoryEvent ***later, size_t *nl) {
+  for (size_t i = 0; i < base->n_buffered_events; i++) {
+    HistoryEvent *ev = NULL;
+    dbx_err rc = svc_pb_unpack(&HistoryEvent__D, base->buffered_events[i].data, base->buffered_events[i].len,
+                               (void **)&ev);
+    if (rc != DBX_OK) return rc == DBX_EINVAL ? DBX_ESTORE : rc;
+    HistoryEvent **arr = dbx_realloc(*later, (*nl + 1) * sizeof *arr);
+    if (arr == NULL) {
+      svc_history_event_free(ev);
+      return DBX_ENOMEM;
+    }
+    *later = arr;
+    arr[(*nl)++] = ev;
+  }
+  return DBX_OK;
+}
+
 /* The runs the base continued as new into, in order (at most 1000): their
  * signals after *later (reapply_later takes them to the new run), their
  * signal request ids into nrs. */
@@ -409,7 +430,8 @@ dbx_err svc_h_reset(ectx *c, job *j) {
     rc = DBX_ENOMEM;
     goto out;
   }
-  rc = take_chain_signals(c, base, nrs, &later, &nl);
+  rc = take_buffered(base, &later, &nl);
+  if (rc == DBX_OK) rc = take_chain_signals(c, base, nrs, &later, &nl);
   if (rc == DBX_OK) rc = reset_run(c, q, base, nrs, evs, n, later, nl);
   if (rc == DBX_OK) {
     ResetWorkflowExecutionResponse r = INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__RESET_WORKFLOW_EXECUTION_RESPONSE);

@@ -663,6 +663,47 @@ static void test_reset_first_task_never_completed(void **state) {
   dbx_rpc_channel_destroy(ch);
 }
 
+/* A signal that arrives while a workflow task is started is buffered (it
+ * has no event yet) but acknowledged: a reset then must take it to the new
+ * run like a signal in the history, not drop it. Deterministic form of a
+ * race test_reset_reapplies_signals_deduplicated met under load. */
+static void test_reset_takes_buffered_signals(void **state) {
+  (void)state;
+  char *out = NULL, *err = NULL, run1[64], run2[64], polled[64];
+  int rc = durabox(&out, &err, "workflow", "start", "--type=it.Can", "--task-queue=rr-buf", "-w", "rr-buf",
+                   "--address", g_addr, NULL);
+  if (rc != 0) fail_msg("start exited %d: %s", rc, err);
+  free(out);
+  free(err);
+  dbx_rpc_channel *ch = dbx_svct_connect(atoi(strchr(g_addr, ':') + 1));
+  PollWorkflowTaskQueueResponse *t = poll_task(ch, "rr-buf", run1, sizeof run1); /* started, never answered */
+  dbx_client_msg_free(t);
+  signal_req(ch, "rr-buf", "req-buffered"); /* held until the task ends */
+  dbx_svct_history h = {0};
+  dbx_svct_history_get(ch, "rr-buf", run1, &h);
+  assert_int_equal(dbx_svct_history_count(&h, ET(WORKFLOW_EXECUTION_SIGNALED)), 0);
+  dbx_svct_history_cleanup(&h);
+  long ev = reset_by_type("rr-buf", "FirstWorkflowTask", run2, sizeof run2);
+  assert_int_equal(ev, 3);
+  signal_req(ch, "rr-buf", "req-buffered"); /* a resend: still a duplicate */
+  memset(&h, 0, sizeof h);
+  dbx_svct_history_get(ch, "rr-buf", run2, &h);
+  assert_int_equal(dbx_svct_history_count(&h, ET(WORKFLOW_EXECUTION_SIGNALED)), 1);
+  const char *req = NULL;
+  for (size_t i = 0; i < h.n; i++)
+    if (h.events[i]->event_type == ET(WORKFLOW_EXECUTION_SIGNALED))
+      req = h.events[i]->workflow_execution_signaled_event_attributes->request_id;
+  assert_non_null(req);
+  assert_string_equal(req, "req-buffered");
+  dbx_svct_history_cleanup(&h);
+  t = poll_task(ch, "rr-buf", polled, sizeof polled);
+  assert_string_equal(polled, run2);
+  dbx_svct_wft_complete_workflow(ch, t->task_token);
+  dbx_client_msg_free(t);
+  assert_int_equal(run_status(ch, "rr-buf", run2), ET(WORKFLOW_EXECUTION_COMPLETED));
+  dbx_rpc_channel_destroy(ch);
+}
+
 /* A history in the form Temporal's CLI writes (2-space indent, nanosecond
  * times, fields of newer Temporal versions, empty headers): tests/data. */
 static void test_temporal_cli_fixture_replays(void **state) {
@@ -698,6 +739,7 @@ int main(void) {
       cmocka_unit_test(test_reset_last_continued_as_new),
       cmocka_unit_test(test_reset_last_workflow_task),
       cmocka_unit_test(test_reset_first_task_never_completed),
+      cmocka_unit_test(test_reset_takes_buffered_signals),
       cmocka_unit_test(test_temporal_cli_fixture_replays),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
