@@ -638,24 +638,32 @@ static void test_reset_last_workflow_task(void **state) {
   dbx_rpc_channel_destroy(ch);
 }
 
+/* Start an it.Can workflow wid on task queue wid and poll its first
+ * workflow task by hand, never answering it (the task stays started); its
+ * run id into run (cap bytes). Returns a channel to the service. */
+static dbx_rpc_channel *start_with_task_held(const char *wid, char *run, size_t cap) {
+  char *out = NULL, *err = NULL, tq[64];
+  snprintf(tq, sizeof tq, "--task-queue=%s", wid);
+  int rc = durabox(&out, &err, "workflow", "start", "--type=it.Can", tq, "-w", wid, "--address", g_addr, NULL);
+  if (rc != 0) fail_msg("start exited %d: %s", rc, err);
+  free(out);
+  free(err);
+  dbx_rpc_channel *ch = dbx_svct_connect(atoi(strchr(g_addr, ':') + 1));
+  dbx_client_msg_free(poll_task(ch, wid, run, cap));
+  return ch;
+}
+
 /* --type FirstWorkflowTask of a run whose first task started and never
  * completed (its worker died): the point is that WorkflowTaskStarted (3), as
  * Temporal's CLI picks; the new run's task goes to the next poller. */
 static void test_reset_first_task_never_completed(void **state) {
   (void)state;
-  char *out = NULL, *err = NULL, run1[64], run2[64], polled[64];
-  int rc = durabox(&out, &err, "workflow", "start", "--type=it.Can", "--task-queue=rr-first", "-w", "rr-first",
-                   "--address", g_addr, NULL);
-  if (rc != 0) fail_msg("start exited %d: %s", rc, err);
-  free(out);
-  free(err);
-  dbx_rpc_channel *ch = dbx_svct_connect(atoi(strchr(g_addr, ':') + 1));
-  PollWorkflowTaskQueueResponse *t = poll_task(ch, "rr-first", run1, sizeof run1); /* started, never answered */
-  dbx_client_msg_free(t);
+  char run1[64], run2[64], polled[64];
+  dbx_rpc_channel *ch = start_with_task_held("rr-first", run1, sizeof run1);
   long ev = reset_by_type("rr-first", "FirstWorkflowTask", run2, sizeof run2);
   assert_int_equal(ev, 3);
   assert_int_equal(run_status(ch, "rr-first", run1), ET(WORKFLOW_EXECUTION_TERMINATED));
-  t = poll_task(ch, "rr-first", polled, sizeof polled);
+  PollWorkflowTaskQueueResponse *t = poll_task(ch, "rr-first", polled, sizeof polled);
   assert_string_equal(polled, run2);
   dbx_svct_wft_complete_workflow(ch, t->task_token);
   dbx_client_msg_free(t);
@@ -669,15 +677,8 @@ static void test_reset_first_task_never_completed(void **state) {
  * race test_reset_reapplies_signals_deduplicated met under load. */
 static void test_reset_takes_buffered_signals(void **state) {
   (void)state;
-  char *out = NULL, *err = NULL, run1[64], run2[64], polled[64];
-  int rc = durabox(&out, &err, "workflow", "start", "--type=it.Can", "--task-queue=rr-buf", "-w", "rr-buf",
-                   "--address", g_addr, NULL);
-  if (rc != 0) fail_msg("start exited %d: %s", rc, err);
-  free(out);
-  free(err);
-  dbx_rpc_channel *ch = dbx_svct_connect(atoi(strchr(g_addr, ':') + 1));
-  PollWorkflowTaskQueueResponse *t = poll_task(ch, "rr-buf", run1, sizeof run1); /* started, never answered */
-  dbx_client_msg_free(t);
+  char run1[64], run2[64], polled[64];
+  dbx_rpc_channel *ch = start_with_task_held("rr-buf", run1, sizeof run1);
   signal_req(ch, "rr-buf", "req-buffered"); /* held until the task ends */
   dbx_svct_history h = {0};
   dbx_svct_history_get(ch, "rr-buf", run1, &h);
@@ -696,7 +697,7 @@ static void test_reset_takes_buffered_signals(void **state) {
   assert_non_null(req);
   assert_string_equal(req, "req-buffered");
   dbx_svct_history_cleanup(&h);
-  t = poll_task(ch, "rr-buf", polled, sizeof polled);
+  PollWorkflowTaskQueueResponse *t = poll_task(ch, "rr-buf", polled, sizeof polled);
   assert_string_equal(polled, run2);
   dbx_svct_wft_complete_workflow(ch, t->task_token);
   dbx_client_msg_free(t);
