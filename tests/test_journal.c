@@ -1,9 +1,11 @@
 /* Unit tests for worker/wstore: the activity journal's retry-class decisions,
  * persistence across close/reopen, recorded history and key/value tables,
  * on real LMDB files in a temporary directory. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/util.h"
 #include "tests/testutil.h"
 #include "worker/client.h"
 #include "worker/wstore.h"
@@ -289,6 +291,144 @@ static void test_journal_duplicate_at_most_once_refused_until_approved(void **st
   free(dir);
 }
 
+/* The retention sweep's status callback: answers by run id, counts the calls. */
+typedef struct {
+  int asked;
+  char last[32];
+} sweep_probe;
+
+static dbx_wstore_run_status probe_status(void *arg, const char *ns, const char *wid,
+                                          const char *rid) {
+  sweep_probe *p = arg;
+  (void)wid;
+  p->asked++;
+  snprintf(p->last, sizeof p->last, "%s", rid);
+  if (strcmp(ns, "ns") != 0) return DBX_WSTORE_RUN_UNKNOWN;
+  if (strcmp(rid, "r1") == 0 || strcmp(rid, "rx") == 0) return DBX_WSTORE_RUN_CLOSED;
+  if (strcmp(rid, "r2") == 0) return DBX_WSTORE_RUN_OPEN;
+  return DBX_WSTORE_RUN_UNKNOWN;
+}
+
+static int journal_state(dbx_wstore *s, const char *wid, const char *rid, const char *aid) {
+  dbx_journal_entry e;
+  assert_int_equal(dbx_wstore_journal_get(s, "ns", wid, rid, aid, &e), DBX_OK);
+  int st = e.state;
+  dbx_journal_entry_cleanup(&e);
+  return st;
+}
+
+/* A sweep removes every entry of a run the service calls closed (history,
+ * journal, at_most_once claim, approval, refusal, the latest-run pointer
+ * when it names the run) and nothing of the others; an open run is asked
+ * again only a retention later; an unknown one stays as it was. */
+static void test_journal_retention_sweep_removes_closed_runs_only(void **st) {
+  (void)st;
+  char *dir = dbx_test_tmpdir("journal");
+  dbx_wstore *s = NULL;
+  assert_int_equal(dbx_wstore_open(dir, 0, &s, NULL), DBX_OK);
+  const char *H = "1111111111111111111111111111111111111111111111111111111111111111";
+  HistoryEvent *ev[3];
+  for (int i = 0; i < 3; i++) ev[i] = mk_event(i + 1, ET(WORKFLOW_TASK_SCHEDULED));
+  /* wf-c: r1 (closed) then r2 (open, the latest); wf-x: rx (closed, the latest);
+   * wf-u: ru, journal only (an activity-only worker), the service cannot tell */
+  assert_int_equal(dbx_wstore_history_put(s, "ns", "wf-c", "r1", ev, 3), DBX_OK);
+  assert_int_equal(dbx_wstore_journal_started(s, "ns", "wf-c", "r1", "1", 1), DBX_OK);
+  char *earlier = NULL;
+  assert_int_equal(dbx_wstore_amo_begin(s, "ns", "wf-c", "r1", "2", 1, "t", H, &earlier), DBX_OK);
+  assert_int_equal(dbx_wstore_amo_begin(s, "ns", "wf-c", "r1", "3", 1, "t", H, &earlier), DBX_EEXIST);
+  free(earlier);
+  assert_int_equal(dbx_wstore_approval_grant(s, "ns", "wf-c", "r1", "t", H), DBX_OK);
+  assert_int_equal(dbx_wstore_approval_grant(s, "ns", "wf-c", "r1", "t", H), DBX_OK);
+  assert_int_equal(dbx_wstore_history_put(s, "ns", "wf-c", "r2", ev, 2), DBX_OK);
+  assert_int_equal(dbx_wstore_journal_started(s, "ns", "wf-c", "r2", "1", 1), DBX_OK);
+  assert_int_equal(dbx_wstore_history_put(s, "ns", "wf-x", "rx", ev, 3), DBX_OK);
+  assert_int_equal(dbx_wstore_journal_started(s, "ns", "wf-u", "ru", "1", 1), DBX_OK);
+  assert_int_equal(dbx_wstore_kv_put(s, DBX_WSTORE_CHECKPOINTS, "wf-c/r1/ck", "snap-1"), DBX_OK);
+  dbx_wstore_refusal *rf = NULL;
+  size_t nrf = 0;
+  assert_int_equal(dbx_wstore_refusals_list(s, &rf, &nrf), DBX_OK);
+  assert_int_equal(nrf, 1);
+  dbx_wstore_refusals_free(rf, nrf);
+  int64_t t_ru = 0, t_r2 = 0;
+  assert_int_equal(dbx_wstore_touched(s, "ns", "wf-u", "ru", &t_ru), DBX_OK);
+  int64_t wall = dbx_wall_ns() / 1000000;
+  assert_true(t_ru <= wall && t_ru > wall - 60000);
+
+  /* nothing is due yet: a day's retention */
+  sweep_probe p = {0};
+  dbx_wstore_sweep_result r;
+  assert_int_equal(dbx_wstore_sweep(s, 86400000, wall, 100, probe_status, &p, &r), DBX_OK);
+  assert_int_equal(p.asked, 0);
+  assert_int_equal(r.asked, 0);
+  /* at most max_runs are asked, in key order */
+  int64_t now = wall + 1;
+  assert_int_equal(dbx_wstore_sweep(s, 0, now, 1, probe_status, &p, &r), DBX_OK);
+  assert_int_equal(r.asked, 1);
+  assert_string_equal(p.last, "r1");
+  assert_int_equal(r.removed, 1);
+  p.asked = 0;
+  assert_int_equal(dbx_wstore_sweep(s, 0, now, 100, probe_status, &p, &r), DBX_OK);
+  assert_int_equal(p.asked, 3); /* r2, rx, ru: r1 is gone */
+  assert_int_equal(r.asked, 3);
+  assert_int_equal(r.removed, 1);
+  assert_int_equal(dbx_wstore_sweep(s, -1, now, 100, probe_status, &p, &r), DBX_EINVAL);
+  assert_int_equal(dbx_wstore_sweep(s, 0, now, 100, NULL, &p, &r), DBX_EINVAL);
+
+  /* reopened: the removals were committed */
+  dbx_wstore_close(s);
+  assert_int_equal(dbx_wstore_open(dir, 0, &s, NULL), DBX_OK);
+  HistoryEvent **got = NULL;
+  size_t n = 0;
+  char *rid = NULL;
+  /* closed runs: every entry gone */
+  assert_int_equal(dbx_wstore_history_load(s, "ns", "wf-c", "r1", &got, &n, NULL), DBX_ENOTFOUND);
+  assert_int_equal(journal_state(s, "wf-c", "r1", "1"), DBX_JOURNAL_NONE);
+  assert_int_equal(journal_state(s, "wf-c", "r1", "2"), DBX_JOURNAL_NONE);
+  assert_int_equal(dbx_wstore_refusals_list(s, &rf, &nrf), DBX_OK);
+  assert_int_equal(nrf, 0);
+  dbx_wstore_refusals_free(rf, nrf);
+  assert_int_equal(dbx_wstore_history_load(s, "ns", "wf-x", NULL, &got, &n, &rid), DBX_ENOTFOUND);
+  int64_t t = 0;
+  assert_int_equal(dbx_wstore_touched(s, "ns", "wf-c", "r1", &t), DBX_ENOTFOUND);
+  assert_int_equal(dbx_wstore_touched(s, "ns", "wf-x", "rx", &t), DBX_ENOTFOUND);
+  /* the open run: whole, still the workflow's latest, touched at the pass */
+  assert_int_equal(dbx_wstore_history_load(s, "ns", "wf-c", NULL, &got, &n, &rid), DBX_OK);
+  assert_string_equal(rid, "r2");
+  assert_int_equal(n, 2);
+  dbx_wstore_history_free(got, n);
+  free(rid);
+  assert_int_equal(journal_state(s, "wf-c", "r2", "1"), DBX_JOURNAL_STARTED);
+  assert_int_equal(dbx_wstore_touched(s, "ns", "wf-c", "r2", &t_r2), DBX_OK);
+  assert_int_equal(t_r2, now);
+  /* the unknown one: as it was */
+  assert_int_equal(journal_state(s, "wf-u", "ru", "1"), DBX_JOURNAL_STARTED);
+  assert_int_equal(dbx_wstore_touched(s, "ns", "wf-u", "ru", &t), DBX_OK);
+  assert_int_equal(t, t_ru);
+  /* checkpoints are keyed by sandbox, not by run: they stay */
+  char *v = NULL;
+  assert_int_equal(dbx_wstore_kv_get(s, DBX_WSTORE_CHECKPOINTS, "wf-c/r1/ck", &v), DBX_OK);
+  assert_string_equal(v, "snap-1");
+  free(v);
+
+  /* less than a retention after the open run's pass: only the unknown run is due */
+  p.asked = 0;
+  assert_int_equal(dbx_wstore_sweep(s, 1000, now + 999, 100, probe_status, &p, &r), DBX_OK);
+  assert_int_equal(p.asked, 1);
+  assert_string_equal(p.last, "ru");
+  assert_int_equal(r.removed, 0);
+  /* the claim and the approvals went with it: a new claim by "3" is a first claim
+   * and leaves no refusal, where the old claim by "2" would have refused it */
+  assert_int_equal(dbx_wstore_amo_begin(s, "ns", "wf-c", "r1", "3", 1, "t", H, &earlier), DBX_OK);
+  assert_null(earlier);
+  assert_int_equal(dbx_wstore_amo_begin(s, "ns", "wf-c", "r1", "4", 1, "t", H, &earlier), DBX_EEXIST);
+  assert_string_equal(earlier, "3"); /* refused: no approval was left behind */
+  free(earlier);
+  for (int i = 0; i < 3; i++) protobuf_c_message_free_unpacked(&ev[i]->base, NULL);
+  dbx_wstore_close(s);
+  dbx_test_rmrf(dir);
+  free(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_journal_input_hash_canonical_sha256),
@@ -298,6 +438,7 @@ int main(void) {
       cmocka_unit_test(test_journal_stale_result_of_timed_out_attempt_discarded),
       cmocka_unit_test(test_journal_history_and_bindings_persist),
       cmocka_unit_test(test_journal_history_put_appends_new_events_only),
+      cmocka_unit_test(test_journal_retention_sweep_removes_closed_runs_only),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -37,6 +37,7 @@ struct dbx_wstore {
   dbx_store *st;
   dbx_table history, runs, journal, kv[2];
   dbx_table amo, approvals, refusals; /* at_most_once identities (see wstore.h) */
+  dbx_table touched;                  /* per run: wall ms last written or found open */
   /* group commit (see the top of this file) */
   pthread_mutex_t gmu;
   pthread_cond_t gcv;
@@ -158,7 +159,8 @@ dbx_err dbx_wstore_open(const char *dir, int no_sync, dbx_wstore **out, char **e
       (rc = dbx_store_table(s->st, "w_checkpoints", &s->kv[1])) != DBX_OK ||
       (rc = dbx_store_table(s->st, "w_amo", &s->amo)) != DBX_OK ||
       (rc = dbx_store_table(s->st, "w_approvals", &s->approvals)) != DBX_OK ||
-      (rc = dbx_store_table(s->st, "w_refusals", &s->refusals)) != DBX_OK) {
+      (rc = dbx_store_table(s->st, "w_refusals", &s->refusals)) != DBX_OK ||
+      (rc = dbx_store_table(s->st, "w_touched", &s->touched)) != DBX_OK) {
     if (errmsg) *errmsg = dbx_asprintf("worker store %s: %s", dir, dbx_store_errmsg(s->st));
     dbx_wstore_close(s);
     return rc;
@@ -197,6 +199,42 @@ static void be64(uint8_t *b, int64_t v) {
   for (int i = 7; i >= 0; i--, v >>= 8) b[i] = (uint8_t)(v & 0xff);
 }
 
+static int64_t get_be64(const uint8_t *b) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v = v << 8 | b[i];
+  return (int64_t)v;
+}
+
+/* A run's touched time is rewritten only when it is this much older, so a
+ * busy run's commits do not each dirty the touched table's pages; the sweep
+ * may then ask about a run up to this much early, which costs one question. */
+#define TOUCH_GRAIN_MS 1000
+
+/* Record in t that the run (ns, wid, rid) was written at now_ms (wall);
+ * force: write even within the grain. */
+static dbx_err touch_at(dbx_txn *t, dbx_wstore *s, const char *ns, const char *wid,
+                        const char *rid, int64_t now_ms, int force) {
+  uint8_t key[512], val[8];
+  size_t kl = make_key(key, ns, wid, rid, NULL, 0);
+  if (!kl) return DBX_EINVAL;
+  if (!force) {
+    dbx_val have;
+    dbx_err rc = dbx_store_get(t, s->touched, key, kl, &have);
+    if (rc == DBX_OK && have.size == 8) {
+      int64_t d = now_ms - get_be64(have.data);
+      if (d < TOUCH_GRAIN_MS && d > -TOUCH_GRAIN_MS) return DBX_OK;
+    } else if (rc != DBX_OK && rc != DBX_ENOTFOUND) {
+      return rc;
+    }
+  }
+  be64(val, now_ms);
+  return dbx_store_put(t, s->touched, key, kl, val, sizeof val);
+}
+
+static dbx_err touch(dbx_txn *t, dbx_wstore *s, const char *ns, const char *wid, const char *rid) {
+  return touch_at(t, s, ns, wid, rid, dbx_wall_ns() / 1000000, 0);
+}
+
 /* ---- history */
 
 typedef struct {
@@ -229,6 +267,7 @@ static dbx_err hist_put_fn(dbx_txn *t, void *arg) {
     free(buf);
     if (rc != DBX_OK) return rc;
   }
+  if ((rc = touch(t, h->s, h->ns, h->wid, h->rid)) != DBX_OK) return rc;
   size_t kl = make_key(key, h->ns, h->wid, NULL, NULL, 0);
   if (!kl) return DBX_EINVAL;
   dbx_val cur;
@@ -413,6 +452,18 @@ static dbx_err put_one_fn(dbx_txn *t, void *arg) {
   return dbx_store_put(t, p->tb, p->key, p->kl, p->val, strlen(p->val));
 }
 
+typedef struct {
+  dbx_wstore *s;
+  const char *ns, *wid, *rid;
+  put_one put;
+} journal_put;
+
+static dbx_err journal_put_fn(dbx_txn *t, void *arg) {
+  journal_put *j = arg;
+  dbx_err rc = touch(t, j->s, j->ns, j->wid, j->rid);
+  return rc == DBX_OK ? put_one_fn(t, &j->put) : rc;
+}
+
 static dbx_err journal_write(dbx_wstore *s, const char *ns, const char *wid, const char *rid,
                              const char *aid, cJSON *j) {
   uint8_t key[512];
@@ -420,8 +471,8 @@ static dbx_err journal_write(dbx_wstore *s, const char *ns, const char *wid, con
   if (!kl) return DBX_EINVAL;
   char *txt = cJSON_PrintUnformatted(j);
   if (!txt) return DBX_ENOMEM;
-  put_one p = {s->journal, key, kl, txt};
-  dbx_err rc = commit(s, put_one_fn, &p);
+  journal_put p = {s, ns, wid, rid, {s->journal, key, kl, txt}};
+  dbx_err rc = commit(s, journal_put_fn, &p);
   free(txt);
   return rc;
 }
@@ -538,6 +589,7 @@ static dbx_err amo_begin_fn(dbx_txn *t, void *arg) {
   dbx_err rc;
   free(o->earlier); /* fn may run again after map growth */
   o->earlier = NULL;
+  if ((rc = touch(t, s, o->ns, o->wid, o->rid)) != DBX_OK) return rc;
   cJSON *claim = get_json(t, s->amo, o->key, o->kl, &rc), *appr = NULL, *j = NULL;
   if (rc != DBX_OK && rc != DBX_ENOTFOUND) goto out;
   cJSON *ca = claim ? cJSON_GetObjectItemCaseSensitive(claim, "activity_id") : NULL;
@@ -619,7 +671,8 @@ dbx_err dbx_wstore_amo_begin(dbx_wstore *s, const char *ns, const char *workflow
 
 static dbx_err grant_fn(dbx_txn *t, void *arg) {
   amo_op *o = arg;
-  dbx_err rc;
+  dbx_err rc = touch(t, o->s, o->ns, o->wid, o->rid);
+  if (rc != DBX_OK) return rc;
   cJSON *appr = get_json(t, o->s->approvals, o->key, o->kl, &rc);
   if (rc != DBX_OK && rc != DBX_ENOTFOUND) return rc;
   int left = appr ? json_int(appr, "left") : 0;
@@ -639,7 +692,7 @@ dbx_err dbx_wstore_approval_grant(dbx_wstore *s, const char *ns, const char *wor
                                   const char *run_id, const char *activity_type,
                                   const char *input_hash) {
   if (!s || !ns || !workflow_id || !run_id || !activity_type || !input_hash) return DBX_EINVAL;
-  amo_op o = {.s = s};
+  amo_op o = {.s = s, .ns = ns, .wid = workflow_id, .rid = run_id};
   o.kl = amo_key(o.key, ns, workflow_id, run_id, activity_type, input_hash);
   if (!o.kl) return DBX_EINVAL;
   return commit(s, grant_fn, &o);
@@ -716,6 +769,190 @@ out:
   *out = v;
   *n = cnt;
   return DBX_OK;
+}
+
+/* ---- retention */
+
+/* A run the sweep asks about: its touched key ("ns\0wid\0rid\0") and the answer. */
+typedef struct {
+  uint8_t *key;
+  size_t kl;
+  dbx_wstore_run_status st;
+} sweep_run;
+
+typedef struct {
+  dbx_wstore *s;
+  sweep_run *runs;
+  size_t n;
+  int64_t now_ms;
+} sweep_op;
+
+/* The three strings of a touched key; 0 when the key is not three
+ * NUL-terminated strings ending exactly at its end. */
+static int split_run_key(const uint8_t *key, size_t kl, const char **ns, const char **wid,
+                         const char **rid) {
+  const char *p[3];
+  size_t at = 0;
+  for (int i = 0; i < 3; i++) {
+    const uint8_t *z = at < kl ? memchr(key + at, 0, kl - at) : NULL;
+    if (!z) return 0;
+    p[i] = (const char *)key + at;
+    at = (size_t)(z - key) + 1;
+  }
+  if (at != kl) return 0;
+  *ns = p[0], *wid = p[1], *rid = p[2];
+  return 1;
+}
+
+/* Delete every entry of tb whose key starts with prefix. */
+static dbx_err del_prefix(dbx_txn *t, dbx_table tb, const uint8_t *prefix, size_t pl) {
+  dbx_cursor *cur = NULL;
+  dbx_val k, v;
+  dbx_err rc = dbx_store_cursor_open(t, tb, &cur);
+  if (rc == DBX_OK) rc = dbx_store_cursor_seek(cur, prefix, pl, &k, &v);
+  while (rc == DBX_OK && k.size >= pl && memcmp(k.data, prefix, pl) == 0) {
+    rc = dbx_store_cursor_del(cur);
+    if (rc == DBX_OK) rc = dbx_store_cursor_seek(cur, prefix, pl, &k, &v);
+  }
+  dbx_store_cursor_close(cur);
+  return rc == DBX_ENOTFOUND ? DBX_OK : rc;
+}
+
+/* Remove every entry of one closed run (its key is valid: checked when collected). */
+static dbx_err purge_run(dbx_txn *t, dbx_wstore *s, const sweep_run *r) {
+  const char *ns, *wid, *rid;
+  split_run_key(r->key, r->kl, &ns, &wid, &rid);
+  const dbx_table per_run[] = {s->history, s->journal, s->amo, s->approvals, s->refusals};
+  dbx_err rc = DBX_OK;
+  for (size_t i = 0; rc == DBX_OK && i < sizeof per_run / sizeof *per_run; i++)
+    rc = del_prefix(t, per_run[i], r->key, r->kl);
+  if (rc == DBX_OK) rc = dbx_store_del(t, s->touched, r->key, r->kl);
+  if (rc != DBX_OK && rc != DBX_ENOTFOUND) return rc;
+  /* the workflow's latest-run pointer ("ns\0wid\0"), when it names this run */
+  size_t wl = (size_t)(rid - ns);
+  dbx_val cur;
+  rc = dbx_store_get(t, s->runs, r->key, wl, &cur);
+  if (rc == DBX_OK && cur.size == strlen(rid) && memcmp(cur.data, rid, cur.size) == 0)
+    return dbx_store_del(t, s->runs, r->key, wl);
+  return rc == DBX_ENOTFOUND ? DBX_OK : rc;
+}
+
+static dbx_err sweep_fn(dbx_txn *t, void *arg) {
+  sweep_op *o = arg;
+  for (size_t i = 0; i < o->n; i++) {
+    sweep_run *r = &o->runs[i];
+    const char *ns, *wid, *rid;
+    split_run_key(r->key, r->kl, &ns, &wid, &rid);
+    dbx_err rc = DBX_OK;
+    if (r->st == DBX_WSTORE_RUN_OPEN)
+      rc = touch_at(t, o->s, ns, wid, rid, o->now_ms, 1);
+    else if (r->st == DBX_WSTORE_RUN_CLOSED)
+      rc = purge_run(t, o->s, r);
+    if (rc != DBX_OK) return rc;
+  }
+  return DBX_OK;
+}
+
+/* The runs due to be asked about: touched at or before due_ms, in key order,
+ * at most max of them. *runs: malloc'd, each key malloc'd. */
+static dbx_err sweep_collect(dbx_wstore *s, int64_t due_ms, size_t max, sweep_run **runs,
+                             size_t *n) {
+  *runs = NULL;
+  *n = 0;
+  dbx_txn *t = NULL;
+  dbx_cursor *c = NULL;
+  dbx_err rc = dbx_store_read_begin(s->st, &t);
+  if (rc != DBX_OK) return rc;
+  sweep_run *v = NULL;
+  size_t cnt = 0, cap = 0;
+  dbx_val k, val;
+  if ((rc = dbx_store_cursor_open(t, s->touched, &c)) == DBX_OK)
+    rc = dbx_store_cursor_seek(c, NULL, 0, &k, &val);
+  for (; rc == DBX_OK && cnt < max; rc = dbx_store_cursor_next(c, &k, &val)) {
+    const char *ns, *wid, *rid;
+    if (val.size != 8 || get_be64(val.data) > due_ms || !split_run_key(k.data, k.size, &ns, &wid, &rid))
+      continue;
+    if (cnt == cap) {
+      size_t nc = cap ? cap * 2 : 16;
+      sweep_run *nv = dbx_realloc(v, nc * sizeof *nv);
+      if (!nv) {
+        rc = DBX_ENOMEM;
+        break;
+      }
+      v = nv;
+      cap = nc;
+    }
+    sweep_run *r = &v[cnt];
+    r->key = dbx_malloc(k.size);
+    if (!r->key) {
+      rc = DBX_ENOMEM;
+      break;
+    }
+    memcpy(r->key, k.data, k.size);
+    r->kl = k.size;
+    r->st = DBX_WSTORE_RUN_UNKNOWN;
+    cnt++;
+  }
+  dbx_store_cursor_close(c);
+  dbx_store_txn_abort(t);
+  if (rc != DBX_OK && rc != DBX_ENOTFOUND) {
+    for (size_t i = 0; i < cnt; i++) free(v[i].key);
+    free(v);
+    return rc;
+  }
+  *runs = v;
+  *n = cnt;
+  return DBX_OK;
+}
+
+dbx_err dbx_wstore_sweep(dbx_wstore *s, int64_t retention_ms, int64_t now_ms, size_t max_runs,
+                         dbx_wstore_status_fn status, void *arg, dbx_wstore_sweep_result *out) {
+  if (out) memset(out, 0, sizeof *out);
+  if (!s || !status || retention_ms < 0) return DBX_EINVAL;
+  sweep_run *runs = NULL;
+  size_t n = 0;
+  dbx_err rc = sweep_collect(s, now_ms - retention_ms, max_runs, &runs, &n);
+  if (rc != DBX_OK) return rc;
+  size_t closed = 0, answered = 0;
+  for (size_t i = 0; i < n; i++) {
+    const char *ns, *wid, *rid;
+    split_run_key(runs[i].key, runs[i].kl, &ns, &wid, &rid);
+    runs[i].st = status(arg, ns, wid, rid);
+    closed += runs[i].st == DBX_WSTORE_RUN_CLOSED;
+    answered += runs[i].st != DBX_WSTORE_RUN_UNKNOWN;
+  }
+  if (answered) {
+    sweep_op o = {s, runs, n, now_ms};
+    rc = commit_as(s, sweep_fn, &o, 1);
+  }
+  if (out) {
+    out->asked = n;
+    out->removed = rc == DBX_OK ? closed : 0;
+  }
+  for (size_t i = 0; i < n; i++) free(runs[i].key);
+  free(runs);
+  return rc;
+}
+
+dbx_err dbx_wstore_touched(dbx_wstore *s, const char *ns, const char *workflow_id,
+                           const char *run_id, int64_t *ms) {
+  if (!s || !ns || !workflow_id || !run_id || !ms) return DBX_EINVAL;
+  uint8_t key[512];
+  size_t kl = make_key(key, ns, workflow_id, run_id, NULL, 0);
+  if (!kl) return DBX_EINVAL;
+  dbx_txn *t = NULL;
+  dbx_err rc = dbx_store_read_begin(s->st, &t);
+  if (rc != DBX_OK) return rc;
+  dbx_val v;
+  rc = dbx_store_get(t, s->touched, key, kl, &v);
+  if (rc == DBX_OK) {
+    if (v.size == 8)
+      *ms = get_be64(v.data);
+    else
+      rc = DBX_ESTORE;
+  }
+  dbx_store_txn_abort(t);
+  return rc;
 }
 
 /* ---- key -> value strings */

@@ -8,7 +8,10 @@
  *    activity id): "started" before an at_most_once activity runs, the result
  *    (or failure) before any activity's outcome is reported (docs/architecture.md,
  *    "Promises and where they live");
- *  - bindings and checkpoints: key -> value strings for sandbox activities.
+ *  - bindings and checkpoints: key -> value strings for sandbox activities;
+ *  - touched: per run (namespace, workflow id, run id), the wall time in ms
+ *    its entries were last written or last found open: what the retention
+ *    sweep (dbx_wstore_sweep) walks.
  * Every write is one durable (synced, unless opened with no_sync) commit.
  * Thread safety: a dbx_wstore may be used from any number of threads.
  * Errors: DBX_OK, DBX_ENOTFOUND, DBX_EINVAL (a key over LMDB's 511 bytes),
@@ -130,6 +133,44 @@ dbx_err dbx_wstore_kv_put(dbx_wstore *s, dbx_wstore_kv kind, const char *key, co
 /* *value: malloc'd copy; DBX_ENOTFOUND when absent. */
 dbx_err dbx_wstore_kv_get(dbx_wstore *s, dbx_wstore_kv kind, const char *key, char **value);
 dbx_err dbx_wstore_kv_del(dbx_wstore *s, dbx_wstore_kv kind, const char *key);
+
+/* ---- retention (Temporal's namespace retention, applied to this worker's
+ * own tables): a closed run's history copy, journal entries, at_most_once
+ * identities, approvals and refusals are removed once the service says it
+ * has closed; bindings and checkpoints (keyed by sandbox, not by run) stay.
+ * The service is the judge, not a clock: an open run keeps its journal
+ * however long it runs, since an attempt of it may still be delivered. */
+typedef enum {
+  DBX_WSTORE_RUN_OPEN = 0,    /* running: keep, ask again after the retention */
+  DBX_WSTORE_RUN_CLOSED = 1,  /* closed, or unknown to the service: remove */
+  DBX_WSTORE_RUN_UNKNOWN = 2  /* could not tell (service unreachable): keep, ask next sweep */
+} dbx_wstore_run_status;
+/* Called by the sweep, outside any transaction, once per run it asks about;
+ * the strings are borrowed for the call. */
+typedef dbx_wstore_run_status (*dbx_wstore_status_fn)(void *arg, const char *ns,
+                                                     const char *workflow_id,
+                                                     const char *run_id);
+typedef struct {
+  size_t asked;   /* runs passed to status */
+  size_t removed; /* runs whose entries were removed */
+} dbx_wstore_sweep_result;
+/* One pass: every run whose touched time is at least retention_ms before
+ * now_ms (wall ms), at most max_runs of them in key order, is passed to
+ * status. CLOSED runs lose every entry listed above; OPEN runs get now_ms as
+ * their touched time (asked again one retention later); UNKNOWN ones stay
+ * as they are. All the removals and touches of a pass are one commit (a
+ * cache and moot journal entries, not promises: its meta page is not waited
+ * for, like the history copy's, and a pass undone by a machine crash is
+ * redone by the next). Runs written before the touched table existed are
+ * never swept. out (may be NULL): what the pass did.
+ * Returns DBX_OK, DBX_EINVAL, DBX_ENOMEM, DBX_ESTORE(FULL); on an error
+ * nothing of the pass is removed. Thread safety: as the other calls; status
+ * may block (it is called with no lock held). */
+dbx_err dbx_wstore_sweep(dbx_wstore *s, int64_t retention_ms, int64_t now_ms, size_t max_runs,
+                         dbx_wstore_status_fn status, void *arg, dbx_wstore_sweep_result *out);
+/* The touched time of a run (wall ms): DBX_OK, DBX_ENOTFOUND, DBX_EINVAL. For tests. */
+dbx_err dbx_wstore_touched(dbx_wstore *s, const char *ns, const char *workflow_id,
+                           const char *run_id, int64_t *ms);
 
 /* ---- group commit: writes of concurrent callers share one synced commit
  * (see wstore.c); each call still returns only after the commit that holds
