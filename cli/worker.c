@@ -62,6 +62,9 @@ static void worker_usage(FILE *f) {
           "  --workflow-task-threads N  threads that run workflow tasks, which the pollers\n"
           "                        hand over, 1-1024 (default 2 x CPUs + 4, at least the\n"
           "                        pollers: 2 for the task queue and 2 for the sticky queue)\n"
+          "  --store-retention-hours H  keep a closed run's history copy and journal in the\n"
+          "                        worker store for H hours after its last write (default 24;\n"
+          "                        0 keeps every run); the service is asked before removal\n"
           "  --log-level LEVEL     debug|info|warn|error\n"
           "flags are written --flag value or --flag=value; a service that cannot be reached is\n"
           "said at level warn, and retried\n");
@@ -131,6 +134,7 @@ int dbx_cli_worker(int argc, char **argv) {
   const char *tq = "durabox", *db = NULL, *home = NULL, *sandbox = NULL;
   const char *level = NULL;
   int tls = 0, slots = 0, act_threads = 0, wft_threads = 0;
+  double retention_h = -1; /* unset: the worker's default */
   const dbx_cli_flag fl[] = {
       {"--address", NULL, DBX_CLI_FLAG_STR, &address, 0, 0},
       {"--namespace", "-n", DBX_CLI_FLAG_STR, &ns, 0, 0},
@@ -145,6 +149,7 @@ int dbx_cli_worker(int argc, char **argv) {
       {"--activity-slots", NULL, DBX_CLI_FLAG_INT, &slots, 1, 100000},
       {"--activity-threads", NULL, DBX_CLI_FLAG_INT, &act_threads, 1, 1024},
       {"--workflow-task-threads", NULL, DBX_CLI_FLAG_INT, &wft_threads, 1, 1024},
+      {"--store-retention-hours", NULL, DBX_CLI_FLAG_NUM, &retention_h, 0, 87600},
       {"--tls", NULL, DBX_CLI_FLAG_BOOL, &tls, 0, 0},
       {"--log-level", NULL, DBX_CLI_FLAG_STR, &level, 0, 0},
   };
@@ -202,6 +207,10 @@ int dbx_cli_worker(int argc, char **argv) {
   o.activity_slots = slots;
   o.activity_threads = act_threads;
   o.workflow_task_threads = wft_threads;
+  if (retention_h == 0)
+    o.store_retention_ms = -1; /* keep every run */
+  else if (retention_h > 0)
+    o.store_retention_ms = (int64_t)(retention_h * 3600000.0) > 0 ? (int64_t)(retention_h * 3600000.0) : 1;
   dbx_err e = dbx_worker_create(&o, &w, &err);
   if (e != DBX_OK) {
     fprintf(stderr, "durabox worker: %s\n", err ? err : dbx_strerror(e));

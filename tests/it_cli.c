@@ -847,6 +847,8 @@ static void test_cli_flags_are_checked(void **state) {
       {{"workflow", "result", "--retry-for=1x", "-w", "x"}, 2, "--retry-for '1x' is not a number"},
       {{"worker", "--activity-slots", "many"}, 2, "--activity-slots 'many' is not a whole number"},
       {{"worker", "--activity-slots=0"}, 2, "--activity-slots 0 is out of range"},
+      {{"worker", "--store-retention-hours", "-1"}, 2, "--store-retention-hours -1 is out of range"},
+      {{"worker", "--store-retention-hours=1d"}, 2, "--store-retention-hours '1d' is not a number"},
       {{"dev", "--port=70000"}, 2, "--port 70000 is out of range"},
       {{"server", "start-dev", "--port", "7x"}, 2, "--port '7x' is not a whole number"},
       {{"workflow", "list", "--frobnicate"}, 2, "unknown flag '--frobnicate'"},

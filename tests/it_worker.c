@@ -594,6 +594,106 @@ static void test_worker_signal_and_query(void **st) {
   free(rid);
 }
 
+/* The worker store's retention: with a short retention, a closed run's
+ * entries leave the store once the service says it has closed (the sweeper
+ * asks DescribeWorkflowExecution), an open run's stay however many passes
+ * go by, and leave in their turn when it closes. */
+static int in_store(dbx_wstore *ws, const char *wid, const char *rid) {
+  HistoryEvent **evs = NULL;
+  size_t n = 0;
+  dbx_err rc = dbx_wstore_history_load(ws, "default", wid, rid, &evs, &n, NULL);
+  dbx_wstore_history_free(evs, n);
+  assert_true(rc == DBX_OK || rc == DBX_ENOTFOUND);
+  return rc == DBX_OK;
+}
+
+static char *start_on(const char *tq, const char *wid, const char *input) {
+  dbx_client_start_opts o = {0};
+  o.workflow_id = wid;
+  o.workflow_type = "t.One";
+  o.task_queue = tq;
+  o.input_json = input;
+  char *rid = NULL, *err = NULL;
+  dbx_err rc = dbx_client_start_workflow(g_c, &o, &rid, &err);
+  if (rc != DBX_OK) fprintf(stderr, "start %s: %s\n", wid, err ? err : "?");
+  free(err);
+  assert_int_equal(rc, DBX_OK);
+  return rid;
+}
+
+/* Poll until the run's presence in the worker store is `want` (20 s). */
+static void wait_in_store(dbx_wstore *ws, const char *wid, const char *rid, int want) {
+  int64_t deadline = dbx_mono_ns() + 20LL * 1000000000LL;
+  while (in_store(ws, wid, rid) != want && dbx_mono_ns() < deadline) nap_ms(20);
+  if (in_store(ws, wid, rid) != want)
+    fail_msg("run %s of %s: %s the worker store after 20 s", rid, wid, want ? "not in" : "still in");
+}
+
+static void test_worker_store_retention_removes_closed_runs(void **st) {
+  (void)st;
+  char *dir = dbx_test_tmpdir("itw-ret");
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", g_port);
+  dbx_worker_opts o = {0};
+  o.address = addr;
+  o.task_queue = "itq-ret";
+  o.db_dir = dir;
+  o.no_sync = 1;
+  o.store_retention_ms = 200; /* a pass every 100 ms */
+  dbx_worker *w = NULL;
+  assert_int_equal(dbx_worker_create(&o, &w, NULL), DBX_OK);
+  assert_int_equal(dbx_worker_register_workflow(w, &wf_one), DBX_OK);
+  assert_int_equal(dbx_worker_register_activity(w, &at_echo), DBX_OK);
+  assert_int_equal(dbx_worker_start(w), DBX_OK);
+  dbx_wstore *ws = dbx_worker_wstore(w);
+
+  char *done = start_on("itq-ret", "ret-done", "{\"type\":\"t.echo\",\"arg\":7}");
+  char *res = wait_close("ret-done", done);
+  cJSON *j = parse(res);
+  assert_int_equal((int)cJSON_GetObjectItem(j, "result")->valuedouble, 7);
+  cJSON_Delete(j);
+  free(res);
+  char *open = start_on("itq-ret", "ret-open", "{\"type\":\"t.echo\",\"arg\":8,\"wait_signal\":true}");
+  wait_event("ret-open", open, ET(WORKFLOW_TASK_COMPLETED), 0);
+  assert_true(in_store(ws, "ret-open", open)); /* written before the task was answered */
+
+  /* the closed run leaves; every trace of it */
+  wait_in_store(ws, "ret-done", done, 0);
+  int64_t ms = 0;
+  assert_int_equal(dbx_wstore_touched(ws, "default", "ret-done", done, &ms), DBX_ENOTFOUND);
+  dbx_worker_stats s0;
+  dbx_worker_get_stats(w, &s0);
+  assert_int_equal(s0.store_runs_removed, 1);
+  /* the open one stays through passes that asked about it (each pass after
+   * its retention asks, and it was last written over 200 ms before these) */
+  int64_t deadline = dbx_mono_ns() + 20LL * 1000000000LL;
+  dbx_worker_stats s1 = s0;
+  while (s1.store_sweeps < s0.store_sweeps + 5 && dbx_mono_ns() < deadline) {
+    nap_ms(50);
+    dbx_worker_get_stats(w, &s1);
+  }
+  assert_true(s1.store_sweeps >= s0.store_sweeps + 5);
+  assert_true(in_store(ws, "ret-open", open));
+  assert_int_equal(dbx_wstore_touched(ws, "default", "ret-open", open, &ms), DBX_OK);
+  assert_int_equal(s1.store_runs_removed, 1);
+
+  /* closed, it leaves too */
+  assert_int_equal(dbx_client_signal(g_c, "ret-open", open, "go", NULL, NULL), DBX_OK);
+  res = wait_close("ret-open", open);
+  j = parse(res);
+  assert_int_equal((int)cJSON_GetObjectItem(j, "result")->valuedouble, 8);
+  cJSON_Delete(j);
+  free(res);
+  wait_in_store(ws, "ret-open", open, 0);
+  dbx_worker_get_stats(w, &s1);
+  assert_int_equal(s1.store_runs_removed, 2);
+  dbx_worker_destroy(w);
+  free(done);
+  free(open);
+  dbx_test_rmrf(dir);
+  free(dir);
+}
+
 /* The Script's result is one payload too: when the steps' excerpts would
  * take it past 1.75 MiB, the earliest steps' excerpts are dropped (marked),
  * the latest kept, every step still listed. */
@@ -1278,6 +1378,7 @@ int main(void) {
       cmocka_unit_test(test_worker_heartbeat_cancel),
       cmocka_unit_test(test_worker_timer),
       cmocka_unit_test(test_worker_signal_and_query),
+      cmocka_unit_test(test_worker_store_retention_removes_closed_runs),
       cmocka_unit_test(test_worker_script_with_fake_sandbox),
       cmocka_unit_test(test_worker_script_retry_policy),
       cmocka_unit_test(test_worker_script_cancel_during_create_or_step),

@@ -55,6 +55,11 @@
  * (activity_slots) bound attempts in all three; the threads stay pool_n + 1
  * however many are parked. After its last step an attempt journals its
  * result, reports it, leaves w->running and frees its slot.
+ * Retention: a sweeper thread passes over the worker store every
+ * retention / 2 (dbx_wstore_sweep) and asks the service about each run not
+ * written for a retention (DescribeWorkflowExecution, cancelled by stop()
+ * like the polls); a closed run's entries are removed.
+ *
  * Mutex order: w->mu, w->xmu (executor queue and parked set) and w->wmu
  * (workflow task queue) are never held together. */
 #include "worker/worker.h"
@@ -85,6 +90,11 @@
 #define POOL_DEFAULT_MAX 32
 #define MAX_THREADS_EACH 1024 /* pollers of each kind, pool threads (worker.h) */
 #define MAX_SLOTS 100000       /* activity_slots (worker.h) */
+#define RETENTION_DEFAULT_MS (24LL * 3600 * 1000)
+#define SWEEP_PERIOD_MIN_MS 50
+#define SWEEP_PERIOD_MAX_MS (10LL * 60 * 1000)
+#define SWEEP_MAX_RUNS 256 /* runs asked about in one pass */
+#define SWEEP_CALL_MS 10000
 
 struct dbx_act {
   dbx_worker *w;
@@ -167,6 +177,10 @@ struct dbx_worker {
   size_t cache_max;    /* runs kept in the cache */
   int64_t sticky_s2s_ms;
   size_t max_msg; /* the service's message limit (bytes) */
+  int64_t retention_ms; /* < 0: no sweeper */
+  pthread_t sweeper;
+  int sweeper_started;
+  _Atomic uint64_t st_sweeps, st_swept;
 };
 
 static dbx_err executor_open(dbx_worker *w);
@@ -234,6 +248,7 @@ dbx_err dbx_worker_create(const dbx_worker_opts *o, dbx_worker **out, char **err
   w->wft = dbx_calloc((size_t)w->wft_n, sizeof *w->wft);
   w->max_msg = o->max_message_bytes ? o->max_message_bytes : DEFAULT_MAX_MSG;
   w->cache_max = o->max_cached_runs > 0 ? (size_t)o->max_cached_runs : CACHE_MAX;
+  w->retention_ms = o->store_retention_ms ? o->store_retention_ms : RETENTION_DEFAULT_MS;
   dbx_client_opts co = {0};
   co.address = o->address;
   co.namespace_ = w->ns;
@@ -298,6 +313,8 @@ void dbx_worker_get_stats(dbx_worker *w, dbx_worker_stats *out) {
   out->poll_errors = w->st_poll_err;
   out->cache_hits = w->st_hits;
   out->sticky_tasks = w->st_sticky;
+  out->store_sweeps = w->st_sweeps;
+  out->store_runs_removed = w->st_swept;
   out->full_history_fetches = w->st_full_fetch;
   out->nondeterminism = w->st_nondet;
   out->oversized_completions = w->st_oversized;
@@ -1639,6 +1656,79 @@ static void watchdog_scan(dbx_worker *w) {
   pthread_mutex_unlock(&w->mu);
 }
 
+/* ------------------------------------------------------------ retention */
+
+/* The service's word on one run of the worker store (wstore.h). Runs of
+ * another namespace than the worker's stay: this service may not be theirs. */
+static dbx_wstore_run_status run_status(void *arg, const char *ns, const char *wid,
+                                        const char *rid) {
+  dbx_worker *w = arg;
+  if (atomic_load(&w->stopping) || strcmp(ns, w->ns) != 0) return DBX_WSTORE_RUN_UNKNOWN;
+  WorkflowExecution ex = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
+  ex.workflow_id = (char *)wid;
+  ex.run_id = (char *)rid;
+  DescribeWorkflowExecutionRequest rq =
+      INIT(TEMPORAL__API__WORKFLOWSERVICE__V1__DESCRIBE_WORKFLOW_EXECUTION_REQUEST);
+  rq.namespace_ = w->ns;
+  rq.execution = &ex;
+  DescribeWorkflowExecutionResponse *rs = NULL;
+  dbx_client_status st;
+  dbx_err rc = dbx_client_call_status(w->client, "DescribeWorkflowExecution", &rq.base,
+                                      &DescribeWorkflowExecutionResponse__D, SWEEP_CALL_MS,
+                                      w->poll_cancel, (ProtobufCMessage **)&rs, &st, NULL);
+  dbx_wstore_run_status out = DBX_WSTORE_RUN_UNKNOWN;
+  if (rc == DBX_OK && rs && rs->workflow_execution_info) {
+    int s = rs->workflow_execution_info->status;
+    if (s == TEMPORAL__API__ENUMS__V1__WORKFLOW_EXECUTION_STATUS__WORKFLOW_EXECUTION_STATUS_RUNNING)
+      out = DBX_WSTORE_RUN_OPEN;
+    else if (s != TEMPORAL__API__ENUMS__V1__WORKFLOW_EXECUTION_STATUS__WORKFLOW_EXECUTION_STATUS_UNSPECIFIED)
+      out = DBX_WSTORE_RUN_CLOSED;
+  } else if (rc != DBX_OK && st.grpc_status == DBX_GRPC_NOT_FOUND) {
+    out = DBX_WSTORE_RUN_CLOSED; /* deleted, or past the service's own retention */
+  }
+  dbx_client_msg_free(rs);
+  return out;
+}
+
+static void *sweeper_thread(void *arg) {
+  dbx_worker *w = arg;
+  int64_t period = w->retention_ms / 2;
+  if (period < SWEEP_PERIOD_MIN_MS) period = SWEEP_PERIOD_MIN_MS;
+  if (period > SWEEP_PERIOD_MAX_MS) period = SWEEP_PERIOD_MAX_MS;
+  dbx_err last = DBX_OK;
+  int full = 0; /* the last pass asked SWEEP_MAX_RUNS: more are due, go on at once */
+  pthread_mutex_lock(&w->mu);
+  while (!w->stopping) {
+    int64_t until = dbx_mono_ns() + (full ? 0 : period * 1000000);
+    while (!w->stopping && dbx_mono_ns() < until) {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      int64_t left = until - dbx_mono_ns();
+      if (left < 0) left = 0;
+      ts.tv_sec += left / 1000000000;
+      ts.tv_nsec += left % 1000000000;
+      if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+      pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+    }
+    if (w->stopping) break;
+    pthread_mutex_unlock(&w->mu);
+    dbx_wstore_sweep_result r;
+    dbx_err rc = dbx_wstore_sweep(w->ws, w->retention_ms, dbx_wall_ns() / 1000000, SWEEP_MAX_RUNS,
+                                  run_status, w, &r);
+    if (rc != DBX_OK && rc != last) /* once per kind of failure, not every pass */
+      DBX_WARN("worker", "worker store retention: %s; closed runs stay until a later pass",
+               dbx_strerror(rc));
+    last = rc;
+    full = rc == DBX_OK && r.asked == SWEEP_MAX_RUNS && r.removed > 0;
+    if (r.removed) DBX_DEBUG("worker", "worker store retention: removed %zu closed runs", r.removed);
+    atomic_fetch_add(&w->st_swept, r.removed);
+    atomic_fetch_add(&w->st_sweeps, 1);
+    pthread_mutex_lock(&w->mu);
+  }
+  pthread_mutex_unlock(&w->mu);
+  return NULL;
+}
+
 dbx_err dbx_worker_start(dbx_worker *w) {
   if (!w) return DBX_EINVAL;
   if (w->started) return DBX_ESTATE;
@@ -1665,6 +1755,13 @@ dbx_err dbx_worker_start(dbx_worker *w) {
     }
     w->nthreads++;
   }
+  if (w->retention_ms > 0) {
+    if (pthread_create(&w->sweeper, NULL, sweeper_thread, w) != 0) {
+      DBX_ERROR("worker", "cannot start the worker store's sweeper thread");
+      return DBX_ENOMEM;
+    }
+    w->sweeper_started = 1;
+  }
   DBX_INFO("worker", "polling task queue '%s' in namespace '%s' as %s", w->tq, w->ns, w->identity);
   return DBX_OK;
 }
@@ -1681,6 +1778,8 @@ void dbx_worker_stop(dbx_worker *w, int64_t grace_ms) {
   dbx_rpc_cancel_fire(w->poll_cancel);
   for (int i = 0; i < w->nthreads; i++) pthread_join(w->threads[i], NULL);
   w->nthreads = 0;
+  if (w->sweeper_started) pthread_join(w->sweeper, NULL);
+  w->sweeper_started = 0;
   /* no poller is left to queue a task: the threads answer the queued ones and end */
   pthread_mutex_lock(&w->wmu);
   w->wft_stop = 1;

@@ -83,6 +83,18 @@ typedef struct {
                                  pollers together. A poller hands its task to them and polls
                                  again, so a few pollers keep this many tasks running; they
                                  poll only while fewer than this many tasks wait for a thread */
+  int64_t store_retention_ms; /* the worker store's retention (wstore.h "retention"): a run
+                                 whose entries were last written this long ago is asked about
+                                 (DescribeWorkflowExecution, the worker's namespace only) and,
+                                 once the service says it has closed or does not know it, its
+                                 history copy, journal and at_most_once records are removed, so
+                                 a long-lived worker's store holds its open runs and the recent
+                                 ones, not every run it ever served. A sweeper thread passes
+                                 every retention / 2 (at least 50 ms, at most 10 minutes),
+                                 asking about at most 256 runs a pass (at once again while a
+                                 pass fills up and removes some);
+                                 0 = 24 h (the retention durabox's service reports); < 0 = keep
+                                 every run's entries (no sweeper thread) */
 } dbx_worker_opts;
 
 /* Strings in o are copied. Opens the store; does not connect.
@@ -126,6 +138,8 @@ typedef struct {
   uint64_t activities_in_flight; /* now: attempts received and not yet finished (running,
                                    queued for a pool thread or parked) */
   uint64_t activities_parked;   /* now: of those, parked (dbx_act_park) */
+  uint64_t store_sweeps;        /* retention passes over the worker store finished */
+  uint64_t store_runs_removed;  /* closed runs whose entries those passes removed */
 } dbx_worker_stats;
 void dbx_worker_get_stats(dbx_worker *w, dbx_worker_stats *out);
 
