@@ -418,11 +418,11 @@ static int group_teardown(void **st) {
   return 0;
 }
 
-static char *start(const char *wid, const char *type, const char *input) {
+static char *start_on(const char *tq, const char *wid, const char *type, const char *input) {
   dbx_client_start_opts o = {0};
   o.workflow_id = wid;
   o.workflow_type = type;
-  o.task_queue = "itq";
+  o.task_queue = tq;
   o.input_json = input;
   char *rid = NULL, *err = NULL;
   dbx_err rc = dbx_client_start_workflow(g_c, &o, &rid, &err);
@@ -431,6 +431,10 @@ static char *start(const char *wid, const char *type, const char *input) {
   assert_int_equal(rc, DBX_OK);
   assert_non_null(rid);
   return rid;
+}
+
+static char *start(const char *wid, const char *type, const char *input) {
+  return start_on("itq", wid, type, input);
 }
 
 /* Wait (long poll) for the run's close event. Returns the result JSON of a
@@ -607,20 +611,6 @@ static int in_store(dbx_wstore *ws, const char *wid, const char *rid) {
   return rc == DBX_OK;
 }
 
-static char *start_on(const char *tq, const char *wid, const char *input) {
-  dbx_client_start_opts o = {0};
-  o.workflow_id = wid;
-  o.workflow_type = "t.One";
-  o.task_queue = tq;
-  o.input_json = input;
-  char *rid = NULL, *err = NULL;
-  dbx_err rc = dbx_client_start_workflow(g_c, &o, &rid, &err);
-  if (rc != DBX_OK) fprintf(stderr, "start %s: %s\n", wid, err ? err : "?");
-  free(err);
-  assert_int_equal(rc, DBX_OK);
-  return rid;
-}
-
 /* Poll until the run's presence in the worker store is `want` (20 s). */
 static void wait_in_store(dbx_wstore *ws, const char *wid, const char *rid, int want) {
   int64_t deadline = dbx_mono_ns() + 20LL * 1000000000LL;
@@ -647,13 +637,13 @@ static void test_worker_store_retention_removes_closed_runs(void **st) {
   assert_int_equal(dbx_worker_start(w), DBX_OK);
   dbx_wstore *ws = dbx_worker_wstore(w);
 
-  char *done = start_on("itq-ret", "ret-done", "{\"type\":\"t.echo\",\"arg\":7}");
+  char *done = start_on("itq-ret", "ret-done", "t.One", "{\"type\":\"t.echo\",\"arg\":7}");
   char *res = wait_close("ret-done", done);
   cJSON *j = parse(res);
   assert_int_equal((int)cJSON_GetObjectItem(j, "result")->valuedouble, 7);
   cJSON_Delete(j);
   free(res);
-  char *open = start_on("itq-ret", "ret-open", "{\"type\":\"t.echo\",\"arg\":8,\"wait_signal\":true}");
+  char *open = start_on("itq-ret", "ret-open", "t.One", "{\"type\":\"t.echo\",\"arg\":8,\"wait_signal\":true}");
   wait_event("ret-open", open, ET(WORKFLOW_TASK_COMPLETED), 0);
   assert_true(in_store(ws, "ret-open", open)); /* written before the task was answered */
 
