@@ -121,11 +121,13 @@ static void usage(void) {
   fprintf(stderr,
           "usage: dbx-bench-worker --address HOST:PORT --db-dir DIR [--task-queue Q]\n"
           "         [--slots N] [--pollers N] [--act-pollers N] [--threads N] [--wft-threads N]\n"
-          "         [--no-sync]\n"
+          "         [--store-retention-ms MS] [--no-sync]\n"
           "  --pollers N      workflow, sticky and activity pollers each (2)\n"
           "  --act-pollers N  activity pollers (after --pollers)\n"
           "  --threads N      activity pool threads (dbx_worker_opts.activity_threads)\n"
-          "  --wft-threads N  workflow task threads (dbx_worker_opts.workflow_task_threads)\n");
+          "  --wft-threads N  workflow task threads (dbx_worker_opts.workflow_task_threads)\n"
+          "  --store-retention-ms MS  the worker store's retention (dbx_worker_opts.\n"
+          "                   store_retention_ms; default 24 h)\n");
 }
 
 /* A count flag's value: a whole decimal number in 1..max, or -1 (told on stderr). */
@@ -160,6 +162,8 @@ int main(int argc, char **argv) {
       if ((wo.activity_threads = count_arg(a, argv[++i], 1024)) < 0) return 2;
     } else if (strcmp(a, "--wft-threads") == 0 && v) {
       if ((wo.workflow_task_threads = count_arg(a, argv[++i], 1024)) < 0) return 2;
+    } else if (strcmp(a, "--store-retention-ms") == 0 && v) {
+      if ((wo.store_retention_ms = count_arg(a, argv[++i], 1000000000)) < 0) return 2;
     } else if (strcmp(a, "--no-sync") == 0) wo.no_sync = 1;
     else {
       usage();

@@ -79,7 +79,8 @@ static struct {
   int verbose;
   int kinds[K_COUNT]; /* --kinds: the faults the rounds take in turn */
   int n_kinds;
-} opt = {NULL, NULL, 10, 12, 15, 240, 6, 1, 0, {K_SERVICE, K_WORKER, K_SUPERVISOR, K_PAUSE}, K_COUNT};
+  const char *retention_h; /* --worker-retention-hours: the worker's --store-retention-hours */
+} opt = {NULL, NULL, 10, 12, 15, 240, 6, 1, 0, {K_SERVICE, K_WORKER, K_SUPERVISOR, K_PAUSE}, K_COUNT, NULL};
 
 /* --kinds service,worker,supervisor,pause (any subset, in the order the
  * rounds take them). 0, or -1 naming nothing known. */
@@ -255,6 +256,10 @@ static void proc_start(proc *p, const char *fp_spec) {
     if (strcmp(p->name, "service") == 0)
       execl(opt.bin, opt.bin, "server", "start-dev", "--port", portbuf, "--db-filename", p->store,
             "--log-level", "warn", "--headless", (char *)NULL);
+    else if (opt.retention_h)
+      execl(opt.bin, opt.bin, "worker", "--address", addr, "--task-queue", TQ, "--db", p->store,
+            "--sandbox-home", home, "--log-level", "warn", "--store-retention-hours",
+            opt.retention_h, (char *)NULL);
     else
       execl(opt.bin, opt.bin, "worker", "--address", addr, "--task-queue", TQ, "--db", p->store,
             "--sandbox-home", home, "--log-level", "warn", (char *)NULL);
@@ -819,7 +824,9 @@ static void usage(void) {
   fprintf(stderr,
           "usage: dbx-faults --bin DURABOX --dir DIR [--rounds N] [--inflight N] [--round-s S]\n"
           "                  [--drain-s S] [--max-after N] [--seed N] [--verbose]\n"
-          "                  [--kinds service,worker,supervisor,pause]\n");
+          "                  [--kinds service,worker,supervisor,pause]\n"
+          "                  [--worker-retention-hours H]  (the worker's --store-retention-hours:\n"
+          "                  a short one has its sweeper remove closed runs during the storm)\n");
 }
 
 int main(int argc, char **argv) {
@@ -835,6 +842,7 @@ int main(int argc, char **argv) {
     else if (strcmp(a, "--drain-s") == 0) opt.drain_s = atoi(v), i++;
     else if (strcmp(a, "--max-after") == 0) opt.max_after = atoi(v), i++;
     else if (strcmp(a, "--seed") == 0) opt.seed = strtoull(v, NULL, 10), i++;
+    else if (strcmp(a, "--worker-retention-hours") == 0) opt.retention_h = v, i++;
     else if (strcmp(a, "--kinds") == 0) {
       if (kinds_parse(v) != 0) return usage(), 2;
       i++;
