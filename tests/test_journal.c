@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "store/store.h"
 #include "tests/testutil.h"
 #include "worker/client.h"
 #include "worker/wstore.h"
@@ -429,6 +430,41 @@ static void test_journal_retention_sweep_removes_closed_runs_only(void **st) {
   free(dir);
 }
 
+/* A store written before the touched table existed: its runs are touched
+ * when it is first opened, so the sweep sees them. */
+static dbx_err put_old_history(dbx_txn *t, void *arg) {
+  dbx_table *tb = arg;
+  static const uint8_t key[] = "ns\0wf-old\0r-old\0\0\0\0\0\0\0\0\1";
+  return dbx_store_put(t, *tb, key, sizeof key - 1, "x", 1);
+}
+
+static void test_journal_retention_adopts_runs_of_an_older_store(void **st) {
+  (void)st;
+  char *dir = dbx_test_tmpdir("journal");
+  dbx_store_opts so = {0};
+  so.path = dir;
+  dbx_store *old = NULL;
+  dbx_table tb;
+  assert_int_equal(dbx_store_open(&so, &old), DBX_OK);
+  assert_int_equal(dbx_store_table(old, "w_history", &tb), DBX_OK);
+  assert_int_equal(dbx_store_write(old, put_old_history, &tb), DBX_OK);
+  dbx_store_close(old);
+  int64_t before = dbx_wall_ns() / 1000000;
+  dbx_wstore *s = NULL;
+  assert_int_equal(dbx_wstore_open(dir, 0, &s, NULL), DBX_OK);
+  int64_t t = 0;
+  assert_int_equal(dbx_wstore_touched(s, "ns", "wf-old", "r-old", &t), DBX_OK);
+  assert_true(t >= before && t <= dbx_wall_ns() / 1000000);
+  sweep_probe p = {0};
+  dbx_wstore_sweep_result r;
+  assert_int_equal(dbx_wstore_sweep(s, 0, t, 100, probe_status, &p, &r), DBX_OK);
+  assert_int_equal(p.asked, 1);
+  assert_string_equal(p.last, "r-old");
+  dbx_wstore_close(s);
+  dbx_test_rmrf(dir);
+  free(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_journal_input_hash_canonical_sha256),
@@ -439,6 +475,7 @@ int main(void) {
       cmocka_unit_test(test_journal_history_and_bindings_persist),
       cmocka_unit_test(test_journal_history_put_appends_new_events_only),
       cmocka_unit_test(test_journal_retention_sweep_removes_closed_runs_only),
+      cmocka_unit_test(test_journal_retention_adopts_runs_of_an_older_store),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -132,6 +132,8 @@ static dbx_err commit(dbx_wstore *s, dbx_store_write_fn fn, void *arg) {
   return commit_as(s, fn, arg, 0);
 }
 
+static dbx_err adopt_untouched(dbx_wstore *s);
+
 dbx_err dbx_wstore_open(const char *dir, int no_sync, dbx_wstore **out, char **errmsg) {
   if (errmsg) *errmsg = NULL;
   if (!dir || !out) return DBX_EINVAL;
@@ -161,6 +163,11 @@ dbx_err dbx_wstore_open(const char *dir, int no_sync, dbx_wstore **out, char **e
       (rc = dbx_store_table(s->st, "w_approvals", &s->approvals)) != DBX_OK ||
       (rc = dbx_store_table(s->st, "w_refusals", &s->refusals)) != DBX_OK ||
       (rc = dbx_store_table(s->st, "w_touched", &s->touched)) != DBX_OK) {
+    if (errmsg) *errmsg = dbx_asprintf("worker store %s: %s", dir, dbx_store_errmsg(s->st));
+    dbx_wstore_close(s);
+    return rc;
+  }
+  if ((rc = adopt_untouched(s)) != DBX_OK) {
     if (errmsg) *errmsg = dbx_asprintf("worker store %s: %s", dir, dbx_store_errmsg(s->st));
     dbx_wstore_close(s);
     return rc;
@@ -233,6 +240,67 @@ static dbx_err touch_at(dbx_txn *t, dbx_wstore *s, const char *ns, const char *w
 
 static dbx_err touch(dbx_txn *t, dbx_wstore *s, const char *ns, const char *wid, const char *rid) {
   return touch_at(t, s, ns, wid, rid, dbx_wall_ns() / 1000000, 0);
+}
+
+/* The length of the run prefix ("ns\0wid\0rid\0") of a per-run key, 0 when
+ * the key has no three NUL-terminated parts. */
+static size_t run_prefix_len(const uint8_t *key, size_t kl) {
+  size_t at = 0;
+  for (int i = 0; i < 3; i++) {
+    const uint8_t *z = at < kl ? memchr(key + at, 0, kl - at) : NULL;
+    if (!z) return 0;
+    at = (size_t)(z - key) + 1;
+  }
+  return at;
+}
+
+static dbx_err adopt_fn(dbx_txn *t, void *arg) {
+  dbx_wstore *s = arg;
+  int64_t now = dbx_wall_ns() / 1000000;
+  uint8_t val[8];
+  be64(val, now);
+  const dbx_table per_run[] = {s->history, s->journal, s->amo};
+  for (size_t i = 0; i < sizeof per_run / sizeof *per_run; i++) {
+    dbx_cursor *c = NULL;
+    dbx_val k, v;
+    dbx_err rc = dbx_store_cursor_open(t, per_run[i], &c);
+    if (rc == DBX_OK) rc = dbx_store_cursor_seek(c, NULL, 0, &k, &v);
+    for (; rc == DBX_OK; rc = dbx_store_cursor_next(c, &k, &v)) {
+      size_t pl = run_prefix_len(k.data, k.size);
+      if (pl) rc = dbx_store_put(t, s->touched, k.data, pl, val, sizeof val);
+      if (rc != DBX_OK) break;
+    }
+    dbx_store_cursor_close(c);
+    if (rc != DBX_ENOTFOUND) return rc;
+  }
+  return DBX_OK;
+}
+
+/* A store written before the touched table existed has runs the sweep would
+ * never see: when that table is empty and the per-run tables are not, every
+ * run found there is touched now (one commit, once), so the retention
+ * counts from the upgrade. */
+static dbx_err adopt_untouched(dbx_wstore *s) {
+  dbx_txn *t = NULL;
+  dbx_err rc = dbx_store_read_begin(s->st, &t);
+  if (rc != DBX_OK) return rc;
+  int need = 0;
+  dbx_cursor *c = NULL;
+  dbx_val k, v;
+  if ((rc = dbx_store_cursor_open(t, s->touched, &c)) == DBX_OK &&
+      dbx_store_cursor_seek(c, NULL, 0, &k, &v) == DBX_ENOTFOUND) {
+    const dbx_table per_run[] = {s->history, s->journal, s->amo};
+    for (size_t i = 0; !need && i < sizeof per_run / sizeof *per_run; i++) {
+      dbx_cursor *pc = NULL;
+      if (dbx_store_cursor_open(t, per_run[i], &pc) == DBX_OK)
+        need = dbx_store_cursor_seek(pc, NULL, 0, &k, &v) == DBX_OK;
+      dbx_store_cursor_close(pc);
+    }
+  }
+  dbx_store_cursor_close(c);
+  dbx_store_txn_abort(t);
+  if (rc != DBX_OK || !need) return rc;
+  return commit(s, adopt_fn, s);
 }
 
 /* ---- history */
@@ -791,16 +859,10 @@ typedef struct {
  * NUL-terminated strings ending exactly at its end. */
 static int split_run_key(const uint8_t *key, size_t kl, const char **ns, const char **wid,
                          const char **rid) {
-  const char *p[3];
-  size_t at = 0;
-  for (int i = 0; i < 3; i++) {
-    const uint8_t *z = at < kl ? memchr(key + at, 0, kl - at) : NULL;
-    if (!z) return 0;
-    p[i] = (const char *)key + at;
-    at = (size_t)(z - key) + 1;
-  }
-  if (at != kl) return 0;
-  *ns = p[0], *wid = p[1], *rid = p[2];
+  if (!kl || run_prefix_len(key, kl) != kl) return 0;
+  *ns = (const char *)key;
+  *wid = *ns + strlen(*ns) + 1;
+  *rid = *wid + strlen(*wid) + 1;
   return 1;
 }
 
@@ -820,7 +882,7 @@ static dbx_err del_prefix(dbx_txn *t, dbx_table tb, const uint8_t *prefix, size_
 
 /* Remove every entry of one closed run (its key is valid: checked when collected). */
 static dbx_err purge_run(dbx_txn *t, dbx_wstore *s, const sweep_run *r) {
-  const char *ns, *wid, *rid;
+  const char *ns = NULL, *wid = NULL, *rid = NULL;
   split_run_key(r->key, r->kl, &ns, &wid, &rid);
   const dbx_table per_run[] = {s->history, s->journal, s->amo, s->approvals, s->refusals};
   dbx_err rc = DBX_OK;
@@ -841,7 +903,7 @@ static dbx_err sweep_fn(dbx_txn *t, void *arg) {
   sweep_op *o = arg;
   for (size_t i = 0; i < o->n; i++) {
     sweep_run *r = &o->runs[i];
-    const char *ns, *wid, *rid;
+    const char *ns = NULL, *wid = NULL, *rid = NULL;
     split_run_key(r->key, r->kl, &ns, &wid, &rid);
     dbx_err rc = DBX_OK;
     if (r->st == DBX_WSTORE_RUN_OPEN)
@@ -869,7 +931,7 @@ static dbx_err sweep_collect(dbx_wstore *s, int64_t due_ms, size_t max, sweep_ru
   if ((rc = dbx_store_cursor_open(t, s->touched, &c)) == DBX_OK)
     rc = dbx_store_cursor_seek(c, NULL, 0, &k, &val);
   for (; rc == DBX_OK && cnt < max; rc = dbx_store_cursor_next(c, &k, &val)) {
-    const char *ns, *wid, *rid;
+    const char *ns = NULL, *wid = NULL, *rid = NULL;
     if (val.size != 8 || get_be64(val.data) > due_ms || !split_run_key(k.data, k.size, &ns, &wid, &rid))
       continue;
     if (cnt == cap) {
@@ -915,7 +977,7 @@ dbx_err dbx_wstore_sweep(dbx_wstore *s, int64_t retention_ms, int64_t now_ms, si
   if (rc != DBX_OK) return rc;
   size_t closed = 0, answered = 0;
   for (size_t i = 0; i < n; i++) {
-    const char *ns, *wid, *rid;
+    const char *ns = NULL, *wid = NULL, *rid = NULL;
     split_run_key(runs[i].key, runs[i].kl, &ns, &wid, &rid);
     runs[i].st = status(arg, ns, wid, rid);
     closed += runs[i].st == DBX_WSTORE_RUN_CLOSED;

@@ -162,7 +162,8 @@ typedef struct {
  * cache and moot journal entries, not promises: its meta page is not waited
  * for, like the history copy's, and a pass undone by a machine crash is
  * redone by the next). Runs written before the touched table existed are
- * never swept. out (may be NULL): what the pass did.
+ * touched when such a store is first opened (dbx_wstore_open), so their
+ * retention counts from then. out (may be NULL): what the pass did.
  * Returns DBX_OK, DBX_EINVAL, DBX_ENOMEM, DBX_ESTORE(FULL); on an error
  * nothing of the pass is removed. Thread safety: as the other calls; status
  * may block (it is called with no lock held). */
