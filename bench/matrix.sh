@@ -125,16 +125,20 @@ run_cell() {
   shwm=$(hwm_kib "$SRV_PID") whwm=$(hwm_kib "$WRK_PID")
   kill "$mon" 2>/dev/null || true
   wait "$mon" 2>/dev/null || true
-  local wthr wanon
+  local wthr wanon wstore=null
   read -r wthr wanon <"$dir/worker.threads" 2>/dev/null || true
   stop "$WRK_PID"
   stop "$SRV_PID"
+  # the C workers' store file at the end of the run (KiB): what it kept
+  [ -f "$dir/cworker/data.mdb" ] && wstore=$(( $(stat -c %s "$dir/cworker/data.mdb") / 1024 ))
   [ -n "$drive" ] || drive='{"completed":0,"failed":-1}'
   jq -c --arg rep "$rep" --arg srv "$srv" --arg wrk "$wrk" --arg wl "$wl" \
     --argjson scpu "$(echo "$s1 $s0" | awk '{print $1 - $2}')" --argjson wcpu "$(echo "$w1 $w0" | awk '{print $1 - $2}')" \
     --argjson shwm "${shwm:-0}" --argjson whwm "${whwm:-0}" --argjson wthr "${wthr:-null}" --argjson wanon "${wanon:-null}" \
+    --argjson wstore "$wstore" \
     '{rep: ($rep|tonumber), server: $srv, worker: $wrk, workload: $wl, server_cpu_s: $scpu, worker_cpu_s: $wcpu,
-      server_rss_kib: $shwm, worker_rss_kib: $whwm, worker_anon_kib: $wanon, worker_threads_max: $wthr} + .' <<<"$drive" | tee -a "$results"
+      server_rss_kib: $shwm, worker_rss_kib: $whwm, worker_anon_kib: $wanon, worker_threads_max: $wthr,
+      worker_store_kib: $wstore} + .' <<<"$drive" | tee -a "$results"
   rm -rf "$dir/cworker" "$dir"/*.db "$dir"/*.db-*
 }
 
