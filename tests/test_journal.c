@@ -298,16 +298,21 @@ typedef struct {
   char last[32];
 } sweep_probe;
 
-static dbx_wstore_run_status probe_status(void *arg, const char *ns, const char *wid,
-                                          const char *rid) {
-  sweep_probe *p = arg;
-  (void)wid;
+static dbx_wstore_run_status probe_one(sweep_probe *p, const char *ns, const char *rid) {
   p->asked++;
   snprintf(p->last, sizeof p->last, "%s", rid);
   if (strcmp(ns, "ns") != 0) return DBX_WSTORE_RUN_UNKNOWN;
   if (strcmp(rid, "r1") == 0 || strcmp(rid, "rx") == 0) return DBX_WSTORE_RUN_CLOSED;
   if (strcmp(rid, "r2") == 0) return DBX_WSTORE_RUN_OPEN;
   return DBX_WSTORE_RUN_UNKNOWN;
+}
+
+static void probe_status(void *arg, dbx_wstore_run_ask *runs, size_t n) {
+  assert_true(n >= 1);
+  for (size_t i = 0; i < n; i++) {
+    assert_int_equal(runs[i].status, DBX_WSTORE_RUN_UNKNOWN);
+    runs[i].status = probe_one(arg, runs[i].ns, runs[i].run_id);
+  }
 }
 
 static int journal_state(dbx_wstore *s, const char *wid, const char *rid, const char *aid) {

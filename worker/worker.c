@@ -93,7 +93,8 @@
 #define RETENTION_DEFAULT_MS (24LL * 3600 * 1000)
 #define SWEEP_PERIOD_MIN_MS 50
 #define SWEEP_PERIOD_MAX_MS (10LL * 60 * 1000)
-#define SWEEP_MAX_RUNS 256 /* runs asked about in one pass */
+#define SWEEP_MAX_RUNS 1024 /* runs asked about in one pass */
+#define SWEEP_ASKERS 8       /* threads of a pass that ask the service at once */
 #define SWEEP_CALL_MS 10000
 
 struct dbx_act {
@@ -1690,6 +1691,34 @@ static dbx_wstore_run_status run_status(void *arg, const char *ns, const char *w
   return out;
 }
 
+/* A pass's questions: asked by up to SWEEP_ASKERS threads at once (the
+ * sweeper and threads started for the pass), since one at a time a pass
+ * could not keep up with a busy worker: each call waits its turn in the
+ * service's batch, and calls that arrive together share a batch. */
+typedef struct {
+  dbx_worker *w;
+  dbx_wstore_run_ask *runs;
+  size_t n;
+  atomic_size_t next;
+} sweep_asks;
+
+static void *ask_thread(void *arg) {
+  sweep_asks *a = arg;
+  for (size_t i; (i = atomic_fetch_add(&a->next, 1)) < a->n;)
+    a->runs[i].status = run_status(a->w, a->runs[i].ns, a->runs[i].workflow_id, a->runs[i].run_id);
+  return NULL;
+}
+
+static void ask_service(void *arg, dbx_wstore_run_ask *runs, size_t n) {
+  sweep_asks a = {.w = arg, .runs = runs, .n = n};
+  atomic_init(&a.next, 0);
+  pthread_t th[SWEEP_ASKERS - 1];
+  size_t k = n < SWEEP_ASKERS ? n : SWEEP_ASKERS, started = 0;
+  while (started + 1 < k && pthread_create(&th[started], NULL, ask_thread, &a) == 0) started++;
+  ask_thread(&a); /* the sweeper asks too (alone when no thread could start) */
+  for (size_t i = 0; i < started; i++) pthread_join(th[i], NULL);
+}
+
 static void *sweeper_thread(void *arg) {
   dbx_worker *w = arg;
   int64_t period = w->retention_ms / 2;
@@ -1714,7 +1743,7 @@ static void *sweeper_thread(void *arg) {
     pthread_mutex_unlock(&w->mu);
     dbx_wstore_sweep_result r;
     dbx_err rc = dbx_wstore_sweep(w->ws, w->retention_ms, dbx_wall_ns() / 1000000, SWEEP_MAX_RUNS,
-                                  run_status, w, &r);
+                                  ask_service, w, &r);
     if (rc != DBX_OK && rc != last) /* once per kind of failure, not every pass */
       DBX_WARN("worker", "worker store retention: %s; closed runs stay until a later pass",
                dbx_strerror(rc));

@@ -91,8 +91,8 @@ typedef struct {
                                  a long-lived worker's store holds its open runs and the recent
                                  ones, not every run it ever served. A sweeper thread passes
                                  every retention / 2 (at least 50 ms, at most 10 minutes),
-                                 asking about at most 256 runs a pass (at once again while a
-                                 pass fills up and removes some);
+                                 asking about at most 1024 runs a pass, up to 8 at once (at
+                                 once again while a pass fills up and removes some);
                                  0 = 24 h (the retention durabox's service reports); < 0 = keep
                                  every run's entries (no sweeper thread) */
 } dbx_worker_opts;

@@ -976,20 +976,27 @@ dbx_err dbx_wstore_sweep(dbx_wstore *s, int64_t retention_ms, int64_t now_ms, si
   dbx_err rc = sweep_collect(s, now_ms - retention_ms, max_runs, &runs, &n);
   if (rc != DBX_OK) return rc;
   size_t closed = 0, answered = 0;
-  for (size_t i = 0; i < n; i++) {
-    const char *ns = NULL, *wid = NULL, *rid = NULL;
-    split_run_key(runs[i].key, runs[i].kl, &ns, &wid, &rid);
-    runs[i].st = status(arg, ns, wid, rid);
+  dbx_wstore_run_ask *ask = n ? dbx_calloc(n, sizeof *ask) : NULL;
+  if (n && !ask) rc = DBX_ENOMEM;
+  for (size_t i = 0; ask && i < n; i++) {
+    split_run_key(runs[i].key, runs[i].kl, &ask[i].ns, &ask[i].workflow_id, &ask[i].run_id);
+    ask[i].status = DBX_WSTORE_RUN_UNKNOWN;
+  }
+  if (ask) status(arg, ask, n);
+  for (size_t i = 0; ask && i < n; i++) {
+    dbx_wstore_run_status st = ask[i].status;
+    runs[i].st = st == DBX_WSTORE_RUN_OPEN || st == DBX_WSTORE_RUN_CLOSED ? st : DBX_WSTORE_RUN_UNKNOWN;
     closed += runs[i].st == DBX_WSTORE_RUN_CLOSED;
     answered += runs[i].st != DBX_WSTORE_RUN_UNKNOWN;
   }
-  if (answered) {
+  free(ask);
+  if (rc == DBX_OK && answered) {
     sweep_op o = {s, runs, n, now_ms};
     rc = commit_as(s, sweep_fn, &o, 1);
   }
-  if (out) {
+  if (out && rc == DBX_OK) {
     out->asked = n;
-    out->removed = rc == DBX_OK ? closed : 0;
+    out->removed = closed;
   }
   for (size_t i = 0; i < n; i++) free(runs[i].key);
   free(runs);

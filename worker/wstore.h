@@ -145,18 +145,24 @@ typedef enum {
   DBX_WSTORE_RUN_CLOSED = 1,  /* closed, or unknown to the service: remove */
   DBX_WSTORE_RUN_UNKNOWN = 2  /* could not tell (service unreachable): keep, ask next sweep */
 } dbx_wstore_run_status;
-/* Called by the sweep, outside any transaction, once per run it asks about;
- * the strings are borrowed for the call. */
-typedef dbx_wstore_run_status (*dbx_wstore_status_fn)(void *arg, const char *ns,
-                                                     const char *workflow_id,
-                                                     const char *run_id);
+/* One run the sweep asks about: the strings are borrowed for the call;
+ * status starts DBX_WSTORE_RUN_UNKNOWN and is the callback's answer. */
+typedef struct {
+  const char *ns, *workflow_id, *run_id;
+  dbx_wstore_run_status status;
+} dbx_wstore_run_ask;
+/* Called by the sweep once per pass, outside any transaction and lock, with
+ * every run it asks about (n >= 1): it sets each one's status, in any order
+ * and from any threads it likes (the worker asks the service about several
+ * at once). */
+typedef void (*dbx_wstore_status_fn)(void *arg, dbx_wstore_run_ask *runs, size_t n);
 typedef struct {
   size_t asked;   /* runs passed to status */
   size_t removed; /* runs whose entries were removed */
 } dbx_wstore_sweep_result;
 /* One pass: every run whose touched time is at least retention_ms before
  * now_ms (wall ms), at most max_runs of them in key order, is passed to
- * status. CLOSED runs lose every entry listed above; OPEN runs get now_ms as
+ * status (in one call). CLOSED runs lose every entry listed above; OPEN runs get now_ms as
  * their touched time (asked again one retention later); UNKNOWN ones stay
  * as they are. All the removals and touches of a pass are one commit (a
  * cache and moot journal entries, not promises: its meta page is not waited
