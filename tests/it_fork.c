@@ -78,8 +78,10 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   (void)state;
-  kill(g_dev, SIGTERM);
-  dbx_svct_proc_wait(g_dev, 30000);
+  if (g_dev > 0) { /* 0 when the setup failed before the spawn: kill(0) would signal our group */
+    kill(g_dev, SIGTERM);
+    dbx_svct_proc_wait(g_dev, 30000);
+  }
   dbx_svct_proc_kill_all();
   dbx_test_rmrf(g_home);
   dbx_test_rmrf(g_dir);
