@@ -33,6 +33,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "base/util.h"
 #include "tests/svc_client.h"
 #include "worker/client.h"
 
@@ -452,13 +453,29 @@ static void test_reset_reapplies_signals_deduplicated(void **state) {
   free(err);
   signal_req(ch, "rr-sig", "req-one"); /* the new run knows this id */
   signal_req(ch, "rr-sig", "req-two");
+  /* the worker takes the new run up again: its timer is started anew. A
+   * signal that came while that workflow task was running is buffered and
+   * enters history only when the task completes (Temporal's rule), so the
+   * count is read once no workflow task is pending. */
+  assert_true(dbx_svct_history_wait_for(ch, "rr-sig", run, ET(TIMER_STARTED), 60000));
   dbx_svct_history h = {0};
-  dbx_svct_history_get(ch, "rr-sig", run, &h);
+  int64_t deadline = dbx_mono_ns() + 60LL * 1000000000LL;
+  for (;;) {
+    dbx_svct_history_get(ch, "rr-sig", run, &h);
+    /* settled: every workflow task scheduled has closed, so no signal is
+     * buffered behind one (every signal sent above is in history by now) */
+    size_t open = dbx_svct_history_count(&h, ET(WORKFLOW_TASK_SCHEDULED)) -
+                  dbx_svct_history_count(&h, ET(WORKFLOW_TASK_COMPLETED)) -
+                  dbx_svct_history_count(&h, ET(WORKFLOW_TASK_FAILED)) -
+                  dbx_svct_history_count(&h, ET(WORKFLOW_TASK_TIMED_OUT));
+    int settled = open == 0 && dbx_svct_history_count(&h, ET(WORKFLOW_EXECUTION_SIGNALED)) >= 2;
+    if (settled || dbx_mono_ns() > deadline) break;
+    dbx_svct_history_cleanup(&h);
+    usleep(50 * 1000);
+  }
   assert_int_equal(dbx_svct_history_count(&h, ET(WORKFLOW_EXECUTION_SIGNALED)), 2);
   assert_int_equal(dbx_svct_history_count(&h, ET(WORKFLOW_TASK_FAILED)), 1);
   dbx_svct_history_cleanup(&h);
-  /* the worker takes the new run up again: its timer is started anew */
-  assert_true(dbx_svct_history_wait_for(ch, "rr-sig", run, ET(TIMER_STARTED), 60000));
   rc = durabox(&out, &err, "workflow", "terminate", "-w", "rr-sig", "--address", g_addr, NULL);
   assert_int_equal(rc, 0);
   free(out);
