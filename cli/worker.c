@@ -332,8 +332,12 @@ static int replay_load(const char *file, const dbx_cli_conn *conn, const char *d
   e = dbx_wstore_history_load(s, conn->namespace_, wid, rid, evs, n, run);
   dbx_wstore_close(s);
   if (e != DBX_OK) {
-    fprintf(stderr, "durabox replay: no recorded history for %s%s%s in namespace %s (%s)\n", wid,
-            rid ? " run " : "", rid ? rid : "", conn->namespace_, dbx_strerror(e));
+    fprintf(stderr,
+            "durabox replay: no recorded history for %s%s%s in namespace %s (%s)%s\n", wid,
+            rid ? " run " : "", rid ? rid : "", conn->namespace_, dbx_strerror(e),
+            e == DBX_ENOTFOUND ? "; the worker store keeps a closed run only for its retention "
+                                 "(24 h by default): --address reads the history from the service"
+                               : "");
     return 2;
   }
   *from_store = 1;

@@ -705,6 +705,68 @@ static void test_worker_store_retention_removes_closed_runs(void **st) {
   free(dir);
 }
 
+/* Only a closed status removes a run: a worker whose namespace the service
+ * lacks (every question answered NOT_FOUND) and a run of another namespace
+ * keep their entries through many passes, asked again a retention later
+ * (touched anew, so they never fill a pass), and nothing is removed. */
+static void test_worker_store_retention_keeps_what_the_service_cannot_judge(void **st) {
+  (void)st;
+  char *dir = dbx_test_tmpdir("itw-ret2");
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", g_port);
+  dbx_worker_opts o = {0};
+  o.address = addr;
+  o.namespace_ = "ghost"; /* not a namespace of this service */
+  o.task_queue = "itq-ghost";
+  o.db_dir = dir;
+  o.no_sync = 1;
+  o.store_retention_ms = 200;
+  dbx_worker *w = NULL;
+  assert_int_equal(dbx_worker_create(&o, &w, NULL), DBX_OK);
+  assert_int_equal(dbx_worker_register_workflow(w, &wf_one), DBX_OK);
+  dbx_wstore *ws = dbx_worker_wstore(w);
+  HistoryEvent e = INIT(TEMPORAL__API__HISTORY__V1__HISTORY_EVENT);
+  e.event_id = 1;
+  e.event_type = ET(WORKFLOW_EXECUTION_STARTED);
+  HistoryEvent *evs[] = {&e};
+  assert_int_equal(dbx_wstore_history_put(ws, "ghost", "wf-g", "r-g", evs, 1), DBX_OK);
+  assert_int_equal(dbx_wstore_journal_started(ws, "other", "wf-o", "r-o", "1", 1), DBX_OK);
+  int64_t t0 = 0, t1 = 0;
+  assert_int_equal(dbx_wstore_touched(ws, "ghost", "wf-g", "r-g", &t0), DBX_OK);
+  assert_int_equal(dbx_worker_start(w), DBX_OK);
+  /* passes every 100 ms; the runs are due 200 ms after their write, asked,
+   * kept and touched anew: wait until the ghost run's touched time moved */
+  int64_t deadline = dbx_mono_ns() + 20LL * 1000000000LL;
+  while (dbx_mono_ns() < deadline) {
+    assert_int_equal(dbx_wstore_touched(ws, "ghost", "wf-g", "r-g", &t1), DBX_OK);
+    if (t1 > t0) break;
+    nap_ms(20);
+  }
+  assert_true(t1 > t0);
+  dbx_worker_stats s0, s1;
+  dbx_worker_get_stats(w, &s0);
+  s1 = s0;
+  while (s1.store_sweeps < s0.store_sweeps + 5 && dbx_mono_ns() < deadline) {
+    nap_ms(50);
+    dbx_worker_get_stats(w, &s1);
+  }
+  assert_true(s1.store_sweeps >= s0.store_sweeps + 5);
+  assert_int_equal(s1.store_runs_removed, 0);
+  HistoryEvent **got = NULL;
+  size_t n = 0;
+  assert_int_equal(dbx_wstore_history_load(ws, "ghost", "wf-g", "r-g", &got, &n, NULL), DBX_OK);
+  assert_int_equal(n, 1);
+  dbx_wstore_history_free(got, n);
+  dbx_journal_entry je;
+  assert_int_equal(dbx_wstore_journal_get(ws, "other", "wf-o", "r-o", "1", &je), DBX_OK);
+  assert_int_equal(je.state, DBX_JOURNAL_STARTED);
+  dbx_journal_entry_cleanup(&je);
+  assert_int_equal(dbx_wstore_touched(ws, "other", "wf-o", "r-o", &t1), DBX_OK);
+  dbx_worker_destroy(w);
+  dbx_test_rmrf(dir);
+  free(dir);
+}
+
 /* The Script's result is one payload too: when the steps' excerpts would
  * take it past 1.75 MiB, the earliest steps' excerpts are dropped (marked),
  * the latest kept, every step still listed. */
@@ -1390,6 +1452,7 @@ int main(void) {
       cmocka_unit_test(test_worker_timer),
       cmocka_unit_test(test_worker_signal_and_query),
       cmocka_unit_test(test_worker_store_retention_removes_closed_runs),
+      cmocka_unit_test(test_worker_store_retention_keeps_what_the_service_cannot_judge),
       cmocka_unit_test(test_worker_script_with_fake_sandbox),
       cmocka_unit_test(test_worker_script_retry_policy),
       cmocka_unit_test(test_worker_script_cancel_during_create_or_step),

@@ -1659,12 +1659,26 @@ static void watchdog_scan(dbx_worker *w) {
 
 /* ------------------------------------------------------------ retention */
 
-/* The service's word on one run of the worker store (wstore.h). Runs of
- * another namespace than the worker's stay: this service may not be theirs. */
+#define ES(x) TEMPORAL__API__ENUMS__V1__WORKFLOW_EXECUTION_STATUS__WORKFLOW_EXECUTION_STATUS_##x
+
+/* Once per gRPC status, the first time a question failed with it: a
+ * retention that never removes anything should say why. */
+static atomic_uint g_sweep_warned;
+
+/* The service's word on one run of the worker store (wstore.h). Only an
+ * answer that the run has closed removes it. Everything else keeps it:
+ * a run of another namespace than the worker's (this service may not be
+ * theirs); NOT_FOUND, which says as much about the question as about the
+ * run (a namespace this service lacks, a store shared with another
+ * service's worker) and so is kept and asked again a retention later,
+ * like any other refusal and any status this code does not know as
+ * closed (a newer server's PAUSED); and a service that could not be
+ * reached, asked again at the next pass. */
 static dbx_wstore_run_status run_status(void *arg, const char *ns, const char *wid,
                                         const char *rid) {
   dbx_worker *w = arg;
-  if (atomic_load(&w->stopping) || strcmp(ns, w->ns) != 0) return DBX_WSTORE_RUN_UNKNOWN;
+  if (atomic_load(&w->stopping)) return DBX_WSTORE_RUN_UNKNOWN;
+  if (strcmp(ns, w->ns) != 0) return DBX_WSTORE_RUN_OPEN;
   WorkflowExecution ex = INIT(TEMPORAL__API__COMMON__V1__WORKFLOW_EXECUTION);
   ex.workflow_id = (char *)wid;
   ex.run_id = (char *)rid;
@@ -1674,22 +1688,35 @@ static dbx_wstore_run_status run_status(void *arg, const char *ns, const char *w
   rq.execution = &ex;
   DescribeWorkflowExecutionResponse *rs = NULL;
   dbx_client_status st;
+  char *err = NULL;
   dbx_err rc = dbx_client_call_status(w->client, "DescribeWorkflowExecution", &rq.base,
                                       &DescribeWorkflowExecutionResponse__D, SWEEP_CALL_MS,
-                                      w->poll_cancel, (ProtobufCMessage **)&rs, &st, NULL);
-  dbx_wstore_run_status out = DBX_WSTORE_RUN_UNKNOWN;
+                                      w->poll_cancel, (ProtobufCMessage **)&rs, &st, &err);
+  dbx_wstore_run_status out = DBX_WSTORE_RUN_OPEN;
   if (rc == DBX_OK && rs && rs->workflow_execution_info) {
-    int s = rs->workflow_execution_info->status;
-    if (s == TEMPORAL__API__ENUMS__V1__WORKFLOW_EXECUTION_STATUS__WORKFLOW_EXECUTION_STATUS_RUNNING)
-      out = DBX_WSTORE_RUN_OPEN;
-    else if (s != TEMPORAL__API__ENUMS__V1__WORKFLOW_EXECUTION_STATUS__WORKFLOW_EXECUTION_STATUS_UNSPECIFIED)
-      out = DBX_WSTORE_RUN_CLOSED;
-  } else if (rc != DBX_OK && st.grpc_status == DBX_GRPC_NOT_FOUND) {
-    out = DBX_WSTORE_RUN_CLOSED; /* deleted, or past the service's own retention */
+    switch ((int)rs->workflow_execution_info->status) {
+      case ES(COMPLETED): case ES(FAILED): case ES(CANCELED): case ES(TERMINATED):
+      case ES(CONTINUED_AS_NEW): case ES(TIMED_OUT):
+        out = DBX_WSTORE_RUN_CLOSED;
+        break;
+      default:
+        break; /* running, or a status not known here as closed */
+    }
+  } else if (rc != DBX_OK && (st.grpc_status == DBX_GRPC_OK || st.grpc_status == DBX_GRPC_UNAVAILABLE ||
+                              st.grpc_status == DBX_GRPC_DEADLINE_EXCEEDED ||
+                              st.grpc_status == DBX_GRPC_CANCELLED)) {
+    out = DBX_WSTORE_RUN_UNKNOWN; /* not reached, or stopped: ask at the next pass */
+  } else if (rc != DBX_OK) {
+    unsigned bit = 1u << (st.grpc_status & 31);
+    if (!(atomic_fetch_or(&g_sweep_warned, bit) & bit))
+      DBX_WARN("worker", "worker store retention: DescribeWorkflowExecution of %s: %s; the run is "
+               "kept and asked about again a retention later", wid, err ? err : dbx_strerror(rc));
   }
+  free(err);
   dbx_client_msg_free(rs);
   return out;
 }
+#undef ES
 
 /* A pass's questions: asked by up to SWEEP_ASKERS threads at once (the
  * sweeper and threads started for the pass), since one at a time a pass

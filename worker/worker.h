@@ -86,8 +86,9 @@ typedef struct {
   int64_t store_retention_ms; /* the worker store's retention (wstore.h "retention"): a run
                                  whose entries were last written this long ago is asked about
                                  (DescribeWorkflowExecution, the worker's namespace only) and,
-                                 once the service says it has closed or does not know it, its
-                                 history copy, journal and at_most_once records are removed, so
+                                 once the service says it has closed (a closed status, never
+                                 an error such as NOT_FOUND), its history copy, journal and
+                                 at_most_once records are removed, so
                                  a long-lived worker's store holds its open runs and the recent
                                  ones, not every run it ever served. A sweeper thread passes
                                  every retention / 2 (at least 50 ms, at most 10 minutes),

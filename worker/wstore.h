@@ -141,9 +141,10 @@ dbx_err dbx_wstore_kv_del(dbx_wstore *s, dbx_wstore_kv kind, const char *key);
  * The service is the judge, not a clock: an open run keeps its journal
  * however long it runs, since an attempt of it may still be delivered. */
 typedef enum {
-  DBX_WSTORE_RUN_OPEN = 0,    /* running: keep, ask again after the retention */
-  DBX_WSTORE_RUN_CLOSED = 1,  /* closed, or unknown to the service: remove */
-  DBX_WSTORE_RUN_UNKNOWN = 2  /* could not tell (service unreachable): keep, ask next sweep */
+  DBX_WSTORE_RUN_OPEN = 0,    /* running, or not for this service to judge: keep, ask
+                                 again a retention later */
+  DBX_WSTORE_RUN_CLOSED = 1,  /* the service says it has closed: remove */
+  DBX_WSTORE_RUN_UNKNOWN = 2  /* could not tell (service unreachable): keep, ask next pass */
 } dbx_wstore_run_status;
 /* One run the sweep asks about: the strings are borrowed for the call;
  * status starts DBX_WSTORE_RUN_UNKNOWN and is the callback's answer. */
