@@ -619,21 +619,29 @@ static void wait_in_store(dbx_wstore *ws, const char *wid, const char *rid, int 
     fail_msg("run %s of %s: %s the worker store after 20 s", rid, wid, want ? "not in" : "still in");
 }
 
-static void test_worker_store_retention_removes_closed_runs(void **st) {
-  (void)st;
-  char *dir = dbx_test_tmpdir("itw-ret");
+/* A worker (not started) on the test service with a 200 ms retention (a
+ * pass every 100 ms), its store in dir; ns NULL = "default". */
+static dbx_worker *retention_worker(const char *dir, const char *ns, const char *tq) {
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", g_port);
   dbx_worker_opts o = {0};
   o.address = addr;
-  o.task_queue = "itq-ret";
+  o.namespace_ = ns;
+  o.task_queue = tq;
   o.db_dir = dir;
   o.no_sync = 1;
-  o.store_retention_ms = 200; /* a pass every 100 ms */
+  o.store_retention_ms = 200;
   dbx_worker *w = NULL;
   assert_int_equal(dbx_worker_create(&o, &w, NULL), DBX_OK);
   assert_int_equal(dbx_worker_register_workflow(w, &wf_one), DBX_OK);
   assert_int_equal(dbx_worker_register_activity(w, &at_echo), DBX_OK);
+  return w;
+}
+
+static void test_worker_store_retention_removes_closed_runs(void **st) {
+  (void)st;
+  char *dir = dbx_test_tmpdir("itw-ret");
+  dbx_worker *w = retention_worker(dir, NULL, "itq-ret");
   assert_int_equal(dbx_worker_start(w), DBX_OK);
   dbx_wstore *ws = dbx_worker_wstore(w);
 
@@ -712,18 +720,7 @@ static void test_worker_store_retention_removes_closed_runs(void **st) {
 static void test_worker_store_retention_keeps_what_the_service_cannot_judge(void **st) {
   (void)st;
   char *dir = dbx_test_tmpdir("itw-ret2");
-  char addr[64];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d", g_port);
-  dbx_worker_opts o = {0};
-  o.address = addr;
-  o.namespace_ = "ghost"; /* not a namespace of this service */
-  o.task_queue = "itq-ghost";
-  o.db_dir = dir;
-  o.no_sync = 1;
-  o.store_retention_ms = 200;
-  dbx_worker *w = NULL;
-  assert_int_equal(dbx_worker_create(&o, &w, NULL), DBX_OK);
-  assert_int_equal(dbx_worker_register_workflow(w, &wf_one), DBX_OK);
+  dbx_worker *w = retention_worker(dir, "ghost", "itq-ghost"); /* not a namespace of this service */
   dbx_wstore *ws = dbx_worker_wstore(w);
   HistoryEvent e = INIT(TEMPORAL__API__HISTORY__V1__HISTORY_EVENT);
   e.event_id = 1;
