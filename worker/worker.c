@@ -1753,21 +1753,9 @@ static void *sweeper_thread(void *arg) {
   if (period > SWEEP_PERIOD_MAX_MS) period = SWEEP_PERIOD_MAX_MS;
   dbx_err last = DBX_OK;
   int full = 0; /* the last pass asked SWEEP_MAX_RUNS: more are due, go on at once */
-  pthread_mutex_lock(&w->mu);
-  while (!w->stopping) {
-    int64_t until = dbx_mono_ns() + (full ? 0 : period * 1000000);
-    while (!w->stopping && dbx_mono_ns() < until) {
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      int64_t left = until - dbx_mono_ns();
-      if (left < 0) left = 0;
-      ts.tv_sec += left / 1000000000;
-      ts.tv_nsec += left % 1000000000;
-      if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
-      pthread_cond_timedwait(&w->cv, &w->mu, &ts);
-    }
-    if (w->stopping) break;
-    pthread_mutex_unlock(&w->mu);
+  while (!atomic_load(&w->stopping)) {
+    if (!full) nap(w, period);
+    if (atomic_load(&w->stopping)) break;
     dbx_wstore_sweep_result r;
     dbx_err rc = dbx_wstore_sweep(w->ws, w->retention_ms, dbx_wall_ns() / 1000000, SWEEP_MAX_RUNS,
                                   ask_service, w, &r);
@@ -1779,9 +1767,7 @@ static void *sweeper_thread(void *arg) {
     if (r.removed) DBX_DEBUG("worker", "worker store retention: removed %zu closed runs", r.removed);
     atomic_fetch_add(&w->st_swept, r.removed);
     atomic_fetch_add(&w->st_sweeps, 1);
-    pthread_mutex_lock(&w->mu);
   }
-  pthread_mutex_unlock(&w->mu);
   return NULL;
 }
 
