@@ -164,6 +164,7 @@ struct dbx_worker {
   wft_item *wq_head, *wq_tail;
   dbx_rpc_cancel *poll_cancel;
   atomic_int stopping;
+  atomic_int poll_warned;      /* a poll failure was logged; cleared by the next answered poll */
   int started, stopped;
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -356,6 +357,25 @@ static void backoff(dbx_worker *w, int *failures, unsigned *seed, int64_t max_ms
  * down): a short backoff, then a poll that waits. Other errors are the
  * service's answers and back off up to 5 s. */
 static int64_t poll_backoff_max_ms(dbx_err rc) { return rc == DBX_EUNAVAILABLE ? 500 : 5000; }
+
+/* A failed poll is retried with backoff for as long as the failure lasts.
+ * The first failure after an answered poll is logged as a warning, once for
+ * all the worker's pollers, and the next answered poll says so: a worker
+ * polling a namespace the service lacks, refused its credentials, or cut off
+ * from its service says why it idles instead of idling in silence. */
+static void poll_failed(dbx_worker *w, const char *kind, dbx_err rc, const char *err) {
+  w->st_poll_err++;
+  if (!atomic_exchange(&w->poll_warned, 1))
+    DBX_WARN("worker", "%s poll of task queue %s in namespace %s failed, polling again with backoff: %s",
+             kind, w->tq, w->ns, err ? err : dbx_strerror(rc));
+  else
+    DBX_DEBUG("worker", "%s poll: %s", kind, err ? err : dbx_strerror(rc));
+}
+
+static void poll_answered(dbx_worker *w) {
+  if (atomic_load(&w->poll_warned) && atomic_exchange(&w->poll_warned, 0))
+    DBX_INFO("worker", "polls of task queue %s in namespace %s are answered again", w->tq, w->ns);
+}
 
 /* ------------------------------------------------------------ cache */
 
@@ -914,14 +934,14 @@ static void wf_poll_loop(dbx_worker *w, int sticky) {
     /* CANCELLED from the service (it was stopping) is transient like UNAVAILABLE */
     if (rc != DBX_OK) {
       if (rc != DBX_ETIMEDOUT) {
-        w->st_poll_err++;
-        DBX_DEBUG("worker", "workflow poll: %s", err ? err : dbx_strerror(rc));
+        poll_failed(w, sticky ? "sticky workflow task" : "workflow task", rc, err);
         backoff(w, &failures, &seed, poll_backoff_max_ms(rc));
       }
       free(err);
       continue;
     }
     failures = 0;
+    poll_answered(w);
     if (!t->task_token.len) { /* the long poll ended without a task */
       dbx_client_msg_free(t);
       continue;
@@ -1577,7 +1597,10 @@ static void *act_poller(void *arg) {
     dbx_err rc = dbx_client_call_ready(w->client, "PollActivityTaskQueue", &rq.base,
                                  &PollActivityTaskQueueResponse__D, POLL_TIMEOUT_MS,
                                  w->poll_cancel, (ProtobufCMessage **)&t, &err);
-    if (rc == DBX_OK) failures = 0; /* an empty poll answered too: the service is fine */
+    if (rc == DBX_OK) { /* an empty poll answered too: the service is fine */
+      failures = 0;
+      poll_answered(w);
+    }
     int got = rc == DBX_OK && t->task_token.len && t->workflow_execution;
     dbx_act *a = got ? dbx_calloc(1, sizeof *a) : NULL;
     if (!a) {
@@ -1591,8 +1614,7 @@ static void *act_poller(void *arg) {
         break;
       }
       if (rc != DBX_OK && rc != DBX_ETIMEDOUT) {
-        w->st_poll_err++;
-        DBX_DEBUG("worker", "activity poll: %s", err ? err : dbx_strerror(rc));
+        poll_failed(w, "activity task", rc, err);
         backoff(w, &failures, &seed, poll_backoff_max_ms(rc));
       }
       free(err);
