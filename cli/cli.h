@@ -2,6 +2,8 @@
 #ifndef DBX_CLI_CLI_H
 #define DBX_CLI_CLI_H
 
+#include <stdint.h>
+
 const char *dbx_cli_version(void);
 /* durabox server start-dev [flags]: the embedded workflow service (Temporal CLI's flags). */
 int dbx_cli_server(int argc, char **argv);
@@ -25,5 +27,14 @@ int dbx_cli_approval(int argc, char **argv);
  * ~/.local/share/durabox/worker), the store `durabox run` and `durabox dev`
  * write, so worker, replay and approval find it. NULL on OOM. */
 char *dbx_cli_worker_db_default(void);
+/* The worker's store_retention_ms for --store-retention-hours H (0 to 87600):
+ * H < 0 (flag not given) = 0, the worker's default (24 h); H == 0 = -1, keep
+ * every run; else H hours in ms, at least 1. */
+int64_t dbx_cli_store_retention_ms(double hours);
+/* The --store-retention-hours line of a command's usage text. */
+#define DBX_CLI_RETENTION_USAGE \
+  "  --store-retention-hours H  keep a closed run's history copy and journal in the\n" \
+  "                        worker store for H hours after its last write (default 24;\n" \
+  "                        0 keeps every run); the service is asked before removal\n"
 
 #endif

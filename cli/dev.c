@@ -28,6 +28,7 @@ int dbx_cli_dev(int argc, char **argv) {
   dbx_embed_opts o = {.port = 7233, .task_queue = "durabox", .start_service = 1, .start_worker = 1};
   const char *level = NULL, *sandbox = NULL, *ui_ip = NULL;
   int headless = 0, ui_port = 0;
+  double retention_h = -1; /* unset: the worker's default */
   const dbx_cli_flag fl[] = {
       {"--ip", NULL, DBX_CLI_FLAG_STR, &o.ip, 0, 0},
       {"--sandbox", NULL, DBX_CLI_FLAG_STR, &sandbox, 0, 0},
@@ -40,6 +41,7 @@ int dbx_cli_dev(int argc, char **argv) {
       {"--headless", NULL, DBX_CLI_FLAG_BOOL, &headless, 0, 0},
       {"--ui-port", NULL, DBX_CLI_FLAG_INT, &ui_port, 0, 65535},
       {"--ui-ip", NULL, DBX_CLI_FLAG_STR, &ui_ip, 0, 0},
+      {"--store-retention-hours", NULL, DBX_CLI_FLAG_NUM, &retention_h, 0, 87600},
   };
   for (int i = 1; i < argc; i++) {
     int r = dbx_cli_flag_take("durabox dev", fl, sizeof fl / sizeof fl[0], argc, argv, &i);
@@ -48,14 +50,16 @@ int dbx_cli_dev(int argc, char **argv) {
     if (dbx_cli_flag_is_help(argv[i])) {
       printf("usage: durabox dev [--ip A] [--port N] [--db-filename DIR] [--worker-db DIR] [--task-queue Q]\n"
              "                   [--namespace NS] [--log-level L] [--sandbox local|daytona]\n"
-             "                   [--ui-port N] [--ui-ip A] [--headless]\n"
+             "                   [--ui-port N] [--ui-ip A] [--headless] [--store-retention-hours H]\n"
              "                   (--flag value or --flag=value)\n"
+             DBX_CLI_RETENTION_USAGE
              "  without --db-filename the service's store is temporary: workflows are gone when it stops\n"
              "  Temporal's Web UI runs on --ui-port (default: the gRPC port + 1000) unless --headless\n");
       return 0;
     }
     return dbx_cli_flag_unknown("durabox dev", argv[i]);
   }
+  o.store_retention_ms = dbx_cli_store_retention_ms(retention_h);
   if (sandbox) setenv("DURABOX_SANDBOX", sandbox, 1); /* the driver choice, read by cli/kit.c */
   dbx_log_level l = DBX_LOG_INFO;
   if (level) {

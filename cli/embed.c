@@ -63,7 +63,8 @@ int dbx_embed_start(const dbx_embed_opts *o, dbx_embed *e) {
       goto fail;
     }
     dbx_worker_opts wo = {.address = e->address, .namespace_ = o->namespace_, .task_queue = o->task_queue,
-                          .api_key = o->api_key, .db_dir = e->worker_db};
+                          .api_key = o->api_key, .db_dir = e->worker_db,
+                          .store_retention_ms = o->store_retention_ms};
     char *err = NULL;
     dbx_err rc = dbx_worker_create(&wo, &e->worker, &err);
     if (rc != DBX_OK) {

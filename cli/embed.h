@@ -27,6 +27,7 @@ typedef struct {
   const char *api_key;
   int start_service;       /* 1 = start the embedded service */
   int start_worker;        /* 1 = start a worker */
+  int64_t store_retention_ms; /* the worker's (dbx_worker_opts); 0 = its default */
 } dbx_embed_opts;
 
 /* $DURABOX_HOME, else ~/.local/share/durabox (malloc'd). */

@@ -613,7 +613,7 @@ int dbx_cli_run(int argc, char **argv) {
   dbx_cli_conn_init(&conn);
   const char *file = NULL, *wfid = NULL, *type = "durabox.Script", *tq = "durabox", *db = NULL, *wdb = NULL;
   const char *sandbox = NULL, *session = NULL;
-  double pickup_s = 10;
+  double pickup_s = 10, retention_h = -1; /* retention unset: the worker's default */
   const dbx_cli_flag fl[] = {
       {"--workflow-id", "-w", DBX_CLI_FLAG_STR, &wfid, 0, 0},
       {"--type", NULL, DBX_CLI_FLAG_STR, &type, 0, 0},
@@ -623,6 +623,7 @@ int dbx_cli_run(int argc, char **argv) {
       {"--pickup-timeout", NULL, DBX_CLI_FLAG_NUM, &pickup_s, 0, 86400},
       {"--sandbox", NULL, DBX_CLI_FLAG_STR, &sandbox, 0, 0},
       {"--session", NULL, DBX_CLI_FLAG_STR, &session, 0, 0},
+      {"--store-retention-hours", NULL, DBX_CLI_FLAG_NUM, &retention_h, 0, 87600},
   };
   for (int i = 1; i < argc; i++) {
     int r = dbx_cli_conn_flag(&conn, argc, argv, &i);
@@ -636,6 +637,8 @@ int dbx_cli_run(int argc, char **argv) {
              "       [--sandbox local|daytona]   (the embedded worker's sandboxes: DURABOX_SANDBOX)\n"
              "       [--session S]   the next turn of session S (workflow id S; it re-opens the last\n"
              "                       completed turn's sandbox; embedded: needs --db-filename F)\n"
+             "       [--store-retention-hours H]   the embedded worker's store retention (default 24;\n"
+             "                       0 keeps every run; see durabox worker --help)\n"
              "       (no address: embedded service + worker in this process; --flag=value works too)\n");
       return 0;
     } else if (a[0] == '-' && a[1] != '\0') {
@@ -749,7 +752,7 @@ int dbx_cli_run(int argc, char **argv) {
   dbx_embed e;
   dbx_embed_opts eo = {.task_queue = tq, .namespace_ = conn.namespace_, .db_path = db, .worker_db = wdb,
                        .address = conn.address, .api_key = conn.api_key, .start_service = embedded,
-                       .start_worker = embedded};
+                       .start_worker = embedded, .store_retention_ms = dbx_cli_store_retention_ms(retention_h)};
   if (!embedded) {
     memset(&e, 0, sizeof e);
     snprintf(e.address, sizeof e.address, "%s", conn.address);

@@ -31,6 +31,13 @@
 #include "workflows/builtin.h"
 
 
+int64_t dbx_cli_store_retention_ms(double hours) {
+  if (hours < 0) return 0;
+  if (hours == 0) return -1;
+  int64_t ms = (int64_t)(hours * 3600000.0);
+  return ms > 0 ? ms : 1;
+}
+
 char *dbx_cli_worker_db_default(void) {
   const char *e = getenv("DURABOX_WORKER_DB");
   if (e && *e) return dbx_strdup(e);
@@ -62,9 +69,7 @@ static void worker_usage(FILE *f) {
           "  --workflow-task-threads N  threads that run workflow tasks, which the pollers\n"
           "                        hand over, 1-1024 (default 2 x CPUs + 4, at least the\n"
           "                        pollers: 2 for the task queue and 2 for the sticky queue)\n"
-          "  --store-retention-hours H  keep a closed run's history copy and journal in the\n"
-          "                        worker store for H hours after its last write (default 24;\n"
-          "                        0 keeps every run); the service is asked before removal\n"
+          DBX_CLI_RETENTION_USAGE
           "  --log-level LEVEL     debug|info|warn|error\n"
           "flags are written --flag value or --flag=value; a service that cannot be reached is\n"
           "said at level warn, and retried\n");
@@ -207,10 +212,7 @@ int dbx_cli_worker(int argc, char **argv) {
   o.activity_slots = slots;
   o.activity_threads = act_threads;
   o.workflow_task_threads = wft_threads;
-  if (retention_h == 0)
-    o.store_retention_ms = -1; /* keep every run */
-  else if (retention_h > 0)
-    o.store_retention_ms = (int64_t)(retention_h * 3600000.0) > 0 ? (int64_t)(retention_h * 3600000.0) : 1;
+  o.store_retention_ms = dbx_cli_store_retention_ms(retention_h);
   dbx_err e = dbx_worker_create(&o, &w, &err);
   if (e != DBX_OK) {
     fprintf(stderr, "durabox worker: %s\n", err ? err : dbx_strerror(e));

@@ -850,6 +850,8 @@ static void test_cli_flags_are_checked(void **state) {
       {{"worker", "--store-retention-hours", "-1"}, 2, "--store-retention-hours -1 is out of range"},
       {{"worker", "--store-retention-hours=1d"}, 2, "--store-retention-hours '1d' is not a number"},
       {{"dev", "--port=70000"}, 2, "--port 70000 is out of range"},
+      {{"dev", "--store-retention-hours", "87601"}, 2, "--store-retention-hours 87601 is out of range"},
+      {{"run", "x.json", "--store-retention-hours=soon"}, 2, "--store-retention-hours 'soon' is not a number"},
       {{"server", "start-dev", "--port", "7x"}, 2, "--port '7x' is not a whole number"},
       {{"workflow", "list", "--frobnicate"}, 2, "unknown flag '--frobnicate'"},
       {{"workflow", "list", "--tls=yes"}, 2, "--tls takes no value"},
@@ -979,6 +981,54 @@ static void test_cli_dev_temporary_store_and_unreachable_worker(void **state) {
   free(wdb);
   free(derr);
   free(werr);
+}
+
+/* `durabox dev --store-retention-hours`: its worker's store lets a closed
+ * run go once the retention has passed (0.0001 h = 0.36 s), and says so. */
+static void test_cli_dev_store_retention(void **state) {
+  (void)state;
+  char *sdb = dbx_test_tmpdir("itcli-rsdb"), *wdb = dbx_test_tmpdir("itcli-rwdb");
+  int port = dbx_svct_free_port();
+  char port_s[16], addr[64];
+  snprintf(port_s, sizeof port_s, "%d", port);
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+  char *dargv[] = {(char *)dbx_test_bin(), "dev", "--headless", "--port", port_s, "--db-filename", sdb,
+                   "--worker-db", wdb, "--store-retention-hours=0.0001", "--log-level", "warn", NULL};
+  char *denv[] = {g_env_home, NULL};
+  pid_t dev = dbx_svct_proc_spawn(dargv, denv, NULL, NULL);
+  dbx_rpc_channel_destroy(dbx_svct_connect(port)); /* waits until the service answers */
+  char *f = input_file("ret.json", SCRIPT_OK);
+  char *out = NULL, *err = NULL;
+  int rc = durabox(NULL, &out, &err, "workflow", "execute", "--type", "durabox.Script", "--task-queue",
+                   "durabox", "--workflow-id", "cli-ret", "--input-file", f, "--address", addr, NULL);
+  if (rc != 0) fail_msg("workflow execute exited %d: %s", rc, err);
+  free(out);
+  free(err);
+  /* the run closed at the service: within 30 s its copy leaves the worker store */
+  int gone = 0;
+  for (int i = 0; i < 300 && !gone; i++) {
+    rc = durabox(NULL, &out, &err, "replay", "--db", wdb, "--workflow-id", "cli-ret", NULL);
+    if (rc == 2 && strstr(err, "no recorded history for cli-ret") && strstr(err, "its retention"))
+      gone = 1;
+    else if (rc != 0)
+      fail_msg("replay --db exited %d: %s", rc, err);
+    free(out);
+    free(err);
+    if (!gone) usleep(100 * 1000);
+  }
+  assert_true(gone);
+  /* the service still has it */
+  rc = durabox(NULL, &out, &err, "replay", "--address", addr, "--workflow-id", "cli-ret", NULL);
+  if (rc != 0 || !strstr(out, "deterministic: ")) fail_msg("replay --address exited %d: %s%s", rc, out, err);
+  free(out);
+  free(err);
+  kill(dev, SIGTERM);
+  assert_int_equal(dbx_svct_proc_wait(dev, 30000), 0);
+  dbx_test_rmrf(sdb);
+  dbx_test_rmrf(wdb);
+  free(sdb);
+  free(wdb);
+  free(f);
 }
 
 static void test_cli_query_json_errors_and_no_worker(void **state) {
@@ -1172,6 +1222,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_cli_flags_are_checked, test_teardown),
       cmocka_unit_test_teardown(test_cli_api_key_without_tls_against_tls, test_teardown),
       cmocka_unit_test_teardown(test_cli_dev_temporary_store_and_unreachable_worker, test_teardown),
+      cmocka_unit_test_teardown(test_cli_dev_store_retention, test_teardown),
       cmocka_unit_test_teardown(test_cli_query_json_errors_and_no_worker, test_teardown),
       cmocka_unit_test_teardown(test_cli_result_rides_out_a_service_restart, test_teardown),
   };
