@@ -66,6 +66,10 @@ int main(int argc, char **argv) {
   }
   const char *cmd = argv[1];
   if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+    if (argc > 2) {
+      fprintf(stderr, "durabox %s: takes no arguments ('%s')\n", cmd, argv[2]);
+      return 2;
+    }
     printf("durabox %s\n", dbx_cli_version());
     return 0;
   }

@@ -663,6 +663,10 @@ int dbx_cli_run(int argc, char **argv) {
     fprintf(stderr, "durabox run: FILE is required (a durabox.Script input, JSON)\n");
     return 2;
   }
+  if (!*tq) {
+    fprintf(stderr, "durabox run: --task-queue is empty\n");
+    return 2;
+  }
   if (session && wfid && strcmp(wfid, session) != 0) {
     fprintf(stderr, "durabox run: a session is a workflow id: give --session S or --workflow-id, not both\n");
     return 2;

@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <dirent.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -124,6 +125,43 @@ static int port_open(const char *ip, int port) {
   return ok;
 }
 
+/* 1 when something listens on ip:port already: a bind with SO_REUSEADDR
+ * (as the UI server's own listen) fails only then. A port that cannot be
+ * judged (no socket) counts as free; the start then says what went wrong. */
+static int port_taken(const char *ip, int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  int taken = inet_pton(AF_INET, ip, &a.sin_addr) == 1 && bind(fd, (struct sockaddr *)&a, sizeof a) != 0 &&
+              errno == EADDRINUSE;
+  close(fd);
+  return taken;
+}
+
+/* The generated configuration lives in /tmp/durabox-ui-PID-XXXXXX, PID the
+ * process that started the UI; a process that was killed (SIGKILL) never
+ * removed its own, so each start removes those whose process is gone. */
+#define UI_DIR_PREFIX "durabox-ui-"
+static void remove_orphan_dirs(void) {
+  DIR *d = opendir("/tmp");
+  if (d == NULL) return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (strncmp(e->d_name, UI_DIR_PREFIX, strlen(UI_DIR_PREFIX)) != 0) continue;
+    char *end = NULL;
+    long pid = strtol(e->d_name + strlen(UI_DIR_PREFIX), &end, 10);
+    if (pid <= 0 || end == NULL || *end != '-') continue; /* not of this naming */
+    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "/tmp/%s", e->d_name);
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid()) dbx_fs_remove_tree(path);
+  }
+  closedir(d);
+}
+
 static void reap(pid_t pid, int grace_ms) {
   int st;
   for (int waited = 0; waited < grace_ms; waited += 50) {
@@ -140,16 +178,23 @@ dbx_cli_ui *dbx_cli_ui_start(const dbx_cli_ui_opts *o) {
   const char *grpc_ip = o->grpc_ip ? o->grpc_ip : "127.0.0.1";
   const char *ui_ip = o->ui_ip ? o->ui_ip : grpc_ip;
   const char *ns = o->namespace_ ? o->namespace_ : "default";
+  remove_orphan_dirs();
+  int port = o->ui_port;
+  if (port == 0) port = o->grpc_port + 1000 <= 65535 ? o->grpc_port + 1000 : free_port(ui_ip);
+  if (port > 0 && port_taken(ui_ip, port)) {
+    fprintf(stderr, "%s: warning: running without the Web UI: %s:%d is in use by another process "
+                    "(--ui-port N picks another port; --headless runs without the UI)\n", who, ui_ip, port);
+    return NULL;
+  }
   const char *why = NULL;
   char *server = find_server(&why);
   if (server == NULL) {
     fprintf(stderr, "%s: warning: running without the Web UI: %s; %s\n", who, why, UI_HOW_TO);
     return NULL;
   }
-  int port = o->ui_port;
-  if (port == 0) port = o->grpc_port + 1000 <= 65535 ? o->grpc_port + 1000 : free_port(ui_ip);
   dbx_cli_ui *ui = calloc(1, sizeof *ui);
-  char tmpl[] = "/tmp/durabox-ui-XXXXXX";
+  char tmpl[64];
+  snprintf(tmpl, sizeof tmpl, "/tmp/" UI_DIR_PREFIX "%ld-XXXXXX", (long)getpid());
   char grpc[128];
   snprintf(grpc, sizeof grpc, "%s:%d", strcmp(grpc_ip, "0.0.0.0") == 0 ? "127.0.0.1" : grpc_ip, o->grpc_port);
   if (ui == NULL || port <= 0 || mkdtemp(tmpl) == NULL || (ui->dir = strdup(tmpl)) == NULL ||

@@ -29,8 +29,11 @@ typedef struct {
 
 /* Start the UI server and wait (up to 20 s) until it accepts connections on
  * its port. Returns the running UI (stop with dbx_cli_ui_stop), or NULL when
- * it is not installed or did not start, after printing a warning to stderr
- * naming the problem. The child gets SIGTERM if this process dies. */
+ * its port is in use by another process, it is not installed or it did not
+ * start, after printing a warning to stderr naming the problem. The child
+ * gets SIGTERM if this process dies. Its generated configuration is a
+ * directory /tmp/durabox-ui-PID-XXXXXX; each start removes those of
+ * processes that are gone (killed before they could stop their UI). */
 dbx_cli_ui *dbx_cli_ui_start(const dbx_cli_ui_opts *o);
 
 /* The UI's URL ("http://127.0.0.1:8233"), owned by ui; NULL for a NULL ui. */

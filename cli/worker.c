@@ -179,13 +179,20 @@ int dbx_cli_worker(int argc, char **argv) {
     dbx_log_set_level(l);
   }
   if (dbx_cli_address_check(address) != 0) return 2;
+  if (!*tq || !*ns) { /* the service would refuse every poll, and the worker would idle */
+    fprintf(stderr, "durabox worker: --%s is empty\n", !*tq ? "task-queue" : "namespace");
+    return 2;
+  }
   int rc = 1;
   char *ca_pem = NULL, *cert_pem = NULL, *key_pem = NULL, *dbdef = NULL, *err = NULL;
   dbx_worker *w = NULL;
   dbx_cli_kit kit = {0};
-  if ((ca && !(ca_pem = dbx_cli_read_file(ca, NULL))) || (cert && !(cert_pem = dbx_cli_read_file(cert, NULL))) ||
-      (key && !(key_pem = dbx_cli_read_file(key, NULL)))) {
-    fprintf(stderr, "durabox worker: cannot read a TLS file (%s)\n", strerror(errno));
+  const char *unread = (ca && !(ca_pem = dbx_cli_read_file(ca, NULL)))       ? ca
+                       : (cert && !(cert_pem = dbx_cli_read_file(cert, NULL))) ? cert
+                       : (key && !(key_pem = dbx_cli_read_file(key, NULL)))    ? key
+                                                                                : NULL;
+  if (unread) {
+    fprintf(stderr, "durabox worker: cannot read the TLS file %s: %s\n", unread, strerror(errno));
     goto out;
   }
   if (!db) db = dbdef = dbx_cli_worker_db_default();

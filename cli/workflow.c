@@ -689,6 +689,10 @@ int dbx_cli_workflow(int argc, char **argv) {
     fprintf(stderr, "durabox workflow %s: --workflow-id is required\n", sub);
     return 2;
   }
+  if (a.input && a.input_file) {
+    fprintf(stderr, "durabox workflow %s: give --input JSON or --input-file F, not both\n", sub);
+    return 2;
+  }
   /* the input is read and checked before any call: bad JSON never reaches the service */
   char *input = NULL;
   if (a.input_file) {

@@ -27,6 +27,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 
 #include <cjson/cJSON.h>
 
@@ -850,6 +852,13 @@ static void test_cli_flags_are_checked(void **state) {
       {{"worker", "--store-retention-hours", "-1"}, 2, "--store-retention-hours -1 is out of range"},
       {{"worker", "--store-retention-hours=1d"}, 2, "--store-retention-hours '1d' is not a number"},
       {{"dev", "--port=70000"}, 2, "--port 70000 is out of range"},
+      {{"dev", "--task-queue="}, 2, "--task-queue is empty"},
+      {{"worker", "--namespace", ""}, 2, "--namespace is empty"},
+      {{"worker", "-t", ""}, 2, "--task-queue is empty"},
+      {{"run", "x.json", "--task-queue="}, 2, "--task-queue is empty"},
+      {{"worker", "--tls-ca", "/nonexistent/ca.pem"}, 1, "cannot read the TLS file /nonexistent/ca.pem"},
+      {{"version", "--bogus"}, 2, "takes no arguments ('--bogus')"},
+      {{"workflow", "start", "--workflow-id=x", "--input", "{}", "--input-file=f"}, 2, "--input JSON or --input-file F, not both"},
       {{"dev", "--store-retention-hours", "87601"}, 2, "--store-retention-hours 87601 is out of range"},
       {{"run", "x.json", "--store-retention-hours=soon"}, 2, "--store-retention-hours 'soon' is not a number"},
       {{"server", "start-dev", "--port", "7x"}, 2, "--port '7x' is not a whole number"},
@@ -1029,6 +1038,52 @@ static void test_cli_dev_store_retention(void **state) {
   free(sdb);
   free(wdb);
   free(f);
+}
+
+/* The Web UI's port is taken: dev says so and runs on without the UI,
+ * rather than pointing at the other process as its UI; and it removes the
+ * UI configuration a killed dev left behind. */
+static void test_cli_dev_ui_port_in_use(void **state) {
+  (void)state;
+  int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  socklen_t al = sizeof a;
+  assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+  assert_int_equal(listen(lfd, 4), 0);
+  assert_int_equal(getsockname(lfd, (struct sockaddr *)&a, &al), 0);
+  int ui_port = ntohs(a.sin_port), port = dbx_svct_free_port();
+  /* a UI directory of a process that is gone: a child reaped at once */
+  pid_t gone = fork();
+  if (gone == 0) _exit(0);
+  assert_int_equal(waitpid(gone, NULL, 0), gone);
+  char orphan[96], keep[96];
+  snprintf(orphan, sizeof orphan, "/tmp/durabox-ui-%ld-itcli", (long)gone);
+  snprintf(keep, sizeof keep, "/tmp/durabox-ui-%ld-itcli", (long)getpid()); /* alive: kept */
+  assert_int_equal(mkdir(orphan, 0700), 0);
+  assert_int_equal(mkdir(keep, 0700), 0);
+  char port_s[16], ui_s[16], want[128], *derr = input_file("ui-dev.err", "");
+  snprintf(port_s, sizeof port_s, "%d", port);
+  snprintf(ui_s, sizeof ui_s, "%d", ui_port);
+  char *dargv[] = {(char *)dbx_test_bin(), "dev", "--port", port_s, "--ui-port", ui_s, "--log-level", "warn", NULL};
+  char *denv[] = {g_env_home, NULL};
+  pid_t dev = dbx_svct_proc_spawn(dargv, denv, NULL, derr);
+  snprintf(want, sizeof want, "running without the Web UI: 127.0.0.1:%d is in use by another process", ui_port);
+  wait_file_has(derr, want, 30000);
+  wait_file_has(derr, "the service store is temporary", 30000);
+  char *text = dbx_svct_file_read(derr);
+  if (strstr(text, "Web UI on")) fail_msg("dev claims a Web UI on a port it does not own:\n%s", text);
+  free(text);
+  struct stat st;
+  assert_int_equal(stat(orphan, &st), -1);
+  assert_int_equal(stat(keep, &st), 0);
+  rmdir(keep);
+  /* the service itself runs */
+  dbx_rpc_channel_destroy(dbx_svct_connect(port));
+  kill(dev, SIGTERM);
+  assert_int_equal(dbx_svct_proc_wait(dev, 30000), 0);
+  close(lfd);
+  free(derr);
 }
 
 static void test_cli_query_json_errors_and_no_worker(void **state) {
@@ -1223,6 +1278,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_cli_api_key_without_tls_against_tls, test_teardown),
       cmocka_unit_test_teardown(test_cli_dev_temporary_store_and_unreachable_worker, test_teardown),
       cmocka_unit_test_teardown(test_cli_dev_store_retention, test_teardown),
+      cmocka_unit_test_teardown(test_cli_dev_ui_port_in_use, test_teardown),
       cmocka_unit_test_teardown(test_cli_query_json_errors_and_no_worker, test_teardown),
       cmocka_unit_test_teardown(test_cli_result_rides_out_a_service_restart, test_teardown),
   };
