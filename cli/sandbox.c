@@ -140,7 +140,11 @@ static void judge(sbx_ctx *c, sbx_row *w) {
     char latest[32];
     int wf_open = 0;
     owner_status(c, w->wf, NULL, latest, sizeof latest, &wf_open, w->open_run, sizeof w->open_run);
-    int owns = c->reachable && !wf_open ? dbx_cli_session_owns(c->client, w->wf, w->id) : -1;
+    /* a service that does not know the session at all (another service than
+     * the session's) cannot tell either: the sandbox stays kept */
+    int owns = c->reachable && !wf_open && strcmp(latest, "not_found") != 0
+                   ? dbx_cli_session_owns(c->client, w->wf, w->id)
+                   : -1;
     w->verdict = wf_open ? "held" : owns == 0 ? "orphaned" : "kept";
   } else if (w->kept) {
     w->verdict = "kept";

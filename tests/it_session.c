@@ -359,6 +359,32 @@ static void test_gc_and_removed_sandbox(void **state) {
   free(out);
   free(err);
   assert_true(is_dir(path));
+  /* asked of a service that does not know the session, it is still kept */
+  dbx_service_opts so;
+  dbx_service_opts_init(&so);
+  dbx_service *other = NULL;
+  assert_int_equal(dbx_service_start(&so, &other, NULL), DBX_OK);
+  char other_addr[64];
+  snprintf(other_addr, sizeof other_addr, "127.0.0.1:%d", dbx_service_port(other));
+  out = err = NULL;
+  assert_int_equal(durabox(&out, &err, "sandbox", "list", "--sandbox-home", g_home, "--address", other_addr,
+                           "--output", "json", NULL), 0);
+  cJSON *lj = cJSON_Parse(out);
+  const cJSON *row, *found = NULL;
+  cJSON_ArrayForEach(row, cJSON_GetObjectItemCaseSensitive(lj, "sandboxes"))
+    if (strcmp(str_at(row, "id"), id) == 0) found = row;
+  if (found == NULL) fail_msg("sandbox %s not listed: %s", id, out);
+  assert_string_equal(str_at(found, "owner_state"), "not_found");
+  assert_string_equal(str_at(found, "verdict"), "kept");
+  cJSON_Delete(lj);
+  free(out);
+  free(err);
+  out = err = NULL;
+  assert_int_equal(durabox(&out, &err, "sandbox", "gc", "--sandbox-home", g_home, "--address", other_addr, NULL), 0);
+  free(out);
+  free(err);
+  dbx_service_stop(other);
+  assert_true(is_dir(path));
   turn_out t2 = execute_turn("sess-c", "sq", CAT_A);
   assert_int_equal(t2.rc, 0);
   assert_string_equal(str_at(step_named(t2.result, "cat"), "stdout"), "one\n");
