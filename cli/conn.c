@@ -37,6 +37,10 @@ int dbx_cli_conn_flag(dbx_cli_conn *c, int argc, char **argv, int *i) {
       {"--output", "-o", DBX_CLI_FLAG_STR, &output, 0, 0},
   };
   int r = dbx_cli_flag_take("durabox", t, sizeof t / sizeof t[0], argc, argv, i);
+  if (r > 0 && !*c->namespace_) {
+    fprintf(stderr, "durabox: --namespace is empty\n");
+    return -1;
+  }
   if (r <= 0 || output == NULL) return r;
   if (strcmp(output, "json") != 0 && strcmp(output, "text") != 0) {
     fprintf(stderr, "durabox: --output %s: use text or json\n", output);

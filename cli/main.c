@@ -66,6 +66,10 @@ int main(int argc, char **argv) {
   }
   const char *cmd = argv[1];
   if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+    if (argc == 3 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
+      printf("usage: durabox version   (prints durabox's version)\n");
+      return 0;
+    }
     if (argc > 2) {
       fprintf(stderr, "durabox %s: takes no arguments ('%s')\n", cmd, argv[2]);
       return 2;

@@ -140,9 +140,10 @@ static void judge(sbx_ctx *c, sbx_row *w) {
     char latest[32];
     int wf_open = 0;
     owner_status(c, w->wf, NULL, latest, sizeof latest, &wf_open, w->open_run, sizeof w->open_run);
-    /* a service that does not know the session at all (another service than
-     * the session's) cannot tell either: the sandbox stays kept */
-    int owns = c->reachable && !wf_open && strcmp(latest, "not_found") != 0
+    /* a service that does not know the sandbox's own run (another service
+     * than the session's, even one with a workflow of the same id) cannot
+     * tell either: the sandbox stays kept */
+    int owns = c->reachable && !wf_open && strcmp(w->owner_state, "not_found") != 0
                    ? dbx_cli_session_owns(c->client, w->wf, w->id)
                    : -1;
     w->verdict = wf_open ? "held" : owns == 0 ? "orphaned" : "kept";

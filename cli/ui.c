@@ -115,16 +115,6 @@ static int free_port(const char *ip) {
   return port;
 }
 
-static int port_open(const char *ip, int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-  int ok = inet_pton(AF_INET, strcmp(ip, "0.0.0.0") == 0 ? "127.0.0.1" : ip, &a.sin_addr) == 1 &&
-           connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
-  close(fd);
-  return ok;
-}
-
 /* 1 when something listens on ip:port already: a bind with SO_REUSEADDR
  * (as the UI server's own listen) fails only then. A port that cannot be
  * judged (no socket) counts as free; the start then says what went wrong. */
@@ -138,6 +128,52 @@ static int port_taken(const char *ip, int port) {
               errno == EADDRINUSE;
   close(fd);
   return taken;
+}
+
+/* 1 when process pid itself listens on TCP port (IPv4 or IPv6): a LISTEN
+ * socket of that port in /proc/net/tcp{,6} whose inode is one of pid's
+ * file descriptors. A connect to the port would also succeed for another
+ * process that took the port first, while the UI server died of it. */
+static int pid_listens(pid_t pid, int port) {
+  unsigned long inodes[16];
+  int n = 0;
+  static const char *const tables[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+  for (size_t t = 0; t < 2; t++) {
+    FILE *f = fopen(tables[t], "r");
+    if (f == NULL) continue;
+    char line[512];
+    while (fgets(line, sizeof line, f) != NULL && n < 16) {
+      char local[64];
+      unsigned st = 0, lport = 0;
+      unsigned long inode = 0;
+      /* sl local rem st tx:rx tr:when retrnsmt uid timeout inode */
+      if (sscanf(line, " %*d: %63s %*s %x %*s %*s %*s %*u %*d %lu", local, &st, &inode) != 3) continue;
+      char *colon = strrchr(local, ':');
+      if (colon == NULL || sscanf(colon + 1, "%x", &lport) != 1) continue;
+      if (st == 0x0A && (int)lport == port && inode != 0) inodes[n++] = inode;
+    }
+    fclose(f);
+  }
+  if (n == 0) return 0;
+  char dir[64];
+  snprintf(dir, sizeof dir, "/proc/%ld/fd", (long)pid);
+  DIR *d = opendir(dir);
+  if (d == NULL) return 0;
+  int found = 0;
+  struct dirent *e;
+  while (!found && (e = readdir(d)) != NULL) {
+    char path[320], target[64];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    ssize_t k = readlink(path, target, sizeof target - 1);
+    if (k <= 0) continue;
+    target[k] = '\0';
+    unsigned long ino = 0;
+    if (sscanf(target, "socket:[%lu]", &ino) != 1) continue;
+    for (int i = 0; i < n; i++)
+      if (inodes[i] == ino) found = 1;
+  }
+  closedir(d);
+  return found;
 }
 
 /* The generated configuration lives in /tmp/durabox-ui-PID-XXXXXX, PID the
@@ -237,7 +273,7 @@ dbx_cli_ui *dbx_cli_ui_start(const dbx_cli_ui_opts *o) {
               ui->url, o->verbose ? "" : " (--log-level debug shows its log)");
       goto fail;
     }
-    if (port_open(ui_ip, port)) {
+    if (pid_listens(pid, port)) { /* its own listener, not one that took the port first */
       free(server);
       return ui;
     }

@@ -472,7 +472,8 @@ static void test_cli_help_everywhere(void **state) {
   static const char *const cmds[][3] = {
       {"workflow", "start", "--help"}, {"workflow", "list", "-h"}, {"workflow", "result", "--help"},
       {"worker", "--help", NULL},      {"replay", "--help", NULL}, {"replay", "-h", NULL},
-      {"approval", "--help", NULL},    {"approval", "grant", "-h"}, {"run", "--help", NULL}};
+      {"approval", "--help", NULL},    {"approval", "grant", "-h"}, {"run", "--help", NULL},
+      {"version", "--help", NULL},     {"version", "-h", NULL}};
   for (size_t k = 0; k < sizeof cmds / sizeof cmds[0]; k++) {
     char *out = NULL, *err = NULL;
     int rc = durabox(NULL, &out, &err, cmds[k][0], cmds[k][1], cmds[k][2], NULL);
@@ -856,6 +857,8 @@ static void test_cli_flags_are_checked(void **state) {
       {{"worker", "--namespace", ""}, 2, "--namespace is empty"},
       {{"worker", "-t", ""}, 2, "--task-queue is empty"},
       {{"run", "x.json", "--task-queue="}, 2, "--task-queue is empty"},
+      {{"run", "x.json", "--namespace="}, 2, "--namespace is empty"},
+      {{"workflow", "list", "-n", ""}, 2, "--namespace is empty"},
       {{"worker", "--tls-ca", "/nonexistent/ca.pem"}, 1, "cannot read the TLS file /nonexistent/ca.pem"},
       {{"version", "--bogus"}, 2, "takes no arguments ('--bogus')"},
       {{"workflow", "start", "--workflow-id=x", "--input", "{}", "--input-file=f"}, 2, "--input JSON or --input-file F, not both"},
@@ -1086,6 +1089,40 @@ static void test_cli_dev_ui_port_in_use(void **state) {
   free(derr);
 }
 
+/* The port is free when dev looks, but another process takes it before the
+ * UI server can (here the 'UI server' itself hands it to a grandchild and
+ * dies): dev must not take that listener for its UI. */
+static void test_cli_dev_ui_port_taken_meanwhile(void **state) {
+  (void)state;
+  int port = dbx_svct_free_port(), ui_port = dbx_svct_free_port();
+  char script[512], ui_env[96], port_s[16], ui_s[16], want[128];
+  snprintf(script, sizeof script,
+           "#!/bin/sh\n"
+           "python3 -c 'import socket,time\n"
+           "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+           "s.bind((\"127.0.0.1\", %d)); s.listen(4); time.sleep(20)' &\n"
+           "sleep 2\nexit 3\n",
+           ui_port);
+  char *fake = input_file("fake-ui-server", script);
+  assert_int_equal(chmod(fake, 0755), 0);
+  snprintf(ui_env, sizeof ui_env, "DURABOX_UI_SERVER=%s", fake);
+  snprintf(port_s, sizeof port_s, "%d", port);
+  snprintf(ui_s, sizeof ui_s, "%d", ui_port);
+  char *derr = input_file("ui-race.err", "");
+  char *dargv[] = {(char *)dbx_test_bin(), "dev", "--port", port_s, "--ui-port", ui_s, "--log-level", "warn", NULL};
+  char *denv[] = {g_env_home, ui_env, NULL};
+  pid_t dev = dbx_svct_proc_spawn(dargv, denv, NULL, derr);
+  snprintf(want, sizeof want, "exited (status 3) before serving http://127.0.0.1:%d", ui_port);
+  wait_file_has(derr, want, 30000);
+  char *text = dbx_svct_file_read(derr);
+  if (strstr(text, "Web UI on")) fail_msg("dev claims a Web UI it does not serve:\n%s", text);
+  free(text);
+  kill(dev, SIGTERM);
+  assert_int_equal(dbx_svct_proc_wait(dev, 30000), 0);
+  free(derr);
+  free(fake);
+}
+
 static void test_cli_query_json_errors_and_no_worker(void **state) {
   (void)state;
   char *sdb = dbx_test_tmpdir("itcli-i9s"), *wdb = dbx_test_tmpdir("itcli-i9w");
@@ -1279,6 +1316,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_cli_dev_temporary_store_and_unreachable_worker, test_teardown),
       cmocka_unit_test_teardown(test_cli_dev_store_retention, test_teardown),
       cmocka_unit_test_teardown(test_cli_dev_ui_port_in_use, test_teardown),
+      cmocka_unit_test_teardown(test_cli_dev_ui_port_taken_meanwhile, test_teardown),
       cmocka_unit_test_teardown(test_cli_query_json_errors_and_no_worker, test_teardown),
       cmocka_unit_test_teardown(test_cli_result_rides_out_a_service_restart, test_teardown),
   };

@@ -347,6 +347,24 @@ static void assert_verdict(const char *id, const char *want) {
   free(v);
 }
 
+/* Sandbox id's owner state and verdict as `sandbox list` against addr says. */
+static void assert_verdict_at(const char *id, const char *addr, const char *owner, const char *want) {
+  char *out = NULL, *err = NULL;
+  assert_int_equal(durabox(&out, &err, "sandbox", "list", "--sandbox-home", g_home, "--address", addr,
+                           "--output", "json", NULL), 0);
+  cJSON *lj = cJSON_Parse(out);
+  const cJSON *row, *found = NULL;
+  cJSON_ArrayForEach(row, cJSON_GetObjectItemCaseSensitive(lj, "sandboxes"))
+    if (strcmp(str_at(row, "id"), id) == 0) found = row;
+  if (found == NULL) fail_msg("sandbox %s not listed: %s", id, out);
+  if (strcmp(str_at(found, "owner_state"), owner) != 0 || strcmp(str_at(found, "verdict"), want) != 0)
+    fail_msg("sandbox %s at %s: owner %s verdict %s, want %s %s", id, addr, str_at(found, "owner_state"),
+             str_at(found, "verdict"), owner, want);
+  cJSON_Delete(lj);
+  free(out);
+  free(err);
+}
+
 /* gc leaves a session's sandbox; a removed one fails the next turn, named. */
 static void test_gc_and_removed_sandbox(void **state) {
   (void)state;
@@ -366,19 +384,23 @@ static void test_gc_and_removed_sandbox(void **state) {
   assert_int_equal(dbx_service_start(&so, &other, NULL), DBX_OK);
   char other_addr[64];
   snprintf(other_addr, sizeof other_addr, "127.0.0.1:%d", dbx_service_port(other));
+  assert_verdict_at(id, other_addr, "not_found", "kept");
   out = err = NULL;
-  assert_int_equal(durabox(&out, &err, "sandbox", "list", "--sandbox-home", g_home, "--address", other_addr,
-                           "--output", "json", NULL), 0);
-  cJSON *lj = cJSON_Parse(out);
-  const cJSON *row, *found = NULL;
-  cJSON_ArrayForEach(row, cJSON_GetObjectItemCaseSensitive(lj, "sandboxes"))
-    if (strcmp(str_at(row, "id"), id) == 0) found = row;
-  if (found == NULL) fail_msg("sandbox %s not listed: %s", id, out);
-  assert_string_equal(str_at(found, "owner_state"), "not_found");
-  assert_string_equal(str_at(found, "verdict"), "kept");
-  cJSON_Delete(lj);
+  assert_int_equal(durabox(&out, &err, "sandbox", "gc", "--sandbox-home", g_home, "--address", other_addr, NULL), 0);
   free(out);
   free(err);
+  /* nor when that service has a workflow of the session's id of its own */
+  out = err = NULL;
+  assert_int_equal(durabox(&out, &err, "workflow", "start", "--address", other_addr, "--workflow-id", "sess-c",
+                           "--type", "no.Worker", "--task-queue", "nobody", NULL), 0);
+  free(out);
+  free(err);
+  out = err = NULL;
+  assert_int_equal(durabox(&out, &err, "workflow", "terminate", "--address", other_addr, "--workflow-id", "sess-c",
+                           NULL), 0);
+  free(out);
+  free(err);
+  assert_verdict_at(id, other_addr, "not_found", "kept");
   out = err = NULL;
   assert_int_equal(durabox(&out, &err, "sandbox", "gc", "--sandbox-home", g_home, "--address", other_addr, NULL), 0);
   free(out);

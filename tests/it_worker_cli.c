@@ -173,16 +173,30 @@ static void test_cli_worker_says_why_its_polls_fail(void **state) {
   assert_int_equal(count_in_file(efd, warned), 1);
   assert_int_equal(count_in_file(efd, "answered again"), 0);
 
-  /* The service comes back on the same port with the namespace. */
+  /* The service comes back on the same port with the namespace, but now
+   * wants an API key the worker lacks: a new cause, a new warning. */
   dbx_service_stop(svc);
   const char *ns[] = {"later"};
   so.port = port;
   so.namespaces = ns;
   so.n_namespaces = 1;
+  so.api_key = "k";
+  svc = NULL;
+  assert_int_equal(dbx_service_start(&so, &svc, NULL), DBX_OK);
+  assert_int_equal(await_in_file(efd, "UNAUTHENTICATED"), 1);
+  usleep(1500 * 1000);
+  assert_int_equal(count_in_file(efd, "UNAUTHENTICATED"), 1);
+  assert_int_equal(count_in_file(efd, "answered again"), 0);
+
+  /* and then without the key: answered again */
+  dbx_service_stop(svc);
+  so.api_key = NULL;
   svc = NULL;
   assert_int_equal(dbx_service_start(&so, &svc, NULL), DBX_OK);
   assert_int_equal(await_in_file(efd, "polls of task queue pollq in namespace later are answered again"), 1);
-  assert_int_equal(count_in_file(efd, warned), 1);
+  /* one warning per cause (the restarts' dropped polls are causes of their own) */
+  assert_int_equal(count_in_file(efd, "with backoff: NOT_FOUND: Namespace later is not found."), 1);
+  assert_int_equal(count_in_file(efd, "with backoff: UNAUTHENTICATED"), 1);
 
   kill(worker, SIGTERM);
   assert_int_equal(wait_exit(worker), 0);

@@ -144,6 +144,13 @@ dbx_err dbx_client_call_ready(dbx_client *c, const char *method, const ProtobufC
   return call(c, method, req, resp_desc, timeout_ms, 1, cancel, resp, NULL, errmsg);
 }
 
+dbx_err dbx_client_call_ready_status(dbx_client *c, const char *method, const ProtobufCMessage *req,
+                                     const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                                     dbx_rpc_cancel *cancel, ProtobufCMessage **resp,
+                                     dbx_client_status *st, char **errmsg) {
+  return call(c, method, req, resp_desc, timeout_ms, 1, cancel, resp, st, errmsg);
+}
+
 dbx_err dbx_client_call(dbx_client *c, const char *method, const ProtobufCMessage *req,
                         const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
                         dbx_rpc_cancel *cancel, ProtobufCMessage **resp, char **errmsg) {

@@ -84,6 +84,11 @@ dbx_err dbx_client_call_status(dbx_client *c, const char *method, const Protobuf
 dbx_err dbx_client_call_ready(dbx_client *c, const char *method, const ProtobufCMessage *req,
                               const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
                               dbx_rpc_cancel *cancel, ProtobufCMessage **resp, char **errmsg);
+/* dbx_client_call_ready that also fills *st (may be NULL; zeroed first). */
+dbx_err dbx_client_call_ready_status(dbx_client *c, const char *method, const ProtobufCMessage *req,
+                                     const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                                     dbx_rpc_cancel *cancel, ProtobufCMessage **resp,
+                                     dbx_client_status *st, char **errmsg);
 
 /* ------------------------------------------------------------ payloads */
 

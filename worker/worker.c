@@ -164,7 +164,7 @@ struct dbx_worker {
   wft_item *wq_head, *wq_tail;
   dbx_rpc_cancel *poll_cancel;
   atomic_int stopping;
-  atomic_int poll_warned;      /* a poll failure was logged; cleared by the next answered poll */
+  atomic_int poll_warned;      /* the kind of the poll failure last logged (0 = none since an answered poll) */
   int started, stopped;
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -359,13 +359,18 @@ static void backoff(dbx_worker *w, int *failures, unsigned *seed, int64_t max_ms
 static int64_t poll_backoff_max_ms(dbx_err rc) { return rc == DBX_EUNAVAILABLE ? 500 : 5000; }
 
 /* A failed poll is retried with backoff for as long as the failure lasts.
- * The first failure after an answered poll is logged as a warning, once for
- * all the worker's pollers, and the next answered poll says so: a worker
- * polling a namespace the service lacks, refused its credentials, or cut off
- * from its service says why it idles instead of idling in silence. */
-static void poll_failed(dbx_worker *w, const char *kind, dbx_err rc, const char *err) {
+ * A failure is logged as a warning when it differs in kind (its gRPC
+ * status, or the local error when none came) from the last one logged since
+ * an answered poll: once for all the worker's pollers while the cause
+ * stays, again when it changes (a namespace now found but the API key now
+ * refused); the next answered poll says so. A worker polling a namespace
+ * the service lacks, refused its credentials, or cut off from its service
+ * says why it idles instead of idling in silence. */
+static void poll_failed(dbx_worker *w, const char *kind, dbx_err rc, const dbx_client_status *st,
+                        const char *err) {
   w->st_poll_err++;
-  if (!atomic_exchange(&w->poll_warned, 1))
+  int why = st->grpc_status != DBX_GRPC_OK ? st->grpc_status + 1 : 1000 + (int)rc;
+  if (atomic_exchange(&w->poll_warned, why) != why)
     DBX_WARN("worker", "%s poll of task queue %s in namespace %s failed, polling again with backoff: %s",
              kind, w->tq, w->ns, err ? err : dbx_strerror(rc));
   else
@@ -923,9 +928,10 @@ static void wf_poll_loop(dbx_worker *w, int sticky) {
     rq.identity = w->identity;
     PollWorkflowTaskQueueResponse *t = NULL;
     char *err = NULL;
-    dbx_err rc = dbx_client_call_ready(w->client, "PollWorkflowTaskQueue", &rq.base,
-                                 &PollWorkflowTaskQueueResponse__D, POLL_TIMEOUT_MS,
-                                 w->poll_cancel, (ProtobufCMessage **)&t, &err);
+    dbx_client_status st;
+    dbx_err rc = dbx_client_call_ready_status(w->client, "PollWorkflowTaskQueue", &rq.base,
+                                              &PollWorkflowTaskQueueResponse__D, POLL_TIMEOUT_MS,
+                                              w->poll_cancel, (ProtobufCMessage **)&t, &st, &err);
     if (w->stopping) { /* stop() fires poll_cancel only after setting stopping */
       free(err);
       dbx_client_msg_free(t);
@@ -934,7 +940,7 @@ static void wf_poll_loop(dbx_worker *w, int sticky) {
     /* CANCELLED from the service (it was stopping) is transient like UNAVAILABLE */
     if (rc != DBX_OK) {
       if (rc != DBX_ETIMEDOUT) {
-        poll_failed(w, sticky ? "sticky workflow task" : "workflow task", rc, err);
+        poll_failed(w, sticky ? "sticky workflow task" : "workflow task", rc, &st, err);
         backoff(w, &failures, &seed, poll_backoff_max_ms(rc));
       }
       free(err);
@@ -1594,9 +1600,10 @@ static void *act_poller(void *arg) {
     rq.identity = w->identity;
     PollActivityTaskQueueResponse *t = NULL;
     char *err = NULL;
-    dbx_err rc = dbx_client_call_ready(w->client, "PollActivityTaskQueue", &rq.base,
-                                 &PollActivityTaskQueueResponse__D, POLL_TIMEOUT_MS,
-                                 w->poll_cancel, (ProtobufCMessage **)&t, &err);
+    dbx_client_status st;
+    dbx_err rc = dbx_client_call_ready_status(w->client, "PollActivityTaskQueue", &rq.base,
+                                              &PollActivityTaskQueueResponse__D, POLL_TIMEOUT_MS,
+                                              w->poll_cancel, (ProtobufCMessage **)&t, &st, &err);
     if (rc == DBX_OK) { /* an empty poll answered too: the service is fine */
       failures = 0;
       poll_answered(w);
@@ -1614,7 +1621,7 @@ static void *act_poller(void *arg) {
         break;
       }
       if (rc != DBX_OK && rc != DBX_ETIMEDOUT) {
-        poll_failed(w, "activity task", rc, err);
+        poll_failed(w, "activity task", rc, &st, err);
         backoff(w, &failures, &seed, poll_backoff_max_ms(rc));
       }
       free(err);
