@@ -42,15 +42,31 @@ static int wait_exit(pid_t pid) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+/* An unsynced embedded service on a store in dir. */
+static void service_opts(dbx_service_opts *so, const char *dir) {
+  dbx_service_opts_init(so);
+  so->db_path = dir;
+  so->no_sync = 1;
+}
+
+/* Remove and free a test's three directories; the end of its gRPC use. */
+static void drop_dirs(char *svc_dir, char *wrk_dir, char *home) {
+  dbx_test_rmrf(svc_dir);
+  dbx_test_rmrf(wrk_dir);
+  dbx_test_rmrf(home);
+  free(svc_dir);
+  free(wrk_dir);
+  free(home);
+  dbx_rpc_global_shutdown();
+}
+
 static void test_cli_worker_runs_script_then_replay(void **state) {
   (void)state;
   dbx_rpc_global_init();
   char *svc_dir = dbx_test_tmpdir("itc-svc"), *wrk_dir = dbx_test_tmpdir("itc-wrk"),
        *home = dbx_test_tmpdir("itc-home");
   dbx_service_opts so;
-  dbx_service_opts_init(&so);
-  so.db_path = svc_dir;
-  so.no_sync = 1;
+  service_opts(&so, svc_dir);
   dbx_service *svc = NULL;
   assert_int_equal(dbx_service_start(&so, &svc, NULL), DBX_OK);
   char addr[64];
@@ -100,13 +116,7 @@ static void test_cli_worker_runs_script_then_replay(void **state) {
   free(rid);
   dbx_client_destroy(c);
   dbx_service_stop(svc);
-  dbx_test_rmrf(svc_dir);
-  dbx_test_rmrf(wrk_dir);
-  dbx_test_rmrf(home);
-  free(svc_dir);
-  free(wrk_dir);
-  free(home);
-  dbx_rpc_global_shutdown();
+  drop_dirs(svc_dir, wrk_dir, home);
 }
 
 /* Occurrences of needle in the file's text so far. */
@@ -146,9 +156,7 @@ static void test_cli_worker_says_why_its_polls_fail(void **state) {
   char *svc_dir = dbx_test_tmpdir("itc-svc"), *wrk_dir = dbx_test_tmpdir("itc-wrk"),
        *home = dbx_test_tmpdir("itc-home");
   dbx_service_opts so;
-  dbx_service_opts_init(&so);
-  so.db_path = svc_dir;
-  so.no_sync = 1;
+  service_opts(&so, svc_dir);
   so.long_poll_ms = 300; /* an answered poll is known when it ends */
   dbx_service *svc = NULL;
   assert_int_equal(dbx_service_start(&so, &svc, NULL), DBX_OK);
@@ -203,13 +211,7 @@ static void test_cli_worker_says_why_its_polls_fail(void **state) {
   g_worker = 0;
   close(efd);
   dbx_service_stop(svc);
-  dbx_test_rmrf(svc_dir);
-  dbx_test_rmrf(wrk_dir);
-  dbx_test_rmrf(home);
-  free(svc_dir);
-  free(wrk_dir);
-  free(home);
-  dbx_rpc_global_shutdown();
+  drop_dirs(svc_dir, wrk_dir, home);
 }
 
 int main(void) {
