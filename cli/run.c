@@ -667,6 +667,11 @@ int dbx_cli_run(int argc, char **argv) {
     fprintf(stderr, "durabox run: --task-queue is empty\n");
     return 2;
   }
+  if (retention_h >= 0 && conn.address) {
+    fprintf(stderr, "durabox run: --store-retention-hours is the embedded worker's; with --address no worker "
+                    "runs here (durabox worker --store-retention-hours sets it there)\n");
+    return 2;
+  }
   if (session && wfid && strcmp(wfid, session) != 0) {
     fprintf(stderr, "durabox run: a session is a workflow id: give --session S or --workflow-id, not both\n");
     return 2;

@@ -858,6 +858,7 @@ static void test_cli_flags_are_checked(void **state) {
       {{"worker", "-t", ""}, 2, "--task-queue is empty"},
       {{"run", "x.json", "--task-queue="}, 2, "--task-queue is empty"},
       {{"run", "x.json", "--namespace="}, 2, "--namespace is empty"},
+      {{"run", "x.json", "--store-retention-hours=1", "--address", "127.0.0.1:1"}, 2, "with --address no worker runs here"},
       {{"workflow", "list", "-n", ""}, 2, "--namespace is empty"},
       {{"worker", "--tls-ca", "/nonexistent/ca.pem"}, 1, "cannot read the TLS file /nonexistent/ca.pem"},
       {{"version", "--bogus"}, 2, "takes no arguments ('--bogus')"},
