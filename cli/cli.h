@@ -27,6 +27,10 @@ int dbx_cli_approval(int argc, char **argv);
  * ~/.local/share/durabox/worker), the store `durabox run` and `durabox dev`
  * write, so worker, replay and approval find it. NULL on OOM. */
 char *dbx_cli_worker_db_default(void);
+/* 0 when value is non-empty; else prints "CMD: FLAG is empty" and returns
+ * -1. For the names a service would refuse on every call (task queue,
+ * namespace). */
+int dbx_cli_nonempty(const char *cmd, const char *flag, const char *value);
 /* The worker's store_retention_ms for --store-retention-hours H (0 to 87600):
  * H < 0 (flag not given) = 0, the worker's default (24 h); H == 0 = -1, keep
  * every run; else H hours in ms, at least 1. */

@@ -9,6 +9,7 @@
 
 #include "base/codec.h"
 #include "base/fs.h"
+#include "cli/cli.h"
 #include "cli/flags.h"
 
 void dbx_cli_conn_init(dbx_cli_conn *c) {
@@ -24,6 +25,12 @@ void dbx_cli_conn_init(dbx_cli_conn *c) {
   c->tls_key = getenv("TEMPORAL_TLS_KEY");
 }
 
+int dbx_cli_nonempty(const char *cmd, const char *flag, const char *value) {
+  if (value == NULL || *value) return 0;
+  fprintf(stderr, "%s: %s is empty\n", cmd, flag);
+  return -1;
+}
+
 int dbx_cli_conn_flag(dbx_cli_conn *c, int argc, char **argv, int *i) {
   const char *output = NULL;
   const dbx_cli_flag t[] = {
@@ -37,10 +44,7 @@ int dbx_cli_conn_flag(dbx_cli_conn *c, int argc, char **argv, int *i) {
       {"--output", "-o", DBX_CLI_FLAG_STR, &output, 0, 0},
   };
   int r = dbx_cli_flag_take("durabox", t, sizeof t / sizeof t[0], argc, argv, i);
-  if (r > 0 && !*c->namespace_) {
-    fprintf(stderr, "durabox: --namespace is empty\n");
-    return -1;
-  }
+  if (r > 0 && dbx_cli_nonempty("durabox", "--namespace", c->namespace_) != 0) return -1;
   if (r <= 0 || output == NULL) return r;
   if (strcmp(output, "json") != 0 && strcmp(output, "text") != 0) {
     fprintf(stderr, "durabox: --output %s: use text or json\n", output);

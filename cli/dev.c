@@ -59,10 +59,9 @@ int dbx_cli_dev(int argc, char **argv) {
     }
     return dbx_cli_flag_unknown("durabox dev", argv[i]);
   }
-  if (!*o.task_queue || (o.namespace_ && !*o.namespace_)) {
-    fprintf(stderr, "durabox dev: --%s is empty\n", !*o.task_queue ? "task-queue" : "namespace");
+  if (dbx_cli_nonempty("durabox dev", "--task-queue", o.task_queue) != 0 ||
+      dbx_cli_nonempty("durabox dev", "--namespace", o.namespace_) != 0)
     return 2;
-  }
   o.store_retention_ms = dbx_cli_store_retention_ms(retention_h);
   if (sandbox) setenv("DURABOX_SANDBOX", sandbox, 1); /* the driver choice, read by cli/kit.c */
   dbx_log_level l = DBX_LOG_INFO;
