@@ -144,6 +144,7 @@ static int count_arg(const char *flag, const char *v, int max) {
 }
 
 int main(int argc, char **argv) {
+  dbx_worker_cap_malloc_arenas(); /* as durabox's own main does */
   dbx_worker_opts wo = {0};
   wo.task_queue = "bench";
   wo.activity_slots = 2000;

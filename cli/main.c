@@ -53,6 +53,7 @@ static int dispatch(int argc, char **argv) {
 int main(int argc, char **argv) {
   /* a detached command's supervisor (activities/local.h): before any setup */
   dbx_local_supervisor_main(argc, argv);
+  dbx_worker_cap_malloc_arenas(); /* before any thread: worker/worker.h */
   signal(SIGPIPE, SIG_IGN);
   if (argc < 2) {
     usage(stderr);

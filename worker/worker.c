@@ -65,6 +65,7 @@
 #include "worker/worker.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -323,6 +324,18 @@ void dbx_worker_get_stats(dbx_worker *w, dbx_worker_stats *out) {
   out->completions_sent = w->st_completions;
   out->activities_in_flight = w->st_in_flight;
   out->activities_parked = w->st_parked;
+}
+
+int dbx_worker_cap_malloc_arenas(void) {
+#ifdef M_ARENA_MAX
+  const char *tun = getenv("GLIBC_TUNABLES");
+  if (getenv("MALLOC_ARENA_MAX") || (tun && strstr(tun, "glibc.malloc.arena_max"))) return 0;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int cap = cores < 1 ? 1 : cores > 1024 ? 1024 : (int)cores;
+  return mallopt(M_ARENA_MAX, cap) == 1 ? cap : 0;
+#else
+  return 0;
+#endif
 }
 
 /* Sleep up to ms on the worker's condition; returns early on stop. */

@@ -144,4 +144,15 @@ typedef struct {
 } dbx_worker_stats;
 void dbx_worker_get_stats(dbx_worker *w, dbx_worker_stats *out);
 
+/* Process-wide, for a program whose main job is a worker or the embedded
+ * service: caps glibc's malloc arenas at one per online core (glibc's own
+ * cap is eight per core) unless the environment sets a cap already
+ * (MALLOC_ARENA_MAX, or glibc.malloc.arena_max in GLIBC_TUNABLES). Without
+ * it each of the worker's few dozen threads that allocates gets an arena of
+ * its own, and the pages those arenas keep were half of the worker's own
+ * resident memory (docs/benchmarks.md, "malloc arenas"). Call from main
+ * before any thread starts; not thread-safe. Returns the cap set, or 0 when
+ * the environment's was kept or the C library has no such setting. */
+int dbx_worker_cap_malloc_arenas(void);
+
 #endif
