@@ -31,6 +31,11 @@ char *dbx_cli_worker_db_default(void);
  * -1. For the names a service would refuse on every call (task queue,
  * namespace). */
 int dbx_cli_nonempty(const char *cmd, const char *flag, const char *value);
+/* 0 when driver is NULL (flag not given), "local" or "daytona"; else prints
+ * "CMD: --sandbox 'X': use local or daytona" and returns -1. Checked with the
+ * other flags, so a wrong driver is a usage error (exit 2) before anything
+ * starts. */
+int dbx_cli_sandbox_driver(const char *cmd, const char *driver);
 /* The worker's store_retention_ms for --store-retention-hours H (0 to 87600):
  * H < 0 (flag not given) = 0, the worker's default (24 h); H == 0 = -1, keep
  * every run; else H hours in ms, at least 1. */

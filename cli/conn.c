@@ -31,6 +31,12 @@ int dbx_cli_nonempty(const char *cmd, const char *flag, const char *value) {
   return -1;
 }
 
+int dbx_cli_sandbox_driver(const char *cmd, const char *driver) {
+  if (driver == NULL || strcmp(driver, "local") == 0 || strcmp(driver, "daytona") == 0) return 0;
+  fprintf(stderr, "%s: --sandbox '%.60s': use local or daytona\n", cmd, driver);
+  return -1;
+}
+
 int dbx_cli_conn_flag(dbx_cli_conn *c, int argc, char **argv, int *i) {
   const char *output = NULL;
   const dbx_cli_flag t[] = {

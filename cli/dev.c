@@ -60,7 +60,8 @@ int dbx_cli_dev(int argc, char **argv) {
     return dbx_cli_flag_unknown("durabox dev", argv[i]);
   }
   if (dbx_cli_nonempty("durabox dev", "--task-queue", o.task_queue) != 0 ||
-      dbx_cli_nonempty("durabox dev", "--namespace", o.namespace_) != 0)
+      dbx_cli_nonempty("durabox dev", "--namespace", o.namespace_) != 0 ||
+      dbx_cli_sandbox_driver("durabox dev", sandbox) != 0)
     return 2;
   o.store_retention_ms = dbx_cli_store_retention_ms(retention_h);
   if (sandbox) setenv("DURABOX_SANDBOX", sandbox, 1); /* the driver choice, read by cli/kit.c */

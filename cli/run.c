@@ -663,7 +663,9 @@ int dbx_cli_run(int argc, char **argv) {
     fprintf(stderr, "durabox run: FILE is required (a durabox.Script input, JSON)\n");
     return 2;
   }
-  if (dbx_cli_nonempty("durabox run", "--task-queue", tq) != 0) return 2;
+  if (dbx_cli_nonempty("durabox run", "--task-queue", tq) != 0 ||
+      dbx_cli_sandbox_driver("durabox run", sandbox) != 0)
+    return 2;
   if (retention_h >= 0 && conn.address) {
     fprintf(stderr, "durabox run: --store-retention-hours is the embedded worker's; with --address no worker "
                     "runs here (durabox worker --store-retention-hours sets it there)\n");

@@ -180,7 +180,8 @@ int dbx_cli_worker(int argc, char **argv) {
   }
   if (dbx_cli_address_check(address) != 0) return 2;
   if (dbx_cli_nonempty("durabox worker", "--task-queue", tq) != 0 ||
-      dbx_cli_nonempty("durabox worker", "--namespace", ns) != 0)
+      dbx_cli_nonempty("durabox worker", "--namespace", ns) != 0 ||
+      dbx_cli_sandbox_driver("durabox worker", sandbox) != 0)
     return 2; /* the service would refuse every poll, and the worker would idle */
   int rc = 1;
   char *ca_pem = NULL, *cert_pem = NULL, *key_pem = NULL, *dbdef = NULL, *err = NULL;
