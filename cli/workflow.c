@@ -634,25 +634,44 @@ static int parse_flags(const char *sub, int argc, char **argv, wf_args *a, dbx_c
 
 /* What a successful cancel did: the service accepts a cancel of a closed run
  * as a no-op (as Temporal's does), so a closed run is named as such. */
-static void cancel_said(dbx_client *c, const wf_args *a) {
+/* The run's status by Temporal's name ("RUNNING", "CANCELED", ...) into
+ * name; 1 when it is closed, 0 when running, -1 when it could not be told. */
+static int run_closed(dbx_client *c, const wf_args *a, char name[32]) {
   DescribeWorkflowExecutionResponse *r = NULL;
   char *err = NULL;
-  int closed = 0;
-  const char *name = "?";
+  int closed = -1;
+  snprintf(name, 32, "?");
   if (dbx_client_describe(c, a->workflow_id, a->run_id, &r, &err) == DBX_OK && r->workflow_execution_info) {
     int st = r->workflow_execution_info->status;
     closed = st != TEMPORAL__API__ENUMS__V1__WORKFLOW_EXECUTION_STATUS__WORKFLOW_EXECUTION_STATUS_RUNNING;
     const ProtobufCEnumValue *v =
         protobuf_c_enum_descriptor_get_value(&temporal__api__enums__v1__workflow_execution_status__descriptor, st);
-    if (v) name = v->name + strlen("WORKFLOW_EXECUTION_STATUS_");
+    if (v) snprintf(name, 32, "%s", v->name + strlen("WORKFLOW_EXECUTION_STATUS_"));
   }
-  if (closed)
-    printf("%s had already closed (%s): nothing to cancel\n", a->workflow_id, name);
+  dbx_client_msg_free(r);
+  free(err);
+  return closed;
+}
+
+/* What a cancel did, judged by the run's status before the request (was_closed,
+ * from run_closed) and after it: a service answers a cancel of a closed run
+ * with success (Temporal's no-op), and a run may close within milliseconds of
+ * the request (a session's turn), so only the status before tells that there
+ * was nothing to cancel. */
+static void cancel_said(dbx_client *c, const wf_args *a, int was_closed, const char *before) {
+  char now[32];
+  if (was_closed == 1) {
+    printf("%s had already closed (%s): nothing to cancel\n", a->workflow_id, before);
+    return;
+  }
+  int closed = run_closed(c, a, now);
+  if (closed == 1 && strcmp(now, "CANCELED") == 0)
+    printf("%s cancelled\n", a->workflow_id);
+  else if (closed == 1)
+    printf("%s closed (%s) before the cancellation took effect\n", a->workflow_id, now);
   else /* the run's workflow code decides when it stops */
     printf("cancellation of %s requested; `durabox workflow result -w %s` waits for its end\n", a->workflow_id,
            a->workflow_id);
-  dbx_client_msg_free(r);
-  free(err);
 }
 
 int dbx_cli_workflow(int argc, char **argv) {
@@ -790,10 +809,12 @@ int dbx_cli_workflow(int argc, char **argv) {
     if (e != DBX_OK) report(&a, "signal", e, err);
     else if (!conn.json) printf("signal %s sent to %s\n", a.name, a.workflow_id);
   } else if (strcmp(sub, "cancel") == 0) {
+    char before[32];
+    int was_closed = conn.json ? -1 : run_closed(c, &a, before);
     dbx_err e = dbx_client_cancel(c, a.workflow_id, a.run_id, a.reason, &err);
     rc = e == DBX_OK ? 0 : 1;
     if (e != DBX_OK) report(&a, "cancel", e, err);
-    else if (!conn.json) cancel_said(c, &a);
+    else if (!conn.json) cancel_said(c, &a, was_closed, before);
   } else if (strcmp(sub, "terminate") == 0) {
     dbx_err e = dbx_client_terminate(c, a.workflow_id, a.run_id, a.reason, NULL, &err);
     rc = e == DBX_OK ? 0 : 1;
