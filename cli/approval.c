@@ -42,11 +42,9 @@
   "  shows only its refusals\n"
 
 static dbx_wstore *open_store(const char *db, const char *what) {
-  struct stat sb;
-  if (!db || stat(db, &sb) != 0) {
-    fprintf(stderr, "durabox approval %s: no worker store at %s\n", what, db ? db : "?");
-    return NULL;
-  }
+  char cmd[48];
+  snprintf(cmd, sizeof cmd, "durabox approval %s", what);
+  if (dbx_cli_worker_store_check(cmd, db) != 0) return NULL;
   dbx_wstore *s = NULL;
   char *err = NULL;
   dbx_err e = dbx_wstore_open(db, 0, &s, &err);
@@ -165,6 +163,82 @@ static int held_list(dbx_client *c, const char *address, int optional) {
   return 0;
 }
 
+/* A durabox.approval signal's input as JSON (NULL when it has none or is not
+ * an object). */
+static cJSON *signal_input(const HistoryEvent *e) {
+  if (e->event_type != ET(WORKFLOW_EXECUTION_SIGNALED)) return NULL; /* the attributes are a oneof */
+  const WorkflowExecutionSignaledEventAttributes *a = e->workflow_execution_signaled_event_attributes;
+  if (!a || !a->signal_name || strcmp(a->signal_name, "durabox.approval") != 0) return NULL;
+  char *txt = dbx_payloads_to_json(a->input);
+  cJSON *j = txt ? cJSON_Parse(txt) : NULL;
+  free(txt);
+  if (cJSON_IsObject(j)) return j;
+  cJSON_Delete(j);
+  return NULL;
+}
+
+/* 1 when event e set memo "durabox.approval" to a held step equal to step:
+ * the start of a hold (workflows/agent.c and workflows/script.c set it when a
+ * step starts waiting, and clear it to null once decided). */
+static int hold_starts(const HistoryEvent *e, const cJSON *step) {
+  if (e->event_type != ET(WORKFLOW_PROPERTIES_MODIFIED)) return 0;
+  const Temporal__Api__History__V1__WorkflowPropertiesModifiedEventAttributes *a =
+      e->workflow_properties_modified_event_attributes;
+  const Memo *m = a ? a->upserted_memo : NULL;
+  for (size_t i = 0; m && i < m->n_fields; i++) {
+    if (strcmp(m->fields[i]->key, "durabox.approval") != 0 || !m->fields[i]->value) continue;
+    const Payload *p = m->fields[i]->value;
+    cJSON *j = cJSON_ParseWithLength((const char *)p->data.data, p->data.len);
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(j, "step");
+    int same = cJSON_IsObject(j) && (step == NULL || (js && cJSON_Compare(js, step, 1)));
+    cJSON_Delete(j);
+    return same;
+  }
+  return 0;
+}
+
+/* 1 when signal input j decides step (a step it names must be the same; the
+ * decision one the workflows take; by among approvers when a list is given). */
+static int decides(const cJSON *j, const cJSON *step, const cJSON *approvers) {
+  const cJSON *js = cJSON_GetObjectItemCaseSensitive(j, "step");
+  if (js && step && !cJSON_Compare(js, step, 1)) return 0;
+  static const char *const words[] = {"grant", "granted", "approve", "allow", "deny", "denied", "reject"};
+  const char *d = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "decision"));
+  int known = 0;
+  for (size_t i = 0; d && i < sizeof words / sizeof *words; i++) known |= strcmp(d, words[i]) == 0;
+  if (!known) return 0;
+  if (!cJSON_IsArray(approvers)) return 1;
+  const char *by = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "by"));
+  const cJSON *a;
+  cJSON_ArrayForEach(a, approvers) if (by && cJSON_IsString(a) && strcmp(a->valuestring, by) == 0) return 1;
+  return 0;
+}
+
+/* Which decision the run took for the held step: the first deciding
+ * durabox.approval signal after the hold began, in history order (signals
+ * are ordered by the service; the workflows act on the first and ignore the
+ * rest). Returns a copy of that signal's input (cJSON_Delete), or NULL when
+ * the history could not be read or holds no such signal. */
+static cJSON *first_decision(dbx_client *c, const char *wid, const char *run, const cJSON *step,
+                             const cJSON *approvers) {
+  dbx_client_history h = {0};
+  char *err = NULL;
+  cJSON *won = NULL;
+  if (dbx_client_get_history(c, wid, run, NULL, &h, &err) == DBX_OK) {
+    size_t from = 0;
+    for (size_t i = 0; i < h.n; i++)
+      if (hold_starts(h.events[i], step)) from = i + 1;
+    for (size_t i = from; i < h.n && !won; i++) {
+      cJSON *j = signal_input(h.events[i]);
+      if (j && decides(j, step, approvers)) won = j;
+      else cJSON_Delete(j);
+    }
+  }
+  free(err);
+  dbx_client_history_cleanup(&h);
+  return won;
+}
+
 static int held_decide(dbx_client *c, const char *address, const char *sub, const char *wid,
                        const char *rid, const char *by, const char *reason) {
   DescribeWorkflowExecutionResponse *r = NULL;
@@ -199,26 +273,50 @@ static int held_decide(dbx_client *c, const char *address, const char *sub, cons
     cJSON_Delete(h);
     return 1;
   }
+  /* request_id tells this decision from another sent at the same moment (the
+   * workflows ignore fields they do not know) */
+  char rq[DBX_UUID_LEN + 1] = "";
   cJSON *sig = cJSON_CreateObject();
   cJSON_AddItemToObject(sig, "step", step ? cJSON_Duplicate(step, 1) : cJSON_CreateNull());
   cJSON_AddStringToObject(sig, "decision", strcmp(sub, "grant") == 0 ? "grant" : "deny");
   cJSON_AddStringToObject(sig, "by", by);
   if (reason) cJSON_AddStringToObject(sig, "reason", reason);
+  if (dbx_uuid_v4(rq) == DBX_OK) cJSON_AddStringToObject(sig, "request_id", rq);
   char *txt = cJSON_PrintUnformatted(sig);
   cJSON_Delete(sig);
   e = txt ? dbx_client_signal(c, wid, run, "durabox.approval", txt, &err) : DBX_ENOMEM;
   free(txt);
-  if (e == DBX_OK)
-    printf("%s %s (%s) of %s run %s, by %s\n", strcmp(sub, "grant") == 0 ? "granted" : "denied",
-           sw ? sw : "the step", cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(h, "target")), wid,
-           run, by);
-  else
+  int rc = e == DBX_OK ? 0 : 1;
+  const char *target = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(h, "target"));
+  /* The step was held when described, but another grant or deny may have
+   * reached the run first: only the first counts, so say which one did. */
+  cJSON *won = e == DBX_OK ? first_decision(c, wid, run, step, ap) : NULL;
+  const char *won_rq = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(won, "request_id"));
+  if (e != DBX_OK) {
     dbx_cli_report("approval", address, e, err);
+  } else if (won && (!won_rq || strcmp(won_rq, rq) != 0)) {
+    const char *d = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(won, "decision"));
+    const char *wby = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(won, "by"));
+    int granted = d && (d[0] == 'g' || d[0] == 'a');
+    fprintf(stderr,
+            "durabox approval %s: %s (%s) of %s run %s was already %s by %s: a decision sent at the same "
+            "time came first, and this %s is ignored\n",
+            sub, sw ? sw : "the step", target ? target : "", wid, run, granted ? "granted" : "denied",
+            wby ? wby : "someone", sub);
+    rc = 1;
+  } else {
+    printf("%s %s (%s) of %s run %s, by %s\n", strcmp(sub, "grant") == 0 ? "granted" : "denied",
+           sw ? sw : "the step", target ? target : "", wid, run, by);
+    if (!won) /* sent, but the history could not be read back to confirm it */
+      fprintf(stderr, "durabox approval %s: the decision was sent; whether it came before any other could not "
+                      "be read from the run's history\n", sub);
+  }
+  cJSON_Delete(won);
   free(err);
   free(sw);
   free(run);
   cJSON_Delete(h);
-  return e == DBX_OK ? 0 : 1;
+  return rc;
 }
 
 /* The agent half of the command: list held steps, grant or deny one. */

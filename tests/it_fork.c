@@ -541,6 +541,50 @@ static void test_fork_denied_approval_fails_the_step(void **state) {
   cJSON_Delete(res);
 }
 
+/* Two decisions on one held step at the same time: the run takes the first
+ * in its history and ignores the other, so only the first may say it
+ * succeeded. The fork runs on a queue of its own, served by a worker this
+ * test stops (SIGSTOP) while a deny by bob reaches the run: the step stays
+ * held in its memo, so alice's grant is sent, and must be told that bob's
+ * deny came first. */
+static void test_fork_approval_race_names_the_first_decision(void **state) {
+  (void)state;
+  need_source();
+  char *wdb = dbx_test_tmpdir("itfk-race-wrk");
+  char *wargv[] = {(char *)dbx_test_bin(), "worker", "--address", g_addr, "--task-queue", "fk-race-q",
+                   "--db", wdb, "--log-level", "warn", NULL};
+  char *wenv[] = {g_env_home, "TEMPORAL_ADDRESS", NULL};
+  pid_t w = dbx_svct_proc_spawn(wargv, wenv, NULL, NULL);
+  assert_true(w > 0);
+  const cJSON *ck = ckpt_at(g_src_res, 1);
+  char at[32], *out = NULL, *err = NULL;
+  snprintf(at, sizeof at, "%lld", (long long)cJSON_GetNumberValue(cJSON_GetObjectItem(ck, "covered_event_id")));
+  int rc = durabox(&out, &err, "workflow", "fork", "-w", "ck-src", "--at", at, "--workflow-id-new", "fk-race",
+                   "--task-queue", "fk-race-q", NULL);
+  if (rc != 0) fail_msg("fork exited %d\n%s\n%s", rc, out, err);
+  free(out);
+  free(err);
+  wait_approval("fk-race", "c");
+  assert_int_equal(kill(w, SIGSTOP), 0);
+  signal_approval("fk-race", "{\"step\":\"c\",\"decision\":\"deny\",\"by\":\"bob\",\"reason\":\"first\"}");
+  rc = durabox(&out, &err, "approval", "grant", "fk-race", "--by", "alice", NULL);
+  if (rc != 1 || strstr(err, "step 'c' (sandbox.exec) of fk-race run ") == NULL ||
+      strstr(err, "was already denied by bob: a decision sent at the same time came first, and this grant is "
+                  "ignored") == NULL || strstr(out, "granted") != NULL)
+    fail_msg("approval grant after bob's deny exited %d\n%s\n%s", rc, out, err);
+  free(out);
+  free(err);
+  assert_int_equal(kill(w, SIGCONT), 0);
+  cJSON *res = result_of("fk-race");
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(res, "status")), "failed");
+  assert_non_null(strstr(step_field(res, 3, "error"), "ApprovalDenied: denied by bob: first"));
+  cJSON_Delete(res);
+  kill(w, SIGTERM);
+  assert_int_equal(dbx_svct_proc_wait(w, 30000), 0);
+  dbx_test_rmrf(wdb);
+  free(wdb);
+}
+
 static void test_fork_points(void **state) {
   (void)state;
   need_source();
@@ -764,6 +808,7 @@ int main(void) {
       cmocka_unit_test(test_fork_never_reruns_a_recorded_at_most_once_step),
       cmocka_unit_test(test_fork_uncovered_warns),
       cmocka_unit_test(test_fork_denied_approval_fails_the_step),
+      cmocka_unit_test(test_fork_approval_race_names_the_first_decision),
       cmocka_unit_test(test_fork_points),
       cmocka_unit_test(test_fork_refusals_and_open_task),
       cmocka_unit_test(test_fork_of_timed_out_run_gets_a_fresh_timeout),
