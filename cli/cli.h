@@ -36,6 +36,13 @@ int dbx_cli_nonempty(const char *cmd, const char *flag, const char *value);
  * other flags, so a wrong driver is a usage error (exit 2) before anything
  * starts. */
 int dbx_cli_sandbox_driver(const char *cmd, const char *driver);
+/* 0 when dir holds a worker store that a worker wrote (its data.mdb exists)
+ * and is not a workflow service's store (no service.lock); else prints
+ * "CMD: no worker store at DIR ..." or "CMD: DIR is a workflow service's
+ * store, not a worker store" and returns -1. For commands that read a worker
+ * store (replay --db, approval --db): opening creates the worker's tables,
+ * which must not land in an arbitrary directory or in a service's store. */
+int dbx_cli_worker_store_check(const char *cmd, const char *dir);
 /* The worker's store_retention_ms for --store-retention-hours H (0 to 87600):
  * H < 0 (flag not given) = 0, the worker's default (24 h); H == 0 = -1, keep
  * every run; else H hours in ms, at least 1. */

@@ -5,10 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/codec.h"
 #include "base/fs.h"
+#include "base/util.h"
 #include "cli/cli.h"
 #include "cli/flags.h"
 
@@ -35,6 +37,24 @@ int dbx_cli_sandbox_driver(const char *cmd, const char *driver) {
   if (driver == NULL || strcmp(driver, "local") == 0 || strcmp(driver, "daytona") == 0) return 0;
   fprintf(stderr, "%s: --sandbox '%.60s': use local or daytona\n", cmd, driver);
   return -1;
+}
+
+int dbx_cli_worker_store_check(const char *cmd, const char *dir) {
+  struct stat sb;
+  if (!dir || stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+    fprintf(stderr, "%s: no worker store at %s\n", cmd, dir ? dir : "?");
+    return -1;
+  }
+  char *p = dbx_asprintf("%s/service.lock", dir), *q = dbx_asprintf("%s/data.mdb", dir);
+  int service = p && stat(p, &sb) == 0, data = q && stat(q, &sb) == 0 && S_ISREG(sb.st_mode);
+  free(p);
+  free(q);
+  if (service)
+    fprintf(stderr, "%s: %s is a workflow service's store, not a worker store (the worker's is --worker-db, "
+                    "default $DURABOX_HOME/worker)\n", cmd, dir);
+  else if (!data)
+    fprintf(stderr, "%s: no worker store at %s (no data.mdb: a worker has not written there)\n", cmd, dir);
+  return service || !data ? -1 : 0;
 }
 
 int dbx_cli_conn_flag(dbx_cli_conn *c, int argc, char **argv, int *i) {

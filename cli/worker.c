@@ -326,11 +326,7 @@ static int replay_load(const char *file, const dbx_cli_conn *conn, const char *d
     *run = strdup(rid ? rid : "(latest)");
     return 0;
   }
-  struct stat sb;
-  if (!db || stat(db, &sb) != 0) {
-    fprintf(stderr, "durabox replay: no worker store at %s\n", db ? db : "?");
-    return 2;
-  }
+  if (dbx_cli_worker_store_check("durabox replay", db) != 0) return 2;
   dbx_wstore *s = NULL;
   e = dbx_wstore_open(db, 0, &s, &err);
   if (e != DBX_OK) {

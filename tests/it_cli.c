@@ -880,6 +880,7 @@ static void test_cli_flags_are_checked(void **state) {
       {{"run", "x.json", "--namespace="}, 2, "--namespace is empty"},
       {{"run", "x.json", "--store-retention-hours=1", "--address", "127.0.0.1:1"}, 2, "with --address no worker runs here"},
       {{"workflow", "list", "-n", ""}, 2, "--namespace is empty"},
+      {{"sandbox", "list", "--sandbox-home", "/nonexistent/dbx-home"}, 2, "no sandbox home at /nonexistent/dbx-home"},
       {{"dev", "--sandbox", "nope"}, 2, "--sandbox 'nope': use local or daytona"},
       {{"worker", "--sandbox="}, 2, "--sandbox '': use local or daytona"},
       {{"run", "x.json", "--sandbox", "docker"}, 2, "--sandbox 'docker': use local or daytona"},
@@ -913,6 +914,7 @@ static void test_cli_flags_are_checked(void **state) {
     free(out);
     free(err);
   }
+  assert_int_not_equal(access("/nonexistent/dbx-home", F_OK), 0); /* the refused home was not made */
   /* a bad address lists nothing at all (the worker store's refusals neither) */
   int arc = durabox(NULL, &out, &err, "approval", "list", "--address", "127.0.0.1:", NULL);
   assert_int_equal(arc, 2);
@@ -1058,6 +1060,28 @@ static void test_cli_dev_store_retention(void **state) {
   if (rc != 0 || !strstr(out, "deterministic: ")) fail_msg("replay --address exited %d: %s%s", rc, out, err);
   free(out);
   free(err);
+  /* a command that reads a worker store never makes one: not in the
+   * service's store, not in a directory no worker wrote */
+  rc = durabox(NULL, &out, &err, "replay", "--db", sdb, "--workflow-id", "cli-ret", NULL);
+  if (rc != 2 || !strstr(err, "is a workflow service's store, not a worker store"))
+    fail_msg("replay --db <service store> exited %d: %s", rc, err);
+  free(out);
+  free(err);
+  rc = durabox(NULL, &out, &err, "approval", "list", "--db", sdb, NULL);
+  if (rc != 1 || !strstr(err, "durabox approval list: ") || !strstr(err, "is a workflow service's store"))
+    fail_msg("approval list --db <service store> exited %d: %s", rc, err);
+  free(out);
+  free(err);
+  char *empty = dbx_test_tmpdir("itcli-nostore"), *mdb = dbx_asprintf("%s/data.mdb", empty);
+  rc = durabox(NULL, &out, &err, "replay", "--db", empty, "--workflow-id", "cli-ret", NULL);
+  if (rc != 2 || !strstr(err, "(no data.mdb: a worker has not written there)"))
+    fail_msg("replay --db <empty dir> exited %d: %s", rc, err);
+  assert_int_not_equal(access(mdb, F_OK), 0);
+  free(out);
+  free(err);
+  dbx_test_rmrf(empty);
+  free(empty);
+  free(mdb);
   kill(dev, SIGTERM);
   assert_int_equal(dbx_svct_proc_wait(dev, 30000), 0);
   dbx_test_rmrf(sdb);
