@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
@@ -491,6 +492,14 @@ int dbx_cli_sandbox(int argc, char **argv) {
     const char *url = getenv("DAYTONA_API_URL");
     snprintf(c.where, sizeof c.where, "Daytona (%s)", url && *url ? url : "https://app.daytona.io/api");
   } else {
+    struct stat hs;
+    if (home && (stat(home, &hs) != 0 || !S_ISDIR(hs.st_mode))) {
+      /* opening would create it: a mistyped home would list nothing and leave folders behind */
+      fprintf(stderr, "durabox sandbox: no sandbox home at %s (it is created by the first worker or run that "
+                      "uses it)\n", home);
+      rc = 2;
+      goto out;
+    }
     dbx_local_open_opts lo = {.unsandboxed = 1};
     if (dbx_local_open_with(home, &lo, &c.local) != DBX_OK) {
       fprintf(stderr, "durabox sandbox: cannot open the sandbox home %s: %s\n",
