@@ -2,6 +2,7 @@
 #ifndef DBX_CLI_CLI_H
 #define DBX_CLI_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 const char *dbx_cli_version(void);
@@ -43,6 +44,16 @@ int dbx_cli_sandbox_driver(const char *cmd, const char *driver);
  * store (replay --db, approval --db): opening creates the worker's tables,
  * which must not land in an arbitrary directory or in a service's store. */
 int dbx_cli_worker_store_check(const char *cmd, const char *dir);
+/* p[0, n) as text that cannot steer a terminal: a control byte other than
+ * newline and tab (ESC, CR, BEL, ...) in caret notation ("^[", "^M"), DEL as
+ * "^?", a C1 control (U+0080..U+009F: 0x9b is CSI to some terminals) as
+ * U+FFFD. Sandbox output, step names, ids and details a service or a file
+ * gave are printed through it (--output json keeps them exact, JSON-escaped).
+ * malloc'd, or NULL (OOM). */
+char *dbx_cli_term_safe(const char *p, size_t n);
+/* dbx_cli_term_safe of s (NULL = "") on one line, newlines and tabs as
+ * spaces: for a table's cell. malloc'd; NULL only when out of memory. */
+char *dbx_cli_cell(const char *s);
 /* The worker's store_retention_ms for --store-retention-hours H (0 to 87600):
  * H < 0 (flag not given) = 0, the worker's default (24 h); H == 0 = -1, keep
  * every run; else H hours in ms, at least 1. */

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/alloc.h"
 #include "base/codec.h"
 #include "base/fs.h"
 #include "base/util.h"
@@ -31,6 +32,37 @@ int dbx_cli_nonempty(const char *cmd, const char *flag, const char *value) {
   if (value == NULL || *value) return 0;
   fprintf(stderr, "%s: %s is empty\n", cmd, flag);
   return -1;
+}
+
+/* p[0, n) as text that cannot steer a terminal: a control byte other than
+ * newline and tab (ESC, CR, BEL, ...) in caret notation ("^[", "^M"), DEL
+ * as "^?", a C1 control (U+0080..U+009F: 0x9b is CSI to some terminals) as
+ * U+FFFD (cli.h). */
+char *dbx_cli_term_safe(const char *p, size_t n) {
+  char *o = dbx_malloc(n * 3 + 1), *q = o;
+  if (o == NULL) return NULL;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)p[i];
+    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
+      *q++ = '^';
+      *q++ = c == 0x7f ? '?' : (char)(c + 64);
+    } else if (c == 0xc2 && i + 1 < n && (unsigned char)p[i + 1] >= 0x80 && (unsigned char)p[i + 1] <= 0x9f) {
+      memcpy(q, "\xef\xbf\xbd", 3);
+      q += 3;
+      i++;
+    } else {
+      *q++ = (char)c;
+    }
+  }
+  *q = '\0';
+  return o;
+}
+
+char *dbx_cli_cell(const char *s) {
+  char *t = dbx_cli_term_safe(s ? s : "", s ? strlen(s) : 0);
+  for (char *p = t; p && *p; p++)
+    if (*p == '\n' || *p == '\t') *p = ' ';
+  return t;
 }
 
 int dbx_cli_sandbox_driver(const char *cmd, const char *driver) {

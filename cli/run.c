@@ -83,35 +83,10 @@ static live_step *find_step(live_view *v, int64_t id) {
 }
 
 
-/* p[0, n) as text that cannot steer a terminal: a control byte other than
- * newline and tab (ESC, CR, BEL, ...) in caret notation ("^[", "^M"), DEL
- * as "^?", a C1 control (U+0080..U+009F: 0x9b is CSI to some terminals) as
- * U+FFFD. Sandbox output, step names and details are printed through it
- * (--output json keeps them exact, JSON-escaped). malloc'd, or NULL (OOM). */
-static char *term_safe(const char *p, size_t n) {
-  char *o = dbx_malloc(n * 3 + 1), *q = o;
-  if (o == NULL) return NULL;
-  for (size_t i = 0; i < n; i++) {
-    unsigned char c = (unsigned char)p[i];
-    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
-      *q++ = '^';
-      *q++ = c == 0x7f ? '?' : (char)(c + 64);
-    } else if (c == 0xc2 && i + 1 < n && (unsigned char)p[i + 1] >= 0x80 && (unsigned char)p[i + 1] <= 0x9f) {
-      memcpy(q, "\xef\xbf\xbd", 3);
-      q += 3;
-      i++;
-    } else {
-      *q++ = (char)c;
-    }
-  }
-  *q = '\0';
-  return o;
-}
-
 /* term_safe of a whole string; "" for NULL or OOM (static, not to free). */
 static char *term_safe_str(const cJSON *v) {
   static char empty[1];
-  char *o = cJSON_IsString(v) ? term_safe(v->valuestring, strlen(v->valuestring)) : NULL;
+  char *o = cJSON_IsString(v) ? dbx_cli_term_safe(v->valuestring, strlen(v->valuestring)) : NULL;
   return o ? o : empty;
 }
 
@@ -123,7 +98,7 @@ static void term_safe_free(char *s) {
  * other controls as term_safe shows them, "..." when cut): malloc'd or NULL. */
 static char *one_line(const char *s, size_t max) {
   size_t n = strlen(s), keep = n > max ? (max > 3 ? max - 3 : max) : n;
-  char *t = term_safe(s, keep);
+  char *t = dbx_cli_term_safe(s, keep);
   if (t == NULL) return NULL;
   for (char *p = t; *p; p++)
     if (*p == '\n' || *p == '\t') *p = ' ';
@@ -359,7 +334,7 @@ static void live_refresh(live_view *v, dbx_client *c, const char *wfid, const ch
         }
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, tails[v->recent]);
         if (!cJSON_IsString(t)) t = cJSON_GetObjectItemCaseSensitive(j, tails[!v->recent]);
-        if (cJSON_IsString(t)) tail = term_safe(t->valuestring, strlen(t->valuestring));
+        if (cJSON_IsString(t)) tail = dbx_cli_term_safe(t->valuestring, strlen(t->valuestring));
         cJSON_Delete(j);
         free(hb);
       }
@@ -554,11 +529,11 @@ static int print_summary(const char *result_json) {
       snprintf(runs_s, sizeof runs_s, "ran %d times (retry_on_exit)", runs->valueint);
     if (cJSON_IsNumber(ec)) snprintf(exit_s, sizeof exit_s, "%d", ec->valueint);
     if (cJSON_IsNumber(dur)) snprintf(dur_s, sizeof dur_s, "%.1f", dur->valuedouble / 1000.0);
-    char *name_t = term_safe_str(name), *det_t = cJSON_IsString(det) ? term_safe_str(det) : NULL;
-    printf("%-24s %-12s %-6s %-6s %-10s %-9d %s\n", name_t, cJSON_IsString(kind) ? kind->valuestring : "",
+    char *name_t = dbx_cli_cell(cJSON_GetStringValue(name)), *det_t = cJSON_IsString(det) ? term_safe_str(det) : NULL;
+    printf("%-24s %-12s %-6s %-6s %-10s %-9d %s\n", name_t ? name_t : "?", cJSON_IsString(kind) ? kind->valuestring : "",
            cJSON_IsTrue(ok) ? "yes" : "NO", exit_s, dur_s, cJSON_IsNumber(att) ? att->valueint : 0,
            det_t ? det_t : runs_s);
-    term_safe_free(name_t);
+    free(name_t);
     term_safe_free(det_t);
   }
   /* the end of each exec step's output: a few lines when it passed, more when it failed */
@@ -573,7 +548,7 @@ static int print_summary(const char *result_json) {
     const char *end = p;
     for (int lines = 0; p > txt; p--)
       if (p[-1] == '\n' && ++lines == want) break;
-    char *name_t = term_safe_str(name), *out_t = term_safe(p, (size_t)(end - p));
+    char *name_t = term_safe_str(name), *out_t = dbx_cli_term_safe(p, (size_t)(end - p));
     printf("\n--- %s (%s): last lines of output ---\n%s\n", name_t, cJSON_IsTrue(ok) ? "passed" : "FAILED",
            out_t ? out_t : "(out of memory)");
     term_safe_free(name_t);

@@ -292,7 +292,11 @@ static int cmd_list(sbx_ctx *c, int json) {
   int wid = 20, wwf = 24, wrun = 36;
   for (size_t i = 0; i < c->nrows; i++) {
     const sbx_row *w = &c->rows[i];
-    int a = (int)strlen(w->id), b = w->wf ? (int)strlen(w->wf) : 1, r = w->run ? (int)strlen(w->run) : 1;
+    char *ci = dbx_cli_cell(w->id), *cw = dbx_cli_cell(w->wf ? w->wf : "-"), *cr = dbx_cli_cell(w->run ? w->run : "-");
+    int a = ci ? (int)strlen(ci) : 1, b = cw ? (int)strlen(cw) : 1, r = cr ? (int)strlen(cr) : 1;
+    free(ci);
+    free(cw);
+    free(cr);
     wid = a > wid ? a : wid;
     wwf = b > wwf ? b : wwf;
     wrun = r > wrun ? r : wrun;
@@ -303,8 +307,13 @@ static int cmd_list(sbx_ctx *c, int json) {
     const sbx_row *w = &c->rows[i];
     char sz[32] = "-";
     if (w->sized) human_bytes(w->bytes, sz, sizeof sz);
-    printf("%-*s %-*s %-*s %-7s %-10s %-10s %s\n", wid, w->id, wwf, w->wf ? w->wf : "-", wrun,
-           w->run ? w->run : "-", w->stopped ? "stopped" : "running", sz, w->owner_state, w->verdict);
+    /* a workflow id is anyone's string: shown so that it cannot steer the terminal */
+    char *ci = dbx_cli_cell(w->id), *cw = dbx_cli_cell(w->wf ? w->wf : "-"), *cr = dbx_cli_cell(w->run ? w->run : "-");
+    printf("%-*s %-*s %-*s %-7s %-10s %-10s %s\n", wid, ci ? ci : "?", wwf, cw ? cw : "?", wrun, cr ? cr : "?",
+           w->stopped ? "stopped" : "running", sz, w->owner_state, w->verdict);
+    free(ci);
+    free(cw);
+    free(cr);
   }
   if (c->nrows == 0) printf("(no sandboxes)\n");
   for (size_t i = 0; i < c->nleft; i++) {

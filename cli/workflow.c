@@ -422,8 +422,14 @@ static int cmd_list(dbx_client *c, const wf_args *a, int json) {
       } else {
         const ProtobufCEnumValue *st = protobuf_c_enum_descriptor_get_value(
             &temporal__api__enums__v1__workflow_execution_status__descriptor, i->status);
-        printf("%-38s %-36s %-22s %s\n", i->execution->workflow_id, i->execution->run_id, i->type ? i->type->name : "",
+        /* ids and types are anyone's strings: a control byte in one must not steer the terminal */
+        char *cw = dbx_cli_cell(i->execution->workflow_id), *cr = dbx_cli_cell(i->execution->run_id),
+             *ct = dbx_cli_cell(i->type ? i->type->name : "");
+        printf("%-38s %-36s %-22s %s\n", cw ? cw : "?", cr ? cr : "?", ct ? ct : "?",
                st ? st->name + strlen("WORKFLOW_EXECUTION_STATUS_") : "?");
+        free(cw);
+        free(cr);
+        free(ct);
       }
     }
     if (r->next_page_token.len) {

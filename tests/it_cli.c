@@ -580,11 +580,19 @@ static void test_cli_workflow_commands_against_dev(void **state) {
   cJSON_Delete(arr);
   free(out);
   free(err);
-  /* text: the header, then ours */
+  /* a workflow id with terminal controls in it (anyone may start one) */
+  rc = durabox(NULL, &out, &err, "workflow", "start", "--type", "durabox.Script", "--task-queue", "durabox",
+               "--workflow-id", "cli-\033[2J\033[31mred\a", "--input", "{\"steps\":[]}", "--address", addr, NULL);
+  if (rc != 0) fail_msg("workflow start exited %d: %s", rc, err);
+  free(out);
+  free(err);
+  /* text: the header, then ours, the controls shown, not sent */
   rc = durabox(NULL, &out, &err, "workflow", "list", "--address", addr, NULL);
   assert_int_equal(rc, 0);
   assert_int_equal(strncmp(out, "WORKFLOW ID ", 12), 0);
   assert_line_has(out, "cli-x ", (const char *[]){"durabox.Script", "COMPLETED", NULL});
+  assert_line_has(out, "cli-^[[2J^[[31mred^G ", (const char *[]){"durabox.Script", NULL});
+  if (strchr(out, '\033') || strchr(out, '\a')) fail_msg("a control byte reached the terminal: %s", out);
   free(out);
   free(err);
 
