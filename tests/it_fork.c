@@ -585,6 +585,52 @@ static void test_fork_approval_race_names_the_first_decision(void **state) {
   free(wdb);
 }
 
+/* A reset run replays the checkpoints before its point from the base run's
+ * history: their names in its result are the names they were taken under
+ * (the base run's id), the same as their refs and the snapshots on disk. */
+static void test_reset_run_names_its_replayed_checkpoints_as_taken(void **state) {
+  (void)state;
+  char *base = start_script("ck-reset", "{\"sandbox\":{\"checkpoint\":{\"every_steps\":1}},\"steps\":["
+                                        "{\"name\":\"a\",\"kind\":\"write_file\",\"path\":\"a\",\"content\":\"x\"},"
+                                        "{\"name\":\"nap\",\"kind\":\"sleep\",\"seconds\":2}]}");
+  /* the baseline and the checkpoint after a are done, the timer is running */
+  dbx_rpc_channel *ch = dbx_svct_connect(g_port);
+  int ready = 0;
+  for (int i = 0; i < 600 && !ready; i++) {
+    dbx_svct_history h;
+    dbx_svct_history_get(ch, "ck-reset", base, &h);
+    ready = event_of(&h, ET(ACTIVITY_TASK_COMPLETED), "durabox.checkpoint", 1) > 0 &&
+            event_of(&h, ET(TIMER_STARTED), NULL, 0) > 0;
+    dbx_svct_history_cleanup(&h);
+    if (!ready) usleep(50 * 1000);
+  }
+  dbx_rpc_channel_destroy(ch);
+  assert_true(ready);
+  char *out = NULL, *err = NULL;
+  int rc = durabox(&out, &err, "workflow", "reset", "-w", "ck-reset", "--type", "LastWorkflowTask", NULL);
+  if (rc != 0) fail_msg("reset exited %d\n%s\n%s", rc, out, err);
+  free(out);
+  free(err);
+  cJSON *res = result_of("ck-reset");
+  assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(res, "checkpoints")), 2);
+  for (int i = 0; i < 2; i++) {
+    const cJSON *c = ckpt_at(res, i);
+    const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(c, "name"));
+    const char *ref = cJSON_GetStringValue(cJSON_GetObjectItem(c, "ref"));
+    assert_non_null(name);
+    assert_non_null(ref);
+    assert_string_equal(name, ref);
+    char *want = dbx_asprintf("ck-%s-e", base);
+    if (strncmp(name, want, strlen(want)) != 0) fail_msg("checkpoint %d is named %s, not after run %s", i, name, base);
+    char *d = snap_dir(ref);
+    assert_true(exists(d));
+    free(d);
+    free(want);
+  }
+  cJSON_Delete(res);
+  free(base);
+}
+
 static void test_fork_points(void **state) {
   (void)state;
   need_source();
@@ -809,6 +855,7 @@ int main(void) {
       cmocka_unit_test(test_fork_uncovered_warns),
       cmocka_unit_test(test_fork_denied_approval_fails_the_step),
       cmocka_unit_test(test_fork_approval_race_names_the_first_decision),
+      cmocka_unit_test(test_reset_run_names_its_replayed_checkpoints_as_taken),
       cmocka_unit_test(test_fork_points),
       cmocka_unit_test(test_fork_refusals_and_open_task),
       cmocka_unit_test(test_fork_of_timed_out_run_gets_a_fresh_timeout),

@@ -947,9 +947,12 @@ static void checkpoint_done(script *s, dbx_wf *wf, const dbx_act_outcome *o) {
     return;
   }
   cJSON *res = o->status == DBX_ACT_COMPLETED ? cJSON_Parse(o->result_json) : NULL;
-  const char *ref = str_of(res, "ref");
+  const char *ref = str_of(res, "ref"), *name = str_of(res, "name");
   cJSON *c = cJSON_CreateObject();
-  cJSON_AddStringToObject(c, "name", s->ck_name);
+  /* the name the checkpoint was taken under, as its result records it: in a
+   * reset run the result is the base run's, whose id named it (s->ck_name is
+   * made from this run's id) */
+  cJSON_AddStringToObject(c, "name", name ? name : s->ck_name);
   cJSON_AddStringToObject(c, "reason", s->ck_reason ? s->ck_reason : "");
   cJSON_AddNumberToObject(c, "covered_event_id", (double)s->ck_at);
   cJSON_AddBoolToObject(c, "ok", ref != NULL);
