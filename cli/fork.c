@@ -17,6 +17,7 @@
 
 #include "base/json.h"
 #include "base/util.h"
+#include "cli/cli.h"
 #include "cli/conn.h"
 #include "cli/flags.h"
 #include "worker/client.h"
@@ -65,6 +66,10 @@ static int parse(int argc, char **argv, fork_args *a, dbx_cli_conn *conn) {
     fprintf(stderr, "%s: --workflow-id is required\n", cmd);
     return 2;
   }
+  /* given but empty: refused, not taken as "the default" */
+  if (dbx_cli_nonempty(cmd, "--workflow-id-new", a->new_id) != 0 ||
+      dbx_cli_nonempty(cmd, "--task-queue", a->task_queue) != 0 || dbx_cli_nonempty(cmd, "--run-id", a->run_id) != 0)
+    return 2;
   if (!a->points && a->at < 1) {
     fprintf(stderr, "%s: --at EVENT_ID is required\n", cmd);
     return 2;
@@ -85,7 +90,7 @@ static char *source_run(dbx_client *c, const fork_args *a, const char *addr) {
   char *rid = NULL;
   if (e == DBX_OK && d->workflow_execution_info && d->workflow_execution_info->execution)
     rid = dbx_strdup(d->workflow_execution_info->execution->run_id);
-  if (e != DBX_OK) dbx_cli_report("fork: describe", addr, e, err);
+  if (e != DBX_OK) dbx_cli_report(a->points ? "fork-points" : "fork", addr, e, err);
   free(err);
   dbx_client_msg_free(d);
   return rid;
@@ -227,7 +232,7 @@ static int run(dbx_client *c, const fork_args *a, const dbx_cli_conn *conn) {
   cJSON *out = NULL;
   dbx_err e = dbx_client_get_history(c, a->workflow_id, rid, NULL, &h, &err);
   if (e != DBX_OK || h.n == 0) {
-    dbx_cli_report("fork: history", conn->address, e == DBX_OK ? DBX_ENOTFOUND : e, err);
+    dbx_cli_report(a->points ? "fork-points" : "fork", conn->address, e == DBX_OK ? DBX_ENOTFOUND : e, err);
     goto done;
   }
   if (a->points) {

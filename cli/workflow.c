@@ -634,6 +634,10 @@ static int parse_flags(const char *sub, int argc, char **argv, wf_args *a, dbx_c
     }
     return dbx_cli_flag_unknown(cmd, argv[i]);
   }
+  /* given but empty: the service would refuse it (exit 1); it is the command line's fault */
+  if (dbx_cli_nonempty(cmd, "--type", a->type) != 0 || dbx_cli_nonempty(cmd, "--task-queue", a->task_queue) != 0 ||
+      dbx_cli_nonempty(cmd, "--name", a->name) != 0 || dbx_cli_nonempty(cmd, "--workflow-id", a->workflow_id) != 0)
+    return 2;
   a->json = conn->json;
   return 0;
 }
