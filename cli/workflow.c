@@ -305,9 +305,36 @@ static void json_close_error(const HistoryEvent *ev) {
   dbx_cli_json_error(title, detail);
 }
 
+/* execute --output json: one document, as Temporal's CLI prints it: the
+ * start's fields in head (workflowId, runId, type, namespace, taskQueue,
+ * and a session's turn), then durationMillis, status (COMPLETED, FAILED,
+ * TIMEOUT, CANCELED, TERMINATED), closeEvent and, when completed, result. */
+static void print_execute_json(cJSON *head, const HistoryEvent *close_ev, int64_t started_ms) {
+  int t = (int)close_ev->event_type;
+  const char *status = t == ET(WORKFLOW_EXECUTION_COMPLETED)   ? "COMPLETED"
+                       : t == ET(WORKFLOW_EXECUTION_FAILED)    ? "FAILED"
+                       : t == ET(WORKFLOW_EXECUTION_TIMED_OUT) ? "TIMEOUT"
+                       : t == ET(WORKFLOW_EXECUTION_CANCELED)  ? "CANCELED"
+                       : t == ET(WORKFLOW_EXECUTION_TERMINATED) ? "TERMINATED"
+                                                                : "<unknown>";
+  cJSON_AddNumberToObject(head, "durationMillis", (double)(now_ms() - started_ms));
+  cJSON_AddStringToObject(head, "status", status);
+  cJSON *ev = dbx_pb_to_json(&close_ev->base);
+  cJSON_AddItemToObject(head, "closeEvent", ev ? ev : cJSON_CreateNull());
+  if (t == ET(WORKFLOW_EXECUTION_COMPLETED)) {
+    char *r = dbx_payloads_to_json(close_ev->workflow_execution_completed_event_attributes->result);
+    cJSON *rj = r ? cJSON_Parse(r) : NULL;
+    cJSON_AddItemToObject(head, "result", rj ? rj : cJSON_CreateNull());
+    free(r);
+  }
+  dbx_cli_json_print(head, 0);
+}
+
 /* Wait for the run's close event, following continue-as-new; print the
- * result. Returns the exit status: 0 completed, 1 otherwise. */
-static int wait_result(dbx_client *c, const wf_args *a, const char *run_id, int json) {
+ * result (with exec_head, execute's single JSON document, print_execute_json).
+ * Returns the exit status: 0 completed, 1 otherwise. */
+static int wait_result_as(dbx_client *c, const wf_args *a, const char *run_id, int json, cJSON *exec_head,
+                          int64_t started_ms) {
   const char *workflow_id = a->workflow_id;
   char *rid = run_id ? strdup(run_id) : NULL;
   for (;;) {
@@ -330,7 +357,9 @@ static int wait_result(dbx_client *c, const wf_args *a, const char *run_id, int 
       continue;
     }
     int completed = close_ev->event_type == ET(WORKFLOW_EXECUTION_COMPLETED);
-    if (json && completed) {
+    if (json && exec_head) {
+      print_execute_json(exec_head, close_ev, started_ms);
+    } else if (json && completed) {
       print_event(close_ev, 1);
     } else if (json) {
       json_close_error(close_ev);
@@ -350,6 +379,10 @@ static int wait_result(dbx_client *c, const wf_args *a, const char *run_id, int 
     free(rid);
     return rc;
   }
+}
+
+static int wait_result(dbx_client *c, const wf_args *a, const char *run_id, int json) {
+  return wait_result_as(c, a, run_id, json, NULL, 0);
 }
 
 static int cmd_describe(dbx_client *c, const wf_args *a, int json) {
@@ -765,6 +798,7 @@ int dbx_cli_workflow(int argc, char **argv) {
     dbx_client_start_opts so = {.workflow_id = a.workflow_id, .workflow_type = a.type, .task_queue = a.task_queue,
                                 .input_json = in};
     char *run_id = NULL;
+    int64_t started_ms = now_ms();
     if (a.session && (rc = dbx_cli_session_prepare(c, "workflow start", a.address, conn.json, a.session, in,
                                                    &turn)) != 0)
       goto out;
@@ -775,14 +809,23 @@ int dbx_cli_workflow(int argc, char **argv) {
       rc = 1;
       goto out;
     }
+    int execute = strcmp(sub, "execute") == 0;
+    cJSON *head = NULL;
     if (conn.json) {
       cJSON *o = cJSON_CreateObject();
       if (o && cJSON_AddStringToObject(o, "workflowId", a.workflow_id) &&
           cJSON_AddStringToObject(o, "runId", run_id ? run_id : "") &&
+          (!execute || (cJSON_AddStringToObject(o, "type", a.type) &&
+                        cJSON_AddStringToObject(o, "namespace", conn.namespace_ ? conn.namespace_ : "default") &&
+                        cJSON_AddStringToObject(o, "taskQueue", a.task_queue))) &&
           (!a.session || (cJSON_AddNumberToObject(o, "turn", turn.turn) &&
                           (turn.previous_run_id ? cJSON_AddStringToObject(o, "previousRunId", turn.previous_run_id)
-                                                : cJSON_AddNullToObject(o, "previousRunId")))))
-        dbx_cli_json_print(o, 0);
+                                                : cJSON_AddNullToObject(o, "previousRunId"))))) {
+        if (execute) /* one document at the end, as Temporal's CLI prints it */
+          head = o, o = NULL;
+        else
+          dbx_cli_json_print(o, 0);
+      }
       cJSON_Delete(o);
     } else {
       printf("started workflow %s run %s\n", a.workflow_id, run_id ? run_id : "");
@@ -792,10 +835,11 @@ int dbx_cli_workflow(int argc, char **argv) {
     }
     fflush(stdout);
     rc = 0;
-    if (strcmp(sub, "execute") == 0)
+    if (execute)
       rc = dbx_cli_await_pickup(c, a.workflow_id, run_id, a.type, a.task_queue, a.pickup_timeout, a.json)
-               ? wait_result(c, &a, run_id, conn.json)
+               ? wait_result_as(c, &a, run_id, conn.json, head, started_ms)
                : 1;
+    cJSON_Delete(head);
     free(run_id);
   } else if (strcmp(sub, "show") == 0) {
     rc = cmd_show(c, &a, conn.json);

@@ -580,6 +580,27 @@ static void test_cli_workflow_commands_against_dev(void **state) {
   cJSON_Delete(arr);
   free(out);
   free(err);
+  /* execute --output json: one document, as Temporal's CLI prints it */
+  rc = durabox(NULL, &out, &err, "workflow", "execute", "--type", "durabox.Script", "--task-queue", "durabox",
+               "--workflow-id", "cli-exj", "--input", "{\"steps\":[]}", "--output", "json", "--address", addr, NULL);
+  if (rc != 0) fail_msg("workflow execute --output json exited %d: %s", rc, err);
+  const char *end = NULL;
+  cJSON *ex = cJSON_ParseWithOpts(out, &end, 1); /* the whole of stdout, nothing after it */
+  if (!ex) fail_msg("not one JSON document: '%s'", out);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(ex, "workflowId")), "cli-exj");
+  assert_int_equal(strlen(cJSON_GetStringValue(cJSON_GetObjectItem(ex, "runId"))), 36);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(ex, "type")), "durabox.Script");
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(ex, "taskQueue")), "durabox");
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(ex, "namespace")), "default");
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(ex, "status")), "COMPLETED");
+  assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(ex, "durationMillis")) >= 0);
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(ex, "closeEvent"), "eventType")),
+                      "EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED");
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(ex, "result"), "status")),
+                      "completed");
+  cJSON_Delete(ex);
+  free(out);
+  free(err);
   /* a workflow id with terminal controls in it (anyone may start one) */
   rc = durabox(NULL, &out, &err, "workflow", "start", "--type", "durabox.Script", "--task-queue", "durabox",
                "--workflow-id", "cli-\033[2J\033[31mred\a", "--input", "{\"steps\":[]}", "--address", addr, NULL);
@@ -1272,10 +1293,11 @@ static void test_cli_query_json_errors_and_no_worker(void **state) {
                "-w", "i9-type", "--output", "json", "--address", addr, NULL);
   assert_int_equal(rc, 1);
   if (strstr(err, "not registered") == NULL) fail_msg("no 'not registered' in: %s", err);
-  cJSON *started = cJSON_ParseWithOpts(out, NULL, 0); /* the first line: {"workflowId", "runId"} */
-  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(started, "workflowId")), "i9-type");
-  cJSON_Delete(started);
-  e = json_error_of(strstr(out, "\n") + 1, &root);
+  /* one document: the error (execute prints its fields with the close event only) */
+  e = json_error_of(out, &root);
+  cJSON *whole = cJSON_ParseWithOpts(out, NULL, 1);
+  if (!whole) fail_msg("not one JSON document: '%s'", out);
+  cJSON_Delete(whole);
   assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(e, "type")), "WorkflowTaskFailed");
   cJSON_Delete(root);
   free(out);
@@ -1296,6 +1318,9 @@ static void test_cli_query_json_errors_and_no_worker(void **state) {
   assert_int_equal(rc, 1);
   if (strstr(err, "not registered") == NULL) fail_msg("run: no 'not registered' in: %s", err);
   e = json_error_of(out, &root);
+  whole = cJSON_ParseWithOpts(out, NULL, 1);
+  if (!whole) fail_msg("not one JSON document: '%s'", out);
+  cJSON_Delete(whole);
   assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(e, "type")), "WorkflowTaskFailed");
   cJSON_Delete(root);
   free(out);
