@@ -3,7 +3,8 @@
  * worker's host) and fleet.lookup (whether an item's child already
  * succeeded: the worker asks its service, through its own client).
  * One controlling thread creates and destroys; the activities run on any
- * worker thread (the client is thread-safe, nothing else is shared). */
+ * worker thread (the client is thread-safe; fleet.read_items's key index of
+ * the last items file read, which finds duplicate keys, is behind a mutex). */
 #ifndef DBX_CLI_FLEET_H
 #define DBX_CLI_FLEET_H
 

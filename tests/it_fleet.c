@@ -421,6 +421,131 @@ static void test_fleet_items_file_and_bad_items(void **st) {
   free(dir);
 }
 
+/* Writes lines (each with its newline) to path; starts[i]: the byte offset
+ * of line i's first byte. */
+static void write_lines(const char *path, const char *const *lines, int n, long long *starts) {
+  FILE *fp = fopen(path, "w");
+  assert_non_null(fp);
+  long long at = 0;
+  for (int i = 0; i < n; i++) {
+    starts[i] = at;
+    fputs(lines[i], fp);
+    fputc('\n', fp);
+    at += (long long)strlen(lines[i]) + 1;
+  }
+  assert_int_equal(fclose(fp), 0);
+}
+
+/* The record named key has error text containing want. */
+static void assert_error_has(const cJSON *res, const char *key, const char *want) {
+  const char *e = str(record_of(res, key), "error");
+  if (strstr(e, want) == NULL) fail_msg("item %s: error \"%s\" lacks \"%s\"", key, e, want);
+}
+
+/* Items whose key is empty, missing, a number or holds a control character
+ * are named at-byte-<offset of their line's first byte>, the same on every
+ * run, also after a line over 256 KiB that ends a page; a key given twice is
+ * a DuplicateKey failure of the second line, named by its key and both
+ * offsets, never started. */
+static void test_fleet_items_file_offsets_and_duplicates(void **st) {
+  (void)st;
+  counters_reset();
+  char *dir = dbx_test_tmpdir("itfleet-offsets");
+  char *path = dbx_asprintf("%s/items.jsonl", dir);
+  size_t big_n = 3u * 1024 * 1024;
+  char *big = malloc(big_n + 1);
+  assert_non_null(big);
+  memset(big, 'x', big_n);
+  big[0] = '"', big[big_n - 1] = '"', big[big_n] = '\0';
+  const char *lines[] = {
+      "{\"key\":\"d0\",\"ms\":5,\"exit\":0}",   "",
+      "{\"key\":\"\",\"ms\":5,\"exit\":0}",     "{\"nokey\":1}",
+      "{\"key\":5,\"ms\":5,\"exit\":0}",        "{\"key\":\"a\\u0001b\",\"ms\":5,\"exit\":0}",
+      "{\"key\":\"d1\",\"ms\":5,\"exit\":0}",   "{\"key\":\"d0\",\"ms\":5,\"exit\":0}",
+      big,                                      "{\"key\":\"\"}",
+      "{\"key\":\"d1\",\"ms\":5,\"exit\":0}",
+  };
+  enum { N = sizeof lines / sizeof lines[0] };
+  long long at[N];
+  write_lines(path, lines, N, at);
+  free(big);
+  char *in = dbx_asprintf("{\"items_file\":\"%s\",\"concurrency\":2,\"page_size\":3," TEMPLATE "}",
+                          path);
+  const char *ids[] = {"fleet-o1", "fleet-o2"}; /* two fleets: the same names */
+  for (int run = 0; run < 2; run++) {
+    start(ids[run], in);
+    cJSON *res = wait_result(ids[run]);
+    assert_string_equal(str(res, "status"), "completed");
+    assert_int_equal(num(res, "total"), 10);
+    assert_int_equal(num(res, "succeeded"), 2);
+    assert_int_equal(num(res, "failed"), 8);
+    const int bad[] = {2, 3, 4, 5, 8, 9};
+    const char *why[] = {"empty", "no string \"key\"", "no string \"key\"", "control character",
+                         "longer than 256 KiB", "empty"};
+    for (int i = 0; i < 6; i++) {
+      char name[48];
+      snprintf(name, sizeof name, "at-byte-%lld", at[bad[i]]);
+      assert_string_equal(str(record_of(res, name), "status"), "failed");
+      assert_error_has(res, name, why[i]);
+    }
+    int d0 = 0, d1 = 0;
+    const cJSON *r;
+    cJSON_ArrayForEach(r, cJSON_GetObjectItem(res, "items")) {
+      const char *k = str(r, "key"), *e = cJSON_GetStringValue(cJSON_GetObjectItem(r, "error"));
+      int is0 = strcmp(k, "d0") == 0, is1 = strcmp(k, "d1") == 0;
+      d0 += is0, d1 += is1;
+      if (!(is0 || is1) || strcmp(str(r, "status"), "failed") != 0) continue;
+      char want[160];
+      snprintf(want, sizeof want, "DuplicateKey: key \"%s\" of the line at byte %lld was given "
+               "already by the line at byte %lld", k, is0 ? at[7] : at[10], is0 ? at[0] : at[6]);
+      if (e == NULL || strstr(e, want) == NULL) fail_msg("%s: error %s, want %s", k, e, want);
+      assert_string_equal(str(r, "workflow_id"), "");
+    }
+    assert_int_equal(d0, 2);
+    assert_int_equal(d1, 2);
+    assert_int_equal(runs_of("d0"), run + 1); /* started once per fleet, never for the duplicate */
+    assert_int_equal(runs_of("d1"), run + 1);
+    assert_replays(ids[run]);
+    cJSON_Delete(res);
+  }
+  free(in);
+  dbx_test_rmrf(dir);
+  free(path);
+  free(dir);
+}
+
+/* An items_file that is a directory fails the fleet as a missing one does:
+ * ItemsUnreadable naming the path and "Is a directory", no item. */
+static void test_fleet_items_file_directory_fails(void **st) {
+  (void)st;
+  char *dir = dbx_test_tmpdir("itfleet-dir");
+  char *in = dbx_asprintf("{\"items_file\":\"%s\"," TEMPLATE "}", dir);
+  start("fleet-dir", in);
+  int64_t deadline = dbx_mono_ns() + 60LL * 1000000000LL;
+  char *msg = NULL;
+  while (msg == NULL && dbx_mono_ns() < deadline) {
+    dbx_client_history h = {0};
+    dbx_client_history_opts ho = {.wait_new_event = 1, .close_event_only = 1, .timeout_ms = 5000};
+    if (dbx_client_get_history(g_c, "fleet-dir", NULL, &ho, &h, NULL) == DBX_OK && h.n > 0) {
+      HistoryEvent *e = h.events[h.n - 1];
+      if (e->event_type != ET(WORKFLOW_EXECUTION_FAILED))
+        fail_msg("fleet-dir closed with event type %d, want Failed", (int)e->event_type);
+      const Failure *f = e->workflow_execution_failed_event_attributes->failure;
+      assert_string_equal(f->application_failure_info->type, "ItemsUnreadable");
+      msg = dbx_strdup(f->message);
+    }
+    dbx_client_history_cleanup(&h);
+  }
+  if (msg == NULL) fail_msg("fleet-dir did not close");
+  char *want = dbx_asprintf("%s: Is a directory", dir);
+  if (strstr(msg, want) == NULL) fail_msg("message \"%s\" lacks \"%s\"", msg, want);
+  free(want);
+  free(msg);
+  free(in);
+  dbx_test_rmrf(dir);
+  free(dir);
+}
+
 /* A second worker whose sandbox activities go through quotas (2 live, 4
  * creates per 1.5 s): a fleet at concurrency 5 is throttled to them, and no
  * item fails for it. */
@@ -501,6 +626,8 @@ int main(void) {
       cmocka_unit_test(test_fleet_cancel_leaves_no_sandbox),
       cmocka_unit_test(test_fleet_rerun_skips_succeeded),
       cmocka_unit_test(test_fleet_items_file_and_bad_items),
+      cmocka_unit_test(test_fleet_items_file_offsets_and_duplicates),
+      cmocka_unit_test(test_fleet_items_file_directory_fails),
       cmocka_unit_test(test_fleet_throttled_by_quotas),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -88,6 +88,8 @@ static const char *key_problem(const cJSON *item) {
   return NULL;
 }
 
+const char *dbx_fleet_item_problem(const struct cJSON *item) { return key_problem(item); }
+
 static int cmp_str(const void *a, const void *b) {
   return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
@@ -524,11 +526,13 @@ static void item_start(fleet *f, dbx_wf *wf, int i) {
   f->cursor = f->ends[i];
   if (p) {
     /* a bad line of an items file: fleet.read_items gives {"bad_at", "error"} */
-    const char *why = str_of(it, "error");
+    const char *why = str_of(it, "error"), *type = str_of(it, "error_type");
+    const char *dup = str_of(it, "dup_key");
     char key[48];
+    /* (no bad_at: a history from before fleet.read_items named key problems) */
     snprintf(key, sizeof key, "at-byte-%lld", (long long)num_or(it, "bad_at", (double)f->seen));
-    char *m = dbx_asprintf("InvalidItem: %s", why ? why : p);
-    add_record(f, key, "failed", "", "", 0, 0, m ? m : "InvalidItem");
+    char *m = dbx_asprintf("%s: %s", type ? type : "InvalidItem", why ? why : p);
+    add_record(f, dup ? dup : key, "failed", "", "", 0, 0, m ? m : "InvalidItem");
     free(m);
     return;
   }

@@ -27,10 +27,15 @@
  * checked per item (dbx_script_validate) before its child starts.
  * An items file holds one JSON object per line (blank lines skipped); it is
  * read a page at a time by the activity fleet.read_items; a line that is not
- * an item becomes a failed item named "at-byte-<offset of the line>".
+ * an item (not a JSON object, or its key is missing or bad) becomes a failed
+ * item named "at-byte-<offset of the line's first byte>"; a line whose key
+ * an earlier line gave already is a failed item (DuplicateKey, named by its
+ * key, never started).
  *
  * Activities (cli/fleet_acts.c): fleet.read_items {"path", "offset",
- * "limit"} -> {"items": [...], "ends": [byte offset after each], "eof"};
+ * "limit"} -> {"items": [...], "ends": [byte offset after each], "eof"},
+ * where a line that is not to be started is {"bad_at": offset, "error",
+ * "error_type"?, "dup_key"?} (error_type default InvalidItem);
  * fleet.lookup {"workflow_ids": [...]} -> {"succeeded": [bool...],
  * "run_ids": [...]}: whether the latest run of each id completed with a
  * successful result (dbx_fleet_result_ok). Both safe_to_retry.
@@ -76,6 +81,12 @@ extern const dbx_workflow_type dbx_fleet_workflow;
 /* 1 when a child's result JSON (len bytes) counts as a success (see above).
  * Pure; thread-safe. */
 int dbx_fleet_result_ok(const char *json, size_t len);
+
+/* Why item (a parsed items-file line or inline item) is not an item: "has
+ * no string \"key\"", ...; NULL when it is one. A static string. Pure;
+ * thread-safe. fleet.read_items names such a line by its byte offset. */
+struct cJSON;
+const char *dbx_fleet_item_problem(const struct cJSON *item);
 
 /* Check a Fleet input as the workflow will (InvalidInput cases). Returns 0,
  * or -1 with a message in err (n bytes). Pure; thread-safe. */
