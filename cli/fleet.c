@@ -86,11 +86,15 @@ static int print_result(const cJSON *r) {
   if (numv(r, "items_dropped") > 0)
     printf("(%.0f more items not listed: the fleet keeps %d records)\n", numv(r, "items_dropped"),
            DBX_FLEET_MAX_RECORDS);
-  printf("\nfleet %s %s: %.0f succeeded, %.0f failed, %.0f cancelled, %.0f skipped, %.0f not "
-         "started, in %.1f s (%.0f run%s)\n",
+  /* not_started is null when the items file was not read to its end */
+  char ns[96] = "not started unknown (the items file was not read to its end)";
+  if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(r, "not_started")))
+    snprintf(ns, sizeof ns, "%.0f not started", numv(r, "not_started"));
+  printf("\nfleet %s %s: %.0f succeeded, %.0f failed, %.0f cancelled, %.0f skipped, %s, in "
+         "%.1f s (%.0f run%s)\n",
          strv(r, "fleet_id"), strv(r, "status"), numv(r, "succeeded"), numv(r, "failed"),
-         numv(r, "cancelled"), numv(r, "skipped"), numv(r, "not_started"),
-         numv(r, "duration_ms") / 1000.0, numv(r, "runs"), numv(r, "runs") == 1 ? "" : "s");
+         numv(r, "cancelled"), numv(r, "skipped"), ns, numv(r, "duration_ms") / 1000.0,
+         numv(r, "runs"), numv(r, "runs") == 1 ? "" : "s");
   return strcmp(strv(r, "status"), "completed") == 0 && numv(r, "failed") == 0 &&
                  numv(r, "cancelled") == 0
              ? 0

@@ -546,6 +546,42 @@ static void test_fleet_items_file_directory_fails(void **st) {
   free(dir);
 }
 
+/* Cancelled before its items file was read to the end, a fleet does not
+ * count the unread lines as started: total and not_started are null, and
+ * file_not_read_to_end says why. */
+static void test_fleet_cancel_unread_file_not_counted(void **st) {
+  (void)st;
+  counters_reset();
+  char *dir = dbx_test_tmpdir("itfleet-unread");
+  char *path = dbx_asprintf("%s/items.jsonl", dir);
+  FILE *fp = fopen(path, "w");
+  assert_non_null(fp);
+  for (int i = 0; i < 50; i++) fprintf(fp, "{\"key\":\"u%d\",\"ms\":60000,\"exit\":0}\n", i);
+  assert_int_equal(fclose(fp), 0);
+  char *in = dbx_asprintf("{\"items_file\":\"%s\",\"concurrency\":2,\"page_size\":5," TEMPLATE "}",
+                          path);
+  start("fleet-u", in);
+  int64_t deadline = dbx_mono_ns() + 30LL * 1000000000LL;
+  while ((runs_of("u0") == 0 || runs_of("u1") == 0) && dbx_mono_ns() < deadline) {
+    struct timespec ts = {0, 20 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  assert_int_equal(runs_of("u1"), 1);
+  assert_int_equal(dbx_client_cancel(g_c, "fleet-u", NULL, "test", NULL), DBX_OK);
+  cJSON *res = wait_result("fleet-u");
+  assert_string_equal(str(res, "status"), "cancelled");
+  assert_int_equal(num(res, "cancelled"), 2);
+  assert_true(cJSON_IsNull(cJSON_GetObjectItem(res, "total")));
+  assert_true(cJSON_IsNull(cJSON_GetObjectItem(res, "not_started")));
+  assert_true(cJSON_IsTrue(cJSON_GetObjectItem(res, "file_not_read_to_end")));
+  assert_int_equal(live_sandboxes(), 0);
+  cJSON_Delete(res);
+  free(in);
+  dbx_test_rmrf(dir);
+  free(path);
+  free(dir);
+}
+
 /* A second worker whose sandbox activities go through quotas (2 live, 4
  * creates per 1.5 s): a fleet at concurrency 5 is throttled to them, and no
  * item fails for it. */
@@ -628,6 +664,7 @@ int main(void) {
       cmocka_unit_test(test_fleet_items_file_and_bad_items),
       cmocka_unit_test(test_fleet_items_file_offsets_and_duplicates),
       cmocka_unit_test(test_fleet_items_file_directory_fails),
+      cmocka_unit_test(test_fleet_cancel_unread_file_not_counted),
       cmocka_unit_test(test_fleet_throttled_by_quotas),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -228,9 +228,13 @@ static void add_record(fleet *f, const char *key, const char *status, const char
   cJSON_AddItemToArray(f->records, r);
 }
 
+/* Items of the page not started (nor recorded) yet. */
+static int64_t page_left(const fleet *f) { return f->page && f->pos < f->npage ? f->npage - f->pos : 0; }
+
+/* The items of the input, or -1 while an items file is not read to its end. */
 static int64_t total_known(const fleet *f) {
   if (f->items) return cJSON_GetArraySize(f->items);
-  return f->eof && f->pos >= f->npage && f->fetch_seq == 0 ? f->seen + f->running : -1;
+  return f->eof && f->fetch_seq == 0 ? f->seen + f->running + page_left(f) : -1;
 }
 
 static void add_counts(const fleet *f, cJSON *o) {
@@ -640,9 +644,15 @@ static char *output_json(const fleet *f, const dbx_wf *wf, const char *status) {
   cJSON_AddNumberToObject(o, "running", f->running);
   cJSON_AddNumberToObject(o, "done", (double)f->seen);
   if (strcmp(status, "running") != 0) {
-    int64_t ns = f->items ? (int64_t)cJSON_GetArraySize(f->items) - f->seen : 0;
-    cJSON_AddNumberToObject(o, "not_started", (double)(ns > 0 ? ns : 0));
-    if (f->items == NULL && !f->eof) cJSON_AddBoolToObject(o, "file_not_read_to_end", 1);
+    /* not started: known unless the items file was not read to its end (then
+     * null: the lines after the cursor were never read, nobody counted them) */
+    if (total >= 0) {
+      int64_t ns = total - f->seen - f->running;
+      cJSON_AddNumberToObject(o, "not_started", (double)(ns > 0 ? ns : 0));
+    } else {
+      cJSON_AddNullToObject(o, "not_started");
+      cJSON_AddBoolToObject(o, "file_not_read_to_end", 1);
+    }
     if (wf) cJSON_AddNumberToObject(o, "duration_ms", (double)(dbx_wf_now_ms(wf) - f->t0));
   }
   cJSON_AddItemToObject(o, "items", cJSON_Duplicate(f->records, 1));

@@ -56,7 +56,9 @@
  * "duration_ms", "items": [{"key", "status": "succeeded"|"failed"|"cancelled"|
  * "skipped", "workflow_id", "run_id", "duration_ms", "attempts", "error"?}],
  * "items_dropped"?}: at most DBX_FLEET_MAX_RECORDS records are kept (the rest
- * are counted in items_dropped). "total" is the items the fleet saw.
+ * are counted in items_dropped). "total" is the items of the input, null
+ * (and "not_started" null, "file_not_read_to_end" true) when the fleet ended
+ * before its items file was read to the end.
  * Query "progress": {"status": "running", the counts, "running", "done",
  * "total" (null while an items file is not read to its end), "runs"}.
  * Bad input fails the run with type "InvalidInput"; an unreadable items file
