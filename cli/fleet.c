@@ -12,8 +12,15 @@
  * the counts; --output json prints the fleet's result instead. SIGINT /
  * SIGTERM the first time cancels the fleet and waits for it to end (its
  * children delete their sandboxes); the second time leaves at once.
+ * A fleet id that is open already (a fleet run that left before its fleet
+ * ended) is followed when FILE gives the same input, refused naming the
+ * fields otherwise (resume()). A fleet that closed without a result is named
+ * by Temporal's status name and its failure (print_closed()).
+ * status, cancel: only of a durabox.Fleet. Without an address this process
+ * holds the store, so no worker runs an open fleet: status says so, cancel
+ * records the request that the next fleet run finishes.
  * Exit status: 0 when every item succeeded or was skipped, 1 otherwise, 2 on
- * usage or input errors. */
+ * usage or input errors (and for a different input to an open fleet). */
 #include "cli/fleet.h"
 
 #include <errno.h>
@@ -141,34 +148,157 @@ static void show_progress(progress *p, const cJSON *q) {
   fflush(stdout);
 }
 
-/* The latest run's status (WS values), and its result JSON when completed
- * (*result malloc'd). DBX_OK or the call's error. */
-static dbx_err fleet_state(dbx_client *c, const char *id, int *status, char **result, char **err) {
-  *result = NULL;
+/* Temporal's name of a workflow execution status (WS values). */
+static const char *status_name(int st) {
+  switch (st) {
+  case WS(RUNNING): return "Running";
+  case WS(COMPLETED): return "Completed";
+  case WS(FAILED): return "Failed";
+  case WS(CANCELED): return "Canceled";
+  case WS(TERMINATED): return "Terminated";
+  case WS(CONTINUED_AS_NEW): return "ContinuedAsNew";
+  case WS(TIMED_OUT): return "TimedOut";
+  default: return "Unspecified";
+  }
+}
+
+/* What the service says of the latest run of a workflow id. */
+typedef struct {
+  int status;      /* WS value */
+  char *type;      /* the workflow type's name */
+  char *run_id;
+  char *result;    /* Completed: the result JSON */
+  char *fail_type; /* closed otherwise: the failure's type, or NULL */
+  char *fail_msg;  /* closed otherwise: its message, or NULL */
+} fleet_view;
+
+static void view_cleanup(fleet_view *v) {
+  free(v->type);
+  free(v->run_id);
+  free(v->result);
+  free(v->fail_type);
+  free(v->fail_msg);
+  memset(v, 0, sizeof *v);
+}
+
+/* The result or the failure of a closed run, from its close event, into v. */
+static void view_close(const HistoryEvent *ev, fleet_view *v) {
+  switch (ev->event_type) {
+  case ET(WORKFLOW_EXECUTION_COMPLETED):
+    v->result = dbx_payloads_to_json(ev->workflow_execution_completed_event_attributes->result);
+    break;
+  case ET(WORKFLOW_EXECUTION_FAILED): {
+    const Failure *f = ev->workflow_execution_failed_event_attributes->failure;
+    v->fail_msg = f && f->message ? dbx_strdup(f->message) : NULL;
+    v->fail_type = f && f->application_failure_info && f->application_failure_info->type
+                       ? dbx_strdup(f->application_failure_info->type)
+                       : NULL;
+    break;
+  }
+  case ET(WORKFLOW_EXECUTION_TERMINATED):
+    v->fail_type = dbx_strdup("Terminated");
+    v->fail_msg = dbx_strdup(ev->workflow_execution_terminated_event_attributes->reason);
+    break;
+  case ET(WORKFLOW_EXECUTION_TIMED_OUT):
+    v->fail_type = dbx_strdup("TimedOut");
+    v->fail_msg = dbx_strdup("the fleet's execution timeout passed");
+    break;
+  case ET(WORKFLOW_EXECUTION_CANCELED):
+    v->fail_type = dbx_strdup("Canceled");
+    v->fail_msg = dbx_strdup("the fleet was cancelled before it could end on its own");
+    break;
+  default: break;
+  }
+}
+
+/* The latest run of id into v (zeroed; free with view_cleanup): its status,
+ * type, run id, and from its close event its result or failure. DBX_OK or
+ * the call's error. */
+static dbx_err fleet_state(dbx_client *c, const char *id, fleet_view *v, char **err) {
+  memset(v, 0, sizeof *v);
   DescribeWorkflowExecutionResponse *d = NULL;
   dbx_err e = dbx_client_describe(c, id, NULL, &d, err);
   if (e != DBX_OK) return e;
-  *status = d->workflow_execution_info ? (int)d->workflow_execution_info->status : 0;
-  char *rid = d->workflow_execution_info && d->workflow_execution_info->execution
-                  ? dbx_strdup(d->workflow_execution_info->execution->run_id)
-                  : NULL;
+  const WorkflowExecutionInfo *i = d->workflow_execution_info;
+  v->status = i ? (int)i->status : 0;
+  v->type = dbx_strdup(i && i->type && i->type->name ? i->type->name : "");
+  v->run_id = i && i->execution ? dbx_strdup(i->execution->run_id) : NULL;
   dbx_client_msg_free(d);
-  if (*status == WS(COMPLETED)) {
+  if (v->status != WS(RUNNING) && v->run_id) {
     dbx_client_history h = {0};
     dbx_client_history_opts ho = {.close_event_only = 1};
-    e = dbx_client_get_history(c, id, rid, &ho, &h, err);
-    if (e == DBX_OK && h.n > 0 && h.events[h.n - 1]->event_type == ET(WORKFLOW_EXECUTION_COMPLETED))
-      *result = dbx_payloads_to_json(h.events[h.n - 1]->workflow_execution_completed_event_attributes->result);
+    e = dbx_client_get_history(c, id, v->run_id, &ho, &h, err);
+    if (e == DBX_OK && h.n > 0) view_close(h.events[h.n - 1], v);
     dbx_client_history_cleanup(&h);
   }
-  free(rid);
   return e;
+}
+
+/* A fleet that closed without a result: its status by name and why, on
+ * stderr, or with json a JSON object on stdout. */
+static void print_closed(const char *id, const fleet_view *v, int json) {
+  if (json) {
+    cJSON *o = cJSON_CreateObject(), *er = NULL;
+    cJSON_AddStringToObject(o, "fleet_id", id);
+    cJSON_AddStringToObject(o, "status", status_name(v->status));
+    if (v->fail_type || v->fail_msg) er = cJSON_AddObjectToObject(o, "error");
+    if (v->fail_type) cJSON_AddStringToObject(er, "type", v->fail_type);
+    if (v->fail_msg) cJSON_AddStringToObject(er, "message", v->fail_msg);
+    char *t = cJSON_PrintUnformatted(o);
+    if (t) printf("%s\n", t);
+    free(t);
+    cJSON_Delete(o);
+    return;
+  }
+  fprintf(stderr, "durabox fleet: fleet %s ended %s without a result%s%s%s%s\n", id,
+          status_name(v->status), v->fail_type || v->fail_msg ? ": " : "",
+          v->fail_type ? v->fail_type : "", v->fail_type && v->fail_msg ? ": " : "",
+          v->fail_msg ? v->fail_msg : "");
+}
+
+/* The input of the open run of id (without the "state" it carries across
+ * runs) into *input (free with cJSON_Delete), and whether a cancel of it was
+ * requested. DBX_OK or the call's error. */
+static dbx_err open_run(dbx_client *c, const char *id, cJSON **input, int *cancel_requested,
+                        char **err) {
+  *input = NULL;
+  *cancel_requested = 0;
+  dbx_client_history h = {0};
+  dbx_err e = dbx_client_get_history(c, id, NULL, NULL, &h, err);
+  for (size_t i = 0; e == DBX_OK && i < h.n; i++) {
+    const HistoryEvent *ev = h.events[i];
+    if (ev->event_type == ET(WORKFLOW_EXECUTION_CANCEL_REQUESTED)) *cancel_requested = 1;
+    if (ev->event_type != ET(WORKFLOW_EXECUTION_STARTED) || *input) continue;
+    char *t = dbx_payloads_to_json(ev->workflow_execution_started_event_attributes->input);
+    *input = t ? cJSON_Parse(t) : NULL;
+    free(t);
+    cJSON_DeleteItemFromObjectCaseSensitive(*input, "state");
+  }
+  dbx_client_history_cleanup(&h);
+  return e;
+}
+
+/* The top-level fields in which a and b differ, comma-separated (malloc'd),
+ * or NULL when they are equal. */
+static char *input_diff(const cJSON *a, const cJSON *b) {
+  char *out = NULL;
+  for (int pass = 0; pass < 2; pass++) {
+    const cJSON *x = pass ? b : a, *y = pass ? a : b, *f;
+    cJSON_ArrayForEach(f, x) {
+      const cJSON *g = cJSON_GetObjectItemCaseSensitive(y, f->string);
+      if ((pass && g) || (g && cJSON_Compare(f, g, 1))) continue;
+      char *n = dbx_asprintf("%s%s%s", out ? out : "", out ? ", " : "", f->string);
+      free(out);
+      out = n;
+    }
+  }
+  return out;
 }
 
 /* Follow fleet id until it ends; print the result. Exit status. */
 static int follow(dbx_client *c, const char *id, int json, const char *hint) {
   progress p = {.tty = !json && isatty(STDOUT_FILENO), .last_done = -1};
-  int cancel_sent = 0, bar = 0, status = 0, misses = 0;
+  int cancel_sent = 0, bar = 0, misses = 0;
   for (;;) {
     if (g_stop >= 2) {
       fprintf(stderr, "\ndurabox fleet: left without waiting; the fleet %s\n",
@@ -183,9 +313,11 @@ static int follow(dbx_client *c, const char *id, int json, const char *hint) {
       free(err);
       cancel_sent = 1;
     }
-    char *result = NULL, *err = NULL;
-    dbx_err e = fleet_state(c, id, &status, &result, &err);
+    char *err = NULL;
+    fleet_view v;
+    dbx_err e = fleet_state(c, id, &v, &err);
     if (e != DBX_OK) {
+      view_cleanup(&v);
       if (++misses < 20) { /* a continue-as-new in between, a busy service */
         free(err);
         pause_ms(250);
@@ -197,21 +329,22 @@ static int follow(dbx_client *c, const char *id, int json, const char *hint) {
     }
     misses = 0;
     free(err);
-    if (status != WS(RUNNING)) {
+    if (v.status != WS(RUNNING)) {
       if (bar) printf("\n");
-      if (result == NULL) {
-        fprintf(stderr, "durabox fleet: %s ended without a result (status %d)\n", id, status);
-        return 1;
-      }
-      cJSON *r = cJSON_Parse(result);
       int rc = 1;
-      if (json) printf("%s\n", result);
-      else if (r) rc = print_result(r);
-      if (json && r) rc = strcmp(strv(r, "status"), "completed") == 0 && numv(r, "failed") == 0 ? 0 : 1;
-      cJSON_Delete(r);
-      free(result);
+      if (v.result == NULL) {
+        print_closed(id, &v, json);
+      } else {
+        cJSON *r = cJSON_Parse(v.result);
+        if (json) printf("%s\n", v.result);
+        else if (r) rc = print_result(r);
+        if (json && r) rc = strcmp(strv(r, "status"), "completed") == 0 && numv(r, "failed") == 0 ? 0 : 1;
+        cJSON_Delete(r);
+      }
+      view_cleanup(&v);
       return rc;
     }
+    view_cleanup(&v);
     char *q = NULL;
     if (!json && dbx_client_query(c, id, NULL, "progress", NULL, &q, NULL) == DBX_OK) {
       cJSON *j = cJSON_Parse(q);
@@ -310,6 +443,62 @@ static int connect_or_embed(const dbx_cli_conn *conn, const char *db, const char
   return 0;
 }
 
+/* The fleet id is open already (a fleet run that ended before its fleet
+ * did: killed, or left with a second Ctrl-C): follow it when its input is
+ * FILE's (the same as Temporal's USE_EXISTING conflict policy, and a
+ * Temporal start never changes a running workflow's input), refuse naming
+ * the fields when it differs, and when a cancel is pending (fleet cancel
+ * while no worker ran it) follow it to its cancelled end. Exit status. */
+static int resume(dbx_client *c, const char *id, const char *input, int json, int embedded,
+                  const char *hint) {
+  fleet_view v;
+  char *err = NULL, *diff = NULL;
+  cJSON *open = NULL, *mine = cJSON_Parse(input);
+  int rc = 1, cancel = 0;
+  dbx_err e = fleet_state(c, id, &v, &err);
+  if (e == DBX_OK && strcmp(v.type, "durabox.Fleet") != 0) {
+    fprintf(stderr, "durabox fleet run: %s is a running %s workflow, not a durabox.Fleet: choose "
+                    "another --id\n", id, v.type);
+    goto out;
+  }
+  if (e == DBX_OK) e = open_run(c, id, &open, &cancel, &err);
+  if (e != DBX_OK || open == NULL || mine == NULL) {
+    dbx_cli_report("reading the open fleet", hint, e != DBX_OK ? e : DBX_ENOMEM, err);
+    goto out;
+  }
+  const char *who = embedded ? "; the embedded worker of this fleet run serves it now" : "";
+  if (cancel) {
+    fprintf(json ? stderr : stdout, "fleet %s (run %s) is still open from an earlier fleet run, "
+            "with a cancel pending (durabox fleet cancel): following it to its end%s\n", id,
+            v.run_id ? v.run_id : "", who);
+    fflush(stdout);
+    rc = follow(c, id, json, hint);
+    fprintf(stderr, "durabox fleet run: the cancelled fleet %s has ended; run the command again "
+                    "to start it anew\n", id);
+    goto out;
+  }
+  diff = input_diff(open, mine);
+  if (diff) {
+    fprintf(stderr, "durabox fleet run: fleet %s is still open from an earlier fleet run whose "
+                    "input differs from this one in: %s. Resume it with the file and flags it was "
+                    "started with, or cancel it (durabox fleet cancel %s) and run again\n", id,
+            diff, id);
+    rc = 2;
+    goto out;
+  }
+  fprintf(json ? stderr : stdout, "fleet %s (run %s) is still open from an earlier fleet run: "
+          "following it%s\n", id, v.run_id ? v.run_id : "", who);
+  fflush(stdout);
+  rc = follow(c, id, json, hint);
+out:
+  view_cleanup(&v);
+  cJSON_Delete(open);
+  cJSON_Delete(mine);
+  free(diff);
+  free(err);
+  return rc;
+}
+
 static int fleet_run(int argc, char **argv) {
   dbx_cli_conn conn;
   dbx_cli_conn_init(&conn);
@@ -370,6 +559,10 @@ static int fleet_run(int argc, char **argv) {
   dbx_client_start_opts so = {.workflow_id = id, .workflow_type = "durabox.Fleet", .task_queue = tq,
                               .input_json = input};
   dbx_err er = dbx_client_start_workflow(c, &so, &rid, &err);
+  if (er == DBX_EEXIST) {
+    rc = resume(c, id, input, conn.json, embedded, embedded ? NULL : e.address);
+    goto out;
+  }
   if (er != DBX_OK) {
     dbx_cli_report("starting the fleet", embedded ? NULL : e.address, er, err);
     goto out;
@@ -392,6 +585,99 @@ out:
 }
 
 /* ------------------------------------------------------------ status, cancel */
+
+/* Whether a cancel of the open fleet id was requested (0 when unknown). */
+static int cancel_pending(dbx_client *c, const char *id) {
+  cJSON *in = NULL;
+  char *err = NULL;
+  int cancel = 0;
+  (void)open_run(c, id, &in, &cancel, &err);
+  cJSON_Delete(in);
+  free(err);
+  return cancel;
+}
+
+/* fleet cancel of the fleet v says id is. Like `durabox workflow cancel`, a
+ * fleet that has already closed is named as such, exit 0: nothing to cancel.
+ * Without an address no worker runs the fleet (this process holds its store
+ * without one): the request is recorded and the next `fleet run` of the id
+ * finishes it, which is what it says. Exit status. */
+static int fleet_cancel(dbx_client *c, const char *id, const fleet_view *v, int json,
+                        int embedded, const char *hint) {
+  if (v->status != WS(RUNNING)) {
+    if (json)
+      printf("{\"fleet_id\":\"%s\",\"cancel_requested\":false,\"status\":\"%s\"}\n", id,
+             status_name(v->status));
+    else printf("fleet %s had already closed (%s): nothing to cancel\n", id, status_name(v->status));
+    return 0;
+  }
+  char *err = NULL;
+  dbx_err er = dbx_client_cancel(c, id, NULL, "durabox fleet cancel", &err);
+  if (er != DBX_OK) {
+    dbx_cli_report("cancelling the fleet", hint, er, err);
+    free(err);
+    return 1;
+  }
+  free(err);
+  if (json)
+    printf("{\"fleet_id\":\"%s\",\"cancel_requested\":true,\"worker\":%s}\n", id,
+           embedded ? "false" : "true");
+  else if (embedded)
+    printf("fleet %s: cancel recorded, but no worker runs this fleet now, so nothing stops yet: "
+           "the next `durabox fleet run FILE --id %s` finishes the cancel (running items stop, "
+           "their sandboxes are deleted) and reports the fleet cancelled\n", id, id);
+  else printf("fleet %s: cancel requested (running items stop, their sandboxes are deleted)\n", id);
+  return 0;
+}
+
+/* fleet status of the fleet v says id is. Exit status: 0 when it could
+ * tell, 1 when the fleet closed without a result or its progress is unknown. */
+static int fleet_status(dbx_client *c, const char *id, const fleet_view *v, int json,
+                        int embedded) {
+  if (v->result) {
+    cJSON *r = cJSON_Parse(v->result);
+    int rc = json ? 0 : r ? print_result(r) : 1;
+    if (json) printf("%s\n", v->result);
+    cJSON_Delete(r);
+    return rc;
+  }
+  if (v->status != WS(RUNNING)) {
+    print_closed(id, v, json);
+    return 1;
+  }
+  if (embedded) { /* this process holds the store: no fleet run, so no worker */
+    int cancel = cancel_pending(c, id);
+    if (json)
+      printf("{\"fleet_id\":\"%s\",\"status\":\"Running\",\"worker\":false,\"cancel_requested\":%s,"
+             "\"resume\":\"durabox fleet run FILE --id %s\"}\n", id, cancel ? "true" : "false", id);
+    else
+      printf("fleet %s is open, but no worker runs it: the fleet run that started it ended before "
+             "it did%s. Resume it with `durabox fleet run FILE --id %s` (the same FILE)\n", id,
+             cancel ? ", and a cancel is pending, which that run finishes" : "", id);
+    return 0;
+  }
+  char *q = NULL, *err = NULL;
+  dbx_err er = dbx_client_query(c, id, NULL, "progress", NULL, &q, &err);
+  if (er != DBX_OK) {
+    fprintf(stderr, "durabox fleet status: fleet %s is Running, its progress unknown (is a worker "
+                    "polling its task queue?): %s\n", id, err ? err : dbx_strerror(er));
+    free(err);
+    return 1;
+  }
+  cJSON *j = cJSON_Parse(q);
+  const cJSON *tot = cJSON_GetObjectItem(j, "total");
+  char total[32] = "?";
+  if (cJSON_IsNumber(tot)) snprintf(total, sizeof total, "%.0f", tot->valuedouble);
+  if (json) printf("%s\n", q);
+  else if (j)
+    printf("fleet %s running: %.0f/%s done, %.0f running, %.0f succeeded, %.0f failed, %.0f "
+           "skipped (run %.0f)\n", id, numv(j, "done"), total, numv(j, "running"),
+           numv(j, "succeeded"), numv(j, "failed"), numv(j, "skipped"), numv(j, "runs"));
+  cJSON_Delete(j);
+  free(q);
+  free(err);
+  return 0;
+}
 
 static int fleet_other(const char *verb, int argc, char **argv) {
   dbx_cli_conn conn;
@@ -418,8 +704,9 @@ static int fleet_other(const char *verb, int argc, char **argv) {
     return 2;
   }
   if (dbx_cli_conn_load(&conn) != 0) return 2;
-  int rc = 1, embedded = 0, status = 0;
-  char *dbdef = NULL, *err = NULL, *result = NULL, *q = NULL;
+  int rc = 1, embedded = 0;
+  char *dbdef = NULL, *err = NULL;
+  fleet_view v = {0};
   dbx_embed e;
   dbx_client *c = NULL;
   if (connect_or_embed(&conn, db, "durabox", 0, &e, &embedded, &dbdef) != 0) goto out;
@@ -428,50 +715,25 @@ static int fleet_other(const char *verb, int argc, char **argv) {
   co.address = e.address;
   if (dbx_client_create(&co, &c) != DBX_OK) goto out;
   const char *hint = embedded ? NULL : e.address;
-  if (strcmp(verb, "cancel") == 0) {
-    dbx_err er = dbx_client_cancel(c, id, NULL, "durabox fleet cancel", &err);
-    if (er != DBX_OK) {
-      dbx_cli_report("cancelling the fleet", hint, er, err);
-      goto out;
-    }
-    if (conn.json) printf("{\"fleet_id\":\"%s\",\"cancel_requested\":true}\n", id);
-    else printf("fleet %s: cancel requested (running items stop, their sandboxes are deleted)\n", id);
-    rc = 0;
-    goto out;
-  }
-  dbx_err er = fleet_state(c, id, &status, &result, &err);
+  dbx_err er = fleet_state(c, id, &v, &err);
   if (er != DBX_OK) {
     dbx_cli_report("reading the fleet", hint, er, err);
     goto out;
   }
-  if (result) {
-    cJSON *r = cJSON_Parse(result);
-    if (conn.json) printf("%s\n", result), rc = 0;
-    else if (r) rc = print_result(r);
-    cJSON_Delete(r);
-  } else if (status == WS(RUNNING) && dbx_client_query(c, id, NULL, "progress", NULL, &q, &err) == DBX_OK) {
-    cJSON *j = cJSON_Parse(q);
-    const cJSON *tot = cJSON_GetObjectItem(j, "total");
-    char total[32] = "?";
-    if (cJSON_IsNumber(tot)) snprintf(total, sizeof total, "%.0f", tot->valuedouble);
-    if (conn.json) printf("%s\n", q);
-    else if (j)
-      printf("fleet %s running: %.0f/%s done, %.0f running, %.0f succeeded, %.0f failed, %.0f "
-             "skipped (run %.0f)\n", id, numv(j, "done"), total, numv(j, "running"),
-             numv(j, "succeeded"), numv(j, "failed"), numv(j, "skipped"), numv(j, "runs"));
-    cJSON_Delete(j);
-    rc = 0;
-  } else {
-    printf("fleet %s: status %d, no result\n", id, status);
+  if (strcmp(v.type, "durabox.Fleet") != 0) {
+    fprintf(stderr, "%s: %s is a %s run, not a durabox.Fleet (see durabox workflow describe -w "
+                    "%s)\n", cmd, id, v.type, id);
+    goto out;
   }
+  if (strcmp(verb, "cancel") == 0) rc = fleet_cancel(c, id, &v, conn.json, embedded, hint);
+  else rc = fleet_status(c, id, &v, conn.json, embedded);
 out:
   dbx_client_destroy(c);
   if (embedded) dbx_embed_stop(&e, 1000);
   dbx_cli_conn_cleanup(&conn);
+  view_cleanup(&v);
   free(dbdef);
   free(err);
-  free(result);
-  free(q);
   return rc;
 }
 

@@ -9,6 +9,8 @@
  *    no sandbox is left. */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,6 +110,19 @@ static void test_fleet_cli_run_rerun_status(void **st) {
   cJSON_Delete(j);
   free(out);
   free(err);
+  /* a child of the fleet is a durabox.Script run: not a fleet */
+  char *notfleet[] = {(char *)dbx_test_bin(), "fleet", "status", "fleet-small/i0", NULL};
+  assert_int_equal(dbx_svct_proc_run(notfleet, env, 60000, &out, &err), 1);
+  assert_non_null(strstr(err, "fleet-small/i0 is a durabox.Script run, not a durabox.Fleet"));
+  free(out);
+  free(err);
+  /* as `durabox workflow cancel` on a closed run: named closed, exit 0 */
+  char *cancel[] = {(char *)dbx_test_bin(), "fleet", "cancel", "fleet-small", NULL};
+  assert_int_equal(dbx_svct_proc_run(cancel, env, 60000, &out, &err), 0);
+  assert_non_null(strstr(out, "fleet fleet-small had already closed (Completed): nothing to cancel"));
+  assert_null(strstr(out, "cancel requested"));
+  free(out);
+  free(err);
   char *bad[] = {(char *)dbx_test_bin(), "fleet", "run", f, "--concurrency", "0", NULL};
   assert_int_equal(dbx_svct_proc_run(bad, env, 30000, NULL, NULL), 2);
   assert_int_equal(sandbox_count(), 0);
@@ -165,11 +180,144 @@ static void test_fleet_cli_cancel_from_another_process(void **st) {
   free(wdb);
 }
 
+/* A fleet whose items file is missing ends Failed: fleet run and fleet
+ * status name the status and the failure (type, message); with --output
+ * json a JSON object with the error is on stdout. */
+static void test_fleet_cli_failed_fleet_named(void **st) {
+  (void)st;
+  char *f = dbx_asprintf("%s/nope.json", g_dir);
+  dbx_svct_file_write(f, "{\"items_file\":\"nope.jsonl\",\"template\":{\"input\":{\"steps\":[]}}}");
+  char *missing = dbx_asprintf("%s/nope.jsonl: No such file or directory", g_dir);
+  char *env[] = {g_env_home, NULL};
+  char *out = NULL, *err = NULL;
+  char *run[] = {(char *)dbx_test_bin(), "fleet", "run", f, NULL};
+  assert_int_equal(dbx_svct_proc_run(run, env, 120000, &out, &err), 1);
+  assert_non_null(strstr(err, "fleet fleet-nope ended Failed without a result: ItemsUnreadable: "));
+  assert_non_null(strstr(err, missing));
+  assert_null(strstr(err, "status 3"));
+  free(out);
+  free(err);
+  char *runj[] = {(char *)dbx_test_bin(), "fleet", "run", f, "--output", "json", NULL};
+  assert_int_equal(dbx_svct_proc_run(runj, env, 120000, &out, &err), 1);
+  cJSON *j = cJSON_Parse(out);
+  if (j == NULL) fail_msg("fleet run --output json printed: %s", out ? out : "(nothing)");
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "fleet_id")), "fleet-nope");
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(j, "status")), "Failed");
+  const cJSON *e = cJSON_GetObjectItem(j, "error");
+  assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(e, "type")), "ItemsUnreadable");
+  assert_non_null(strstr(cJSON_GetStringValue(cJSON_GetObjectItem(e, "message")), missing));
+  cJSON_Delete(j);
+  free(out);
+  free(err);
+  char *status[] = {(char *)dbx_test_bin(), "fleet", "status", "fleet-nope", NULL};
+  assert_int_equal(dbx_svct_proc_run(status, env, 60000, &out, &err), 1);
+  assert_non_null(strstr(err, "fleet fleet-nope ended Failed without a result: ItemsUnreadable"));
+  free(out);
+  free(err);
+  free(missing);
+  free(f);
+}
+
+/* Wait (to 60 s) until n sandboxes exist; fail naming what fleet run printed. */
+static void wait_sandboxes(int n, const char *outp, const char *errp) {
+  for (int64_t end = dbx_mono_ns() / 1000000 + 60000; dbx_mono_ns() / 1000000 < end; pause_ms(50))
+    if (sandbox_count() == n) return;
+  char *t = dbx_svct_file_read(outp), *e = dbx_svct_file_read(errp);
+  fail_msg("%d sandboxes, want %d; fleet run printed: %s %s", sandbox_count(), n, t ? t : "", e ? e : "");
+}
+
+/* Spawn `fleet run f --id id --concurrency 2` (embedded), wait for 2 sandboxes, kill -9 it. */
+static void run_and_kill(const char *f, const char *id) {
+  char *env[] = {g_env_home, NULL};
+  char *outp = dbx_asprintf("%s/%s.out", g_dir, id), *errp = dbx_asprintf("%s/%s.err", g_dir, id);
+  char *run[] = {(char *)dbx_test_bin(), "fleet", "run", (char *)f, "--id", (char *)id,
+                 "--concurrency", "2", NULL};
+  pid_t p = dbx_svct_proc_spawn(run, env, outp, errp);
+  wait_sandboxes(2, outp, errp);
+  int ws = dbx_svct_proc_kill(p, SIGKILL); /* reaped */
+  assert_true(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL);
+  free(outp);
+  free(errp);
+}
+
+/* A fleet run killed while its embedded worker ran the fleet: fleet status
+ * says the fleet is open with no worker and how to resume it; a run with
+ * another input is refused naming the field; the same FILE again follows the
+ * open fleet to its end. */
+static void test_fleet_cli_resume_after_kill(void **st) {
+  (void)st;
+  char *f = write_fleet("rk", 4, "2", -1);
+  run_and_kill(f, "rk");
+  char *env[] = {g_env_home, NULL};
+  char *out = NULL, *err = NULL;
+  char *status[] = {(char *)dbx_test_bin(), "fleet", "status", "rk", NULL};
+  assert_int_equal(dbx_svct_proc_run(status, env, 60000, &out, &err), 0);
+  assert_non_null(strstr(out, "fleet rk is open, but no worker runs it"));
+  assert_non_null(strstr(out, "durabox fleet run FILE --id rk"));
+  free(out);
+  free(err);
+  char *other[] = {(char *)dbx_test_bin(), "fleet", "run", f, "--id", "rk", "--concurrency", "3", NULL};
+  assert_int_equal(dbx_svct_proc_run(other, env, 60000, &out, &err), 2);
+  assert_non_null(strstr(err, "fleet rk is still open from an earlier fleet run whose input differs "
+                              "from this one in: concurrency"));
+  free(out);
+  free(err);
+  char *run[] = {(char *)dbx_test_bin(), "fleet", "run", f, "--id", "rk", "--concurrency", "2", NULL};
+  int rc = dbx_svct_proc_run(run, env, 180000, &out, &err);
+  if (rc != 0) fail_msg("resuming fleet run exited %d: %s %s", rc, out, err);
+  assert_non_null(strstr(out, "is still open from an earlier fleet run: following it; the embedded "
+                              "worker of this fleet run serves it now"));
+  assert_non_null(strstr(out, "fleet rk completed: 4 succeeded, 0 failed, 0 cancelled, 0 skipped, "
+                              "0 not started"));
+  assert_null(strstr(err, "ALREADY_EXISTS"));
+  free(out);
+  free(err);
+  assert_int_equal(sandbox_count(), 0);
+  free(f);
+}
+
+/* fleet cancel while no worker runs the fleet records the cancel and says
+ * that nothing stops until the next fleet run; fleet status shows it
+ * pending; the next fleet run finishes it: the fleet ends cancelled and no
+ * sandbox is left. */
+static void test_fleet_cli_cancel_without_worker(void **st) {
+  (void)st;
+  char *f = write_fleet("ck", 4, "60", -1);
+  run_and_kill(f, "ck");
+  char *env[] = {g_env_home, NULL};
+  char *out = NULL, *err = NULL;
+  char *cancel[] = {(char *)dbx_test_bin(), "fleet", "cancel", "ck", NULL};
+  assert_int_equal(dbx_svct_proc_run(cancel, env, 60000, &out, &err), 0);
+  assert_non_null(strstr(out, "fleet ck: cancel recorded, but no worker runs this fleet now, so "
+                              "nothing stops yet"));
+  assert_null(strstr(out, "cancel requested"));
+  free(out);
+  free(err);
+  char *status[] = {(char *)dbx_test_bin(), "fleet", "status", "ck", NULL};
+  assert_int_equal(dbx_svct_proc_run(status, env, 60000, &out, &err), 0);
+  assert_non_null(strstr(out, "a cancel is pending"));
+  free(out);
+  free(err);
+  char *run[] = {(char *)dbx_test_bin(), "fleet", "run", f, "--id", "ck", "--concurrency", "2", NULL};
+  int rc = dbx_svct_proc_run(run, env, 180000, &out, &err);
+  if (rc != 1) fail_msg("fleet run exited %d: %s %s", rc, out, err);
+  assert_non_null(strstr(out, "with a cancel pending (durabox fleet cancel): following it to its end"));
+  assert_non_null(strstr(out, "fleet ck cancelled: 0 succeeded, 0 failed, 2 cancelled, 0 skipped, "
+                              "2 not started"));
+  free(out);
+  free(err);
+  assert_int_equal(sandbox_count(), 0);
+  free(f);
+}
+
 int main(void) {
   dbx_rpc_global_init();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_fleet_cli_run_rerun_status, setup, teardown),
       cmocka_unit_test_setup_teardown(test_fleet_cli_cancel_from_another_process, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_fleet_cli_failed_fleet_named, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_fleet_cli_resume_after_kill, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_fleet_cli_cancel_without_worker, setup, teardown),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   dbx_rpc_global_shutdown();
