@@ -954,9 +954,11 @@ dbx_err dbx_local_sandbox_create(dbx_local *d, const char *id, const dbx_local_s
       break;
     }
     if (!is_dir(from)) {
-      rc = failk(d, DBX_ENOTFOUND, DBX_DRV_SOURCE_NOT_FOUND, "%s '%s' not found",
-                src->kind == DBX_LOCAL_SOURCE_DIR ? "source directory" : "snapshot",
-                src->location);
+      struct stat sst;
+      int there = src->kind == DBX_LOCAL_SOURCE_DIR && stat(src->location, &sst) == 0;
+      rc = failk(d, DBX_ENOTFOUND, DBX_DRV_SOURCE_NOT_FOUND, "%s '%s' %s",
+                 src->kind == DBX_LOCAL_SOURCE_DIR ? "source directory" : "snapshot", src->location,
+                 there ? "is not a directory" : "not found");
       break;
     }
     if (mkdir(tmp, 0755) != 0) {

@@ -111,6 +111,15 @@ static void test_local_create_from_dir_and_adopt(void **state) {
   assert_non_null(strstr(dbx_local_errmsg(f->d), "sb1"));
   dbx_local_source missing = {.kind = DBX_LOCAL_SOURCE_DIR, .location = "/nonexistent/dbx"};
   assert_int_equal(dbx_local_sandbox_create(f->d, "sb2", &missing, NULL), DBX_ENOTFOUND);
+  assert_non_null(strstr(dbx_local_errmsg(f->d), "source directory '/nonexistent/dbx' not found"));
+  /* a file where a directory was named: said so, not "not found" */
+  char *file = dbx_asprintf("%s/a.txt", src);
+  dbx_local_source notdir = {.kind = DBX_LOCAL_SOURCE_DIR, .location = file};
+  assert_int_equal(dbx_local_sandbox_create(f->d, "sb3", &notdir, NULL), DBX_ENOTFOUND);
+  char *want = dbx_asprintf("source directory '%s' is not a directory", file);
+  if (!strstr(dbx_local_errmsg(f->d), want)) fail_msg("'%s' lacks '%s'", dbx_local_errmsg(f->d), want);
+  free(want);
+  free(file);
   assert_int_equal(dbx_local_sandbox_create(f->d, "../x", &e, NULL), DBX_EINVAL);
   assert_int_equal(dbx_local_sandbox_create(f->d, ".hidden", &e, NULL), DBX_EINVAL);
   dbx_test_rmrf(src);
