@@ -167,6 +167,7 @@ typedef struct {
   int status;      /* WS value */
   char *type;      /* the workflow type's name */
   char *run_id;
+  char *task_queue; /* the run's task queue ("" when the service did not say) */
   char *result;    /* Completed: the result JSON */
   char *fail_type; /* closed otherwise: the failure's type, or NULL */
   char *fail_msg;  /* closed otherwise: its message, or NULL */
@@ -175,6 +176,7 @@ typedef struct {
 static void view_cleanup(fleet_view *v) {
   free(v->type);
   free(v->run_id);
+  free(v->task_queue);
   free(v->result);
   free(v->fail_type);
   free(v->fail_msg);
@@ -223,6 +225,7 @@ static dbx_err fleet_state(dbx_client *c, const char *id, fleet_view *v, char **
   v->status = i ? (int)i->status : 0;
   v->type = dbx_strdup(i && i->type && i->type->name ? i->type->name : "");
   v->run_id = i && i->execution ? dbx_strdup(i->execution->run_id) : NULL;
+  v->task_queue = dbx_strdup(i && i->task_queue ? i->task_queue : "");
   dbx_client_msg_free(d);
   if (v->status != WS(RUNNING) && v->run_id) {
     dbx_client_history h = {0};
@@ -449,7 +452,7 @@ static int connect_or_embed(const dbx_cli_conn *conn, const char *db, const char
  * Temporal start never changes a running workflow's input), refuse naming
  * the fields when it differs, and when a cancel is pending (fleet cancel
  * while no worker ran it) follow it to its cancelled end. Exit status. */
-static int resume(dbx_client *c, const char *id, const char *input, int json, int embedded,
+static int resume(dbx_client *c, const char *id, const char *input, const char *tq, int json, int embedded,
                   const char *hint) {
   fleet_view v;
   char *err = NULL, *diff = NULL;
@@ -464,6 +467,14 @@ static int resume(dbx_client *c, const char *id, const char *input, int json, in
   if (e == DBX_OK) e = open_run(c, id, &open, &cancel, &err);
   if (e != DBX_OK || open == NULL || mine == NULL) {
     dbx_cli_report("reading the open fleet", hint, e != DBX_OK ? e : DBX_ENOMEM, err);
+    goto out;
+  }
+  /* a worker of this run polls tq: on another queue it would never see the fleet's tasks */
+  if (v.task_queue && *v.task_queue && strcmp(v.task_queue, tq) != 0) {
+    fprintf(stderr, "durabox fleet run: fleet %s is still open from an earlier fleet run on task queue %s, "
+                    "not %s: resume it with --task-queue %s, or cancel it (durabox fleet cancel %s) and run "
+                    "again\n", id, v.task_queue, tq, v.task_queue, id);
+    rc = 2;
     goto out;
   }
   const char *who = embedded ? "; the embedded worker of this fleet run serves it now" : "";
@@ -531,6 +542,10 @@ static int fleet_run(int argc, char **argv) {
     fprintf(stderr, "durabox fleet run: FILE is required (a durabox.Fleet input, JSON)\n");
     return 2;
   }
+  if (dbx_cli_nonempty("durabox fleet run", "--id", id) != 0 ||
+      dbx_cli_nonempty("durabox fleet run", "--task-queue", tq) != 0 ||
+      dbx_cli_sandbox_driver("durabox fleet run", sandbox) != 0)
+    return 2;
   char *input = prepare_input(file, conc);
   if (input == NULL) return 2;
   if (dbx_cli_conn_load(&conn) != 0) {
@@ -560,7 +575,7 @@ static int fleet_run(int argc, char **argv) {
                               .input_json = input};
   dbx_err er = dbx_client_start_workflow(c, &so, &rid, &err);
   if (er == DBX_EEXIST) {
-    rc = resume(c, id, input, conn.json, embedded, embedded ? NULL : e.address);
+    rc = resume(c, id, input, tq, conn.json, embedded, embedded ? NULL : e.address);
     goto out;
   }
   if (er != DBX_OK) {

@@ -262,6 +262,20 @@ static void test_fleet_cli_resume_after_kill(void **st) {
                               "from this one in: concurrency"));
   free(out);
   free(err);
+  /* on another task queue this run's worker would never see the fleet's tasks: refused, not a hang */
+  char *otq[] = {(char *)dbx_test_bin(), "fleet", "run", f, "--id", "rk", "--concurrency", "2", "--task-queue",
+                 "other", NULL};
+  assert_int_equal(dbx_svct_proc_run(otq, env, 60000, &out, &err), 2);
+  if (!strstr(err, "fleet rk is still open from an earlier fleet run on task queue durabox, not other: resume it "
+                   "with --task-queue durabox"))
+    fail_msg("fleet run --task-queue other said: %s", err);
+  free(out);
+  free(err);
+  char *etq[] = {(char *)dbx_test_bin(), "fleet", "run", f, "--id", "", NULL};
+  assert_int_equal(dbx_svct_proc_run(etq, env, 60000, &out, &err), 2);
+  assert_non_null(strstr(err, "durabox fleet run: --id is empty"));
+  free(out);
+  free(err);
   char *run[] = {(char *)dbx_test_bin(), "fleet", "run", f, "--id", "rk", "--concurrency", "2", NULL};
   int rc = dbx_svct_proc_run(run, env, 180000, &out, &err);
   if (rc != 0) fail_msg("resuming fleet run exited %d: %s %s", rc, out, err);
