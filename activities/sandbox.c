@@ -372,6 +372,16 @@ static void wipe_free(char *s) {
   free(s);
 }
 
+/* Free n entries of sec and sec itself; values and entries wiped. */
+static void secrets_free(secret_env *sec, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    free(sec[i].name);
+    wipe_free(sec[i].value);
+    wipe_free(sec[i].entry);
+  }
+  free(sec);
+}
+
 /* Replace every occurrence of each secret value in *buf (len *n) by
  * "[redacted:NAME]". truncated: the bytes were cut after *buf's end, so an
  * end that is the start of a value is redacted too; cut_before: cut before
@@ -448,6 +458,49 @@ static int redact(uint8_t **buf, size_t *n, const secret_env *s, size_t ns, int 
     *n = o;
   }
   return hits;
+}
+
+/* Append the input's "redact" (["NAME", ..]: names of the worker's variables
+ * whose values are redacted from what the activity returns, as a secret of
+ * the step's own env is) to *sec, skipping names already there and names
+ * that are unset (no value, nothing to redact). *sec grows by realloc; its
+ * entries own name and value, entry stays NULL (nothing goes into the
+ * command's environment). Returns 0; -1 with the failure set in res (a
+ * malformed list: InvalidInput naming it); -2 on OOM. */
+static int add_redact(const cJSON *in, secret_env **sec, size_t *nsec, dbx_act_result *res) {
+  const cJSON *r = cJSON_GetObjectItemCaseSensitive(in, "redact");
+  if (r == NULL || cJSON_IsNull(r)) return 0;
+  if (!cJSON_IsArray(r) || cJSON_GetArraySize(r) > DBX_SANDBOX_REDACT_MAX) {
+    fail(res, 1, "InvalidInput", "field 'redact' must be a list of at most %d variable names",
+         DBX_SANDBOX_REDACT_MAX);
+    return -1;
+  }
+  const cJSON *e;
+  cJSON_ArrayForEach(e, r) {
+    if (!cJSON_IsString(e) || e->valuestring[0] == '\0' || strchr(e->valuestring, '=') != NULL) {
+      fail(res, 1, "InvalidInput", "field 'redact': every item must be a variable name%s%.100s%s",
+           cJSON_IsString(e) ? " ('" : "", cJSON_IsString(e) ? e->valuestring : "",
+           cJSON_IsString(e) ? "' is not)" : "");
+      return -1;
+    }
+  }
+  cJSON_ArrayForEach(e, r) {
+    const char *val = getenv(e->valuestring);
+    int known = val == NULL || val[0] == '\0';
+    for (size_t k = 0; !known && k < *nsec; k++)
+      known = strcmp((*sec)[k].name, e->valuestring) == 0;
+    if (known) continue;
+    secret_env *t = dbx_realloc(*sec, (*nsec + 2) * sizeof *t);
+    if (t == NULL) return -2;
+    *sec = t;
+    secret_env *se = &t[*nsec];
+    memset(se, 0, 2 * sizeof *se);
+    se->name = dbx_strdup(e->valuestring);
+    se->value = dbx_strdup(val);
+    (*nsec)++;
+    if (se->name == NULL || se->value == NULL) return -2;
+  }
+  return 0;
 }
 
 /* --------------------------------------------------------------- output */
@@ -1308,12 +1361,7 @@ static void exec_job_free(exec_job *j) {
       if (j->envv[i] == j->sec[k].entry) borrowed = 1;
     if (!borrowed) free(j->envv[i]);
   }
-  for (size_t i = 0; i < j->nsec; i++) {
-    free(j->sec[i].name);
-    wipe_free(j->sec[i].value);
-    wipe_free(j->sec[i].entry);
-  }
-  free(j->sec);
+  secrets_free(j->sec, j->nsec);
   free(j->envv);
   cJSON_Delete(j->in);
   free(j);
@@ -1628,6 +1676,11 @@ static dbx_err run_exec(dbx_act *a, const char *json, size_t len, dbx_act_result
       j->envv[j->nenv++] = se->entry; /* borrowed from sec */
     }
   }
+  int ar = add_redact(in, &j->sec, &j->nsec, res);
+  if (ar != 0) {
+    rc = ar == -2 ? DBX_ENOMEM : DBX_OK;
+    goto out;
+  }
   dbx_drv_err ex = CALL(drv, exists, j->id, NULL);
   if (ex != DBX_DRV_OK) {
     rc = fail_drv(res, drv, ex, "sandbox.exec", j->id);
@@ -1727,10 +1780,17 @@ static dbx_err run_read_file(dbx_act *a, const char *json, size_t len, dbx_act_r
   kept_out k = {0};
   uint8_t *data = NULL;
   size_t n = 0;
+  secret_env *sec = NULL;
+  size_t nsec = 0;
   cJSON *in = parse_input(json, len, res);
   if (in == NULL) return DBX_OK;
   const char *id, *path;
   if (get_sandbox(in, &id, res) != 0 || get_path(in, "path", 1, &path, res) != 0) goto out;
+  int ar = add_redact(in, &sec, &nsec, res);
+  if (ar != 0) {
+    rc = ar == -2 ? DBX_ENOMEM : DBX_OK;
+    goto out;
+  }
   if (dbx_act_cancelled(a)) {
     rc = DBX_ECANCELED;
     goto out;
@@ -1747,8 +1807,22 @@ static dbx_err run_read_file(dbx_act *a, const char *json, size_t len, dbx_act_r
       rc = DBX_ENOMEM;
       goto out;
     }
+    memset(data, 0, n);
+    /* as exec's streams: a file with a redacted value gives the size of
+     * the redacted text kept, so no value's length shows */
+    int hh = redact(&k.h, &k.hl, sec, nsec, k.truncated, 0);
+    int th = hh < 0 ? -1 : redact(&k.t, &k.tl, sec, nsec, 0, k.tl > 0);
+    if (th < 0) {
+      rc = DBX_ENOMEM;
+      goto out;
+    }
+    uint64_t size = n;
+    if (hh + th > 0) {
+      size = k.hl + k.tl;
+      k.count_known = 0;
+    }
     cJSON *o = cJSON_CreateObject();
-    if (o && !cJSON_AddNumberToObject(o, "bytes", (double)n)) {
+    if (o && !cJSON_AddNumberToObject(o, "bytes", (double)size)) {
       cJSON_Delete(o);
       o = NULL;
     }
@@ -1758,6 +1832,7 @@ static dbx_err run_read_file(dbx_act *a, const char *json, size_t len, dbx_act_r
 out:
   kept_free(&k);
   free(data);
+  secrets_free(sec, nsec);
   cJSON_Delete(in);
   return rc;
 }

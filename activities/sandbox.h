@@ -41,7 +41,7 @@
  *                       SandboxConflict. "driver" is the driver's name
  *                       (local, daytona, or the memory driver's).
  *   sandbox.exec        {"sandbox_id", "command", "env"?: {K: "v" | {"secret": "NAME"}},
- *                        "cwd"?, "timeout_s"?, "max_output_bytes"?}
+ *                        "cwd"?, "timeout_s"?, "max_output_bytes"?, "redact"?: ["NAME", ..]}
  *                       -> {"exit_code", "signal", "timed_out", "stdout"|"stdout_b64",
  *                           "stderr"|"stderr_b64", "stdout_truncated", "stderr_truncated",
  *                           "stdout_bytes", "stderr_bytes", "duration_ms"}
@@ -63,10 +63,20 @@
  *                       content_b64 is standard base64 with padding, decoded
  *                       strictly (base/codec.h): no whitespace, and the bits
  *                       under the padding must be zero ("QQ==", not "QR==").
- *   sandbox.read_file   {"sandbox_id", "path"} -> {"content" | "content_b64", "bytes",
- *                        "truncated"}: a file over DBX_SANDBOX_READ_MAX_BYTES keeps
- *                       its head and tail with the mark (see "Output"); "bytes"
- *                       is the file's size.
+ *   sandbox.read_file   {"sandbox_id", "path", "redact"?: ["NAME", ..]}
+ *                       -> {"content" | "content_b64", "bytes", "truncated"}:
+ *                       a file over DBX_SANDBOX_READ_MAX_BYTES keeps its head
+ *                       and tail with the mark (see "Output"); "bytes" is the
+ *                       file's size (with a value redacted, the size of the
+ *                       redacted text kept, as for exec's *_bytes).
+ *   "redact" (exec, read_file): names of the worker's variables whose values
+ *                       are replaced by "[redacted:NAME]" in what the step
+ *                       returns, as a {"secret": NAME} of the step's own env
+ *                       is: a secret an earlier step wrote into a file or
+ *                       left in the sandbox stays out of history. At most
+ *                       DBX_SANDBOX_REDACT_MAX; an unset or empty variable has
+ *                       nothing to redact and is skipped. durabox.Script
+ *                       passes every secret name of its input on both.
  *   sandbox.checkpoint  {"sandbox_id", "name"?} -> {"ref"}; the default name is
  *                       "ckpt-" + FNV-1a 64 of sandbox id, workflow id, run id
  *                       and activity id, so retries of one activity agree.
@@ -144,9 +154,10 @@
  * fields missing nor a non-retryable type.
  *
  * Security (docs/architecture.md "Promises"): secrets are resolved from the worker's
- * environment only when sandbox.exec runs, and every resolved value is
- * replaced by "[redacted:NAME]" in stdout/stderr before the result is built,
- * including a partial value cut off at the output cap.
+ * environment only when sandbox.exec runs, and every resolved value (and
+ * every value "redact" names) is replaced by "[redacted:NAME]" in
+ * stdout/stderr (read_file: content) before the result is built, including
+ * a partial value cut off at the output cap.
  *
  * Thread safety: a dbx_sandbox_acts is immutable; its activities may run on
  * any number of threads at once (the driver is thread-safe, driver.h). Retry
@@ -174,6 +185,8 @@ struct dbx_worker;
 #define DBX_SANDBOX_OUTPUT_DEFAULT_BYTES ((size_t)256 * 1024)
 #define DBX_SANDBOX_OUTPUT_MAX_BYTES ((size_t)768 * 1024)
 #define DBX_SANDBOX_READ_MAX_BYTES ((size_t)1024 * 1024)
+/* At most this many names in an exec's or read_file's "redact". */
+#define DBX_SANDBOX_REDACT_MAX 64
 #define DBX_SANDBOX_RESULT_MAX_BYTES ((size_t)1792 * 1024)
 
 typedef struct dbx_sandbox_acts dbx_sandbox_acts;

@@ -49,31 +49,6 @@ static int stop_children(void **state) {
   return 0;
 }
 
-/* 1 if some file under dir holds needle. */
-static int tree_holds(const char *dir, const char *needle) {
-  int found = 0;
-  DIR *d = opendir(dir);
-  for (struct dirent *e = d ? readdir(d) : NULL; e && !found; e = readdir(d)) {
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-    char *p = dbx_asprintf("%s/%s", dir, e->d_name);
-    struct stat sb;
-    if (p && lstat(p, &sb) == 0) {
-      if (S_ISDIR(sb.st_mode)) {
-        found = tree_holds(p, needle);
-      } else if (S_ISREG(sb.st_mode)) {
-        char *buf = NULL;
-        size_t n = 0;
-        if (dbx_fs_read_all(p, &buf, &n) == DBX_OK)
-          found = memmem(buf, n, needle, strlen(needle)) != NULL;
-        free(buf);
-      }
-    }
-    free(p);
-  }
-  if (d) closedir(d);
-  return found;
-}
-
 static const cJSON *step_named(const cJSON *j, const char *name) {
   const cJSON *s;
   cJSON_ArrayForEach(s, cJSON_GetObjectItem(j, "steps")) {
@@ -187,10 +162,10 @@ static void test_daytona_script_end_to_end(void **state) {
   dbx_service_stop(svc);
   /* the secret is in no store and no file the fake kept (its snapshot holds
    * the workspace, where the command wrote it: that one is the user's) */
-  assert_false(tree_holds(svc_dir, TOKEN));
-  assert_false(tree_holds(wrk_dir, TOKEN));
+  assert_false(dbx_test_tree_holds(svc_dir, TOKEN));
+  assert_false(dbx_test_tree_holds(wrk_dir, TOKEN));
   char *sbs = dbx_asprintf("%s/fake-daytona/sb", tmp);
-  assert_false(tree_holds(sbs, TOKEN));
+  assert_false(dbx_test_tree_holds(sbs, TOKEN));
   free(sbs);
   dbx_fake_daytona_stop(&g_fake);
   dbx_test_rmrf(svc_dir);

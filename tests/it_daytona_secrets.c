@@ -64,30 +64,6 @@ static int stop_children(void **state) {
   return 0;
 }
 
-/* 1 if some file under dir (or dir itself, a file) holds needle. */
-static int tree_holds(const char *dir, const char *needle) {
-  struct stat sb;
-  if (lstat(dir, &sb) != 0) return 0;
-  if (S_ISREG(sb.st_mode)) {
-    char *buf = NULL;
-    size_t n = 0;
-    int found = dbx_fs_read_all(dir, &buf, &n) == DBX_OK && memmem(buf, n, needle, strlen(needle));
-    free(buf);
-    return found;
-  }
-  if (!S_ISDIR(sb.st_mode)) return 0;
-  int found = 0;
-  DIR *d = opendir(dir);
-  for (struct dirent *e = d ? readdir(d) : NULL; e && !found; e = readdir(d)) {
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-    char *p = dbx_asprintf("%s/%s", dir, e->d_name);
-    if (p) found = tree_holds(p, needle);
-    free(p);
-  }
-  if (d) closedir(d);
-  return found;
-}
-
 /* The git HTTP server on a seeded bare repository r.git under dir; its port. */
 static int start_git_http(const char *dir) {
   char cmd[4096];
@@ -236,7 +212,7 @@ static void test_git_token_nowhere(void **state) {
   assert_non_null(cf);
   fprintf(cf, "%c%s%c", 0, g_token, 0);
   fclose(cf);
-  assert_true(tree_holds(ctld, g_token));
+  assert_true(dbx_test_tree_holds(ctld, g_token));
   dbx_test_rmrf(ctld);
   free(ctl);
   free(ctld);
@@ -317,8 +293,8 @@ static void test_git_token_nowhere(void **state) {
   /* the sandbox's files (work-dir with .git/config, HOME with the
    * command's env and raw output files) while it still exists */
   char *sbs = dbx_asprintf("%s/fake-daytona/sb", tmp);
-  assert_true(tree_holds(sbs, "one\n")); /* the clone is there */
-  assert_false(tree_holds(sbs, g_token));
+  assert_true(dbx_test_tree_holds(sbs, "one\n")); /* the clone is there */
+  assert_false(dbx_test_tree_holds(sbs, g_token));
 
   /* refused before any clone: a password in the URL (it would be in the
    * input), and a token variable the worker does not have */
@@ -355,9 +331,9 @@ static void test_git_token_nowhere(void **state) {
   assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   dbx_client_destroy(c);
   dbx_service_stop(svc);
-  assert_false(tree_holds(svc_dir, g_token));
-  assert_false(tree_holds(wrk_dir, g_token));
-  assert_true(tree_holds(svc_dir, "token_env")); /* the store holds the input, by name */
+  assert_false(dbx_test_tree_holds(svc_dir, g_token));
+  assert_false(dbx_test_tree_holds(wrk_dir, g_token));
+  assert_true(dbx_test_tree_holds(svc_dir, "token_env")); /* the store holds the input, by name */
   char *wl = NULL;
   size_t wn = 0;
   assert_int_equal(dbx_fs_read_all(wlog, &wl, &wn), DBX_OK);

@@ -3,7 +3,9 @@
  * printing 30 MB runs exactly once and its summary keeps the tail where the
  * test summary is; stdout and stderr stay apart; a Latin-1 byte shows as
  * U+FFFD instead of erasing the output; a failed step says why; a
- * max_output_bytes over the payload's limit is refused when checked. */
+ * max_output_bytes over the payload's limit is refused when checked; a
+ * secret one step leaves in the sandbox comes back from no later step. */
+#define _GNU_SOURCE /* memmem */
 #include <dirent.h>
 #include <signal.h>
 #include <spawn.h>
@@ -103,6 +105,9 @@ static void test_script_output_tells_the_truth(void **state) {
   assert_int_equal(dbx_service_start(&so, &svc, NULL), DBX_OK);
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", dbx_service_port(svc));
+  /* the worker alone holds the secret, as a variable of its environment */
+  static const char *const secret = "Itso-Hidden-7261";
+  setenv("DBX_ITSO_TOKEN", secret, 1);
   char *wargv[] = {(char *)dbx_test_bin(), "worker", "--address", addr, "--task-queue", "soq",
                    "--db", wrk_dir, "--sandbox-home", home, "--log-level", "error", NULL};
   pid_t worker = spawn(wargv);
@@ -163,6 +168,49 @@ static void test_script_output_tells_the_truth(void **state) {
   cJSON_Delete(j);
   free(result);
   free(rid);
+  rid = NULL;
+
+  /* A secret one step leaves in the sandbox comes back from no later step:
+   * read_file and an exec that did not ask for it get every secret name of
+   * the input as "redact"; no history event, store file or the result
+   * holds the value. */
+  o.workflow_id = "script-secret-left";
+  o.input_json =
+      "{\"sandbox\":{\"keep\":false},\"steps\":["
+      "{\"name\":\"stash\",\"kind\":\"exec\",\"command\":\"printf 'tok=%s;' \\\"$T\\\" > left.txt\","
+      "\"env\":{\"T\":{\"secret\":\"DBX_ITSO_TOKEN\"}}},"
+      "{\"name\":\"peek\",\"kind\":\"read_file\",\"path\":\"left.txt\"},"
+      "{\"name\":\"cat\",\"kind\":\"exec\",\"command\":\"cat left.txt; wc -c < left.txt\"}]}";
+  assert_int_equal(dbx_client_start_workflow(c, &o, &rid, NULL), DBX_OK);
+  result = dbx_svct_await_result(c, "script-secret-left", rid, 30);
+  assert_null(strstr(result, secret));
+  j = cJSON_Parse(result);
+  assert_non_null(j);
+  assert_string_equal(sval(step_named(j, "peek"), "content"), "tok=[redacted:DBX_ITSO_TOKEN];");
+  /* the file is 21 bytes: its real size shows only through wc, which is
+   * no secret; the redacted content's size is what "bytes" says */
+  assert_string_equal(sval(step_named(j, "cat"), "stdout"), "tok=[redacted:DBX_ITSO_TOKEN];21\n");
+  cJSON_Delete(j);
+  free(result);
+  dbx_client_history h = {0};
+  char *herr = NULL;
+  assert_int_equal(dbx_client_get_history(c, "script-secret-left", rid, NULL, &h, &herr), DBX_OK);
+  size_t with_redact = 0;
+  for (size_t i = 0; i < h.n; i++) {
+    size_t n = temporal__api__history__v1__history_event__get_packed_size(h.events[i]);
+    uint8_t *buf = malloc(n ? n : 1);
+    assert_non_null(buf);
+    temporal__api__history__v1__history_event__pack(h.events[i], buf);
+    if (memmem(buf, n, secret, strlen(secret))) fail_msg("history event %zu holds the secret", i);
+    with_redact += memmem(buf, n, "\"redact\":[\"DBX_ITSO_TOKEN\"]", 27) != NULL;
+    free(buf);
+  }
+  assert_int_equal(with_redact, 3); /* the scheduled events of stash, peek and cat */
+  dbx_client_history_cleanup(&h);
+  free(herr);
+  free(rid);
+  assert_false(dbx_test_tree_holds(svc_dir, secret));
+  assert_false(dbx_test_tree_holds(wrk_dir, secret));
 
   /* the worker's store did not take in the 30 MB */
   long long grown = disk_bytes(wrk_dir) - store_before;
@@ -196,9 +244,37 @@ static void test_script_output_cap_over_limit_refused(void **state) {
   free(in);
 }
 
+/* The distinct secrets of an input are limited to what a step's "redact"
+ * takes (DBX_SANDBOX_REDACT_MAX); one used by many steps counts once. */
+static void test_script_secret_names_limit(void **state) {
+  (void)state;
+  for (int extra = 0; extra <= 1; extra++) {
+    size_t cap = 64 * 1024, k = 0;
+    char *in = malloc(cap);
+    assert_non_null(in);
+    k += (size_t)snprintf(in + k, cap - k, "{\"steps\":[");
+    for (int i = 0; i < DBX_SANDBOX_REDACT_MAX + extra; i++)
+      k += (size_t)snprintf(in + k, cap - k,
+                            "%s{\"name\":\"s%d\",\"kind\":\"exec\",\"command\":\"true\","
+                            "\"env\":{\"A\":{\"secret\":\"S%d\"},\"B\":{\"secret\":\"S0\"}}}",
+                            i ? "," : "", i, i);
+    snprintf(in + k, cap - k, "]}");
+    char err[256] = "";
+    int rc = dbx_script_validate(in, strlen(in), err, sizeof err);
+    if (extra) {
+      assert_int_not_equal(rc, 0);
+      assert_string_equal(err, "input uses 65 distinct secrets, over the limit of 64 per input");
+    } else {
+      assert_int_equal(rc, 0);
+    }
+    free(in);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_script_output_cap_over_limit_refused),
+      cmocka_unit_test(test_script_secret_names_limit),
       cmocka_unit_test_teardown(test_script_output_tells_the_truth, kill_worker),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

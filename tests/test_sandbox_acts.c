@@ -600,6 +600,100 @@ static void test_sandbox_acts_exec_env_and_secret_redacted(void **state) {
   free(id);
 }
 
+/* "redact": a secret an earlier step left in the sandbox (here written as a
+ * file) is redacted from a later read_file and from an exec that never
+ * asked for it; names are checked; an unset one is skipped. */
+static void test_sandbox_acts_redact_names(void **state) {
+  (void)state;
+  const char *secret = "Leak-Me-Not-9137";
+  setenv("DBX_TEST_LEFT", secret, 1);
+  unsetenv("DBX_TEST_UNSET");
+  char *id = make_sandbox("wf-redact", NULL);
+  struct dbx_act a = act_for("wf-redact");
+  char *in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"left.txt\","
+                          "\"content\":\"token=%s\\nend %s\\n\"}", id, secret, secret);
+  cJSON *o = ok(T(write_file), &a, in);
+  cJSON_Delete(o);
+  free(in);
+
+  /* without redact the file comes back as it is: what the fix is for */
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"left.txt\"}", id);
+  o = ok(T(read_file), &a, in);
+  assert_non_null(strstr(str(o, "content"), secret));
+  cJSON_Delete(o);
+  free(in);
+
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"left.txt\","
+                    "\"redact\":[\"DBX_TEST_UNSET\",\"DBX_TEST_LEFT\"]}", id);
+  dbx_act_result r;
+  assert_int_equal(run(T(read_file), &a, in, &r, &o), DBX_OK);
+  assert_null(r.failure_type);
+  assert_null(strstr(r.result_json, "Leak-Me"));
+  const char *want = "token=[redacted:DBX_TEST_LEFT]\nend [redacted:DBX_TEST_LEFT]\n";
+  assert_string_equal(str(o, "content"), want);
+  assert_int_equal((int)num(o, "bytes"), (int)strlen(want)); /* not the raw size */
+  assert_false(boolean(o, "truncated"));
+  cJSON_Delete(o);
+  res_cleanup(&r);
+  free(in);
+
+  /* an exec that did not ask for the secret, redacted by name (a shell
+   * runs it: on the local and daytona drivers; the memory driver's exec is
+   * this file's callback, which has none) */
+  if (g_mem == NULL) {
+    in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"cat left.txt; cat left.txt >&2\","
+                      "\"redact\":[\"DBX_TEST_LEFT\"]}", id);
+    assert_int_equal(run(T(exec), &a, in, &r, &o), DBX_OK);
+    assert_null(r.failure_type);
+    assert_null(strstr(r.result_json, "Leak-Me"));
+    assert_string_equal(str(o, "stdout"), want);
+    assert_string_equal(str(o, "stderr"), want);
+    assert_int_equal((int)num(o, "stdout_bytes"), (int)strlen(want));
+    /* the variable is not put into the command's environment */
+    cJSON_Delete(o);
+    res_cleanup(&r);
+    free(in);
+    in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"printf '[%%s]' \\\"$DBX_TEST_LEFT\\\"\","
+                      "\"redact\":[\"DBX_TEST_LEFT\"]}", id);
+    o = ok(T(exec), &a, in);
+    assert_string_equal(str(o, "stdout"), "[]");
+    cJSON_Delete(o);
+    free(in);
+
+    /* a redact name that is also the step's own secret counts once */
+    in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"printf '%%s' \\\"$T\\\"\","
+                      "\"env\":{\"T\":{\"secret\":\"DBX_TEST_LEFT\"}},"
+                      "\"redact\":[\"DBX_TEST_LEFT\"]}", id);
+    o = ok(T(exec), &a, in);
+    assert_string_equal(str(o, "stdout"), "[redacted:DBX_TEST_LEFT]");
+    cJSON_Delete(o);
+    free(in);
+  }
+
+  /* malformed lists name the problem and read nothing */
+  static const char *const bad[] = {"\"redact\":\"DBX_TEST_LEFT\"", "\"redact\":[\"A=B\"]",
+                                    "\"redact\":[\"\"]", "\"redact\":[7]"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"left.txt\",%s}", id, bad[i]);
+    expect_message(failed(T(read_file), &a, in, "InvalidInput", 1), "redact");
+    free(in);
+  }
+  char many[DBX_SANDBOX_REDACT_MAX * 8 + 64];
+  size_t k = (size_t)snprintf(many, sizeof many, "[");
+  for (int i = 0; i <= DBX_SANDBOX_REDACT_MAX; i++)
+    k += (size_t)snprintf(many + k, sizeof many - k, "%s\"V%d\"", i ? "," : "", i);
+  snprintf(many + k, sizeof many - k, "]");
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"command\":\"touch ran\",\"redact\":%s}", id, many);
+  expect_message(failed(T(exec), &a, in, "InvalidInput", 1), "at most 64");
+  free(in);
+  in = dbx_asprintf("{\"sandbox_id\":\"%s\",\"path\":\"ran\"}", id);
+  free(failed(T(read_file), &a, in, "FileNotFound", 1));
+  free(in);
+  dbx_fake_act_cleanup(&a);
+  free(id);
+  unsetenv("DBX_TEST_LEFT");
+}
+
 static void test_sandbox_acts_exec_binary_output_base64(void **state) {
   (void)state;
   char *id = make_sandbox("wf-bin", NULL);
@@ -2713,6 +2807,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_sandbox_acts_create_adopts_derived_id),
       cmocka_unit_test(test_sandbox_acts_create_heartbeats_and_stops_on_cancel),
       cmocka_unit_test(test_sandbox_acts_exec_env_and_secret_redacted),
+      cmocka_unit_test(test_sandbox_acts_redact_names),
       cmocka_unit_test(test_sandbox_acts_exec_binary_output_base64),
       cmocka_unit_test(test_sandbox_acts_exec_timeout),
       cmocka_unit_test(test_sandbox_acts_file_round_trip_all_bytes),
@@ -2756,6 +2851,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_sandbox_acts_register_all),
       cmocka_unit_test(test_sandbox_acts_create_adopts_derived_id),
       cmocka_unit_test(test_sandbox_acts_exec_env_and_secret_redacted),
+      cmocka_unit_test(test_sandbox_acts_redact_names),
       cmocka_unit_test(test_sandbox_acts_exec_binary_output_base64),
       cmocka_unit_test(test_sandbox_acts_exec_timeout),
       cmocka_unit_test(test_sandbox_acts_invalid_input_names_field),
@@ -2804,6 +2900,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_sandbox_acts_register_all),
       cmocka_unit_test(test_sandbox_acts_create_adopts_derived_id),
       cmocka_unit_test(test_sandbox_acts_exec_env_and_secret_redacted),
+      cmocka_unit_test(test_sandbox_acts_redact_names),
       cmocka_unit_test(test_sandbox_acts_exec_timeout),
       cmocka_unit_test(test_sandbox_acts_invalid_input_names_field),
       cmocka_unit_test(test_sandbox_acts_not_found),

@@ -1,9 +1,12 @@
 /* Test helpers (see testutil.h). */
+#define _GNU_SOURCE /* memmem */
 #include "tests/testutil.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/fs.h"
@@ -21,6 +24,32 @@ char *dbx_test_tmpdir(const char *prefix) {
 
 void dbx_test_rmrf(const char *path) {
   if (path) dbx_fs_remove_tree(path);
+}
+
+int dbx_test_tree_holds(const char *path, const char *needle) {
+  struct stat sb;
+  if (lstat(path, &sb) != 0) return 0;
+  if (S_ISREG(sb.st_mode)) {
+    char *buf = NULL;
+    size_t n = 0;
+    int found = dbx_fs_read_all(path, &buf, &n) == DBX_OK && memmem(buf, n, needle, strlen(needle));
+    free(buf);
+    return found;
+  }
+  if (!S_ISDIR(sb.st_mode)) return 0;
+  int found = 0;
+  DIR *d = opendir(path);
+  for (struct dirent *e = d ? readdir(d) : NULL; e && !found; e = readdir(d)) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    size_t len = strlen(path) + strlen(e->d_name) + 2;
+    char *p = malloc(len);
+    if (p == NULL) break;
+    snprintf(p, len, "%s/%s", path, e->d_name);
+    found = dbx_test_tree_holds(p, needle);
+    free(p);
+  }
+  if (d) closedir(d);
+  return found;
 }
 
 const char *dbx_test_bin(void) {

@@ -15,6 +15,10 @@
 char *dbx_test_tmpdir(const char *prefix);
 /* rm -rf path (dbx_fs_remove_tree); silent on missing paths and failures. */
 void dbx_test_rmrf(const char *path);
+/* 1 if some regular file under path (or path itself, a file) holds the
+ * bytes of needle; symlinks are not followed. 0 otherwise (also when path
+ * is missing). */
+int dbx_test_tree_holds(const char *path, const char *needle);
 /* Path of the durabox binary from $DBX_BIN; fails the test when unset. */
 const char *dbx_test_bin(void);
 

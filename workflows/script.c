@@ -73,6 +73,7 @@ typedef struct {
   int64_t approval_seq;
   int approved;
   int approval_memo; /* 1 while memo "durabox.approval" names the held step */
+  cJSON *redact;     /* secret_names() of the input (owned) */
 } script;
 
 static const char *str_of(const cJSON *o, const char *k) {
@@ -234,6 +235,9 @@ static int env_ok(const cJSON *env, int secrets) {
  * activities/sandbox.h (workflows/ may not include it; tests/it_script_output
  * checks that the two agree), so that a step's result fits one payload. */
 #define MAX_OUTPUT_BYTES ((size_t)768 * 1024)
+/* The most secret names a step's "redact" takes: DBX_SANDBOX_REDACT_MAX of
+ * activities/sandbox.h (tests/it_script_output checks that the two agree). */
+#define MAX_SECRET_NAMES 64
 
 /* An exec step's "retry_on_exit": {"codes": [1, 2] | "any", "max_attempts":
  * N, "backoff_s": S}: run the command again, after S seconds, while it exits
@@ -515,6 +519,39 @@ static void session_result(const script *s, cJSON *o) {
   if (s->sandbox_owner) cJSON_AddStringToObject(sb, "owner_run_id", s->sandbox_owner);
 }
 
+/* The distinct names of the secrets a Script's input uses (its exec steps'
+ * {"secret": NAME} and its git source's token_env), as a JSON array (owned),
+ * or NULL (OOM). A step that reads a file or runs a command passes them as
+ * "redact", so a secret an earlier step left in the sandbox does not come
+ * back into history through a later one. Only names: values never leave
+ * the worker's environment. */
+static int add_name(cJSON *names, const char *nm) {
+  const cJSON *x;
+  cJSON_ArrayForEach(x, names) if (strcmp(x->valuestring, nm) == 0) return 0;
+  cJSON *v = cJSON_CreateString(nm);
+  return v && cJSON_AddItemToArray(names, v) ? 0 : (cJSON_Delete(v), -1);
+}
+
+static cJSON *secret_names(const cJSON *in) {
+  cJSON *names = cJSON_CreateArray();
+  const cJSON *sb = cJSON_GetObjectItemCaseSensitive(in, "sandbox");
+  const char *tok = str_of(sb ? cJSON_GetObjectItemCaseSensitive(sb, "source") : NULL, "token_env");
+  int bad = names == NULL || (tok && add_name(names, tok) != 0);
+  const cJSON *st;
+  cJSON_ArrayForEach(st, cJSON_GetObjectItemCaseSensitive(in, "steps")) {
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(st, "env")) {
+      const char *nm = cJSON_IsObject(e) ? str_of(e, "secret") : NULL;
+      if (!bad && nm) bad = add_name(names, nm) != 0;
+    }
+  }
+  if (bad) {
+    cJSON_Delete(names);
+    return NULL;
+  }
+  return names;
+}
+
 static int validate(const cJSON *in, char *err, size_t n) {
   if (!cJSON_IsObject(in)) return snprintf(err, n, "input is not a JSON object"), -1;
   if (validate_session(in, err, n) != 0) return -1;
@@ -652,12 +689,19 @@ static int validate(const cJSON *in, char *err, size_t n) {
                       name), -1;
     i++;
   }
+  cJSON *names = secret_names(in);
+  int nnames = names ? cJSON_GetArraySize(names) : 0;
+  cJSON_Delete(names);
+  if (nnames > MAX_SECRET_NAMES)
+    return snprintf(err, n, "input uses %d distinct secrets, over the limit of %d per input",
+                    nnames, MAX_SECRET_NAMES), -1;
   return 0;
 }
 
 static void script_free(script *s) {
   if (!s) return;
   cJSON_Delete(s->input);
+  cJSON_Delete(s->redact);
   cJSON_Delete(s->out_steps);
   cJSON_Delete(s->exit_codes);
   free(s->sandbox_id);
@@ -882,7 +926,10 @@ int dbx_script_step_key(const char *type, const char *input_json, size_t len,
   char *t = NULL, *all = NULL;
   int rc = -1;
   if (!in || !type) goto out;
-  if (cJSON_IsObject(in)) cJSON_DeleteItemFromObjectCaseSensitive(in, "sandbox_id");
+  if (cJSON_IsObject(in)) {
+    cJSON_DeleteItemFromObjectCaseSensitive(in, "sandbox_id");
+    cJSON_DeleteItemFromObjectCaseSensitive(in, "redact"); /* derived from the input */
+  }
   if (sort_members(in) != 0 || !(t = cJSON_PrintUnformatted(in)) ||
       !(all = dbx_asprintf("%s\n%s", type, t)))
     goto out;
@@ -1209,6 +1256,12 @@ static void run_step(script *s, dbx_wf *wf) {
     for (size_t i = 0; i < sizeof drop / sizeof *drop; i++)
       cJSON_DeleteItemFromObjectCaseSensitive(in, drop[i]);
     cJSON_AddStringToObject(in, "sandbox_id", s->sandbox_id ? s->sandbox_id : "");
+    /* every secret of the input is redacted from what a step brings back
+     * (runs recorded before "redact" existed replay without it) */
+    if ((strcmp(kind, "exec") == 0 || strcmp(kind, "read_file") == 0) &&
+        cJSON_GetArraySize(s->redact) > 0 &&
+        dbx_wf_get_version(wf, "durabox.redact-secrets", DBX_WF_DEFAULT_VERSION, 1) >= 1)
+      cJSON_AddItemToObject(in, "redact", cJSON_Duplicate(s->redact, 1));
     /* the step's name travels along for people reading history (activities ignore it) */
     cJSON_AddStringToObject(in, "step", str_of(st, "name"));
     char *txt = cJSON_PrintUnformatted(in);
@@ -1356,6 +1409,11 @@ static void *script_create(dbx_wf *wf, const char *input_json, size_t len) {
     return NULL;
   }
   s->input = in;
+  if (!(s->redact = secret_names(in))) {
+    script_free(s);
+    dbx_wf_out_of_memory(wf);
+    return NULL;
+  }
   s->steps = cJSON_GetObjectItemCaseSensitive(in, "steps");
   s->nsteps = cJSON_GetArraySize(s->steps);
   const cJSON *sb = cJSON_GetObjectItemCaseSensitive(in, "sandbox");
