@@ -32,8 +32,10 @@ char *dbx_cli_worker_db_default(void);
  * -1. For the names a service would refuse on every call (task queue,
  * namespace). */
 int dbx_cli_nonempty(const char *cmd, const char *flag, const char *value);
-/* 0 when driver is NULL (flag not given), "local" or "daytona"; else prints
- * "CMD: --sandbox 'X': use local or daytona" and returns -1. Checked with the
+/* 0 when driver (NULL: the flag was not given, so $DURABOX_SANDBOX, unset or
+ * empty meaning local) is "local" or "daytona"; else prints "CMD: --sandbox
+ * 'X': use local or daytona" (or "CMD: DURABOX_SANDBOX 'X': ...") and
+ * returns -1. Checked with the
  * other flags, so a wrong driver is a usage error (exit 2) before anything
  * starts. */
 int dbx_cli_sandbox_driver(const char *cmd, const char *driver);

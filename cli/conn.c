@@ -66,8 +66,13 @@ char *dbx_cli_cell(const char *s) {
 }
 
 int dbx_cli_sandbox_driver(const char *cmd, const char *driver) {
-  if (driver == NULL || strcmp(driver, "local") == 0 || strcmp(driver, "daytona") == 0) return 0;
-  fprintf(stderr, "%s: --sandbox '%.60s': use local or daytona\n", cmd, driver);
+  const char *env = getenv("DURABOX_SANDBOX");
+  const char *v = driver ? driver : env && *env ? env : NULL;
+  if (v == NULL || strcmp(v, "local") == 0 || strcmp(v, "daytona") == 0) return 0;
+  char *safe = dbx_cli_cell(v);
+  fprintf(stderr, "%s: %s '%.60s': use local or daytona\n", cmd,
+          driver ? "--sandbox" : "DURABOX_SANDBOX", safe ? safe : "?");
+  free(safe);
   return -1;
 }
 

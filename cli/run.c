@@ -639,6 +639,8 @@ int dbx_cli_run(int argc, char **argv) {
     return 2;
   }
   if (dbx_cli_nonempty("durabox run", "--task-queue", tq) != 0 ||
+      dbx_cli_nonempty("durabox run", "--workflow-id", wfid) != 0 ||
+      dbx_cli_nonempty("durabox run", "--session", session) != 0 ||
       dbx_cli_sandbox_driver("durabox run", sandbox) != 0)
     return 2;
   if (retention_h >= 0 && conn.address) {

@@ -484,6 +484,7 @@ int dbx_cli_sandbox(int argc, char **argv) {
     fprintf(stderr, "durabox sandbox rm: name at least one sandbox id (`durabox sandbox list`)\n");
     goto out;
   }
+  if (dbx_cli_sandbox_driver("durabox sandbox", sandbox) != 0) goto out;
   rc = 1;
   /* no commands run here: the home is opened without requiring bubblewrap
    * (and its note that commands would run unsandboxed is not shown) */

@@ -918,6 +918,9 @@ static void test_cli_flags_are_checked(void **state) {
       {{"dev", "--sandbox", "nope"}, 2, "--sandbox 'nope': use local or daytona"},
       {{"worker", "--sandbox="}, 2, "--sandbox '': use local or daytona"},
       {{"run", "x.json", "--sandbox", "docker"}, 2, "--sandbox 'docker': use local or daytona"},
+      {{"run", "x.json", "--workflow-id="}, 2, "--workflow-id is empty"},
+      {{"run", "x.json", "--session", ""}, 2, "--session is empty"},
+      {{"workflow", "start", "--session=", "-w", "x"}, 2, "--session is empty"},
       {{"worker", "--tls-ca", "/nonexistent/ca.pem"}, 1, "cannot read the TLS file /nonexistent/ca.pem"},
       {{"version", "--bogus"}, 2, "takes no arguments ('--bogus')"},
       {{"workflow", "start", "--workflow-id=x", "--input", "{}", "--input-file=f"}, 2, "--input JSON or --input-file F, not both"},
@@ -949,6 +952,16 @@ static void test_cli_flags_are_checked(void **state) {
     free(err);
   }
   assert_int_not_equal(access("/nonexistent/dbx-home", F_OK), 0); /* the refused home was not made */
+  /* the driver named by the environment is checked as the flag is */
+  static const char *const by_env[][3] = {{"run", "x.json", NULL}, {"worker", NULL, NULL},
+                                          {"sandbox", "list", NULL}, {"dev", NULL, NULL}};
+  for (size_t k = 0; k < sizeof by_env / sizeof by_env[0]; k++) {
+    int rc = durabox("DURABOX_SANDBOX=dokker", &out, &err, by_env[k][0], by_env[k][1], NULL);
+    if (rc != 2 || strstr(err, "DURABOX_SANDBOX 'dokker': use local or daytona") == NULL)
+      fail_msg("DURABOX_SANDBOX=dokker durabox %s: exit %d (want 2):\n%s", by_env[k][0], rc, err);
+    free(out);
+    free(err);
+  }
   /* a bad address lists nothing at all (the worker store's refusals neither) */
   int arc = durabox(NULL, &out, &err, "approval", "list", "--address", "127.0.0.1:", NULL);
   assert_int_equal(arc, 2);
