@@ -733,11 +733,17 @@ static int fleet_other(const char *verb, int argc, char **argv) {
   dbx_err er = fleet_state(c, id, &v, &err);
   if (er != DBX_OK) {
     dbx_cli_report("reading the fleet", hint, er, err);
+    if (conn.json) dbx_cli_json_error(dbx_strerror(er), err ? err : dbx_strerror(er));
     goto out;
   }
   if (strcmp(v.type, "durabox.Fleet") != 0) {
     fprintf(stderr, "%s: %s is a %s run, not a durabox.Fleet (see durabox workflow describe -w "
                     "%s)\n", cmd, id, v.type, id);
+    if (conn.json) {
+      char *m = dbx_asprintf("%s is a %s run, not a durabox.Fleet", id, v.type);
+      dbx_cli_json_error("NotAFleet", m ? m : "not a durabox.Fleet");
+      free(m);
+    }
     goto out;
   }
   if (strcmp(verb, "cancel") == 0) rc = fleet_cancel(c, id, &v, conn.json, embedded, hint);

@@ -116,6 +116,22 @@ static void test_fleet_cli_run_rerun_status(void **st) {
   assert_non_null(strstr(err, "fleet-small/i0 is a durabox.Script run, not a durabox.Fleet"));
   free(out);
   free(err);
+  /* with --output json the error is an object on stdout, as for every
+   * command's json output */
+  static const struct { const char *id, *type, *says; } errs[] = {
+      {"fleet-small/i0", "NotAFleet", "fleet-small/i0 is a durabox.Script run, not a durabox.Fleet"},
+      {"no-such-fleet", "not found", "workflow id no-such-fleet"}};
+  for (size_t k = 0; k < 2; k++) {
+    char *sj[] = {(char *)dbx_test_bin(), "fleet", "status", (char *)errs[k].id, "--output", "json", NULL};
+    assert_int_equal(dbx_svct_proc_run(sj, env, 60000, &out, &err), 1);
+    cJSON *ej = cJSON_Parse(out), *eo = cJSON_GetObjectItem(ej, "error");
+    if (eo == NULL) fail_msg("fleet status %s --output json printed: %s", errs[k].id, out);
+    assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(eo, "type")), errs[k].type);
+    assert_non_null(strstr(cJSON_GetStringValue(cJSON_GetObjectItem(eo, "message")), errs[k].says));
+    cJSON_Delete(ej);
+    free(out);
+    free(err);
+  }
   /* as `durabox workflow cancel` on a closed run: named closed, exit 0 */
   char *cancel[] = {(char *)dbx_test_bin(), "fleet", "cancel", "fleet-small", NULL};
   assert_int_equal(dbx_svct_proc_run(cancel, env, 60000, &out, &err), 0);
