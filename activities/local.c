@@ -1105,8 +1105,15 @@ dbx_err dbx_local_sandbox_delete(dbx_local *d, const char *id) {
 dbx_err dbx_local_snapshot_delete(dbx_local *d, const char *ref) {
   if (!valid_name(ref)) return fail(d, DBX_EINVAL, "invalid snapshot ref '%s'", ref ? ref : "(null)");
   char *dir = dbx_asprintf("%s/snapshots/%s", d->home, ref);
-  dbx_err rc = dir ? remove_tree(d, dir, ref) : DBX_ENOMEM;
+  char *owner = dbx_asprintf("%s/snapshots/.owner-%s", d->home, ref);
+  dbx_err rc = dir && owner ? DBX_OK : DBX_ENOMEM;
+  /* the owner first: a delete that dies between leaves a snapshot with no
+   * owner (listed as such), never an owner with no snapshot */
+  if (rc == DBX_OK && unlink(owner) != 0 && errno != ENOENT)
+    rc = fail(d, DBX_EIO, "cannot remove '%s': %s", owner, strerror(errno));
+  if (rc == DBX_OK) rc = remove_tree(d, dir, ref);
   free(dir);
+  free(owner);
   return rc;
 }
 
@@ -1145,11 +1152,29 @@ static int tree_shape(const char *path, uint64_t out[5]) {
   return 0;
 }
 
+/* snapshots/.owner-<name>: the labels of the sandbox a snapshot was made
+ * from (its meta/labels text), so that `durabox sandbox snapshots` names the
+ * workflow and run it belongs to. Written after the snapshot's rename; a
+ * checkpoint that dies first leaves a snapshot with no owner, which lists as
+ * such. Best effort: the snapshot is whole without it. */
+static void save_owner(dbx_local *d, const char *id, const char *name) {
+  char *lp = dbx_asprintf("%s/sandboxes/%s/meta/labels", d->home, id);
+  char *dir = dbx_asprintf("%s/snapshots", d->home);
+  char *file = dbx_asprintf(".owner-%s", name);
+  char *text = NULL;
+  if (lp && dir && file && dbx_fs_read_all(lp, &text, NULL) == DBX_OK)
+    (void)write_small(dir, file, text);
+  free(text);
+  free(lp);
+  free(dir);
+  free(file);
+}
+
 dbx_err dbx_local_sandbox_checkpoint(dbx_local *d, const char *id, const char *name,
                                      char **ref_out) {
   dbx_err rc = DBX_OK;
   char *snap = NULL, *tmp = NULL, *ws = NULL, *from = NULL;
-  int lockfd = -1;
+  int lockfd = -1, tmpfd = -1;
   *ref_out = NULL;
   if (!valid_name(name)) return fail(d, DBX_EINVAL, "invalid snapshot name '%s'", name ? name : "(null)");
   rc = sb_check(d, id, 0);
@@ -1172,6 +1197,13 @@ dbx_err dbx_local_sandbox_checkpoint(dbx_local *d, const char *id, const char *n
       rc = fail(d, DBX_EIO, "mkdir '%s': %s", tmp, strerror(errno));
       goto out;
     }
+    /* held while the copy is made: a copy nobody holds is a leftover of a
+     * checkpoint that died (dbx_local_leftovers, `durabox sandbox gc`) */
+    tmpfd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (tmpfd < 0 || flock(tmpfd, LOCK_EX) != 0) {
+      rc = fail(d, DBX_EIO, "cannot lock '%s': %s", tmp, strerror(errno));
+      goto out;
+    }
     char *argv[] = {"cp", "-a", "--reflink=auto", "--", from, tmp, NULL};
     rc = run_host(d, argv, "copying the workspace");
     if (rc == DBX_EIO) tl_err.kind = DBX_DRV_SNAPSHOT_FAILED;
@@ -1183,12 +1215,16 @@ dbx_err dbx_local_sandbox_checkpoint(dbx_local *d, const char *id, const char *n
                  "(changed during the copy?)", name, id);
       goto out;
     }
+    /* cp -a gave the folder the workspace's times: it is made now
+     * (dbx_local_snapshots reads this as the snapshot's age) */
+    (void)futimens(tmpfd, NULL);
     if (rename(tmp, snap) != 0) {
       if (!is_dir(snap)) { /* else another process made it first */
         rc = fail(d, DBX_EIO, "rename '%s': %s", tmp, strerror(errno));
         goto out;
       }
-    }
+    } else
+      save_owner(d, id, name); /* the snapshot is made: who made it is a label on it */
     char *sd = dbx_asprintf("%s/snapshots", d->home);
     if (sd) fsync_path(sd);
     free(sd);
@@ -1197,6 +1233,7 @@ dbx_err dbx_local_sandbox_checkpoint(dbx_local *d, const char *id, const char *n
   if (*ref_out == NULL) rc = DBX_ENOMEM;
 out:
   if (tmp && access(tmp, F_OK) == 0) rmrf(d, tmp);
+  if (tmpfd >= 0) close(tmpfd);
   if (lockfd >= 0) close(lockfd);
   free(snap);
   free(tmp);
@@ -3302,6 +3339,137 @@ static dbx_err leftovers_in(dbx_local *d, const char *sub, dbx_local_leftover_ki
   return rc;
 }
 
+void dbx_local_snapshots_free(dbx_local_snapshot *s, size_t n) {
+  for (size_t i = 0; s && i < n; i++) {
+    free(s[i].name);
+    dbx_drv_labels_free(s[i].labels, s[i].nlabels);
+  }
+  free(s);
+}
+
+dbx_err dbx_local_snapshots(dbx_local *d, dbx_local_snapshot **out, size_t *n) {
+  *out = NULL;
+  *n = 0;
+  char *dir = dbx_asprintf("%s/snapshots", d->home);
+  DIR *dp = dir ? opendir(dir) : NULL;
+  if (dp == NULL) {
+    dbx_err rc = dir == NULL ? DBX_ENOMEM
+                 : errno == ENOENT ? DBX_OK
+                                   : fail(d, DBX_EIO, "cannot list '%s': %s", dir, strerror(errno));
+    free(dir);
+    return rc;
+  }
+  dbx_local_snapshot *v = NULL;
+  size_t cnt = 0, cap = 0;
+  dbx_err rc = DBX_OK;
+  for (const struct dirent *e = readdir(dp); e != NULL; e = readdir(dp)) {
+    if (!valid_name(e->d_name)) continue; /* ".tmp-*": half-made, a leftover */
+    char *path = dbx_asprintf("%s/%s", dir, e->d_name);
+    struct stat sb;
+    if (path == NULL) {
+      rc = DBX_ENOMEM;
+      break;
+    }
+    if (lstat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) { /* removed meanwhile, or not ours */
+      free(path);
+      continue;
+    }
+    if (cnt == cap) {
+      size_t nc = cap ? cap * 2 : 16;
+      dbx_local_snapshot *nv = dbx_realloc(v, nc * sizeof *nv);
+      if (nv == NULL) {
+        free(path);
+        rc = DBX_ENOMEM;
+        break;
+      }
+      v = nv;
+      cap = nc;
+    }
+    v[cnt] = (dbx_local_snapshot){.name = dbx_strdup(e->d_name),
+                                  .bytes = tree_disk_bytes(path),
+                                  .made_ms = (int64_t)sb.st_mtim.tv_sec * 1000 +
+                                             sb.st_mtim.tv_nsec / 1000000};
+    free(path);
+    if (v[cnt].name == NULL) {
+      rc = DBX_ENOMEM;
+      break;
+    }
+    char *op = dbx_asprintf("%s/.owner-%s", dir, e->d_name), *text = NULL;
+    dbx_err orc = op ? dbx_fs_read_all(op, &text, NULL) : DBX_ENOMEM;
+    free(op);
+    if (orc == DBX_OK && labels_parse(text, &v[cnt].labels, &v[cnt].nlabels) != DBX_OK)
+      v[cnt].nlabels = 0; /* unreadable: listed with no owner */
+    free(text);
+    cnt++; /* counted before a failure below, so that free sees its labels */
+    if (orc == DBX_ENOMEM) {
+      rc = DBX_ENOMEM;
+      break;
+    }
+  }
+  closedir(dp);
+  free(dir);
+  if (rc != DBX_OK) {
+    dbx_local_snapshots_free(v, cnt);
+    return rc;
+  }
+  *out = v;
+  *n = cnt;
+  return DBX_OK;
+}
+
+/* A half-made snapshot's name: ".tmp-" then more, no '/'. */
+static int snapshot_part_name(const char *name) {
+  return name && strncmp(name, ".tmp-", 5) == 0 && name[5] && !strchr(name, '/') &&
+         strcmp(name, ".") != 0 && strstr(name, "..") == NULL;
+}
+
+/* flock the half-made snapshot at path without waiting: the fd (close to
+ * unlock), or -1 while a checkpoint still copies into it (or on error). */
+static int snapshot_part_lock(const char *path) {
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    close(fd);
+    fd = -1;
+  }
+  return fd;
+}
+
+/* snapshots/.tmp-*: copies of checkpoints that died before their rename
+ * (a copy under way holds its flock and is no leftover). */
+static dbx_err snapshot_parts(dbx_local *d, dbx_local_leftover **v, size_t *n, size_t *cap) {
+  char *dir = dbx_asprintf("%s/snapshots", d->home);
+  DIR *dp = dir ? opendir(dir) : NULL;
+  dbx_err rc = DBX_OK;
+  if (dp == NULL) {
+    rc = dir == NULL ? DBX_ENOMEM
+         : errno == ENOENT ? DBX_OK
+                           : fail(d, DBX_EIO, "cannot list '%s': %s", dir, strerror(errno));
+    free(dir);
+    return rc;
+  }
+  for (const struct dirent *e = readdir(dp); e != NULL; e = readdir(dp)) {
+    if (!snapshot_part_name(e->d_name)) continue;
+    char *path = dbx_asprintf("%s/%s", dir, e->d_name);
+    int fd = path ? snapshot_part_lock(path) : -1;
+    if (fd < 0) {
+      free(path);
+      if (path == NULL) {
+        rc = DBX_ENOMEM;
+        break;
+      }
+      continue;
+    }
+    close(fd);
+    if (leftover_push(v, n, cap, DBX_LOCAL_LEFTOVER_SNAPSHOT_PART, dbx_strdup(e->d_name), path) != 0) {
+      rc = DBX_ENOMEM;
+      break;
+    }
+  }
+  closedir(dp);
+  free(dir);
+  return rc;
+}
+
 dbx_err dbx_local_leftovers(dbx_local *d, dbx_local_leftover **out, size_t *n) {
   dbx_local_leftover *v = NULL;
   size_t cnt = 0, cap = 0;
@@ -3309,6 +3477,7 @@ dbx_err dbx_local_leftovers(dbx_local *d, dbx_local_leftover **out, size_t *n) {
   *n = 0;
   dbx_err rc = leftovers_in(d, "trash", DBX_LOCAL_LEFTOVER_TRASH, &v, &cnt, &cap);
   if (rc == DBX_OK) rc = leftovers_in(d, "sandboxes", DBX_LOCAL_LEFTOVER_PARTIAL, &v, &cnt, &cap);
+  if (rc == DBX_OK) rc = snapshot_parts(d, &v, &cnt, &cap);
   if (rc != DBX_OK) {
     dbx_local_leftovers_free(v, cnt);
     return rc;
@@ -3319,6 +3488,20 @@ dbx_err dbx_local_leftovers(dbx_local *d, dbx_local_leftover **out, size_t *n) {
 }
 
 dbx_err dbx_local_leftover_remove(dbx_local *d, const dbx_local_leftover *l) {
+  if (l != NULL && l->kind == DBX_LOCAL_LEFTOVER_SNAPSHOT_PART) {
+    if (!snapshot_part_name(l->name)) return fail(d, DBX_EINVAL, "invalid leftover");
+    char *path = dbx_asprintf("%s/snapshots/%s", d->home, l->name);
+    if (path == NULL) return DBX_ENOMEM;
+    dbx_err rc = DBX_OK;
+    int fd = access(path, F_OK) == 0 ? snapshot_part_lock(path) : -2;
+    if (fd == -1)
+      rc = fail(d, DBX_ESTATE, "snapshot copy '%s' is being made right now", l->name);
+    else if (fd >= 0)
+      rc = rmrf(d, path);
+    if (fd >= 0) close(fd);
+    free(path);
+    return rc;
+  }
   if (l == NULL || l->name == NULL || strchr(l->name, '/') != NULL || l->name[0] == '.' ||
       (l->kind != DBX_LOCAL_LEFTOVER_TRASH && l->kind != DBX_LOCAL_LEFTOVER_PARTIAL))
     return fail(d, DBX_EINVAL, "invalid leftover");

@@ -202,10 +202,15 @@ int dbx_local_sandbox_busy(dbx_local *d, const char *id);
  * gone at once) and then removes that tree; an interrupt in between leaves the
  * tombstone. A create that was interrupted leaves sandboxes/<id> without
  * meta/source (the next create of the id clears it; one whose create holds
- * its lock is under way and not listed). */
+ * its lock is under way and not listed). A checkpoint that died leaves its
+ * copy in snapshots/.tmp-<name>-<hex>. */
 typedef enum {
-  DBX_LOCAL_LEFTOVER_TRASH = 0, /* trash/<name>: a half-deleted tree */
-  DBX_LOCAL_LEFTOVER_PARTIAL    /* sandboxes/<name>: a half-created sandbox */
+  DBX_LOCAL_LEFTOVER_TRASH = 0,    /* trash/<name>: a half-deleted tree */
+  DBX_LOCAL_LEFTOVER_PARTIAL,      /* sandboxes/<name>: a half-created sandbox */
+  DBX_LOCAL_LEFTOVER_SNAPSHOT_PART /* snapshots/.tmp-*: a checkpoint's copy that
+                                      died before it became the snapshot (a copy
+                                      under way holds a flock on its folder and
+                                      is not listed) */
 } dbx_local_leftover_kind;
 
 typedef struct {
@@ -245,6 +250,27 @@ dbx_err dbx_local_sandbox_checkpoint(dbx_local *d, const char *id, const char *n
                                      char **ref_out);
 /* Remove a snapshot; a missing one counts as done. DBX_OK, DBX_EINVAL, DBX_EIO. */
 dbx_err dbx_local_snapshot_delete(dbx_local *d, const char *ref);
+
+/* One snapshot of the home (snapshots/<name>). */
+typedef struct {
+  char *name;      /* its ref (malloc'd) */
+  uint64_t bytes;  /* on disk */
+  int64_t made_ms; /* when it was made, ms since the epoch (its folder's
+                      mtime, set as the copy completes; for a snapshot made
+                      before that was done, the workspace's last change) */
+  dbx_drv_label *labels; /* the labels of the sandbox it was made from
+                            (durabox.workflow_id, durabox.run_id, ...;
+                            malloc'd); none for a snapshot made before
+                            they were kept, or whose checkpoint died before
+                            writing them */
+  size_t nlabels;
+} dbx_local_snapshot;
+/* Every snapshot now, in no order (half-made copies are leftovers, not
+ * listed). *out: free with dbx_local_snapshots_free(*out, *n). DBX_OK (none:
+ * *n = 0), DBX_EIO (the folder unreadable), DBX_ENOMEM. Reads only. */
+dbx_err dbx_local_snapshots(dbx_local *d, dbx_local_snapshot **out, size_t *n);
+/* Accepts NULL. */
+void dbx_local_snapshots_free(dbx_local_snapshot *s, size_t n);
 
 typedef struct {
   const char *command;     /* run by /bin/sh -c; any length (long ones go through a script file) */

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include <cjson/cJSON.h>
 
@@ -48,14 +49,21 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: durabox sandbox list|rm ID...|gc [flags]\n"
+          "usage: durabox sandbox list|rm ID...|gc|snapshots|rm-snapshot NAME... [flags]\n"
           "  list                  every sandbox: owner workflow and run, state, size on disk,\n"
           "                        live/kept/orphaned/held/busy/unknown, and leftovers of\n"
-          "                        interrupted deletes and creates\n"
+          "                        interrupted deletes, creates and checkpoints\n"
           "  rm ID...              remove these sandboxes (refused while their owner run is\n"
           "                        open, unless --force)\n"
           "  gc                    remove orphaned sandboxes and all leftovers (--dry-run:\n"
           "                        only say what would go)\n"
+          "    --snapshots-older-than H  also the snapshots (checkpoints) made more than H\n"
+          "                        hours ago whose run is closed (a fork from them then\n"
+          "                        fails with ForkSnapshotMissing); local sandboxes only\n"
+          "  snapshots             every snapshot (checkpoint): its run, when it was made,\n"
+          "                        size on disk, the run's state; local sandboxes only\n"
+          "  rm-snapshot NAME...   remove these snapshots (refused while their run is open,\n"
+          "                        unless --force)\n"
           "  --sandbox DRIVER      local (default) or daytona (DURABOX_SANDBOX; daytona reads\n"
           "                        DAYTONA_API_KEY, DAYTONA_API_URL, as `durabox worker`)\n"
           "  --sandbox-home DIR    the local sandboxes' home, as `durabox worker` takes it\n"
@@ -99,6 +107,16 @@ static const char *label_of(const dbx_drv_label *l, size_t n, const char *key) {
   return NULL;
 }
 
+/* A WorkflowExecutionStatus as lower-case text ("running", "completed"). */
+static void status_text(int status, char *out, size_t n) {
+  const ProtobufCEnumValue *st = protobuf_c_enum_descriptor_get_value(
+      &temporal__api__enums__v1__workflow_execution_status__descriptor, status);
+  const char *nm = st ? st->name + strlen("WORKFLOW_EXECUTION_STATUS_") : "unspecified";
+  size_t k = 0;
+  for (; nm[k] && k + 1 < n; k++) out[k] = (char)tolower((unsigned char)nm[k]);
+  out[k] = '\0';
+}
+
 /* Status of (wf, run) as lower-case text into out ("not_found" when the
  * service does not know it; "unknown" when it cannot be asked); *open = 1
  * for a running run, and with run NULL (the workflow's latest run) its run
@@ -116,12 +134,7 @@ static void owner_status(sbx_ctx *c, const char *wf, const char *run, char *out,
     snprintf(out, n, "not_found");
   } else if (e == DBX_OK && r->workflow_execution_info) {
     WorkflowExecutionInfo *i = r->workflow_execution_info;
-    const ProtobufCEnumValue *st = protobuf_c_enum_descriptor_get_value(
-        &temporal__api__enums__v1__workflow_execution_status__descriptor, i->status);
-    const char *nm = st ? st->name + strlen("WORKFLOW_EXECUTION_STATUS_") : "unspecified";
-    size_t k = 0;
-    for (; nm[k] && k + 1 < n; k++) out[k] = (char)tolower((unsigned char)nm[k]);
-    out[k] = '\0';
+    status_text(i->status, out, n);
     *open = i->status == WS(RUNNING);
     if (open_run && i->execution && i->execution->run_id)
       snprintf(open_run, orn, "%s", i->execution->run_id);
@@ -235,7 +248,9 @@ static void human_bytes(uint64_t b, char *out, size_t n) {
 }
 
 static const char *leftover_kind(const dbx_local_leftover *l) {
-  return l->kind == DBX_LOCAL_LEFTOVER_TRASH ? "half-deleted" : "half-created";
+  return l->kind == DBX_LOCAL_LEFTOVER_TRASH            ? "half-deleted"
+         : l->kind == DBX_LOCAL_LEFTOVER_SNAPSHOT_PART ? "half-made snapshot"
+                                                        : "half-created";
 }
 
 static cJSON *row_json(const sbx_row *w) {
@@ -377,7 +392,275 @@ static int cmd_rm(sbx_ctx *c, char **ids, int nids, int force, int json) {
   return rc;
 }
 
-static int cmd_gc(sbx_ctx *c, int dry, int json) {
+/* ---- snapshots (checkpoints) */
+
+/* The run a checkpoint's snapshot was made for: its name is "ck-<run
+ * id>-e<covered event>" (docs/worker.md "Checkpoints and forks"). 0 with
+ * the run id in out; -1 for any other name (a sandbox.checkpoint "name"). */
+static int snapshot_run(const char *name, char *out, size_t n) {
+  const char *e = strrchr(name, '-');
+  if (strncmp(name, "ck-", 3) != 0 || e == NULL || e <= name + 3 || e[1] != 'e' || !e[2]) return -1;
+  for (const char *p = e + 2; *p; p++)
+    if (!isdigit((unsigned char)*p)) return -1;
+  size_t len = (size_t)(e - (name + 3));
+  if (len + 1 > n) return -1;
+  for (size_t i = 0; i < len; i++) /* a run id is put into a query: its characters are checked */
+    if (!isalnum((unsigned char)name[3 + i]) && name[3 + i] != '-') return -1;
+  memcpy(out, name + 3, len);
+  out[len] = '\0';
+  return 0;
+}
+
+/* The workflow and run a snapshot belongs to and that run's state: from
+ * the labels of the sandbox it was made from (kept beside it), else, for a
+ * checkpoint policy's "ck-<run>-e<N>", the run named in it
+ * (ListWorkflowExecutions "RunId = '<run>'"). state: "running",
+ * "completed", ..., "not_found" (the service has no such run), "unknown" (no
+ * service answered), "-" (the snapshot names no run). *open = 1 while the
+ * run is open, or for a session's sandbox while a later run of its workflow
+ * is (a later turn may fork from it). */
+static void snapshot_owner(sbx_ctx *c, const char *name, const dbx_drv_label *l, size_t nl,
+                           char *state, size_t n, int *open, char *wf, size_t wn, char *run,
+                           size_t rn) {
+  *open = 0;
+  wf[0] = run[0] = '\0';
+  const char *lwf = label_of(l, nl, "durabox.workflow_id"), *lrun = label_of(l, nl, "durabox.run_id");
+  if (lwf && lrun) {
+    snprintf(wf, wn, "%s", lwf);
+    snprintf(run, rn, "%s", lrun);
+    owner_status(c, lwf, lrun, state, n, open, NULL, 0);
+    const char *ss = label_of(l, nl, "durabox.session");
+    if (!*open && ss && strcmp(ss, "true") == 0 && strcmp(state, "unknown") != 0) {
+      char latest[32];
+      owner_status(c, lwf, NULL, latest, sizeof latest, open, NULL, 0);
+    }
+    return;
+  }
+  if (snapshot_run(name, run, rn) != 0) {
+    run[0] = '\0';
+    snprintf(state, n, "-");
+    return;
+  }
+  snprintf(state, n, "unknown");
+  if (c->client == NULL || !c->reachable) return;
+  char q[160];
+  snprintf(q, sizeof q, "RunId = '%s'", run);
+  ListWorkflowExecutionsResponse *r = NULL;
+  char *err = NULL;
+  dbx_err e = dbx_client_list(c->client, q, 1, NULL, 0, &r, &err);
+  free(err);
+  if (e == DBX_OK && r->n_executions > 0) {
+    WorkflowExecutionInfo *i = r->executions[0];
+    status_text(i->status, state, n);
+    *open = i->status == WS(RUNNING);
+    if (i->execution && i->execution->workflow_id) snprintf(wf, wn, "%s", i->execution->workflow_id);
+  } else if (e == DBX_OK) {
+    snprintf(state, n, "not_found");
+  } else if (e == DBX_EUNAVAILABLE) {
+    c->reachable = 0;
+  }
+  dbx_client_msg_free(r);
+}
+
+/* "2026-12-07T07:30:00Z" */
+static void utc_text(int64_t ms, char *out, size_t n) {
+  time_t t = (time_t)(ms / 1000);
+  struct tm tm;
+  if (gmtime_r(&t, &tm) == NULL || strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0) snprintf(out, n, "?");
+}
+
+static int local_only(const sbx_ctx *c, const char *verb) {
+  if (c->local) return 0;
+  fprintf(stderr, "durabox sandbox %s: for local sandboxes only (Daytona lists its snapshots in its "
+                  "dashboard and API: GET /snapshots)\n", verb);
+  return -1;
+}
+
+static cJSON *snapshot_json(const dbx_local_snapshot *s, const char *wf, const char *run,
+                            const char *state) {
+  char made[40];
+  utc_text(s->made_ms, made, sizeof made);
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "name", s->name);
+  if (*wf) cJSON_AddStringToObject(o, "workflow_id", wf);
+  else cJSON_AddNullToObject(o, "workflow_id");
+  if (*run) cJSON_AddStringToObject(o, "run_id", run);
+  else cJSON_AddNullToObject(o, "run_id");
+  cJSON_AddStringToObject(o, "made", made);
+  cJSON_AddNumberToObject(o, "bytes", (double)s->bytes);
+  cJSON_AddStringToObject(o, "owner_state", state);
+  return o;
+}
+
+/* Snapshots by the time they were made, oldest first. */
+static int by_made(const void *a, const void *b) {
+  const dbx_local_snapshot *x = a, *y = b;
+  return x->made_ms < y->made_ms ? -1 : x->made_ms > y->made_ms ? 1 : strcmp(x->name, y->name);
+}
+
+static int cmd_snapshots(sbx_ctx *c, int json) {
+  if (local_only(c, "snapshots") != 0) return 2;
+  dbx_local_snapshot *v = NULL;
+  size_t n = 0;
+  if (dbx_local_snapshots(c->local, &v, &n) != DBX_OK) {
+    fprintf(stderr, "durabox sandbox snapshots: %s\n", dbx_local_errmsg(c->local));
+    return 1;
+  }
+  if (n > 1) qsort(v, n, sizeof *v, by_made);
+  cJSON *o = json ? cJSON_CreateObject() : NULL, *a = json ? cJSON_AddArrayToObject(o, "snapshots") : NULL;
+  if (!json) printf("%-56s %-24s %-20s %-10s %s\n", "NAME", "WORKFLOW ID", "MADE (UTC)", "SIZE", "RUN STATE");
+  uint64_t total = 0;
+  for (size_t i = 0; i < n; i++) {
+    char state[32], wf[256], run[128], made[40], sz[32];
+    int open = 0;
+    snapshot_owner(c, v[i].name, v[i].labels, v[i].nlabels, state, sizeof state, &open, wf,
+                   sizeof wf, run, sizeof run);
+    total += v[i].bytes;
+    if (json) {
+      cJSON_AddItemToArray(a, snapshot_json(&v[i], wf, run, state));
+      continue;
+    }
+    utc_text(v[i].made_ms, made, sizeof made);
+    human_bytes(v[i].bytes, sz, sizeof sz);
+    char *cw = dbx_cli_cell(*wf ? wf : "-");
+    printf("%-56s %-24s %-20s %-10s %s\n", v[i].name, cw ? cw : "?", made, sz, state);
+    free(cw);
+  }
+  if (json) {
+    cJSON *sv = cJSON_AddObjectToObject(o, "service");
+    cJSON_AddStringToObject(sv, "address", c->address);
+    cJSON_AddBoolToObject(sv, "reachable", c->reachable);
+    dbx_cli_json_print(o, 1);
+    cJSON_Delete(o);
+  } else {
+    char sz[32];
+    human_bytes(total, sz, sizeof sz);
+    if (n == 0) printf("(no snapshots)\n");
+    else printf("%zu snapshot%s, %s on disk in %s/snapshots\n", n, n == 1 ? "" : "s", sz,
+                dbx_local_home(c->local));
+    say_unreachable(c, json);
+  }
+  dbx_local_snapshots_free(v, n);
+  return 0;
+}
+
+static int cmd_rm_snapshot(sbx_ctx *c, char **names, int nnames, int force, int json) {
+  int rc = 0;
+  dbx_local_snapshot *snaps = NULL;
+  size_t nsnaps = 0;
+  if (c->local && dbx_local_snapshots(c->local, &snaps, &nsnaps) != DBX_OK) {
+    fprintf(stderr, "durabox sandbox rm-snapshot: %s\n", dbx_local_errmsg(c->local));
+    return 1;
+  }
+  cJSON *done = json ? cJSON_CreateArray() : NULL;
+  for (int i = 0; i < nnames; i++) {
+    char state[32], wf[256], run[128];
+    int open = 0;
+    if (!dbx_drv_name_valid(names[i])) {
+      fprintf(stderr, "durabox sandbox rm-snapshot: '%s' is not a valid snapshot name\n", names[i]);
+      rc = 1;
+      continue;
+    }
+    const dbx_local_snapshot *have = NULL;
+    for (size_t k = 0; k < nsnaps && have == NULL; k++)
+      if (strcmp(snaps[k].name, names[i]) == 0) have = &snaps[k];
+    if (c->local && have == NULL) {
+      fprintf(stderr, "durabox sandbox rm-snapshot: no snapshot '%s' in %s/snapshots "
+              "(`durabox sandbox snapshots` lists them)\n", names[i], dbx_local_home(c->local));
+      rc = 1;
+      continue;
+    }
+    snapshot_owner(c, names[i], have ? have->labels : NULL, have ? have->nlabels : 0, state,
+                   sizeof state, &open, wf, sizeof wf, run, sizeof run);
+    if (open && !force) {
+      fprintf(stderr, "durabox sandbox rm-snapshot: %s belongs to a running run (workflow %s, run %s): "
+              "not removed (--force removes it anyway)\n", names[i], wf, run);
+      rc = 1;
+      continue;
+    }
+    if (c->drv->ops->snapshot_delete(c->drv->self, names[i]) != DBX_DRV_OK) {
+      fprintf(stderr, "durabox sandbox rm-snapshot: cannot remove %s: %s\n", names[i],
+              c->drv->ops->errmsg(c->drv->self));
+      rc = 1;
+      continue;
+    }
+    if (json) cJSON_AddItemToArray(done, cJSON_CreateString(names[i]));
+    else if (c->local) printf("removed snapshot %s\n", names[i]);
+    else printf("removed snapshot %s (Daytona answers the same for a name it does not have)\n", names[i]);
+  }
+  if (json) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "removed", done);
+    cJSON_AddBoolToObject(o, "ok", rc == 0);
+    dbx_cli_json_print(o, 0);
+    cJSON_Delete(o);
+  }
+  dbx_local_snapshots_free(snaps, nsnaps);
+  return rc;
+}
+
+/* gc's part for snapshots: with older_h >= 0 the ones made more than
+ * older_h hours ago whose run is not open (a snapshot naming no run goes by
+ * age alone; one whose run's state is unknown stays); else only a line
+ * saying how many there are. Adds to out (JSON) or prints. 0, or 1 when a
+ * removal failed. */
+static int gc_snapshots(sbx_ctx *c, double older_h, int dry, cJSON *out, cJSON *kept) {
+  if (c->local == NULL) return 0;
+  dbx_local_snapshot *v = NULL;
+  size_t n = 0;
+  if (dbx_local_snapshots(c->local, &v, &n) != DBX_OK) {
+    fprintf(stderr, "durabox sandbox gc: snapshots: %s\n", dbx_local_errmsg(c->local));
+    return 1;
+  }
+  if (n > 1) qsort(v, n, sizeof *v, by_made);
+  int rc = 0;
+  size_t left = 0;
+  uint64_t left_bytes = 0;
+  int64_t cut = dbx_wall_ns() / 1000000 - (int64_t)(older_h * 3600.0 * 1000.0);
+  for (size_t i = 0; i < n; i++) {
+    char state[32], wf[256], run[128];
+    int open = 0;
+    int old = older_h >= 0 && v[i].made_ms < cut;
+    if (old)
+      snapshot_owner(c, v[i].name, v[i].labels, v[i].nlabels, state, sizeof state, &open, wf,
+                     sizeof wf, run, sizeof run);
+    if (!old || open || strcmp(state, "unknown") == 0) {
+      if (old && out == NULL)
+        printf("kept snapshot %s: its run %s is %s\n", v[i].name, run,
+               open ? "open" : "unknown to the service (none answered)");
+      if (old && kept) cJSON_AddItemToArray(kept, snapshot_json(&v[i], wf, run, state));
+      left++;
+      left_bytes += v[i].bytes;
+      continue;
+    }
+    if (!dry && dbx_local_snapshot_delete(c->local, v[i].name) != DBX_OK) {
+      fprintf(stderr, "durabox sandbox gc: snapshot %s: %s\n", v[i].name, dbx_local_errmsg(c->local));
+      rc = 1;
+      continue;
+    }
+    if (out) {
+      cJSON *o = snapshot_json(&v[i], wf, run, state);
+      cJSON_AddStringToObject(o, "kind", "snapshot");
+      cJSON_AddItemToArray(out, o);
+    } else {
+      char made[40], sz[32];
+      utc_text(v[i].made_ms, made, sizeof made);
+      human_bytes(v[i].bytes, sz, sizeof sz);
+      printf("%s snapshot %s (made %s, %s, run %s)\n", dry ? "would remove" : "removed", v[i].name, made,
+             sz, *run ? state : "-");
+    }
+  }
+  if (out == NULL && left > 0 && older_h < 0) {
+    char sz[32];
+    human_bytes(left_bytes, sz, sizeof sz);
+    printf("kept %zu snapshot%s (%s): `durabox sandbox snapshots` lists them, --snapshots-older-than H "
+           "removes the old ones\n", left, left == 1 ? "" : "s", sz);
+  }
+  dbx_local_snapshots_free(v, n);
+  return rc;
+}
+
+static int cmd_gc(sbx_ctx *c, int dry, double older_h, int json) {
   if (collect(c) != 0) return 1;
   int rc = 0;
   cJSON *out = json ? cJSON_CreateArray() : NULL;
@@ -420,10 +703,13 @@ static int cmd_gc(sbx_ctx *c, int dry, int json) {
     if (json) cJSON_AddItemToArray(out, leftover_json(l));
     else printf("%s %s tree %s\n", verb, leftover_kind(l), l->path);
   }
+  cJSON *kept_snaps = json && older_h >= 0 ? cJSON_CreateArray() : NULL;
+  if (gc_snapshots(c, older_h, dry, out, kept_snaps) != 0) rc = 1;
   if (json) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddItemToObject(o, dry ? "would_remove" : "removed", out);
     cJSON_AddItemToObject(o, "kept_busy", skipped);
+    if (kept_snaps) cJSON_AddItemToObject(o, "kept_snapshots", kept_snaps);
     cJSON_AddBoolToObject(o, "service_reachable", c->reachable);
     cJSON_AddBoolToObject(o, "ok", rc == 0);
     dbx_cli_json_print(o, 1);
@@ -438,7 +724,8 @@ int dbx_cli_sandbox(int argc, char **argv) {
     return argc < 2 ? 2 : 0;
   }
   const char *sub = argv[1];
-  if (strcmp(sub, "list") != 0 && strcmp(sub, "rm") != 0 && strcmp(sub, "gc") != 0) {
+  if (strcmp(sub, "list") != 0 && strcmp(sub, "rm") != 0 && strcmp(sub, "gc") != 0 &&
+      strcmp(sub, "snapshots") != 0 && strcmp(sub, "rm-snapshot") != 0) {
     fprintf(stderr, "durabox sandbox: unknown verb '%s'\n", sub);
     usage(stderr);
     return 2;
@@ -447,6 +734,8 @@ int dbx_cli_sandbox(int argc, char **argv) {
   dbx_cli_conn_init(&conn);
   const char *home = NULL, *sandbox = NULL;
   int dry = 0, force = 0, nids = 0;
+  double older_h = -1; /* --snapshots-older-than: -1 not given */
+  int rm_verb = strcmp(sub, "rm") == 0 || strcmp(sub, "rm-snapshot") == 0;
   char **ids = calloc((size_t)argc, sizeof *ids);
   const dbx_cli_flag fl[] = {
       {"--sandbox-home", NULL, DBX_CLI_FLAG_STR, &home, 0, 0},
@@ -454,6 +743,7 @@ int dbx_cli_sandbox(int argc, char **argv) {
       {"--dry-run", NULL, DBX_CLI_FLAG_BOOL, &dry, 0, 0},
       {"--force", NULL, DBX_CLI_FLAG_BOOL, &force, 0, 0},
       {"--sandbox", NULL, DBX_CLI_FLAG_STR, &sandbox, 0, 0},
+      {"--snapshots-older-than", NULL, DBX_CLI_FLAG_NUM, &older_h, 0, 87600},
   };
   int rc = 2;
   sbx_ctx c = {0};
@@ -468,20 +758,26 @@ int dbx_cli_sandbox(int argc, char **argv) {
       rc = 0;
       goto out;
     }
-    if (argv[i][0] != '-' && strcmp(sub, "rm") == 0) {
+    if (argv[i][0] != '-' && rm_verb) {
       ids[nids++] = argv[i];
       continue;
     }
     dbx_cli_flag_unknown("durabox sandbox", argv[i]);
     goto out;
   }
-  if ((dry && strcmp(sub, "gc") != 0) || (force && strcmp(sub, "rm") != 0)) {
-    fprintf(stderr, "durabox sandbox %s: %s is for %s\n", sub, dry ? "--dry-run" : "--force",
-            dry ? "gc" : "rm");
+  if ((dry && strcmp(sub, "gc") != 0) || (force && !rm_verb) ||
+      (older_h >= 0 && strcmp(sub, "gc") != 0)) {
+    fprintf(stderr, "durabox sandbox %s: %s is for %s\n", sub,
+            dry ? "--dry-run" : force ? "--force" : "--snapshots-older-than",
+            dry || !force ? "gc" : "rm and rm-snapshot");
     goto out;
   }
-  if (strcmp(sub, "rm") == 0 && nids == 0) {
-    fprintf(stderr, "durabox sandbox rm: name at least one sandbox id (`durabox sandbox list`)\n");
+  if (rm_verb && nids == 0) {
+    if (strcmp(sub, "rm") == 0)
+      fprintf(stderr, "durabox sandbox rm: name at least one sandbox id (`durabox sandbox list`)\n");
+    else
+      fprintf(stderr, "durabox sandbox rm-snapshot: name at least one snapshot (`durabox sandbox "
+                      "snapshots`)\n");
     goto out;
   }
   if (dbx_cli_sandbox_driver("durabox sandbox", sandbox) != 0) goto out;
@@ -531,7 +827,9 @@ int dbx_cli_sandbox(int argc, char **argv) {
   c.reachable = c.client != NULL;
   if (strcmp(sub, "list") == 0) rc = cmd_list(&c, conn.json);
   else if (strcmp(sub, "rm") == 0) rc = cmd_rm(&c, ids, nids, force, conn.json);
-  else rc = cmd_gc(&c, dry, conn.json);
+  else if (strcmp(sub, "snapshots") == 0) rc = cmd_snapshots(&c, conn.json);
+  else if (strcmp(sub, "rm-snapshot") == 0) rc = cmd_rm_snapshot(&c, ids, nids, force, conn.json);
+  else rc = cmd_gc(&c, dry, older_h, conn.json);
 out:
   rows_free(&c);
   dbx_client_destroy(c.client);

@@ -16,7 +16,9 @@
  *    a half-deleted tree that list shows and `gc` removes, with the orphans,
  *    leaving kept and live sandboxes; `gc --dry-run` removes nothing;
  *  - `sandbox rm` of an unknown id says so and exits 1;
- *  - `durabox run` names a kept sandbox's path at the end.
+ *  - `durabox run` names a kept sandbox's path at the end;
+ *  - `sandbox snapshots|rm-snapshot` and `gc --snapshots-older-than`: the
+ *    checkpoints' snapshots with their runs, an open run's kept.
  * Every child is registered with the svc_client process registry. */
 #include <signal.h>
 #include <stdarg.h>
@@ -593,6 +595,179 @@ static void test_sandbox_run_prints_kept_path(void **state) {
   free(f);
 }
 
+/* The snapshots (checkpoints) of the local home: `sandbox snapshots` lists
+ * each with its run and the run's state; `rm-snapshot` refuses one whose
+ * run is open and names one that is not there; `gc` keeps snapshots unless
+ * given --snapshots-older-than, then removes the closed runs' (--dry-run
+ * only names them) and a checkpoint's half-made copy, and keeps an open
+ * run's. */
+static void test_sandbox_snapshots_rm_gc(void **state) {
+  (void)state;
+  char *fo = input_file("snap-open.json",
+                        "{\"steps\":[{\"name\":\"ck\",\"kind\":\"checkpoint\"},"
+                        "{\"name\":\"wait\",\"kind\":\"exec\",\"command\":\"sleep 300\"}]}");
+  char *fd = input_file("snap-done.json", "{\"steps\":[{\"name\":\"w\",\"kind\":\"write_file\","
+                                          "\"path\":\"a.txt\",\"content\":\"abc\"},"
+                                          "{\"name\":\"ck\",\"kind\":\"checkpoint\"}]}");
+  char *out = NULL, *err = NULL;
+  int rc = durabox(NULL, &out, &err, "workflow", "start", "--type", "durabox.Script", "--task-queue",
+                   "durabox", "--workflow-id", "snap-open", "--input-file", fo, NULL);
+  if (rc != 0) fail_msg("workflow start exited %d: %s", rc, err);
+  free(out);
+  free(err);
+  char *done_run = NULL;
+  cJSON_Delete(execute("snap-done", fd, "durabox", &done_run));
+
+  /* both snapshots listed, each with its run and the run's state */
+  cJSON *list = NULL;
+  const cJSON *s_open = NULL, *s_done = NULL;
+  int64_t end = now_ms() + WAIT_MS;
+  for (;;) {
+    rc = durabox(NULL, &out, &err, "sandbox", "snapshots", "--output", "json", NULL);
+    if (rc != 0) fail_msg("sandbox snapshots exited %d: %s", rc, err);
+    list = cJSON_Parse(out);
+    if (list == NULL) fail_msg("sandbox snapshots printed no JSON: %s", out);
+    free(out);
+    free(err);
+    s_open = s_done = NULL;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(list, "snapshots")) {
+      const char *wf = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "workflow_id"));
+      if (wf && strcmp(wf, "snap-open") == 0) s_open = e;
+      if (wf && strcmp(wf, "snap-done") == 0) s_done = e;
+    }
+    if (s_open && s_done) break;
+    if (now_ms() > end) {
+      char *t = cJSON_Print(list);
+      fail_msg("no snapshot of snap-open or snap-done with its run after %d ms:\n%s", WAIT_MS, t);
+    }
+    cJSON_Delete(list);
+    struct timespec t = {0, 100 * 1000000};
+    nanosleep(&t, NULL);
+  }
+  assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(list, "snapshots")), 2);
+  assert_string_equal(jstr(s_open, "owner_state"), "running");
+  assert_string_equal(jstr(s_done, "owner_state"), "completed");
+  assert_string_equal(jstr(s_done, "run_id"), done_run);
+  assert_memory_equal(jstr(s_done, "name"), "ckpt-", 5); /* a checkpoint step's name */
+  assert_true(cJSON_GetObjectItemCaseSensitive(s_done, "bytes")->valuedouble >= 3);
+  const char *made = jstr(s_done, "made");
+  assert_int_equal(strlen(made), 20); /* 2026-12-07T07:30:00Z */
+  assert_int_equal(made[10], 'T');
+  char *open_name = strdup(jstr(s_open, "name")), *done_name = strdup(jstr(s_done, "name"));
+  cJSON_Delete(list);
+  char *open_path = dbx_asprintf("%s/snapshots/%s", g_home, open_name);
+  char *done_path = dbx_asprintf("%s/snapshots/%s", g_home, done_name);
+  char *a_txt = dbx_asprintf("%s/a.txt", done_path);
+  char *a = dbx_svct_file_read(a_txt); /* the snapshot holds the workspace */
+  assert_non_null(a);
+  assert_string_equal(a, "abc");
+  free(a);
+  free(a_txt);
+
+  rc = durabox(NULL, &out, &err, "sandbox", "snapshots", NULL);
+  assert_int_equal(rc, 0);
+  if (!strstr(out, done_name) || !strstr(out, "completed") || !strstr(out, "running") ||
+      !strstr(out, "2 snapshots"))
+    fail_msg("sandbox snapshots:\n%s", out);
+  free(out);
+  free(err);
+
+  /* rm-snapshot: an open run's is refused, a missing name named; both exit 1 */
+  rc = durabox(NULL, &out, &err, "sandbox", "rm-snapshot", open_name, NULL);
+  assert_int_equal(rc, 1);
+  if (!strstr(err, "belongs to a running run")) fail_msg("rm-snapshot of an open run's: %s", err);
+  assert_true(is_dir(open_path));
+  free(out);
+  free(err);
+  rc = durabox(NULL, &out, &err, "sandbox", "rm-snapshot", "ck-nope-e1", NULL);
+  assert_int_equal(rc, 1);
+  if (!strstr(err, "no snapshot 'ck-nope-e1'")) fail_msg("rm-snapshot of a missing one: %s", err);
+  free(out);
+  free(err);
+  /* the age flag is gc's */
+  rc = durabox(NULL, &out, &err, "sandbox", "list", "--snapshots-older-than", "1", NULL);
+  assert_int_equal(rc, 2);
+  if (!strstr(err, "--snapshots-older-than is for gc")) fail_msg("list with the age flag: %s", err);
+  free(out);
+  free(err);
+
+  /* a checkpoint's copy that died half-made */
+  char *part = dbx_asprintf("%s/snapshots/.tmp-%s", g_home, done_name);
+  assert_int_equal(mkdir(part, 0700), 0);
+
+  /* gc without the flag keeps every snapshot and says so; the part goes */
+  rc = durabox(NULL, &out, &err, "sandbox", "gc", "--dry-run", NULL);
+  assert_int_equal(rc, 0);
+  if (!strstr(out, "kept 2 snapshots") || !strstr(out, "would remove half-made snapshot tree"))
+    fail_msg("gc --dry-run:\n%s", out);
+  free(out);
+  free(err);
+  rc = durabox(NULL, &out, &err, "sandbox", "gc", "--dry-run", "--snapshots-older-than", "0", NULL);
+  assert_int_equal(rc, 0);
+  char *line = dbx_asprintf("would remove snapshot %s", done_name);
+  char *kline = dbx_asprintf("kept snapshot %s: its run", open_name);
+  if (!strstr(out, line) || !strstr(out, kline) || strstr(out, "would remove snapshot ckpt-") != strstr(out, line))
+    fail_msg("gc --dry-run --snapshots-older-than 0:\n%s", out);
+  free(line);
+  free(kline);
+  assert_true(is_dir(done_path));
+  assert_true(is_dir(part));
+  free(out);
+  free(err);
+
+  rc = durabox(NULL, &out, &err, "sandbox", "gc", "--snapshots-older-than", "0", "--output", "json", NULL);
+  if (rc != 0) fail_msg("gc exited %d: %s\n%s", rc, err, out);
+  cJSON *g = cJSON_Parse(out);
+  assert_non_null(g);
+  int saw_snap = 0, saw_part = 0;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(g, "removed")) {
+    const char *k = jstr(e, "kind");
+    if (k && strcmp(k, "snapshot") == 0) {
+      assert_string_equal(jstr(e, "name"), done_name);
+      saw_snap++;
+    }
+    if (k && strcmp(k, "half-made snapshot") == 0) saw_part++;
+  }
+  assert_int_equal(saw_snap, 1);
+  assert_int_equal(saw_part, 1);
+  const cJSON *kept = cJSON_GetObjectItemCaseSensitive(g, "kept_snapshots");
+  assert_int_equal(cJSON_GetArraySize(kept), 1);
+  assert_string_equal(jstr(cJSON_GetArrayItem(kept, 0), "name"), open_name);
+  cJSON_Delete(g);
+  free(out);
+  free(err);
+  assert_false(is_dir(done_path));
+  assert_false(is_dir(part));
+  assert_true(is_dir(open_path));
+
+  /* once its run is closed, the open run's goes too */
+  rc = durabox(NULL, &out, &err, "workflow", "terminate", "--workflow-id", "snap-open", NULL);
+  assert_int_equal(rc, 0);
+  free(out);
+  free(err);
+  rc = durabox(NULL, &out, &err, "sandbox", "gc", "--snapshots-older-than", "0", NULL);
+  assert_int_equal(rc, 0);
+  if (!strstr(out, open_name)) fail_msg("gc after terminate:\n%s", out);
+  free(out);
+  free(err);
+  assert_false(is_dir(open_path));
+  rc = durabox(NULL, &out, &err, "sandbox", "snapshots", NULL);
+  assert_int_equal(rc, 0);
+  if (!strstr(out, "(no snapshots)")) fail_msg("snapshots after gc:\n%s", out);
+  free(out);
+  free(err);
+  free(part);
+  free(open_path);
+  free(done_path);
+  free(open_name);
+  free(done_name);
+  free(done_run);
+  free(fo);
+  free(fd);
+}
+
 int main(int argc, char **argv) {
   dbx_local_supervisor_main(argc, argv); /* this binary starts a detached command */
   const struct CMUnitTest tests[] = {
@@ -601,6 +776,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_sandbox_retried_create_adopts),
       cmocka_unit_test(test_sandbox_list_gc_rm),
       cmocka_unit_test(test_sandbox_run_prints_kept_path),
+      cmocka_unit_test(test_sandbox_snapshots_rm_gc),
   };
   return cmocka_run_group_tests_name("it_sandbox_runs", tests, setup, teardown);
 }

@@ -1673,6 +1673,113 @@ static void test_local_leftovers_found_and_finished(void **state) {
   free(halfdir);
 }
 
+/* Snapshots are listed with their size and when they were made (not the
+ * workspace's own times, which cp -a carries over); a checkpoint's copy
+ * that died before its rename is a leftover once no checkpoint holds it,
+ * and removing it leaves the snapshots alone. */
+static void test_local_snapshots_listed_and_parts_collected(void **state) {
+  fixture *f = *state;
+  dbx_local_snapshot *v = NULL;
+  size_t n = 7;
+  assert_int_equal(dbx_local_snapshots(f->d, &v, &n), DBX_OK); /* none yet (no folder) */
+  assert_int_equal(n, 0);
+  make_empty(f->d, "snapsrc");
+  char body[9000];
+  memset(body, 'y', sizeof body);
+  assert_int_equal(dbx_local_file_write(f->d, "snapsrc", "f", body, sizeof body), DBX_OK);
+  char *ws = dbx_local_sandbox_path(f->d, "snapsrc");
+  struct timespec old[2] = {{.tv_sec = 946684800}, {.tv_sec = 946684800}}; /* 2000-01-01 */
+  assert_int_equal(utimensat(AT_FDCWD, ws, old, 0), 0);
+  int64_t before = dbx_wall_ns() / 1000000;
+  char *ref = NULL;
+  assert_int_equal(dbx_local_sandbox_checkpoint(f->d, "snapsrc", "ck-r1-e5", &ref), DBX_OK);
+  int64_t after = dbx_wall_ns() / 1000000;
+  free(ref);
+  assert_int_equal(dbx_local_snapshots(f->d, &v, &n), DBX_OK);
+  assert_int_equal(n, 1);
+  assert_string_equal(v[0].name, "ck-r1-e5");
+  assert_true(v[0].bytes >= sizeof body);
+  /* the file system's clock is coarse (a tick behind the wall clock at most) */
+  if (v[0].made_ms < before - 1000 || v[0].made_ms > after + 1000)
+    fail_msg("made_ms %lld not within [%lld, %lld]", (long long)v[0].made_ms, (long long)before,
+             (long long)after);
+  dbx_local_snapshots_free(v, n);
+
+  /* two copies a checkpoint left: one dead, one still held by its maker */
+  char *dead = dbx_asprintf("%s/snapshots/.tmp-ck-r2-e7-1a2b", f->home);
+  char *live = dbx_asprintf("%s/snapshots/.tmp-ck-r3-e9-3c4d", f->home);
+  char *deadf = dbx_asprintf("%s/x", dead);
+  assert_int_equal(dbx_fs_mkdirs(dead, 0755), DBX_OK);
+  assert_int_equal(dbx_fs_mkdirs(live, 0755), DBX_OK);
+  FILE *fp = fopen(deadf, "w");
+  assert_non_null(fp);
+  fwrite(body, 1, sizeof body, fp);
+  fclose(fp);
+  int hold = open(live, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  assert_true(hold >= 0);
+  assert_int_equal(flock(hold, LOCK_EX), 0);
+  dbx_local_leftover *l = NULL;
+  size_t ln = 0;
+  assert_int_equal(dbx_local_leftovers(f->d, &l, &ln), DBX_OK);
+  const dbx_local_leftover *p = find_leftover(l, ln, DBX_LOCAL_LEFTOVER_SNAPSHOT_PART, ".tmp-ck-r2-e7-1a2b");
+  assert_non_null(p);
+  assert_string_equal(p->path, dead);
+  assert_true(p->bytes >= sizeof body);
+  assert_null(find_leftover(l, ln, DBX_LOCAL_LEFTOVER_SNAPSHOT_PART, ".tmp-ck-r3-e9-3c4d"));
+  /* half-made copies are no snapshots */
+  assert_int_equal(dbx_local_snapshots(f->d, &v, &n), DBX_OK);
+  assert_int_equal(n, 1);
+  dbx_local_snapshots_free(v, n);
+  assert_int_equal(dbx_local_leftover_remove(f->d, p), DBX_OK);
+  assert_int_not_equal(access(dead, F_OK), 0);
+  /* the held one is refused while its maker holds it, removed after */
+  dbx_local_leftover hl = {.kind = DBX_LOCAL_LEFTOVER_SNAPSHOT_PART, .name = ".tmp-ck-r3-e9-3c4d"};
+  assert_int_equal(dbx_local_leftover_remove(f->d, &hl), DBX_ESTATE);
+  assert_int_equal(access(live, F_OK), 0);
+  close(hold);
+  assert_int_equal(dbx_local_leftover_remove(f->d, &hl), DBX_OK);
+  assert_int_not_equal(access(live, F_OK), 0);
+  dbx_local_leftover bad = {.kind = DBX_LOCAL_LEFTOVER_SNAPSHOT_PART, .name = "ck-r1-e5"};
+  assert_int_equal(dbx_local_leftover_remove(f->d, &bad), DBX_EINVAL); /* a snapshot: not this door */
+  bad.name = ".tmp-../x";
+  assert_int_equal(dbx_local_leftover_remove(f->d, &bad), DBX_EINVAL);
+  assert_int_equal(dbx_local_snapshots(f->d, &v, &n), DBX_OK);
+  assert_int_equal(n, 1);
+  dbx_local_snapshots_free(v, n);
+  dbx_local_leftovers_free(l, ln);
+  assert_int_equal(dbx_local_snapshot_delete(f->d, "ck-r1-e5"), DBX_OK);
+  assert_int_equal(dbx_local_snapshots(f->d, &v, &n), DBX_OK);
+  assert_int_equal(n, 0);
+
+  /* a snapshot keeps the labels of the sandbox it was made from (its owner
+   * run), and its delete takes them with it */
+  dbx_drv_label labels[] = {{"durabox.workflow_id", "wf-snap"}, {"durabox.run_id", "run-snap"}};
+  dbx_local_source src = {.kind = DBX_LOCAL_SOURCE_EMPTY, .labels = labels, .nlabels = 2};
+  assert_int_equal(dbx_local_sandbox_create(f->d, "snaplab", &src, NULL), DBX_OK);
+  assert_int_equal(dbx_local_sandbox_checkpoint(f->d, "snaplab", "ckpt-1", &ref), DBX_OK);
+  free(ref);
+  char *owner = dbx_asprintf("%s/snapshots/.owner-ckpt-1", f->home);
+  assert_int_equal(access(owner, F_OK), 0);
+  assert_int_equal(dbx_local_sandbox_delete(f->d, "snaplab"), DBX_OK); /* the snapshot outlives it */
+  assert_int_equal(dbx_local_snapshots(f->d, &v, &n), DBX_OK);
+  assert_int_equal(n, 1);
+  assert_string_equal(v[0].name, "ckpt-1");
+  assert_int_equal(v[0].nlabels, 2);
+  assert_string_equal(v[0].labels[0].key, "durabox.workflow_id");
+  assert_string_equal(v[0].labels[0].value, "wf-snap");
+  assert_string_equal(v[0].labels[1].value, "run-snap");
+  dbx_local_snapshots_free(v, n);
+  assert_int_equal(dbx_local_snapshot_delete(f->d, "ckpt-1"), DBX_OK);
+  assert_int_not_equal(access(owner, F_OK), 0);
+  assert_int_equal(dbx_local_snapshots(f->d, &v, &n), DBX_OK);
+  assert_int_equal(n, 0);
+  free(owner);
+  free(ws);
+  free(dead);
+  free(live);
+  free(deadf);
+}
+
 int main(int argc, char **argv) {
   dbx_local_supervisor_main(argc, argv); /* this binary is re-executed as the supervisor */
   const struct CMUnitTest tests[] = {
@@ -1706,6 +1813,7 @@ int main(int argc, char **argv) {
       T(test_local_host_fs_system),
       T(test_local_disk_full),
       T(test_local_leftovers_found_and_finished),
+      T(test_local_snapshots_listed_and_parts_collected),
   };
   g_bwrap = 0;
   int failed = cmocka_run_group_tests_name("local_plain", tests, NULL, NULL);
