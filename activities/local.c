@@ -3305,19 +3305,27 @@ bad:
   return -1;
 }
 
+/* Open home/sub for listing: DBX_OK with *dir (malloc'd) and *dp, or with
+ * *dp NULL when it does not exist (nothing to list); DBX_ENOMEM, DBX_EIO. */
+static dbx_err open_sub(dbx_local *d, const char *sub, char **dir, DIR **dp) {
+  *dir = dbx_asprintf("%s/%s", d->home, sub);
+  *dp = *dir ? opendir(*dir) : NULL;
+  if (*dp != NULL) return DBX_OK;
+  dbx_err rc = *dir == NULL ? DBX_ENOMEM
+               : errno == ENOENT ? DBX_OK
+                                 : fail(d, DBX_EIO, "cannot list '%s': %s", *dir, strerror(errno));
+  free(*dir);
+  *dir = NULL;
+  return rc;
+}
+
 /* The leftovers of kind among the entries of home/sub. */
 static dbx_err leftovers_in(dbx_local *d, const char *sub, dbx_local_leftover_kind kind,
                             dbx_local_leftover **v, size_t *n, size_t *cap) {
-  char *dir = dbx_asprintf("%s/%s", d->home, sub);
-  DIR *dp = dir ? opendir(dir) : NULL;
-  dbx_err rc = DBX_OK;
-  if (dp == NULL) {
-    rc = dir == NULL ? DBX_ENOMEM
-         : errno == ENOENT ? DBX_OK
-                           : fail(d, DBX_EIO, "cannot list '%s': %s", dir, strerror(errno));
-    free(dir);
-    return rc;
-  }
+  char *dir;
+  DIR *dp;
+  dbx_err rc = open_sub(d, sub, &dir, &dp);
+  if (dp == NULL) return rc;
   for (const struct dirent *e = readdir(dp); e != NULL; e = readdir(dp)) {
     if (e->d_name[0] == '.') continue;
     if (kind == DBX_LOCAL_LEFTOVER_PARTIAL) {
@@ -3350,18 +3358,12 @@ void dbx_local_snapshots_free(dbx_local_snapshot *s, size_t n) {
 dbx_err dbx_local_snapshots(dbx_local *d, dbx_local_snapshot **out, size_t *n) {
   *out = NULL;
   *n = 0;
-  char *dir = dbx_asprintf("%s/snapshots", d->home);
-  DIR *dp = dir ? opendir(dir) : NULL;
-  if (dp == NULL) {
-    dbx_err rc = dir == NULL ? DBX_ENOMEM
-                 : errno == ENOENT ? DBX_OK
-                                   : fail(d, DBX_EIO, "cannot list '%s': %s", dir, strerror(errno));
-    free(dir);
-    return rc;
-  }
+  char *dir;
+  DIR *dp;
+  dbx_err rc = open_sub(d, "snapshots", &dir, &dp);
+  if (dp == NULL) return rc;
   dbx_local_snapshot *v = NULL;
   size_t cnt = 0, cap = 0;
-  dbx_err rc = DBX_OK;
   for (const struct dirent *e = readdir(dp); e != NULL; e = readdir(dp)) {
     if (!valid_name(e->d_name)) continue; /* ".tmp-*": half-made, a leftover */
     char *path = dbx_asprintf("%s/%s", dir, e->d_name);
@@ -3437,16 +3439,10 @@ static int snapshot_part_lock(const char *path) {
 /* snapshots/.tmp-*: copies of checkpoints that died before their rename
  * (a copy under way holds its flock and is no leftover). */
 static dbx_err snapshot_parts(dbx_local *d, dbx_local_leftover **v, size_t *n, size_t *cap) {
-  char *dir = dbx_asprintf("%s/snapshots", d->home);
-  DIR *dp = dir ? opendir(dir) : NULL;
-  dbx_err rc = DBX_OK;
-  if (dp == NULL) {
-    rc = dir == NULL ? DBX_ENOMEM
-         : errno == ENOENT ? DBX_OK
-                           : fail(d, DBX_EIO, "cannot list '%s': %s", dir, strerror(errno));
-    free(dir);
-    return rc;
-  }
+  char *dir;
+  DIR *dp;
+  dbx_err rc = open_sub(d, "snapshots", &dir, &dp);
+  if (dp == NULL) return rc;
   for (const struct dirent *e = readdir(dp); e != NULL; e = readdir(dp)) {
     if (!snapshot_part_name(e->d_name)) continue;
     char *path = dbx_asprintf("%s/%s", dir, e->d_name);

@@ -347,6 +347,15 @@ static int remove_one(sbx_ctx *c, const char *id) {
   return -1;
 }
 
+/* rm's and rm-snapshot's --output json: {"removed": [...], "ok"}; takes done. */
+static void print_removed(cJSON *done, int rc) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddItemToObject(o, "removed", done);
+  cJSON_AddBoolToObject(o, "ok", rc == 0);
+  dbx_cli_json_print(o, 0);
+  cJSON_Delete(o);
+}
+
 static int cmd_rm(sbx_ctx *c, char **ids, int nids, int force, int json) {
   int rc = 0;
   cJSON *done = json ? cJSON_CreateArray() : NULL;
@@ -382,13 +391,7 @@ static int cmd_rm(sbx_ctx *c, char **ids, int nids, int force, int json) {
     if (json) cJSON_AddItemToArray(done, cJSON_CreateString(ids[i]));
     else printf("removed %s\n", ids[i]);
   }
-  if (json) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddItemToObject(o, "removed", done);
-    cJSON_AddBoolToObject(o, "ok", rc == 0);
-    dbx_cli_json_print(o, 0);
-    cJSON_Delete(o);
-  }
+  if (json) print_removed(done, rc);
   return rc;
 }
 
@@ -588,13 +591,7 @@ static int cmd_rm_snapshot(sbx_ctx *c, char **names, int nnames, int force, int 
     else if (c->local) printf("removed snapshot %s\n", names[i]);
     else printf("removed snapshot %s (Daytona answers the same for a name it does not have)\n", names[i]);
   }
-  if (json) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddItemToObject(o, "removed", done);
-    cJSON_AddBoolToObject(o, "ok", rc == 0);
-    dbx_cli_json_print(o, 0);
-    cJSON_Delete(o);
-  }
+  if (json) print_removed(done, rc);
   dbx_local_snapshots_free(snaps, nsnaps);
   return rc;
 }
