@@ -42,18 +42,25 @@ void *realloc(void *p, size_t n);
 #define BIGCACHE_KEEP 8
 #define BIGCACHE_LIVE 64
 
+/* free runs before ASan is initialised (dlerror's buffers while ASan looks
+ * up the functions it intercepts), when its shadow memory is not mapped yet:
+ * an instrumented load or store here would fault (glibc 2.36-9+deb12u14
+ * frees one there). So nothing in this file is instrumented; the blocks it
+ * hands out are checked by ASan as before. */
+#define BC_RAW __attribute__((no_sanitize("address")))
+
 /* A spin lock: the sanitizers intercept pthread_mutex_lock, and free runs
- * before they are initialised (dlerror's buffers during ASan's own start). */
+ * before they are initialised. */
 static char bc_mu;
-static void bc_lock(char *m) {
+BC_RAW static void bc_lock(char *m) {
   while (__atomic_test_and_set(m, __ATOMIC_ACQUIRE)) __builtin_ia32_pause();
 }
-static void bc_unlock(char *m) { __atomic_clear(m, __ATOMIC_RELEASE); }
+BC_RAW static void bc_unlock(char *m) { __atomic_clear(m, __ATOMIC_RELEASE); }
 static struct { void *p; size_t n; } bc_live[BIGCACHE_LIVE], bc_free[BIGCACHE_KEEP];
 static int bc_nlive, bc_nfree;
 
 /* Remove p from the live table; its size, or 0 if p is not a big block. */
-static size_t bc_take_live(void *p) {
+BC_RAW static size_t bc_take_live(void *p) {
   for (int i = 0; i < bc_nlive; i++)
     if (bc_live[i].p == p) {
       size_t n = bc_live[i].n;
@@ -63,7 +70,7 @@ static size_t bc_take_live(void *p) {
   return 0;
 }
 
-void *malloc(size_t n) {
+BC_RAW void *malloc(size_t n) {
   if (n < BIGCACHE_MIN) return __interceptor_malloc(n);
   void *p = NULL;
   bc_lock(&bc_mu);
@@ -83,7 +90,7 @@ void *malloc(size_t n) {
   return p; /* a block the live table is full for is an ordinary one */
 }
 
-void free(void *p) {
+BC_RAW void free(void *p) {
   if (p == NULL) return;
   bc_lock(&bc_mu);
   size_t n = bc_nlive ? bc_take_live(p) : 0;
@@ -93,7 +100,7 @@ void free(void *p) {
   if (!cached) __interceptor_free(p);
 }
 
-void *calloc(size_t n, size_t m) {
+BC_RAW void *calloc(size_t n, size_t m) {
   if (m && n > (size_t)-1 / m) return NULL;
   if (n * m < BIGCACHE_MIN) return __interceptor_calloc(n, m);
   void *p = malloc(n * m);
@@ -101,7 +108,7 @@ void *calloc(size_t n, size_t m) {
   return p;
 }
 
-void *realloc(void *p, size_t n) {
+BC_RAW void *realloc(void *p, size_t n) {
   bc_lock(&bc_mu);
   size_t old = p && bc_nlive ? bc_take_live(p) : 0;
   bc_unlock(&bc_mu);
