@@ -49,8 +49,7 @@ void *realloc(void *p, size_t n);
  * hands out are checked by ASan as before. */
 #define BC_RAW __attribute__((no_sanitize("address")))
 
-/* A spin lock: the sanitizers intercept pthread_mutex_lock, and free runs
- * before they are initialised. */
+/* A spin lock: the sanitizers intercept pthread_mutex_lock. */
 static char bc_mu;
 BC_RAW static void bc_lock(char *m) {
   while (__atomic_test_and_set(m, __ATOMIC_ACQUIRE)) __builtin_ia32_pause();
