@@ -41,10 +41,14 @@
   "  --db DIR: the worker store (default $DURABOX_HOME/worker); with --db alone, list\n" \
   "  shows only its refusals\n"
 
-static dbx_wstore *open_store(const char *db, const char *what) {
+/* The worker store at db, or NULL with the reason said and *rc set: 2 when
+ * db is no worker store (a usage error, as replay's), 1 when it would not open. */
+static dbx_wstore *open_store(const char *db, const char *what, int *rc) {
   char cmd[48];
   snprintf(cmd, sizeof cmd, "durabox approval %s", what);
+  *rc = 2;
   if (dbx_cli_worker_store_check(cmd, db) != 0) return NULL;
+  *rc = 1;
   dbx_wstore *s = NULL;
   char *err = NULL;
   dbx_err e = dbx_wstore_open(db, 0, &s, &err);
@@ -420,7 +424,8 @@ int dbx_cli_approval(int argc, char **argv) {
       char *dbdef = dbx_cli_worker_db_default();
       struct stat sb;
       if (dbdef && stat(dbdef, &sb) == 0) {
-        dbx_wstore *s = open_store(dbdef, sub);
+        int orc = 0; /* not one: said, and the service's list stands */
+        dbx_wstore *s = open_store(dbdef, sub, &orc);
         if (s) rc |= cmd_list(s);
         dbx_wstore_close(s);
       }
@@ -431,9 +436,10 @@ int dbx_cli_approval(int argc, char **argv) {
   }
   dbx_cli_conn_cleanup(&conn);
   char *dbdef = db ? NULL : dbx_cli_worker_db_default();
-  dbx_wstore *s = open_store(db ? db : dbdef, sub);
+  int orc = 0;
+  dbx_wstore *s = open_store(db ? db : dbdef, sub, &orc);
   if (s) rc |= strcmp(sub, "list") == 0 ? cmd_list(s) : cmd_grant(s, ns, wid, rid, type, hash);
-  else rc = 1;
+  else rc = orc;
   dbx_wstore_close(s);
   free(dbdef);
   return rc;

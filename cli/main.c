@@ -29,7 +29,8 @@ static void usage(FILE *f) {
           "  workflow ...       start|execute|show|describe|list|result|query|signal|cancel|terminate|reset|fork|fork-points\n"
           "                     (start|execute --session S: the next turn of session S)\n"
           "  approval ...       list|grant|deny: decide a step an agent holds; let a refused at_most_once repeat run\n"
-          "  sandbox ...        list|rm|gc: the local sandboxes, their owner runs, orphans\n"
+          "  sandbox ...        list|rm|gc|snapshots|rm-snapshot: the local sandboxes and snapshots, their\n"
+          "                     owner runs, orphans\n"
           "  fleet ...          run FILE|status ID|cancel ID: one sandbox job over many items\n"
           "  version            print the version\n");
 }

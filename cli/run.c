@@ -641,6 +641,7 @@ int dbx_cli_run(int argc, char **argv) {
   if (dbx_cli_nonempty("durabox run", "--task-queue", tq) != 0 ||
       dbx_cli_nonempty("durabox run", "--workflow-id", wfid) != 0 ||
       dbx_cli_nonempty("durabox run", "--session", session) != 0 ||
+      (session && dbx_cli_session_check_id("run", session) != 0) ||
       dbx_cli_sandbox_driver("durabox run", sandbox) != 0)
     return 2;
   if (retention_h >= 0 && conn.address) {
@@ -764,8 +765,11 @@ int dbx_cli_run(int argc, char **argv) {
   }
   dbx_client_start_opts so = {.workflow_id = wfid, .workflow_type = type, .task_queue = tq, .input_json = input};
   dbx_cli_session_turn turn = {0};
-  if (session && dbx_cli_session_prepare(c, "run", hint_address, conn.json, session, input, &turn) != 0)
-    goto out; /* said; exit 1 */
+  int prepared = session ? dbx_cli_session_prepare(c, "run", hint_address, conn.json, session, input, &turn) : 0;
+  if (prepared != 0) {
+    rc = prepared; /* said: 1, or 2 for an input that cannot take a session */
+    goto out;
+  }
   dbx_err er = session ? dbx_cli_session_start(c, &so, session, &turn, &run_id, &err)
                        : dbx_client_start_workflow(c, &so, &run_id, &err);
   if (session && er == DBX_OK && !conn.json)

@@ -145,6 +145,8 @@ static void say(const char *cmd, int json, const char *type, const char *fmt, ..
 }
 
 /* A session id goes into a visibility query between single quotes. */
+#define SESSION_ID_RULE "a session id is a workflow id without quotes, backslashes or control characters"
+
 static int session_id_ok(const char *s) {
   if (s == NULL || !*s) return 0;
   for (const unsigned char *p = (const unsigned char *)s; *p; p++)
@@ -186,13 +188,18 @@ out:
   return txt;
 }
 
+int dbx_cli_session_check_id(const char *cmd, const char *session) {
+  if (session_id_ok(session)) return 0;
+  fprintf(stderr, "durabox %s: --session: %s\n", cmd, SESSION_ID_RULE);
+  return 2;
+}
+
 int dbx_cli_session_prepare(dbx_client *c, const char *cmd, const char *address, int json,
                             const char *session, const char *input_json,
                             dbx_cli_session_turn *out) {
   memset(out, 0, sizeof *out);
   if (!session_id_ok(session)) {
-    say(cmd, json, "InvalidArgument",
-        "--session: a session id is a workflow id without quotes, backslashes or control characters");
+    say(cmd, json, "InvalidArgument", "--session: %s", SESSION_ID_RULE);
     return 2;
   }
   run_rows rows = {0};

@@ -39,6 +39,13 @@ int dbx_cli_session_prepare(dbx_client *c, const char *cmd, const char *address,
                             dbx_cli_session_turn *out);
 void dbx_cli_session_turn_free(dbx_cli_session_turn *t);
 
+/* 0 when S can be a session id: a workflow id, not empty, without quotes,
+ * backslashes or control characters. Otherwise says so on stderr ("durabox
+ * <cmd>: --session: ...") and returns 2: the flag check a command makes
+ * before it starts or dials anything (dbx_cli_session_prepare checks again).
+ * Any thread. */
+int dbx_cli_session_check_id(const char *cmd, const char *session);
+
 /* StartWorkflowExecution of a prepared turn: so's workflow id becomes S,
  * its input the turn's, its reuse policy ALLOW_DUPLICATE (so is copied,
  * not changed). The service's WorkflowExecutionAlreadyStarted (another

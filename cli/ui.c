@@ -217,6 +217,11 @@ dbx_cli_ui *dbx_cli_ui_start(const dbx_cli_ui_opts *o) {
   remove_orphan_dirs();
   int port = o->ui_port;
   if (port == 0) port = o->grpc_port + 1000 <= 65535 ? o->grpc_port + 1000 : free_port(ui_ip);
+  if (port == o->grpc_port) { /* port_taken would call our own listener another process */
+    fprintf(stderr, "%s: warning: running without the Web UI: --ui-port %d is the service's own gRPC port "
+                    "(--ui-port N picks another port; --headless runs without the UI)\n", who, port);
+    return NULL;
+  }
   if (port > 0 && port_taken(ui_ip, port)) {
     fprintf(stderr, "%s: warning: running without the Web UI: %s:%d is in use by another process "
                     "(--ui-port N picks another port; --headless runs without the UI)\n", who, ui_ip, port);

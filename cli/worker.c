@@ -376,6 +376,10 @@ int dbx_cli_replay(int argc, char **argv) {
     fprintf(stderr, REPLAY_USAGE);
     return 2;
   }
+  if (dbx_cli_nonempty("durabox replay", "--workflow-id", wid) != 0 ||
+      dbx_cli_nonempty("durabox replay", "--run-id", rid) != 0 ||
+      dbx_cli_nonempty("durabox replay", "--history", file) != 0)
+    return 2;
   if (db) conn.address = NULL; /* --db: the store, whatever TEMPORAL_ADDRESS says */
   if (!file && conn.address && dbx_cli_conn_load(&conn) != 0) {
     dbx_cli_conn_cleanup(&conn);

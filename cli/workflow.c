@@ -742,7 +742,9 @@ int dbx_cli_workflow(int argc, char **argv) {
   }
   char cmd[64];
   snprintf(cmd, sizeof cmd, "durabox workflow %s", sub);
-  if (dbx_cli_nonempty(cmd, "--session", a.session) != 0) return 2;
+  if (dbx_cli_nonempty(cmd, "--session", a.session) != 0 ||
+      (a.session && dbx_cli_session_check_id(cmd + strlen("durabox "), a.session) != 0))
+    return 2;
   if (a.session && a.workflow_id && strcmp(a.workflow_id, a.session) != 0) {
     fprintf(stderr, "durabox workflow %s: a session is a workflow id: give --session S or --workflow-id, "
                     "not both\n", sub);

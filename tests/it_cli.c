@@ -941,6 +941,10 @@ static void test_cli_flags_are_checked(void **state) {
       {{"workflow", "list", "--address", " localhost:7233"}, 2, "has a space or a control character in it"},
       {{"workflow", "list", "--address", "dns:"}, 2, "the service address 'dns:' names nothing after its scheme"},
       {{"approval", "list", "--output", "json"}, 2, "--output json is not supported; its output is text"},
+      {{"approval", "list", "--db", "/nonexistent/x"}, 2, "no worker store at /nonexistent/x"},
+      {{"replay", "--workflow-id="}, 2, "--workflow-id is empty"},
+      {{"replay", "-w", "x", "--run-id", ""}, 2, "--run-id is empty"},
+      {{"workflow", "start", "--session=a'b"}, 2, "--session: a session id is a workflow id without quotes"},
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     const char *const *a = cases[k].args;
@@ -952,6 +956,19 @@ static void test_cli_flags_are_checked(void **state) {
     free(err);
   }
   assert_int_not_equal(access("/nonexistent/dbx-home", F_OK), 0); /* the refused home was not made */
+  /* a bad session id with a good input: refused before the embedded service
+   * starts, so its store is not made */
+  char *sf = input_file("session-bad.json", SCRIPT_OK), *sdb = dbx_test_tmpdir("itcli-session-bad");
+  char *sdb_store = dbx_asprintf("%s/store", sdb);
+  int src = durabox(NULL, &out, &err, "run", sf, "--session", "a\\b", "--db-filename", sdb_store, NULL);
+  if (src != 2 || strstr(err, "--session: a session id is a workflow id without quotes") == NULL)
+    fail_msg("run --session 'a\\b': exit %d (want 2):\n%s", src, err);
+  assert_int_not_equal(access(sdb_store, F_OK), 0);
+  free(out);
+  free(err);
+  free(sdb_store);
+  free(sdb);
+  free(sf);
   /* the driver named by the environment is checked as the flag is */
   static const char *const by_env[][3] = {{"run", "x.json", NULL}, {"worker", NULL, NULL},
                                           {"sandbox", "list", NULL}, {"dev", NULL, NULL}};
@@ -1115,7 +1132,7 @@ static void test_cli_dev_store_retention(void **state) {
   free(out);
   free(err);
   rc = durabox(NULL, &out, &err, "approval", "list", "--db", sdb, NULL);
-  if (rc != 1 || !strstr(err, "durabox approval list: ") || !strstr(err, "is a workflow service's store"))
+  if (rc != 2 || !strstr(err, "durabox approval list: ") || !strstr(err, "is a workflow service's store"))
     fail_msg("approval list --db <service store> exited %d: %s", rc, err);
   free(out);
   free(err);
@@ -1181,6 +1198,29 @@ static void test_cli_dev_ui_port_in_use(void **state) {
   kill(dev, SIGTERM);
   assert_int_equal(dbx_svct_proc_wait(dev, 30000), 0);
   close(lfd);
+  free(derr);
+}
+
+/* --ui-port the same as --port: dev names the clash, rather than calling its
+ * own gRPC listener another process, and serves on without the UI. */
+static void test_cli_dev_ui_port_is_grpc_port(void **state) {
+  (void)state;
+  int port = dbx_svct_free_port();
+  char port_s[16], want[128], *derr = input_file("ui-same.err", "");
+  snprintf(port_s, sizeof port_s, "%d", port);
+  char *dargv[] = {(char *)dbx_test_bin(), "dev", "--port", port_s, "--ui-port", port_s, "--log-level", "warn", NULL};
+  char *denv[] = {g_env_home, NULL};
+  pid_t dev = dbx_svct_proc_spawn(dargv, denv, NULL, derr);
+  snprintf(want, sizeof want, "running without the Web UI: --ui-port %d is the service's own gRPC port", port);
+  wait_file_has(derr, want, 30000);
+  wait_file_has(derr, "the service store is temporary", 30000);
+  char *text = dbx_svct_file_read(derr);
+  if (strstr(text, "Web UI on") || strstr(text, "in use by another process"))
+    fail_msg("dev misreports its UI port:\n%s", text);
+  free(text);
+  dbx_rpc_channel_destroy(dbx_svct_connect(port)); /* the service itself runs */
+  kill(dev, SIGTERM);
+  assert_int_equal(dbx_svct_proc_wait(dev, 30000), 0);
   free(derr);
 }
 
@@ -1415,6 +1455,7 @@ int main(void) {
       cmocka_unit_test_teardown(test_cli_dev_temporary_store_and_unreachable_worker, test_teardown),
       cmocka_unit_test_teardown(test_cli_dev_store_retention, test_teardown),
       cmocka_unit_test_teardown(test_cli_dev_ui_port_in_use, test_teardown),
+      cmocka_unit_test_teardown(test_cli_dev_ui_port_is_grpc_port, test_teardown),
       cmocka_unit_test_teardown(test_cli_dev_ui_port_taken_meanwhile, test_teardown),
       cmocka_unit_test_teardown(test_cli_query_json_errors_and_no_worker, test_teardown),
       cmocka_unit_test_teardown(test_cli_result_rides_out_a_service_restart, test_teardown),
