@@ -376,10 +376,19 @@ static char *prepare_input(const char *file, int conc) {
     free(text);
     return NULL;
   }
-  cJSON *in = cJSON_ParseWithLength(text, len);
+  const char *end = NULL;
+  cJSON *in = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+  size_t at = in ? (size_t)(end - text) : 0;
+  while (in && at < len && (text[at] == ' ' || text[at] == '\t' || text[at] == '\r' || text[at] == '\n')) at++;
   char err[512];
-  if (!cJSON_IsObject(in)) { /* checked whole below, once completed */
-    fprintf(stderr, "durabox fleet run: %s: not a JSON object\n", file);
+  if (in == NULL || at < len || !cJSON_IsObject(in)) { /* checked whole below, once completed */
+    if (in == NULL) /* the CLI's one thread: cJSON's error pointer is ours */
+      fprintf(stderr, "durabox fleet run: %s is not valid JSON (near byte %ld)\n", file,
+              (long)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - text : 0));
+    else if (at < len)
+      fprintf(stderr, "durabox fleet run: %s has data after the JSON document (at byte %zu)\n", file, at);
+    else
+      fprintf(stderr, "durabox fleet run: %s: not a JSON object\n", file);
     cJSON_Delete(in);
     free(text);
     return NULL;

@@ -141,6 +141,22 @@ static void test_fleet_cli_run_rerun_status(void **st) {
   free(err);
   char *bad[] = {(char *)dbx_test_bin(), "fleet", "run", f, "--concurrency", "0", NULL};
   assert_int_equal(dbx_svct_proc_run(bad, env, 30000, NULL, NULL), 2);
+  /* a file that is no JSON object is named for what it is, and nothing starts */
+  static const struct { const char *text, *says; } files[] = {
+      {"{\"template\": {\"input\"", "is not valid JSON (near byte 20)"},
+      {"{\"items\": []} {}", "has data after the JSON document (at byte 14)"},
+      {"[1, 2]", ": not a JSON object"},
+  };
+  char *bf = dbx_asprintf("%s/bad-fleet.json", g_dir);
+  for (size_t k = 0; k < sizeof files / sizeof files[0]; k++) {
+    dbx_svct_file_write(bf, files[k].text);
+    char *badf[] = {(char *)dbx_test_bin(), "fleet", "run", bf, NULL};
+    assert_int_equal(dbx_svct_proc_run(badf, env, 30000, &out, &err), 2);
+    if (strstr(err, files[k].says) == NULL) fail_msg("fleet run of '%s' said: %s", files[k].text, err);
+    free(out);
+    free(err);
+  }
+  free(bf);
   assert_int_equal(sandbox_count(), 0);
   free(f);
 }
