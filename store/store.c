@@ -162,6 +162,30 @@ static void store_free(dbx_store *s) {
   free(s);
 }
 
+/* 0 when data.mdb holds every page its newest meta page says is used; else
+ * -1 with the open message set. A shorter file (cut by a truncate, a partial
+ * copy, a full disk under another tool) would be read through the map past
+ * its end, and a read there is SIGBUS, not an error: so it is refused here.
+ * The meta page is read before the length, so a commit by another process
+ * in between only lengthens the file. */
+static int check_length(MDB_env *env, const char *rp) {
+  MDB_envinfo info;
+  MDB_stat st;
+  mdb_filehandle_t fd;
+  struct stat fst;
+  if (mdb_env_info(env, &info) != 0 || mdb_env_stat(env, &st) != 0 || mdb_env_get_fd(env, &fd) != 0 ||
+      fstat(fd, &fst) != 0) {
+    set_open_msg("%s: cannot read the length of data.mdb or its last page", rp);
+    return -1;
+  }
+  uintmax_t need = ((uintmax_t)info.me_last_pgno + 1) * st.ms_psize;
+  if ((uintmax_t)fst.st_size >= need) return 0;
+  set_open_msg("%s: data.mdb is %ju bytes, shorter than the %ju its pages take (last page %ju of %u bytes): "
+               "the file was cut short; restore it from a copy",
+               rp, (uintmax_t)fst.st_size, need, (uintmax_t)info.me_last_pgno, st.ms_psize);
+  return -1;
+}
+
 /* Create and open the environment for rp (a realpath); reg_mu held. */
 static dbx_err store_create(const dbx_store_opts *o, const char *rp, dbx_store **out) {
   dbx_store *s = dbx_calloc(1, sizeof *s);
@@ -198,6 +222,7 @@ static dbx_err store_create(const dbx_store_opts *o, const char *rp, dbx_store *
   step = "mdb_env_open";
   rc = mdb_env_open(s->env, rp, MDB_NOTLS | (o->no_sync ? MDB_NOSYNC : 0), 0600);
   if (rc != 0) goto lmdb_fail;
+  if (check_length(s->env, rp) != 0) goto fail; /* DBX_ESTORE, said */
   int dead = 0;
   step = "mdb_reader_check";
   rc = mdb_reader_check(s->env, &dead);

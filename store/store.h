@@ -63,7 +63,9 @@ typedef struct {
 
 /* Open (or share) the environment at o->path. *out: free with dbx_store_close.
  * Sharing is by realpath; the first opener's options (sizes, no_sync) win.
- * Returns DBX_OK, DBX_EINVAL, DBX_ESTORE (message via dbx_store_open_errmsg). */
+ * Returns DBX_OK, DBX_EINVAL, DBX_ESTORE (message via dbx_store_open_errmsg;
+ * among them a data.mdb shorter than the pages its meta page names, which
+ * reading through the map would turn into SIGBUS). */
 dbx_err dbx_store_open(const dbx_store_opts *o, dbx_store **out);
 /* Text of the last dbx_store_open failure in this thread; static or thread-local, never NULL. */
 const char *dbx_store_open_errmsg(void);
