@@ -397,6 +397,11 @@ int dbx_cli_approval(int argc, char **argv) {
     dbx_cli_conn_cleanup(&conn);
     return 2;
   }
+  if ((wid && !*wid) || dbx_cli_nonempty("durabox approval", "--db", db) != 0) {
+    if (wid && !*wid) fprintf(stderr, "durabox approval %s: the workflow id is empty\n", sub);
+    dbx_cli_conn_cleanup(&conn);
+    return 2;
+  }
   ns = conn.namespace_ && *conn.namespace_ ? conn.namespace_ : ns;
   int amo = type || hash; /* the at_most_once form of grant */
   if (strcmp(sub, "list") != 0 && !amo) {

@@ -94,6 +94,36 @@ int dbx_cli_worker_store_check(const char *cmd, const char *dir) {
   return service || !data ? -1 : 0;
 }
 
+/* 1 when a and b name the same folder: by device and inode when both exist,
+ * by their text otherwise (neither is made yet). */
+static int same_folder(const char *a, const char *b) {
+  struct stat sa, sb;
+  if (stat(a, &sa) == 0 && stat(b, &sb) == 0) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  return strcmp(a, b) == 0;
+}
+
+int dbx_cli_store_folders_check(const char *cmd, const char *service_db, const char *worker_db, int start_worker) {
+  char *def = worker_db == NULL && start_worker ? dbx_cli_worker_db_default() : NULL;
+  const char *w = worker_db ? worker_db : def;
+  int rc = 0;
+  if (service_db && w && same_folder(service_db, w)) {
+    fprintf(stderr, "%s: the service's store (--db-filename %s) and the worker's store (%s) must be different "
+                    "folders\n", cmd, service_db, worker_db ? worker_db : "the default, $DURABOX_HOME/worker");
+    rc = -1;
+  } else if (w) {
+    struct stat sb;
+    char *lock = dbx_asprintf("%s/service.lock", w);
+    if (lock && stat(lock, &sb) == 0) {
+      fprintf(stderr, "%s: %s is a workflow service's store, not a worker store (give the worker another "
+                      "folder)\n", cmd, w);
+      rc = -1;
+    }
+    free(lock);
+  }
+  free(def);
+  return rc;
+}
+
 int dbx_cli_conn_flag(dbx_cli_conn *c, int argc, char **argv, int *i) {
   const char *output = NULL;
   const dbx_cli_flag t[] = {

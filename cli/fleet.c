@@ -553,12 +553,18 @@ static int fleet_run(int argc, char **argv) {
   }
   if (dbx_cli_nonempty("durabox fleet run", "--id", id) != 0 ||
       dbx_cli_nonempty("durabox fleet run", "--task-queue", tq) != 0 ||
+      dbx_cli_nonempty("durabox fleet run", "--db-filename", db) != 0 ||
       dbx_cli_sandbox_driver("durabox fleet run", sandbox) != 0)
     return 2;
   char *input = prepare_input(file, conc);
   if (input == NULL) return 2;
   if (dbx_cli_conn_load(&conn) != 0) {
     free(input);
+    return 2;
+  }
+  if (conn.address == NULL && dbx_cli_store_folders_check("durabox fleet run", db, NULL, 1) != 0) {
+    free(input);
+    dbx_cli_conn_cleanup(&conn);
     return 2;
   }
   if (sandbox) setenv("DURABOX_SANDBOX", sandbox, 1);
@@ -727,6 +733,11 @@ static int fleet_other(const char *verb, int argc, char **argv) {
     fprintf(stderr, "%s: ID is required\n", cmd);
     return 2;
   }
+  if (!*id) {
+    fprintf(stderr, "%s: ID is empty\n", cmd);
+    return 2;
+  }
+  if (dbx_cli_nonempty(cmd, "--db-filename", db) != 0) return 2;
   if (dbx_cli_conn_load(&conn) != 0) return 2;
   int rc = 1, embedded = 0;
   char *dbdef = NULL, *err = NULL;

@@ -642,6 +642,8 @@ int dbx_cli_run(int argc, char **argv) {
       dbx_cli_nonempty("durabox run", "--workflow-id", wfid) != 0 ||
       dbx_cli_nonempty("durabox run", "--session", session) != 0 ||
       (session && dbx_cli_session_check_id("run", session) != 0) ||
+      dbx_cli_nonempty("durabox run", "--db-filename", db) != 0 ||
+      dbx_cli_nonempty("durabox run", "--worker-db", wdb) != 0 ||
       dbx_cli_sandbox_driver("durabox run", sandbox) != 0)
     return 2;
   if (retention_h >= 0 && conn.address) {
@@ -708,6 +710,11 @@ int dbx_cli_run(int argc, char **argv) {
   }
   if (dbx_cli_conn_load(&conn) != 0) {
     free(input);
+    return 2;
+  }
+  if (conn.address == NULL && dbx_cli_store_folders_check("durabox run", db, wdb, 1) != 0) {
+    free(input);
+    dbx_cli_conn_cleanup(&conn);
     return 2;
   }
   /* Block the stop signals before any thread exists, so every thread

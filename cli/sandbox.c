@@ -777,6 +777,12 @@ int dbx_cli_sandbox(int argc, char **argv) {
                       "snapshots`)\n");
     goto out;
   }
+  for (int k = 0; k < nids; k++)
+    if (!*ids[k]) {
+      fprintf(stderr, "durabox sandbox %s: an empty %s\n", sub, strcmp(sub, "rm") == 0 ? "sandbox id" : "snapshot name");
+      goto out;
+    }
+  if (dbx_cli_nonempty("durabox sandbox", "--sandbox-home", home) != 0) goto out;
   if (dbx_cli_sandbox_driver("durabox sandbox", sandbox) != 0) goto out;
   rc = 1;
   /* no commands run here: the home is opened without requiring bubblewrap

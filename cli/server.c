@@ -121,6 +121,7 @@ int dbx_cli_server(int argc, char **argv) {
       namespaces[n_ns++] = val;
     } else if (strcmp(arg, "--db-filename") == 0 || strcmp(arg, "-f") == 0) {
       NEED_VALUE();
+      if (dbx_cli_nonempty("durabox server start-dev", "--db-filename", val) != 0) goto out;
       o.db_path = val;
     } else if (strcmp(arg, "--log-level") == 0) {
       NEED_VALUE();

@@ -181,6 +181,9 @@ int dbx_cli_worker(int argc, char **argv) {
   if (dbx_cli_address_check(address) != 0) return 2;
   if (dbx_cli_nonempty("durabox worker", "--task-queue", tq) != 0 ||
       dbx_cli_nonempty("durabox worker", "--namespace", ns) != 0 ||
+      dbx_cli_nonempty("durabox worker", "--db", db) != 0 ||
+      dbx_cli_nonempty("durabox worker", "--sandbox-home", home) != 0 ||
+      dbx_cli_store_folders_check("durabox worker", NULL, db, 1) != 0 ||
       dbx_cli_sandbox_driver("durabox worker", sandbox) != 0)
     return 2; /* the service would refuse every poll, and the worker would idle */
   int rc = 1;
@@ -378,7 +381,8 @@ int dbx_cli_replay(int argc, char **argv) {
   }
   if (dbx_cli_nonempty("durabox replay", "--workflow-id", wid) != 0 ||
       dbx_cli_nonempty("durabox replay", "--run-id", rid) != 0 ||
-      dbx_cli_nonempty("durabox replay", "--history", file) != 0)
+      dbx_cli_nonempty("durabox replay", "--history", file) != 0 ||
+      dbx_cli_nonempty("durabox replay", "--db", db) != 0)
     return 2;
   if (db) conn.address = NULL; /* --db: the store, whatever TEMPORAL_ADDRESS says */
   if (!file && conn.address && dbx_cli_conn_load(&conn) != 0) {

@@ -945,6 +945,15 @@ static void test_cli_flags_are_checked(void **state) {
       {{"replay", "--workflow-id="}, 2, "--workflow-id is empty"},
       {{"replay", "-w", "x", "--run-id", ""}, 2, "--run-id is empty"},
       {{"workflow", "start", "--session=a'b"}, 2, "--session: a session id is a workflow id without quotes"},
+      {{"run", "x.json", "--db-filename", ""}, 2, "--db-filename is empty"},
+      {{"dev", "--worker-db="}, 2, "--worker-db is empty"},
+      {{"server", "start-dev", "--db-filename="}, 2, "--db-filename is empty"},
+      {{"worker", "--db", ""}, 2, "--db is empty"},
+      {{"fleet", "status", ""}, 2, "durabox fleet status: ID is empty"},
+      {{"sandbox", "rm", ""}, 2, "durabox sandbox rm: an empty sandbox id"},
+      {{"approval", "grant", "", "--by", "me"}, 2, "the workflow id is empty"},
+      {{"dev", "--db-filename", "/tmp/dbx-itcli-same", "--worker-db", "/tmp/dbx-itcli-same"}, 2,
+       "must be different folders"},
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     const char *const *a = cases[k].args;
@@ -956,6 +965,21 @@ static void test_cli_flags_are_checked(void **state) {
     free(err);
   }
   assert_int_not_equal(access("/nonexistent/dbx-home", F_OK), 0); /* the refused home was not made */
+  assert_int_not_equal(access("/tmp/dbx-itcli-same", F_OK), 0);    /* nor the clashing store */
+  /* a service's store (service.lock) is refused as a worker's, before the worker writes its tables */
+  char *svdir = dbx_test_tmpdir("itcli-svc-as-worker"), *lockf = dbx_asprintf("%s/service.lock", svdir);
+  dbx_svct_file_write(lockf, "");
+  int wrc = durabox(NULL, &out, &err, "worker", "--db", svdir, "--address", "127.0.0.1:1", NULL);
+  if (wrc != 2 || strstr(err, "is a workflow service's store, not a worker store") == NULL)
+    fail_msg("worker --db <service store>: exit %d (want 2):\n%s", wrc, err);
+  char *wdata = dbx_asprintf("%s/data.mdb", svdir);
+  assert_int_not_equal(access(wdata, F_OK), 0);
+  free(wdata);
+  free(out);
+  free(err);
+  free(lockf);
+  dbx_test_rmrf(svdir);
+  free(svdir);
   /* a bad session id with a good input: refused before the embedded service
    * starts, so its store is not made */
   char *sf = input_file("session-bad.json", SCRIPT_OK), *sdb = dbx_test_tmpdir("itcli-session-bad");
