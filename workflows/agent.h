@@ -23,7 +23,7 @@
  *   "system_prompt"?: TEXT; "tool_output_max_bytes"? (default 16384, at
  *     least 256): the most of one tool's output given back to the model;
  *   "session"?: {"id", "turn", "previous_run_id", "state"} as the CLI adds
- *     it (/work/notes/session-contract.md): state's conversation, sandbox,
+ *     it (cli/session.h, docs/worker.md "Sessions"): state's conversation, sandbox,
  *     branch and pull_request are continued.
  *
  * Steps: sandbox.create (or, with a session's sandbox, sandbox.start of
