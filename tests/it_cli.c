@@ -1179,6 +1179,25 @@ static void test_cli_dev_store_retention(void **state) {
   free(f);
 }
 
+/* `durabox dev --port PORT --ui-port UI_PORT`, its stderr in a file of
+ * g_dir, waited on until it has said want and that its store is temporary:
+ * the dev process, and *text its stderr so far (free it). */
+static pid_t dev_without_ui(int port, int ui_port, const char *want, char **text) {
+  char port_s[16], ui_s[16], name[64];
+  snprintf(port_s, sizeof port_s, "%d", port);
+  snprintf(ui_s, sizeof ui_s, "%d", ui_port);
+  snprintf(name, sizeof name, "ui-dev-%d-%d.err", port, ui_port);
+  char *derr = input_file(name, "");
+  char *dargv[] = {(char *)dbx_test_bin(), "dev", "--port", port_s, "--ui-port", ui_s, "--log-level", "warn", NULL};
+  char *denv[] = {g_env_home, NULL};
+  pid_t dev = dbx_svct_proc_spawn(dargv, denv, NULL, derr);
+  wait_file_has(derr, want, 30000);
+  wait_file_has(derr, "the service store is temporary", 30000);
+  *text = dbx_svct_file_read(derr);
+  free(derr);
+  return dev;
+}
+
 /* The Web UI's port is taken: dev says so and runs on without the UI,
  * rather than pointing at the other process as its UI; and it removes the
  * UI configuration a killed dev left behind. */
@@ -1201,16 +1220,9 @@ static void test_cli_dev_ui_port_in_use(void **state) {
   snprintf(keep, sizeof keep, "/tmp/durabox-ui-%ld-itcli", (long)getpid()); /* alive: kept */
   assert_int_equal(mkdir(orphan, 0700), 0);
   assert_int_equal(mkdir(keep, 0700), 0);
-  char port_s[16], ui_s[16], want[128], *derr = input_file("ui-dev.err", "");
-  snprintf(port_s, sizeof port_s, "%d", port);
-  snprintf(ui_s, sizeof ui_s, "%d", ui_port);
-  char *dargv[] = {(char *)dbx_test_bin(), "dev", "--port", port_s, "--ui-port", ui_s, "--log-level", "warn", NULL};
-  char *denv[] = {g_env_home, NULL};
-  pid_t dev = dbx_svct_proc_spawn(dargv, denv, NULL, derr);
+  char want[128], *text = NULL;
   snprintf(want, sizeof want, "running without the Web UI: 127.0.0.1:%d is in use by another process", ui_port);
-  wait_file_has(derr, want, 30000);
-  wait_file_has(derr, "the service store is temporary", 30000);
-  char *text = dbx_svct_file_read(derr);
+  pid_t dev = dev_without_ui(port, ui_port, want, &text);
   if (strstr(text, "Web UI on")) fail_msg("dev claims a Web UI on a port it does not own:\n%s", text);
   free(text);
   struct stat st;
@@ -1222,7 +1234,6 @@ static void test_cli_dev_ui_port_in_use(void **state) {
   kill(dev, SIGTERM);
   assert_int_equal(dbx_svct_proc_wait(dev, 30000), 0);
   close(lfd);
-  free(derr);
 }
 
 /* --ui-port the same as --port: dev names the clash, rather than calling its
@@ -1230,22 +1241,15 @@ static void test_cli_dev_ui_port_in_use(void **state) {
 static void test_cli_dev_ui_port_is_grpc_port(void **state) {
   (void)state;
   int port = dbx_svct_free_port();
-  char port_s[16], want[128], *derr = input_file("ui-same.err", "");
-  snprintf(port_s, sizeof port_s, "%d", port);
-  char *dargv[] = {(char *)dbx_test_bin(), "dev", "--port", port_s, "--ui-port", port_s, "--log-level", "warn", NULL};
-  char *denv[] = {g_env_home, NULL};
-  pid_t dev = dbx_svct_proc_spawn(dargv, denv, NULL, derr);
+  char want[128], *text = NULL;
   snprintf(want, sizeof want, "running without the Web UI: --ui-port %d is the service's own gRPC port", port);
-  wait_file_has(derr, want, 30000);
-  wait_file_has(derr, "the service store is temporary", 30000);
-  char *text = dbx_svct_file_read(derr);
+  pid_t dev = dev_without_ui(port, port, want, &text);
   if (strstr(text, "Web UI on") || strstr(text, "in use by another process"))
     fail_msg("dev misreports its UI port:\n%s", text);
   free(text);
   dbx_rpc_channel_destroy(dbx_svct_connect(port)); /* the service itself runs */
   kill(dev, SIGTERM);
   assert_int_equal(dbx_svct_proc_wait(dev, 30000), 0);
-  free(derr);
 }
 
 /* The port is free when dev looks, but another process takes it before the
