@@ -63,6 +63,14 @@ step_running() {
   "$DBX_BIN" workflow query --address "$addr" -w "$1" --type progress 2>/dev/null |
     jq -e --arg s "$2" '.current.name == $s'
 }
+# the step's attempt started: Temporal's server handed its activity task to a
+# worker. The progress query names a step as current from when it is
+# scheduled, so a kill right after it could land before any worker took the
+# task, and the next worker would then run its first attempt.
+attempt_started() {
+  T workflow describe -w "$1" --output json |
+    jq -e '[.pendingActivities[]? | select(.state == "PENDING_ACTIVITY_STATE_STARTED")] | length > 0'
+}
 run_json() { # run_json ID FILE: durabox run --address, its output json in $work/ID.json, exit in $rc
   set +e
   # --pickup-timeout 60: a just-started (or restarted) worker's first poll
@@ -137,6 +145,7 @@ EOF
 )
 "$DBX_BIN" workflow start --address "$addr" -w reattach --type durabox.Script -t durabox --input-file "$f" >/dev/null
 wait_for "reattach: step running" 30 step_running reattach long
+wait_for "reattach: attempt started" 30 attempt_started reattach
 kill_worker
 start_worker
 wait_for "reattach: completed after the new worker" 60 has_status reattach WORKFLOW_EXECUTION_STATUS_COMPLETED
@@ -154,6 +163,7 @@ EOF
 )
 "$DBX_BIN" workflow start --address "$addr" -w amo --type durabox.Script -t durabox --input-file "$f" >/dev/null
 wait_for "amo: step running" 30 step_running amo once
+wait_for "amo: attempt started" 30 attempt_started amo
 kill_worker
 start_worker
 wait_for "amo: closed after the lost attempt" 60 closed amo
