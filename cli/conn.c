@@ -2,6 +2,7 @@
 #include "cli/conn.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,12 +95,41 @@ int dbx_cli_worker_store_check(const char *cmd, const char *dir) {
   return service || !data ? -1 : 0;
 }
 
+/* p as an absolute path of its components without empty and "." ones (the
+ * working directory before a relative p): malloc'd, NULL when out of memory
+ * or the working directory is unknown. Text only: no link is followed and
+ * ".." is kept, for a folder that may not exist yet. */
+static char *path_text(const char *p) {
+  char cwd[PATH_MAX];
+  char *full = p[0] == '/' ? dbx_strdup(p) : getcwd(cwd, sizeof cwd) ? dbx_asprintf("%s/%s", cwd, p) : NULL;
+  if (full == NULL) return NULL;
+  char *w = full; /* the text so far, with no trailing slash */
+  for (const char *r = full; *r;) {
+    while (*r == '/') r++;
+    const char *e = strchr(r, '/');
+    size_t n = e ? (size_t)(e - r) : strlen(r);
+    if (n > 0 && !(n == 1 && r[0] == '.')) {
+      *w++ = '/';
+      memmove(w, r, n);
+      w += n;
+    }
+    r += n;
+  }
+  if (w == full) *w++ = '/';
+  *w = '\0';
+  return full;
+}
+
 /* 1 when a and b name the same folder: by device and inode when both exist,
- * by their text otherwise (neither is made yet). */
+ * else by path_text (not made yet: "D" and "D/" are one folder). */
 static int same_folder(const char *a, const char *b) {
   struct stat sa, sb;
   if (stat(a, &sa) == 0 && stat(b, &sb) == 0) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-  return strcmp(a, b) == 0;
+  char *ta = path_text(a), *tb = path_text(b);
+  int same = ta && tb ? strcmp(ta, tb) == 0 : strcmp(a, b) == 0;
+  free(ta);
+  free(tb);
+  return same;
 }
 
 int dbx_cli_store_folders_check(const char *cmd, const char *service_db, const char *worker_db, int start_worker) {

@@ -954,6 +954,8 @@ static void test_cli_flags_are_checked(void **state) {
       {{"approval", "grant", "", "--by", "me"}, 2, "the workflow id is empty"},
       {{"dev", "--db-filename", "/tmp/dbx-itcli-same", "--worker-db", "/tmp/dbx-itcli-same"}, 2,
        "must be different folders"},
+      {{"dev", "--db-filename", "/tmp//dbx-itcli-same/", "--worker-db", "/tmp/./dbx-itcli-same"}, 2,
+       "must be different folders"},
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     const char *const *a = cases[k].args;
