@@ -49,12 +49,11 @@ int dbx_cli_worker_store_check(const char *cmd, const char *dir);
 /* The folders a command is about to open as stores, checked before anything
  * is created: 0, or a message ("CMD: ...") and -1 when service_db and
  * worker_db are the same folder, or worker_db is a workflow service's store
- * (it has service.lock). Either may be NULL (not opened by this command);
- * worker_db NULL with start_worker set means the default
- * ($DURABOX_HOME/worker). Without this check a worker's tables land in the
+ * (it has service.lock). service_db NULL: no service store is opened;
+ * worker_db NULL: the default ($DURABOX_HOME/worker). Without this check a worker's tables land in the
  * service's store, and a service made in the worker's folder makes replay
  * and approval refuse it. */
-int dbx_cli_store_folders_check(const char *cmd, const char *service_db, const char *worker_db, int start_worker);
+int dbx_cli_store_folders_check(const char *cmd, const char *service_db, const char *worker_db);
 /* p[0, n) as text that cannot steer a terminal: a control byte other than
  * newline and tab (ESC, CR, BEL, ...) in caret notation ("^[", "^M"), DEL as
  * "^?", a C1 control (U+0080..U+009F: 0x9b is CSI to some terminals) as

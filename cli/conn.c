@@ -77,15 +77,23 @@ int dbx_cli_sandbox_driver(const char *cmd, const char *driver) {
   return -1;
 }
 
+/* 1 when dir holds a workflow service's store (its service.lock). */
+static int is_service_store(const char *dir) {
+  struct stat sb;
+  char *lock = dbx_asprintf("%s/service.lock", dir);
+  int yes = lock && stat(lock, &sb) == 0;
+  free(lock);
+  return yes;
+}
+
 int dbx_cli_worker_store_check(const char *cmd, const char *dir) {
   struct stat sb;
   if (!dir || stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
     fprintf(stderr, "%s: no worker store at %s\n", cmd, dir ? dir : "?");
     return -1;
   }
-  char *p = dbx_asprintf("%s/service.lock", dir), *q = dbx_asprintf("%s/data.mdb", dir);
-  int service = p && stat(p, &sb) == 0, data = q && stat(q, &sb) == 0 && S_ISREG(sb.st_mode);
-  free(p);
+  char *q = dbx_asprintf("%s/data.mdb", dir);
+  int service = is_service_store(dir), data = q && stat(q, &sb) == 0 && S_ISREG(sb.st_mode);
   free(q);
   if (service)
     fprintf(stderr, "%s: %s is a workflow service's store, not a worker store (the worker's is --worker-db, "
@@ -132,23 +140,18 @@ static int same_folder(const char *a, const char *b) {
   return same;
 }
 
-int dbx_cli_store_folders_check(const char *cmd, const char *service_db, const char *worker_db, int start_worker) {
-  char *def = worker_db == NULL && start_worker ? dbx_cli_worker_db_default() : NULL;
+int dbx_cli_store_folders_check(const char *cmd, const char *service_db, const char *worker_db) {
+  char *def = worker_db == NULL ? dbx_cli_worker_db_default() : NULL;
   const char *w = worker_db ? worker_db : def;
   int rc = 0;
   if (service_db && w && same_folder(service_db, w)) {
     fprintf(stderr, "%s: the service's store (--db-filename %s) and the worker's store (%s) must be different "
                     "folders\n", cmd, service_db, worker_db ? worker_db : "the default, $DURABOX_HOME/worker");
     rc = -1;
-  } else if (w) {
-    struct stat sb;
-    char *lock = dbx_asprintf("%s/service.lock", w);
-    if (lock && stat(lock, &sb) == 0) {
-      fprintf(stderr, "%s: %s is a workflow service's store, not a worker store (give the worker another "
-                      "folder)\n", cmd, w);
-      rc = -1;
-    }
-    free(lock);
+  } else if (w && is_service_store(w)) {
+    fprintf(stderr, "%s: %s is a workflow service's store, not a worker store (give the worker another "
+                    "folder)\n", cmd, w);
+    rc = -1;
   }
   free(def);
   return rc;

@@ -63,7 +63,7 @@ int dbx_cli_dev(int argc, char **argv) {
       dbx_cli_nonempty("durabox dev", "--namespace", o.namespace_) != 0 ||
       dbx_cli_nonempty("durabox dev", "--db-filename", o.db_path) != 0 ||
       dbx_cli_nonempty("durabox dev", "--worker-db", o.worker_db) != 0 ||
-      dbx_cli_store_folders_check("durabox dev", o.db_path, o.worker_db, 1) != 0 ||
+      dbx_cli_store_folders_check("durabox dev", o.db_path, o.worker_db) != 0 ||
       dbx_cli_sandbox_driver("durabox dev", sandbox) != 0)
     return 2;
   o.store_retention_ms = dbx_cli_store_retention_ms(retention_h);

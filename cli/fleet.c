@@ -562,7 +562,7 @@ static int fleet_run(int argc, char **argv) {
     free(input);
     return 2;
   }
-  if (conn.address == NULL && dbx_cli_store_folders_check("durabox fleet run", db, NULL, 1) != 0) {
+  if (conn.address == NULL && dbx_cli_store_folders_check("durabox fleet run", db, NULL) != 0) {
     free(input);
     dbx_cli_conn_cleanup(&conn);
     return 2;

@@ -712,7 +712,7 @@ int dbx_cli_run(int argc, char **argv) {
     free(input);
     return 2;
   }
-  if (conn.address == NULL && dbx_cli_store_folders_check("durabox run", db, wdb, 1) != 0) {
+  if (conn.address == NULL && dbx_cli_store_folders_check("durabox run", db, wdb) != 0) {
     free(input);
     dbx_cli_conn_cleanup(&conn);
     return 2;

@@ -183,7 +183,7 @@ int dbx_cli_worker(int argc, char **argv) {
       dbx_cli_nonempty("durabox worker", "--namespace", ns) != 0 ||
       dbx_cli_nonempty("durabox worker", "--db", db) != 0 ||
       dbx_cli_nonempty("durabox worker", "--sandbox-home", home) != 0 ||
-      dbx_cli_store_folders_check("durabox worker", NULL, db, 1) != 0 ||
+      dbx_cli_store_folders_check("durabox worker", NULL, db) != 0 ||
       dbx_cli_sandbox_driver("durabox worker", sandbox) != 0)
     return 2; /* the service would refuse every poll, and the worker would idle */
   int rc = 1;
