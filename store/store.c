@@ -22,11 +22,14 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -151,6 +154,51 @@ static size_t env_map_size(MDB_env *env) {
   MDB_envinfo info;
   if (mdb_env_info(env, &info) != 0) return 0;
   return info.me_mapsize;
+}
+
+/* madvise(MADV_DONTNEED) every mapping of s's data.mdb in this process,
+ * found in /proc/self/maps by the file's device and inode (LMDB names its
+ * map's address only for a fixed map). 0, or -1 with the message set. */
+static int unmap_read_pages(dbx_store *s) {
+  mdb_filehandle_t fd;
+  struct stat st;
+  if (mdb_env_get_fd(s->env, &fd) != 0 || fstat(fd, &st) != 0) {
+    set_msg(s, "dbx_store_release_pages: cannot stat %s/data.mdb", s->path);
+    return -1;
+  }
+  FILE *f = fopen("/proc/self/maps", "re");
+  if (f == NULL) {
+    set_msg(s, "dbx_store_release_pages: cannot read /proc/self/maps: %s", strerror(errno));
+    return -1;
+  }
+  char line[512];
+  int rc = 0, eol = 1;
+  while (fgets(line, sizeof line, f)) {
+    int at_start = eol; /* a line longer than the buffer comes in pieces */
+    eol = strchr(line, '\n') != NULL;
+    if (!at_start) continue;
+    uintptr_t lo, hi;
+    unsigned maj, min;
+    unsigned long long ino;
+    const char *fmt = "%" SCNxPTR "-%" SCNxPTR " %*s %*s %x:%x %llu";
+    if (sscanf(line, fmt, &lo, &hi, &maj, &min, &ino) != 5) continue;
+    if (ino != (unsigned long long)st.st_ino || maj != major(st.st_dev) || min != minor(st.st_dev))
+      continue;
+    if (madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0) {
+      set_msg(s, "madvise(MADV_DONTNEED) of %s/data.mdb's map: %s", s->path, strerror(errno));
+      rc = -1;
+    }
+  }
+  fclose(f);
+  return rc;
+}
+
+dbx_err dbx_store_release_pages(dbx_store *s) {
+  if (s == NULL) return DBX_EINVAL;
+  pthread_rwlock_rdlock(&s->grow_lock); /* no remap (growth) meanwhile */
+  int rc = unmap_read_pages(s);
+  pthread_rwlock_unlock(&s->grow_lock);
+  return rc == 0 ? DBX_OK : DBX_ESTORE;
 }
 
 static void store_free(dbx_store *s) {

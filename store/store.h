@@ -76,6 +76,20 @@ void dbx_store_close(dbx_store *s);
 const char *dbx_store_errmsg(const dbx_store *s);
 /* Current map size in bytes (for tests and metrics). */
 size_t dbx_store_map_size(dbx_store *s);
+/* Unmap the pages of the store this process has read (Linux: madvise
+ * MADV_DONTNEED over the whole map). Every page LMDB reads is read through
+ * its map, and a page once read stays in the process's resident set (RSS)
+ * for good, so a process that writes a store keyed at random ends up with
+ * the whole file resident, however little of it it needs again. The pages
+ * stay in the kernel's page cache; a later read of one maps it again (a
+ * minor fault, no I/O unless the kernel has reclaimed it meanwhile) with
+ * the same bytes. Nothing stored changes: the map is read-only (writes go
+ * through write(2)), so only this process's page table entries go.
+ * Transactions of any thread may run meanwhile, and the views they hold
+ * stay valid (their next use maps the page again); a map being grown waits
+ * (the grow lock, shared). Returns DBX_OK, DBX_EINVAL (s NULL) or DBX_ESTORE
+ * (madvise failed; message via dbx_store_errmsg). */
+dbx_err dbx_store_release_pages(dbx_store *s);
 /* How many reader slots of dead processes mdb_reader_check() cleared in
  * this process's handle (for tests and metrics): at open (a later
  * dbx_store_open of the same path shares the handle and does not check

@@ -746,6 +746,67 @@ static void test_store_readers_during_growth(void **state) {
   free(dir);
 }
 
+/* Every value of a fill of n entries of vlen bytes reads back whole. */
+static void expect_filled(dbx_store *s, dbx_table tb, int n, size_t vlen, const char *prefix) {
+  dbx_txn *t = NULL;
+  assert_int_equal(dbx_store_read_begin(s, &t), DBX_OK);
+  for (int i = 1; i <= n; i++) {
+    char k[32];
+    snprintf(k, sizeof k, "%s%02d", prefix, i);
+    dbx_val v;
+    assert_int_equal(dbx_store_get(t, tb, k, strlen(k), &v), DBX_OK);
+    assert_int_equal(v.size, vlen);
+    const unsigned char *b = v.data;
+    for (size_t j = 0; j < vlen; j += 512) assert_int_equal(b[j], 'a' + i % 26);
+    assert_int_equal(b[vlen - 1], 'a' + i % 26);
+  }
+  dbx_store_txn_abort(t);
+}
+
+/* dbx_store_release_pages: the map's pages read so far leave the process's
+ * resident set (they were all resident after reading 4 MiB), while a view
+ * held across the call, and every value read again after it, keep their
+ * bytes. */
+static void test_store_release_pages_unmaps_and_keeps_data(void **state) {
+  (void)state;
+  char *dir = dbx_test_tmpdir("dbx-store");
+  char real[4096], file[4200];
+  assert_non_null(realpath(dir, real));
+  snprintf(file, sizeof file, "%s/data.mdb", real);
+  dbx_store *s = open_at(dir, 16 * MIB, 0);
+  dbx_table tb = table_of(s, "t");
+  fill_arg fa = {.tb = tb, .n = 64, .vlen = 64 * KIB, .prefix = "p"};
+  assert_int_equal(dbx_store_write(s, fill_fn, &fa), DBX_OK);
+  expect_filled(s, tb, 64, 64 * KIB, "p");
+  long before = dbx_test_mapped_rss_kib(file);
+  assert_true(before >= 4000); /* 64 values of 64 KiB read through the map */
+
+  dbx_txn *held = NULL; /* a reader holding a view across the call */
+  assert_int_equal(dbx_store_read_begin(s, &held), DBX_OK);
+  dbx_val hv;
+  assert_int_equal(dbx_store_get(held, tb, "p07", 3, &hv), DBX_OK);
+  assert_int_equal(((const unsigned char *)hv.data)[100], 'a' + 7);
+
+  if (dbx_store_release_pages(s) != DBX_OK) fail_msg("release: %s", dbx_store_errmsg(s));
+  long after = dbx_test_mapped_rss_kib(file);
+  assert_true(after < 64); /* was >= 4000 */
+
+  const unsigned char *hb = hv.data;
+  for (size_t j = 0; j < hv.size; j += 4096) assert_int_equal(hb[j], 'a' + 7);
+  dbx_store_txn_abort(held);
+  expect_filled(s, tb, 64, 64 * KIB, "p");
+  assert_true(dbx_test_mapped_rss_kib(file) >= 4000); /* read again: mapped again */
+  fill_arg more = {.tb = tb, .n = 8, .vlen = 4 * KIB, .prefix = "q"}; /* writes go on as before */
+  assert_int_equal(dbx_store_release_pages(s), DBX_OK);
+  assert_int_equal(dbx_store_write(s, fill_fn, &more), DBX_OK);
+  expect_filled(s, tb, 8, 4 * KIB, "q");
+  expect_filled(s, tb, 64, 64 * KIB, "p");
+  assert_int_equal(dbx_store_release_pages(NULL), DBX_EINVAL);
+  dbx_store_close(s);
+  dbx_test_rmrf(dir);
+  free(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_store_put_get_del_cursor),
@@ -761,6 +822,7 @@ int main(void) {
       cmocka_unit_test(test_store_stale_readers_cleared_when_full),
       cmocka_unit_test(test_store_map_resized_by_other_process),
       cmocka_unit_test(test_store_readers_during_growth),
+      cmocka_unit_test(test_store_release_pages_unmaps_and_keeps_data),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -57,3 +57,24 @@ const char *dbx_test_bin(void) {
   if (b == NULL || *b == '\0') fail_msg("DBX_BIN is not set: run the tests through ctest");
   return b;
 }
+
+long dbx_test_mapped_rss_kib(const char *path) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  if (!f) fail_msg("cannot read /proc/self/smaps");
+  char line[4096];
+  int in = 0;
+  long kib = 0, n;
+  size_t pl = strlen(path);
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) { /* a mapping's first line: is it path's? */
+      size_t ll = strcspn(line, "\n");
+      line[ll] = 0;
+      in = ll > pl && strcmp(line + ll - pl, path) == 0 && line[ll - pl - 1] == ' ';
+    } else if (in && sscanf(line, "Rss: %ld kB", &n) == 1) {
+      kib += n;
+    }
+  }
+  fclose(f);
+  return kib;
+}
