@@ -713,6 +713,55 @@ static void test_worker_store_retention_removes_closed_runs(void **st) {
   free(dir);
 }
 
+/* The worker's resident set does not grow with its store: pages of the
+ * store read through its map (here by the test, reading back every run's
+ * history copy) leave the process's resident set within a second, with no
+ * retention set (no sweep pass runs), and the runs stay whole. */
+static void test_worker_store_pages_released(void **st) {
+  (void)st;
+  char *dir = dbx_test_tmpdir("itw-pages");
+  char real[4096], file[4200];
+  assert_non_null(realpath(dir, real));
+  snprintf(file, sizeof file, "%s/data.mdb", real);
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", g_port);
+  dbx_worker_opts o = {.address = addr, .task_queue = "itq-pages", .db_dir = dir, .no_sync = 1,
+                       .store_retention_ms = -1}; /* keep every run: no sweep pass */
+  dbx_worker *w = NULL;
+  assert_int_equal(dbx_worker_create(&o, &w, NULL), DBX_OK);
+  assert_int_equal(dbx_worker_register_workflow(w, &wf_one), DBX_OK);
+  assert_int_equal(dbx_worker_register_activity(w, &at_echo), DBX_OK);
+  assert_int_equal(dbx_worker_start(w), DBX_OK);
+  dbx_wstore *ws = dbx_worker_wstore(w);
+  enum { RUNS = 30 };
+  char *runs[RUNS], wid[32];
+  for (int i = 0; i < RUNS; i++) {
+    snprintf(wid, sizeof wid, "pages-%d", i);
+    runs[i] = start_on("itq-pages", wid, "t.One", "{\"type\":\"t.echo\",\"arg\":3}");
+  }
+  for (int i = 0; i < RUNS; i++) {
+    snprintf(wid, sizeof wid, "pages-%d", i);
+    free(wait_close(wid, runs[i]));
+  }
+  for (int round = 0; round < 2; round++) { /* read back, then wait for the pages to go */
+    for (int i = 0; i < RUNS; i++) {
+      snprintf(wid, sizeof wid, "pages-%d", i);
+      assert_true(in_store(ws, wid, runs[i])); /* kept whole: no retention */
+    }
+    int64_t deadline = dbx_mono_ns() + 5LL * 1000000000LL;
+    while (dbx_test_mapped_rss_kib(file) > 0 && dbx_mono_ns() < deadline) nap_ms(20);
+    long kib = dbx_test_mapped_rss_kib(file);
+    if (kib > 0) fail_msg("%ld KiB of %s still resident 5 s after it was read", kib, file);
+  }
+  dbx_worker_stats s;
+  dbx_worker_get_stats(w, &s);
+  assert_int_equal(s.store_sweeps, 0);
+  dbx_worker_destroy(w);
+  for (int i = 0; i < RUNS; i++) free(runs[i]);
+  dbx_test_rmrf(dir);
+  free(dir);
+}
+
 /* Only a closed status removes a run: a worker whose namespace the service
  * lacks (every question answered NOT_FOUND) and a run of another namespace
  * keep their entries through many passes, asked again a retention later
@@ -1449,6 +1498,7 @@ int main(void) {
       cmocka_unit_test(test_worker_timer),
       cmocka_unit_test(test_worker_signal_and_query),
       cmocka_unit_test(test_worker_store_retention_removes_closed_runs),
+      cmocka_unit_test(test_worker_store_pages_released),
       cmocka_unit_test(test_worker_store_retention_keeps_what_the_service_cannot_judge),
       cmocka_unit_test(test_worker_script_with_fake_sandbox),
       cmocka_unit_test(test_worker_script_retry_policy),

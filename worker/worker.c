@@ -55,8 +55,10 @@
  * (activity_slots) bound attempts in all three; the threads stay pool_n + 1
  * however many are parked. After its last step an attempt journals its
  * result, reports it, leaves w->running and frees its slot.
- * Retention: a sweeper thread passes over the worker store every
- * retention / 2 (dbx_wstore_sweep) and asks the service about each run not
+ * The store's upkeep thread unmaps the store's pages read every 250 ms
+ * (dbx_wstore_release_pages: the worker's resident set does not grow with
+ * its store) and, for the retention, passes over the store every
+ * retention / 2 (dbx_wstore_sweep), asking the service about each run not
  * written for a retention (DescribeWorkflowExecution, cancelled by stop()
  * like the polls); a closed run's entries are removed.
  *
@@ -96,6 +98,7 @@
 #define SWEEP_PERIOD_MAX_MS (10LL * 60 * 1000)
 #define SWEEP_MAX_RUNS 1024 /* runs asked about in one pass */
 #define SWEEP_ASKERS 8       /* threads of a pass that ask the service at once */
+#define RELEASE_PAGES_MS 250 /* the store's pages read are unmapped this often */
 #define SWEEP_CALL_MS 10000
 
 struct dbx_act {
@@ -180,9 +183,9 @@ struct dbx_worker {
   size_t cache_max;    /* runs kept in the cache */
   int64_t sticky_s2s_ms;
   size_t max_msg; /* the service's message limit (bytes) */
-  int64_t retention_ms; /* < 0: no sweeper */
-  pthread_t sweeper;
-  int sweeper_started;
+  int64_t retention_ms; /* < 0: no sweep */
+  pthread_t upkeep;
+  int upkeep_started;
   _Atomic uint64_t st_sweeps, st_swept;
 };
 
@@ -1761,7 +1764,7 @@ static dbx_wstore_run_status run_status(void *arg, const char *ns, const char *w
 #undef ES
 
 /* A pass's questions: asked by up to SWEEP_ASKERS threads at once (the
- * sweeper and threads started for the pass), since one at a time a pass
+ * upkeep thread and threads started for the pass), since one at a time a pass
  * could not keep up with a busy worker: each call waits its turn in the
  * service's batch, and calls that arrive together share a batch. */
 typedef struct {
@@ -1784,23 +1787,42 @@ static void ask_service(void *arg, dbx_wstore_run_ask *runs, size_t n) {
   pthread_t th[SWEEP_ASKERS - 1];
   size_t k = n < SWEEP_ASKERS ? n : SWEEP_ASKERS, started = 0;
   while (started + 1 < k && pthread_create(&th[started], NULL, ask_thread, &a) == 0) started++;
-  ask_thread(&a); /* the sweeper asks too (alone when no thread could start) */
+  ask_thread(&a); /* the upkeep thread asks too (alone when no thread could start) */
   for (size_t i = 0; i < started; i++) pthread_join(th[i], NULL);
 }
 
-static void *sweeper_thread(void *arg) {
+/* The store's upkeep: every RELEASE_PAGES_MS it unmaps the store's pages
+ * read since (dbx_wstore_release_pages), so the worker's resident set does
+ * not grow with its store; with a retention, every retention / 2 it sweeps
+ * (at once again while a pass fills up and removes some). */
+static void *upkeep_thread(void *arg) {
   dbx_worker *w = arg;
+  int sweeping = w->retention_ms > 0;
   int64_t period = w->retention_ms / 2;
   if (period < SWEEP_PERIOD_MIN_MS) period = SWEEP_PERIOD_MIN_MS;
   if (period > SWEEP_PERIOD_MAX_MS) period = SWEEP_PERIOD_MAX_MS;
+  int64_t next_sweep = dbx_mono_ns() / 1000000 + period;
   dbx_err last = DBX_OK;
+  int release_warned = 0;
   int full = 0; /* the last pass asked SWEEP_MAX_RUNS: more are due, go on at once */
   while (!atomic_load(&w->stopping)) {
-    if (!full) nap(w, period);
+    if (!full) {
+      int64_t wait = next_sweep - dbx_mono_ns() / 1000000;
+      if (!sweeping || wait > RELEASE_PAGES_MS) wait = RELEASE_PAGES_MS;
+      if (wait > 0) nap(w, wait);
+    }
     if (atomic_load(&w->stopping)) break;
+    dbx_err rel = dbx_wstore_release_pages(w->ws);
+    if (rel != DBX_OK && !release_warned++)
+      DBX_WARN("worker",
+               "worker store: cannot unmap the pages it read (%s): the worker's resident set "
+               "grows with its store",
+               dbx_strerror(rel));
+    if (!sweeping || (!full && dbx_mono_ns() / 1000000 < next_sweep)) continue;
     dbx_wstore_sweep_result r;
     dbx_err rc = dbx_wstore_sweep(w->ws, w->retention_ms, dbx_wall_ns() / 1000000, SWEEP_MAX_RUNS,
                                   ask_service, w, &r);
+    next_sweep = dbx_mono_ns() / 1000000 + period;
     if (rc != DBX_OK && rc != last) /* once per kind of failure, not every pass */
       DBX_WARN("worker", "worker store retention: %s; closed runs stay until a later pass",
                dbx_strerror(rc));
@@ -1839,13 +1861,11 @@ dbx_err dbx_worker_start(dbx_worker *w) {
     }
     w->nthreads++;
   }
-  if (w->retention_ms > 0) {
-    if (pthread_create(&w->sweeper, NULL, sweeper_thread, w) != 0) {
-      DBX_ERROR("worker", "cannot start the worker store's sweeper thread");
-      return DBX_ENOMEM;
-    }
-    w->sweeper_started = 1;
+  if (pthread_create(&w->upkeep, NULL, upkeep_thread, w) != 0) {
+    DBX_ERROR("worker", "cannot start the worker store's upkeep thread");
+    return DBX_ENOMEM;
   }
+  w->upkeep_started = 1;
   DBX_INFO("worker", "polling task queue '%s' in namespace '%s' as %s", w->tq, w->ns, w->identity);
   return DBX_OK;
 }
@@ -1862,8 +1882,8 @@ void dbx_worker_stop(dbx_worker *w, int64_t grace_ms) {
   dbx_rpc_cancel_fire(w->poll_cancel);
   for (int i = 0; i < w->nthreads; i++) pthread_join(w->threads[i], NULL);
   w->nthreads = 0;
-  if (w->sweeper_started) pthread_join(w->sweeper, NULL);
-  w->sweeper_started = 0;
+  if (w->upkeep_started) pthread_join(w->upkeep, NULL);
+  w->upkeep_started = 0;
   /* no poller is left to queue a task: the threads answer the queued ones and end */
   pthread_mutex_lock(&w->wmu);
   w->wft_stop = 1;

@@ -88,14 +88,14 @@ typedef struct {
                                  (DescribeWorkflowExecution, the worker's namespace only) and,
                                  once the service says it has closed (a closed status, never
                                  an error such as NOT_FOUND), its history copy, journal and
-                                 at_most_once records are removed, so
-                                 a long-lived worker's store holds its open runs and the recent
-                                 ones, not every run it ever served. A sweeper thread passes
-                                 every retention / 2 (at least 50 ms, at most 10 minutes),
-                                 asking about at most 1024 runs a pass, up to 8 at once (at
-                                 once again while a pass fills up and removes some);
+                                 at_most_once records are removed, so a long-lived worker's
+                                 store holds its open runs and the recent ones, not every run
+                                 it ever served. The store's upkeep thread passes every
+                                 retention / 2 (at least 50 ms, at most 10 minutes), asking
+                                 about at most 1024 runs a pass, up to 8 at once (at once
+                                 again while a pass fills up and removes some);
                                  0 = 24 h (the retention durabox's service reports); < 0 = keep
-                                 every run's entries (no sweeper thread) */
+                                 every run's entries (no pass) */
 } dbx_worker_opts;
 
 /* Strings in o are copied. Opens the store; does not connect.

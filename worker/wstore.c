@@ -967,6 +967,11 @@ static dbx_err sweep_collect(dbx_wstore *s, int64_t due_ms, size_t max, sweep_ru
   return DBX_OK;
 }
 
+dbx_err dbx_wstore_release_pages(dbx_wstore *s) {
+  if (!s) return DBX_EINVAL;
+  return dbx_store_release_pages(s->st);
+}
+
 dbx_err dbx_wstore_sweep(dbx_wstore *s, int64_t retention_ms, int64_t now_ms, size_t max_runs,
                          dbx_wstore_status_fn status, void *arg, dbx_wstore_sweep_result *out) {
   if (out) memset(out, 0, sizeof *out);

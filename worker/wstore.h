@@ -180,6 +180,13 @@ dbx_err dbx_wstore_sweep(dbx_wstore *s, int64_t retention_ms, int64_t now_ms, si
 dbx_err dbx_wstore_touched(dbx_wstore *s, const char *ns, const char *workflow_id,
                            const char *run_id, int64_t *ms);
 
+/* Unmap the store's pages this process has read (dbx_store_release_pages):
+ * they stay in the page cache and come back on the next read. The worker
+ * calls it every 250 ms, so its resident set holds the pages of the last
+ * quarter second's reads, not the whole store. Returns DBX_OK, DBX_EINVAL,
+ * DBX_ESTORE. Any thread, at any time. */
+dbx_err dbx_wstore_release_pages(dbx_wstore *s);
+
 /* ---- group commit: writes of concurrent callers share one synced commit
  * (see wstore.c); each call still returns only after the commit that holds
  * its write. The number of write commits made since open, a group counting
