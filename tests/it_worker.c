@@ -638,6 +638,20 @@ static dbx_worker *retention_worker(const char *dir, const char *ns, const char 
   return w;
 }
 
+/* Start n runs of t.One on tq, ids "<prefix>-<i>", and wait until each has
+ * closed; rids[i]: their run ids (free each). */
+static void run_closed(const char *tq, const char *prefix, int n, char **rids) {
+  char wid[64];
+  for (int i = 0; i < n; i++) {
+    snprintf(wid, sizeof wid, "%s-%d", prefix, i);
+    rids[i] = start_on(tq, wid, "t.One", "{\"type\":\"t.echo\",\"arg\":1}");
+  }
+  for (int i = 0; i < n; i++) {
+    snprintf(wid, sizeof wid, "%s-%d", prefix, i);
+    free(wait_close(wid, rids[i]));
+  }
+}
+
 static void test_worker_store_retention_removes_closed_runs(void **st) {
   (void)st;
   char *dir = dbx_test_tmpdir("itw-ret");
@@ -679,14 +693,7 @@ static void test_worker_store_retention_removes_closed_runs(void **st) {
    * threads at once: all leave, the open one stays */
   enum { MANY = 40 };
   char *many[MANY], wid[32];
-  for (int i = 0; i < MANY; i++) {
-    snprintf(wid, sizeof wid, "ret-many-%d", i);
-    many[i] = start_on("itq-ret", wid, "t.One", "{\"type\":\"t.echo\",\"arg\":1}");
-  }
-  for (int i = 0; i < MANY; i++) {
-    snprintf(wid, sizeof wid, "ret-many-%d", i);
-    free(wait_close(wid, many[i]));
-  }
+  run_closed("itq-ret", "ret-many", MANY, many);
   for (int i = 0; i < MANY; i++) {
     snprintf(wid, sizeof wid, "ret-many-%d", i);
     wait_in_store(ws, wid, many[i], 0);
@@ -720,9 +727,6 @@ static void test_worker_store_retention_removes_closed_runs(void **st) {
 static void test_worker_store_pages_released(void **st) {
   (void)st;
   char *dir = dbx_test_tmpdir("itw-pages");
-  char real[4096], file[4200];
-  assert_non_null(realpath(dir, real));
-  snprintf(file, sizeof file, "%s/data.mdb", real);
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", g_port);
   dbx_worker_opts o = {.address = addr, .task_queue = "itq-pages", .db_dir = dir, .no_sync = 1,
@@ -735,23 +739,16 @@ static void test_worker_store_pages_released(void **st) {
   dbx_wstore *ws = dbx_worker_wstore(w);
   enum { RUNS = 30 };
   char *runs[RUNS], wid[32];
-  for (int i = 0; i < RUNS; i++) {
-    snprintf(wid, sizeof wid, "pages-%d", i);
-    runs[i] = start_on("itq-pages", wid, "t.One", "{\"type\":\"t.echo\",\"arg\":3}");
-  }
-  for (int i = 0; i < RUNS; i++) {
-    snprintf(wid, sizeof wid, "pages-%d", i);
-    free(wait_close(wid, runs[i]));
-  }
+  run_closed("itq-pages", "pages", RUNS, runs);
   for (int round = 0; round < 2; round++) { /* read back, then wait for the pages to go */
     for (int i = 0; i < RUNS; i++) {
       snprintf(wid, sizeof wid, "pages-%d", i);
       assert_true(in_store(ws, wid, runs[i])); /* kept whole: no retention */
     }
     int64_t deadline = dbx_mono_ns() + 5LL * 1000000000LL;
-    while (dbx_test_mapped_rss_kib(file) > 0 && dbx_mono_ns() < deadline) nap_ms(20);
-    long kib = dbx_test_mapped_rss_kib(file);
-    if (kib > 0) fail_msg("%ld KiB of %s still resident 5 s after it was read", kib, file);
+    while (dbx_test_store_rss_kib(dir) > 0 && dbx_mono_ns() < deadline) nap_ms(20);
+    long kib = dbx_test_store_rss_kib(dir);
+    if (kib > 0) fail_msg("%ld KiB of %s/data.mdb still resident 5 s after it was read", kib, dir);
   }
   dbx_worker_stats s;
   dbx_worker_get_stats(w, &s);

@@ -58,7 +58,10 @@ const char *dbx_test_bin(void) {
   return b;
 }
 
-long dbx_test_mapped_rss_kib(const char *path) {
+long dbx_test_store_rss_kib(const char *dir) {
+  char real[4096], path[4200];
+  if (!realpath(dir, real)) fail_msg("realpath %s failed", dir);
+  snprintf(path, sizeof path, "%s/data.mdb", real);
   FILE *f = fopen("/proc/self/smaps", "r");
   if (!f) fail_msg("cannot read /proc/self/smaps");
   char line[4096];

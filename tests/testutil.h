@@ -21,9 +21,9 @@ void dbx_test_rmrf(const char *path);
 int dbx_test_tree_holds(const char *path, const char *needle);
 /* Path of the durabox binary from $DBX_BIN; fails the test when unset. */
 const char *dbx_test_bin(void);
-/* Resident KiB of this process's mappings of the file at path (a realpath;
- * /proc/self/smaps); 0 when it is not mapped. Fails the test when smaps
- * cannot be read. */
-long dbx_test_mapped_rss_kib(const char *path);
+/* Resident KiB of this process's mappings of the LMDB file data.mdb in the
+ * store directory dir (/proc/self/smaps); 0 when it is not mapped. Fails the
+ * test when dir or smaps cannot be read. */
+long dbx_test_store_rss_kib(const char *dir);
 
 #endif
