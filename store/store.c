@@ -29,7 +29,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -156,41 +155,61 @@ static size_t env_map_size(MDB_env *env) {
   return info.me_mapsize;
 }
 
-/* madvise(MADV_DONTNEED) every mapping of s's data.mdb in this process,
- * found in /proc/self/maps by the file's device and inode (LMDB names its
- * map's address only for a fixed map). 0, or -1 with the message set. */
+/* An address inside s's map: the first key of LMDB's main database (the
+ * tables' names), which a read-only transaction hands out as a pointer into
+ * the map. *addr NULL when the environment holds no table yet (nothing of
+ * it worth unmapping). 0, or -1 with the message set. */
+static int map_address(dbx_store *s, const void **addr) {
+  *addr = NULL;
+  MDB_txn *txn = NULL;
+  MDB_dbi main_dbi;
+  MDB_cursor *c = NULL;
+  MDB_val k, v;
+  int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+  if (rc == 0) rc = mdb_dbi_open(txn, NULL, 0, &main_dbi);
+  if (rc == 0) rc = mdb_cursor_open(txn, main_dbi, &c);
+  if (rc == 0) rc = mdb_cursor_get(c, &k, &v, MDB_FIRST);
+  if (rc == 0) *addr = k.mv_data;
+  if (c) mdb_cursor_close(c);
+  if (txn) mdb_txn_abort(txn);
+  if (rc == 0 || rc == MDB_NOTFOUND) return 0;
+  set_msg(s, "dbx_store_release_pages: reading %s: %s", s->path, mdb_strerror(rc));
+  return -1;
+}
+
+/* madvise(MADV_DONTNEED) the mapping of this process that holds s's map,
+ * found in /proc/self/maps by an address inside it (LMDB names its map's
+ * address only for a fixed map; a file's device as stat(2) gives it can
+ * differ from the one maps shows, as on btrfs). The grow lock is held, so
+ * the map stays where it is. 0, or -1 with the message set. */
 static int unmap_read_pages(dbx_store *s) {
-  mdb_filehandle_t fd;
-  struct stat st;
-  if (mdb_env_get_fd(s->env, &fd) != 0 || fstat(fd, &st) != 0) {
-    set_msg(s, "dbx_store_release_pages: cannot stat %s/data.mdb", s->path);
-    return -1;
-  }
+  const void *addr;
+  if (map_address(s, &addr) != 0) return -1;
+  if (addr == NULL) return 0;
   FILE *f = fopen("/proc/self/maps", "re");
   if (f == NULL) {
     set_msg(s, "dbx_store_release_pages: cannot read /proc/self/maps: %s", strerror(errno));
     return -1;
   }
   char line[512];
-  int rc = 0, eol = 1;
-  while (fgets(line, sizeof line, f)) {
+  int rc = -1, eol = 1;
+  while (rc == -1 && fgets(line, sizeof line, f)) {
     int at_start = eol; /* a line longer than the buffer comes in pieces */
     eol = strchr(line, '\n') != NULL;
-    if (!at_start) continue;
-    uintptr_t lo, hi;
-    unsigned maj, min;
-    unsigned long long ino;
-    const char *fmt = "%" SCNxPTR "-%" SCNxPTR " %*s %*s %x:%x %llu";
-    if (sscanf(line, fmt, &lo, &hi, &maj, &min, &ino) != 5) continue;
-    if (ino != (unsigned long long)st.st_ino || maj != major(st.st_dev) || min != minor(st.st_dev))
+    uintptr_t lo, hi, a = (uintptr_t)addr;
+    if (!at_start || sscanf(line, "%" SCNxPTR "-%" SCNxPTR, &lo, &hi) != 2 || a < lo || a >= hi)
       continue;
+    rc = 0;
     if (madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0) {
       set_msg(s, "madvise(MADV_DONTNEED) of %s/data.mdb's map: %s", s->path, strerror(errno));
-      rc = -1;
+      rc = -2;
     }
   }
   fclose(f);
-  return rc;
+  if (rc == -1)
+    set_msg(s, "dbx_store_release_pages: no mapping in /proc/self/maps holds %s/data.mdb's map",
+            s->path);
+  return rc == 0 ? 0 : -1;
 }
 
 dbx_err dbx_store_release_pages(dbx_store *s) {

@@ -84,7 +84,9 @@ size_t dbx_store_map_size(dbx_store *s);
  * stay in the kernel's page cache; a later read of one maps it again (a
  * minor fault, no I/O unless the kernel has reclaimed it meanwhile) with
  * the same bytes. Nothing stored changes: the map is read-only (writes go
- * through write(2)), so only this process's page table entries go.
+ * through write(2)), so only this process's page table entries go. The map
+ * is found in /proc/self/maps by an address inside it (a short read-only
+ * transaction), which holds on any file system.
  * Transactions of any thread may run meanwhile, and the views they hold
  * stay valid (their next use maps the page again); a map being grown waits
  * (the grow lock, shared). Returns DBX_OK, DBX_EINVAL (s NULL) or DBX_ESTORE

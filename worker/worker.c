@@ -1812,12 +1812,11 @@ static void *upkeep_thread(void *arg) {
       if (wait > 0) nap(w, wait);
     }
     if (atomic_load(&w->stopping)) break;
-    dbx_err rel = dbx_wstore_release_pages(w->ws);
-    if (rel != DBX_OK && !release_warned++)
+    if (dbx_wstore_release_pages(w->ws) != DBX_OK && !release_warned++)
       DBX_WARN("worker",
                "worker store: cannot unmap the pages it read (%s): the worker's resident set "
                "grows with its store",
-               dbx_strerror(rel));
+               dbx_wstore_release_errmsg(w->ws));
     if (!sweeping || (!full && dbx_mono_ns() / 1000000 < next_sweep)) continue;
     dbx_wstore_sweep_result r;
     dbx_err rc = dbx_wstore_sweep(w->ws, w->retention_ms, dbx_wall_ns() / 1000000, SWEEP_MAX_RUNS,

@@ -972,6 +972,10 @@ dbx_err dbx_wstore_release_pages(dbx_wstore *s) {
   return dbx_store_release_pages(s->st);
 }
 
+const char *dbx_wstore_release_errmsg(dbx_wstore *s) {
+  return s ? dbx_store_errmsg(s->st) : "no worker store";
+}
+
 dbx_err dbx_wstore_sweep(dbx_wstore *s, int64_t retention_ms, int64_t now_ms, size_t max_runs,
                          dbx_wstore_status_fn status, void *arg, dbx_wstore_sweep_result *out) {
   if (out) memset(out, 0, sizeof *out);

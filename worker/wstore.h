@@ -184,8 +184,12 @@ dbx_err dbx_wstore_touched(dbx_wstore *s, const char *ns, const char *workflow_i
  * they stay in the page cache and come back on the next read. The worker
  * calls it every 250 ms, so its resident set holds the pages of the last
  * quarter second's reads, not the whole store. Returns DBX_OK, DBX_EINVAL,
- * DBX_ESTORE. Any thread, at any time. */
+ * DBX_ESTORE (why: dbx_wstore_release_errmsg in the same thread). Any
+ * thread, at any time. */
 dbx_err dbx_wstore_release_pages(dbx_wstore *s);
+/* The reason of this thread's last failed dbx_wstore_release_pages on s;
+ * never NULL. */
+const char *dbx_wstore_release_errmsg(dbx_wstore *s);
 
 /* ---- group commit: writes of concurrent callers share one synced commit
  * (see wstore.c); each call still returns only after the commit that holds
