@@ -128,12 +128,73 @@ static char *path_text(const char *p) {
   return full;
 }
 
+/* p as path_text gives it, with every symbolic link among its parts
+ * followed, a link whose target does not exist yet included, and ".."
+ * taken after the link before it, as the kernel does: so a folder that
+ * does not exist yet is named as it will be made. Malloc'd; NULL when out
+ * of memory, the working directory is unknown, or links loop (over 40). */
+static char *path_resolved(const char *p) {
+  char *pend = path_text(p);
+  size_t cap = pend ? strlen(pend) + PATH_MAX + 2 : 0, ol = 0;
+  char *out = pend ? dbx_malloc(cap) : NULL;
+  int links = 0;
+  const char *r = pend;
+  while (out && *r) {
+    while (*r == '/') r++;
+    const char *e = strchr(r, '/');
+    size_t n = e ? (size_t)(e - r) : strlen(r);
+    if (n == 0 || (n == 1 && r[0] == '.')) {
+      r += n;
+      continue;
+    }
+    if (n == 2 && r[0] == '.' && r[1] == '.') { /* the parent of what is resolved so far */
+      while (ol > 0 && out[ol - 1] != '/') ol--;
+      if (ol > 0) ol--;
+      r += n;
+      continue;
+    }
+    if (ol + n + 2 > cap) {
+      char *no = dbx_realloc(out, cap = ol + n + PATH_MAX + 2);
+      if (!no) break;
+      out = no;
+    }
+    out[ol] = '/';
+    memcpy(out + ol + 1, r, n);
+    out[ol + 1 + n] = '\0';
+    r += n;
+    struct stat st;
+    char target[PATH_MAX];
+    ssize_t tl = lstat(out, &st) == 0 && S_ISLNK(st.st_mode) ? readlink(out, target, sizeof target - 1) : -1;
+    if (tl <= 0) {
+      ol += n + 1;
+      continue;
+    }
+    target[tl] = '\0';
+    char *np = ++links > 40 ? NULL : dbx_asprintf("%s/%s", target, r); /* the target, then the rest */
+    free(pend);
+    pend = np;
+    r = np;
+    if (!np) break;
+    if (target[0] == '/') ol = 0; /* else the target goes on from the link's folder */
+  }
+  if (out && r && *r == '\0') { /* finished */
+    if (ol == 0) out[ol++] = '/';
+    out[ol] = '\0';
+  } else {
+    free(out);
+    out = NULL;
+  }
+  free(pend);
+  return out;
+}
+
 /* 1 when a and b name the same folder: by device and inode when both exist,
- * else by path_text (not made yet: "D" and "D/" are one folder). */
+ * else by path_resolved (not made yet: "D" and "D/" are one folder, and so
+ * are "L/st" and "R/st" when L is a link to R). */
 static int same_folder(const char *a, const char *b) {
   struct stat sa, sb;
   if (stat(a, &sa) == 0 && stat(b, &sb) == 0) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-  char *ta = path_text(a), *tb = path_text(b);
+  char *ta = path_resolved(a), *tb = path_resolved(b);
   int same = ta && tb ? strcmp(ta, tb) == 0 : strcmp(a, b) == 0;
   free(ta);
   free(tb);

@@ -968,6 +968,30 @@ static void test_cli_flags_are_checked(void **state) {
   }
   assert_int_not_equal(access("/nonexistent/dbx-home", F_OK), 0); /* the refused home was not made */
   assert_int_not_equal(access("/tmp/dbx-itcli-same", F_OK), 0);    /* nor the clashing store */
+  /* folders not made yet, the same through a link: L/st where L links to R,
+   * and a link whose target is not made yet, each refused before either
+   * store is made */
+  char *lnk = dbx_test_tmpdir("itcli-links");
+  char *rdir = dbx_asprintf("%s/R", lnk), *ldir = dbx_asprintf("%s/L", lnk);
+  char *rst = dbx_asprintf("%s/R/st", lnk), *lst = dbx_asprintf("%s/L/st", lnk);
+  char *dang = dbx_asprintf("%s/D", lnk), *rst2 = dbx_asprintf("%s/R/st2", lnk);
+  char *up = dbx_asprintf("%s/L/../R/st", lnk); /* ".." after the link: R's parent, not L's */
+  assert_int_equal(mkdir(rdir, 0700), 0);
+  assert_int_equal(symlink("R", ldir), 0);
+  assert_int_equal(symlink(rst2, dang), 0);
+  const char *pairs[][2] = {{rst, lst}, {rst2, dang}, {lst, rst}, {up, rst}};
+  for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++) {
+    int lrc = durabox(NULL, &out, &err, "dev", "--db-filename", pairs[k][0], "--worker-db", pairs[k][1], NULL);
+    if (lrc != 2 || strstr(err, "must be different folders") == NULL)
+      fail_msg("dev --db-filename %s --worker-db %s: exit %d (want 2):\n%s", pairs[k][0], pairs[k][1], lrc, err);
+    free(out);
+    free(err);
+    assert_int_not_equal(access(rst, F_OK), 0);
+    assert_int_not_equal(access(rst2, F_OK), 0);
+  }
+  free(rdir), free(ldir), free(rst), free(lst), free(dang), free(rst2), free(up);
+  dbx_test_rmrf(lnk);
+  free(lnk);
   /* a service's store (service.lock) is refused as a worker's, before the worker writes its tables */
   char *svdir = dbx_test_tmpdir("itcli-svc-as-worker"), *lockf = dbx_asprintf("%s/service.lock", svdir);
   dbx_svct_file_write(lockf, "");
