@@ -164,13 +164,15 @@ static char *path_resolved(const char *p) {
     r += n;
     struct stat st;
     char target[PATH_MAX];
-    ssize_t tl = lstat(out, &st) == 0 && S_ISLNK(st.st_mode) ? readlink(out, target, sizeof target - 1) : -1;
+    ssize_t tl = -1;
+    if (lstat(out, &st) == 0 && S_ISLNK(st.st_mode)) tl = readlink(out, target, sizeof target - 1);
     if (tl <= 0) {
       ol += n + 1;
       continue;
     }
     target[tl] = '\0';
-    char *np = ++links > 40 ? NULL : dbx_asprintf("%s/%s", target, r); /* the target, then the rest */
+    /* go on with the target, then the rest */
+    char *np = ++links > 40 ? NULL : dbx_asprintf("%s/%s", target, r);
     free(pend);
     pend = np;
     r = np;
@@ -206,8 +208,10 @@ int dbx_cli_store_folders_check(const char *cmd, const char *service_db, const c
   const char *w = worker_db ? worker_db : def;
   int rc = 0;
   if (service_db && w && same_folder(service_db, w)) {
-    fprintf(stderr, "%s: the service's store (--db-filename %s) and the worker's store (%s) must be different "
-                    "folders\n", cmd, service_db, worker_db ? worker_db : "the default, $DURABOX_HOME/worker");
+    const char *env = getenv("DURABOX_WORKER_DB");
+    const char *from = worker_db ? "" : env && *env ? "$DURABOX_WORKER_DB, " : "the default, ";
+    fprintf(stderr, "%s: the service's store (%s) and the worker's store (%s%s) must be different folders\n",
+            cmd, service_db, from, w);
     rc = -1;
   } else if (w && is_service_store(w)) {
     fprintf(stderr, "%s: %s is a workflow service's store, not a worker store (give the worker another "

@@ -562,7 +562,12 @@ static int fleet_run(int argc, char **argv) {
     free(input);
     return 2;
   }
-  if (conn.address == NULL && dbx_cli_store_folders_check("durabox fleet run", db, NULL) != 0) {
+  char *home = db ? NULL : dbx_cli_home(); /* the service's store: connect_or_embed's default */
+  char *svc = db ? NULL : home ? dbx_asprintf("%s/fleet/service", home) : NULL;
+  int clash = conn.address == NULL && dbx_cli_store_folders_check("durabox fleet run", db ? db : svc, NULL);
+  free(home);
+  free(svc);
+  if (clash) {
     free(input);
     dbx_cli_conn_cleanup(&conn);
     return 2;

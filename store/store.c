@@ -155,37 +155,31 @@ static size_t env_map_size(MDB_env *env) {
   return info.me_mapsize;
 }
 
-/* An address inside s's map: the first key of LMDB's main database (the
- * tables' names), which a read-only transaction hands out as a pointer into
- * the map. *addr NULL when the environment holds no table yet (nothing of
- * it worth unmapping). 0, or -1 with the message set. */
-static int map_address(dbx_store *s, const void **addr) {
-  *addr = NULL;
-  MDB_txn *txn = NULL;
+/* An address inside the map of t's environment: the first key of LMDB's
+ * main database (the tables' names), which a read-only transaction hands
+ * out as a pointer into the map. NULL when the environment holds no table
+ * yet (nothing of it worth unmapping) or on a failure (message set). */
+static const void *map_address(dbx_txn *t, int *failed) {
   MDB_dbi main_dbi;
   MDB_cursor *c = NULL;
   MDB_val k, v;
-  int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
-  if (rc == 0) rc = mdb_dbi_open(txn, NULL, 0, &main_dbi);
-  if (rc == 0) rc = mdb_cursor_open(txn, main_dbi, &c);
+  const void *addr = NULL;
+  int rc = mdb_dbi_open(t->mt, NULL, 0, &main_dbi);
+  if (rc == 0) rc = mdb_cursor_open(t->mt, main_dbi, &c);
   if (rc == 0) rc = mdb_cursor_get(c, &k, &v, MDB_FIRST);
-  if (rc == 0) *addr = k.mv_data;
+  if (rc == 0) addr = k.mv_data;
   if (c) mdb_cursor_close(c);
-  if (txn) mdb_txn_abort(txn);
-  if (rc == 0 || rc == MDB_NOTFOUND) return 0;
-  set_msg(s, "dbx_store_release_pages: reading %s: %s", s->path, mdb_strerror(rc));
-  return -1;
+  *failed = rc != 0 && rc != MDB_NOTFOUND;
+  if (*failed) set_msg(t->s, "dbx_store_release_pages: reading %s: %s", t->s->path, mdb_strerror(rc));
+  return addr;
 }
 
-/* madvise(MADV_DONTNEED) the mapping of this process that holds s's map,
- * found in /proc/self/maps by an address inside it (LMDB names its map's
- * address only for a fixed map; a file's device as stat(2) gives it can
- * differ from the one maps shows, as on btrfs). The grow lock is held, so
- * the map stays where it is. 0, or -1 with the message set. */
-static int unmap_read_pages(dbx_store *s) {
-  const void *addr;
-  if (map_address(s, &addr) != 0) return -1;
-  if (addr == NULL) return 0;
+/* madvise(MADV_DONTNEED) the mapping of this process that holds addr, an
+ * address inside s's map, found in /proc/self/maps (LMDB names its map's
+ * address only for a fixed map, and a file's device as stat(2) gives it
+ * can differ from the one maps shows, as on btrfs). LMDB maps its file
+ * once, so one mapping holds the whole map. 0, or -1 with the message set. */
+static int unmap_holding(dbx_store *s, const void *addr) {
   FILE *f = fopen("/proc/self/maps", "re");
   if (f == NULL) {
     set_msg(s, "dbx_store_release_pages: cannot read /proc/self/maps: %s", strerror(errno));
@@ -214,10 +208,17 @@ static int unmap_read_pages(dbx_store *s) {
 
 dbx_err dbx_store_release_pages(dbx_store *s) {
   if (s == NULL) return DBX_EINVAL;
-  pthread_rwlock_rdlock(&s->grow_lock); /* no remap (growth) meanwhile */
-  int rc = unmap_read_pages(s);
-  pthread_rwlock_unlock(&s->grow_lock);
-  return rc == 0 ? DBX_OK : DBX_ESTORE;
+  /* a read transaction as any other: it adopts a map another process grew
+   * and clears dead readers' slots, and it holds the grow lock shared, so
+   * the map stays where it is until the end */
+  dbx_txn *t = NULL;
+  dbx_err err = dbx_store_read_begin(s, &t);
+  if (err != DBX_OK) return err;
+  int failed = 0;
+  const void *addr = map_address(t, &failed);
+  if (!failed && addr != NULL && unmap_holding(s, addr) != 0) failed = 1;
+  dbx_store_txn_abort(t);
+  return failed ? DBX_ESTORE : DBX_OK;
 }
 
 static void store_free(dbx_store *s) {

@@ -85,12 +85,14 @@ size_t dbx_store_map_size(dbx_store *s);
  * minor fault, no I/O unless the kernel has reclaimed it meanwhile) with
  * the same bytes. Nothing stored changes: the map is read-only (writes go
  * through write(2)), so only this process's page table entries go. The map
- * is found in /proc/self/maps by an address inside it (a short read-only
- * transaction), which holds on any file system.
+ * is found in /proc/self/maps by an address inside it, read in a short
+ * read transaction (dbx_store_read_begin: it takes a reader slot, adopts a
+ * map another process grew), which holds on any file system.
  * Transactions of any thread may run meanwhile, and the views they hold
  * stay valid (their next use maps the page again); a map being grown waits
- * (the grow lock, shared). Returns DBX_OK, DBX_EINVAL (s NULL) or DBX_ESTORE
- * (madvise failed; message via dbx_store_errmsg). */
+ * (the grow lock, shared). Returns DBX_OK, DBX_EINVAL (s NULL), or what
+ * dbx_store_read_begin returns, or DBX_ESTORE (the map could not be read or
+ * found, or madvise failed); the message via dbx_store_errmsg. */
 dbx_err dbx_store_release_pages(dbx_store *s);
 /* How many reader slots of dead processes mdb_reader_check() cleared in
  * this process's handle (for tests and metrics): at open (a later

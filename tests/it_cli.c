@@ -981,9 +981,10 @@ static void test_cli_flags_are_checked(void **state) {
   assert_int_equal(symlink(rst2, dang), 0);
   const char *pairs[][2] = {{rst, lst}, {rst2, dang}, {lst, rst}, {up, rst}};
   for (size_t k = 0; k < sizeof pairs / sizeof pairs[0]; k++) {
-    int lrc = durabox(NULL, &out, &err, "dev", "--db-filename", pairs[k][0], "--worker-db", pairs[k][1], NULL);
+    const char *sa = pairs[k][0], *wa = pairs[k][1];
+    int lrc = durabox(NULL, &out, &err, "dev", "--db-filename", sa, "--worker-db", wa, NULL);
     if (lrc != 2 || strstr(err, "must be different folders") == NULL)
-      fail_msg("dev --db-filename %s --worker-db %s: exit %d (want 2):\n%s", pairs[k][0], pairs[k][1], lrc, err);
+      fail_msg("dev --db-filename %s --worker-db %s: exit %d (want 2):\n%s", sa, wa, lrc, err);
     free(out);
     free(err);
     assert_int_not_equal(access(rst, F_OK), 0);

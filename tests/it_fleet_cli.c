@@ -157,6 +157,17 @@ static void test_fleet_cli_run_rerun_status(void **st) {
     free(err);
   }
   free(bf);
+  /* the worker's store named the service's default store ($DURABOX_HOME/fleet/service,
+   * no --db-filename): refused before either is opened */
+  char *wenv = dbx_asprintf("DURABOX_WORKER_DB=%s/home/fleet/service", g_dir);
+  char *clash_env[] = {g_env_home, wenv, NULL};
+  char *clash[] = {(char *)dbx_test_bin(), "fleet", "run", f, NULL};
+  assert_int_equal(dbx_svct_proc_run(clash, clash_env, 30000, &out, &err), 2);
+  if (strstr(err, "must be different folders") == NULL || strstr(err, "$DURABOX_WORKER_DB") == NULL)
+    fail_msg("fleet run with the worker's store on the fleet's service store said: %s", err);
+  free(out);
+  free(err);
+  free(wenv);
   assert_int_equal(sandbox_count(), 0);
   free(f);
 }

@@ -1802,8 +1802,7 @@ static void *upkeep_thread(void *arg) {
   if (period < SWEEP_PERIOD_MIN_MS) period = SWEEP_PERIOD_MIN_MS;
   if (period > SWEEP_PERIOD_MAX_MS) period = SWEEP_PERIOD_MAX_MS;
   int64_t next_sweep = dbx_mono_ns() / 1000000 + period;
-  dbx_err last = DBX_OK;
-  int release_warned = 0;
+  dbx_err last = DBX_OK, last_release = DBX_OK;
   int full = 0; /* the last pass asked SWEEP_MAX_RUNS: more are due, go on at once */
   while (!atomic_load(&w->stopping)) {
     if (!full) {
@@ -1812,11 +1811,13 @@ static void *upkeep_thread(void *arg) {
       if (wait > 0) nap(w, wait);
     }
     if (atomic_load(&w->stopping)) break;
-    if (dbx_wstore_release_pages(w->ws) != DBX_OK && !release_warned++)
+    dbx_err rel = dbx_wstore_release_pages(w->ws);
+    if (rel != DBX_OK && rel != last_release) /* once per kind of failure, again after a success */
       DBX_WARN("worker",
-               "worker store: cannot unmap the pages it read (%s): the worker's resident set "
-               "grows with its store",
+               "worker store: cannot unmap the pages it read (%s); they stay in its resident set "
+               "until a later try succeeds",
                dbx_wstore_release_errmsg(w->ws));
+    last_release = rel;
     if (!sweeping || (!full && dbx_mono_ns() / 1000000 < next_sweep)) continue;
     dbx_wstore_sweep_result r;
     dbx_err rc = dbx_wstore_sweep(w->ws, w->retention_ms, dbx_wall_ns() / 1000000, SWEEP_MAX_RUNS,
