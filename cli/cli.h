@@ -49,10 +49,11 @@ int dbx_cli_worker_store_check(const char *cmd, const char *dir);
 /* The folders a command is about to open as stores, checked before anything
  * is created: 0, or a message ("CMD: ...") and -1 when service_db and
  * worker_db are the same folder, or worker_db is a workflow service's store
- * (it has service.lock). service_db NULL: no service store is opened;
- * worker_db NULL: the default ($DURABOX_HOME/worker). Without this check a worker's tables land in the
- * service's store, and a service made in the worker's folder makes replay
- * and approval refuse it. */
+ * (it has service.lock); folders not made yet are compared as they will be
+ * made, through symbolic links. service_db NULL: no service store is
+ * opened; worker_db NULL: the default (dbx_cli_worker_db_default). Without
+ * this check a worker's tables land in the service's store, and a service
+ * made in the worker's folder makes replay and approval refuse it. */
 int dbx_cli_store_folders_check(const char *cmd, const char *service_db, const char *worker_db);
 /* p[0, n) as text that cannot steer a terminal: a control byte other than
  * newline and tab (ESC, CR, BEL, ...) in caret notation ("^[", "^M"), DEL as

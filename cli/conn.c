@@ -103,38 +103,21 @@ int dbx_cli_worker_store_check(const char *cmd, const char *dir) {
   return service || !data ? -1 : 0;
 }
 
-/* p as an absolute path of its components without empty and "." ones (the
- * working directory before a relative p): malloc'd, NULL when out of memory
- * or the working directory is unknown. Text only: no link is followed and
- * ".." is kept, for a folder that may not exist yet. */
-static char *path_text(const char *p) {
+/* p made absolute (the working directory before a relative p), as text:
+ * malloc'd, NULL when out of memory or the working directory is unknown. */
+static char *path_absolute(const char *p) {
   char cwd[PATH_MAX];
-  char *full = p[0] == '/' ? dbx_strdup(p) : getcwd(cwd, sizeof cwd) ? dbx_asprintf("%s/%s", cwd, p) : NULL;
-  if (full == NULL) return NULL;
-  char *w = full; /* the text so far, with no trailing slash */
-  for (const char *r = full; *r;) {
-    while (*r == '/') r++;
-    const char *e = strchr(r, '/');
-    size_t n = e ? (size_t)(e - r) : strlen(r);
-    if (n > 0 && !(n == 1 && r[0] == '.')) {
-      *w++ = '/';
-      memmove(w, r, n);
-      w += n;
-    }
-    r += n;
-  }
-  if (w == full) *w++ = '/';
-  *w = '\0';
-  return full;
+  return p[0] == '/' ? dbx_strdup(p) : getcwd(cwd, sizeof cwd) ? dbx_asprintf("%s/%s", cwd, p) : NULL;
 }
 
-/* p as path_text gives it, with every symbolic link among its parts
- * followed, a link whose target does not exist yet included, and ".."
- * taken after the link before it, as the kernel does: so a folder that
- * does not exist yet is named as it will be made. Malloc'd; NULL when out
- * of memory, the working directory is unknown, or links loop (over 40). */
+/* p as an absolute path without empty and "." parts, with every symbolic
+ * link among its parts followed, a link whose target does not exist yet
+ * included, and ".." taken after the link before it, as the kernel does:
+ * so a folder that does not exist yet is named as it will be made.
+ * Malloc'd; NULL when out of memory, the working directory is unknown, or
+ * links loop (over 40). */
 static char *path_resolved(const char *p) {
-  char *pend = path_text(p);
+  char *pend = path_absolute(p);
   size_t cap = pend ? strlen(pend) + PATH_MAX + 2 : 0, ol = 0;
   char *out = pend ? dbx_malloc(cap) : NULL;
   int links = 0;

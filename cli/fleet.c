@@ -427,6 +427,15 @@ static char *prepare_input(const char *file, int conc) {
 
 /* Start the embedded service (and worker) unless conn has an address; the
  * address to use into e->address. 0, or 1 (printed). */
+/* The embedded service's store without --db-filename: $DURABOX_HOME/fleet/service,
+ * malloc'd (NULL when out of memory). */
+static char *fleet_service_default(void) {
+  char *home = dbx_cli_home();
+  char *db = home ? dbx_asprintf("%s/fleet/service", home) : NULL;
+  free(home);
+  return db;
+}
+
 static int connect_or_embed(const dbx_cli_conn *conn, const char *db, const char *tq, int worker,
                             dbx_embed *e, int *embedded, char **dbdef) {
   memset(e, 0, sizeof *e);
@@ -436,9 +445,7 @@ static int connect_or_embed(const dbx_cli_conn *conn, const char *db, const char
     return 0;
   }
   if (db == NULL) {
-    char *home = dbx_cli_home();
-    *dbdef = home ? dbx_asprintf("%s/fleet/service", home) : NULL;
-    free(home);
+    *dbdef = fleet_service_default();
     if (*dbdef == NULL || dbx_fs_mkdirs(*dbdef, 0700) != DBX_OK) {
       fprintf(stderr, "durabox fleet: cannot create the fleet store %s\n", *dbdef ? *dbdef : "");
       return 1;
@@ -562,10 +569,8 @@ static int fleet_run(int argc, char **argv) {
     free(input);
     return 2;
   }
-  char *home = db ? NULL : dbx_cli_home(); /* the service's store: connect_or_embed's default */
-  char *svc = db ? NULL : home ? dbx_asprintf("%s/fleet/service", home) : NULL;
+  char *svc = db ? NULL : fleet_service_default();
   int clash = conn.address == NULL && dbx_cli_store_folders_check("durabox fleet run", db ? db : svc, NULL);
-  free(home);
   free(svc);
   if (clash) {
     free(input);
